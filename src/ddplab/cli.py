@@ -1,0 +1,57 @@
+"""`ddplab COMMAND ...`: registers the subcommands and maps ddplab errors to exit codes (see docs/guide.md).
+
+Exit codes: 0 pass, 1 a check or run failed, 2 bad input or usage, 3 timeout or hang, 130 Ctrl-C.
+Command modules keep heavy imports (torch) inside run(), so `ddplab --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from ddplab import __version__
+from ddplab.errors import DdplabError
+
+# Help lists commands in the order a learner meets them; any other module in ddplab/commands comes after.
+ORDER = ["env", "check", "bench", "train", "launch", "explain", "lint", "scale", "cost", "new", "monitor", "slurm"]
+
+
+def command_names() -> list[str]:
+    import ddplab.commands
+
+    found = [m.name for m in pkgutil.iter_modules(ddplab.commands.__path__) if not m.name.startswith("_")]
+    return sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad input in one line (no usage dump), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="ddplab", description="Check, practise, run, measure and debug PyTorch DDP training.")
+    parser.add_argument("--version", action="version", version=f"ddplab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in command_names():
+        importlib.import_module(f"ddplab.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except DdplabError as e:
+        print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"ddplab {args.command}: interrupted", file=sys.stderr)
+        return 130

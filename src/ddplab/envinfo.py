@@ -1,0 +1,165 @@
+"""What is installed, what is visible, and what is wrong with it: the data behind `ddplab env` and preflight."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+import psutil
+
+from ddplab import compat
+from ddplab.errors import DdplabError
+
+# NCCL's shared-memory transport needs room in /dev/shm; Docker's 64 MiB default fails with "unhandled system error".
+MIN_SHM_MB = 512
+STEERING_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+STEERING_PREFIXES = ("NCCL_", "TORCH_", "TORCHELASTIC_", "GLOO_")
+SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+
+@dataclass
+class Warning_:
+    problem: str
+    fix: str
+
+
+@dataclass
+class EnvReport:
+    python: dict
+    platform: dict
+    torch: dict
+    backends: dict
+    devices: list
+    driver: str | None
+    cpu: dict
+    memory: dict
+    env_vars: dict
+    warnings: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.warnings
+
+
+def steering_vars(environ=None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    found = {k: v for k, v in environ.items() if k in STEERING_VARS or k.startswith(STEERING_PREFIXES)}
+    return {k: ("****" if SECRET_WORDS.search(k) else v) for k, v in sorted(found.items())}
+
+
+def torch_build(torch) -> dict:
+    if torch.version.hip:
+        build = f"ROCm {torch.version.hip}"
+    elif torch.version.cuda:
+        build = f"CUDA {torch.version.cuda}"
+    else:
+        build = "CPU"
+    info = {"version": torch.__version__, "build": build, "cuda": torch.version.cuda, "cudnn": None, "nccl": None}
+    if torch.backends.cudnn.is_available():
+        info["cudnn"] = torch.backends.cudnn.version()
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # torch built without NCCL
+            pass
+    return info
+
+
+def backends(dist) -> dict[str, bool]:
+    return {name: bool(getattr(dist, f"is_{name}_available", lambda: False)())
+            for name in ("nccl", "gloo", "mpi", "ucc")}
+
+
+def cuda_devices(torch) -> list[dict]:
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append({"index": i, "name": p.name, "total_memory_gib": round(p.total_memory / 2**30, 1),
+                    "compute_capability": f"{p.major}.{p.minor}"})
+    return out
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version through NVML, or None when there is no driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else version
+    except Exception:  # no libnvidia-ml: no driver on this machine
+        return None
+
+
+def shm_mb() -> int | None:
+    try:
+        return shutil.disk_usage("/dev/shm").total // 2**20
+    except OSError:
+        return None
+
+
+def collect(environ=None) -> EnvReport:
+    import torch
+    import torch.distributed as dist
+
+    environ = os.environ if environ is None else environ
+    python = {"version": platform.python_version(), "executable": sys.executable}
+    report = EnvReport(
+        python=python,
+        platform={"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
+        torch=torch_build(torch),
+        backends=backends(dist),
+        devices=cuda_devices(torch),
+        driver=nvidia_driver(),
+        cpu={"physical_cores": psutil.cpu_count(logical=False), "logical_cores": psutil.cpu_count()},
+        memory={"total_gib": round(psutil.virtual_memory().total / 2**30, 1), "shm_mib": shm_mb()},
+        env_vars=steering_vars(environ),
+    )
+    report.warnings = [vars(w) for w in find_problems(report, environ)]
+    return report
+
+
+def find_problems(report: EnvReport, environ) -> list[Warning_]:
+    from ddplab import dist as ddist
+    from ddplab.runner import port_is_free
+
+    problems = []
+    version = compat.major_minor(report.torch["version"])
+    if version is not None and version < compat.MIN_TORCH:
+        problems.append(Warning_(f"torch {report.torch['version']} is older than {compat.fmt(compat.MIN_TORCH)}",
+                                 "pip install -U 'torch>=2.6'"))
+    py = sys.version_info[:2]
+    msg = compat.python_problem(report.torch["version"], py)
+    if msg:
+        problem, _, fix = msg.partition(": ")
+        problems.append(Warning_(problem, fix))
+    if report.driver and report.torch["build"] == "CPU":
+        problems.append(Warning_(f"NVIDIA driver {report.driver} is installed but torch is a CPU-only build",
+                                 "install a CUDA build: pip install torch --index-url "
+                                 "https://download.pytorch.org/whl/cu126"))
+    shm = report.memory["shm_mib"]
+    if shm is not None and shm < MIN_SHM_MB:
+        problems.append(Warning_(f"/dev/shm is only {shm} MiB; NCCL's shared-memory transport then fails with "
+                                 "'unhandled system error'",
+                                 "docker run --shm-size=2g (or --ipc=host), or set NCCL_SHM_DISABLE=1"))
+    try:
+        env = ddist.read_launcher_env(environ)
+    except DdplabError as e:
+        problem, _, fix = str(e).partition(": ")
+        problems.append(Warning_(problem, fix or "let torchrun set the launcher variables"))
+    else:
+        launched_here = "TORCHELASTIC_RUN_ID" in environ  # inside a run the port is busy by design: the agent's store
+        if env.master_port is not None and not launched_here and not port_is_free(env.master_port):
+            problems.append(Warning_(f"MASTER_PORT={env.master_port} is already in use on this machine",
+                                     "unset MASTER_PORT (ddplab picks a free one) or choose another port"))
+    return problems

@@ -1,0 +1,53 @@
+"""Testing hook: make one rank crash or hang at a named phase, so failure paths are exercised for real.
+
+Set DDPLAB_FAULT to KIND:RANK:PHASE (several separated by commas):
+    crash:1:collectives            rank 1 raises RuntimeError when it enters a phase starting with "collectives"
+    hang:1:collectives.all_reduce  rank 1 sleeps forever instead of joining the all_reduce the others wait in
+    exit:0:ddp                     rank 0 exits at once with code 17 (no Python exception, like a killed process)
+Phases are the names workers pass to ddplab.runner.mark(); `ddplab check --json` lists them per stage.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+KINDS = ("crash", "hang", "exit")
+
+
+def parse(spec: str) -> list[tuple[str, int, str]]:
+    faults = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        kind, _, rest = item.partition(":")
+        rank, _, phase = rest.partition(":")
+        if kind not in KINDS or not rank.isdigit():
+            raise ValueError(f"DDPLAB_FAULT item {item!r} is not KIND:RANK:PHASE with KIND in {', '.join(KINDS)}")
+        faults.append((kind, int(rank), phase))
+    return faults
+
+
+def _mine(phase: str, kinds: tuple[str, ...]) -> str | None:
+    spec = os.environ.get("DDPLAB_FAULT")
+    if not spec:
+        return None
+    rank = int(os.environ.get("RANK", "0"))
+    for kind, fault_rank, fault_phase in parse(spec):
+        if kind in kinds and fault_rank == rank and phase.startswith(fault_phase):
+            return kind
+    return None
+
+
+def hang_before(phase: str) -> None:
+    """A hanging rank never arrives at `phase`: the others wait for it there."""
+    if _mine(phase, ("hang",)):
+        while True:
+            time.sleep(3600)
+
+
+def fail_in(phase: str) -> None:
+    """A crashing rank fails inside `phase`, after it arrived."""
+    kind = _mine(phase, ("crash", "exit"))
+    if kind == "crash":
+        raise RuntimeError(f"injected crash on rank {os.environ.get('RANK', '0')} at {phase} (DDPLAB_FAULT)")
+    if kind == "exit":
+        os._exit(17)

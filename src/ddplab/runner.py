@@ -1,0 +1,388 @@
+"""Start N local workers through PyTorch's elastic launcher, watch them, and always end them.
+
+Three processes are involved:
+- the caller (ddplab's CLI) calls `run()`, which starts
+- an agent, `python -m ddplab.runner SPEC`, that calls torch.distributed.launcher.api.elastic_launch, which forks
+- N workers, each calling the target function `module:function(payload)` with RANK, WORLD_SIZE... set.
+
+The agent is a separate process group so that the caller can end everything on any path: a deadline, a stall,
+a crash, Ctrl-C. Workers report progress by appending JSON lines to `events/rank{R}.jsonl` (`mark()`); the caller
+watches those files, so a hang is detected from the outside without any cooperation from a stuck process, and
+faulthandler (SIGUSR1) gives each stuck rank's Python stack on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import faulthandler
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ddplab import faults
+from ddplab.errors import DdplabError
+
+POLL_S = 0.05
+# Before a worker reaches its first mark it is importing torch and meeting the others; that may be slow on a busy
+# machine without being a hang.
+STARTUP_GRACE_S = 60.0
+TAIL_LINES = 15
+
+
+# ----------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    pid: int | None = None
+    exitcode: int | None = None
+    error: str | None = None  # "ValueError: message", one line
+    traceback: str | None = None
+    phase: str | None = None  # last thing the rank said it was doing
+    seq: int = 0  # how many marks it made: who is behind whom
+    output_tail: str = ""
+    stack: str | None = None  # Python stack when the run was declared hung
+    result: Any = None
+
+
+@dataclass
+class RunResult:
+    status: str  # ok | failed | hang | interrupted
+    seconds: float
+    nproc: int
+    master_port: int
+    ranks: list[RankOutcome]
+    root_cause: int | None = None  # rank of the first failure
+    stalled: list[int] = field(default_factory=list)  # ranks that never arrived where the others wait
+    reason: str = ""
+    run_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def results(self) -> list[Any]:
+        return [r.result for r in self.ranks]
+
+    def summary(self) -> str:
+        """One line a user can act on."""
+        if self.status == "ok":
+            return f"{self.nproc} rank(s) finished in {self.seconds:.1f}s"
+        if self.status == "hang":
+            waiting = [r for r in self.ranks if r.rank not in self.stalled]
+            if not waiting:
+                return f"{self.reason}: every rank is stuck in {self.ranks[0].phase or 'start-up'}"
+            late = ", ".join(f"rank {r.rank} (last in {r.phase or 'start-up'})" for r in self.ranks if r.rank in self.stalled)
+            where = ", ".join(str(r.rank) for r in waiting)
+            return f"{self.reason}: {late} never reached {waiting[0].phase}, where rank(s) {where} wait"
+        if self.status == "failed" and self.root_cause is not None:
+            r = self.ranks[self.root_cause]
+            return f"rank {r.rank} failed (exit code {r.exitcode}) in {r.phase or 'start-up'}: {r.error or 'no error text'}"
+        return self.reason
+
+
+# ----------------------------------------------------------------------------------------------- worker side
+
+_events_file = None
+_seq = 0
+
+
+def mark(phase: str, **data: Any) -> None:
+    """Record that this rank entered `phase` (and inject a test fault there if DDPLAB_FAULT asks for one)."""
+    global _seq
+    faults.hang_before(phase)
+    if _events_file is not None:
+        _seq += 1
+        _events_file.write(json.dumps({"seq": _seq, "t": time.time(), "phase": phase, **data}) + "\n")
+        _events_file.flush()
+    faults.fail_in(phase)
+
+
+def _worker_entry(spec_path: str) -> None:
+    """Runs in every worker process (forked by the elastic agent)."""
+    global _events_file
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    rank = int(os.environ["RANK"])
+    _events_file = open(run_dir / "events" / f"rank{rank}.jsonl", "a", buffering=1)
+    stack_file = open(run_dir / "stacks" / f"rank{rank}.txt", "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    mark("start", pid=os.getpid())
+    try:
+        value = _resolve(spec["target"])(spec["payload"])
+    except BaseException as e:
+        text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        # dist.session() stamps the moment it saw the error, before its shutdown made the other ranks fail too.
+        failed_at = getattr(e, "ddplab_failed_at", time.time())
+        (run_dir / "errors" / f"rank{rank}.json").write_text(json.dumps(
+            {"error": text, "traceback": traceback.format_exc(), "time": failed_at}))
+        raise
+    (run_dir / "results" / f"rank{rank}.json").write_text(json.dumps(value, default=_jsonable))
+    mark("done")
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _resolve(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# ----------------------------------------------------------------------------------------------- agent side
+
+
+def _agent_main(spec_path: str) -> int:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    _resolve(spec["target"])  # import once here so that every forked worker inherits it
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=spec["nproc"],
+        run_id=spec["run_id"],
+        rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{spec['master_port']}", rdzv_configs={"rank": 0},
+        local_addr="127.0.0.1",
+        max_restarts=spec["max_restarts"], monitor_interval=0.05, start_method="fork",
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE),
+    )
+    failures = {}
+    try:
+        elastic_launch(config, _worker_entry)(spec_path)
+    except ChildFailedError as e:
+        failures = {str(rank): {"exitcode": f.exitcode, "time": f.timestamp, "message": f.message}
+                    for rank, f in e.failures.items()}
+    (run_dir / "agent.json").write_text(json.dumps({"failures": failures}))
+    return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------------------------- caller side
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,
+        stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
+        env: dict[str, str] | None = None, keep_dir: bool = False) -> RunResult:
+    """Run `target(payload)` on `nproc` local ranks and return what each rank did.
+
+    stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
+    deadline: declare a hang when the whole run takes longer than this.
+    """
+    if nproc < 1:
+        raise DdplabError(f"--nproc {nproc}: need at least 1 process")
+    if master_port is None:
+        master_port = free_port()
+    elif not port_is_free(master_port):
+        raise DdplabError(f"port {master_port} on 127.0.0.1 is already in use: pass another --master-port, "
+                          "or omit it and ddplab picks a free one")
+    run_dir = Path(tempfile.mkdtemp(prefix="ddplab-run-"))
+    for sub in ("events", "stacks", "errors", "results", "logs"):
+        (run_dir / sub).mkdir()
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps({
+        "target": target, "payload": payload, "nproc": nproc, "master_port": master_port,
+        "max_restarts": max_restarts, "run_dir": str(run_dir), "run_id": run_dir.name,
+    }))
+    child_env = {**os.environ, **(env or {})}
+    child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
+    # Warnings from torchelastic's own logger would only duplicate what the result object says.
+    child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
+    start, started_at = time.monotonic(), time.time()
+    with open(run_dir / "agent.log", "wb") as agent_log:
+        agent = subprocess.Popen([sys.executable, "-m", "ddplab.runner", str(spec_path)], stdout=agent_log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+                                 start_new_session=True)
+    status, reason = "ok", ""
+    try:
+        while agent.poll() is None:
+            now = time.monotonic()
+            quiet = _quiet_seconds(run_dir, nproc, started_at)
+            if deadline is not None and now - start > deadline:
+                status, reason = "hang", f"the run passed its {deadline:g}s deadline"
+            elif stall_timeout is not None and quiet > stall_timeout:
+                status, reason = "hang", f"no rank made progress for {stall_timeout:g}s"
+            if status == "hang":
+                _dump_stacks(run_dir, nproc)
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "interrupted (Ctrl-C): every worker was ended"
+    finally:
+        _end_all(agent, run_dir, nproc)
+    result = _collect(run_dir, nproc, master_port, status, reason, time.monotonic() - start, agent.returncode)
+    if not keep_dir and result.ok:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def _events(run_dir: Path, rank: int) -> list[dict]:
+    path = run_dir / "events" / f"rank{rank}.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def _quiet_seconds(run_dir: Path, nproc: int, started_at: float) -> float:
+    """Seconds since any rank last made progress; a rank still starting up gets STARTUP_GRACE_S."""
+    mtimes = []
+    for rank in range(nproc):
+        with contextlib.suppress(FileNotFoundError):
+            mtimes.append((run_dir / "events" / f"rank{rank}.jsonl").stat().st_mtime)
+    newest = max(mtimes, default=started_at)
+    if len(mtimes) < nproc:
+        newest = max(newest, started_at + STARTUP_GRACE_S)
+    return time.time() - newest
+
+
+def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
+    pids = {}
+    for rank in range(nproc):
+        for event in _events(run_dir, rank):
+            if event.get("pid"):
+                pids[rank] = event["pid"]
+    return pids
+
+
+def _dump_stacks(run_dir: Path, nproc: int) -> None:
+    """Ask every live worker for its Python stack (faulthandler on SIGUSR1 writes it to stacks/rankR.txt)."""
+    for pid in _worker_pids(run_dir, nproc).values():
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.3)  # faulthandler writes from the signal handler; give it a moment on a busy machine
+
+
+def _end_all(agent: subprocess.Popen, run_dir: Path, nproc: int) -> None:
+    """Kill the agent and every worker, whatever state they are in, and wait until they are gone."""
+    procs = []
+    try:
+        parent = psutil.Process(agent.pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        pass
+    for pid in _worker_pids(run_dir, nproc).values():  # workers orphaned by an agent that already died
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(agent.pid, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
+    agent.wait()
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def _own_frames(path: Path) -> str | None:
+    """The worker's stack without the launcher's frames below _worker_entry (faulthandler prints newest first)."""
+    if not path.exists() or not path.stat().st_size:
+        return None
+    kept = []
+    for line in path.read_text(errors="replace").splitlines():
+        if "in _worker_entry" in line:
+            break
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: str, seconds: float,
+             agent_rc: int | None) -> RunResult:
+    agent_info = {}
+    if (run_dir / "agent.json").exists():
+        agent_info = json.loads((run_dir / "agent.json").read_text())
+    failures = agent_info.get("failures", {})
+    ranks, first_error = [], None
+    for rank in range(nproc):
+        out = RankOutcome(rank=rank)
+        events = _events(run_dir, rank)
+        if events:
+            last = events[-1]
+            out.phase, out.seq = last["phase"], last["seq"]
+            out.pid = next((e["pid"] for e in events if e.get("pid")), None)
+        failure = failures.get(str(rank))
+        if failure:
+            out.exitcode = failure["exitcode"]
+        err_path = run_dir / "errors" / f"rank{rank}.json"
+        if err_path.exists():
+            err = json.loads(err_path.read_text())
+            out.error, out.traceback = err["error"], err["traceback"]
+            # The agent reports only the first process it saw fail; a Python exception exits with 1.
+            out.exitcode = 1 if out.exitcode is None else out.exitcode
+            if first_error is None or err["time"] < first_error[1]:
+                first_error = (rank, err["time"])
+        res_path = run_dir / "results" / f"rank{rank}.json"
+        if res_path.exists():
+            out.result = json.loads(res_path.read_text())
+        logs = sorted(run_dir.glob(f"logs/**/attempt_*/{rank}/"))
+        if logs:
+            out.output_tail = "\n".join(t for t in (_tail(logs[-1] / "stdout.log"), _tail(logs[-1] / "stderr.log")) if t)
+        out.stack = _own_frames(run_dir / "stacks" / f"rank{rank}.txt")
+        ranks.append(out)
+
+    result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
+    if status == "hang":
+        top = max(r.seq for r in ranks)
+        behind = [r.rank for r in ranks if r.seq < top]
+        result.stalled = behind or [r.rank for r in ranks]
+    elif status == "ok" and (agent_rc != 0 or failures or any(r.result is None for r in ranks)):
+        result.status = "failed"
+        if first_error is not None:
+            result.root_cause = first_error[0]
+        elif failures:
+            result.root_cause = int(min(failures, key=lambda k: failures[k]["time"]))
+        result.reason = result.summary() if result.root_cause is not None else (
+            f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{_tail(run_dir / 'agent.log')}")
+    return result
+
+
+if __name__ == "__main__":
+    # Through the package module, not __main__: workers must share the module state that mark() writes to.
+    from ddplab.runner import _agent_main as agent_main
+
+    sys.exit(agent_main(sys.argv[1]))
