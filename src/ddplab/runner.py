@@ -29,7 +29,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -198,11 +198,13 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,
         stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
-        env: dict[str, str] | None = None, keep_dir: bool = False) -> RunResult:
+        env: dict[str, str] | None = None, keep_dir: bool = False,
+        on_event: Callable[[int, dict], None] | None = None) -> RunResult:
     """Run `target(payload)` on `nproc` local ranks and return what each rank did.
 
     stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
     deadline: declare a hang when the whole run takes longer than this.
+    on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
     """
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")
@@ -229,8 +231,10 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
                                  start_new_session=True)
     status, reason = "ok", ""
+    follow = _EventFollower(run_dir, nproc, on_event)
     try:
         while agent.poll() is None:
+            follow.poll()
             now = time.monotonic()
             quiet = _quiet_seconds(run_dir, nproc, started_at)
             if deadline is not None and now - start > deadline:
@@ -245,10 +249,35 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
         status, reason = "interrupted", "interrupted (Ctrl-C): every worker was ended"
     finally:
         _end_all(agent, run_dir, nproc)
+        follow.poll()
     result = _collect(run_dir, nproc, master_port, status, reason, time.monotonic() - start, agent.returncode)
     if not keep_dir and result.ok:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result
+
+
+class _EventFollower:
+    """Hands each new event line of every rank to a callback, reading only what was appended since last time."""
+
+    def __init__(self, run_dir: Path, nproc: int, callback: Callable[[int, dict], None] | None):
+        self.paths = [run_dir / "events" / f"rank{r}.jsonl" for r in range(nproc)]
+        self.offsets = [0] * nproc
+        self.callback = callback
+
+    def poll(self) -> None:
+        if self.callback is None:
+            return
+        for rank, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[rank])
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+            self.offsets[rank] += len(complete)
+            for line in complete.splitlines():
+                self.callback(rank, json.loads(line))
 
 
 def _events(run_dir: Path, rank: int) -> list[dict]:
