@@ -1,0 +1,174 @@
+"""`ddplab new`: the script it writes really trains on 2 CPU ranks under plain torchrun, saves a checkpoint that
+loads into the plain model, and lints clean; existing files and unwritable paths are refused in one line."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from conftest import cli, kill_tree
+from ddplab.commands.new import TASKS, render_script
+
+# What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 150) -> subprocess.CompletedProcess:
+    """Run `script` under plain torchrun (no ddplab involved), killing everything if it overstays `timeout`."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # the CPU/gloo path, even on a GPU machine
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                             str(nproc), script.name, *args], cwd=script.parent, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise AssertionError(f"{script.name} on {nproc} ranks overstayed {timeout}s")
+    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if str(script.name) in " ".join(p.info["cmdline"] or [])
+                and str(script.parent) in (_cwd(p) or "")]
+    assert not leftover, f"processes left behind: {leftover}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _cwd(p: psutil.Process) -> str | None:
+    try:
+        return p.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def load_script(path: Path):
+    """Import the written script as a module (its main() only runs under __main__), to reuse its model/data."""
+    spec = importlib.util.spec_from_file_location(f"written_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def epoch_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("epoch ")]
+
+
+def check_checkpoint(script: Path, checkpoint: Path):
+    """The saved state_dict has no DDP `module.` prefix, loads strictly into the plain model, and is the trained
+    model (returns that plain model's predictions on the script's own data, for the caller to judge)."""
+    assert checkpoint.exists() and not Path(str(checkpoint) + ".tmp").exists()
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert state["epoch"] == 4  # epochs are counted from 0: the fifth and last
+    keys = list(state["model"])
+    assert keys and not any(k.startswith("module.") for k in keys), keys
+    written = load_script(script)
+    model = written.make_model()
+    model.load_state_dict(state["model"])  # strict: every key matches the plain model
+    x, y = written.make_dataset().tensors
+    with torch.no_grad():
+        return model(x), y
+
+
+def test_regression_script_trains_on_two_cpu_ranks_and_saves_the_plain_model(tmp_path):
+    ran = cli("new", "train.py", cwd=tmp_path, timeout=60)
+    assert ran.code == 0, ran.err
+    script = tmp_path / "train.py"
+    done = torchrun(script, "--checkpoint", "out/model.pt")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = epoch_lines(done.stdout)
+    # Rank 0 alone prints: one line per epoch, not one per rank.
+    assert len(lines) == 5, done.stdout
+    assert all("4096 samples on 2 ranks" in line for line in lines)
+    losses = [float(re.search(r"loss (\d+\.\d+)", line).group(1)) for line in lines]
+    # The data is y = x·w + b + noise of variance 0.01: the stated result is a loss of about 0.01.
+    assert losses[-1] < 0.02 < losses[0], losses
+    pred, y = check_checkpoint(script, tmp_path / "out" / "model.pt")
+    assert torch.nn.functional.mse_loss(pred, y).item() < 0.02
+
+
+@pytest.mark.slow
+def test_classification_script_trains_on_two_cpu_ranks_and_resumes(tmp_path):
+    assert cli("new", "cls.py", "--task", "classification", cwd=tmp_path, timeout=60).code == 0
+    script = tmp_path / "cls.py"
+    done = torchrun(script, "--checkpoint", "ck.pt")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = epoch_lines(done.stdout)
+    assert len(lines) == 5, done.stdout
+    accuracy = float(re.search(r"accuracy (\d+\.\d+)%", lines[-1]).group(1))
+    assert 88 < accuracy < 97, lines  # the classes overlap: about 92% is the stated result
+    pred, y = check_checkpoint(script, tmp_path / "ck.pt")
+    assert (pred.argmax(dim=1) == y).float().mean().item() > 0.88
+    # Every rank loads the checkpoint (map_location, weights_only) and carries on from epoch 6.
+    again = torchrun(script, "--checkpoint", "ck.pt", "--resume", "--epochs", "6")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from ck.pt after epoch 5" in again.stdout
+    assert [line.split()[1] for line in epoch_lines(again.stdout)] == ["6/6"]
+
+
+def test_script_refuses_to_run_without_torchrun(tmp_path):
+    assert cli("new", "t.py", cwd=tmp_path, timeout=60).code == 0
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    done = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "start this script with torchrun: torchrun --standalone --nproc-per-node 2 t.py"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_written_script_needs_only_torch_and_the_standard_library(task):
+    tree = ast.parse(render_script(task))
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert roots - set(sys.stdlib_module_names) == {"torch"}, roots
+    names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert {"make_dataset", "make_model", "main", "train"} <= names  # one of each: the other task's were dropped
+
+
+def test_refuses_to_overwrite_without_force(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text("my own work\n")
+    ran = cli("new", str(target), timeout=60)
+    assert ran.code == 2
+    assert ran.err.count("\n") == 1 and "already exists" in ran.err and "--force" in ran.err
+    assert target.read_text() == "my own work\n"  # untouched
+    ran = cli("new", str(target), "--force", "--task", "classification", "--json", timeout=60)
+    assert ran.code == 0, ran.err
+    assert ran.json()["overwritten"] is True and ran.json()["task"] == "classification"
+    assert "CrossEntropyLoss" in target.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary file left
+
+
+def test_unwritable_paths_give_one_line_and_exit_2(tmp_path):
+    (tmp_path / "afile").write_text("")
+    cases = {
+        str(tmp_path / "afile" / "train.py"): "is a file, not a directory",
+        str(tmp_path): "is a directory",
+    }
+    if Path("/sys/kernel").is_dir():  # sysfs refuses new files even to root: a real permission failure
+        cases["/sys/kernel/ddplab-new-test.py"] = "cannot write"
+    for path, why in cases.items():
+        ran = cli("new", path, timeout=60)
+        assert ran.code == 2, (path, ran.err)
+        assert ran.err.count("\n") == 1 and why in ran.err and "Traceback" not in ran.err, ran.err
+
+
+def test_new_output_lints_clean(tmp_path):
+    if importlib.util.find_spec("ddplab.commands.lint") is None:
+        pytest.skip("`ddplab lint` does not exist yet (issue #6)")
+    for task in TASKS:
+        script = tmp_path / f"{task}.py"
+        assert cli("new", str(script), "--task", task, timeout=60).code == 0
+        ran = cli("lint", str(script), "--json", timeout=60)
+        assert ran.code == 0, ran.out + ran.err
+        found = ran.json()
+        findings = found.get("findings", found) if isinstance(found, dict) else found
+        assert not findings, findings
