@@ -42,10 +42,10 @@ INTERCONNECTS = [
                  "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)", "2026-12-02"),
     Interconnect("PCIe 5.0 x16", 63.0, "PCI-SIG PCIe 5.0 spec: 32 GT/s × 16 lanes, 128b/130b coding "
                  "(https://pcisig.com/specifications)", "2026-12-02"),
-    Interconnect("PCIe 4.0 x16", 31.5, "PCI-SIG PCIe 4.0 spec: 16 GT/s × 16 lanes, 128b/130b coding "
-                 "(https://pcisig.com/specifications)", "2026-12-02"),
     Interconnect("InfiniBand NDR 400 Gb/s", 50.0, "NVIDIA ConnectX-7 / IBTA NDR: 400 Gb/s per port "
                  "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)", "2026-12-02"),
+    Interconnect("PCIe 4.0 x16", 31.5, "PCI-SIG PCIe 4.0 spec: 16 GT/s × 16 lanes, 128b/130b coding "
+                 "(https://pcisig.com/specifications)", "2026-12-02"),
     Interconnect("InfiniBand HDR 200 Gb/s", 25.0, "NVIDIA ConnectX-6 / IBTA HDR: 200 Gb/s per port "
                  "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)", "2026-12-02"),
     Interconnect("100 GbE", 12.5, "IEEE 802.3 line rate 100 Gb/s (https://www.ieee802.org/3/)", "2026-12-02"),

@@ -1,0 +1,123 @@
+"""`ddplab scale`: the scaling model recovers known parameters from synthetic runs; the command end to end on CPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ddplab.errors import DdplabError
+from ddplab.perf import scaling
+from ddplab.perf.scaling import MIB, Run, ScalingModel
+
+TRUE = ScalingModel(compute_fixed_s=0.004, compute_per_sample_s=0.0005, grad_bytes=40 * MIB, latency_s=2e-4,
+                    bus_bytes_per_s=2e9, overlap=0.6)
+
+
+def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, measure_parts: bool = True):
+    """Runs as a recipe would report them, generated from known parameters (with optional multiplicative noise)."""
+    rng = random.Random(seed)
+
+    def jitter(x):
+        return x * (1 + rng.uniform(-noise, noise))
+
+    runs = []
+    for n, b, k in configs:
+        runs.append(Run(n, b, jitter(model.step_s(n, b, k)), accum_steps=k, grad_bytes=model.grad_bytes,
+                        compute_s=jitter(model.compute_s(b, k)) if measure_parts else None,
+                        comm_s=(jitter(model.comm_s(n)) if n > 1 else None) if measure_parts else None))
+    return runs
+
+
+GRID = [(n, b, 1) for n in (1, 2, 3) for b in (8, 32)]
+
+
+def test_buckets_follow_ddp_defaults():
+    assert scaling.buckets(0) == 0
+    assert scaling.buckets(0.5 * MIB) == 1  # fits the 1 MiB first bucket
+    assert scaling.buckets(1 * MIB + 1) == 2
+    assert scaling.buckets(26 * MIB + 1) == 3  # 1 MiB + 25 MiB + rest
+    assert scaling.buckets(100 * MIB, bucket_cap_mb=50) == 2  # an explicit cap also sizes the first bucket
+    assert scaling.allreduce_s(1, 1e9, 1e-3, 1e9) == 0.0
+
+
+def test_ring_allreduce_matches_nccl_tests_bus_bandwidth():
+    # nccl-tests: busbw = (bytes / time) · 2(n−1)/n, so with no latency the bus bandwidth comes back out.
+    n, nbytes, bus = 8, 256 * MIB, 100e9
+    t = scaling.allreduce_s(n, nbytes, 0.0, bus)
+    assert nbytes / t * 2 * (n - 1) / n == pytest.approx(bus)
+
+
+def test_fit_recovers_known_parameters_from_measured_parts():
+    m = scaling.fit(synthetic(TRUE, GRID))
+    assert m.compute_fixed_s == pytest.approx(TRUE.compute_fixed_s, rel=1e-6)
+    assert m.compute_per_sample_s == pytest.approx(TRUE.compute_per_sample_s, rel=1e-6)
+    assert m.latency_s == pytest.approx(TRUE.latency_s, rel=1e-6)
+    assert m.bus_bytes_per_s == pytest.approx(TRUE.bus_bytes_per_s, rel=1e-6)
+    assert m.overlap == pytest.approx(TRUE.overlap, abs=1e-6)
+    assert m.grad_bytes == TRUE.grad_bytes
+
+
+def test_fit_recovers_from_step_times_alone_when_nothing_overlaps():
+    truth = ScalingModel(0.01, 0.002, 8 * MIB, 5e-4, 5e8, overlap=0.0)
+    m = scaling.fit(synthetic(truth, GRID, measure_parts=False))
+    for name in ("compute_fixed_s", "compute_per_sample_s", "latency_s", "bus_bytes_per_s"):
+        assert getattr(m, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+    assert m.overlap == 0.0 and "assumed 0" in m.provenance["overlap"]
+
+
+def test_bench_link_then_overlap_from_step_times():
+    rows = [{"world_size": 2, "bytes": s, "seconds": scaling.allreduce_s(2, s, TRUE.latency_s, TRUE.bus_bytes_per_s)}
+            for s in (4096, MIB, 64 * MIB)]
+    link = scaling.link_from_bench(rows)
+    assert link.latency_s == pytest.approx(TRUE.latency_s, rel=1e-6)
+    assert link.bus_bytes_per_s == pytest.approx(TRUE.bus_bytes_per_s, rel=1e-6)
+    runs = synthetic(TRUE, [(1, 8, 1), (1, 32, 1), (2, 8, 1), (2, 32, 1)], measure_parts=False)
+    m = scaling.fit(runs, link)
+    assert m.overlap == pytest.approx(TRUE.overlap, abs=1e-6)
+    with pytest.raises(DdplabError, match="two message sizes"):
+        scaling.link_from_bench(rows[:1])
+
+
+def test_one_larger_world_size_predicts_itself_and_says_what_it_cannot_split():
+    runs = synthetic(TRUE, [(1, 8, 1), (1, 32, 1), (2, 8, 1), (2, 32, 1)])
+    m = scaling.fit(runs)
+    assert "not separable" in m.provenance["link"]
+    for r in runs:
+        assert m.samples_per_sec(r.world_size, r.batch_per_rank) == pytest.approx(r.samples_per_sec, rel=1e-6)
+
+
+def test_noisy_measurements_still_predict_held_out_configurations():
+    runs = synthetic(TRUE, GRID, noise=0.03, seed=1)
+    m = scaling.fit(runs)
+    for n, b, k in [(2, 64, 1), (3, 16, 4), (4, 32, 1), (8, 32, 2)]:
+        assert m.samples_per_sec(n, b, k) == pytest.approx(TRUE.samples_per_sec(n, b, k), rel=0.05), (n, b, k)
+
+
+def test_accumulation_and_bigger_batches_amortise_communication():
+    one_sync = TRUE.samples_per_sec(4, 8, 1)
+    assert TRUE.samples_per_sec(4, 8, 4) > one_sync and TRUE.samples_per_sec(4, 32, 1) > one_sync
+    weak = scaling.efficiency(TRUE, 4, 32)
+    strong = scaling.efficiency(TRUE, 4, 32, strong=True)
+    assert 0 < strong < weak < 1
+
+
+def test_faster_interconnects_predict_higher_throughput_and_each_row_is_sourced():
+    rates = []
+    for link in scaling.INTERCONNECTS:
+        assert link.bus_gb_per_s > 0 and "http" in link.source and link.date[:2] == "20", link
+        rates.append(TRUE.samples_per_sec(8, 32, bus_bytes_per_s=link.bus_gb_per_s * 1e9))
+    assert rates == sorted(rates, reverse=True)  # the table is ordered fastest first
+
+
+def test_model_round_trips_through_json_dicts():
+    assert ScalingModel.from_dict(TRUE.to_dict()) == TRUE
+    with pytest.raises(DdplabError):
+        ScalingModel.from_dict({"nonsense": 1})
+
+
+def test_fit_needs_runs_and_a_one_rank_baseline():
+    with pytest.raises(DdplabError):
+        scaling.fit([])
+    with pytest.raises(DdplabError, match="world size 1"):
+        scaling.fit([Run(2, 8, 0.1, grad_bytes=MIB)])
