@@ -124,7 +124,8 @@ def _worker_entry(spec_path: str) -> None:
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     mark("start", pid=os.getpid())
     try:
-        value = _resolve(spec["target"])(spec["payload"])
+        payload = json.loads((run_dir / "payload.json").read_text())
+        value = _resolve(spec["target"])(payload)
     except BaseException as e:
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         # dist.session() stamps the moment it saw the error, before its shutdown made the other ranks fail too.
@@ -132,8 +133,10 @@ def _worker_entry(spec_path: str) -> None:
         (run_dir / "errors" / f"rank{rank}.json").write_text(json.dumps(
             {"error": text, "traceback": traceback.format_exc(), "time": failed_at}))
         raise
-    (run_dir / "results" / f"rank{rank}.json").write_text(json.dumps(value, default=_jsonable))
     mark("done")
+    tmp = run_dir / "results" / f".rank{rank}.json"
+    tmp.write_text(json.dumps(value, default=_jsonable))
+    tmp.rename(run_dir / "results" / f"rank{rank}.json")  # atomic: the caller may read it the moment it appears
 
 
 def _jsonable(value: Any) -> Any:
@@ -160,6 +163,8 @@ def _agent_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
     _resolve(spec["target"])  # import once here so that every forked worker inherits it
+    if sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
+        return 0
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=spec["nproc"],
         run_id=spec["run_id"],
@@ -206,6 +211,15 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
     deadline: declare a hang when the whole run takes longer than this.
     on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
     """
+    pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env)
+    return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir,
+                       on_event=on_event)
+
+
+def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
+          env: dict[str, str] | None = None) -> PendingRun:
+    """Start the agent now and let it import torch and the target while the caller does other work (preflight);
+    nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it."""
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")
     if master_port is None:
@@ -218,42 +232,70 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
         (run_dir / sub).mkdir()
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps({
-        "target": target, "payload": payload, "nproc": nproc, "master_port": master_port,
+        "target": target, "nproc": nproc, "master_port": master_port,
         "max_restarts": max_restarts, "run_dir": str(run_dir), "run_id": run_dir.name,
     }))
     child_env = {**os.environ, **(env or {})}
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
     child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
-    start, started_at = time.monotonic(), time.time()
     with open(run_dir / "agent.log", "wb") as agent_log:
         agent = subprocess.Popen([sys.executable, "-m", "ddplab.runner", str(spec_path)], stdout=agent_log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=child_env,
                                  start_new_session=True)
-    status, reason = "ok", ""
-    follow = _EventFollower(run_dir, nproc, on_event)
-    try:
-        while agent.poll() is None:
+    return PendingRun(agent, run_dir, nproc, master_port)
+
+
+@dataclass
+class PendingRun:
+    agent: subprocess.Popen
+    run_dir: Path
+    nproc: int
+    master_port: int
+
+    def cancel(self) -> None:
+        _end_all(self.agent, self.run_dir, self.nproc)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def run(self, payload: Any = None, stall_timeout: float | None = None, deadline: float | None = None,
+            keep_dir: bool = False, on_event: Callable[[int, dict], None] | None = None) -> RunResult:
+        agent, run_dir, nproc = self.agent, self.run_dir, self.nproc
+        (run_dir / "payload.json").write_text(json.dumps(payload))
+        start, started_at = time.monotonic(), time.time()
+        status, reason = "ok", ""
+        follow = _EventFollower(run_dir, nproc, on_event)
+        try:
+            agent.stdin.write(b"go\n")
+            agent.stdin.close()
+            while agent.poll() is None:
+                follow.poll()
+                if _all_done(run_dir, nproc):
+                    # Every result is on disk: waiting for the agent's orderly exit (exit barrier, interpreter
+                    # teardown) would add most of a second and tell nothing more.
+                    status = "done"
+                    break
+                quiet = _quiet_seconds(run_dir, nproc, started_at)
+                if deadline is not None and time.monotonic() - start > deadline:
+                    status, reason = "hang", f"the run passed its {deadline:g}s deadline"
+                elif stall_timeout is not None and quiet > stall_timeout:
+                    status, reason = "hang", f"no rank made progress for {stall_timeout:g}s"
+                if status == "hang":
+                    _dump_stacks(run_dir, nproc)
+                    break
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted (Ctrl-C): every worker was ended"
+        except BrokenPipeError:  # the agent died before it was told to go; _collect reports its log
+            pass
+        finally:
+            _end_all(agent, run_dir, nproc)
             follow.poll()
-            now = time.monotonic()
-            quiet = _quiet_seconds(run_dir, nproc, started_at)
-            if deadline is not None and now - start > deadline:
-                status, reason = "hang", f"the run passed its {deadline:g}s deadline"
-            elif stall_timeout is not None and quiet > stall_timeout:
-                status, reason = "hang", f"no rank made progress for {stall_timeout:g}s"
-            if status == "hang":
-                _dump_stacks(run_dir, nproc)
-                break
-            time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted (Ctrl-C): every worker was ended"
-    finally:
-        _end_all(agent, run_dir, nproc)
-        follow.poll()
-    result = _collect(run_dir, nproc, master_port, status, reason, time.monotonic() - start, agent.returncode)
-    if not keep_dir and result.ok:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return result
+        agent_rc = 0 if status == "done" else agent.returncode
+        result = _collect(run_dir, nproc, self.master_port, "ok" if status == "done" else status, reason,
+                          time.monotonic() - start, agent_rc)
+        if not keep_dir and result.ok:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return result
 
 
 class _EventFollower:
@@ -286,6 +328,11 @@ def _events(run_dir: Path, rank: int) -> list[dict]:
         return []
     lines = path.read_text().splitlines()
     return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def _all_done(run_dir: Path, nproc: int) -> bool:
+    results = run_dir / "results"
+    return all((results / f"rank{rank}.json").exists() for rank in range(nproc))
 
 
 def _quiet_seconds(run_dir: Path, nproc: int, started_at: float) -> float:

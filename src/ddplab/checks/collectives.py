@@ -1,0 +1,141 @@
+"""collectives: every collective DDP and its relatives use, with inputs whose exact result is known.
+
+Like nccl-tests' verifiable inputs, every value is a small integer, so float32 sums, products and averages are exact
+and a single wrong element is a real error, not rounding. Wrong elements are counted per op and rank.
+An op this backend lacks is SKIP with the backend's own words, never FAIL.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ddplab.checks import FAIL, PASS, SKIP, StageResult, unsupported
+from ddplab.runner import mark
+
+# Odd on purpose: an element count that no world size divides catches padding and chunking mistakes.
+COUNT = 1031
+PATTERN = 7  # values cycle through 1..PATTERN: sums over 1000+ ranks stay far below float32's exact 2**24
+
+
+def _pattern(count: int, device) -> torch.Tensor:
+    return (torch.arange(count, device=device) % PATTERN + 1).float()
+
+
+def _wrong(got: torch.Tensor, want, exact: bool = True) -> int:
+    if exact:
+        return int((got != want).sum().item())
+    return int((~torch.isclose(got, torch.as_tensor(want, device=got.device).expand_as(got), rtol=1e-6)).sum().item())
+
+
+def _all_reduce(op_name: str):
+    def run(rank: int, n: int, dev) -> int:
+        base = _pattern(COUNT, dev)
+        op = getattr(dist.ReduceOp, op_name.upper())
+        if op_name == "sum":
+            x, want = base * (rank + 1), base * (n * (n + 1) // 2)
+        elif op_name == "avg":  # NCCL averages by pre-multiplying with 1/n: exact only up to rounding
+            x, want = base * (rank + 1), base * ((n + 1) / 2)
+        elif op_name == "max":
+            x, want = base + rank, base + (n - 1)
+        elif op_name == "min":
+            x, want = base + rank, base
+        else:  # product of 1s and 2s: a power of two, exact in float32 for any world size
+            i = torch.arange(COUNT, device=dev)
+            x = ((i + rank) % 2 + 1).float()
+            want = torch.stack([((i + r) % 2 + 1).float() for r in range(n)]).prod(0)
+        dist.all_reduce(x, op=op)
+        return _wrong(x, want, exact=op_name != "avg")
+    return run
+
+
+def _broadcast(rank: int, n: int, dev) -> int:
+    wrong = 0
+    for root in range(n):  # from every root: a rank that can send but not receive shows up here
+        want = _pattern(COUNT, dev) + 100 * root
+        x = want.clone() if rank == root else torch.zeros(COUNT, device=dev)
+        dist.broadcast(x, src=root)
+        wrong += _wrong(x, want)
+    return wrong
+
+
+def _all_gather(rank: int, n: int, dev) -> int:
+    parts = [torch.zeros(COUNT, device=dev) for _ in range(n)]
+    dist.all_gather(parts, _pattern(COUNT, dev) + rank)
+    return sum(_wrong(p, _pattern(COUNT, dev) + r) for r, p in enumerate(parts))
+
+
+def _reduce_scatter(rank: int, n: int, dev) -> int:
+    chunk = COUNT // n + 1
+    inputs = [_pattern(chunk, dev) * (rank + 1) + r for r in range(n)]  # chunk r goes to rank r
+    out = torch.zeros(chunk, device=dev)
+    dist.reduce_scatter(out, inputs)
+    return _wrong(out, _pattern(chunk, dev) * (n * (n + 1) // 2) + n * rank)
+
+
+def _all_to_all(rank: int, n: int, dev) -> int:
+    chunk = COUNT // n + 1
+    inputs = [_pattern(chunk, dev) + 10 * rank + dst for dst in range(n)]  # what rank sends to dst
+    outputs = [torch.zeros(chunk, device=dev) for _ in range(n)]
+    dist.all_to_all(outputs, inputs)
+    return sum(_wrong(outputs[src], _pattern(chunk, dev) + 10 * src + rank) for src in range(n))
+
+
+def _send_recv_ring(rank: int, n: int, dev) -> int:
+    if n < 2:
+        raise NotImplementedError("send/recv needs at least 2 ranks")
+    right, left = (rank + 1) % n, (rank - 1) % n
+    out = torch.zeros(COUNT, device=dev)
+    requests = [dist.isend(_pattern(COUNT, dev) + rank, dst=right), dist.irecv(out, src=left)]
+    for req in requests:
+        req.wait()
+    return _wrong(out, _pattern(COUNT, dev) + left)
+
+
+def _barrier(rank: int, n: int, dev) -> int:
+    dist.barrier()
+    return 0
+
+
+OPS = {
+    **{f"all_reduce.{op}": _all_reduce(op) for op in ("sum", "avg", "max", "min", "product")},
+    "broadcast": _broadcast,
+    "all_gather": _all_gather,
+    "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all,
+    "send_recv_ring": _send_recv_ring,
+    "barrier": _barrier,
+}
+
+
+def on_rank(ctx, opts: dict) -> dict:
+    ops = {}
+    for name, op in OPS.items():
+        mark(f"collectives.{name}")
+        try:
+            ops[name] = {"wrong": op(ctx.rank, ctx.world_size, ctx.device)}
+        except Exception as e:
+            if not unsupported(e):
+                raise
+            ops[name] = {"skipped": str(e).splitlines()[0][:200]}
+    return {"rank": ctx.rank, "ops": ops, "count": COUNT}
+
+
+def summarize(per_rank: list[dict], seconds: float) -> StageResult:
+    names = list(per_rank[0]["ops"])
+    wrong = {name: sum(r["ops"][name].get("wrong", 0) for r in per_rank) for name in names}
+    skipped = {name: per_rank[0]["ops"][name]["skipped"] for name in names if "skipped" in per_rank[0]["ops"][name]}
+    ran = [n for n in names if n not in skipped]
+    total_wrong = sum(wrong[n] for n in ran)
+    figure = f"{len(ran)} ops on {len(per_rank)} ranks, {total_wrong} wrong elements"
+    if skipped:
+        figure += f"; skipped: {', '.join(skipped)}"
+    details = {"wrong": {n: wrong[n] for n in ran}, "skipped": skipped, "elements": per_rank[0]["count"]}
+    if total_wrong:
+        bad = ", ".join(f"{n} ({wrong[n]})" for n in ran if wrong[n])
+        return StageResult("collectives", FAIL, seconds, figure, f"wrong results from {bad}",
+                           "results differ between ranks: check NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to isolate a "
+                           "broken transport, and the driver/NCCL versions in `ddplab env`", details)
+    if not ran:
+        return StageResult("collectives", SKIP, seconds, figure, "the backend ran none of the collectives", "", details)
+    return StageResult("collectives", PASS, seconds, figure, details=details)

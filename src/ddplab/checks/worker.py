@@ -1,0 +1,28 @@
+"""What every rank runs for `ddplab check`: join the group, then each asked-for stage in order.
+
+Each stage's per-rank result is both returned at the end and announced as it completes (a `mark` event), so the CLI
+can report the stages that finished even when a later one crashes or hangs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ddplab import dist as dd
+from ddplab.checks import collectives, ddp, devices
+from ddplab.runner import mark
+
+STAGE_MODULES = {"devices": devices, "collectives": collectives, "ddp": ddp}
+
+
+def run_stages(payload: dict) -> dict:
+    mark("init")
+    with dd.session(backend=payload["backend"], device=payload["device"], timeout=payload["pg_timeout"]) as ctx:
+        out = {}
+        for name in payload["stages"]:
+            start = time.perf_counter()
+            result = STAGE_MODULES[name].on_rank(ctx, payload)
+            out[name] = {"seconds": time.perf_counter() - start, "result": result}
+            mark(f"{name}.done", stage=name, **out[name])
+        mark("shutdown")
+    return out

@@ -1,0 +1,225 @@
+"""`ddplab check`: does distributed training work here, stage by stage, and if not, why.
+
+Stages: preflight (before any worker), then on N ranks started by the elastic launcher: devices, collectives, ddp.
+A rank that crashes fails its stage by name; a rank that makes no progress for --timeout seconds is a hang: the
+stuck ranks are named with the operation and their Python stacks, every worker is ended, and the exit code is 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from ddplab import report
+from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult
+
+# Long enough for a first NCCL initialisation on a big node, short enough that a hang is named within a minute.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    verdict: str
+    nproc: int
+    device: str
+    backend: str
+    seconds: float
+    stages: list[StageResult]
+    problems: list[dict] = field(default_factory=list)  # per failing rank: traceback or stack, for people to read
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of processes, e.g. 2")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 30")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1..65535)")
+    return int(text)
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of memory between 0 and 1, e.g. 0.5")
+    return value
+
+
+def _stages(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in STAGES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown stage {', '.join(unknown) or text!r}: choose from {', '.join(STAGES)}")
+    return names
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="does distributed training work here, stage by stage, and if not, why",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=_positive_int,
+                   help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible, else cpu")
+    p.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on GPUs, gloo on CPU")
+    p.add_argument("--stages", type=_stages, default=list(STAGES),
+                   help=f"comma-separated subset of {','.join(STAGES)} (preflight always runs)")
+    p.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S,
+                   help="seconds without progress on any rank before the run is declared hung (default %(default)g)")
+    p.add_argument("--master-port", type=_port, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--mem-fraction", type=_fraction, default=0.5,
+                   help="share of free GPU memory the devices stage allocates (default %(default)g)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ddplab import envinfo, runner
+    from ddplab.checks import preflight
+
+    worker_stages = [s for s in WORKER_STAGES if s in args.stages]
+    port_finding, port = preflight.port_finding(args.master_port)
+    # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
+    # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
+    pending = None
+    early_nproc = args.nproc or (2 if args.device == "cpu" or envinfo.nvidia_driver() is None else None)
+    if worker_stages and port is not None and early_nproc:
+        pending = runner.start("ddplab.checks.worker:run_stages", nproc=early_nproc, master_port=port)
+    try:
+        import torch
+
+        from ddplab import dist as ddist
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
+        nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
+        pre = preflight.run(nproc, device, backend, port_finding)
+        stages, problems, seconds = [pre], [], pre.seconds
+        if pre.status == FAIL:
+            stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
+        elif worker_stages:
+            if pending is not None and pending.nproc != nproc:  # the guess was wrong (e.g. --device cuda)
+                pending.cancel()
+                pending = None
+            if pending is None:
+                pending = runner.start("ddplab.checks.worker:run_stages", nproc=nproc, master_port=port)
+            payload = {"stages": worker_stages, "device": device, "backend": backend,
+                       "mem_fraction": args.mem_fraction,
+                       # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
+                       "pg_timeout": args.timeout + 30}
+            workers, problems, seconds = _run_workers(args, pending, payload)
+            stages += workers
+            pending = None
+    finally:
+        if pending is not None:
+            pending.cancel()
+    result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
+                         verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
+                         stages=stages, problems=problems)
+    result.verdict = _verdict(result)
+    report.emit(result, args.json, render)
+    if any(s.status == TIMEOUT for s in stages):
+        return 3
+    return 0 if result.ok else 1
+
+
+def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict], float]:
+    from ddplab.checks.worker import STAGE_MODULES
+
+    names, nproc = payload["stages"], pending.nproc
+    done: dict[str, dict[int, dict]] = {n: {} for n in names}
+
+    def on_event(rank: int, event: dict) -> None:
+        if "stage" in event:
+            done[event["stage"]][rank] = event
+
+    with report.console(stderr=True).status(f"checking {nproc} rank(s)…") as status:
+        def on_event_live(rank, event):
+            on_event(rank, event)
+            status.update(f"rank {rank}: {event['phase']}")
+        run = pending.run(payload, stall_timeout=args.timeout, on_event=on_event_live)
+
+    stages, problems, blamed = [], [], False
+    for name in names:
+        if len(done[name]) == nproc:
+            per_rank = [done[name][r]["result"] for r in range(nproc)]
+            stages.append(STAGE_MODULES[name].summarize(per_rank, max(e["seconds"] for e in done[name].values())))
+        elif not blamed and not run.ok:
+            stages.append(_blame(name, run))
+            problems = _problems(run)
+            blamed = True
+        else:
+            cause = "not run: an earlier stage did not pass" if blamed else "no result (see the problems below)"
+            stages.append(StageResult(name, SKIP if blamed else FAIL, cause=cause))
+    return stages, problems, run.seconds
+
+
+def _blame(stage: str, run) -> StageResult:
+    """The stage in which the run crashed or hung, with the rank and operation named."""
+    if run.status == "hang":
+        stuck = [r for r in run.ranks if r.rank in run.stalled]
+        return StageResult(stage, TIMEOUT, run.seconds, cause=run.summary(),
+                           fix="every rank must call the same collectives in the same order: the stack of the rank "
+                               "that never arrived shows where it went instead",
+                           details={"stalled": run.stalled, "phases": {r.rank: r.phase for r in run.ranks},
+                                    "stacks": {r.rank: r.stack for r in stuck}})
+    if run.status == "failed" and run.root_cause is not None:
+        r = run.ranks[run.root_cause]
+        return StageResult(stage, FAIL, run.seconds, cause=run.summary(),
+                           fix=f"read rank {r.rank}'s traceback below; the other ranks failed because it left",
+                           details={"rank": r.rank, "exitcode": r.exitcode, "phase": r.phase, "error": r.error})
+    return StageResult(stage, FAIL, run.seconds, cause=run.summary(), fix="see the launcher's log named above")
+
+
+def _problems(run) -> list[dict]:
+    if run.status == "hang":
+        return [{"rank": r.rank, "phase": r.phase, "stack": r.stack} for r in run.ranks]
+    if run.root_cause is not None:
+        r = run.ranks[run.root_cause]
+        return [{"rank": r.rank, "phase": r.phase, "traceback": r.traceback or r.output_tail}]
+    return []
+
+
+def _verdict(result: CheckResult) -> str:
+    where = f"{result.nproc} rank(s), {result.backend} on {result.device}"
+    if result.ok:
+        sim = " (simulated devices: CPU processes)" if result.device == "cpu" else ""
+        return f"READY: distributed training works here with {where}{sim}"
+    first = next(s for s in result.stages if s.status in (FAIL, TIMEOUT))
+    return f"NOT READY ({where}): {first.name} {first.status.lower()}ed — fix first: {first.fix or first.cause}"
+
+
+def render(con, r: CheckResult) -> None:
+    con.print(f"[bold]ddplab check[/] — {r.nproc} rank(s), {r.backend} on {r.device}")
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("stage", "status", "time", "result"):
+        table.add_column(col, overflow="fold")
+    for s in r.stages:
+        table.add_row(s.name, report.styled(s.status), f"{s.seconds:.1f}s" if s.seconds else "",
+                      s.figure or s.cause)
+    con.print(table)
+    for s in r.stages:
+        if s.status in (FAIL, TIMEOUT) and s.figure:  # the table showed the figure; say why here
+            con.print(f"{report.styled(s.status)} {s.name}: {s.cause}")
+        if s.status in (FAIL, TIMEOUT) and s.fix:
+            con.print(f"  fix: {s.fix}")
+    for p in r.problems:
+        text = p.get("stack") or p.get("traceback")
+        if text:
+            kind = "stack" if "stack" in p else "traceback"
+            con.print(f"\n[bold]rank {p['rank']} {kind}[/] (last phase: {p['phase']}):")
+            con.print(text, markup=False, highlight=False)
+    con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red")
