@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 
 from ddplab import __version__
@@ -41,7 +42,13 @@ def build_parser() -> Parser:
     return parser
 
 
+def _terminate(signum, frame):
+    # SIGTERM (a scheduler's kill, a CI timeout) unwinds like Ctrl-C, so every `finally` ends the workers.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

@@ -62,7 +62,7 @@ class RankOutcome:
 
 @dataclass
 class RunResult:
-    status: str  # ok | failed | hang | interrupted
+    status: str  # ok | failed | hang
     seconds: float
     nproc: int
     master_port: int
@@ -71,6 +71,7 @@ class RunResult:
     stalled: list[int] = field(default_factory=list)  # ranks that never arrived where the others wait
     reason: str = ""
     run_dir: str = ""
+    last_progress: float | None = None  # epoch seconds of the last mark any rank made
 
     @property
     def ok(self) -> bool:
@@ -113,9 +114,19 @@ def mark(phase: str, **data: Any) -> None:
     faults.fail_in(phase)
 
 
+def _die_with_parent() -> None:
+    """On Linux, be killed when the parent dies, so that even `kill -9` of ddplab leaves no agent or worker behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
 def _worker_entry(spec_path: str) -> None:
     """Runs in every worker process (forked by the elastic agent)."""
     global _events_file
+    _die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
     rank = int(os.environ["RANK"])
@@ -160,6 +171,7 @@ def _agent_main(spec_path: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    _die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
     _resolve(spec["target"])  # import once here so that every forked worker inherits it
@@ -283,11 +295,9 @@ class PendingRun:
                     _dump_stacks(run_dir, nproc)
                     break
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted (Ctrl-C): every worker was ended"
         except BrokenPipeError:  # the agent died before it was told to go; _collect reports its log
             pass
-        finally:
+        finally:  # any path, Ctrl-C and SIGTERM (the CLI turns it into SystemExit) included
             _end_all(agent, run_dir, nproc)
             follow.poll()
         agent_rc = 0 if status == "done" else agent.returncode
@@ -442,6 +452,8 @@ def _collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: s
         ranks.append(out)
 
     result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
+    stamps = [e["t"] for rank in range(nproc) for e in _events(run_dir, rank)[-1:]]
+    result.last_progress = max(stamps, default=None)
     if status == "hang":
         top = max(r.seq for r in ranks)
         behind = [r.rank for r in ranks if r.seq < top]

@@ -175,7 +175,7 @@ def _blame(stage: str, run) -> StageResult:
                            fix="every rank must call the same collectives in the same order: the stack of the rank "
                                "that never arrived shows where it went instead",
                            details={"stalled": run.stalled, "phases": {r.rank: r.phase for r in run.ranks},
-                                    "stacks": {r.rank: r.stack for r in stuck}})
+                                    "stacks": {r.rank: r.stack for r in stuck}, "last_progress": run.last_progress})
     if run.status == "failed" and run.root_cause is not None:
         r = run.ranks[run.root_cause]
         return StageResult(stage, FAIL, run.seconds, cause=run.summary(),
@@ -199,7 +199,8 @@ def _verdict(result: CheckResult) -> str:
         sim = " (simulated devices: CPU processes)" if result.device == "cpu" else ""
         return f"READY: distributed training works here with {where}{sim}"
     first = next(s for s in result.stages if s.status in (FAIL, TIMEOUT))
-    return f"NOT READY ({where}): {first.name} {first.status.lower()}ed — fix first: {first.fix or first.cause}"
+    verb = "timed out" if first.status == TIMEOUT else "failed"
+    return f"NOT READY ({where}): {first.name} {verb} — fix first: {first.fix or first.cause}"
 
 
 def render(con, r: CheckResult) -> None:
@@ -213,13 +214,13 @@ def render(con, r: CheckResult) -> None:
     con.print(table)
     for s in r.stages:
         if s.status in (FAIL, TIMEOUT) and s.figure:  # the table showed the figure; say why here
-            con.print(f"{report.styled(s.status)} {s.name}: {s.cause}")
+            con.print(f"{report.styled(s.status)} {s.name}: {s.cause}", soft_wrap=True)
         if s.status in (FAIL, TIMEOUT) and s.fix:
-            con.print(f"  fix: {s.fix}")
+            con.print(f"  fix: {s.fix}", soft_wrap=True)
     for p in r.problems:
         text = p.get("stack") or p.get("traceback")
         if text:
             kind = "stack" if "stack" in p else "traceback"
             con.print(f"\n[bold]rank {p['rank']} {kind}[/] (last phase: {p['phase']}):")
-            con.print(text, markup=False, highlight=False)
-    con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red")
+            con.print(text, markup=False, highlight=False, soft_wrap=True)
+    con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red", soft_wrap=True)
