@@ -1,0 +1,114 @@
+"""Does `ddplab bench` distort what it measures? Its all_reduce busbw against a minimal raw torch.distributed loop.
+
+    python benchmarks/bench_vs_raw.py                 # 2 gloo ranks, 64K..64M, 7 rounds (about 2 minutes)
+    python benchmarks/bench_vs_raw.py --rounds 3 --nproc 3
+
+Each round runs both sweeps at the same sizes, alternating which goes first (the machine is shared and noisy);
+per size the median busbw over rounds is compared. Target: ddplab within 5 % of raw at sizes ≥ 1 MiB.
+The raw loop is this file run under torchrun (`--raw-worker`): ones, warm-up, barrier, N timed all_reduce calls,
+time averaged over ranks, busbw = S/t · 2(n−1)/n — what every hand-written benchmark does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def raw_worker(sizes: list[int], iters: int, warmup: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    n = dist.get_world_size()
+    busbw = {}
+    for size in sizes:
+        x = torch.ones(size // 4)
+        for _ in range(warmup):
+            dist.all_reduce(x)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dist.all_reduce(t)
+        busbw[size] = size / (t.item() / n) / 1e9 * 2 * (n - 1) / n
+    if dist.get_rank() == 0:
+        print(json.dumps(busbw), flush=True)
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_raw(args, sizes) -> dict[int, float]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
+           f"--master-port={free_port()}", __file__, "--raw-worker", ",".join(map(str, sizes)),
+           str(args.iters), str(args.warmup)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         timeout=600).stdout
+    line = [ln for ln in out.splitlines() if ln.startswith("{")][-1]
+    return {int(k): v for k, v in json.loads(line).items()}
+
+
+def run_ddplab(args) -> dict[int, float]:
+    cmd = [sys.executable, "-m", "ddplab", "bench", "all_reduce", "--nproc", str(args.nproc), "-b", args.min_bytes,
+           "-e", args.max_bytes, "-f", "4", "-n", str(args.iters), "-w", str(args.warmup), "--json"]
+    data = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout)
+    return {row["size"]: row["busbw"] for row in data["rows"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--min-bytes", default="64K")
+    p.add_argument("--max-bytes", default="64M")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    args = p.parse_args()
+
+    from ddplab.perf.bench import format_size, parse_size, plan_sizes
+
+    sizes, _ = plan_sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), 4, "float32", args.nproc)
+    seen = {"ddplab": {s: [] for s in sizes}, "raw": {s: [] for s in sizes}}
+    for round_ in range(args.rounds):
+        order = ["ddplab", "raw"] if round_ % 2 == 0 else ["raw", "ddplab"]
+        for who in order:
+            got = run_ddplab(args) if who == "ddplab" else run_raw(args, sizes)
+            for s in sizes:
+                seen[who][s].append(got[s])
+        print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(
+            f"{format_size(s)} {seen['ddplab'][s][-1]:.3f}/{seen['raw'][s][-1]:.3f}" for s in sizes), file=sys.stderr)
+
+    print(f"all_reduce, {args.nproc} gloo ranks, {args.iters} calls after {args.warmup} warm-up, "
+          f"median busbw (GB/s) over {args.rounds} alternating rounds; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'size':>6} {'ddplab':>8} {'raw':>8} {'ratio':>7}   spread over rounds (min..max, ddplab | raw)")
+    big = []
+    for s in sizes:
+        ours, raw = statistics.median(seen["ddplab"][s]), statistics.median(seen["raw"][s])
+        ratio = ours / raw
+        spread = " | ".join(f"{min(v[s]):.3f}..{max(v[s]):.3f}" for v in (seen["ddplab"], seen["raw"]))
+        print(f"{format_size(s):>6} {ours:8.3f} {raw:8.3f} {ratio:7.3f}   {spread}")
+        if s >= 1 << 20:
+            big.append(ratio)
+    worst = max(big, key=lambda r: abs(r - 1))
+    ok = abs(worst - 1) <= 0.05
+    print(f"sizes ≥ 1M: worst ratio {worst:.3f} — {'within' if ok else 'OUTSIDE'} the 5 % target")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--raw-worker":
+        raw_worker([int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        sys.exit(main())
