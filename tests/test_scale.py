@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -14,8 +15,10 @@ TRUE = ScalingModel(compute_fixed_s=0.004, compute_per_sample_s=0.0005, grad_byt
                     bus_bytes_per_s=2e9, overlap=0.6)
 
 
-def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, measure_parts: bool = True):
-    """Runs as a recipe would report them, generated from known parameters (with optional multiplicative noise)."""
+def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, compute: bool = True,
+              comm: bool = True):
+    """Runs as a recipe would report them, generated from known parameters (with optional multiplicative noise).
+    compute/comm: whether the run measured its compute time and its total all_reduce time apart from the step."""
     rng = random.Random(seed)
 
     def jitter(x):
@@ -24,8 +27,8 @@ def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, m
     runs = []
     for n, b, k in configs:
         runs.append(Run(n, b, jitter(model.step_s(n, b, k)), accum_steps=k, grad_bytes=model.grad_bytes,
-                        compute_s=jitter(model.compute_s(b, k)) if measure_parts else None,
-                        comm_s=(jitter(model.comm_s(n)) if n > 1 else None) if measure_parts else None))
+                        compute_s=jitter(model.compute_s(b, k, n)) if compute else None,
+                        comm_s=jitter(model.comm_s(n)) if comm and n > 1 else None))
     return runs
 
 
@@ -60,23 +63,43 @@ def test_fit_recovers_known_parameters_from_measured_parts():
 
 def test_fit_recovers_from_step_times_alone_when_nothing_overlaps():
     truth = ScalingModel(0.01, 0.002, 8 * MIB, 5e-4, 5e8, overlap=0.0)
-    m = scaling.fit(synthetic(truth, GRID, measure_parts=False))
+    m = scaling.fit(synthetic(truth, GRID, compute=False, comm=False))
     for name in ("compute_fixed_s", "compute_per_sample_s", "latency_s", "bus_bytes_per_s"):
         assert getattr(m, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
-    assert m.overlap == 0.0 and "assumed 0" in m.provenance["overlap"]
+    assert m.overlap == 0.0 and "only exposed comm" in m.provenance["overlap"]
+
+
+def test_fit_recovers_a_compute_slowdown_and_exposed_comm_as_ddplab_train_reports_them():
+    # `ddplab train` reports step time and exposed comm per rank, so compute is known and total comm is not.
+    truth = replace(TRUE, overlap=0.0, slowdown={2: 1.3, 3: 1.6})
+    runs = synthetic(truth, GRID, comm=False)
+    m = scaling.fit(runs)
+    assert m.slowdown == {2: pytest.approx(1.3), 3: pytest.approx(1.6)}
+    assert m.latency_s == pytest.approx(truth.latency_s, rel=1e-6)
+    assert m.bus_bytes_per_s == pytest.approx(truth.bus_bytes_per_s, rel=1e-6)
+    for n, b, k in [(2, 64, 1), (2, 16, 4), (3, 48, 2)]:
+        assert m.samples_per_sec(n, b, k) == pytest.approx(truth.samples_per_sec(n, b, k), rel=1e-6)
+    assert m.slowdown_at(8) == pytest.approx(1.6)  # beyond the measured sizes: the largest one's factor
 
 
 def test_bench_link_then_overlap_from_step_times():
-    rows = [{"world_size": 2, "bytes": s, "seconds": scaling.allreduce_s(2, s, TRUE.latency_s, TRUE.bus_bytes_per_s)}
-            for s in (4096, MIB, 64 * MIB)]
-    link = scaling.link_from_bench(rows)
+    # The shape `ddplab bench --json` writes: rows of all_reduce timings; its ring fit is reused, not redone.
+    bench = {"world_size": 2, "ring_fit": None, "rows": [
+        {"op": "all_reduce", "size": s, "time_us": 1e6 * scaling.allreduce_s(2, s, TRUE.latency_s,
+                                                                             TRUE.bus_bytes_per_s)}
+        for s in (4096, MIB, 64 * MIB)]}
+    link = scaling.link_from_bench(bench)
     assert link.latency_s == pytest.approx(TRUE.latency_s, rel=1e-6)
     assert link.bus_bytes_per_s == pytest.approx(TRUE.bus_bytes_per_s, rel=1e-6)
-    runs = synthetic(TRUE, [(1, 8, 1), (1, 32, 1), (2, 8, 1), (2, 32, 1)], measure_parts=False)
+    fitted = scaling.link_from_bench({"world_size": 2, "ring_fit": {"alpha_us": 200.0, "bandwidth_gbps": 2.0}})
+    assert (fitted.latency_s, fitted.bus_bytes_per_s) == (pytest.approx(2e-4), pytest.approx(2e9))
+    runs = synthetic(TRUE, [(1, 8, 1), (1, 32, 1), (2, 8, 1), (2, 32, 1)], compute=False, comm=False)
     m = scaling.fit(runs, link)
     assert m.overlap == pytest.approx(TRUE.overlap, abs=1e-6)
-    with pytest.raises(DdplabError, match="two message sizes"):
-        scaling.link_from_bench(rows[:1])
+    with pytest.raises(DdplabError, match="two or more message sizes"):
+        scaling.link_from_bench({"world_size": 2, "ring_fit": None, "rows": bench["rows"][:1]})
+    with pytest.raises(DdplabError, match="not the JSON"):
+        scaling.link_from_bench({"rows": "nonsense"})
 
 
 def test_one_larger_world_size_predicts_itself_and_says_what_it_cannot_split():

@@ -3,7 +3,8 @@
 One optimizer step of DDP on N ranks, per-rank micro-batch b, k micro-steps of gradient accumulation
 (gradients are all-reduced on the last micro-step only):
 
-    step(N, b, k) = k · (c0 + c · b)                 compute: fixed cost per micro-step + cost per sample
+    step(N, b, k) = k · (c0 + c · b) · slowdown(N)   compute: fixed cost per micro-step + cost per sample,
+                                                     slower when N ranks share a machine's cores (measured)
                   + (1 − overlap) · comm(N)          the all_reduce time DDP could not hide behind backward
     comm(N)       = buckets · 2(N−1) · α             ring all_reduce (nccl-tests doc/PERFORMANCE.md): 2(N−1)
                   + 2(N−1)/N · grad_bytes / B        latency-bound steps per bucket, and the bus-bandwidth term
@@ -101,10 +102,18 @@ class ScalingModel:
     bus_bytes_per_s: float  # B
     overlap: float  # fraction of comm DDP hid behind backward, 0..1
     bucket_cap_mb: float | None = None
+    # Compute on N ranks ÷ compute on 1, measured: ranks that share cores or memory bandwidth (CPU processes, or
+    # GPUs fed by one busy host) compute slower. World sizes beyond the largest measured take its factor.
+    slowdown: dict[int, float] = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)  # parameter -> where its value came from
 
-    def compute_s(self, batch_per_rank: int, accum_steps: int = 1) -> float:
-        return accum_steps * (self.compute_fixed_s + self.compute_per_sample_s * batch_per_rank)
+    def slowdown_at(self, world_size: int) -> float:
+        known = [n for n in self.slowdown if n <= world_size]
+        return self.slowdown[max(known)] if known else 1.0
+
+    def compute_s(self, batch_per_rank: int, accum_steps: int = 1, world_size: int = 1) -> float:
+        per_micro_step = self.compute_fixed_s + self.compute_per_sample_s * batch_per_rank
+        return accum_steps * per_micro_step * self.slowdown_at(world_size)
 
     def comm_s(self, world_size: int, bus_bytes_per_s: float | None = None, grad_bytes: float | None = None,
                bucket_cap_mb: float | None = None) -> float:
@@ -117,21 +126,27 @@ class ScalingModel:
         return (1 - self.overlap) * self.comm_s(world_size, **comm)
 
     def step_s(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
-        return self.compute_s(batch_per_rank, accum_steps) + self.exposed_comm_s(world_size, **comm)
+        return self.compute_s(batch_per_rank, accum_steps, world_size) + self.exposed_comm_s(world_size, **comm)
 
     def samples_per_sec(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
         return world_size * batch_per_rank * accum_steps / self.step_s(world_size, batch_per_rank, accum_steps,
                                                                         **comm)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if math.isinf(self.bus_bytes_per_s):  # JSON has no infinity: no bandwidth term measured
+            data["bus_bytes_per_s"] = None
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> ScalingModel:
         try:
+            data = {**data, "slowdown": {int(n): float(f) for n, f in data.get("slowdown", {}).items()}}
+            if data.get("bus_bytes_per_s") is None:
+                data["bus_bytes_per_s"] = math.inf
             return cls(**data)
-        except TypeError as e:
-            raise DdplabError(f"scaling model in the file is not one ddplab wrote ({e}): re-run `ddplab scale "
+        except (TypeError, ValueError, AttributeError) as e:
+            raise DdplabError(f"the scaling model in the file is not one ddplab wrote ({e}): re-run `ddplab scale "
                               "--json`") from None
 
 
@@ -148,38 +163,41 @@ class LinkFit:
 def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     """Fit the model's parameters on measured runs (see the module docstring for the equations).
 
-    compute c0, c:  least squares of per-micro-step compute time on batch size, from runs that measured compute
-                    time, or else from the 1-rank runs (which have no communication).
-    α, B:           `link` if given (from `ddplab bench`), else least squares of measured all_reduce time on the
-                    two ring terms; that needs two world sizes above 1 to tell latency from bandwidth.
-    overlap:        1 − exposed / total comm, where exposed = step − compute, in least squares over N > 1 runs.
+    c0, c:     least squares of per-micro-step time on batch size over the 1-rank runs (no communication there).
+    slowdown:  per world size, measured compute ÷ the 1-rank line, when the runs measured compute apart.
+    α, B:      `link` if given (`ddplab bench`), else least squares of all_reduce time on the two ring terms, from
+               measured comm time, or else from exposed comm (step − compute) with overlap taken as 0. Telling
+               latency from bandwidth needs two world sizes above 1.
+    overlap:   1 − exposed / total comm over the N > 1 runs, when total comm is known (measured or from `link`).
     """
     if not runs:
         raise DdplabError("no runs to fit the scaling model on: run at least world size 1 and one larger size")
-    grad_bytes = max(r.grad_bytes for r in runs)
-    prov = {}
-    c0, c, prov["compute"] = _fit_compute(runs)
+    model = ScalingModel(0.0, 0.0, max(r.grad_bytes for r in runs), 0.0, math.inf, 0.0, _common_cap(runs))
+    prov = model.provenance
+    model.compute_fixed_s, model.compute_per_sample_s, prov["compute"] = _fit_compute(runs)
     multi = [r for r in runs if r.world_size > 1]
+    model.slowdown, prov["slowdown"] = _fit_slowdown(model, multi)
+    exposed = [replace(r, comm_s=max(0.0, r.step_s - _compute_of(model, r))) for r in multi]
     if link is not None:
-        alpha, bus, prov["link"] = link.latency_s, link.bus_bytes_per_s, link.source
+        model.latency_s, model.bus_bytes_per_s, prov["link"] = link.latency_s, link.bus_bytes_per_s, link.source
+        model.overlap, prov["overlap"] = _fit_overlap(model, exposed)
     elif any(r.comm_s is not None for r in multi):
-        alpha, bus, prov["link"] = _fit_link([r for r in multi if r.comm_s is not None], "measured all_reduce time")
+        measured = [r for r in multi if r.comm_s is not None]
+        model.latency_s, model.bus_bytes_per_s, prov["link"] = _fit_link(measured, "measured all_reduce time")
+        model.overlap, prov["overlap"] = _fit_overlap(model, exposed)
     elif multi:
-        exposed_runs = [replace(r, comm_s=max(0.0, r.step_s - _compute_of(r, c0, c))) for r in multi]
-        alpha, bus, how = _fit_link(exposed_runs, "exposed comm (step − compute), overlap assumed 0")
-        prov["link"] = how
-        prov["overlap"] = "assumed 0: no comm time was measured apart from the step time"
-        return ScalingModel(c0, c, grad_bytes, alpha, bus, 0.0, _common_cap(runs), prov)
+        model.latency_s, model.bus_bytes_per_s, prov["link"] = _fit_link(exposed, "exposed comm (step − compute)")
+        prov["overlap"] = ("0 by construction: only exposed comm was measured, so α and B describe what DDP did "
+                           "not hide (give --bench for the link's own α and B)")
     else:
-        alpha, bus = 0.0, math.inf
         prov["link"] = "not measured: every run had one rank"
-    model = ScalingModel(c0, c, grad_bytes, alpha, bus, 0.0, _common_cap(runs), prov)
-    model.overlap, prov["overlap"] = _fit_overlap(model, multi)
     return model
 
 
-def _compute_of(run: Run, c0: float, c: float) -> float:
-    return run.compute_s if run.compute_s is not None else run.accum_steps * (c0 + c * run.batch_per_rank)
+def _compute_of(model: ScalingModel, run: Run) -> float:
+    if run.compute_s is not None:
+        return run.compute_s
+    return model.compute_s(run.batch_per_rank, run.accum_steps, run.world_size)
 
 
 def _common_cap(runs: list[Run]) -> float | None:
@@ -188,19 +206,18 @@ def _common_cap(runs: list[Run]) -> float | None:
 
 
 def _fit_compute(runs: list[Run]) -> tuple[float, float, str]:
-    measured = [r for r in runs if r.compute_s is not None]
-    points = [(r.batch_per_rank, r.compute_s / r.accum_steps) for r in measured] or \
-             [(r.batch_per_rank, r.step_s / r.accum_steps) for r in runs if r.world_size == 1]
-    how = "measured compute time" if measured else "1-rank step time"
-    if not points:
+    ones = [r for r in runs if r.world_size == 1]
+    if not ones:
         raise DdplabError("cannot fit compute time: include world size 1 in --nproc (it has no communication)")
-    sizes = {b for b, _ in points}
+    points = [(r.batch_per_rank, (r.compute_s if r.compute_s is not None else r.step_s) / r.accum_steps)
+              for r in ones]
+    sizes = sorted({b for b, _ in points})
     if len(sizes) >= 2:
         c0, c = _line(points)
         if c0 >= 0 and c > 0:
-            return c0, c, f"{how}, fitted over batch sizes {sorted(sizes)}"
+            return c0, c, f"1-rank runs, fitted over batch sizes {sizes}"
     c = sum(t for _, t in points) / sum(b for b, _ in points)  # through the origin
-    return 0.0, c, f"{how} at batch size(s) {sorted(sizes)}, fixed cost not separable (assumed 0)"
+    return 0.0, c, f"1-rank runs at batch size(s) {sizes}: fixed cost per step not separable (taken as 0)"
 
 
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -210,6 +227,18 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     sxx = sum((x - mx) ** 2 for x, _ in points)
     slope = sum((x - mx) * (y - my) for x, y in points) / sxx
     return my - slope * mx, slope
+
+
+def _fit_slowdown(model: ScalingModel, multi: list[Run]) -> tuple[dict[int, float], str]:
+    factors = {}
+    for n in sorted({r.world_size for r in multi}):
+        pairs = [(r.compute_s, model.compute_s(r.batch_per_rank, r.accum_steps)) for r in multi
+                 if r.world_size == n and r.compute_s is not None]
+        if pairs:
+            factors[n] = sum(m * p for m, p in pairs) / sum(p * p for _, p in pairs)
+    if not factors:
+        return {}, "not measured (compute on N ranks taken equal to 1 rank)"
+    return factors, "measured compute on N ranks ÷ the 1-rank line, least squares per world size"
 
 
 def _fit_link(runs: list[Run], what: str) -> tuple[float, float, str]:
@@ -224,12 +253,12 @@ def _fit_link(runs: list[Run], what: str) -> tuple[float, float, str]:
         if inv_bus > 0:
             return alpha, 1 / inv_bus, f"{what}, latency and bandwidth fitted over {len(distinct)} configurations"
         return alpha, math.inf, f"{what}: latency-bound (no bandwidth term measurable)"
-    # One configuration: the sum is known, its split is not; bandwidth-only extrapolates more optimistically in N,
-    # so say so rather than guess a split.
+    # One configuration gives the sum, not its split. Counting it all as bandwidth is the optimistic choice for
+    # larger N (that term saturates at 2·bytes/B, latency keeps growing), so the provenance says so.
     inv_bus = sum(t * b for _, b, t in rows) / sum(b * b for _, b, _ in rows)
     return 0.0, (1 / inv_bus if inv_bus > 0 else math.inf), (
-        f"{what} at one world size: latency and bandwidth not separable, all of it counted as bandwidth "
-        "(run a third world size, or give --bench, to split them)")
+        f"{what} at one world size: latency and bandwidth not separable, all of it counted as bandwidth, which "
+        "flatters larger world sizes (run a third world size, or give --bench, to split them)")
 
 
 def _nnls2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -248,30 +277,34 @@ def _nnls2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
     return min(candidates, key=lambda pq: sum((y - pq[0] * a - pq[1] * b) ** 2 for a, b, y in rows))
 
 
-def _fit_overlap(model: ScalingModel, multi: list[Run]) -> tuple[float, str]:
-    pairs = []
-    for r in multi:
-        compute = _compute_of(r, model.compute_fixed_s, model.compute_per_sample_s)
-        total = model.comm_s(r.world_size, grad_bytes=r.grad_bytes, bucket_cap_mb=r.bucket_cap_mb)
-        pairs.append((max(0.0, r.step_s - compute), total))
+def _fit_overlap(model: ScalingModel, exposed: list[Run]) -> tuple[float, str]:
+    pairs = [(r.comm_s, model.comm_s(r.world_size, grad_bytes=r.grad_bytes, bucket_cap_mb=r.bucket_cap_mb))
+             for r in exposed]
     denom = sum(t * t for _, t in pairs)
-    if not pairs or denom == 0:
+    if denom == 0:
         return 0.0, "not measurable: no communication in these runs"
     hidden = 1 - sum(e * t for e, t in pairs) / denom
     return min(1.0, max(0.0, hidden)), f"1 − exposed/total comm over {len(pairs)} run(s) with N > 1"
 
 
-def link_from_bench(rows: list[dict]) -> LinkFit:
-    """α and B from all_reduce timings at several message sizes: rows of {world_size, bytes, seconds}."""
-    usable = [r for r in rows if r["world_size"] > 1 and r["bytes"] > 0 and r["seconds"] > 0]
-    sizes = {r["bytes"] for r in usable}
-    if len(sizes) < 2:
-        raise DdplabError("the bench file has all_reduce timings at fewer than two message sizes: run `ddplab bench "
-                          "--op all_reduce --json` over a range of sizes")
-    runs = [Run(r["world_size"], 1, 1.0, grad_bytes=r["bytes"], bucket_cap_mb=r["bytes"] / MIB, comm_s=r["seconds"])
-            for r in usable]
-    alpha, bus, _ = _fit_link(runs, "bench")
-    return LinkFit(alpha, bus, f"ddplab bench: all_reduce at {len(sizes)} message sizes")
+def link_from_bench(data: dict, source: str = "ddplab bench") -> LinkFit:
+    """α and B from `ddplab bench --json` output: its ring fit of all_reduce times over message sizes."""
+    from ddplab.perf.bench import fit_ring
+
+    try:
+        ring = data.get("ring_fit")
+        if not ring:  # an older file, or one edited by hand: fit its all_reduce rows the way bench does
+            rows = [r for r in data["rows"] if r["op"] == "all_reduce"]
+            fitted = fit_ring(int(data["world_size"]), [r["size"] for r in rows], [r["time_us"] / 1e6 for r in rows])
+            ring = fitted and {"alpha_us": fitted.alpha_us, "bandwidth_gbps": fitted.bandwidth_gbps}
+        if not ring:
+            raise DdplabError(f"{source} has no all_reduce timings at two or more message sizes on 2+ ranks: run "
+                              "`ddplab bench --nproc 2 --op all_reduce --json` (its default sizes will do)")
+        return LinkFit(float(ring["alpha_us"]) / 1e6, float(ring["bandwidth_gbps"]) * 1e9,
+                       f"{source}: ring fit of all_reduce on {data.get('world_size', '?')} ranks")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DdplabError(f"{source} is not the JSON `ddplab bench --json` writes ({type(e).__name__}: {e}): "
+                          "re-run ddplab bench with --json") from None
 
 
 def efficiency(model: ScalingModel, world_size: int, batch_per_rank: int, accum_steps: int = 1,
