@@ -46,7 +46,7 @@ def render_script(task: str, filename: str = "train.py") -> str:
     """
     if task not in TASKS:
         raise DdplabError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
-    text = resources.files("ddplab").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    text = (resources.files("ddplab") / "templates" / TEMPLATE).read_text(encoding="utf-8")
     kept, block = [], None  # block: the task of the marked block we are in, None outside blocks
     for line in text.splitlines(keepends=True):
         marker = line.strip()
