@@ -1,0 +1,116 @@
+"""`ddplab train RECIPE`: a reference DDP training on N local ranks, with proof that every rank worked.
+
+The recipe runs through ddplab.runner (PyTorch's elastic launcher underneath), exactly as it would under
+`torchrun --nproc-per-node N -m ddplab.recipes.RECIPE`: same flags, same result. Workers' own output goes to log
+files, so this process draws rank 0's progress bar from the events the workers send, then prints the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from ddplab import report
+from ddplab.errors import DdplabError
+
+RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
+STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="a reference DDP training (linear, mlp, gpt) with per-rank proof",
+                       description="Run a reference DDP training on N local ranks and show what every rank did. "
+                                   "`ddplab train RECIPE --help` lists the recipe's flags.")
+    p.add_argument("recipe", choices=RECIPES, help="linear | mlp | gpt")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="launcher and recipe flags (see RECIPE --help)")
+    p.set_defaults(run=run)
+
+
+def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
+    import ddplab.recipes
+    from ddplab.cli import Parser
+    from ddplab.train.config import add_arguments
+
+    doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
+    p = Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
+    launch = p.add_argument_group("launcher (torchrun's names)")
+    launch.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=None, metavar="N",
+                        help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
+    launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
+    launch.add_argument("--max-restarts", type=int, default=0,
+                        help="restart the group this many times after a failure (resumes from the latest checkpoint)")
+    launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
+                        help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
+    add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
+    return p
+
+
+@dataclass
+class TrainFailure:
+    """What --json prints when the run itself failed (bad input is a one-line error instead)."""
+
+    status: str  # failed | hang | interrupted
+    summary: str
+    root_cause: int | None
+    ranks: list[dict] = field(default_factory=list)
+
+
+def run(args) -> int:
+    import torch
+
+    from ddplab import runner
+    from ddplab.train import loop
+    from ddplab.train.config import from_arguments
+    from ddplab.train.progress import ProgressView
+    from ddplab.train.result import TrainResult, render
+
+    recipe = loop.load_recipe(args.recipe)
+    ns = recipe_parser(args.recipe, recipe).parse_args(args.args)
+    cfg = from_arguments(recipe.config, ns)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nproc = ns.nproc if ns.nproc is not None else (gpus or 2)
+    if nproc < 1:
+        raise DdplabError(f"--nproc {nproc}: need at least 1 rank")
+    device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and gpus) else "cpu"
+    if device == "cuda" and nproc > gpus:
+        raise DdplabError(f"--nproc {nproc} but {gpus} GPU(s) are visible: use --nproc {gpus or 1}, or --device cpu")
+    if ns.max_restarts < 0:
+        raise DdplabError(f"--max-restarts {ns.max_restarts}: must be 0 or more")
+    loop.preflight(cfg)  # bad flags and checkpoint-directory problems, before any process starts
+    cfg.check_device(device)
+
+    view = ProgressView()
+    errors: dict[int, tuple[str, int]] = {}
+
+    def on_event(rank: int, event: dict) -> None:
+        if event.get("phase") == "train.error":
+            errors[rank] = (event["message"], event["exit_code"])
+        view.on_event(rank, event)
+
+    try:
+        outcome = runner.run("ddplab.train.loop:run_worker", {"recipe": args.recipe, "config": cfg.to_dict()},
+                             nproc=nproc, master_port=ns.master_port, stall_timeout=ns.stall_timeout,
+                             max_restarts=ns.max_restarts, on_event=on_event)
+    finally:
+        view.close()
+    if outcome.ok:
+        result = TrainResult.from_dict(outcome.ranks[0].result)
+        report.emit(result, cfg.json, render)
+        return 0 if result.status == "PASS" else 1
+    if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
+        message, code = errors[outcome.root_cause]
+        raise DdplabError(message, exit_code=code)
+    failure = TrainFailure(outcome.status, outcome.summary(), outcome.root_cause,
+                           [{"rank": r.rank, "phase": r.phase, "exitcode": r.exitcode, "error": r.error,
+                             "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks])
+    report.emit(failure, cfg.json, render_failure)
+    return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
+
+
+def render_failure(con, f: TrainFailure) -> None:
+    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {f.summary}")
+    for r in f.ranks:
+        detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
+        if detail:
+            con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
+            con.print(detail, markup=False, highlight=False)

@@ -1,0 +1,208 @@
+"""gpt: a character-level transformer language model trained with DDP, reporting tokens/s (and MFU on GPUs).
+
+Run it (both give the same result):
+
+    ddplab train gpt --nproc 2                                   # a CPU-sized toy on the bundled stories
+    torchrun --nproc-per-node 2 -m ddplab.recipes.gpt
+
+    ddplab train gpt --nproc 2 --text my.txt --epochs 3          # your own UTF-8 text
+    ddplab train gpt --nproc 2 --checkpoint-dir runs/gpt         # checkpoints, metrics.jsonl, model.pt
+
+GPT-2-small sized on GPUs (124M-parameter shape, bf16, compiled; MFU against the GPU's dense BF16 peak):
+
+    ddplab train gpt --nproc 8 --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --stride 128 \
+        --batch-size 16 --amp bf16 --compile --lr 6e-4
+    (--stride 128 makes overlapping windows, so the small bundled text still gives thousands of samples;
+     --peak-tflops X sets the peak for a GPU that ddplab's table does not know)
+
+The model follows nanoGPT: token and position embeddings, pre-norm blocks of causal self-attention through
+torch's scaled_dot_product_attention (flash/memory-efficient kernels where available) and a GELU MLP, and an output
+layer tied to the token embedding. The data is the text cut into windows of --block-size characters; a sample's
+target is its window shifted by one character. The default text, stories.txt, ships with ddplab (made by
+ddplab/data/make_stories.py, public domain); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddplab.errors import DdplabError
+from ddplab.train.config import TrainConfig, opt
+from ddplab.train.data import TensorData
+from ddplab.train.loop import Recipe
+
+BUNDLED = "stories.txt"
+
+
+@dataclass
+class Config(TrainConfig):
+    text: str = opt("", "UTF-8 text file to learn (default: the stories bundled with ddplab)")
+    block_size: int = opt(64, "context length in characters", shape=True)
+    stride: int = opt(0, "characters between window starts (0 = block size: windows do not overlap)")
+    n_layer: int = opt(4, "transformer blocks", shape=True)
+    n_head: int = opt(4, "attention heads per block", shape=True)
+    n_embd: int = opt(128, "model width; must be divisible by --n-head", shape=True)
+    dropout: float = opt(0.0, "dropout probability (0 for short runs: nothing to regularise yet)")
+    weight_decay: float = opt(0.1, "AdamW weight decay on matrices only (as in GPT-2)")
+    warmup: int = opt(20, "optimizer steps of linear learning-rate warm-up, then cosine decay to lr/10")
+    peak_tflops: float = opt(0.0, "the GPU's dense BF16 peak for MFU, when ddplab's table lacks it (0 = table)")
+    epochs: int = opt(1, "one pass over the bundled text takes about a minute on 2 CPU ranks")
+    batch_size: int = opt(16, "windows per rank per micro-batch")
+    grad_clip: float = opt(1.0, "clip the gradient norm, as GPT training usually does")
+
+    def check(self) -> None:
+        super().check()
+        if self.text and not Path(self.text).is_file():
+            raise DdplabError(f"--text {self.text}: no such file: pass a UTF-8 text file, or omit --text to use "
+                              "the bundled stories")
+        if self.n_embd % self.n_head:
+            raise DdplabError(f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}: pick widths "
+                              "that are (e.g. --n-embd 768 --n-head 12)")
+        for name in ("block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise DdplabError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.stride < 0 or not 0 <= self.dropout < 1:
+            raise DdplabError("--stride must be >= 0 and --dropout in [0, 1)")
+
+
+# ------------------------------------------------------------------------------------------------- data
+
+
+def read_text(cfg: Config) -> str:
+    try:
+        if cfg.text:
+            return Path(cfg.text).read_text(encoding="utf-8")
+        return resources.files("ddplab").joinpath("data", BUNDLED).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DdplabError(f"cannot read --text {cfg.text or BUNDLED}: {e}: pass a readable UTF-8 text file") from None
+
+
+def make_data(cfg: Config) -> TensorData:
+    text = read_text(cfg)
+    vocab = "".join(sorted(set(text)))  # every rank reads the same file, so every rank gets the same vocabulary
+    index = {ch: i for i, ch in enumerate(vocab)}
+    tokens = torch.tensor([index[ch] for ch in text], dtype=torch.long)
+    stride = cfg.stride or cfg.block_size
+    windows = max((len(tokens) - cfg.block_size - 1) // stride + 1, 0)
+    offsets = {}  # per device, made once
+
+    def take(tensors, indices):
+        # A batch of windows in one indexing operation: rows start at index*stride, columns walk the window.
+        (toks,) = tensors
+        if toks.device not in offsets:
+            offsets[toks.device] = torch.arange(cfg.block_size + 1, device=toks.device)
+        rows = toks[(indices * stride).unsqueeze(1) + offsets[toks.device]]
+        return rows[:, :-1], rows[:, 1:]
+
+    return TensorData(tokens, size=windows, take=take, info={"vocab": vocab})
+
+
+# ------------------------------------------------------------------------------------------------- model
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(cfg.n_embd), SelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd),
+                                 nn.Dropout(cfg.dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: Config, vocab_size: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, cfg.n_embd)
+        self.pos = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
+        self.head.weight = self.tok.weight  # tied: one matrix reads and writes characters
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx):
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok(idx) + self.pos(positions))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def make_model(cfg: Config, data: TensorData) -> nn.Module:
+    return GPT(cfg, vocab_size=len(data.info["vocab"]))
+
+
+def make_optimizer(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings; not biases or norms
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    fused = next(model.parameters()).device.type == "cuda"  # one kernel for the whole update on GPUs
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
+
+
+def lr_at(cfg: Config, step: int, total: int) -> float:
+    """Linear warm-up, then cosine decay to lr/10: a pure function of the step, so a resumed run gets the same."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(total - cfg.warmup, 1)
+    return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+    x, y = batch
+    logits = model(x)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+
+
+def flops_per_sample(cfg: Config, model: nn.Module) -> float:
+    """Training FLOPs per window (forward + backward): 6 per parameter per token, plus attention's
+    12 * layers * width * context per token (the PaLM paper's appendix B; nanoGPT's estimate_mfu)."""
+    params = sum(p.numel() for p in model.parameters()) - model.pos.weight.numel()
+    per_token = 6 * params + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+    return per_token * cfg.block_size
+
+
+RECIPE = Recipe(name="gpt", config=Config, data=make_data, model=make_model, optimizer=make_optimizer,
+                loss=loss_fn, lr_at=lr_at, flops_per_sample=flops_per_sample,
+                tokens_per_sample=lambda cfg: cfg.block_size)
+
+if __name__ == "__main__":
+    sys.exit(RECIPE.main())

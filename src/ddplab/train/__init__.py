@@ -1,0 +1,1 @@
+"""What the recipes share: the loop (loop.py), checkpoints, data batching, per-rank metrics and settings."""

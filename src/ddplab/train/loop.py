@@ -1,0 +1,413 @@
+"""The training loop every recipe shares: data-parallel training done right, readable top to bottom.
+
+A recipe (ddplab/recipes/*.py) says *what* to train: data, model, loss, optimizer. `fit` says *how*, the same way
+for all of them:
+
+ 1. Join the process group the launcher described (ddplab.dist: gloo on CPU, NCCL on GPUs, device from LOCAL_RANK).
+ 2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard.
+ 3. Build the model from the same seed; restore a checkpoint when resuming; torch.compile it (optional); then wrap
+    it in DDP, which also broadcasts rank 0's weights so that every rank starts identical.
+ 4. Each step: micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the last one
+    synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
+    or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
+ 5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
+ 6. Checkpoints by rank 0 (ddplab.train.checkpoint) with the sampler position and every rank's RNG state, so that
+    --resume takes exactly the batch an uninterrupted run would have taken next.
+ 7. At the end: per-rank statistics gathered to rank 0, the parameters compared across ranks, and the unwrapped
+    model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab.dist as dd
+from ddplab import report, runner
+from ddplab.errors import DdplabError
+from ddplab.train import checkpoint, metrics
+from ddplab.train.config import TrainConfig, add_arguments, from_arguments, from_dict
+from ddplab.train.data import Batch, ShardedBatches, TensorData
+from ddplab.train.progress import Reporter
+from ddplab.train.result import RankStats, TrainResult, rank_warnings, render
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a recipe provides; everything else is the loop's job."""
+
+    name: str
+    config: type[TrainConfig]
+    data: Callable[[TrainConfig], TensorData]  # must build the same data on every rank (seeded)
+    model: Callable[[TrainConfig, TensorData], nn.Module]
+    optimizer: Callable[[TrainConfig, nn.Module], torch.optim.Optimizer]
+    loss: Callable[[nn.Module, Batch], Tensor]
+    lr_at: Callable[[TrainConfig, int, int], float] | None = None  # (cfg, step, total steps) -> learning rate
+    summary: Callable[[TrainConfig, nn.Module, TensorData], dict] | None = None  # extra result fields
+    flops_per_sample: Callable[[TrainConfig, nn.Module], float] | None = None  # for MFU on GPUs
+    tokens_per_sample: Callable[[TrainConfig], int] | None = None
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """Entry point under torchrun (`torchrun --nproc-per-node 2 -m ddplab.recipes.NAME`)."""
+        doc = sys.modules[self.config.__module__].__doc__ or ""
+        parser = argparse.ArgumentParser(prog=f"python -m ddplab.recipes.{self.name}",
+                                         description=doc.strip().splitlines()[0] if doc.strip() else None)
+        add_arguments(parser, self.config)
+        cfg = from_arguments(self.config, parser.parse_args(argv))
+        prog, rank = f"ddplab.recipes.{self.name}", os.environ.get("RANK", "0")
+        try:
+            preflight(cfg)
+        except DdplabError as e:  # the same on every rank: say it once
+            if rank == "0":
+                print(f"{prog}: error: {e}", file=sys.stderr)
+            return e.exit_code
+        try:
+            result = fit(self, cfg)
+        except DdplabError as e:
+            print(f"{prog}: error (rank {rank}): {e}", file=sys.stderr)
+            return e.exit_code
+        if result is None:  # not rank 0
+            return 0
+        report.emit(result, cfg.json, render)
+        return 0 if result.status == "PASS" else 1
+
+
+def load_recipe(name: str) -> Recipe:
+    import importlib
+
+    return importlib.import_module(f"ddplab.recipes.{name}").RECIPE
+
+
+def run_worker(payload: dict) -> dict:
+    """Target for ddplab.runner (what `ddplab train` starts on every rank)."""
+    recipe = load_recipe(payload["recipe"])
+    try:
+        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True)
+    except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
+        runner.mark("train.error", message=str(e), exit_code=e.exit_code)
+        raise
+    return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
+
+
+def restarting() -> bool:
+    """True when the elastic agent restarted this group after a failure: continue from the latest checkpoint."""
+    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
+
+
+def preflight(cfg: TrainConfig) -> None:
+    """Checks that need no process group: the flags, and that the checkpoint directory is usable."""
+    cfg.check()
+    if cfg.checkpoint_path is None:
+        return
+    directory = checkpoint.prepare(cfg.checkpoint_path)
+    existing = checkpoint.listed(directory)
+    if cfg.resume and not existing and not restarting():
+        raise DdplabError(f"--resume: {directory} holds no checkpoint: run once without --resume to create one")
+    if not cfg.resume and existing and not restarting():  # never overwrite another run's good checkpoints
+        raise DdplabError(f"{directory} already holds checkpoints of an earlier run (newest {existing[0][1].name}): "
+                          "pass --resume to continue it, or choose an empty --checkpoint-dir")
+
+
+# --------------------------------------------------------------------------------------------------- the loop
+
+
+def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False) -> TrainResult | None:
+    """Train on every rank; rank 0 returns the result, the other ranks None."""
+    preflight(cfg)
+    with dd.session(device=None if cfg.device == "auto" else cfg.device) as ctx:
+        cfg.check_device(ctx.device.type)
+        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events))
+
+
+def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -> TrainResult | None:
+    device, world = ctx.device, ctx.world_size
+
+    # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
+    data = recipe.data(cfg)
+    batches = ShardedBatches(data.to(device), cfg.batch_size, ctx.rank, world, cfg.seed)
+    steps_per_epoch = len(batches) // cfg.grad_accum
+    global_batch = cfg.batch_size * world * cfg.grad_accum
+    if steps_per_epoch == 0:
+        raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
+                          f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a smaller "
+                          "--batch-size / --grad-accum / --nproc")
+    planned = steps_per_epoch * cfg.epochs
+
+    # 3. Same initial weights everywhere (DDP would broadcast rank 0's anyway); then restore, compile, wrap.
+    torch.manual_seed(cfg.seed)
+    model = recipe.model(cfg, data).to(device)
+    optimizer = recipe.optimizer(cfg, model)
+    scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        if ctx.is_main:
+            out.note(text)
+
+    epoch, step_in_epoch, resumed_from = 0, 0, None
+    found = _find_checkpoint(cfg, note)
+    if found is not None:
+        epoch, step_in_epoch = _restore(found, recipe, cfg, model, optimizer, scaler, ctx, global_batch,
+                                        steps_per_epoch, note)
+        resumed_from = str(found.path)
+    else:
+        torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
+    raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
+    if cfg.compile:
+        model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
+    ddp = DDP(model, device_ids=ctx.device_ids, gradient_as_bucket_view=True)
+    comm = metrics.CommTimer(device)
+    ddp.register_comm_hook(None, comm.hook)
+    autocast = _autocast(cfg.amp, device)
+
+    step = epoch * steps_per_epoch + step_in_epoch
+    stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
+    directory = cfg.checkpoint_path
+    jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
+    if jsonl.path and found is None and jsonl.path.exists():
+        jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
+    out.start(recipe=recipe.name, world_size=world, backend=ctx.backend, device=str(device),
+              global_batch=global_batch, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
+              steps_per_epoch=steps_per_epoch, epochs=cfg.epochs, planned_steps=stop_at, start_step=step,
+              start_epoch=min(epoch, cfg.epochs - 1))
+    if step >= stop_at:
+        note(f"nothing left to train: the checkpoint is at step {step} of {stop_at}; raise --epochs to go on")
+
+    usage = metrics.Utilisation(device)
+    last_loss = torch.zeros((), device=device)
+    shown = {"loss": None, "samples_per_sec": None}
+    run_steps, saved = 0, None
+    log_t, log_step, log_comm = time.perf_counter(), step, 0.0
+    t_start = log_t
+
+    # 4. The steps.
+    while step < stop_at:
+        batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
+        for s in range(step_in_epoch, steps_per_epoch):
+            if recipe.lr_at is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = recipe.lr_at(cfg, step, planned)
+            for micro in range(cfg.grad_accum):
+                batch = batches[s * cfg.grad_accum + micro]
+                sync = micro == cfg.grad_accum - 1  # all-reduce only once per optimizer step
+                with contextlib.nullcontext() if sync else ddp.no_sync():
+                    with autocast():
+                        loss = recipe.loss(ddp, batch)
+                    scaled = loss / cfg.grad_accum if cfg.grad_accum > 1 else loss
+                    (scaler.scale(scaled) if scaler else scaled).backward()
+            comm.backward_done()
+            if scaler is not None:
+                if cfg.grad_clip:
+                    scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
+                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                if cfg.grad_clip:
+                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
+            done = step >= stop_at
+
+            # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
+            if step % cfg.log_every == 0 or done:
+                now, comm_s = time.perf_counter(), comm.seconds()
+                usage.sample()
+                rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, comm_s - log_comm], device)
+                shown["loss"] = sum(r[0] for r in rows) / world
+                shown["samples_per_sec"] = (step - log_step) * global_batch / max(rows[0][1], 1e-9)
+                jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
+                             "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
+                             "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
+                             "rank_comm_wait_ms": [1000 * r[3] / max(r[2], 1) for r in rows]})
+                out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
+                log_t, log_step, log_comm = now, step, comm_s
+            else:
+                out.tick(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
+
+            # 6. Checkpoints: every N steps, at the end of each epoch, and where the run stops.
+            end_of_epoch = s == steps_per_epoch - 1
+            if directory and (done or end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
+                saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
+                                         s + 1, step, global_batch)
+            if done:
+                break
+        epoch, step_in_epoch = epoch + 1, 0
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t_start
+
+    # 7. The proof: what each rank did, and whether they all hold the same parameters.
+    mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
+                     step_ms=1000 * seconds / max(run_steps, 1), comm_wait_ms=1000 * comm.seconds() / max(run_steps, 1),
+                     cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
+                     peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
+                     digest=metrics.parameter_digest(raw_model))
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds))
+    model_file = None
+    if directory and ctx.is_main:
+        model_file = directory / "model.pt"
+        checkpoint.atomic_save(raw_model.state_dict(), model_file)
+    out.end()
+    if not ctx.is_main:
+        return None
+
+    ranks = [RankStats(**r) for r, _ in everyone]
+    wall = max(s for _, s in everyone)
+    samples = run_steps * global_batch
+    identical = len({r.digest for r in ranks}) == 1
+    result = TrainResult(
+        recipe=recipe.name, status="PASS" if identical else "FAIL", world_size=world, backend=ctx.backend,
+        device=str(device), batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=global_batch,
+        epochs=cfg.epochs, steps=run_steps, total_steps=step, planned_steps=planned, samples=samples,
+        seconds=wall, samples_per_sec=samples / wall if run_steps else 0.0,
+        final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
+        resumed_from=resumed_from, stopped_early=step < planned,
+        model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
+        metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes, warnings=rank_warnings(ranks))
+    if not identical:
+        result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
+                                  "only if every rank starts from the same weights and applies the same all-reduced "
+                                  "gradients; look for per-rank code that changes parameters outside DDP")
+    if recipe.summary is not None:
+        for key, value in recipe.summary(cfg, raw_model, data).items():
+            setattr(result, key, value)
+    if recipe.tokens_per_sample is not None:
+        result.tokens_per_sec = result.samples_per_sec * recipe.tokens_per_sample(cfg)
+    if recipe.flops_per_sample is not None:
+        result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, raw_model), result, device)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+
+
+def _autocast(amp: str, device: torch.device):
+    if amp == "none":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _gather_floats(values: list[float], device: torch.device) -> list[list[float]]:
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, mine)
+    return [r.tolist() for r in rows]
+
+
+def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None]) -> checkpoint.Found | None:
+    if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
+        return None
+    # Every rank reads the same directory and so picks the same file (no writer runs while a group starts).
+    found = checkpoint.latest(cfg.checkpoint_path, warn=note)
+    if found is None and cfg.resume and not restarting():
+        raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
+    return found
+
+
+def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
+                     ctx: dd.DistContext, data: TensorData, epoch: int, step_in_epoch: int, step: int,
+                     global_batch: int) -> Path | None:
+    # Every rank's RNG state goes in (dropout differs per rank); gathering them is a collective, so all ranks come.
+    rng = {"torch": torch.get_rng_state(),
+           "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None}
+    states: list = [None] * ctx.world_size
+    dist.all_gather_object(states, rng)
+    if not ctx.is_main:
+        return None
+    state = {
+        "recipe": recipe.name, "shape": cfg.shape(), "config": cfg.to_dict(), "data_info": data.info,
+        "param_shapes": {k: list(v.shape) for k, v in model.state_dict().items()},
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
+        "world_size": ctx.world_size, "global_batch": global_batch,
+        "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
+    }
+    return checkpoint.save(directory, state, step, cfg.keep)
+
+
+def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
+             ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
+             note: Callable[[str], None]) -> tuple[int, int]:
+    """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
+    state, name = found.state, found.path.name
+    if state["recipe"] != recipe.name:
+        raise DdplabError(f"checkpoint {found.path} was written by the {state['recipe']} recipe, not "
+                          f"{recipe.name}: resume with `{state['recipe']}`, or choose another --checkpoint-dir")
+    differs = [k for k in cfg.shape() if state["shape"].get(k) != cfg.shape()[k]]
+    if differs:
+        was = " ".join(f"--{k.replace('_', '-')} {state['shape'].get(k)}" for k in differs)
+        now = " ".join(f"--{k.replace('_', '-')} {cfg.shape()[k]}" for k in differs)
+        raise DdplabError(f"checkpoint {found.path} holds a model trained with {was}, this run has {now}: resume "
+                          "with the same model flags, or choose another --checkpoint-dir")
+    here = {k: list(v.shape) for k, v in model.state_dict().items()}
+    if here != state["param_shapes"]:
+        key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
+        raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
+                          f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
+                          "decides some shapes): resume with the same flags and data, or choose another --checkpoint-dir")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None and state["scaler"] is not None:
+        scaler.load_state_dict(state["scaler"])
+
+    epoch, step_in_epoch = state["epoch"], state["step_in_epoch"]
+    old_world = state["world_size"]
+    if state["world_size"] == ctx.world_size and state["global_batch"] == global_batch:
+        torch.set_rng_state(state["rng_torch"][ctx.rank])
+        if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
+            torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
+        note(f"resumed from {name}: step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of the epoch")
+    else:
+        # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
+        # samples seen so far are a prefix of it: continue after the same number of samples.
+        samples_done = step_in_epoch * state["global_batch"]
+        step_in_epoch = samples_done // global_batch
+        torch.set_rng_state(state["rng_torch"][ctx.rank % old_world])
+        note(f"resumed from {name}, written by {old_world} rank(s) with global batch {state['global_batch']}, on "
+             f"{ctx.world_size} rank(s) with global batch {global_batch}: the model and optimizer are replicated, "
+             f"so this works; epoch {epoch + 1} continues after sample {step_in_epoch * global_batch} "
+             "(a changed world size or batch cannot match an uninterrupted run bitwise)")
+    if step_in_epoch >= steps_per_epoch:
+        epoch, step_in_epoch = epoch + 1, 0
+    return epoch, step_in_epoch
+
+
+def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
+         device: torch.device) -> tuple[float | None, str]:
+    if device.type != "cuda":
+        return None, "not applicable on CPU: MFU compares with a GPU's tensor-core peak"
+    from ddplab.perf.cost import PEAKS, gpu_of_device
+
+    per_device = result.samples_per_sec / result.world_size
+    name = torch.cuda.get_device_name(device)
+    override = getattr(cfg, "peak_tflops", 0.0)
+    if override:
+        return metrics.mfu(flops_per_sample, per_device, override), f"vs --peak-tflops {override:g}"
+    key = gpu_of_device(name)
+    peak = PEAKS.get(key) if key else None
+    if peak is None:
+        return None, f"no peak known for {name}: pass --peak-tflops from its datasheet (dense BF16)"
+    if "PCIE" in name.upper() or "NVL" in name.upper():
+        return None, (f"the shipped {key} peak is the SXM board's; {name} is slower: pass --peak-tflops from its "
+                      "datasheet (dense BF16)")
+    return (metrics.mfu(flops_per_sample, per_device, peak.bf16_dense_tflops),
+            f"vs {key} dense BF16 peak {peak.bf16_dense_tflops:g} TFLOP/s; source: {peak.source}, read {peak.date}")

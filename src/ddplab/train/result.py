@@ -1,0 +1,135 @@
+"""The result of a training run, the per-rank proof table, and the warnings read from it.
+
+Built on rank 0 at the end of a run; printed by rank 0 under torchrun, or returned to `ddplab train`, which prints
+the same thing. Plain dataclasses: `--json` prints them as they are.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from ddplab import report
+
+SLOW_FACTOR = 1.5  # a rank whose compute per step exceeds the median by this much holds every other rank back
+SLOW_FLOOR_MS = 0.5  # below this, differences are timer noise
+
+
+@dataclass
+class RankStats:
+    rank: int
+    samples: int
+    steps: int
+    step_ms: float  # mean wall time per optimizer step
+    comm_wait_ms: float  # mean exposed communication per step: waiting for all-reduce and for slower ranks
+    cpu_percent: float  # this process's CPU use over the run (100 = one core)
+    gpu_util_percent: float | None  # NVML, GPUs only
+    peak_memory_mb: float
+    final_loss: float
+    digest: str  # sha256 of the parameters at the end
+
+    @property
+    def compute_ms(self) -> float:
+        return max(self.step_ms - self.comm_wait_ms, 0.0)
+
+
+@dataclass
+class TrainResult:
+    recipe: str
+    status: str  # PASS, or FAIL when the ranks' parameters differ
+    world_size: int
+    backend: str
+    device: str
+    batch_size: int  # per rank, per micro-batch
+    grad_accum: int
+    global_batch: int
+    epochs: int
+    steps: int  # optimizer steps this run took
+    total_steps: int  # the step reached at the end (counts steps before a resume)
+    planned_steps: int
+    samples: int  # samples this run trained on, all ranks together
+    seconds: float
+    samples_per_sec: float
+    final_loss: float
+    params_identical: bool
+    ranks: list[RankStats]
+    tokens_per_sec: float | None = None
+    mfu: float | None = None
+    mfu_note: str = ""
+    weight: float | None = None  # linear: the fitted slope (target 2)
+    bias: float | None = None  # linear: the fitted intercept (target 1)
+    accuracy: float | None = None  # mlp: accuracy on the training set at the end
+    resumed_from: str | None = None
+    stopped_early: bool = False
+    model_file: str | None = None
+    checkpoint: str | None = None
+    metrics_file: str | None = None
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainResult:
+        return cls(**{**d, "ranks": [RankStats(**r) for r in d["ranks"]]})
+
+
+def rank_warnings(ranks: list[RankStats]) -> list[str]:
+    """A rank that did nothing, or one far slower than the others, and the likely cause."""
+    out = []
+    for r in ranks:
+        if r.samples == 0 or r.steps == 0:
+            out.append(f"rank {r.rank} processed no samples: its shard of the data was empty (fewer samples than "
+                       "world size x batch size) or it never reached the training loop")
+    if len(ranks) > 1:
+        median = statistics.median(r.compute_ms for r in ranks)
+        for r in ranks:
+            if r.compute_ms > SLOW_FACTOR * median and r.compute_ms - median > SLOW_FLOOR_MS:
+                out.append(f"rank {r.rank} computes {r.compute_ms / median:.1f}x slower than the median rank "
+                           f"({r.compute_ms:.2f} vs {median:.2f} ms/step) and the others wait for it in every "
+                           "all-reduce: likely another process competing for its CPU core or GPU, a slower or "
+                           "throttled device, or more threads than cores (set OMP_NUM_THREADS)")
+    return out
+
+
+def render(con, r: TrainResult) -> None:
+    con.print(f"[bold]{r.recipe}[/]: {r.world_size} rank(s), {r.backend} on {r.device}, global batch "
+              f"{r.global_batch} = {r.batch_size} per rank x {r.world_size} rank(s) x {r.grad_accum} micro-batch(es)")
+    stop = f" (stopped early at step {r.total_steps} of {r.planned_steps})" if r.stopped_early else ""
+    con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s: {r.samples_per_sec:,.0f} "
+              f"samples/s, final loss {r.final_loss:.4f}{stop}")
+    if r.tokens_per_sec is not None:
+        con.print(f"tokens/s {r.tokens_per_sec:,.0f}; MFU "
+                  + (f"{100 * r.mfu:.1f}% " if r.mfu is not None else "") + f"({r.mfu_note})")
+    if r.weight is not None:
+        con.print(f"fitted y = {r.weight:.4f} x + {r.bias:.4f} (target y = 2 x + 1)")
+    if r.accuracy is not None:
+        con.print(f"training-set accuracy {100 * r.accuracy:.1f}%")
+
+    gpu = any(s.gpu_util_percent is not None for s in r.ranks)
+    t = Table(box=None, pad_edge=False)
+    for col in ("rank", "samples", "steps", "step ms", "comm wait ms", "compute ms",
+                "GPU util %" if gpu else "CPU %", "peak MiB", "loss"):
+        t.add_column(col, justify="right")
+    for s in r.ranks:
+        util = s.gpu_util_percent if gpu else s.cpu_percent
+        t.add_row(str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", f"{s.comm_wait_ms:.2f}",
+                  f"{s.compute_ms:.2f}", "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}",
+                  f"{s.final_loss:.4f}")
+    con.print(t)
+    if r.params_identical:
+        con.print(f"parameters identical on all {r.world_size} rank(s): {report.styled('PASS')} "
+                  f"(sha256 {r.ranks[0].digest[:12]})")
+    else:
+        digests = ", ".join(f"rank {s.rank} {s.digest[:12]}" for s in r.ranks)
+        con.print(f"parameters identical on all ranks: {report.styled('FAIL')} ({digests})")
+    for note in r.notes:
+        con.print(f"note: {note}")
+    if r.model_file:
+        con.print(f"model: {r.model_file} (plain state_dict: model.load_state_dict(torch.load(path)))")
+    if r.checkpoint:
+        con.print(f"checkpoint: {r.checkpoint}")
+    if r.metrics_file:
+        con.print(f"metrics: {r.metrics_file}")
+    for w in r.warnings:
+        con.print(f"{report.styled('WARN')} {w}")
