@@ -173,7 +173,9 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
         pid = starts[-1]["pid"]
         # An elastic restart appends a new attempt to the same file: count only the current attempt's marks.
         current = events[events.index(starts[-1]):]
-        members.append(_Member(pid, rank, rank, spec["nproc"], progress=len(current), phase=current[-1]["phase"]))
+        # The runner is single-node: local rank = rank. A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
+        members.append(_Member(pid, rank, rank, spec["nproc"], progress=len(current), phase=current[-1]["phase"],
+                               cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
     worker_pids = {m.pid for m in members}
     agents = [pid for pid, info in procs.items()
               if _runner_spec(info["cmdline"]) == spec_path and pid not in worker_pids]
@@ -269,15 +271,15 @@ def _select(jobs: list[_Job], pids: list[int], procs: dict[int, dict]) -> list[_
         if members:
             chosen.append(_Job(job.id, job.launcher, job.agent_pid, members))
     known = {m.pid for job in jobs for m in job.members} | {job.agent_pid for job in jobs}
-    loose = [pid for pid in pids if pid not in known and not any(_ancestor_is(pid, j.agent_pid, procs) for j in chosen)]
+    loose = [pid for pid in pids if pid not in known and not any(_at_or_above(pid, j.agent_pid, procs) for j in chosen)]
     if loose:
         chosen.append(_Job("pids", "given with --pids", None, [_Member(pid, None, None, None) for pid in loose]))
     return chosen
 
 
-def _ancestor_is(pid: int, ancestor: int | None, procs: dict[int, dict]) -> bool:
-    """Whether `pid` is `ancestor` or sits above it (a `ddplab train` CLI over its runner agent)."""
-    seen, current = set(), ancestor
+def _at_or_above(pid: int, agent: int | None, procs: dict[int, dict]) -> bool:
+    """Whether `pid` is `agent` or one of its ancestors (say, the `ddplab train` CLI over its runner agent)."""
+    seen, current = set(), agent
     while current in procs and current not in seen:
         if current == pid:
             return True
@@ -518,8 +520,8 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
     exited = [r for r in job.ranks if r not in live]
     idle = [r for r in live if "idle" in r.flags]
     if exited and live:
-        snap.problems.append(f"{job.id}: {_ranks_text(exited)} exited while the others still run: they will wait "
-                             "for it until their collective times out")
+        snap.problems.append(f"{job.id}: {_ranks_text(exited)} exited while the others still run: normal in the "
+                             "last second of a run; otherwise the others wait for it until their collective times out")
     if idle and len(idle) == len(live):
         snap.problems.append(f"{job.id}: every rank is idle: they all wait (for data, I/O, a checkpoint) or hang; "
                              "`py-spy dump --pid PID` shows where each one is")

@@ -45,8 +45,10 @@ def add_parser(sub) -> None:
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--pids", type=_pids, nargs="+", metavar="PID",
                    help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves")
-    p.add_argument("--once", action="store_true", help="one sample over --interval, then exit (1 if anything is flagged)")
-    p.add_argument("--json", action="store_true", help="JSON on stdout: one object with --once, else one line per sample")
+    p.add_argument("--once", action="store_true",
+                   help="one sample over --interval, then exit (1 if anything is flagged)")
+    p.add_argument("--json", action="store_true",
+                   help="JSON on stdout: one object with --once, else one line per sample")
     p.set_defaults(run=run)
 
 
