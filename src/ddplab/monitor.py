@@ -359,14 +359,16 @@ class Sampler:
 
 
 def _place_on_gpus(views: list[JobView], jobs: list[_Job], gpus: list[GpuView]) -> None:
-    """Which GPU each rank drives: seen among a GPU's processes, else assumed from LOCAL_RANK.
+    """Which GPU each rank drives: the one whose NVML process list has the rank's pid.
 
-    The assumption covers containers, where NVML reports host pids that do not match the ranks' own.
+    In a container NVML reports host pids, which match nothing here: then a GPU with such an unknown process is
+    assumed to be the one LOCAL_RANK points at. A rank on no GPU at all (gloo on a GPU machine) stays on none.
     """
     if not gpus:
         return
     members = {m.pid: m for job in jobs for m in job.members}
     by_index = {gpu.index: gpu for gpu in gpus}
+    foreign = {gpu.index for gpu in gpus if any(p.name is None for p in gpu.processes)}
     on_gpu = {}
     for gpu in gpus:
         for proc in gpu.processes:
@@ -379,7 +381,7 @@ def _place_on_gpus(views: list[JobView], jobs: list[_Job], gpus: list[GpuView]) 
                 proc.rank = rank.rank
             elif rank.local_rank is not None:
                 index = _visible_index(rank.local_rank, members[rank.pid].cuda_visible)
-                if index in by_index:
+                if index in foreign:
                     rank.gpu, rank.gpu_from = index, "local_rank"
             if rank.gpu is not None:
                 rank.gpu_util_percent = by_index[rank.gpu].util_percent
