@@ -101,7 +101,7 @@ def job_of(snap: dict, agent_pid: int) -> dict:
     return mine[0]
 
 
-def test_monitor_finds_both_ranks_of_a_running_torchrun_job(tmp_path):
+def test_monitor_finds_both_ranks_of_a_running_torchrun_job(tmp_path, no_leftover_workers):
     with TorchrunJob(tmp_path) as job:
         ran = cli("monitor", "--once", "--json", "--interval", "1", timeout=60)
         # 1 would mean something is flagged: another helper's job may be running on this machine too.
@@ -121,7 +121,7 @@ def test_monitor_finds_both_ranks_of_a_running_torchrun_job(tmp_path):
         assert "verdict: OK 2 rank(s) in 1 job(s)" in ran.out
 
 
-def test_live_view_follows_the_job_and_ends_with_it(tmp_path):
+def test_live_view_follows_the_job_and_ends_with_it(tmp_path, no_leftover_workers):
     with TorchrunJob(tmp_path) as job:
         out_path = tmp_path / "monitor.jsonl"
         with open(out_path, "w") as out:
