@@ -82,6 +82,15 @@ def test_fit_recovers_a_compute_slowdown_and_exposed_comm_as_ddplab_train_report
     assert m.slowdown_at(8) == pytest.approx(1.6)  # beyond the measured sizes: the largest one's factor
 
 
+def test_fit_recovers_the_sync_cost_a_single_rank_also_pays():
+    truth = replace(TRUE, overlap=0.0, sync_s=0.0008, slowdown={2: 1.2, 3: 1.2})
+    m = scaling.fit(synthetic(truth, GRID, comm=False))
+    assert m.sync_s == pytest.approx(truth.sync_s, rel=1e-6)
+    assert m.latency_s == pytest.approx(truth.latency_s, rel=1e-6)
+    # paid once per optimizer step: accumulation amortises it like communication
+    assert m.samples_per_sec(1, 8, 4) == pytest.approx(truth.samples_per_sec(1, 8, 4), rel=1e-6)
+
+
 def test_bench_link_then_overlap_from_step_times():
     # The shape `ddplab bench --json` writes: rows of all_reduce timings; its ring fit is reused, not redone.
     bench = {"world_size": 2, "ring_fit": None, "rows": [
@@ -144,3 +153,118 @@ def test_fit_needs_runs_and_a_one_rank_baseline():
         scaling.fit([])
     with pytest.raises(DdplabError, match="world size 1"):
         scaling.fit([Run(2, 8, 0.1, grad_bytes=MIB)])
+
+
+# ----------------------------------------------------------------------------------------------- advice
+
+
+def _point(model, n, b, k=1):
+    from ddplab.commands.scale import Point
+
+    one = model.samples_per_sec(1, b, k)
+    sps = model.samples_per_sec(n, b, k)
+    step = model.step_s(n, b, k)
+    return Point(n, b, k, sps, sps / one, sps / one / n, step * 1e3, model.compute_s(b, k, n) * 1e3,
+                 (step - model.compute_s(b, k, n)) * 1e3, sps, sps)
+
+
+def test_no_advice_when_efficient():
+    from ddplab.commands.scale import advise
+
+    fast = replace(TRUE, bus_bytes_per_s=1e12, latency_s=1e-7)
+    assert advise(fast, _point(fast, 4, 32), strong=False) == []
+
+
+def test_advice_when_communication_dominates_predicts_gains():
+    from ddplab.commands.scale import advise
+
+    slow = replace(TRUE, bus_bytes_per_s=2e8, overlap=0.0)  # 40 MiB of gradients over 0.2 GB/s
+    advice = {a.name: a for a in advise(slow, _point(slow, 4, 32), strong=False)}
+    assert set(advice) == {"larger per-rank batch", "gradient accumulation", "fewer, larger buckets",
+                           "bf16 gradient compression"}
+    assert advice["larger per-rank batch"].flags == ["--batch-size", "64"]
+    assert advice["gradient accumulation"].flags == ["--grad-accum", "4"]
+    assert advice["fewer, larger buckets"].flags == ["--bucket-cap-mb", "41"]
+    for a in advice.values():
+        assert a.predicted_gain > 1 and a.measured_gain is None
+    assert advice["bf16 gradient compression"].predicted_gain == pytest.approx(
+        slow.samples_per_sec(4, 32, grad_bytes=20 * MIB) / slow.samples_per_sec(4, 32))
+
+
+# ----------------------------------------------------------------------------------------------- the command
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["mlp"], "--nproc is required"),
+    (["mlp", "--nproc", ""], "--nproc"),
+    (["mlp", "--nproc", "1,a"], "--nproc"),
+    (["mlp", "--nproc", "2,3"], "include 1"),
+    (["mlp", "--nproc", "1"], "at least two"),
+    (["mlp", "--nproc", "1,4096"], "more than this machine can run"),
+    (["nosuch", "--nproc", "1,2"], "unknown recipe"),
+    (["mlp", "--nproc", "1,2", "--batch-size", "x"], "batch-size"),
+    (["mlp", "--nproc", "1,2", "--no-such-flag"], "--no-such-flag"),
+    (["mlp", "--nproc", "1,2", "--plot", "out.jpg"], "PNG"),
+    (["mlp", "--nproc", "1,2", "--checkpoint-dir", "ckpt"], "checkpoint-dir"),
+    (["mlp", "--nproc", "1,2", "--strong", "--batch-size", "33"], "split evenly"),
+    (["mlp", "--nproc", "1,2", "--bench", "nonexistent.json"], "no such file"),
+])
+def test_bad_input_is_one_line_exit_2(args, expect, tmp_path, no_leftover_workers):
+    from conftest import cli
+
+    r = cli("scale", *args, cwd=tmp_path, timeout=120)
+    assert r.code == 2, (r.out, r.err)
+    assert expect in r.err and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+def test_scale_end_to_end_on_1_and_2_cpu_ranks_then_cost(tmp_path, no_leftover_workers):
+    import json
+
+    from matplotlib.image import imread
+
+    from conftest import cli
+
+    png = tmp_path / "scale.png"
+    r = cli("scale", "mlp", "--nproc", "1,2", "--max-steps", "90", "--json", "--plot", str(png), timeout=300)
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["recipe"] == "mlp" and data["device"] == "cpu" and data["backend"] == "gloo"
+    assert [p["world_size"] for p in data["points"]] == [1, 2]
+    one, two = data["points"]
+    assert one["speedup"] == 1.0 and two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    assert two["samples_per_sec"] == pytest.approx(2 * 32 / (two["step_ms"] / 1e3))
+    assert data["grad_bytes"] == 4 * 85002  # the mlp's parameters, one fp32 gradient each
+    for p in data["points"]:  # the fitted model explains the runs it was fitted on
+        assert p["model_samples_per_sec"] == pytest.approx(p["samples_per_sec"], rel=0.01)
+    assert {p["world_size"] for p in data["predictions"] if not p["measured"]} == {4, 8, 16, 32, 64}
+    assert len(data["interconnects"]) == len(scaling.INTERCONNECTS)
+    assert data["plot"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert imread(str(png)).shape[2] in (3, 4)
+
+    scale_json = tmp_path / "scale.json"
+    scale_json.write_text(json.dumps(data))
+    c = cli("cost", "--from", str(scale_json), "--measured-on", "A100", "--gpus", "A100", "--count", "1,2,4",
+            "--dataset-size", "1e6", "--epochs", "1", "--json")
+    assert c.code == 0, c.err
+    opts = {o["count"]: o for o in c.json()["options"]}
+    assert opts[1]["samples_per_sec"] == pytest.approx(one["samples_per_sec"])
+    assert opts[2]["samples_per_sec"] == pytest.approx(two["samples_per_sec"]) and opts[2]["scaling_basis"] == "measured"
+    assert opts[4]["scaling_basis"] == "predicted"
+    cpu = cli("cost", "--from", str(scale_json), "--dataset-size", "1e6", "--epochs", "1")
+    assert cpu.code == 2 and "cpu" in cpu.err and "--measured-on" in cpu.err
+
+
+@pytest.mark.slow
+def test_try_advice_measures_each_gain_or_says_why_not(no_leftover_workers):
+    from conftest import cli
+
+    # Two samples per rank: gloo's all-reduce dwarfs the compute, so efficiency is low and advice is given.
+    r = cli("scale", "mlp", "--nproc", "1,2", "--batch-size", "2", "--max-steps", "90", "--try-advice", "--json",
+            timeout=600)
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["points"][-1]["efficiency"] < 0.8 and data["advice"]
+    for a in data["advice"]:
+        assert (a["measured_gain"] is not None and a["measured_gain"] > 0) or "not measured" in a["note"], a
+    measured = {a["name"] for a in data["advice"] if a["measured_gain"] is not None}
+    assert {"larger per-rank batch", "gradient accumulation"} <= measured

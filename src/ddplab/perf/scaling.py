@@ -5,6 +5,7 @@ One optimizer step of DDP on N ranks, per-rank micro-batch b, k micro-steps of g
 
     step(N, b, k) = k · (c0 + c · b) · slowdown(N)   compute: fixed cost per micro-step + cost per sample,
                                                      slower when N ranks share a machine's cores (measured)
+                  + sync                             DDP's per-step gradient sync cost even on 1 rank (measured)
                   + (1 − overlap) · comm(N)          the all_reduce time DDP could not hide behind backward
     comm(N)       = buckets · 2(N−1) · α             ring all_reduce (nccl-tests doc/PERFORMANCE.md): 2(N−1)
                   + 2(N−1)/N · grad_bytes / B        latency-bound steps per bucket, and the bus-bandwidth term
@@ -102,6 +103,9 @@ class ScalingModel:
     bus_bytes_per_s: float  # B
     overlap: float  # fraction of comm DDP hid behind backward, 0..1
     bucket_cap_mb: float | None = None
+    # Waiting after backward on ONE rank: DDP's hook hand-off and bucket copy-back, or the scheduler on a busy
+    # machine. Paid once per optimizer step whatever N, so it is not part of comm(N).
+    sync_s: float = 0.0
     # Compute on N ranks ÷ compute on 1, measured: ranks that share cores or memory bandwidth (CPU processes, or
     # GPUs fed by one busy host) compute slower. World sizes beyond the largest measured take its factor.
     slowdown: dict[int, float] = field(default_factory=dict)
@@ -126,7 +130,8 @@ class ScalingModel:
         return (1 - self.overlap) * self.comm_s(world_size, **comm)
 
     def step_s(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
-        return self.compute_s(batch_per_rank, accum_steps, world_size) + self.exposed_comm_s(world_size, **comm)
+        return (self.compute_s(batch_per_rank, accum_steps, world_size) + self.sync_s
+                + self.exposed_comm_s(world_size, **comm))
 
     def samples_per_sec(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
         return world_size * batch_per_rank * accum_steps / self.step_s(world_size, batch_per_rank, accum_steps,
@@ -163,7 +168,8 @@ class LinkFit:
 def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     """Fit the model's parameters on measured runs (see the module docstring for the equations).
 
-    c0, c:     least squares of per-micro-step time on batch size over the 1-rank runs (no communication there).
+    c0, c:     least squares of per-micro-step compute on batch size over the 1-rank runs (no communication);
+    sync:      the 1-rank runs' wait after backward (step − compute), when they measured compute apart.
     slowdown:  per world size, measured compute ÷ the 1-rank line, when the runs measured compute apart.
     α, B:      `link` if given (`ddplab bench`), else least squares of all_reduce time on the two ring terms, from
                measured comm time, or else from exposed comm (step − compute) with overlap taken as 0. Telling
@@ -175,9 +181,10 @@ def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     model = ScalingModel(0.0, 0.0, max(r.grad_bytes for r in runs), 0.0, math.inf, 0.0, _common_cap(runs))
     prov = model.provenance
     model.compute_fixed_s, model.compute_per_sample_s, prov["compute"] = _fit_compute(runs)
+    model.sync_s, prov["sync"] = _fit_sync(runs)
     multi = [r for r in runs if r.world_size > 1]
     model.slowdown, prov["slowdown"] = _fit_slowdown(model, multi)
-    exposed = [replace(r, comm_s=max(0.0, r.step_s - _compute_of(model, r))) for r in multi]
+    exposed = [replace(r, comm_s=max(0.0, r.step_s - _compute_of(model, r) - model.sync_s)) for r in multi]
     if link is not None:
         model.latency_s, model.bus_bytes_per_s, prov["link"] = link.latency_s, link.bus_bytes_per_s, link.source
         model.overlap, prov["overlap"] = _fit_overlap(model, exposed)
@@ -194,10 +201,20 @@ def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     return model
 
 
-def _compute_of(model: ScalingModel, run: Run) -> float:
+def _compute_of(model: ScalingModel | None, run: Run) -> float:
+    """Measured compute, else the model's (else, for a 1-rank run, its whole step: nothing else happens there)."""
     if run.compute_s is not None:
         return run.compute_s
+    if model is None:
+        return run.step_s
     return model.compute_s(run.batch_per_rank, run.accum_steps, run.world_size)
+
+
+def _fit_sync(runs: list[Run]) -> tuple[float, str]:
+    waits = [r.step_s - r.compute_s for r in runs if r.world_size == 1 and r.compute_s is not None]
+    if not waits:
+        return 0.0, "not measured (1-rank runs did not time compute apart): taken as 0"
+    return max(0.0, sum(waits) / len(waits)), f"mean wait after backward of {len(waits)} 1-rank run(s)"
 
 
 def _common_cap(runs: list[Run]) -> float | None:
@@ -209,8 +226,7 @@ def _fit_compute(runs: list[Run]) -> tuple[float, float, str]:
     ones = [r for r in runs if r.world_size == 1]
     if not ones:
         raise DdplabError("cannot fit compute time: include world size 1 in --nproc (it has no communication)")
-    points = [(r.batch_per_rank, (r.compute_s if r.compute_s is not None else r.step_s) / r.accum_steps)
-              for r in ones]
+    points = [(r.batch_per_rank, _compute_of(None, r) / r.accum_steps) for r in ones]
     sizes = sorted({b for b, _ in points})
     if len(sizes) >= 2:
         c0, c = _line(points)
