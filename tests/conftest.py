@@ -59,21 +59,27 @@ def alive(pids) -> list[int]:
 
 
 @pytest.fixture
-def no_leftover_workers():
-    """Fail the test if it leaves any ddplab agent or worker process behind."""
+def no_leftover_workers(monkeypatch):
+    """Fail the test if any process it started (tagged through an inherited variable) is still alive after it."""
+    import time
+    import uuid
+
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("DDPLAB_TEST_TAG", tag)
+
     def ours():
         found = set()
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = " ".join(p.info["cmdline"] or [])
-            if "ddplab.runner" in cmd:
-                found.add(p.pid)
+        for p in psutil.process_iter():
+            try:
+                if p.pid != os.getpid() and p.environ().get("DDPLAB_TEST_TAG") == tag:
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        found.add(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
         return found
 
-    before = ours()
     yield
-    import time
-
     deadline = time.monotonic() + 5
-    while (left := ours() - before) and time.monotonic() < deadline:
+    while (left := ours()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {left}"

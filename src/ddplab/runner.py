@@ -394,8 +394,24 @@ def _end_all(agent: subprocess.Popen, run_dir: Path, nproc: int) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-    psutil.wait_procs(procs, timeout=5)
+    _wait_dead(procs, timeout=5)
     agent.wait()
+
+
+def _wait_dead(procs: list[psutil.Process], timeout: float) -> None:
+    """Wait until each process is gone or a zombie. Orphaned workers are reaped by PID 1 whenever it gets round
+    to it (seconds, in some containers), but a zombie already holds nothing: it is dead."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        living = []
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    living.append(proc)
+        if not living:
+            return
+        procs = living
+        time.sleep(0.02)
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:

@@ -1,0 +1,118 @@
+"""`ddplab check` end to end: real ranks on gloo, each failure path made to happen."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import cli, kill_tree
+
+STAGE_NAMES = ["preflight", "devices", "collectives", "ddp"]
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 3])
+def test_full_check_passes(nproc, no_leftover_workers):
+    ran = cli("check", "--nproc", str(nproc), "--json")
+    assert ran.code == 0, ran.err + ran.out
+    result = ran.json()
+    assert result["ok"] is True and result["nproc"] == nproc and result["backend"] == "gloo"
+    assert [s["name"] for s in result["stages"]] == STAGE_NAMES
+    assert all(s["status"] == "PASS" for s in result["stages"]), result["stages"]
+    assert result["verdict"].startswith("READY")
+    collectives = result["stages"][2]["details"]
+    assert sum(collectives["wrong"].values()) == 0 and len(collectives["wrong"]) >= 10 - (nproc == 1)
+    ddp = result["stages"][3]["details"]
+    assert ddp["spread"] == 0 and ddp["vs_single"] <= 1e-5 and ddp["loss_after"] < ddp["loss_before"]
+    for stage in result["stages"]:
+        assert {"name", "status", "seconds"} <= set(stage)
+
+
+def test_text_output_is_a_table_and_a_verdict(no_leftover_workers):
+    ran = cli("check", "--stages", "collectives")
+    assert ran.code == 0, ran.err
+    assert "collectives" in ran.out and "PASS" in ran.out and "verdict: READY" in ran.out
+    rows = [line.split()[0] for line in ran.out.splitlines() if line.split()[:1] in (["devices"], ["ddp"])]
+    assert rows == []  # only the asked-for stages (and preflight) have rows
+
+
+def test_a_crashing_rank_fails_its_stage_by_name(no_leftover_workers):
+    ran = cli("check", "--json", env={"DDPLAB_FAULT": "crash:1:collectives.broadcast"})
+    assert ran.code == 1, ran.err
+    stages = {s["name"]: s for s in ran.json()["stages"]}
+    assert stages["devices"]["status"] == "PASS"
+    assert stages["collectives"]["status"] == "FAIL"
+    assert "rank 1 failed" in stages["collectives"]["cause"] and "injected crash" in stages["collectives"]["cause"]
+    assert stages["ddp"]["status"] == "SKIP"
+    problem = ran.json()["problems"][0]
+    assert problem["rank"] == 1 and "RuntimeError: injected crash" in problem["traceback"]
+
+
+def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
+    timeout = 3
+    ran = cli("check", "--json", "--timeout", str(timeout),
+              env={"DDPLAB_FAULT": "hang:1:collectives.all_reduce.sum"})
+    ended = time.time()
+    assert ran.code == 3, ran.err
+    stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
+    assert stage["status"] == "TIMEOUT"
+    assert "rank 1" in stage["cause"] and "never reached collectives.all_reduce.sum" in stage["cause"]
+    assert stage["details"]["stalled"] == [1]
+    assert "hang_before" in stage["details"]["stacks"]["1"]
+    assert ended - stage["details"]["last_progress"] <= timeout + 5
+
+
+def test_ctrl_c_ends_every_worker(no_leftover_workers):
+    env = {**os.environ, "DDPLAB_FAULT": "hang:0:collectives", "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "check", "--timeout", "120"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until the ranks exist
+            if len(psutil.Process(proc.pid).children(recursive=True)) >= 3:
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)
+        workers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        kill_tree(proc.pid)
+    assert proc.returncode == 130
+    gone, still = psutil.wait_procs([psutil.Process(p) for p in workers if psutil.pid_exists(p)], timeout=5)
+    assert not still
+
+
+def test_busy_master_port_fails_preflight(no_leftover_workers):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ran = cli("check", "--json", "--master-port", str(port))
+    assert ran.code == 1
+    pre = ran.json()["stages"][0]
+    assert pre["status"] == "FAIL" and "already in use" in pre["cause"] and pre["fix"]
+    assert all(s["status"] == "SKIP" for s in ran.json()["stages"][1:])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--nproc", "0"], "not a positive whole number"),
+    (["--nproc", "abc"], "not a positive whole number"),
+    (["--stages", "warp"], "unknown stage"),
+    (["--timeout", "-1"], "not a positive number of seconds"),
+    (["--device", "tpu"], "invalid choice"),
+])
+def test_usage_errors_are_one_line_exit_2(args, words):
+    ran = cli("check", *args)
+    assert ran.code == 2
+    assert words in ran.err and len(ran.err.strip().splitlines()) == 1 and "Traceback" not in ran.err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a CPU-only machine")
+def test_cuda_without_gpu_is_a_usage_error(no_leftover_workers):
+    ran = cli("check", "--device", "cuda")
+    assert ran.code == 2 and "torch sees no CUDA GPU" in ran.err and len(ran.err.strip().splitlines()) == 1

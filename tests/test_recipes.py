@@ -1,0 +1,113 @@
+"""Every recipe on 1 and 2 real CPU ranks (gloo) through `ddplab train`, with tiny sizes; linear converges;
+the final weights load into the plain model class; torchrun runs the same recipe to the same result."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import cli, kill_tree
+from ddplab.recipes import gpt, linear, mlp
+
+TINY = {
+    "linear": [],  # the defaults: the convergence claim is about them
+    "mlp": ["--samples", "512", "--hidden", "32", "--epochs", "1"],
+    "gpt": ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "16", "--max-steps", "6",
+            "--log-every", "2"],
+}
+
+
+def train(recipe: str, nproc: int, *flags: str, timeout: float = 150):
+    ran = cli("train", recipe, "--nproc", str(nproc), "--json", *TINY[recipe], *flags, timeout=timeout)
+    assert ran.code == 0, ran.err[-3000:]
+    return ran, ran.json()
+
+
+def check_every_rank_worked(result: dict, nproc: int) -> None:
+    assert result["status"] == "PASS" and result["params_identical"]
+    assert result["world_size"] == nproc and len(result["ranks"]) == nproc
+    per_rank = result["batch_size"] * result["grad_accum"] * result["steps"]
+    for r in result["ranks"]:
+        assert r["samples"] == per_rank > 0 and r["steps"] == result["steps"]
+        assert r["step_ms"] > 0 and 0 <= r["comm_wait_ms"] <= r["step_ms"]
+        assert r["peak_memory_mb"] > 10 and r["cpu_percent"] > 0
+    assert result["samples"] == per_rank * nproc
+    assert result["global_batch"] == result["batch_size"] * nproc * result["grad_accum"]
+    assert result["samples_per_sec"] > 0
+    assert len({r["digest"] for r in result["ranks"]}) == 1
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_linear_converges_with_default_flags(nproc, no_leftover_workers):
+    ran, result = train("linear", nproc)
+    check_every_rank_worked(result, nproc)
+    assert abs(result["weight"] - 2) < 0.05 and abs(result["bias"] - 1) < 0.05, result
+    assert result["final_loss"] < 0.02  # the noise variance is 0.01
+    # Rank 0's progress went to stderr (drawn by the ddplab process from worker events); stdout is only JSON.
+    assert f"global batch {32 * nproc} = 32 per rank x {nproc} rank(s) x 1 micro-batch(es)" in ran.err
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_mlp_runs_and_its_weights_load_into_the_plain_model(nproc, tmp_path, no_leftover_workers):
+    _, result = train("mlp", nproc, "--checkpoint-dir", str(tmp_path))
+    check_every_rank_worked(result, nproc)
+    cfg = mlp.Config(samples=512, hidden=32)
+    model = mlp.make_model(cfg, None)
+    model.load_state_dict(torch.load(result["model_file"], weights_only=True))  # no key surgery
+    x, y = mlp.make_data(cfg).tensors
+    with torch.no_grad():
+        accuracy = (model(x).argmax(1) == y).float().mean().item()
+    assert accuracy == pytest.approx(result["accuracy"], abs=1e-6)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines and {"step", "loss", "samples_per_sec", "rank_step_ms", "rank_comm_wait_ms"} <= set(lines[-1])
+    assert len(lines[-1]["rank_step_ms"]) == nproc and lines[-1]["step"] == result["total_steps"]
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_gpt_runs_on_a_given_text_and_loads_into_the_plain_model(nproc, tmp_path, no_leftover_workers):
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60)
+    _, result = train("gpt", nproc, "--text", str(text), "--checkpoint-dir", str(tmp_path / "ck"))
+    check_every_rank_worked(result, nproc)
+    assert result["tokens_per_sec"] == pytest.approx(result["samples_per_sec"] * 16)
+    assert result["mfu"] is None and "not applicable on CPU" in result["mfu_note"]
+    assert result["steps"] == 6 and result["stopped_early"]
+    cfg = gpt.Config(text=str(text), n_layer=1, n_embd=32, n_head=2, block_size=16)
+    data = gpt.make_data(cfg)
+    model = gpt.make_model(cfg, data)
+    model.load_state_dict(torch.load(result["model_file"], weights_only=True))
+    x, y = data.take(torch.arange(4))
+    loss = gpt.loss_fn(model, (x, y)).item()
+    assert loss < torch.log(torch.tensor(float(len(data.info["vocab"])))).item()  # it learned something
+
+
+def test_gpt_default_text_ships_with_the_package():
+    data = gpt.make_data(gpt.Config())
+    assert 20_000 < len(data.tensors[0]) <= 400_000 and len(data) > 1000
+    x, y = data.take(torch.tensor([0, 5]))
+    assert torch.equal(x[:, 1:], y[:, :-1])  # the target is the input shifted by one character
+
+
+@pytest.mark.slow
+def test_torchrun_gives_the_same_result_as_ddplab_train(tmp_path, no_leftover_workers):
+    """`torchrun --nproc-per-node 2 -m ddplab.recipes.linear` and `ddplab train linear --nproc 2` end identical."""
+    _, via_ddplab = train("linear", 2)
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    proc = subprocess.Popen([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab.recipes.linear",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        out, err = proc.communicate(timeout=150)
+    finally:
+        kill_tree(proc.pid)
+    assert proc.returncode == 0, err[-3000:]
+    via_torchrun = json.loads(out)  # only rank 0 printed
+    assert via_torchrun["weight"] == via_ddplab["weight"] and via_torchrun["bias"] == via_ddplab["bias"]
+    assert via_torchrun["ranks"][0]["digest"] == via_ddplab["ranks"][0]["digest"]
+    assert "global batch 64" in err  # rank 0 drew its own progress under torchrun

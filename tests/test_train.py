@@ -1,0 +1,196 @@
+"""What the shared loop promises, checked on real 2-rank gloo runs of the mlp recipe:
+- a 2-rank run equals a 1-process run over the same global batches (1e-5);
+- stopping at step k and --resume gives bitwise the parameters of an uninterrupted run (CPU);
+- 2 accumulated micro-batches equal one batch twice as large;
+- a damaged latest checkpoint falls back to the previous one, with a warning, and still resumes exactly;
+- resuming on another world size works and says so;
+- bad input (another recipe's or shape's checkpoint, a fresh run over old checkpoints, an unwritable directory,
+  --resume with nothing to resume) is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from conftest import cli
+from ddplab.recipes import gpt, mlp
+from ddplab.train.data import ShardedBatches
+from ddplab.train.result import RankStats, rank_warnings
+
+FLAGS = ["--samples", "1024", "--hidden", "32", "--epochs", "2", "--batch-size", "16", "--log-every", "8"]
+CFG = mlp.Config(samples=1024, hidden=32, epochs=2, batch_size=16)
+STEPS_PER_EPOCH = 1024 // 2 // 16
+
+
+def train(*flags: str, nproc: int = 2, expect: int = 0):
+    ran = cli("train", "mlp", "--nproc", str(nproc), *FLAGS, *flags, timeout=150)
+    assert ran.code == expect, ran.err[-3000:]
+    return ran
+
+
+def weights(directory) -> dict:
+    return torch.load(directory / "model.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """One uninterrupted 2-rank run, with checkpoints: the reference the other tests compare with."""
+    directory = tmp_path_factory.mktemp("full")
+    ran = train("--checkpoint-dir", str(directory), "--json")
+    return directory, ran.json()
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The same run stopped at step 40 (epoch 2, batch 8): checkpoints at 32 (end of epoch 1) and 40."""
+    directory = tmp_path_factory.mktemp("stopped")
+    ran = train("--checkpoint-dir", str(directory), "--max-steps", "40", "--json")
+    result = ran.json()
+    assert result["stopped_early"] and result["total_steps"] == 40
+    return directory
+
+
+def one_process_reference(cfg: mlp.Config, world: int) -> dict:
+    """A plain model, no DDP, one process, trained on exactly the global batches the ranks saw together."""
+    data = mlp.make_data(cfg)
+    torch.manual_seed(cfg.seed)
+    model = mlp.make_model(cfg, data)
+    optimizer = mlp.make_optimizer(cfg, model)
+    shards = [ShardedBatches(data, cfg.batch_size, rank, world, cfg.seed) for rank in range(world)]
+    for epoch in range(cfg.epochs):
+        for shard in shards:
+            shard.set_epoch(epoch)
+        for i in range(len(shards[0])):
+            xs, ys = zip(*(shard[i] for shard in shards))
+            loss = mlp.loss_fn(model, (torch.cat(xs), torch.cat(ys)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.state_dict()
+
+
+def test_two_ranks_equal_one_process_over_the_same_global_batches(full):
+    directory, result = full
+    assert result["steps"] == 2 * STEPS_PER_EPOCH and result["params_identical"]
+    reference = one_process_reference(CFG, world=2)
+    for name, value in weights(directory).items():
+        torch.testing.assert_close(value, reference[name], atol=1e-5, rtol=0)
+
+
+def test_stop_and_resume_is_bitwise_equal_to_an_uninterrupted_run(full, stopped, tmp_path, no_leftover_workers):
+    resumed = tmp_path / "resumed"
+    shutil.copytree(stopped, resumed)
+    ran = train("--checkpoint-dir", str(resumed), "--resume", "--json")
+    result = ran.json()
+    assert result["steps"] == 2 * STEPS_PER_EPOCH - 40 and result["total_steps"] == 2 * STEPS_PER_EPOCH
+    assert "step-00000040" in result["resumed_from"] and "resumed from step-00000040" in ran.err
+    full_weights = weights(full[0])
+    for name, value in weights(resumed).items():
+        assert torch.equal(value, full_weights[name]), name
+    # The metrics file continues: the resumed run appended to it.
+    assert '"step": 40' in (resumed / "metrics.jsonl").read_text()
+
+
+def test_damaged_latest_checkpoint_falls_back_with_a_warning(full, stopped, tmp_path, no_leftover_workers):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(stopped, damaged)
+    latest = next(damaged.glob("step-00000040-*.pt"))
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated, as by a crash during a non-atomic write
+    ran = train("--checkpoint-dir", str(damaged), "--resume", "--json")
+    result = ran.json()
+    assert "step-00000032" in result["resumed_from"]
+    assert any(latest.name in n and "falling back" in n for n in result["notes"])
+    assert latest.name in ran.err  # and the user saw it while it ran
+    full_weights = weights(full[0])  # resuming from step 32 is exact too
+    assert all(torch.equal(v, full_weights[k]) for k, v in weights(damaged).items())
+
+
+def test_accumulating_two_micro_batches_equals_one_double_batch(full, tmp_path, no_leftover_workers):
+    # Per rank 8 + 8 samples with one all-reduce (no_sync on the first) against 16 samples at once.
+    train("--batch-size", "8", "--grad-accum", "2", "--checkpoint-dir", str(tmp_path))
+    accumulated, big = weights(tmp_path), weights(full[0])
+    for name in big:
+        torch.testing.assert_close(accumulated[name], big[name], atol=1e-5, rtol=0)
+
+
+def test_resume_on_another_world_size_works_and_says_so(stopped, tmp_path, no_leftover_workers):
+    moved = tmp_path / "moved"
+    shutil.copytree(stopped, moved)
+    ran = train("--checkpoint-dir", str(moved), "--resume", "--json", nproc=1)
+    result = ran.json()
+    note = next(n for n in result["notes"] if "written by 2 rank(s)" in n)
+    assert "on 1 rank(s)" in note and "replicated" in note
+    # Epoch 2 had seen 8 steps x 32 samples; one rank of 16 continues after the same 256 samples.
+    assert result["world_size"] == 1 and result["total_steps"] == 2 * 2 * STEPS_PER_EPOCH
+    assert result["steps"] == 2 * STEPS_PER_EPOCH - 256 // 16
+
+
+def test_checkpoint_of_another_recipe_or_shape_is_refused(stopped):
+    ran = cli("train", "mlp", "--nproc", "2", *FLAGS, "--hidden", "64", "--checkpoint-dir", str(stopped),
+              "--resume")
+    assert ran.code == 2 and "--hidden 32, this run has --hidden 64" in ran.err and len(ran.err.splitlines()) == 1
+    ran = cli("train", "linear", "--checkpoint-dir", str(stopped), "--resume")
+    assert ran.code == 2 and "written by the mlp recipe, not linear" in ran.err and len(ran.err.splitlines()) == 1
+
+
+def test_gpt_checkpoint_of_another_vocabulary_is_refused_by_the_workers(tmp_path, no_leftover_workers):
+    """Shape flags match, but another text gives another vocabulary: only the built model can tell, so the
+    workers refuse it, and ddplab train still reports one line with exit 2."""
+    flags = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "8", "--max-steps", "2"]
+    (tmp_path / "a.txt").write_text("abcdefgh " * 200)
+    (tmp_path / "b.txt").write_text("xyz " * 400)
+    ck = str(tmp_path / "ck")
+    assert cli("train", "gpt", "--nproc", "1", *flags, "--text", str(tmp_path / "a.txt"), "--checkpoint-dir", ck,
+               timeout=150).code == 0
+    ran = cli("train", "gpt", "--nproc", "1", *flags, "--text", str(tmp_path / "b.txt"), "--checkpoint-dir", ck,
+              "--resume", "--max-steps", "4", timeout=150)
+    assert ran.code == 2, ran.err
+    assert "another shape" in ran.err and "Traceback" not in ran.err
+    assert [line for line in ran.err.splitlines() if "error" in line][0].startswith("ddplab train: error: checkpoint")
+
+
+def test_a_fresh_run_never_overwrites_existing_checkpoints(stopped):
+    before = sorted(p.name for p in stopped.iterdir())
+    ran = cli("train", "mlp", "--checkpoint-dir", str(stopped))
+    assert ran.code == 2 and "already holds checkpoints" in ran.err and "--resume" in ran.err
+    assert sorted(p.name for p in stopped.iterdir()) == before
+
+
+def test_bad_checkpoint_directories_are_one_line_errors(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    ran = cli("train", "linear", "--checkpoint-dir", str(blocker / "ck"))
+    assert ran.code == 2 and f"{blocker}/ck is not writable" in ran.err and len(ran.err.splitlines()) == 1
+    ran = cli("train", "linear", "--checkpoint-dir", str(tmp_path / "empty"), "--resume")
+    assert ran.code == 2 and "holds no checkpoint" in ran.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nosuch"], "invalid choice: 'nosuch'"),
+    (["linear", "--nproc", "0"], "--nproc 0: need at least 1 rank"),
+    (["gpt", "--text", "/no/such/file.txt"], "--text /no/such/file.txt: no such file"),
+    (["mlp", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (["linear", "--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a GPU"),
+    (["gpt", "--n-embd", "30", "--n-head", "4"], "not divisible by --n-head"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    ran = cli("train", *args)
+    assert ran.code == 2 and message in ran.err and len(ran.err.strip().splitlines()) == 1, ran.err
+
+
+def test_idle_and_slow_ranks_are_warned_about():
+    def rank(r, samples, step_ms, comm_ms):
+        return RankStats(rank=r, samples=samples, steps=10 if samples else 0, step_ms=step_ms, comm_wait_ms=comm_ms,
+                         cpu_percent=90, gpu_util_percent=None, peak_memory_mb=300, final_loss=1.0, digest="x")
+
+    even = [rank(0, 320, 4.0, 2.0), rank(1, 320, 4.0, 2.1), rank(2, 320, 4.0, 1.9)]
+    assert rank_warnings(even) == []
+    # Rank 2 computes 3.8 ms a step while the others wait for it: their comm wait is high, its own is not.
+    slow = [rank(0, 320, 4.0, 3.0), rank(1, 320, 4.0, 3.0), rank(2, 320, 4.0, 0.2)]
+    (warning,) = rank_warnings(slow)
+    assert warning.startswith("rank 2 computes 3.8x slower")
+    idle = [rank(0, 320, 4.0, 2.0), rank(1, 0, 4.0, 2.0)]
+    assert any(w.startswith("rank 1 processed no samples") for w in rank_warnings(idle))

@@ -1,0 +1,29 @@
+"""Worker functions the runner tests start on real ranks (imported by the agent via PYTHONPATH=tests)."""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import ddplab.dist as dd
+from ddplab.runner import mark
+
+
+def sum_ranks(payload):
+    """Every rank contributes rank+1; the exact sum is n(n+1)/2."""
+    with dd.session(timeout=30) as ctx:
+        mark("all_reduce")
+        t = torch.tensor([float(ctx.rank + 1)])
+        dist.all_reduce(t)
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank,
+                "sum": t.item(), "backend": ctx.backend, "pid": os.getpid()}
+
+
+def slow_steps(payload):
+    """Makes steady progress for a while: a long run that is not a hang."""
+    with dd.session(timeout=30):
+        for step in range(payload["steps"]):
+            mark("step", step=step)
+            time.sleep(payload["sleep"])
+    return {"steps": payload["steps"]}
