@@ -85,3 +85,10 @@ def test_a_cancelled_start_leaves_nothing(no_leftover_workers):
     pending.cancel()
     assert pending.agent.poll() is not None
     assert not os.path.exists(pending.run_dir)
+
+
+def test_the_single_node_store_listens_on_loopback_only(no_leftover_workers):
+    result = runner.run("workers:listening_addresses", nproc=2, stall_timeout=30, env=ENV)
+    assert result.ok, result.summary()
+    for r in result.results():
+        assert r["listening"] == ["127.0.0.1"], r  # the agent's store and gloo: never "::" or "0.0.0.0"

@@ -27,3 +27,15 @@ def slow_steps(payload):
             mark("step", step=step)
             time.sleep(payload["sleep"])
     return {"steps": payload["steps"]}
+
+
+def listening_addresses(payload):
+    """Every TCP address a process of this run listens on (the agent is this worker's parent)."""
+    import psutil
+
+    with dd.session(timeout=30) as ctx:
+        mark("look")
+        procs = [psutil.Process().parent(), psutil.Process()]
+        addrs = sorted({c.laddr.ip for p in procs for c in p.net_connections(kind="inet") if c.status == "LISTEN"})
+        dist.barrier()
+        return {"rank": ctx.rank, "listening": addrs}

@@ -177,6 +177,7 @@ def _agent_main(spec_path: str) -> int:
     _resolve(spec["target"])  # import once here so that every forked worker inherits it
     if sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
         return 0
+    store = _loopback_store(spec["master_port"])  # noqa: F841  kept alive: torch's rendezvous reuses its server
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=spec["nproc"],
         run_id=spec["run_id"],
@@ -193,6 +194,28 @@ def _agent_main(spec_path: str) -> int:
                     for rank, f in e.failures.items()}
     (run_dir / "agent.json").write_text(json.dumps({"failures": failures}))
     return 1 if failures else 0
+
+
+def _loopback_store(port: int):
+    """The rendezvous store for a single node, listening on 127.0.0.1 only.
+
+    torch's static rendezvous creates its TCPStore with multi_tenant=True, which reuses a server this process already
+    runs on that port; left to itself, that server would listen on every interface ("::"), and the store is
+    unauthenticated. So the server is made here first, from a socket bound to loopback.
+    """
+    from torch.distributed import TCPStore
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    fd = sock.detach()
+    try:
+        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
+                        wait_for_workers=False)
+    except (RuntimeError, ValueError):  # older torch: the libuv server does not take a listening socket
+        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
+                        wait_for_workers=False, use_libuv=False)
 
 
 # ----------------------------------------------------------------------------------------------- caller side
