@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from ddplab import runner
 from ddplab.errors import DdplabError
 
 # Below a tenth of a core, a CPU rank is not computing: it waits (for another rank, for data) or it is stuck.
@@ -161,20 +162,19 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
         return None  # the run just ended and removed its directory
     run_dir = Path(spec["run_dir"])
     members = []
-    for rank in range(spec["nproc"]):
+    for local in range(spec["nproc"]):
         try:
-            lines = (run_dir / "events" / f"rank{rank}.jsonl").read_text().splitlines()
-        except OSError:
-            continue  # not started yet
-        events = [e for e in map(_json_line, lines) if e is not None]
+            events = runner.events(run_dir, local)
+        except (OSError, ValueError):
+            continue  # the run just ended and removed its directory
         starts = [e for e in events if e.get("phase") == "start" and e.get("pid")]
         if not starts or starts[-1]["pid"] not in procs:
             continue
         pid = starts[-1]["pid"]
         # An elastic restart appends a new attempt to the same file: count only the current attempt's marks.
         current = events[events.index(starts[-1]):]
-        # The runner is single-node: local rank = rank. A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
-        members.append(_Member(pid, rank, rank, spec["nproc"], progress=len(current), phase=current[-1]["phase"],
+        # A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
+        members.append(_Member(pid, starts[-1].get("rank", local), local, spec["nproc"], progress=len(current), phase=current[-1]["phase"],
                                cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
     worker_pids = {m.pid for m in members}
     agents = [pid for pid, info in procs.items()
@@ -183,13 +183,6 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
     run_id = spec.get("run_id", run_dir.name)
     return _Job(f"ddplab:{run_id.removeprefix('ddplab-run-')}", f"ddplab runner (pid {agent}, {run_dir})", agent,
                 members)
-
-
-def _json_line(line: str) -> dict | None:
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None  # the line a worker is writing right now
 
 
 def _environ(pid: int) -> dict[str, str] | None:

@@ -58,6 +58,7 @@ class RankOutcome:
     output_tail: str = ""
     stack: str | None = None  # Python stack when the run was declared hung
     result: Any = None
+    attempts: int = 0  # how many times the elastic agent started this rank (restarts + 1)
 
 
 @dataclass
@@ -80,6 +81,9 @@ class RunResult:
     def results(self) -> list[Any]:
         return [r.result for r in self.ranks]
 
+    def rank(self, rank: int) -> RankOutcome:
+        return next(r for r in self.ranks if r.rank == rank)
+
     def summary(self) -> str:
         """One line a user can act on."""
         if self.status == "ok":
@@ -92,7 +96,7 @@ class RunResult:
             where = ", ".join(str(r.rank) for r in waiting)
             return f"{self.reason}: {late} never reached {waiting[0].phase}, where rank(s) {where} wait"
         if self.status == "failed" and self.root_cause is not None:
-            r = self.ranks[self.root_cause]
+            r = self.rank(self.root_cause)
             return f"rank {r.rank} failed (exit code {r.exitcode}) in {r.phase or 'start-up'}: {r.error or 'no error text'}"
         return self.reason
 
@@ -129,11 +133,14 @@ def _worker_entry(spec_path: str) -> None:
     _die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
-    rank = int(os.environ["RANK"])
-    _events_file = open(run_dir / "events" / f"rank{rank}.jsonl", "a", buffering=1)
-    stack_file = open(run_dir / "stacks" / f"rank{rank}.txt", "w")
+    # Files are per local rank: on several nodes each runner sees only its own ranks, and global ranks are
+    # assigned by the rendezvous. The global rank travels in the "start" event.
+    local = int(os.environ["LOCAL_RANK"])
+    _events_file = open(run_dir / "events" / f"local{local}.jsonl", "a", buffering=1)
+    stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    mark("start", pid=os.getpid())
+    mark("start", pid=os.getpid(), rank=int(os.environ["RANK"]),
+         attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     try:
         payload = json.loads((run_dir / "payload.json").read_text())
         value = _resolve(spec["target"])(payload)
@@ -141,13 +148,13 @@ def _worker_entry(spec_path: str) -> None:
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         # dist.session() stamps the moment it saw the error, before its shutdown made the other ranks fail too.
         failed_at = getattr(e, "ddplab_failed_at", time.time())
-        (run_dir / "errors" / f"rank{rank}.json").write_text(json.dumps(
+        (run_dir / "errors" / f"local{local}.json").write_text(json.dumps(
             {"error": text, "traceback": traceback.format_exc(), "time": failed_at}))
         raise
     mark("done")
-    tmp = run_dir / "results" / f".rank{rank}.json"
+    tmp = run_dir / "results" / f".local{local}.json"
     tmp.write_text(json.dumps(value, default=_jsonable))
-    tmp.rename(run_dir / "results" / f"rank{rank}.json")  # atomic: the caller may read it the moment it appears
+    tmp.rename(run_dir / "results" / f"local{local}.json")  # atomic: the caller may read it the moment it appears
 
 
 def _jsonable(value: Any) -> Any:
@@ -335,7 +342,7 @@ class _EventFollower:
     """Hands each new event line of every rank to a callback, reading only what was appended since last time."""
 
     def __init__(self, run_dir: Path, nproc: int, callback: Callable[[int, dict], None] | None):
-        self.paths = [run_dir / "events" / f"rank{r}.jsonl" for r in range(nproc)]
+        self.paths = [run_dir / "events" / f"local{r}.jsonl" for r in range(nproc)]
         self.offsets = [0] * nproc
         self.callback = callback
 
@@ -355,25 +362,31 @@ class _EventFollower:
                 self.callback(rank, json.loads(line))
 
 
-def _events(run_dir: Path, rank: int) -> list[dict]:
-    path = run_dir / "events" / f"rank{rank}.jsonl"
-    if not path.exists():
+def events(run_dir: Path, local: int) -> list[dict]:
+    """Every mark local rank `local` made in the run kept in `run_dir` (all attempts; a line still being written
+    is left out). The "start" event of each attempt carries the global rank, the pid and the attempt number."""
+    try:
+        lines = (run_dir / "events" / f"local{local}.jsonl").read_text().splitlines()
+    except FileNotFoundError:
         return []
-    lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.endswith("}")]
+    out = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
 
 
 def _all_done(run_dir: Path, nproc: int) -> bool:
     results = run_dir / "results"
-    return all((results / f"rank{rank}.json").exists() for rank in range(nproc))
+    return all((results / f"local{local}.json").exists() for local in range(nproc))
 
 
 def _quiet_seconds(run_dir: Path, nproc: int, started_at: float) -> float:
     """Seconds since any rank last made progress; a rank still starting up gets STARTUP_GRACE_S."""
     mtimes = []
-    for rank in range(nproc):
+    for local in range(nproc):
         with contextlib.suppress(FileNotFoundError):
-            mtimes.append((run_dir / "events" / f"rank{rank}.jsonl").stat().st_mtime)
+            mtimes.append((run_dir / "events" / f"local{local}.jsonl").stat().st_mtime)
     newest = max(mtimes, default=started_at)
     if len(mtimes) < nproc:
         newest = max(newest, started_at + STARTUP_GRACE_S)
@@ -381,11 +394,12 @@ def _quiet_seconds(run_dir: Path, nproc: int, started_at: float) -> float:
 
 
 def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
+    """Local rank -> pid of its latest attempt."""
     pids = {}
-    for rank in range(nproc):
-        for event in _events(run_dir, rank):
+    for local in range(nproc):
+        for event in events(run_dir, local):
             if event.get("pid"):
-                pids[rank] = event["pid"]
+                pids[local] = event["pid"]
     return pids
 
 
@@ -461,37 +475,38 @@ def _collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: s
     agent_info = {}
     if (run_dir / "agent.json").exists():
         agent_info = json.loads((run_dir / "agent.json").read_text())
-    failures = agent_info.get("failures", {})
+    failures = agent_info.get("failures", {})  # keyed by global rank
     ranks, first_error = [], None
-    for rank in range(nproc):
-        out = RankOutcome(rank=rank)
-        events = _events(run_dir, rank)
-        if events:
-            last = events[-1]
-            out.phase, out.seq = last["phase"], last["seq"]
-            out.pid = next((e["pid"] for e in events if e.get("pid")), None)
-        failure = failures.get(str(rank))
+    for local in range(nproc):
+        marks = events(run_dir, local)
+        starts = [e for e in marks if e["phase"] == "start"]
+        out = RankOutcome(rank=starts[-1]["rank"] if starts else local)
+        if marks:
+            out.phase, out.seq = marks[-1]["phase"], marks[-1]["seq"]
+            out.pid = starts[-1]["pid"] if starts else None
+        failure = failures.get(str(out.rank))
         if failure:
             out.exitcode = failure["exitcode"]
-        err_path = run_dir / "errors" / f"rank{rank}.json"
+        err_path = run_dir / "errors" / f"local{local}.json"
         if err_path.exists():
             err = json.loads(err_path.read_text())
             out.error, out.traceback = err["error"], err["traceback"]
             # The agent reports only the first process it saw fail; a Python exception exits with 1.
             out.exitcode = 1 if out.exitcode is None else out.exitcode
             if first_error is None or err["time"] < first_error[1]:
-                first_error = (rank, err["time"])
-        res_path = run_dir / "results" / f"rank{rank}.json"
+                first_error = (out.rank, err["time"])
+        res_path = run_dir / "results" / f"local{local}.json"
         if res_path.exists():
             out.result = json.loads(res_path.read_text())
-        logs = sorted(run_dir.glob(f"logs/**/attempt_*/{rank}/"))
+        logs = sorted(run_dir.glob(f"logs/**/attempt_*/{local}/"))
         if logs:
             out.output_tail = "\n".join(t for t in (_tail(logs[-1] / "stdout.log"), _tail(logs[-1] / "stderr.log")) if t)
-        out.stack = _own_frames(run_dir / "stacks" / f"rank{rank}.txt")
+        out.stack = _own_frames(run_dir / "stacks" / f"local{local}.txt")
+        out.attempts = len(starts)
         ranks.append(out)
 
     result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
-    stamps = [e["t"] for rank in range(nproc) for e in _events(run_dir, rank)[-1:]]
+    stamps = [e["t"] for local in range(nproc) for e in events(run_dir, local)[-1:]]
     result.last_progress = max(stamps, default=None)
     if status == "hang":
         top = max(r.seq for r in ranks)

@@ -177,7 +177,7 @@ def _blame(stage: str, run) -> StageResult:
                            details={"stalled": run.stalled, "phases": {r.rank: r.phase for r in run.ranks},
                                     "stacks": {r.rank: r.stack for r in stuck}, "last_progress": run.last_progress})
     if run.status == "failed" and run.root_cause is not None:
-        r = run.ranks[run.root_cause]
+        r = run.rank(run.root_cause)
         return StageResult(stage, FAIL, run.seconds, cause=run.summary(),
                            fix=f"read rank {r.rank}'s traceback below; the other ranks failed because it left",
                            details={"rank": r.rank, "exitcode": r.exitcode, "phase": r.phase, "error": r.error})
@@ -188,7 +188,7 @@ def _problems(run) -> list[dict]:
     if run.status == "hang":
         return [{"rank": r.rank, "phase": r.phase, "stack": r.stack} for r in run.ranks]
     if run.root_cause is not None:
-        r = run.ranks[run.root_cause]
+        r = run.rank(run.root_cause)
         return [{"rank": r.rank, "phase": r.phase, "traceback": r.traceback or r.output_tail}]
     return []
 
