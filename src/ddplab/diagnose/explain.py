@@ -1,0 +1,197 @@
+"""Match a log against the rule table and order the diagnoses the way a person should read them.
+
+Order: the rules matched in the root-cause rank's own output first (torchrun's "Root Cause (first observed
+failure)" summary names that rank), then every other rule in the order its error first appears in the log.
+Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
+`[default1]:` (torchrun --tee: role and local rank).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
+LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
+ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*")
+SUMMARY_HEAD = "Root Cause (first observed failure):"
+SUMMARY_FIELD = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$")
+MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
+
+_COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
+
+
+@dataclass
+class RootCause:
+    rank: int
+    local_rank: int | None = None
+    exitcode: int | None = None
+    signal: str | None = None  # "SIGKILL" when the exit code is a signal
+    line: int | None = None  # where torchrun's summary names it (1-based)
+    error: str | None = None  # the last error line that rank printed, when the log has it
+
+
+@dataclass
+class Match:
+    rule: str
+    title: str
+    cause: str
+    fix: str
+    reference: str
+    line: int  # 1-based line where its text first appears
+    text: str  # that line
+    rank: int | None  # whose output the line is, when a prefix says so
+    consequence: bool  # usually follows another rank's failure
+    root_cause: bool = False  # matched in the root-cause rank's own output
+
+
+@dataclass
+class Explanation:
+    source: str
+    lines: int
+    root_cause: RootCause | None
+    matches: list[Match]
+    matched: bool = False
+    next_steps: list[str] = field(default_factory=list)  # generic steps, when nothing matched
+
+
+def clean(text: str) -> str:
+    return ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _line_owner(line: str) -> tuple[int | None, int | None]:
+    """(global rank, local rank) that printed this line, from torch's prefixes."""
+    tag = GLOBAL_TAG.search(line[:48])
+    local = LOCAL_TAG.match(line)
+    return (int(tag.group(1)) if tag else None, int(local.group(1)) if local else None)
+
+
+def strip_prefixes(line: str) -> str:
+    """`[default1]:[rank1]: ValueError: x` -> `ValueError: x`."""
+    line = LOCAL_TAG.sub("", line, count=1)
+    line = GLOBAL_TAG.sub("", line, count=1)
+    return line[1:] if line.startswith(" ") else line
+
+
+def parse_root_cause(lines: list[str]) -> RootCause | None:
+    """The last torchrun failure summary's root cause: rank, local rank, exit code, signal."""
+    starts = [i for i, line in enumerate(lines) if SUMMARY_HEAD in line]
+    if not starts:
+        return None
+    fields: dict[str, str] = {}
+    for line in lines[starts[-1] + 1:]:
+        if line.strip().startswith("==="):
+            break
+        m = SUMMARY_FIELD.match(strip_prefixes(line))
+        if m:
+            fields.setdefault(m.group(1), m.group(2))
+    rank_m = re.match(r"(\d+)(?: \(local_rank: (\d+)\))?", fields.get("rank", ""))
+    if not rank_m:
+        return None
+    exit_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+    sig_m = re.search(r"\((SIG\w+)\)", fields.get("exitcode", ""))
+    return RootCause(rank=int(rank_m.group(1)),
+                     local_rank=int(rank_m.group(2)) if rank_m.group(2) else None,
+                     exitcode=int(exit_m.group(1)) if exit_m else None,
+                     signal=sig_m.group(1) if sig_m else None,
+                     line=starts[-1] + 1)
+
+
+def _summary_span(lines: list[str], root: RootCause | None) -> range:
+    if root is None or root.line is None:
+        return range(0)
+    end = root.line
+    while end < len(lines) and not lines[end].strip().startswith("==="):
+        end += 1
+    return range(root.line - 1, end)
+
+
+def _is_root_line(index: int, lines: list[str], root: RootCause, summary: range) -> bool:
+    if index in summary:
+        return True
+    global_rank, local_rank = _line_owner(lines[index])
+    if global_rank is not None:
+        return global_rank == root.rank
+    return local_rank is not None and local_rank == (root.local_rank if root.local_rank is not None else root.rank)
+
+
+def _last_error(lines: list[str], root: RootCause, summary: range) -> str | None:
+    for index in range(len(lines) - 1, -1, -1):
+        if index in summary or not _is_root_line(index, lines, root, summary):
+            continue
+        text = strip_prefixes(lines[index]).strip()
+        if ERROR_LINE.match(text):
+            return text[:300]
+    return None
+
+
+def explain_text(text: str, source: str = "-", root: RootCause | None = None) -> Explanation:
+    """Every rule that matches `text`, root cause first. `root` overrides the summary parsed from the text."""
+    text = clean(text)
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    root = root or parse_root_cause(lines)
+    summary = _summary_span(lines, root)
+
+    matches = []
+    for rule, patterns in _COMPILED:
+        hits = set()
+        for pattern in patterns:
+            for n, m in enumerate(pattern.finditer(text)):
+                if n >= MAX_HITS:
+                    break
+                hits.add(bisect.bisect_right(starts, m.start()) - 1)
+        if not hits:
+            continue
+        ordered = sorted(hits)
+        root_hits = [i for i in ordered if root is not None and _is_root_line(i, lines, root, summary)]
+        first = root_hits[0] if root_hits else ordered[0]
+        matches.append((bool(root_hits), first, _match(rule, first, lines)))
+    # Root-cause rank's errors first, then by first appearance.
+    matches.sort(key=lambda item: (not item[0], item[1]))
+    result = []
+    for in_root, _, match in matches:
+        match.root_cause = in_root
+        result.append(match)
+    if root is not None and root.error is None:
+        root.error = _last_error(lines, root, summary)
+    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
+                       next_steps=[] if result else list(GENERIC_STEPS))
+
+
+def _match(rule: Rule, index: int, lines: list[str]) -> Match:
+    global_rank, local_rank = _line_owner(lines[index])
+    return Match(rule=rule.id, title=rule.title, cause=rule.cause, fix=rule.fix, reference=rule.reference,
+                 line=index + 1, text=strip_prefixes(lines[index]).strip()[:300],
+                 rank=global_rank if global_rank is not None else local_rank, consequence=rule.consequence)
+
+
+def render(con, e: Explanation, show_root: bool = True) -> None:
+    """Text for people (rich console); the command and `ddplab launch` (which names the root cause itself) share it."""
+    from rich.markup import escape
+
+    if e.root_cause is not None and show_root:
+        rc = e.root_cause
+        code = f"exit code {rc.exitcode}" + (f" ({rc.signal})" if rc.signal else "") if rc.exitcode is not None else ""
+        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {code}" if code else ""))
+        if rc.error:
+            con.print(f"  {rc.error}", markup=False)
+    for n, m in enumerate(e.matches, 1):
+        where = f"line {m.line}" + (f", rank {m.rank}" if m.rank is not None else "")
+        tag = " [bold red](root cause)[/]" if m.root_cause else (" (usually a consequence of another failure)"
+                                                                 if m.consequence else "")
+        con.print(f"[bold]{n}. {escape(m.title)}[/] {escape(f'[{m.rule}]')} {where}{tag}")
+        con.print(f"   > {m.text}", markup=False)
+        con.print(f"   cause: {m.cause}", markup=False)
+        con.print(f"   fix:   {m.fix}", markup=False)
+        con.print(f"   see:   {m.reference}", markup=False)
+    if not e.matches:
+        con.print("no known error found in this log. Next steps:")
+        for step in e.next_steps:
+            con.print(f"  - {step}", markup=False)
