@@ -102,8 +102,10 @@ def test_busy_master_port_fails_preflight(no_leftover_workers):
 @pytest.mark.parametrize("args, words", [
     (["--nproc", "0"], "not a positive whole number"),
     (["--nproc", "abc"], "not a positive whole number"),
+    (["--nnodes", "2"], "needs --rdzv-endpoint"),
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29500"], "--node-rank 2 is outside"),
     (["--stages", "warp"], "unknown stage"),
-    (["--timeout", "-1"], "not a positive number of seconds"),
+    (["--timeout", "-1"], "not a positive number"),
     (["--device", "tpu"], "invalid choice"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, words):

@@ -8,8 +8,8 @@
 Rules it follows so that scripts don't have to:
 - the launcher owns MASTER_ADDR/MASTER_PORT; they are read, never written;
 - on GPUs the device is set from LOCAL_RANK *before* the process group exists (NCCL binds to it);
-- the store is namespaced by TORCHELASTIC_RESTART_COUNT, so a group restarted by the elastic agent never
-  reads keys left by the previous attempt (see pytorch/pytorch#135712);
+- a group restarted by the elastic agent never reads keys left by the previous attempt (see _store and
+  pytorch/pytorch#135712);
 - shutdown always runs, even after an exception.
 """
 
@@ -148,12 +148,19 @@ def choose_backend(device: torch.device, backend: str | None = None) -> str:
 def _store(env: LauncherEnv, timeout: timedelta) -> dist.Store:
     if env.master_addr is None:  # a single process (read_launcher_env insists on an address for more)
         return dist.HashStore()
-    # Under torchelastic the agent already serves a TCPStore on MASTER_ADDR:MASTER_PORT; otherwise rank 0 hosts it.
+    # Under torchelastic the agent may serve the store on MASTER_ADDR:MASTER_PORT; otherwise rank 0 hosts it.
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size,
                           is_master=env.rank == 0 and not agent_store, timeout=timeout,
                           wait_for_workers=False)
-    return dist.PrefixStore(f"ddplab/attempt{env.restart_count}", store)
+    one_agent = os.environ.get("GROUP_WORLD_SIZE", "1") == "1"
+    if agent_store and one_agent:
+        # The agent's store outlives a restart, and the previous attempt's keys are still in it: a restarted group
+        # could read a dead peer's address (pytorch/pytorch#135712). One agent means one restart count for all.
+        return dist.PrefixStore(f"ddplab/attempt{env.restart_count}", store)
+    # Several agents count restarts each on their own, so the count is no common prefix. ddplab runs several nodes
+    # with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: every rendezvous round then gets a fresh store, nothing is stale.
+    return store
 
 
 def init(backend: str | None = None, device: str | None = None,

@@ -43,6 +43,65 @@ STARTUP_GRACE_S = 60.0
 TAIL_LINES = 15
 
 
+# ----------------------------------------------------------------------------------------------- nodes
+
+
+@dataclass
+class Nodes:
+    """Several machines meeting through torchrun's c10d rendezvous on HOST:PORT (served by node rank 0).
+
+    The c10d store is unauthenticated: keep HOST:PORT on a private network, never on a public address.
+    """
+
+    count: int
+    rank: int
+    host: str
+    port: int
+    rdzv_id: str = "ddplab"
+    local_addr: str = ""  # this node's address as the others reach it; found from the route to HOST when empty
+    interface: str = ""
+    join_timeout: int = 120  # seconds to wait for every node at a rendezvous (torchrun's default is 600)
+
+    @classmethod
+    def parse(cls, count: int, rank: int, endpoint: str, rdzv_id: str = "ddplab") -> Nodes:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise DdplabError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT: use the address of node 0 and a "
+                              "free port on it, e.g. 10.0.0.1:29500")
+        if not 0 <= rank < count:
+            raise DdplabError(f"--node-rank {rank} is outside 0..{count - 1}: number the nodes 0..--nnodes-1")
+        nodes = cls(count, rank, host.strip("[]"), int(port), rdzv_id)
+        nodes.local_addr, nodes.interface = route_to(nodes.host)
+        if rank == 0 and not port_is_free(nodes.port, nodes.local_addr):
+            raise DdplabError(f"port {nodes.port} on {nodes.local_addr} is already in use: node 0 serves the "
+                              "rendezvous there; choose another port in --rdzv-endpoint on every node")
+        return nodes
+
+    def worker_env(self) -> dict[str, str]:
+        env = {
+            # a fresh store every rendezvous round: restart counts differ between agents (pytorch/pytorch#135712)
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        }
+        for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):  # the interface that reaches the other nodes,
+            if self.interface and var not in os.environ:          # not whatever the hostname resolves to
+                env[var] = self.interface
+        return env
+
+
+def route_to(host: str) -> tuple[str, str]:
+    """This machine's address and interface on the route to `host` (a UDP connect sends no packet)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 9))
+        except OSError as e:
+            raise DdplabError(f"no route to rendezvous host {host!r} ({e.strerror}): check the address of node 0 "
+                              "and this machine's network") from None
+        addr = s.getsockname()[0]
+    interface = next((name for name, addrs in psutil.net_if_addrs().items()
+                      if any(a.address == addr for a in addrs)), "")
+    return addr, interface
+
+
 # ----------------------------------------------------------------------------------------------- results
 
 
@@ -184,15 +243,20 @@ def _agent_main(spec_path: str) -> int:
     _resolve(spec["target"])  # import once here so that every forked worker inherits it
     if sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
         return 0
-    store = _loopback_store(spec["master_port"])  # noqa: F841  kept alive: torch's rendezvous reuses its server
-    config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=spec["nproc"],
-        run_id=spec["run_id"],
-        rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{spec['master_port']}", rdzv_configs={"rank": 0},
-        local_addr="127.0.0.1",
-        max_restarts=spec["max_restarts"], monitor_interval=0.05, start_method="fork",
-        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE),
-    )
+    common = dict(nproc_per_node=spec["nproc"], max_restarts=spec["max_restarts"], monitor_interval=0.05,
+                  start_method="fork",
+                  logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE))
+    nodes = spec["nodes"]
+    if nodes is None:  # this machine alone: a static rendezvous on loopback
+        store = _loopback_store(spec["master_port"])  # noqa: F841  kept alive: torch's rendezvous reuses its server
+        config = LaunchConfig(min_nodes=1, max_nodes=1, run_id=spec["run_id"], rdzv_backend="static",
+                              rdzv_endpoint=f"127.0.0.1:{spec['master_port']}", rdzv_configs={"rank": 0},
+                              local_addr="127.0.0.1", **common)
+    else:  # several machines: torchrun's c10d rendezvous, hosted by node 0
+        config = LaunchConfig(min_nodes=nodes["count"], max_nodes=nodes["count"], run_id=nodes["rdzv_id"],
+                              rdzv_backend="c10d", rdzv_endpoint=f"{nodes['host']}:{nodes['port']}",
+                              rdzv_configs={"is_host": nodes["rank"] == 0, "join_timeout": nodes["join_timeout"]},
+                              local_addr=nodes["local_addr"], **common)
     failures = {}
     try:
         elastic_launch(config, _worker_entry)(spec_path)
@@ -246,25 +310,32 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,
         stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
         env: dict[str, str] | None = None, keep_dir: bool = False,
-        on_event: Callable[[int, dict], None] | None = None) -> RunResult:
+        on_event: Callable[[int, dict], None] | None = None, nodes: Nodes | None = None) -> RunResult:
     """Run `target(payload)` on `nproc` local ranks and return what each rank did.
 
     stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
     deadline: declare a hang when the whole run takes longer than this.
     on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
     """
-    pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env)
+    pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env, nodes=nodes)
     return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir,
                        on_event=on_event)
 
 
 def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
-          env: dict[str, str] | None = None) -> PendingRun:
+          env: dict[str, str] | None = None, nodes: Nodes | None = None) -> PendingRun:
     """Start the agent now and let it import torch and the target while the caller does other work (preflight);
-    nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it."""
+    nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
+
+    nodes: several machines meeting through torchrun's c10d rendezvous; None = this machine alone.
+    """
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")
-    if master_port is None:
+    child_env = {**os.environ, **(env or {})}
+    if nodes is not None and nodes.count > 1:
+        master_port = nodes.port
+        child_env.update(nodes.worker_env())
+    elif master_port is None:
         master_port = free_port()
     elif not port_is_free(master_port):
         raise DdplabError(f"port {master_port} on 127.0.0.1 is already in use: pass another --master-port, "
@@ -276,8 +347,8 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
     spec_path.write_text(json.dumps({
         "target": target, "nproc": nproc, "master_port": master_port,
         "max_restarts": max_restarts, "run_dir": str(run_dir), "run_id": run_dir.name,
+        "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None,
     }))
-    child_env = {**os.environ, **(env or {})}
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
     child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")

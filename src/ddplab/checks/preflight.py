@@ -44,8 +44,12 @@ def _devices(nproc: int, device: str, backend: str) -> Finding:
     return Finding("ok", f"{nproc} simulated device(s) (CPU processes) on {cores} cores")
 
 
-def port_finding(master_port: int | None) -> tuple[Finding, int | None]:
+def port_finding(master_port: int | None, nodes=None) -> tuple[Finding, int | None]:
     """Checked first, without torch: the agent can start on this port while the rest of preflight runs."""
+    if nodes is not None:  # Nodes.parse already refused a busy port on node 0
+        host = "this node hosts it" if nodes.rank == 0 else f"this node is {nodes.local_addr}"
+        return Finding("ok", f"node {nodes.rank}/{nodes.count}: c10d rendezvous on {nodes.host}:{nodes.port} "
+                             f"({host}; unauthenticated: private network only)"), nodes.port
     if master_port is None:
         port = free_port()
         return Finding("ok", f"rendezvous on 127.0.0.1:{port} (a free port)"), port

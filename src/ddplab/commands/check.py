@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult
 
 # Long enough for a first NCCL initialisation on a big node, short enough that a hang is named within a minute.
@@ -29,32 +29,12 @@ class CheckResult:
     seconds: float
     stages: list[StageResult]
     problems: list[dict] = field(default_factory=list)  # per failing rank: traceback or stack, for people to read
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of processes, e.g. 2")
-    return int(text)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 30")
-    return value
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1..65535)")
-    return int(text)
+    nnodes: int = 1
+    ranks: list[int] = field(default_factory=list)  # the global ranks that ran on this node
 
 
 def _fraction(text: str) -> float:
-    value = _positive_float(text)
+    value = cliargs.positive_float(text)
     if value >= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of memory between 0 and 1, e.g. 0.5")
     return value
@@ -71,18 +51,19 @@ def _stages(text: str) -> list[str]:
 def add_parser(sub) -> None:
     p = sub.add_parser("check", help="does distributed training work here, stage by stage, and if not, why",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=_positive_int,
+    p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=cliargs.positive_int,
                    help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible, else cpu")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on GPUs, gloo on CPU")
     p.add_argument("--stages", type=_stages, default=list(STAGES),
                    help=f"comma-separated subset of {','.join(STAGES)} (preflight always runs)")
-    p.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S,
+    p.add_argument("--timeout", type=cliargs.positive_float, default=DEFAULT_TIMEOUT_S,
                    help="seconds without progress on any rank before the run is declared hung (default %(default)g)")
-    p.add_argument("--master-port", type=_port, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--mem-fraction", type=_fraction, default=0.5,
                    help="share of free GPU memory the devices stage allocates (default %(default)g)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cliargs.add_nodes(p)
     p.set_defaults(run=run)
 
 
@@ -91,13 +72,14 @@ def run(args) -> int:
     from ddplab.checks import preflight
 
     worker_stages = [s for s in WORKER_STAGES if s in args.stages]
-    port_finding, port = preflight.port_finding(args.master_port)
+    nodes = cliargs.nodes_from(args)
+    port_finding, port = preflight.port_finding(args.master_port, nodes)
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
     pending = None
     early_nproc = args.nproc or (2 if args.device == "cpu" or envinfo.nvidia_driver() is None else None)
     if worker_stages and port is not None and early_nproc:
-        pending = runner.start("ddplab.checks.worker:run_stages", nproc=early_nproc, master_port=port)
+        pending = runner.start("ddplab.checks.worker:run_stages", nproc=early_nproc, master_port=port, nodes=nodes)
     try:
         import torch
 
@@ -107,7 +89,7 @@ def run(args) -> int:
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
         pre = preflight.run(nproc, device, backend, port_finding)
-        stages, problems, seconds = [pre], [], pre.seconds
+        stages, problems, seconds, ranks = [pre], [], pre.seconds, []
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
         elif worker_stages:
@@ -115,12 +97,13 @@ def run(args) -> int:
                 pending.cancel()
                 pending = None
             if pending is None:
-                pending = runner.start("ddplab.checks.worker:run_stages", nproc=nproc, master_port=port)
+                pending = runner.start("ddplab.checks.worker:run_stages", nproc=nproc, master_port=port,
+                                       nodes=nodes)
             payload = {"stages": worker_stages, "device": device, "backend": backend,
                        "mem_fraction": args.mem_fraction,
                        # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
                        "pg_timeout": args.timeout + 30}
-            workers, problems, seconds = _run_workers(args, pending, payload)
+            workers, problems, seconds, ranks = _run_workers(args, pending, payload)
             stages += workers
             pending = None
     finally:
@@ -128,7 +111,7 @@ def run(args) -> int:
             pending.cancel()
     result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
                          verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
-                         stages=stages, problems=problems)
+                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=ranks)
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
@@ -136,7 +119,7 @@ def run(args) -> int:
     return 0 if result.ok else 1
 
 
-def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict], float]:
+def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict], float, list[int]]:
     from ddplab.checks.worker import STAGE_MODULES
 
     names, nproc = payload["stages"], pending.nproc
@@ -164,7 +147,7 @@ def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict],
         else:
             cause = "not run: an earlier stage did not pass" if blamed else "no result (see the problems below)"
             stages.append(StageResult(name, SKIP if blamed else FAIL, cause=cause))
-    return stages, problems, run.seconds
+    return stages, problems, run.seconds, [r.rank for r in run.ranks]
 
 
 def _blame(stage: str, run) -> StageResult:
@@ -195,6 +178,9 @@ def _problems(run) -> list[dict]:
 
 def _verdict(result: CheckResult) -> str:
     where = f"{result.nproc} rank(s), {result.backend} on {result.device}"
+    if result.nnodes > 1:
+        where = f"{result.nproc} rank(s) here ({', '.join(map(str, result.ranks))}) of {result.nnodes} nodes, " \
+                f"{result.backend} on {result.device}"
     if result.ok:
         sim = " (simulated devices: CPU processes)" if result.device == "cpu" else ""
         return f"READY: distributed training works here with {where}{sim}"
@@ -204,7 +190,8 @@ def _verdict(result: CheckResult) -> str:
 
 
 def render(con, r: CheckResult) -> None:
-    con.print(f"[bold]ddplab check[/] — {r.nproc} rank(s), {r.backend} on {r.device}")
+    nodes = f" on each of {r.nnodes} nodes" if r.nnodes > 1 else ""
+    con.print(f"[bold]ddplab check[/] — {r.nproc} rank(s){nodes}, {r.backend} on {r.device}")
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("stage", "status", "time", "result"):
         table.add_column(col, overflow="fold")

@@ -1,0 +1,34 @@
+"""Several machines through torchrun's c10d rendezvous: two network namespaces act as two hosts."""
+
+import json
+import sys
+
+from conftest import kill_tree
+from netns import popen_in, two_hosts
+
+
+def _both(hosts, argv_for, timeout=120):
+    procs = [popen_in(ns, argv_for(rank, addr)) for rank, (ns, addr) in enumerate(hosts)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p.pid)
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+def test_check_across_two_hosts(no_leftover_workers):
+    with two_hosts() as hosts:
+        endpoint = f"{hosts[0][1]}:29561"
+        ran = _both(hosts, lambda rank, addr: [
+            sys.executable, "-m", "ddplab", "check", "--json", "--nproc", "1", "--device", "cpu",
+            "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
+    for code, out, err in ran:
+        assert code == 0, err[-3000:] + out[-3000:]
+        result = json.loads(out)
+        assert result["ok"] and result["nnodes"] == 2
+        stages = {s["name"]: s for s in result["stages"]}
+        assert "c10d rendezvous on " + endpoint in stages["preflight"]["figure"]
+        assert stages["collectives"]["status"] == "PASS" and stages["ddp"]["status"] == "PASS"
+    ranks = sorted(r for code, out, err in ran for r in json.loads(out)["ranks"])
+    assert ranks == [0, 1]  # the two hosts formed one group of two
