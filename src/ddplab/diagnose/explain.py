@@ -1,7 +1,8 @@
 """Match a log against the rule table and order the diagnoses the way a person should read them.
 
-Order: the rules matched in the root-cause rank's own output first (torchrun's "Root Cause (first observed
-failure)" summary names that rank), then every other rule in the order its error first appears in the log.
+Order: the rules matched in what the root-cause rank died of first (torchrun's "Root Cause (first observed
+failure)" summary names that rank; its last traceback, or the signal in the summary), then every other rule in the
+order its error first appears in the log.
 Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
 `[default1]:` (torchrun --tee: role and local rank).
 """
@@ -110,19 +111,28 @@ def _summary_span(lines: list[str], root: RootCause | None) -> range:
     return range(root.line - 1, end)
 
 
-def _is_root_line(index: int, lines: list[str], root: RootCause, summary: range) -> bool:
-    if index in summary:
-        return True
-    global_rank, local_rank = _line_owner(lines[index])
+def _owned_by_root(line: str, root: RootCause) -> bool:
+    global_rank, local_rank = _line_owner(line)
     if global_rank is not None:
         return global_rank == root.rank
     return local_rank is not None and local_rank == (root.local_rank if root.local_rank is not None else root.rank)
 
 
-def _last_error(lines: list[str], root: RootCause, summary: range) -> str | None:
-    for index in range(len(lines) - 1, -1, -1):
-        if index in summary or not _is_root_line(index, lines, root, summary):
-            continue
+def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set[int]:
+    """Lines that tell why the root-cause rank died: the summary's block, and that rank's last traceback (what it
+    died of; earlier ones it survived). A rank killed by a signal died of no traceback of its own."""
+    if root is None:
+        return set()
+    found = set(summary)
+    if root.exitcode is not None and root.exitcode < 0:
+        return found
+    own = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)]
+    starts = [i for i in own if "Traceback (most recent call last)" in lines[i]]
+    return found | {i for i in own if not starts or i >= starts[-1]}
+
+
+def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str | None:
+    for index in sorted(root_lines - set(summary), reverse=True):
         text = strip_prefixes(lines[index]).strip()
         if ERROR_LINE.match(text):
             return text[:300]
@@ -138,6 +148,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         starts.append(starts[-1] + len(line) + 1)
     root = root or parse_root_cause(lines)
     summary = _summary_span(lines, root)
+    root_lines = _root_lines(lines, root, summary)
 
     matches = []
     for rule, patterns in _COMPILED:
@@ -150,7 +161,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         if not hits:
             continue
         ordered = sorted(hits)
-        root_hits = [i for i in ordered if root is not None and _is_root_line(i, lines, root, summary)]
+        root_hits = [i for i in ordered if i in root_lines]
         first = root_hits[0] if root_hits else ordered[0]
         matches.append((bool(root_hits), first, _match(rule, first, lines)))
     # Root-cause rank's errors first, then by first appearance.
@@ -160,7 +171,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         match.root_cause = in_root
         result.append(match)
     if root is not None and root.error is None:
-        root.error = _last_error(lines, root, summary)
+        root.error = _last_error(lines, root_lines, summary)
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS))
 

@@ -66,7 +66,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "rendezvous-incomplete", "not every rank joined the process group",
         (r"waiting for clients\. \d+/\d+ clients joined",
-         r"wait timeout after \d+ms, keys: /default_pg/",
+         r"wait timeout after \d+ms, keys: ",
          r"RendezvousTimeoutError"),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
