@@ -4,7 +4,8 @@
     python benchmarks/bench_vs_raw.py --rounds 3 --nproc 3
 
 Each round runs both sweeps at the same sizes, alternating which goes first (the machine is shared and noisy);
-per size the median busbw over rounds is compared. Target: ddplab within 5 % of raw at sizes ≥ 1 MiB.
+per size the best busbw over rounds is compared (the median is shown too).
+Target: ddplab within 5 % of raw at sizes ≥ 1 MiB.
 The raw loop is this file run under torchrun (`--raw-worker`): ones, warm-up, barrier, N timed all_reduce calls,
 time averaged over ranks, busbw = S/t · 2(n−1)/n — what every hand-written benchmark does.
 """
@@ -90,20 +91,24 @@ def main() -> int:
         print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(
             f"{format_size(s)} {seen['ddplab'][s][-1]:.3f}/{seen['raw'][s][-1]:.3f}" for s in sizes), file=sys.stderr)
 
-    print(f"all_reduce, {args.nproc} gloo ranks, {args.iters} calls after {args.warmup} warm-up, "
-          f"median busbw (GB/s) over {args.rounds} alternating rounds; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'size':>6} {'ddplab':>8} {'raw':>8} {'ratio':>7}   spread over rounds (min..max, ddplab | raw)")
-    big = []
+    load = os.getloadavg()
+    print(f"all_reduce, {args.nproc} gloo ranks, {args.iters} calls after {args.warmup} warm-up, busbw in GB/s over "
+          f"{args.rounds} alternating rounds; load average {load[0]:.2f} now, {load[2]:.2f} over 15 min")
+    print(f"{'size':>6} {'best':>8} {'of raw':>8} {'ratio':>7} {'median':>9} {'of raw':>8} {'ratio':>7}")
+    worst = {"best": 1.0, "median": 1.0}
     for s in sizes:
-        ours, raw = statistics.median(seen["ddplab"][s]), statistics.median(seen["raw"][s])
-        ratio = ours / raw
-        spread = " | ".join(f"{min(v[s]):.3f}..{max(v[s]):.3f}" for v in (seen["ddplab"], seen["raw"]))
-        print(f"{format_size(s):>6} {ours:8.3f} {raw:8.3f} {ratio:7.3f}   {spread}")
-        if s >= 1 << 20:
-            big.append(ratio)
-    worst = max(big, key=lambda r: abs(r - 1))
-    ok = abs(worst - 1) <= 0.05
-    print(f"sizes ≥ 1M: worst ratio {worst:.3f} — {'within' if ok else 'OUTSIDE'} the 5 % target")
+        line = f"{format_size(s):>6}"
+        for how, pick in (("best", max), ("median", statistics.median)):
+            ours, raw = pick(seen["ddplab"][s]), pick(seen["raw"][s])
+            line += f" {ours:{9 if how == 'median' else 8}.3f} {raw:8.3f} {ours / raw:7.3f}"
+            if s >= 1 << 20 and abs(ours / raw - 1) > abs(worst[how] - 1):
+                worst[how] = ours / raw
+        print(line)
+    # Other processes can only slow a run down, so the best round is each side's undisturbed speed (the reasoning
+    # of Python's timeit); the median is shown to say how noisy the machine was.
+    ok = abs(worst["best"] - 1) <= 0.05
+    print(f"sizes >= 1M: worst ratio {worst['best']:.3f} best-of-rounds ({worst['median']:.3f} median) — "
+          f"{'within' if ok else 'OUTSIDE'} the 5 % target")
     return 0 if ok else 1
 
 
