@@ -72,7 +72,7 @@ def test_mlp_runs_and_its_weights_load_into_the_plain_model(nproc, tmp_path, no_
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_gpt_runs_on_a_given_text_and_loads_into_the_plain_model(nproc, tmp_path, no_leftover_workers):
     text = tmp_path / "t.txt"
-    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60)
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 150)
     _, result = train("gpt", nproc, "--text", str(text), "--checkpoint-dir", str(tmp_path / "ck"))
     check_every_rank_worked(result, nproc)
     assert result["tokens_per_sec"] == pytest.approx(result["samples_per_sec"] * 16)

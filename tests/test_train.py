@@ -31,6 +31,19 @@ def train(*flags: str, nproc: int = 2, expect: int = 0):
     return ran
 
 
+def refused(capsys, *args: str) -> str:
+    """Run the real CLI entry point in this process (bad input never starts a worker); return its one error line."""
+    from ddplab.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (code, err)
+    return err
+
+
 def weights(directory) -> dict:
     return torch.load(directory / "model.pt", weights_only=True)
 
@@ -55,6 +68,15 @@ def stopped(tmp_path_factory):
 
 def one_process_reference(cfg: mlp.Config, world: int) -> dict:
     """A plain model, no DDP, one process, trained on exactly the global batches the ranks saw together."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only contend with the other tests' processes
+    try:
+        return _train_plain(cfg, world)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_plain(cfg: mlp.Config, world: int) -> dict:
     data = mlp.make_data(cfg)
     torch.manual_seed(cfg.seed)
     model = mlp.make_model(cfg, data)
@@ -128,12 +150,11 @@ def test_resume_on_another_world_size_works_and_says_so(stopped, tmp_path, no_le
     assert result["steps"] == 2 * STEPS_PER_EPOCH - 256 // 16
 
 
-def test_checkpoint_of_another_recipe_or_shape_is_refused(stopped):
-    ran = cli("train", "mlp", "--nproc", "2", *FLAGS, "--hidden", "64", "--checkpoint-dir", str(stopped),
-              "--resume")
-    assert ran.code == 2 and "--hidden 32, this run has --hidden 64" in ran.err and len(ran.err.splitlines()) == 1
-    ran = cli("train", "linear", "--checkpoint-dir", str(stopped), "--resume")
-    assert ran.code == 2 and "written by the mlp recipe, not linear" in ran.err and len(ran.err.splitlines()) == 1
+def test_checkpoint_of_another_recipe_or_shape_is_refused(stopped, capsys):
+    err = refused(capsys, "train", "mlp", *FLAGS, "--hidden", "64", "--checkpoint-dir", str(stopped), "--resume")
+    assert "--hidden 32, this run has --hidden 64" in err
+    err = refused(capsys, "train", "linear", "--checkpoint-dir", str(stopped), "--resume")
+    assert "written by the mlp recipe, not linear" in err
 
 
 def test_gpt_checkpoint_of_another_vocabulary_is_refused_by_the_workers(tmp_path, no_leftover_workers):
@@ -152,20 +173,18 @@ def test_gpt_checkpoint_of_another_vocabulary_is_refused_by_the_workers(tmp_path
     assert [line for line in ran.err.splitlines() if "error" in line][0].startswith("ddplab train: error: checkpoint")
 
 
-def test_a_fresh_run_never_overwrites_existing_checkpoints(stopped):
+def test_a_fresh_run_never_overwrites_existing_checkpoints(stopped, capsys):
     before = sorted(p.name for p in stopped.iterdir())
-    ran = cli("train", "mlp", "--checkpoint-dir", str(stopped))
-    assert ran.code == 2 and "already holds checkpoints" in ran.err and "--resume" in ran.err
+    err = refused(capsys, "train", "mlp", "--checkpoint-dir", str(stopped))
+    assert "already holds checkpoints" in err and "--resume" in err
     assert sorted(p.name for p in stopped.iterdir()) == before
 
 
-def test_bad_checkpoint_directories_are_one_line_errors(tmp_path):
+def test_bad_checkpoint_directories_are_one_line_errors(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    ran = cli("train", "linear", "--checkpoint-dir", str(blocker / "ck"))
-    assert ran.code == 2 and f"{blocker}/ck is not writable" in ran.err and len(ran.err.splitlines()) == 1
-    ran = cli("train", "linear", "--checkpoint-dir", str(tmp_path / "empty"), "--resume")
-    assert ran.code == 2 and "holds no checkpoint" in ran.err
+    assert f"{blocker}/ck is not writable" in refused(capsys, "train", "linear", "--checkpoint-dir", str(blocker / "ck"))
+    assert "holds no checkpoint" in refused(capsys, "train", "linear", "--checkpoint-dir", str(tmp_path / "e"), "--resume")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -175,10 +194,17 @@ def test_bad_checkpoint_directories_are_one_line_errors(tmp_path):
     (["mlp", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
     (["linear", "--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a GPU"),
     (["gpt", "--n-embd", "30", "--n-head", "4"], "not divisible by --n-head"),
+    (["linear", "--nproc", "2", "--epochs", "0"], "--epochs 0: must be at least 1"),  # an early-started agent ends
 ])
-def test_bad_input_is_one_line_exit_2(args, message):
-    ran = cli("train", *args)
-    assert ran.code == 2 and message in ran.err and len(ran.err.strip().splitlines()) == 1, ran.err
+def test_bad_input_is_one_line_exit_2(args, message, capsys, no_leftover_workers):
+    assert message in refused(capsys, "train", *args)
+
+
+def test_bad_input_in_a_real_process_is_one_line():
+    ran = cli("train", "gpt", "--nproc", "2", "--text", "/no/such/file.txt")
+    assert ran.code == 2 and ran.err.strip().splitlines() == [
+        "ddplab train: error: --text /no/such/file.txt: no such file: pass a UTF-8 text file, or omit --text to use "
+        "the bundled stories"]
 
 
 def test_idle_and_slow_ranks_are_warned_about():

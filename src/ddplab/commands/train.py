@@ -14,6 +14,7 @@ from ddplab import report
 from ddplab.errors import DdplabError
 
 RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
+TARGET = "ddplab.train.loop:run_worker"
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
 
 
@@ -26,13 +27,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
-    import ddplab.recipes
-    from ddplab.cli import Parser
-    from ddplab.train.config import add_arguments
-
-    doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
-    p = Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
+def launcher_arguments(p: argparse.ArgumentParser) -> None:
     launch = p.add_argument_group("launcher (torchrun's names)")
     launch.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=None, metavar="N",
                         help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
@@ -41,8 +36,33 @@ def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
                         help="restart the group this many times after a failure (resumes from the latest checkpoint)")
     launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
                         help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
+
+
+def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
+    import ddplab.recipes
+    from ddplab.cli import Parser
+    from ddplab.train.config import add_arguments
+
+    doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
+    p = Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
+    launcher_arguments(p)
     add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
     return p
+
+
+def start_early(argv: list[str]):
+    """Start the agent (it imports torch, ~2 s) before this process imports torch and checks the flags, when the
+    flags already say how many ranks; the caller cancels it if the checks fail."""
+    from ddplab import runner
+
+    if "-h" in argv or "--help" in argv:
+        return None
+    quick = argparse.ArgumentParser(add_help=False)
+    launcher_arguments(quick)
+    launch, _ = quick.parse_known_args(argv)
+    if launch.nproc is None or launch.nproc < 1 or launch.max_restarts < 0:
+        return None
+    return runner.start(TARGET, nproc=launch.nproc, master_port=launch.master_port, max_restarts=launch.max_restarts)
 
 
 @dataclass
@@ -56,13 +76,27 @@ class TrainFailure:
 
 
 def run(args) -> int:
+    pending = None
+    try:
+        pending = start_early(args.args)
+        cfg, ns, nproc = _checked(args)
+        if pending is None:
+            from ddplab import runner
+
+            pending = runner.start(TARGET, nproc=nproc, master_port=ns.master_port, max_restarts=ns.max_restarts)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
+    return _run(pending, args.recipe, cfg, ns)
+
+
+def _checked(args):
+    """Every check that needs no worker: flags, device, checkpoint directory, a --resume that cannot fit."""
     import torch
 
-    from ddplab import runner
-    from ddplab.train import loop
+    from ddplab.train import checkpoint, loop
     from ddplab.train.config import from_arguments
-    from ddplab.train.progress import ProgressView
-    from ddplab.train.result import TrainResult, render
 
     recipe = loop.load_recipe(args.recipe)
     ns = recipe_parser(args.recipe, recipe).parse_args(args.args)
@@ -76,8 +110,19 @@ def run(args) -> int:
         raise DdplabError(f"--nproc {nproc} but {gpus} GPU(s) are visible: use --nproc {gpus or 1}, or --device cpu")
     if ns.max_restarts < 0:
         raise DdplabError(f"--max-restarts {ns.max_restarts}: must be 0 or more")
-    loop.preflight(cfg)  # bad flags and checkpoint-directory problems, before any process starts
+    loop.preflight(cfg)
     cfg.check_device(device)
+    if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
+        newest = checkpoint.listed(cfg.checkpoint_path)[0][1]
+        state = checkpoint.peek(newest)
+        if state is not None:
+            loop.check_compatible(state, args.recipe, cfg, newest)
+    return cfg, ns, nproc
+
+
+def _run(pending, recipe: str, cfg, ns) -> int:
+    from ddplab.train.progress import ProgressView
+    from ddplab.train.result import TrainResult, render
 
     view = ProgressView()
     errors: dict[int, tuple[str, int]] = {}
@@ -88,13 +133,12 @@ def run(args) -> int:
         view.on_event(rank, event)
 
     try:
-        outcome = runner.run("ddplab.train.loop:run_worker", {"recipe": args.recipe, "config": cfg.to_dict()},
-                             nproc=nproc, master_port=ns.master_port, stall_timeout=ns.stall_timeout,
-                             max_restarts=ns.max_restarts, on_event=on_event)
+        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict()}, stall_timeout=ns.stall_timeout,
+                              on_event=on_event)
     finally:
         view.close()
     if outcome.ok:
-        result = TrainResult.from_dict(outcome.ranks[0].result)
+        result = TrainResult.from_dict(outcome.rank(0).result)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input

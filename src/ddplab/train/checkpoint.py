@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -87,9 +88,24 @@ def _tmp_for(path: Path) -> Path:
 def atomic_save(obj: Any, path: Path) -> str:
     """Replace `path` with `obj` in one step: readers see the old file or the new one, never half of one."""
     tmp = _tmp_for(path)
-    sha = _write(obj, tmp)
-    _publish(tmp, path)
+    try:
+        sha = _write(obj, tmp)
+        _publish(tmp, path)
+    except Exception as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise DdplabError(f"could not write {path} ({_why(e, path.parent)}): free space or choose a writable "
+                          "--checkpoint-dir" + ("; the previous one is intact" if path.exists() else "")) from None
     return sha
+
+
+def _why(e: Exception, directory: Path) -> str:
+    """The cause in a few words. torch.save reports a failed write as RuntimeError("... unexpected pos ..."), not
+    OSError, so the free space is added: a full disk is the usual reason."""
+    text = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    with contextlib.suppress(OSError):
+        text += f"; {shutil.disk_usage(directory).free / 2**20:,.0f} MiB free there"
+    return text
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -109,12 +125,12 @@ def save(directory: Path, state: dict, step: int, keep: int) -> Path:
         sha = _write({"format": FORMAT, **state}, tmp)
         final = directory / f"step-{step:08d}-{sha[:HASH_CHARS]}.pt"
         _publish(tmp, final)
-    except OSError as e:
+    except Exception as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
         intact = f"; the previous checkpoint {before[0][1].name} is intact" if before else ""
-        raise DdplabError(f"could not write checkpoint step {step} to {directory} ({e.strerror or e}): free space "
-                          f"or choose a writable --checkpoint-dir{intact}") from None
+        raise DdplabError(f"could not write checkpoint step {step} to {directory} ({_why(e, directory)}): free "
+                          f"space or choose a writable --checkpoint-dir{intact}") from None
     for _, old in listed(directory)[keep:]:
         with contextlib.suppress(OSError):
             old.unlink()
@@ -139,6 +155,15 @@ def load(path: Path) -> dict:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"it is not a {FORMAT} file")
     return state
+
+
+def peek(path: Path) -> dict | None:
+    """A quick look without reading the tensors (mmap) or checking the checksum; None when it does not load."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def latest(directory: Path, warn: Callable[[str], None] = lambda msg: None) -> Found | None:

@@ -77,6 +77,7 @@ class Reporter:
         self.events = events
         self.view = ProgressView() if is_main and not events else None
         self._last_tick = 0.0
+        self._held: list[str] | None = []  # notes that come before start() follow the header
 
     def _send(self, kind: str, info: dict) -> None:
         if self.events:
@@ -87,6 +88,9 @@ class Reporter:
     def start(self, **info) -> None:
         self._send("start", info)
         self._last_tick = time.monotonic()
+        held, self._held = self._held or [], None
+        for text in held:
+            self.note(text)
 
     def tick(self, **info) -> None:
         """Called every step; passes on at most every TICK_S seconds."""
@@ -99,7 +103,10 @@ class Reporter:
         self._send("log", info)
 
     def note(self, text: str) -> None:
-        self._send("note", {"text": text})
+        if self._held is not None:
+            self._held.append(text)
+        else:
+            self._send("note", {"text": text})
 
     def end(self) -> None:
         self._send("end", {})
