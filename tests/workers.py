@@ -39,3 +39,17 @@ def listening_addresses(payload):
         addrs = sorted({c.laddr.ip for p in procs for c in p.net_connections(kind="inet") if c.status == "LISTEN"})
         dist.barrier()
         return {"rank": ctx.rank, "listening": addrs}
+
+
+def steps_with_all_reduce(payload):
+    """Steady collective steps; an elastic restart begins again from step 0 with a fresh group."""
+    with dd.session(timeout=30) as ctx:
+        total = torch.zeros(1)
+        for step in range(payload["steps"]):
+            mark("step", step=step)
+            t = torch.tensor([float(ctx.rank + 1)])
+            dist.all_reduce(t)
+            total += t
+            time.sleep(payload["sleep"])
+        return {"rank": ctx.rank, "total": total.item(),
+                "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}

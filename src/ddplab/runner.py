@@ -195,6 +195,8 @@ def _worker_entry(spec_path: str) -> None:
     # Files are per local rank: on several nodes each runner sees only its own ranks, and global ranks are
     # assigned by the rendezvous. The global rank travels in the "start" event.
     local = int(os.environ["LOCAL_RANK"])
+    # After an elastic restart, a result this rank wrote in an earlier attempt is not the run's result.
+    (run_dir / "results" / f"local{local}.json").unlink(missing_ok=True)
     _events_file = open(run_dir / "events" / f"local{local}.jsonl", "a", buffering=1)
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)

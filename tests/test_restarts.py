@@ -1,0 +1,57 @@
+"""Elastic restarts that really work: kill -9 a worker again and again; the group comes back every time.
+
+A plain init_process_group on torchelastic's shared store can read the previous attempt's keys and fail or hang
+after a restart (pytorch/pytorch#135712); ddplab.dist namespaces the store per attempt.
+"""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ddplab import runner
+
+TESTS = str(Path(__file__).parent)
+KILLS = 10
+
+
+def _wait_for_progress(run_dir: Path, attempt: int, timeout: float = 60) -> dict[int, int]:
+    """Local rank -> pid, once every rank of `attempt` has made at least two steps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = {}
+        for local in range(2):
+            marks = runner.events(run_dir, local)
+            starts = [i for i, e in enumerate(marks) if e["phase"] == "start" and e["attempt"] == attempt]
+            if starts and sum(e["phase"] == "step" for e in marks[starts[-1]:]) >= 2:
+                pids[local] = marks[starts[-1]]["pid"]
+        if len(pids) == 2:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"attempt {attempt} made no progress within {timeout}s")
+
+
+@pytest.mark.slow
+def test_ten_kills_ten_recoveries(no_leftover_workers):
+    steps = 400  # long enough that the killer always finds the run in progress
+    pending = runner.start("workers:steps_with_all_reduce", nproc=2, max_restarts=KILLS,
+                           env={"PYTHONPATH": TESTS})
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        result=pending.run({"steps": steps, "sleep": 0.01}, stall_timeout=60, deadline=300)))
+    thread.start()
+    try:
+        for attempt in range(KILLS):
+            pids = _wait_for_progress(pending.run_dir, attempt)
+            os.kill(pids[attempt % 2], signal.SIGKILL)  # alternate the victim: rank 0 hosts nothing special
+    finally:
+        thread.join(timeout=320)
+    result = outcome["result"]
+    assert result.ok, result.summary()
+    assert [r.attempts for r in result.ranks] == [KILLS + 1, KILLS + 1]
+    for r in result.results():
+        assert r["attempt"] == KILLS
+        assert r["total"] == steps * 3.0  # every step of the last attempt summed 1 + 2 exactly
