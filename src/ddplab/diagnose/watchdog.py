@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,20 +146,24 @@ def describe(stacks: list[RankStack], endpoint: str | None) -> str:
 class Watchdog:
     """Tracks a torchrun agent's workers: their pids (to end them all later), and whether they still progress."""
 
-    def __init__(self, agent_pid: int, timeout: float | None, rank_logs: Path | None = None):
+    def __init__(self, agent_pid: int, timeout: float | None, rank_logs: Path | None = None,
+                 since: float | None = None):
         """rank_logs: the --log-dir torchrun writes each rank's stdout/stderr under; their growth is the script's
-        output. Without it, call note_output() whenever the job prints."""
+        output. Without it, call note_output() whenever the job prints. since: when the job began (time.monotonic()),
+        if before now: start-up time is part of the job."""
         self.agent_pid = agent_pid
         self.timeout = timeout
         # CPU is judged over a window shorter than the timeout, so that a rank that imported torch (busy) and then
         # blocked still counts as idle within one timeout.
         self.idle_window = min(max((timeout or 0) / 2, 2.0), 30.0)
+        self.recheck = min(self.idle_window, max(1.0, (timeout or 0) / 8))
+        self.suspect: tuple | None = None  # where every rank waited at the last look
         self.rank_logs = rank_logs
         self.seen: dict[int, psutil.Process] = {}
         self.ranks: dict[int, tuple[int | None, int | None]] = {}
         self.pids: frozenset[int] = frozenset()
         self.log_size = -1
-        self.last_progress = time.monotonic()
+        self.last_progress = time.monotonic() if since is None else since
         self.next_check = 0.0
         self.samples: deque[tuple[float, float]] = deque()
         self.reason = ""
@@ -227,12 +232,16 @@ class Watchdog:
         span = now - t0
         idle = span >= self.idle_window * 0.9 and (self.samples[-1][1] - cpu0) / span < IDLE_CORES * max(1, len(procs))
         stacks = self.stacks(procs)
-        if idle or (stacks and all(s.kind in WAITING for s in stacks)):
-            why = "idle CPU" if idle else "every rank waiting in a distributed call"
+        waiting = bool(stacks) and all(s.kind in WAITING for s in stacks)
+        # A healthy job passes through collectives all the time: only the same waits seen twice in a row count.
+        where = tuple((s.pid, s.call, s.where) for s in stacks) if waiting else None
+        if idle or (waiting and where == self.suspect):
+            why = "idle CPU" if idle else "every rank waiting in the same distributed call since the last look"
             self.reason = f"no output for {quiet:.0f}s and {why}"
             return stacks
-        # Busy without printing (a long epoch): look again a little later, not a whole timeout later.
-        self.next_check = now + self.idle_window
+        # Busy without printing (a long epoch), or a first sight of waiting: look again soon, not a timeout later.
+        self.suspect = where
+        self.next_check = now + self.recheck
         return None
 
     def stacks(self, procs: list[psutil.Process] | None = None) -> list[RankStack]:
@@ -240,9 +249,11 @@ class Watchdog:
         targets = [(p.pid, *self.ranks.get(p.pid, (None, None))) for p in procs]
         if not targets:  # no worker yet: the agent itself may be the one waiting (rendezvous with other nodes)
             targets = [(self.agent_pid, None, None)]
+        targets.sort(key=lambda t: (t[1] is None, t[1] or 0))
+        with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:  # py-spy pauses each rank: be quick
+            dumps = list(pool.map(dump_stack, [pid for pid, _, _ in targets]))
         result = []
-        for pid, rank, local_rank in sorted(targets, key=lambda t: (t[1] is None, t[1] or 0)):
-            frames, error = dump_stack(pid)
+        for (pid, rank, local_rank), (frames, error) in zip(targets, dumps):
             if frames is None:
                 result.append(RankStack(rank, local_rank, pid, "unknown", None, None, "", error))
                 continue
@@ -265,8 +276,18 @@ class Watchdog:
             with contextlib.suppress(psutil.NoSuchProcess):
                 if proc.is_running():  # also false when the pid now belongs to another process
                     proc.kill()
-        psutil.wait_procs(procs, timeout=5)
         agent.wait()
+        # The workers are not our children: whoever reaps them may take its time, but a zombie is already dead.
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _int(value: str | None) -> int | None:

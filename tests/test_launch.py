@@ -1,0 +1,115 @@
+"""ddplab launch: real torchrun groups of 2 ranks — a correct script, a crashing rank, a hang — and the preflight
+checks that stop a run before anything starts. Every test asserts that no process of the job survives."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import cli
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def job_processes(marker: str) -> list[int]:
+    """Live processes of a launch job: the agent (ddplab.commands.launch) or workers running `marker`."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["status"] != psutil.STATUS_ZOMBIE and ("ddplab.commands.launch" in cmd or marker in cmd):
+            found.append(p.pid)
+    return found
+
+
+def assert_nothing_left(marker: str) -> None:
+    deadline = time.monotonic() + 5
+    while (left := job_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {left}"
+
+
+def test_correct_script_as_module_on_a_busy_port(tmp_path):
+    """-m works, a busy port is swapped for a free one (and said so), per-rank logs are kept, the model trained."""
+    import torch
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ran = cli("launch", "--json", "--nproc", "2", "--master-port", str(port), "-m", "good_ddp",
+                  str(tmp_path / "model.pt"), cwd=SCRIPTS, timeout=150)
+    assert ran.code == 0, ran.err[-3000:]
+    result = ran.json()
+    assert result["status"] == "ok" and result["nproc_per_node"] == 2
+    assert f"port {port} is busy" in result["notes"][0] and f"port {port} is busy" in ran.err
+    assert result["endpoint"] != f"127.0.0.1:{port}"
+    logs = sorted(Path(result["log_dir"]).glob("*/attempt_0/*/stdout.log"))
+    assert [p.read_text().strip().split(":")[0] for p in logs] == ["rank 0/2", "rank 1/2"]
+    assert "rank 0/2: trained" in ran.err and "rank 1/2: trained" in ran.err  # tee'd to the console (stderr: --json)
+    torch.nn.Linear(4, 1).load_state_dict(torch.load(tmp_path / "model.pt", map_location="cpu", weights_only=True))
+    assert_nothing_left("good_ddp")
+
+
+def test_crashing_rank_is_named_with_traceback_and_diagnosis():
+    ran = cli("launch", "--nproc-per-node", "2", str(SCRIPTS / "crash_ddp.py"), timeout=150)
+    assert ran.code == 1, ran.err[-3000:]
+    out = ran.out
+    assert "rank 1 failed first (exit code 1): RuntimeError: Error(s) in loading state_dict" in " ".join(out.split())
+    assert 'Unexpected key(s) in state_dict: "module.weight"' in out  # the traceback tail
+    diagnosis = out[out.index("diagnosis"):]
+    assert "[module-prefix]" in diagnosis.split("\n")[1] and "(root cause)" in diagnosis.split("\n")[1]
+    assert "per-rank logs:" in out
+    # the lint warnings came first, and did not stop the run
+    assert "[save-ddp-state-dict]" in ran.err
+    assert_nothing_left("crash_ddp.py")
+
+
+@pytest.mark.slow
+def test_hang_is_found_explained_and_ended():
+    """The script sets MASTER_PORT itself: every rank waits in init_process_group for a rendezvous nobody serves."""
+    timeout = 12
+    ran = cli("launch", "--nproc-per-node", "2", "--hang-timeout", str(timeout), str(SCRIPTS / "master_port.py"),
+              timeout=120)
+    assert ran.code == 3, ran.err[-3000:]
+    assert ran.seconds < timeout + 10, f"took {ran.seconds:.1f}s"
+    text = " ".join(ran.out.split())
+    assert "both ranks are inside init_process_group" in text
+    assert "they never reached the rendezvous the launcher serves on 127.0.0.1:" in text
+    assert "rank 0 (pid" in text and "rank 1 (pid" in text and "master_port.py:11" in text  # py-spy stacks
+    assert "line 10: sets MASTER_PORT" in text
+    assert_nothing_left("master_port.py")
+
+
+def test_nccl_with_more_processes_than_gpus_stops_before_starting():
+    import torch
+
+    nproc = (torch.cuda.device_count() if torch.cuda.is_available() else 0) + 1
+    ran = cli("launch", "--nproc-per-node", str(nproc), str(SCRIPTS / "nccl_only.py"), timeout=60)
+    assert ran.code == 2
+    last = ran.err.strip().splitlines()[-1]
+    assert "hard-codes backend 'nccl'" in last and f"--nproc-per-node is {nproc}" in last
+    assert "Traceback" not in ran.err and "per-rank logs" not in ran.err  # nothing was started
+    assert_nothing_left("nccl_only.py")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nproc", "2", "no_such_script.py"], "no such file"),
+    (["--hang-timeout", "-1", str(SCRIPTS / "good_ddp.py")], "--hang-timeout"),
+    (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
+])
+def test_bad_input_is_one_line_exit_2(args, says):
+    ran = cli("launch", *args, timeout=60)
+    assert ran.code == 2
+    assert says in ran.err and "Traceback" not in ran.err
+    assert len(ran.err.strip().splitlines()) == 1
+
+
+def test_help_lists_torchruns_options_and_ours():
+    ran = cli("launch", "--help", timeout=60)
+    assert ran.code == 0
+    for option in ("--nproc-per-node", "--rdzv-endpoint", "--max-restarts", "--log-dir", "--hang-timeout"):
+        assert option in ran.out
