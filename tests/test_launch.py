@@ -100,6 +100,7 @@ def test_nccl_with_more_processes_than_gpus_stops_before_starting():
     (["--nproc", "2", "no_such_script.py"], "no such file"),
     (["--hang-timeout", "-1", str(SCRIPTS / "good_ddp.py")], "--hang-timeout"),
     (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
+    (["--nnodes", "2:1", str(SCRIPTS / "good_ddp.py")], "torchrun refuses these options: min_nodes"),
 ])
 def test_bad_input_is_one_line_exit_2(args, says):
     ran = cli("launch", *args, timeout=60)

@@ -141,6 +141,36 @@ def _script_file(ns) -> Path | None:
     return path if path.suffix == ".py" else None
 
 
+def _validate(ns) -> None:
+    """torchrun's own checks of the option values, here, so that a bad value is bad input (exit 2) not a failed run."""
+    import logging
+
+    from torch.distributed.run import config_from_args
+
+    logger = logging.getLogger("torch.distributed.run")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its notices (OMP_NUM_THREADS) come once, from the real launch
+    try:
+        config_from_args(argparse.Namespace(**vars(ns)))
+    except (ValueError, AssertionError, RuntimeError) as e:
+        raise DdplabError(f"torchrun refuses these options: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
+                          "(see `ddplab launch --help`)") from None
+    finally:
+        logger.setLevel(level)
+
+
+def _environment_findings(nproc: int, backend: str, device: str) -> list:
+    """The environment checks `ddplab check` runs in its preflight stage (shared memory, CUDA_VISIBLE_DEVICES,
+    OMP_NUM_THREADS, launcher variables left in the shell, cores), minus the ones that passed."""
+    from ddplab.checks import preflight as checks
+
+    found = [checks._shm(backend), checks._visible_devices(device), checks._threads(nproc),
+             checks._launcher_leftovers()]
+    if device == "cpu":
+        found.append(checks._devices(nproc, device, backend))
+    return [f for f in found if f is not None and f.level != "ok"]
+
+
 def _given(argv: list[str], *flags: str) -> bool:
     return any(a in flags or a.split("=", 1)[0] in flags for a in argv)
 
@@ -177,6 +207,13 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
                 f"process, but --nproc-per-node is {nproc} and {gpus} GPU(s) are visible: start at most {gpus} "
                 "processes per node" + ("" if gpus else ", or use backend 'gloo' on CPU"))
 
+    backend = lint_result.backend if lint_result is not None and lint_result.backend else None
+    on_gpu = backend == "nccl" or (backend is None and torch.cuda.is_available())
+    for finding in _environment_findings(nproc, backend or ("nccl" if on_gpu else "gloo"), "cuda" if on_gpu else "cpu"):
+        if finding.level == "fail":
+            raise DdplabError(f"{finding.what}: {finding.fix}")
+        notes.append(f"{finding.what} (fix: {finding.fix})")
+
     endpoint = None
     if ns.standalone:
         notes.append("--standalone: torchrun serves the rendezvous on a free port of its choosing")
@@ -200,6 +237,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
         ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
     if not _given(argv, "-t", "--tee"):
         ns.tee = "3"  # ... and on the console too, as plain torchrun shows them
+    _validate(ns)
     return Plan(script, nproc, endpoint, Path(ns.log_dir), notes, lint_result)
 
 
