@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import os
 import socket
 import subprocess
@@ -237,7 +238,7 @@ def test_root_cause_comes_first_then_order_of_appearance(torchrun_log):
     assert e.root_cause is not None and e.root_cause.rank == 1 and e.root_cause.exitcode == -9
     assert e.root_cause.signal == "SIGKILL"
     assert e.matches[0].rule == "worker-killed" and e.matches[0].root_cause
-    rest = [m for m in e.matches[1:]]
+    rest = e.matches[1:]
     assert [m.line for m in rest] == sorted(m.line for m in rest)
     assert not any(m.root_cause for m in rest)
 
@@ -250,16 +251,32 @@ def test_cli_explains_a_log_file_and_stdin(torchrun_log, tmp_path):
     assert ran.out.index("root cause: rank 1") < ran.out.index("[worker-killed]") < ran.out.index("[peer-closed]")
     assert "fix:" in ran.out and "https://" in ran.out
 
-    import subprocess as sp
-
-    piped = sp.run([sys.executable, "-m", "ddplab", "explain", "-", "--json"], input=torchrun_log, text=True,
+    piped = subprocess.run([sys.executable, "-m", "ddplab", "explain", "-", "--json"], input=torchrun_log, text=True,
                    capture_output=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
     assert piped.returncode == 0, piped.stderr
-    import json
-
     data = json.loads(piped.stdout)
     assert data["matched"] and data["root_cause"]["rank"] == 1
     assert data["matches"][0]["rule"] == "worker-killed"
+
+
+# ----------------------------------------------------------------------------------------------- GPU-only
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_gpu
+def test_gpu_errors_made_on_this_gpu(tmp_path):
+    """Where a GPU is present, the GPU-only rules are checked against errors made here too, not only quoted."""
+    oom = raised(lambda: torch.empty(1 << 50, dtype=torch.uint8, device="cuda"))
+    assert first_rule(oom) == "cuda-oom", oom[-800:]
+    ordinal = raised(lambda: torch.cuda.set_device(torch.cuda.device_count()))
+    assert first_rule(ordinal) == "invalid-device-ordinal", ordinal[-800:]
+    # A device-side assert spoils the CUDA context of the process that triggers it: make it in a child.
+    child = subprocess.run([sys.executable, "-c", "import torch; t = torch.zeros(2, device='cuda'); "
+                            "t[torch.tensor([5], device='cuda')] = 1; torch.cuda.synchronize()"],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode != 0
+    assert first_rule(child.stderr) == "device-side-assert", child.stderr[-800:]
 
 
 # ----------------------------------------------------------------------------------------------- GPU-only, quoted

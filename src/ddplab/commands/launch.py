@@ -40,7 +40,7 @@ TAIL_LINES = 12
 # Lint rules that explain a hang in each kind of wait.
 RELATED_RULES = {
     "rendezvous": {"sets-master-env", "sets-rank-env"},
-    "collective": {"collective-in-rank-branch", "shuffle-with-sampler"},
+    "collective": {"collective-in-rank-branch"},
     "ddp": {"collective-in-rank-branch"},
 }
 
@@ -128,13 +128,11 @@ def _script_file(ns) -> Path | None:
     if ns.no_python:
         return None
     if ns.module:
-        with contextlib.suppress(ImportError, ValueError):
-            spec = importlib.util.find_spec(ns.training_script) if "." in ns.training_script else \
-                importlib.machinery.PathFinder.find_spec(ns.training_script, [os.getcwd(), *sys.path])
-            if spec and spec.origin and spec.origin.endswith(".py"):
-                return Path(spec.origin)
-        raise DdplabError(f"-m {ns.training_script}: no such module on the Python path (run from the folder that "
-                          "holds it, or install it)")
+        found = _module_file(ns.training_script)
+        if found is None:
+            raise DdplabError(f"-m {ns.training_script}: no such module on the Python path (run from the folder "
+                              "that holds it, or install it)")
+        return found if found.suffix == ".py" else None
     path = Path(ns.training_script)
     if not path.is_file():
         raise DdplabError(f"{ns.training_script}: no such file: pass the training script's path")
@@ -169,6 +167,28 @@ def _environment_findings(nproc: int, backend: str, device: str) -> list:
     if device == "cpu":
         found.append(checks._devices(nproc, device, backend))
     return [f for f in found if f is not None and f.level != "ok"]
+
+
+def _module_file(name: str) -> Path | None:
+    """The file `python -m name` would run from the current folder, found without importing anything."""
+    sys.path.insert(0, os.getcwd())  # where the workers' `python -m` looks first
+    try:
+        top, *rest = name.split(".")
+        spec = importlib.util.find_spec(top)  # every finder (editable installs too); a top-level name runs nothing
+        for part in rest:
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.path.remove(os.getcwd())
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package: -m runs its __main__
+        main = [Path(p) / "__main__.py" for p in spec.submodule_search_locations]
+        return next((m for m in main if m.exists()), None)
+    return Path(spec.origin) if spec.origin else None
 
 
 def _given(argv: list[str], *flags: str) -> bool:
@@ -209,6 +229,9 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
 
     backend = lint_result.backend if lint_result is not None and lint_result.backend else None
     on_gpu = backend == "nccl" or (backend is None and torch.cuda.is_available())
+    if on_gpu and backend is None and nproc > torch.cuda.device_count():
+        notes.append(f"{nproc} processes per node but {torch.cuda.device_count()} GPU(s): if the script uses nccl, "
+                     "two ranks will share a GPU (NCCL: 'Duplicate GPU detected')")
     for finding in _environment_findings(nproc, backend or ("nccl" if on_gpu else "gloo"), "cuda" if on_gpu else "cpu"):
         if finding.level == "fail":
             raise DdplabError(f"{finding.what}: {finding.fix}")
