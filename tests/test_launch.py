@@ -3,6 +3,7 @@ checks that stop a run before anything starts. Every test asserts that no proces
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -52,28 +53,31 @@ def test_correct_script_as_module_on_a_busy_port(tmp_path):
     assert "rank 0/2: trained" in ran.err and "rank 1/2: trained" in ran.err  # tee'd to the console (stderr: --json)
     torch.nn.Linear(4, 1).load_state_dict(torch.load(tmp_path / "model.pt", map_location="cpu", weights_only=True))
     assert_nothing_left("good_ddp")
+    shutil.rmtree(result["log_dir"])  # kept by design; a test need not keep it
 
 
-def test_crashing_rank_is_named_with_traceback_and_diagnosis():
-    ran = cli("launch", "--nproc-per-node", "2", str(SCRIPTS / "crash_ddp.py"), timeout=150)
+def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
+    ran = cli("launch", "--nproc-per-node", "2", "--log-dir", str(tmp_path), str(SCRIPTS / "crash_ddp.py"),
+              timeout=150)
     assert ran.code == 1, ran.err[-3000:]
     out = ran.out
     assert "rank 1 failed first (exit code 1): RuntimeError: Error(s) in loading state_dict" in " ".join(out.split())
     assert 'Unexpected key(s) in state_dict: "module.weight"' in out  # the traceback tail
     diagnosis = out[out.index("diagnosis"):]
     assert "[module-prefix]" in diagnosis.split("\n")[1] and "(root cause)" in diagnosis.split("\n")[1]
-    assert "per-rank logs:" in out
+    assert f"per-rank logs: {tmp_path}" in out
+    assert "module.weight" in next(tmp_path.glob("*/attempt_0/1/stderr.log")).read_text()
     # the lint warnings came first, and did not stop the run
     assert "[save-ddp-state-dict]" in ran.err
     assert_nothing_left("crash_ddp.py")
 
 
 @pytest.mark.slow
-def test_hang_is_found_explained_and_ended():
+def test_hang_is_found_explained_and_ended(tmp_path):
     """The script sets MASTER_PORT itself: every rank waits in init_process_group for a rendezvous nobody serves."""
     timeout = 12
-    ran = cli("launch", "--nproc-per-node", "2", "--hang-timeout", str(timeout), str(SCRIPTS / "master_port.py"),
-              timeout=120)
+    ran = cli("launch", "--nproc-per-node", "2", "--hang-timeout", str(timeout), "--log-dir", str(tmp_path),
+              str(SCRIPTS / "master_port.py"), timeout=120)
     assert ran.code == 3, ran.err[-3000:]
     assert ran.seconds < timeout + 10, f"took {ran.seconds:.1f}s"
     text = " ".join(ran.out.split())
