@@ -10,7 +10,7 @@ launcher, OMP_NUM_THREADS=1):
   (a)     the tutorial loop: DataLoader over a TensorDataset with a DistributedSampler (per-sample collate)
   (b)     a hand-written DDP loop with index batching (the least a careful person would write)
 Each reports samples/s over its training loop alone (process start-up and data generation excluded), timed the
-same way: from the first step to the end of the last, the slowest rank's time. The variants alternate within each
+same way: from the end of the 3rd step (warm-up) to the end of the last, the slowest rank's time. The variants alternate within each
 round, in a rotating order, so that the machine's background load falls on all of them alike; medians are printed.
 Targets (issue #4): ddplab >= 0.98x (b) at every world size, >= 1.3x (a) at 1 rank.
 """
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+WARMUP_STEPS = 3  # timed after these, as ddplab.train.loop times its samples/s
 
 
 # ----------------------------------------------------------------------------------------------- the loops
@@ -71,9 +72,11 @@ def seed_style_loop(payload: dict) -> dict:
             loss.backward()
             optimizer.step()
             steps += 1
+            if steps == WARMUP_STEPS:
+                start = time.perf_counter()
     seconds = time.perf_counter() - start
     dd.shutdown()
-    return {"seconds": seconds, "samples": steps * cfg.batch_size * ctx.world_size, "loss": loss.item()}
+    return {"seconds": seconds, "samples": (steps - WARMUP_STEPS) * cfg.batch_size * ctx.world_size}
 
 
 def raw_loop(payload: dict) -> dict:
@@ -101,9 +104,11 @@ def raw_loop(payload: dict) -> dict:
             loss.backward()
             optimizer.step()
             steps += 1
+            if steps == WARMUP_STEPS:
+                start = time.perf_counter()
     seconds = time.perf_counter() - start
     dd.shutdown()
-    return {"seconds": seconds, "samples": steps * batch * ctx.world_size, "loss": loss.item()}
+    return {"seconds": seconds, "samples": (steps - WARMUP_STEPS) * batch * ctx.world_size}
 
 
 # ----------------------------------------------------------------------------------------------- the harness

@@ -111,3 +111,20 @@ def test_torchrun_gives_the_same_result_as_ddplab_train(tmp_path, no_leftover_wo
     assert via_torchrun["weight"] == via_ddplab["weight"] and via_torchrun["bias"] == via_ddplab["bias"]
     assert via_torchrun["ranks"][0]["digest"] == via_ddplab["ranks"][0]["digest"]
     assert "global batch 64" in err  # rank 0 drew its own progress under torchrun
+
+
+def test_bf16_autocast_with_accumulation_on_two_ranks(no_leftover_workers):
+    _, result = train("mlp", 2, "--amp", "bf16", "--grad-accum", "2", "--batch-size", "8", "--epochs", "4")
+    check_every_rank_worked(result, 2)
+    assert result["global_batch"] == 32 and result["steps"] == 4 * 512 // 32
+    assert result["final_loss"] < 2.28 and result["accuracy"] > 0.2  # chance: log(10) = 2.30 and 10 %
+
+
+@pytest.mark.slow
+def test_compiled_model_saves_plain_weights(tmp_path, no_leftover_workers):
+    """torch.compile before the DDP wrap; the saved state_dict has neither "module." nor "_orig_mod."."""
+    _, result = train("mlp", 2, "--compile", "--checkpoint-dir", str(tmp_path), timeout=600)
+    check_every_rank_worked(result, 2)
+    state = torch.load(result["model_file"], weights_only=True)
+    assert not [k for k in state if k.startswith(("module.", "_orig_mod."))]
+    mlp.make_model(mlp.Config(samples=512, hidden=32), None).load_state_dict(state)

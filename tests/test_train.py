@@ -220,3 +220,20 @@ def test_idle_and_slow_ranks_are_warned_about():
     assert warning.startswith("rank 2 computes 3.8x slower")
     idle = [rank(0, 320, 4.0, 2.0), rank(1, 0, 4.0, 2.0)]
     assert any(w.startswith("rank 1 processed no samples") for w in rank_warnings(idle))
+
+
+def test_a_crashing_rank_fails_the_run_naming_it(no_leftover_workers):
+    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", env={"DDPLAB_FAULT": "crash:1:train.log"},
+              timeout=150)
+    assert ran.code == 1, ran.err
+    assert "rank 1 failed" in ran.out and "injected crash on rank 1 at train.log" in ran.out
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_is_reported_with_its_stack_exit_3(no_leftover_workers):
+    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", "--stall-timeout", "8", "--json",
+              env={"DDPLAB_FAULT": "hang:1:train.log"}, timeout=150)
+    assert ran.code == 3, ran.err
+    failure = ran.json()
+    assert failure["status"] == "hang" and "no rank made progress for 8s" in failure["summary"]
+    assert "hang_before" in next(r["stack"] for r in failure["ranks"] if r["rank"] == 1)

@@ -198,7 +198,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     shown = {"loss": None, "samples_per_sec": None}
     run_steps, saved = 0, None
     log_t, log_step, log_comm = time.perf_counter(), step, 0.0
-    t_start = log_t
+    timer = Steady(log_t)
 
     # 4. The steps.
     while step < stop_at:
@@ -228,6 +228,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
+            if run_steps == WARMUP_STEPS:
+                timer.warm(comm.seconds())
             done = step >= stop_at
 
             # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
@@ -257,16 +259,16 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t_start
+    timed_steps, seconds, comm_s, total = timer.stop(run_steps, comm.seconds())
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters.
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=1000 * seconds / max(run_steps, 1), comm_wait_ms=1000 * comm.seconds() / max(run_steps, 1),
+                     step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=1000 * comm_s / max(timed_steps, 1),
                      cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
                      peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
                      digest=metrics.parameter_digest(raw_model))
     everyone: list = [None] * world
-    dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds))
+    dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds, total))
     model_file = None
     if directory and ctx.is_main:
         model_file = directory / "model.pt"
@@ -275,15 +277,16 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     if not ctx.is_main:
         return None
 
-    ranks = [RankStats(**r) for r, _ in everyone]
-    wall = max(s for _, s in everyone)
+    ranks = [RankStats(**r) for r, _, _ in everyone]
+    steady = max(s for _, s, _ in everyone)  # the slowest rank's time: what the run as a whole achieved
     samples = run_steps * global_batch
     identical = len({r.digest for r in ranks}) == 1
     result = TrainResult(
         recipe=recipe.name, status="PASS" if identical else "FAIL", world_size=world, backend=ctx.backend,
         device=str(device), batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=global_batch,
         epochs=cfg.epochs, steps=run_steps, total_steps=step, planned_steps=planned, samples=samples,
-        seconds=wall, samples_per_sec=samples / wall if run_steps else 0.0,
+        seconds=max(t for _, _, t in everyone), timed_steps=timed_steps,
+        samples_per_sec=timed_steps * global_batch / steady if timed_steps else 0.0,
         final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
         resumed_from=resumed_from, stopped_early=step < planned,
         model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
@@ -303,6 +306,28 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
 
 
 # --------------------------------------------------------------------------------------------------- helpers
+
+# The first steps compile (torch.compile), warm up allocators and let DDP rebuild its buckets; throughput and the
+# per-rank step times are timed after them (as nanoGPT does for MFU), unless the run is too short to have any.
+WARMUP_STEPS = 3
+
+
+class Steady:
+    """The loop's clock: the whole run, and the steady part after the warm-up steps."""
+
+    def __init__(self, start: float):
+        self.t0 = self.start = start
+        self.comm_start, self.warm_steps = 0.0, 0
+
+    def warm(self, comm_seconds: float) -> None:
+        self.start, self.comm_start, self.warm_steps = time.perf_counter(), comm_seconds, WARMUP_STEPS
+
+    def stop(self, run_steps: int, comm_seconds: float) -> tuple[int, float, float, float]:
+        """(steps timed, their seconds, their exposed communication seconds, seconds of the whole loop)."""
+        now = time.perf_counter()
+        if run_steps <= self.warm_steps:  # no step after the warm-up: time the whole run
+            return run_steps, now - self.t0, comm_seconds, now - self.t0
+        return run_steps - self.warm_steps, now - self.start, comm_seconds - self.comm_start, now - self.t0
 
 
 def _autocast(amp: str, device: torch.device):

@@ -50,7 +50,8 @@ class TrainResult:
     total_steps: int  # the step reached at the end (counts steps before a resume)
     planned_steps: int
     samples: int  # samples this run trained on, all ranks together
-    seconds: float
+    seconds: float  # the whole training loop
+    timed_steps: int  # the steps samples_per_sec is measured over: after the warm-up (compile, first all-reduce)
     samples_per_sec: float
     final_loss: float
     params_identical: bool
@@ -96,8 +97,8 @@ def render(con, r: TrainResult) -> None:
     con.print(f"[bold]{r.recipe}[/]: {r.world_size} rank(s), {r.backend} on {r.device}, global batch "
               f"{r.global_batch} = {r.batch_size} per rank x {r.world_size} rank(s) x {r.grad_accum} micro-batch(es)")
     stop = f" (stopped early at step {r.total_steps} of {r.planned_steps})" if r.stopped_early else ""
-    con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s: {r.samples_per_sec:,.0f} "
-              f"samples/s, final loss {r.final_loss:.4f}{stop}")
+    con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s; {r.samples_per_sec:,.0f} "
+              f"samples/s over the last {r.timed_steps} steps; final loss {r.final_loss:.4f}{stop}")
     if r.tokens_per_sec is not None:
         con.print(f"tokens/s {r.tokens_per_sec:,.0f}; MFU "
                   + (f"{100 * r.mfu:.1f}% " if r.mfu is not None else "") + f"({r.mfu_note})")
