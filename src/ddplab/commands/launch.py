@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,14 +254,20 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
     else:
         endpoint = ns.rdzv_endpoint
 
-    if ns.log_dir is None:
-        ns.log_dir = tempfile.mkdtemp(prefix="ddplab-launch-")
-    Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
     if not _given(argv, "-r", "--redirects"):
         ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
     if not _given(argv, "-t", "--tee"):
         ns.tee = "3"  # ... and on the console too, as plain torchrun shows them
-    _validate(ns)
+    ours = ns.log_dir is None
+    if ours:
+        ns.log_dir = tempfile.mkdtemp(prefix="ddplab-launch-")
+    Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        _validate(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
+    except DdplabError:
+        if ours:
+            shutil.rmtree(ns.log_dir, ignore_errors=True)
+        raise
     return Plan(script, nproc, endpoint, Path(ns.log_dir), notes, lint_result)
 
 
