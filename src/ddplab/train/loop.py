@@ -229,6 +229,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             optimizer.zero_grad(set_to_none=True)
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
             if run_steps == WARMUP_STEPS:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
                 timer.warm(comm.seconds())
             done = step >= stop_at
 
