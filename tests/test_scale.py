@@ -69,6 +69,22 @@ def test_fit_recovers_from_step_times_alone_when_nothing_overlaps():
     assert m.overlap == 0.0 and "only exposed comm" in m.provenance["overlap"]
 
 
+def test_per_step_cost_needs_two_accumulation_settings_and_c0_two_batch_sizes():
+    truth = replace(TRUE, step_fixed_s=0.003)
+    full = scaling.fit(synthetic(truth, GRID + [(1, 8, 4)]))
+    assert full.compute_fixed_s == pytest.approx(truth.compute_fixed_s, rel=1e-6)
+    assert full.compute_per_sample_s == pytest.approx(truth.compute_per_sample_s, rel=1e-6)
+    assert full.step_fixed_s == pytest.approx(truth.step_fixed_s, rel=1e-6)
+    assert full.samples_per_sec(2, 8, 8) == pytest.approx(truth.samples_per_sec(2, 8, 8), rel=1e-6)
+    folded = scaling.fit(synthetic(truth, GRID))  # one accumulation setting: o is charged per micro-step
+    assert "per-step cost not separable" in folded.provenance["compute"] and folded.step_fixed_s == 0
+    assert folded.samples_per_sec(1, 8) == pytest.approx(truth.samples_per_sec(1, 8), rel=1e-6)
+    assert folded.samples_per_sec(1, 8, 4) < truth.samples_per_sec(1, 8, 4)
+    one_size = scaling.fit(synthetic(truth, [(1, 8, 1), (1, 8, 2), (2, 8, 1)]))
+    assert one_size.compute_fixed_s == 0 and "micro-step not separable" in one_size.provenance["compute"]
+    assert one_size.samples_per_sec(1, 8, 3) == pytest.approx(truth.samples_per_sec(1, 8, 3), rel=1e-6)
+
+
 def test_fit_recovers_a_compute_slowdown_and_exposed_comm_as_ddplab_train_reports_them():
     # `ddplab train` reports step time and exposed comm per rank, so compute is known and total comm is not.
     truth = replace(TRUE, overlap=0.0, slowdown={2: 1.3, 3: 1.6})

@@ -32,7 +32,7 @@ EFFICIENCY_TARGET = 0.8
 PREDICT = (1, 2, 4, 8, 16, 32, 64)
 # Steps per run when the recipe flags do not say: on CPU a few seconds, next to ~5 s of process start-up.
 DEFAULT_MAX_STEPS = 800
-WINDOWS = 9  # logging windows per run; the first (warm-up) is left out, the median of the others kept
+WINDOWS = 9  # logging windows per run; the first (warm-up) is left out, the fastest of the others kept
 STALL_S = 120.0  # no rank progressing for this long is a hang, not a slow machine
 
 
@@ -215,7 +215,7 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
         if not res.ok:
             raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}",
                               exit_code=3 if res.status == "hang" else 1)
-        result = res.ranks[0].result
+        result = next(r.result for r in res.ranks if isinstance(r.result, dict) and "ranks" in r.result)
         result["steady"] = _steady(Path(tmp) / "metrics.jsonl")
     result["parameters"] = result.get("parameters") or count_parameters(recipe, cfg)
     result["bucket_cap_mb"] = getattr(cfg, "bucket_cap_mb", None)
@@ -238,8 +238,8 @@ def _plan_steps(recipe, cfg, nproc: int, flags: list[str]) -> int:
 
 
 def _steady(path: Path) -> dict | None:
-    """The median logging window (by step time) after the first: robust to a window where another process took
-    the cores, which on a shared machine happens often."""
+    """The fastest logging window after the first (which holds the warm-up). Other processes only ever slow a
+    window down, so on a shared machine the fastest window is the closest to what the hardware does."""
     try:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except (OSError, json.JSONDecodeError):
@@ -247,10 +247,9 @@ def _steady(path: Path) -> dict | None:
     rows = [r for r in (rows[1:] if len(rows) > 1 else rows) if r.get("rank_step_ms")]
     if not rows:
         return None
-    windows = sorted((sum(r["rank_step_ms"]) / len(r["rank_step_ms"]),
-                      sum(r["rank_comm_wait_ms"]) / len(r["rank_comm_wait_ms"])) for r in rows)
-    step_ms, wait_ms = windows[len(windows) // 2]
-    return {"step_ms": step_ms, "comm_wait_ms": wait_ms, "windows": len(windows)}
+    step_ms, wait_ms = min((sum(r["rank_step_ms"]) / len(r["rank_step_ms"]),
+                            sum(r["rank_comm_wait_ms"]) / len(r["rank_comm_wait_ms"])) for r in rows)
+    return {"step_ms": step_ms, "comm_wait_ms": wait_ms, "windows": len(rows)}
 
 
 def to_run(result: dict):
@@ -306,8 +305,13 @@ def run(args) -> int:
     per_rank = {n: _split_batch(cfg.batch_size, n) if own.strong else cfg.batch_size for n in sizes}
 
     results = [train_once(args.recipe, n, [*base_flags, "--batch-size", str(per_rank[n])]) for n in sizes]
+    # Two more 1-rank runs tell the fixed cost per micro-step from the cost per sample (a doubled batch) and from
+    # the cost per optimizer step (doubled accumulation): without them, batch and accumulation advice is a guess.
+    probes = [train_once(args.recipe, 1, [*base_flags, "--batch-size", str(2 * per_rank[1])]),
+              train_once(args.recipe, 1, [*base_flags, "--batch-size", str(per_rank[1]), "--grad-accum",
+                                          str(2 * cfg.grad_accum)])]
     runs = [to_run(r) for r in results]
-    model = scaling.fit(runs, link)
+    model = scaling.fit(runs + [to_run(r) for r in probes], link)
     first = results[0]
     b, k = first["batch_size"], first["grad_accum"]
     points = _points(runs, results, model)

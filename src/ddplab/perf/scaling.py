@@ -3,7 +3,8 @@
 One optimizer step of DDP on N ranks, per-rank micro-batch b, k micro-steps of gradient accumulation
 (gradients are all-reduced on the last micro-step only):
 
-    step(N, b, k) = k · (c0 + c · b) · slowdown(N)   compute: fixed cost per micro-step + cost per sample,
+    step(N, b, k) = (k · (c0 + c · b) + o)           compute: fixed cost per micro-step, cost per sample,
+                    · slowdown(N)                    and o per optimizer step (optimizer.step, zero_grad);
                                                      slower when N ranks share a machine's cores (measured)
                   + sync                             DDP's per-step gradient sync cost even on 1 rank (measured)
                   + (1 − overlap) · comm(N)          the all_reduce time DDP could not hide behind backward
@@ -96,13 +97,14 @@ class Run:
 
 @dataclass
 class ScalingModel:
-    compute_fixed_s: float  # c0: per micro-step (kernel launches, Python, optimizer)
+    compute_fixed_s: float  # c0: per micro-step (kernel launches, Python)
     compute_per_sample_s: float  # c
     grad_bytes: float
     latency_s: float  # α: per ring step of an all_reduce
     bus_bytes_per_s: float  # B
     overlap: float  # fraction of comm DDP hid behind backward, 0..1
     bucket_cap_mb: float | None = None
+    step_fixed_s: float = 0.0  # o: per optimizer step whatever the accumulation (optimizer.step, zero_grad)
     # Waiting after backward on ONE rank: DDP's hook hand-off and bucket copy-back, or the scheduler on a busy
     # machine. Paid once per optimizer step whatever N, so it is not part of comm(N).
     sync_s: float = 0.0
@@ -117,7 +119,7 @@ class ScalingModel:
 
     def compute_s(self, batch_per_rank: int, accum_steps: int = 1, world_size: int = 1) -> float:
         per_micro_step = self.compute_fixed_s + self.compute_per_sample_s * batch_per_rank
-        return accum_steps * per_micro_step * self.slowdown_at(world_size)
+        return (accum_steps * per_micro_step + self.step_fixed_s) * self.slowdown_at(world_size)
 
     def comm_s(self, world_size: int, bus_bytes_per_s: float | None = None, grad_bytes: float | None = None,
                bucket_cap_mb: float | None = None) -> float:
@@ -168,7 +170,8 @@ class LinkFit:
 def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     """Fit the model's parameters on measured runs (see the module docstring for the equations).
 
-    c0, c:     least squares of per-micro-step compute on batch size over the 1-rank runs (no communication);
+    c0, c, o:  least squares of 1-rank compute (no communication there) on k, k·b and 1: c0 needs two batch
+               sizes, o two accumulation settings (each is folded into the other terms when not separable);
     sync:      the 1-rank runs' wait after backward (step − compute), when they measured compute apart.
     slowdown:  per world size, measured compute ÷ the 1-rank line, when the runs measured compute apart.
     α, B:      `link` if given (`ddplab bench`), else least squares of all_reduce time on the two ring terms, from
@@ -180,7 +183,7 @@ def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
         raise DdplabError("no runs to fit the scaling model on: run at least world size 1 and one larger size")
     model = ScalingModel(0.0, 0.0, max(r.grad_bytes for r in runs), 0.0, math.inf, 0.0, _common_cap(runs))
     prov = model.provenance
-    model.compute_fixed_s, model.compute_per_sample_s, prov["compute"] = _fit_compute(runs)
+    model.compute_fixed_s, model.compute_per_sample_s, model.step_fixed_s, prov["compute"] = _fit_compute(runs)
     model.sync_s, prov["sync"] = _fit_sync(runs)
     multi = [r for r in runs if r.world_size > 1]
     model.slowdown, prov["slowdown"] = _fit_slowdown(model, multi)
@@ -222,27 +225,51 @@ def _common_cap(runs: list[Run]) -> float | None:
     return caps.pop() if len(caps) == 1 else None
 
 
-def _fit_compute(runs: list[Run]) -> tuple[float, float, str]:
+def _fit_compute(runs: list[Run]) -> tuple[float, float, float, str]:
+    """c0, c, o from the 1-rank runs: compute per step = k·c0 + k·b·c + o, keeping the terms the runs can tell
+    apart (a single batch size cannot split c0 from c; a single accumulation setting cannot split o from c0)."""
     ones = [r for r in runs if r.world_size == 1]
     if not ones:
         raise DdplabError("cannot fit compute time: include world size 1 in --nproc (it has no communication)")
-    points = [(r.batch_per_rank, _compute_of(None, r) / r.accum_steps) for r in ones]
-    sizes = sorted({b for b, _ in points})
-    if len(sizes) >= 2:
-        c0, c = _line(points)
-        if c0 >= 0 and c > 0:
-            return c0, c, f"1-rank runs, fitted over batch sizes {sizes}"
-    c = sum(t for _, t in points) / sum(b for b, _ in points)  # through the origin
-    return 0.0, c, f"1-rank runs at batch size(s) {sizes}: fixed cost per step not separable (taken as 0)"
+    points = [(r.accum_steps, r.batch_per_rank, _compute_of(None, r)) for r in ones]
+    sizes = sorted({b for _, b, _ in points})
+    accums = sorted({k for k, _, _ in points})
+    where = f"1-rank runs at batch size(s) {sizes}, accumulation {accums}"
+    ys = [y for *_, y in points]
+    two_sizes, two_accums = len(sizes) >= 2, len(accums) >= 2
+    candidates = [  # (features, the terms they fit, whether the runs can tell them apart, the caveat)
+        ([[k, k * b, 1.0] for k, b, _ in points], "c0 c o", two_sizes and two_accums, ""),
+        ([[k * b, 1.0] for k, b, _ in points], "c o", two_accums, "fixed cost per micro-step not separable (0)"),
+        ([[k, k * b] for k, b, _ in points], "c0 c", two_sizes, "per-step cost not separable (counted per micro-step)"),
+        ([[k * b] for k, b, _ in points], "c", True, "fixed costs not separable (taken as 0)"),
+    ]
+    for rows, names, separable, caveat in candidates:
+        if not separable:
+            continue
+        solved = _solve(rows, ys)
+        if solved and min(solved) >= 0 and solved[names.split().index("c")] > 0:
+            fitted = dict(zip(names.split(), solved))
+            return (fitted.get("c0", 0.0), fitted["c"], fitted.get("o", 0.0),
+                    f"{where}: {', '.join(names.split())} fitted" + (f"; {caveat}" if caveat else ""))
+    kb = [(k * b, y) for k, b, y in points]
+    return 0.0, sum(x * y for x, y in kb) / sum(x * x for x, _ in kb), 0.0, f"{where}: cost per sample only"
 
 
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return my - slope * mx, slope
+def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
+    """Least squares by the normal equations (a handful of unknowns); None when they are singular."""
+    m = len(rows[0])
+    a = [[sum(r[i] * r[j] for r in rows) for j in range(m)] + [sum(r[i] * y for r, y in zip(rows, ys))]
+         for i in range(m)]
+    for col in range(m):
+        pivot = max(range(col, m), key=lambda i: abs(a[i][col]))
+        if abs(a[pivot][col]) < 1e-12 * max(1.0, max(abs(v) for v in a[pivot][:m])):
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for i in range(m):
+            if i != col:
+                f = a[i][col] / a[col][col]
+                a[i] = [v - f * w for v, w in zip(a[i], a[col])]
+    return [a[i][m] / a[i][i] for i in range(m)]
 
 
 def _fit_slowdown(model: ScalingModel, multi: list[Run]) -> tuple[dict[int, float], str]:
