@@ -195,8 +195,9 @@ def _worker_entry(spec_path: str) -> None:
     # Files are per local rank: on several nodes each runner sees only its own ranks, and global ranks are
     # assigned by the rendezvous. The global rank travels in the "start" event.
     local = int(os.environ["LOCAL_RANK"])
-    # After an elastic restart, a result this rank wrote in an earlier attempt is not the run's result.
-    (run_dir / "results" / f"local{local}.json").unlink(missing_ok=True)
+    # After an elastic restart, what this rank wrote in an earlier attempt is not this run's outcome.
+    for kind in ("results", "errors"):
+        (run_dir / kind / f"local{local}.json").unlink(missing_ok=True)
     _events_file = open(run_dir / "events" / f"local{local}.jsonl", "a", buffering=1)
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
@@ -209,13 +210,18 @@ def _worker_entry(spec_path: str) -> None:
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         # dist.session() stamps the moment it saw the error, before its shutdown made the other ranks fail too.
         failed_at = getattr(e, "ddplab_failed_at", time.time())
-        (run_dir / "errors" / f"local{local}.json").write_text(json.dumps(
-            {"error": text, "traceback": traceback.format_exc(), "time": failed_at}))
+        _write_atomic(run_dir / "errors" / f"local{local}.json",
+                      {"error": text, "traceback": traceback.format_exc(), "time": failed_at})
         raise
     mark("done")
-    tmp = run_dir / "results" / f".local{local}.json"
+    _write_atomic(run_dir / "results" / f"local{local}.json", value)
+
+
+def _write_atomic(path: Path, value: Any) -> None:
+    """The caller may read the file the moment it appears, and the agent may kill this process mid-write."""
+    tmp = path.with_name(f".{path.name}")
     tmp.write_text(json.dumps(value, default=_jsonable))
-    tmp.rename(run_dir / "results" / f"local{local}.json")  # atomic: the caller may read it the moment it appears
+    tmp.rename(path)
 
 
 def _jsonable(value: Any) -> Any:
