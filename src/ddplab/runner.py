@@ -34,6 +34,7 @@ from typing import Any, Callable
 import psutil
 
 from ddplab import faults
+from ddplab.procs import end_tree
 from ddplab.errors import DdplabError
 
 POLL_S = 0.05
@@ -494,40 +495,11 @@ def _dump_stacks(run_dir: Path, nproc: int) -> None:
 
 def _end_all(agent: subprocess.Popen, run_dir: Path, nproc: int) -> None:
     """Kill the agent and every worker, whatever state they are in, and wait until they are gone."""
-    procs = []
-    try:
-        parent = psutil.Process(agent.pid)
-        procs = [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        pass
-    for pid in _worker_pids(run_dir, nproc).values():  # workers orphaned by an agent that already died
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(agent.pid, signal.SIGKILL)
-    for proc in procs:
+    orphans = []
+    for pid in _worker_pids(run_dir, nproc).values():  # workers of an agent that already died
         with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    _wait_dead(procs, timeout=5)
-    agent.wait()
-
-
-def _wait_dead(procs: list[psutil.Process], timeout: float) -> None:
-    """Wait until each process is gone or a zombie. Orphaned workers are reaped by PID 1 whenever it gets round
-    to it (seconds, in some containers), but a zombie already holds nothing: it is dead."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        living = []
-        for proc in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    living.append(proc)
-        if not living:
-            return
-        procs = living
-        time.sleep(0.02)
+            orphans.append(psutil.Process(pid))
+    end_tree(agent, orphans)
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from ddplab.procs import end_tree
 
 IDLE_CORES = 0.1  # CPU per worker below which it is waiting, not working
 STACK_TIMEOUT_S = 10.0
@@ -263,31 +264,7 @@ class Watchdog:
 
     def end_all(self, agent: subprocess.Popen) -> None:
         """Kill the agent and every process it started (workers live in sessions of their own), and reap them."""
-        procs = list(self.seen.values())
-        with contextlib.suppress(psutil.NoSuchProcess):
-            parent = psutil.Process(agent.pid)
-            procs += [parent, *parent.children(recursive=True)]
-        for proc in list(procs):
-            with contextlib.suppress(psutil.Error):
-                procs += proc.children(recursive=True)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(agent.pid, signal.SIGKILL)
-        for proc in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if proc.is_running():  # also false when the pid now belongs to another process
-                    proc.kill()
-        agent.wait()
-        # The workers are not our children: whoever reaps them may take its time, but a zombie is already dead.
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+        end_tree(agent, self.seen.values())
 
 
 def _int(value: str | None) -> int | None:

@@ -1,0 +1,47 @@
+"""Ending a launcher and everything it started, whatever state each process is in."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+
+import psutil
+
+
+def end_tree(agent: subprocess.Popen, also: Iterable[psutil.Process] = (), timeout: float = 5) -> None:
+    """SIGKILL `agent`, its process group, all its descendants and `also` (workers that already lost their parent,
+    or live in sessions of their own), then wait until every one of them is dead."""
+    procs = list(also)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        parent = psutil.Process(agent.pid)
+        procs += [parent, *parent.children(recursive=True)]
+    for proc in list(procs):  # what the extra processes started themselves (DataLoader workers, compilers)
+        with contextlib.suppress(psutil.Error):
+            procs += proc.children(recursive=True)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(agent.pid, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.is_running():  # False also when the pid now belongs to another process
+                proc.kill()
+    agent.wait()
+    wait_dead(procs, timeout)
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_dead(procs: list[psutil.Process], timeout: float) -> None:
+    """Wait until each process is gone or a zombie. Orphaned workers are reaped by PID 1 whenever it gets round
+    to it (seconds, in some containers), but a zombie already holds nothing: it is dead."""
+    deadline = time.monotonic() + timeout
+    while (procs := [p for p in procs if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
