@@ -161,3 +161,18 @@ def test_hard_coded_rank_and_init_method_are_errors():
     """))
     assert sorted(f.rule for f in found.findings) == ["sets-master-env", "sets-rank-env"]
     assert not found.ok
+
+
+def test_the_guides_tutorial_example_shows_its_quiet_mistakes():
+    """docs/examples/tutorial_ddp.py: the script learners copy; random data used straight in the loop, no Dataset."""
+    from pathlib import Path
+
+    from conftest import cli
+
+    script = Path(__file__).parents[1] / "docs" / "examples" / "tutorial_ddp.py"
+    ran = cli("lint", "--json", str(script))
+    assert ran.code == 1
+    rules = sorted((f["rule"], f["line"]) for f in ran.json()["findings"])
+    for expected in [("sets-master-env", 13), ("sets-master-env", 14), ("unseeded-random-data", 18),
+                     ("save-ddp-state-dict", 28), ("unguarded-save", 28)]:
+        assert expected in rules, rules

@@ -442,6 +442,9 @@ class _Linter:
                             if isinstance(n, ast.Name):
                                 tainted.setdefault(n.id, node.lineno)
         seeds = [c.lineno for c in self.calls if self.callee_last(c) in SEED_CALLS]
+        fix = ("draw from a seeded generator: g = torch.Generator().manual_seed(0); torch.randn(..., generator=g) "
+               "(or torch.manual_seed(0) first)")
+        flagged = False
         for call in self.calls:
             name = self.callee_last(call)
             if not (name.endswith("Dataset") or name in ("TensorData",)):
@@ -450,11 +453,24 @@ class _Linter:
             random_in = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
                             for p in parts for n in ast.walk(p))
             if random_in and not any(line <= call.lineno for line in seeds) and self.distributed:
+                flagged = True
                 self.add(call, "unseeded-random-data", WARNING,
                          f"{name}(...) is built from random tensors drawn without a seed: every rank draws different "
-                         "data, so the sampler's shards are not pieces of one dataset",
-                         "draw from a seeded generator: g = torch.Generator().manual_seed(0); "
-                         "torch.randn(..., generator=g) (or torch.manual_seed(0) first)")
+                         "data, so the sampler's shards are not pieces of one dataset", fix)
+        if flagged or not self.distributed:
+            return
+        # Without a Dataset: random tensors used directly by a training loop (one that calls .backward()).
+        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+            if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
+                continue
+            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted})
+            drawn = [line for line in used if not any(seed <= line for seed in seeds)]
+            if drawn:
+                node = next(a for a in assigns if a.lineno == drawn[0])
+                self.add(node, "unseeded-random-data", WARNING,
+                         "the training loop uses random tensors drawn without a seed: every rank trains on "
+                         "different data", fix)
+                return
 
     def check_sampler(self) -> None:
         samplers = [c for c in self.calls if self.callee_last(c) == "DistributedSampler"]
