@@ -9,7 +9,7 @@ A block in the guide looks like this (the output between the fences is rewritten
     ```
 
 Commands run with bash, one after another, in one scratch directory (so `ddplab new train.py` can be followed by
-`torchrun ... train.py`), with NO_COLOR=1 and 100 columns. A command whose exit code differs from the documented one
+`torchrun ... train.py`), with NO_COLOR=1, 100 columns and $DOCS naming this folder. A command whose exit code differs from the documented one
 fails the run: the guide never shows output that its commands no longer produce.
 
     python docs/make_guide.py            # run everything, rewrite docs/guide.md
@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-GUIDE = Path(__file__).with_name("guide.md")
+DOCS = Path(__file__).resolve().parent
+GUIDE = DOCS / "guide.md"
 BLOCK = re.compile(r"<!-- run(?P<opts>(?: [a-z]+(?:=\S+)?)*): (?P<cmd>.+?) -->\n```console\n.*?```", re.DOTALL)
 TIMEOUT_S = 600
 
@@ -50,11 +51,11 @@ def parse(match: re.Match) -> Block:
 
 
 def run_block(block: Block, cwd: Path) -> tuple[int, str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb", **block.env}
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb", "DOCS": str(DOCS), **block.env}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(["bash", "-c", block.command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
-    return proc.returncode, proc.stdout.replace(str(cwd), ".").rstrip()
+    return proc.returncode, proc.stdout.replace(str(cwd), ".").replace(str(DOCS), "docs").rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
