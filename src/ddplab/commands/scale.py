@@ -345,7 +345,7 @@ def _check_writable(path: str) -> None:
     p = Path(path)
     if p.suffix.lower() != ".png":
         raise DdplabError(f"--plot {path}: the plot is a PNG image: name the file *.png")
-    if not p.parent.exists() if str(p.parent) else False:
+    if not p.parent.exists():
         raise DdplabError(f"--plot {path}: directory {p.parent} does not exist: create it or pick another path")
 
 
@@ -444,7 +444,7 @@ def advise(model, at: Point, strong: bool) -> list[Advice]:
 def _try_advice(result: ScaleResult, recipe: str, base_flags: list[str]) -> None:
     at = result.points[-1]
     for a in result.advice:
-        flags = [*base_flags, *([] if not result.strong else ["--batch-size", str(at.batch_per_rank)]), *a.flags]
+        flags = [*base_flags, "--batch-size", str(at.batch_per_rank), *a.flags]  # the advice's flags win
         try:
             measured = to_run(train_once(recipe, at.world_size, flags)).samples_per_sec
         except DdplabError as e:
