@@ -284,3 +284,26 @@ def test_try_advice_measures_each_gain_or_says_why_not(no_leftover_workers):
         assert (a["measured_gain"] is not None and a["measured_gain"] > 0) or "not measured" in a["note"], a
     measured = {a["name"] for a in data["advice"] if a["measured_gain"] is not None}
     assert {"larger per-rank batch", "gradient accumulation"} <= measured
+
+
+@pytest.mark.slow
+def test_bench_file_gives_the_link_and_overlap_is_fitted(tmp_path, no_leftover_workers):
+    from conftest import cli
+
+    bench = cli("bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10", "--json",
+                timeout=300)
+    assert bench.code == 0, bench.err
+    path = tmp_path / "bench.json"
+    path.write_text(bench.out)
+    link = scaling.link_from_bench(bench.json())
+    assert link.latency_s > 0 and link.bus_bytes_per_s > 0
+    r = cli("scale", "mlp", "--nproc", "1,2", "--max-steps", "90", "--bench", str(path), "--json", timeout=300)
+    assert r.code == 0, r.err
+    model = r.json()["model"]
+    assert model["latency_s"] == pytest.approx(link.latency_s) and model["bus_bytes_per_s"] == pytest.approx(
+        link.bus_bytes_per_s)
+    assert 0 <= model["overlap"] <= 1 and "--bench" in model["provenance"]["link"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": 3}')
+    b = cli("scale", "mlp", "--nproc", "1,2", "--bench", str(bad))
+    assert b.code == 2 and "not the JSON" in b.err and len(b.err.strip().splitlines()) == 1
