@@ -111,7 +111,7 @@ def _own_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--try-advice", action="store_true", help="re-run with each piece of advice and measure its gain")
     p.add_argument("--predict", default=",".join(map(str, PREDICT)), metavar="N,...",
                    help="world sizes to predict (default %(default)s)")
-    p.add_argument("--bench", metavar="BENCH_JSON", help="`ddplab bench --op all_reduce --json` output: the link's "
+    p.add_argument("--bench", metavar="BENCH_JSON", help="`ddplab bench all_reduce --json` output: the link's "
                                                          "own latency and bandwidth, so overlap can be measured")
     p.add_argument("--plot", metavar="FILE.png", help="write measured points, predicted curve and ideal line")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -354,7 +354,7 @@ def _read_bench(path: str):
 
     p = Path(path)
     if not p.is_file():
-        raise DdplabError(f"--bench {path}: no such file: write one with `ddplab bench --nproc 2 --op all_reduce "
+        raise DdplabError(f"--bench {path}: no such file: write one with `ddplab bench all_reduce --nproc 2 "
                           f"--json > {path}`")
     try:
         data = json.loads(p.read_text(errors="replace"))
@@ -521,7 +521,7 @@ def render(con, r: ScaleResult) -> None:
     m = r.model
     bus = m["bus_bytes_per_s"]
     con.print(f"model: compute {1e3 * m['compute_fixed_s']:.3f} ms + {1e6 * m['compute_per_sample_s']:.2f} µs/sample"
-              f"; all_reduce α {1e6 * m['latency_s']:.1f} µs, B "
+              f" per micro-step + {1e3 * m['step_fixed_s']:.3f} ms per step; all_reduce α {1e6 * m['latency_s']:.1f} µs, B "
               + ("∞" if bus is None else f"{bus / 1e9:.2f} GB/s") + f"; overlap {m['overlap']:.0%}")
     con.print("predicted: " + ", ".join(f"N={p.world_size} {p.samples_per_sec:,.0f}/s ({p.efficiency:.0%})"
                                         for p in r.predictions if not p.measured))

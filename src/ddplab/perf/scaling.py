@@ -342,7 +342,7 @@ def link_from_bench(data: dict, source: str = "ddplab bench") -> LinkFit:
             ring = fitted and {"alpha_us": fitted.alpha_us, "bandwidth_gbps": fitted.bandwidth_gbps}
         if not ring:
             raise DdplabError(f"{source} has no all_reduce timings at two or more message sizes on 2+ ranks: run "
-                              "`ddplab bench --nproc 2 --op all_reduce --json` (its default sizes will do)")
+                              "`ddplab bench all_reduce --nproc 2 --json` (its default sizes will do)")
         return LinkFit(float(ring["alpha_us"]) / 1e6, float(ring["bandwidth_gbps"]) * 1e9,
                        f"{source}: ring fit of all_reduce on {data.get('world_size', '?')} ranks")
     except (KeyError, TypeError, ValueError, AttributeError) as e:
