@@ -30,6 +30,22 @@ def port(text: str) -> int:
     return int(text)
 
 
+def read_json(path: str, flag: str, how_to_make: str):
+    """The JSON in a file a flag names; a missing or broken file is a one-line error saying how to make one."""
+    import json
+    from pathlib import Path
+
+    from ddplab.errors import DdplabError
+
+    p = Path(path)
+    if not p.is_file():
+        raise DdplabError(f"{flag} {path}: no such file: write one with `{how_to_make} > {path}`")
+    try:
+        return json.loads(p.read_text(errors="replace"))
+    except json.JSONDecodeError as e:
+        raise DdplabError(f"{flag} {path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+
+
 def add_nodes(parser: argparse.ArgumentParser) -> None:
     """--nnodes/--node-rank/--rdzv-endpoint/--rdzv-id, as torchrun spells them."""
     group = parser.add_argument_group("several machines (torchrun's c10d rendezvous)")

@@ -15,7 +15,7 @@ import csv
 import os
 from pathlib import Path
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 from ddplab.perf.bench import DTYPE_BYTES, OPS, BenchResult, format_size, parse_size, plan_sizes
 
@@ -28,22 +28,6 @@ def _whole(minimum: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number ≥ {minimum}")
         return int(text)
     return parse
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1..65535)")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 60")
-    return value
 
 
 def _factor(text: str) -> float:
@@ -70,9 +54,9 @@ def add_parser(sub) -> None:
     p.add_argument("-w", "--warmup", type=_whole(0), default=5, help="untimed calls first (default %(default)s)")
     p.add_argument("--in-place", action="store_true",
                    help="all_gather/reduce_scatter work inside one buffer (all_reduce, broadcast always do)")
-    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S,
+    p.add_argument("--timeout", type=cliargs.positive_float, default=DEFAULT_TIMEOUT_S,
                    help="seconds without progress on any rank before the run is declared hung (default %(default)g)")
-    p.add_argument("--master-port", type=_port, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every row on stdout")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also draw busbw against size, one line per op")

@@ -7,13 +7,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 from rich.table import Table
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
 
@@ -113,17 +111,13 @@ def from_scale_file(path: str, measured_on: str | None, known: dict):
     from ddplab.perf.cost import canonical, gpu_of_device
     from ddplab.perf.scaling import ScalingModel, efficiency
 
-    p = Path(path)
-    if not p.is_file():
-        raise DdplabError(f"--from {path}: no such file: write one with `ddplab scale RECIPE --nproc 1,2 --json > "
-                          f"{path}`")
+    data = cliargs.read_json(path, "--from", "ddplab scale RECIPE --nproc 1,2 --json")
     try:
-        data = json.loads(p.read_text(errors="replace"))
         points = {int(pt["world_size"]): float(pt["samples_per_sec"]) for pt in data["points"]}
         device, strong = str(data["device"]), bool(data.get("strong", False))
         batch, accum = int(data["batch_per_rank"]), int(data.get("accum_steps", 1))
         model = ScalingModel.from_dict(data["model"]) if data.get("model") else None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise DdplabError(f"--from {path}: not the JSON `ddplab scale --json` writes ({type(e).__name__}: {e}): "
                           "re-run ddplab scale with --json") from None
     if 1 not in points and model is None:

@@ -17,14 +17,13 @@ import argparse
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
 # Below this efficiency, half a device's worth of every 5 is lost to communication: worth acting on.
@@ -352,14 +351,7 @@ def _check_writable(path: str) -> None:
 def _read_bench(path: str):
     from ddplab.perf.scaling import link_from_bench
 
-    p = Path(path)
-    if not p.is_file():
-        raise DdplabError(f"--bench {path}: no such file: write one with `ddplab bench all_reduce --nproc 2 "
-                          f"--json > {path}`")
-    try:
-        data = json.loads(p.read_text(errors="replace"))
-    except json.JSONDecodeError as e:
-        raise DdplabError(f"--bench {path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    data = cliargs.read_json(path, "--bench", "ddplab bench all_reduce --nproc 2 --json")
     return link_from_bench(data, f"--bench {path}")
 
 

@@ -225,8 +225,8 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
     if known:
         min(known, key=lambda o: (o.usd, o.hours)).cheapest = True
         min(known, key=lambda o: (o.hours, o.usd)).fastest = True
-    assumptions = [f"cost = hours × GPUs × price per GPU-hour (per-GPU billing; storage, egress and idle time "
-                   f"are not counted)"]
+    assumptions = ["cost = hours × GPUs × price per GPU-hour (per-GPU billing; storage, egress and idle time "
+                   "are not counted)"]
     if any(o.speed_basis == "assumed" for o in options):
         assumptions.append(f"speed of other GPU types = speed on {measured_on} × ratio of peak dense BF16 tensor "
                            "TFLOPS: a ceiling, memory-bound models gain less; measure on the GPU you rent")
