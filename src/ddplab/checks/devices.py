@@ -73,7 +73,7 @@ def _allocate(dev: torch.device, fraction: float) -> dict:
     nbytes = int(free * fraction)
     block = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     block.fill_(0xA5)
-    ok = bool((block == 0xA5).all().item())
+    ok = bool(block.eq_(0xA5).all().item())  # in place: `block == x` would need a second block as large
     del block
     torch.cuda.empty_cache()
     return {"bytes": nbytes, "free": free, "total": total, "ok": ok}
