@@ -32,3 +32,23 @@ def test_check_across_two_hosts(no_leftover_workers):
         assert stages["collectives"]["status"] == "PASS" and stages["ddp"]["status"] == "PASS"
     ranks = sorted(r for code, out, err in ran for r in json.loads(out)["ranks"])
     assert ranks == [0, 1]  # the two hosts formed one group of two
+
+
+def test_training_across_two_hosts_equals_one_host_with_the_same_world_size(no_leftover_workers):
+    from conftest import cli
+
+    flags = ["--epochs", "1", "--json", "--device", "cpu"]
+    with two_hosts() as hosts:
+        endpoint = f"{hosts[0][1]}:29562"
+        ran = _both(hosts, lambda rank, addr: [
+            sys.executable, "-m", "ddplab", "train", "linear", "--nproc", "1", *flags,
+            "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
+    for code, out, err in ran:
+        assert code == 0, err[-3000:] + out[-3000:]
+    across = json.loads(ran[0][1])  # node 0 holds rank 0 and prints the training's result
+    assert json.loads(ran[1][1])["ranks"] == [1]
+    alone = cli("train", "linear", "--nproc", "2", *flags).json()
+    assert across["world_size"] == alone["world_size"] == 2
+    # gloo sums two gradients in the same order on one host as on two: the results are bitwise equal
+    assert (across["weight"], across["bias"], across["final_loss"]) == (alone["weight"], alone["bias"],
+                                                                        alone["final_loss"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
 RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
@@ -36,6 +36,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="restart the group this many times after a failure (resumes from the latest checkpoint)")
     launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
                         help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
+    cliargs.add_nodes(p)
 
 
 def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
@@ -59,10 +60,15 @@ def start_early(argv: list[str]):
         return None
     quick = argparse.ArgumentParser(add_help=False)
     launcher_arguments(quick)
-    launch, _ = quick.parse_known_args(argv)
+    try:
+        launch, _ = quick.parse_known_args(argv)
+        nodes = cliargs.nodes_from(launch)
+    except (SystemExit, DdplabError):  # bad flags: the full parse below says what is wrong
+        return None
     if launch.nproc is None or launch.nproc < 1 or launch.max_restarts < 0:
         return None
-    return runner.start(TARGET, nproc=launch.nproc, master_port=launch.master_port, max_restarts=launch.max_restarts)
+    return runner.start(TARGET, nproc=launch.nproc, master_port=launch.master_port, max_restarts=launch.max_restarts,
+                        nodes=nodes)
 
 
 @dataclass
@@ -83,7 +89,8 @@ def run(args) -> int:
         if pending is None:
             from ddplab import runner
 
-            pending = runner.start(TARGET, nproc=nproc, master_port=ns.master_port, max_restarts=ns.max_restarts)
+            pending = runner.start(TARGET, nproc=nproc, master_port=ns.master_port, max_restarts=ns.max_restarts,
+                                   nodes=cliargs.nodes_from(ns))
     except BaseException:
         if pending is not None:
             pending.cancel()
@@ -137,6 +144,9 @@ def _run(pending, recipe: str, cfg, ns) -> int:
                               on_event=on_event)
     finally:
         view.close()
+    if outcome.ok and all(r.rank != 0 for r in outcome.ranks):  # another node holds rank 0 and its result
+        report.emit(NodeDone([r.rank for r in outcome.ranks], outcome.seconds), cfg.json, render_node)
+        return 0
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         report.emit(result, cfg.json, render)
@@ -149,6 +159,20 @@ def _run(pending, recipe: str, cfg, ns) -> int:
                              "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks])
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
+
+
+@dataclass
+class NodeDone:
+    """What a node other than node 0 prints: its ranks finished; rank 0's node prints the training's result."""
+
+    ranks: list[int]
+    seconds: float
+    status: str = "PASS"
+
+
+def render_node(con, r: NodeDone) -> None:
+    con.print(f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
+              "the training's result")
 
 
 def render_failure(con, f: TrainFailure) -> None:
