@@ -55,3 +55,40 @@ def test_ten_kills_ten_recoveries(no_leftover_workers):
     for r in result.results():
         assert r["attempt"] == KILLS
         assert r["total"] == steps * 3.0  # every step of the last attempt summed 1 + 2 exactly
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_training_worker_resumes_to_the_same_weights(tmp_path, no_leftover_workers):
+    """ddplab train --max-restarts 1: a worker killed mid-run; the group restarts from the latest checkpoint and
+    ends bitwise equal (CPU) to the same training left alone."""
+    import json
+    import subprocess
+    import sys
+
+    import psutil
+
+    from conftest import cli, kill_tree
+
+    flags = ["mlp", "--nproc", "2", "--epochs", "4", "--checkpoint-every", "40", "--json", "--device", "cpu"]
+    alone = cli("train", *flags, "--checkpoint-dir", str(tmp_path / "alone"), timeout=240)
+    assert alone.code == 0, alone.err
+
+    ckpt = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *flags, "--checkpoint-dir", str(ckpt),
+                             "--max-restarts", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(ckpt.glob("*.pt")) and time.monotonic() < deadline:  # a checkpoint to resume from
+            time.sleep(0.05)
+        agent = next(c for c in psutil.Process(proc.pid).children() if "ddplab.runner" in " ".join(c.cmdline()))
+        victim = agent.children()[1]  # a worker (rank 1's process), not the agent
+        victim.kill()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        kill_tree(proc.pid)
+    assert proc.returncode == 0, err[-3000:]
+    killed, reference = json.loads(out), alone.json()
+    assert killed["resumed_from"], "the restarted group did not resume from a checkpoint"
+    assert killed["total_steps"] == reference["total_steps"] and killed["final_loss"] == reference["final_loss"]
+    assert [r["digest"] for r in killed["ranks"]] == [r["digest"] for r in reference["ranks"]]
