@@ -69,4 +69,10 @@ def nodes_from(args):
     if not args.rdzv_endpoint:
         raise DdplabError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address), the same on "
                           "every node")
-    return Nodes.parse(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
+    nodes = Nodes.parse(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
+    if nodes.rank == 0:
+        from ddplab.report import log
+
+        log(f"warning: the c10d rendezvous store on {nodes.host}:{nodes.port} is unauthenticated: anyone who can "
+            "reach that port can join or disturb the job, so keep it on a private network")
+    return nodes
