@@ -169,10 +169,10 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
     if cfg.compile:
         model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
-    comm = metrics.CommTimer(device)
+    comm = None
     if world > 1:
         ddp = DDP(model, device_ids=ctx.device_ids, gradient_as_bucket_view=True)  # grads live in the buckets
-        ddp.register_comm_hook(None, comm.hook)
+        comm = metrics.CommWait(ddp, rate=1 if device.type == "cpu" else cfg.log_every)
         no_sync = ddp.no_sync
     else:
         # One process has nothing to synchronise: DDP would all-reduce every gradient with itself, ~20% of a small
@@ -197,7 +197,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
     run_steps, saved = 0, None
-    log_t, log_step, log_comm = time.perf_counter(), step, 0.0
+    log_t, log_step = time.perf_counter(), step
     timer = Steady(log_t)
 
     # 4. The steps.
@@ -215,7 +215,6 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                         loss = recipe.loss(ddp, batch)
                     scaled = loss / cfg.grad_accum if cfg.grad_accum > 1 else loss
                     (scaler.scale(scaled) if scaler else scaled).backward()
-            comm.backward_done()
             if scaler is not None:
                 if cfg.grad_clip:
                     scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
@@ -231,22 +230,22 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             if run_steps == WARMUP_STEPS:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
-                timer.warm(comm.seconds())
+                timer.warm()
             done = step >= stop_at
 
             # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
             if step % cfg.log_every == 0 or done:
-                now, comm_s = time.perf_counter(), comm.seconds()
+                now, wait = time.perf_counter(), _wait_ms(comm, window=True)
                 usage.sample()
-                rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, comm_s - log_comm], device)
+                rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
                 shown["loss"] = sum(r[0] for r in rows) / world
                 shown["samples_per_sec"] = (step - log_step) * global_batch / max(rows[0][1], 1e-9)
                 jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
                              "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
                              "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                             "rank_comm_wait_ms": [1000 * r[3] / max(r[2], 1) for r in rows]})
+                             "rank_comm_wait_ms": [r[3] if r[3] >= 0 else None for r in rows]})
                 out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
-                log_t, log_step, log_comm = now, step, comm_s
+                log_t, log_step = now, step
             else:
                 out.tick(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
 
@@ -261,11 +260,12 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    timed_steps, seconds, comm_s, total = timer.stop(run_steps, comm.seconds())
+    timed_steps, seconds, total = timer.stop(run_steps)
+    wait = _wait_ms(comm, window=False)
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters.
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=1000 * comm_s / max(timed_steps, 1),
+                     step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
                      cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
                      peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
                      digest=metrics.parameter_digest(raw_model))
@@ -292,7 +292,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
         resumed_from=resumed_from, stopped_early=step < planned,
         model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
-        metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes, warnings=rank_warnings(ranks))
+        metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,
+        warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
     if not identical:
         result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
                                   "only if every rank starts from the same weights and applies the same all-reduced "
@@ -319,17 +320,29 @@ class Steady:
 
     def __init__(self, start: float):
         self.t0 = self.start = start
-        self.comm_start, self.warm_steps = 0.0, 0
+        self.warm_steps = 0
 
-    def warm(self, comm_seconds: float) -> None:
-        self.start, self.comm_start, self.warm_steps = time.perf_counter(), comm_seconds, WARMUP_STEPS
+    def warm(self) -> None:
+        self.start, self.warm_steps = time.perf_counter(), WARMUP_STEPS
 
-    def stop(self, run_steps: int, comm_seconds: float) -> tuple[int, float, float, float]:
-        """(steps timed, their seconds, their exposed communication seconds, seconds of the whole loop)."""
+    def stop(self, run_steps: int) -> tuple[int, float, float]:
+        """(steps timed, their seconds, seconds of the whole loop)."""
         now = time.perf_counter()
         if run_steps <= self.warm_steps:  # no step after the warm-up: time the whole run
-            return run_steps, now - self.t0, comm_seconds, now - self.t0
-        return run_steps - self.warm_steps, now - self.start, comm_seconds - self.comm_start, now - self.t0
+            return run_steps, now - self.t0, now - self.t0
+        return run_steps - self.warm_steps, now - self.start, now - self.t0
+
+
+def _wait_ms(comm: metrics.CommWait | None, window: bool) -> float:
+    """Exposed communication ms per step (-1 = not measured); a single process has none."""
+    if comm is None:
+        return 0.0
+    if window:
+        value = comm.window_ms()
+    else:
+        mean = comm.mean_ms()
+        value = mean[1] if mean else None
+    return -1.0 if value is None else value
 
 
 def _autocast(amp: str, device: torch.device):

@@ -23,7 +23,7 @@ class RankStats:
     samples: int
     steps: int
     step_ms: float  # mean wall time per optimizer step
-    comm_wait_ms: float  # mean exposed communication per step: waiting for all-reduce and for slower ranks
+    comm_wait_ms: float | None  # mean exposed communication per step: waiting for all-reduce and for slower ranks
     cpu_percent: float  # this process's CPU use over the run (100 = one core)
     gpu_util_percent: float | None  # NVML, GPUs only
     peak_memory_mb: float
@@ -32,7 +32,7 @@ class RankStats:
 
     @property
     def compute_ms(self) -> float:
-        return max(self.step_ms - self.comm_wait_ms, 0.0)
+        return max(self.step_ms - (self.comm_wait_ms or 0.0), 0.0)
 
 
 @dataclass
@@ -114,7 +114,8 @@ def render(con, r: TrainResult) -> None:
         t.add_column(col, justify="right")
     for s in r.ranks:
         util = s.gpu_util_percent if gpu else s.cpu_percent
-        t.add_row(str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", f"{s.comm_wait_ms:.2f}",
+        wait = "-" if s.comm_wait_ms is None else f"{s.comm_wait_ms:.2f}"
+        t.add_row(str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", wait,
                   f"{s.compute_ms:.2f}", "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}",
                   f"{s.final_loss:.4f}")
     con.print(t)
