@@ -197,8 +197,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
     run_steps, saved = 0, None
-    log_t, log_step = time.perf_counter(), step
-    timer = Steady(log_t)
+    log_t, log_step, log_wait = time.perf_counter(), step, None
+    timer, warm_wait = Steady(log_t), None
 
     # 4. The steps.
     while step < stop_at:
@@ -231,11 +231,13 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
                 timer.warm()
+                warm_wait = comm.snapshot() if comm else None
             done = step >= stop_at
 
             # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
             if step % cfg.log_every == 0 or done:
-                now, wait = time.perf_counter(), _wait_ms(comm, window=True)
+                now = time.perf_counter()
+                wait, log_wait = _wait_ms(comm, log_wait)
                 usage.sample()
                 rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
                 shown["loss"] = sum(r[0] for r in rows) / world
@@ -261,7 +263,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     timed_steps, seconds, total = timer.stop(run_steps)
-    wait = _wait_ms(comm, window=False)
+    wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None)
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters.
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
@@ -333,16 +335,13 @@ class Steady:
         return run_steps - self.warm_steps, now - self.start, now - self.t0
 
 
-def _wait_ms(comm: metrics.CommWait | None, window: bool) -> float:
-    """Exposed communication ms per step (-1 = not measured); a single process has none."""
+def _wait_ms(comm: metrics.CommWait | None, since) -> tuple[float, tuple | None]:
+    """Exposed communication ms per step since the snapshot `since` (-1 = not measured; one process has none),
+    and a snapshot of now."""
     if comm is None:
-        return 0.0
-    if window:
-        value = comm.window_ms()
-    else:
-        mean = comm.mean_ms()
-        value = mean[1] if mean else None
-    return -1.0 if value is None else value
+        return 0.0, None
+    value, now = comm.mean_since(since)
+    return (-1.0 if value is None else value), now
 
 
 def _autocast(amp: str, device: torch.device):

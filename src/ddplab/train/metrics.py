@@ -34,10 +34,9 @@ class CommWait:
             ddp._set_ddp_runtime_logging_sample_rate(max(int(rate), 1))
         except Exception:
             self.ddp = None
-        self._last = (0, 0.0)  # (iterations, mean ms) at the previous window
 
-    def mean_ms(self) -> tuple[int, float] | None:
-        """(DDP iterations so far, mean exposed ms per iteration), or None when not measured."""
+    def snapshot(self) -> tuple[int, float] | None:
+        """(DDP iterations so far, DDP's running mean of exposed ms), or None when not measured."""
         if self.ddp is None:
             return None
         try:
@@ -47,14 +46,16 @@ class CommWait:
         except Exception:
             return None
 
-    def window_ms(self) -> float | None:
-        """Mean exposed ms per step since the previous call (from DDP's running mean and its iteration count)."""
-        now = self.mean_ms()
+    def mean_since(self, start: tuple[int, float] | None) -> tuple[float | None, tuple[int, float] | None]:
+        """Mean exposed ms per step since `start` (a snapshot), and a snapshot of now. DDP keeps one running
+        mean; the means of two moments, weighted by their iteration counts, give the mean in between."""
+        now = self.snapshot()
         if now is None:
-            return None
-        (n0, m0), (n1, m1) = self._last, now
-        self._last = now
-        return (m1 * n1 - m0 * n0) / (n1 - n0) if n1 > n0 else m1
+            return None, None
+        if start is None or now[0] <= start[0]:
+            return now[1], now
+        (n0, m0), (n1, m1) = start, now
+        return max((m1 * n1 - m0 * n0) / (n1 - n0), 0.0), now
 
 
 class Utilisation:
