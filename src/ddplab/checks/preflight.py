@@ -114,10 +114,17 @@ def _launcher_leftovers() -> Finding | None:
                            "but a script started by hand would read these", f"unset {' '.join(set_here)}")
 
 
+def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices: bool = True) -> list[Finding]:
+    """Ranks vs devices, shared memory, CUDA_VISIBLE_DEVICES, threads, launcher variables left in the shell:
+    everything but the port (`ddplab launch` checks the same before starting a script)."""
+    found = (_devices(nproc, device, backend) if ranks_vs_devices else None, _shm(backend),
+             _visible_devices(device), _threads(nproc), _launcher_leftovers())
+    return [f for f in found if f is not None]
+
+
 def run(nproc: int, device: str, backend: str, port: Finding) -> StageResult:
     start = time.perf_counter()
-    findings = [f for f in (_devices(nproc, device, backend), port, _shm(backend),
-                            _visible_devices(device), _threads(nproc), _launcher_leftovers()) if f is not None]
+    findings = [port, *environment_findings(nproc, device, backend)]
     findings.append(Finding("ok", f"torch build has {backend}"))  # choose_backend refused the command otherwise
     seconds = time.perf_counter() - start
     details = {"findings": [vars(f) for f in findings]}

@@ -161,13 +161,11 @@ def _validate(ns) -> None:
 def _environment_findings(nproc: int, backend: str, device: str) -> list:
     """The environment checks `ddplab check` runs in its preflight stage (shared memory, CUDA_VISIBLE_DEVICES,
     OMP_NUM_THREADS, launcher variables left in the shell, cores), minus the ones that passed."""
-    from ddplab.checks import preflight as checks
+    from ddplab.checks.preflight import environment_findings
 
-    found = [checks._shm(backend), checks._visible_devices(device), checks._threads(nproc),
-             checks._launcher_leftovers()]
-    if device == "cpu":
-        found.append(checks._devices(nproc, device, backend))
-    return [f for f in found if f is not None and f.level != "ok"]
+    # On GPUs launch judges ranks vs GPUs itself, before this, knowing the script's own backend.
+    found = environment_findings(nproc, device, backend, ranks_vs_devices=device == "cpu")
+    return [f for f in found if f.level != "ok"]
 
 
 def _module_file(name: str) -> Path | None:
