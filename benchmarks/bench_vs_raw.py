@@ -88,7 +88,7 @@ def main() -> int:
             got = run_ddplab(args) if who == "ddplab" else run_raw(args, sizes)
             for s in sizes:
                 seen[who][s].append(got[s])
-        print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(
+        print(f"round {round_ + 1}/{args.rounds} (load {os.getloadavg()[0]:.1f}) ddplab/raw: " + ", ".join(
             f"{format_size(s)} {seen['ddplab'][s][-1]:.3f}/{seen['raw'][s][-1]:.3f}" for s in sizes), file=sys.stderr)
 
     load = os.getloadavg()

@@ -26,7 +26,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 # Element sizes, so that sizes are planned without importing torch. gloo refuses int16/uint16/float8 outright.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,
                "int64": 8}
-# Largest integer every smaller non-negative integer of which the float type holds exactly (2**mantissa bits).
+# A float type holds every integer 0..N exactly up to N = 2**(stored mantissa bits + 1).
 EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**53}
 # torch.distributed has no out-of-place all_reduce/broadcast and no in-place all_to_all_single.
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
