@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import cli, kill_tree
-from ddplab.recipes import gpt, linear, mlp
+from ddplab.recipes import gpt, mlp
 
 TINY = {
     "linear": [],  # the defaults: the convergence claim is about them

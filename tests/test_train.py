@@ -186,8 +186,10 @@ def test_a_fresh_run_never_overwrites_existing_checkpoints(stopped, capsys):
 def test_bad_checkpoint_directories_are_one_line_errors(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert f"{blocker}/ck is not writable" in refused(capsys, "train", "linear", "--checkpoint-dir", str(blocker / "ck"))
-    assert "holds no checkpoint" in refused(capsys, "train", "linear", "--checkpoint-dir", str(tmp_path / "e"), "--resume")
+    err = refused(capsys, "train", "linear", "--checkpoint-dir", str(blocker / "ck"))
+    assert f"{blocker}/ck is not writable" in err
+    err = refused(capsys, "train", "linear", "--checkpoint-dir", str(tmp_path / "empty"), "--resume")
+    assert "holds no checkpoint" in err
 
 
 @pytest.mark.parametrize("args, message", [

@@ -401,7 +401,8 @@ def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: n
         key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
         raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
                           f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
-                          "decides some shapes): resume with the same flags and data, or choose another --checkpoint-dir")
+                          "decides some shapes): resume with the same flags and data, or choose another "
+                          "--checkpoint-dir")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if scaler is not None and state["scaler"] is not None:
