@@ -10,9 +10,10 @@ launcher, OMP_NUM_THREADS=1):
   (a)     the tutorial loop: DataLoader over a TensorDataset with a DistributedSampler (per-sample collate)
   (b)     a hand-written DDP loop with index batching (the least a careful person would write)
 Each reports samples/s over its training loop alone (process start-up and data generation excluded), timed the
-same way: from the end of the 3rd step (warm-up) to the end of the last, the slowest rank's time. The variants alternate within each
-round, in a rotating order, so that the machine's background load falls on all of them alike; the medians and the
-best round of each are printed (on a shared machine the best round is the least disturbed one).
+same way: from the end of the 3rd step (warm-up) to the end of the last, the slowest rank's time. The variants
+alternate within each round, in a rotating order, so that the machine's background load falls on all of them
+alike. Printed: the medians, the best round of each (on a shared machine the least disturbed one), and the median
+of the per-round ratios (the three runs of a round ran back to back, under about the same load).
 Targets (issue #4): ddplab >= 0.98x (b) at every world size, >= 1.3x (a) at 1 rank.
 """
 
@@ -36,7 +37,6 @@ WARMUP_STEPS = 3  # timed after these, as ddplab.train.loop times its samples/s
 
 def _setup(payload: dict):
     import torch
-    import torch.distributed as dist  # noqa: F401
 
     import ddplab.dist as dd
     from ddplab.recipes import mlp
@@ -51,7 +51,6 @@ def _setup(payload: dict):
 
 def seed_style_loop(payload: dict) -> dict:
     """(a) The tutorial loop: a DataLoader builds every batch sample by sample, then collates."""
-    import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -180,7 +179,8 @@ def main() -> int:
         pa = statistics.median(d / a for d, a in zip(runs[n]["ddplab"], runs[n]["(a) DataLoader"]))
         pb = statistics.median(d / b for d, b in zip(runs[n]["ddplab"], runs[n]["(b) raw index"]))
         summary[n]["paired"] = {"ddplab_over_a": pa, "ddplab_over_b": pb}
-        print(f"{n:>5} {'paired':6} {'':>10} {'':>10} {'':>10} {pa:>10.2f}x {pb:>10.2f}x   (median of per-round ratios)")
+        print(f"{n:>5} {'paired':6} {'':>10} {'':>10} {'':>10} {pa:>10.2f}x {pb:>10.2f}x   "
+              "(median of per-round ratios)")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary, "load": loads}, indent=2))
     return 0
