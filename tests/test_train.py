@@ -242,3 +242,21 @@ def test_a_hanging_rank_is_reported_with_its_stack_exit_3(no_leftover_workers):
     failure = ran.json()
     assert failure["status"] == "hang" and "no rank made progress for 8s" in failure["summary"]
     assert "hang_before" in next(r["stack"] for r in failure["ranks"] if r["rank"] == 1)
+
+
+def test_bucket_size_and_fp16_gradient_compression_still_converge(no_leftover_workers):
+    """The knobs `ddplab scale --try-advice` turns: DDP's bucket_cap_mb and a 16-bit compression comm hook."""
+    from conftest import cli
+
+    ran = cli("train", "linear", "--nproc", "2", "--comm-hook", "fp16", "--bucket-cap-mb", "0.5", "--json")
+    assert ran.code == 0, ran.err
+    result = ran.json()
+    assert abs(result["weight"] - 2) < 0.05 and abs(result["bias"] - 1) < 0.05  # fp16 rounding in transit only
+    assert result["params_identical"]
+
+
+def test_bf16_compression_needs_nccl():
+    from conftest import cli
+
+    ran = cli("train", "linear", "--device", "cpu", "--comm-hook", "bf16")
+    assert ran.code == 2 and "needs NCCL" in ran.err and len(ran.err.strip().splitlines()) == 1

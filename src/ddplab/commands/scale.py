@@ -268,8 +268,8 @@ def to_run(result: dict):
 
 
 def grad_bytes(result: dict) -> int:
-    """Bytes DDP all-reduces per step: one fp32 gradient element per parameter, 2 bytes with the bf16 hook."""
-    return int(result["parameters"]) * (2 if result.get("comm_hook") == "bf16" else 4)
+    """Bytes DDP all-reduces per step: one fp32 gradient element per parameter, 2 bytes with a 16-bit hook."""
+    return int(result["parameters"]) * (2 if result.get("comm_hook") in ("fp16", "bf16") else 4)
 
 
 # ----------------------------------------------------------------------------------------------- the command
@@ -319,7 +319,7 @@ def run(args) -> int:
         accum_steps=k, grad_bytes=int(model.grad_bytes), recipe_flags=recipe_flags, points=points,
         model=model.to_dict(), predictions=_predict(model, predict, b, k, own.strong, sizes),
         interconnects=interconnects(model, predict, b, k, own.strong),
-        advice=advise(model, points[-1], own.strong))
+        advice=advise(model, points[-1], own.strong, hook="bf16" if first["backend"] == "nccl" else "fp16"))
     if own.try_advice:
         _try_advice(result, args.recipe, base_flags)
     result.notes = _notes(result, model)
@@ -396,7 +396,8 @@ def interconnects(model, sizes, b: int, k: int, strong: bool) -> list[LinkPredic
 # ----------------------------------------------------------------------------------------------- advice
 
 
-def advise(model, at: Point, strong: bool) -> list[Advice]:
+def advise(model, at: Point, strong: bool, hook: str = "bf16") -> list[Advice]:
+    """hook: the 16-bit compression to suggest; bf16 needs NCCL, so gloo runs are told fp16."""
     """What would raise efficiency at the largest measured world size, with the model's predicted gain."""
     from ddplab.perf.scaling import MIB, buckets
 
@@ -425,9 +426,9 @@ def advise(model, at: Point, strong: bool) -> list[Advice]:
     if comm > 0 and math.isfinite(model.bus_bytes_per_s):
         bandwidth = 2 * (n - 1) / n * model.grad_bytes / model.bus_bytes_per_s
         unsplit = "not separable" in model.provenance.get("link", "")
-        out.append(Advice("bf16 gradient compression", f"the bandwidth term is {bandwidth / comm:.0%} of the "
-                          "all_reduce time; DDP's bf16_compress_hook sends half the bytes (gradients are rounded "
-                          "to bf16 in transit)", ["--comm-hook", "bf16"],
+        out.append(Advice(f"{hook} gradient compression", f"the bandwidth term is {bandwidth / comm:.0%} of the "
+                          f"all_reduce time; DDP's {hook}_compress_hook sends half the bytes (gradients are rounded "
+                          f"to {hook} in transit)", ["--comm-hook", hook],
                           model.samples_per_sec(n, b, k, grad_bytes=model.grad_bytes / 2) / base,
                           note="an upper bound: latency was not told apart from bandwidth" if unsplit else ""))
     return sorted(out, key=lambda a: -a.predicted_gain)

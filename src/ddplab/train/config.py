@@ -17,6 +17,7 @@ from ddplab.errors import DdplabError
 
 AMP_CHOICES = ("none", "bf16", "fp16")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+COMM_HOOKS = ("none", "fp16", "bf16")
 
 
 def opt(default: Any, help: str, *, shape: bool = False, choices: tuple | None = None) -> Any:
@@ -35,6 +36,10 @@ class TrainConfig:
     grad_clip: float = opt(0.0, "clip the gradient norm to this (0 = off)")
     amp: str = opt("none", "bf16 autocast (CPU or GPU), or fp16 with a GradScaler (GPU only)", choices=AMP_CHOICES)
     compile: bool = opt(False, "torch.compile the model before wrapping it in DDP")
+    bucket_cap_mb: float = opt(25.0, "DDP's gradient bucket size in MiB (its default): larger buckets mean fewer, "
+                                     "larger all-reduces, smaller ones start communicating earlier")
+    comm_hook: str = opt("none", "fp16 / bf16: DDP's fp16_compress_hook / bf16_compress_hook send gradients in "
+                                 "16 bits, half the bytes (bf16 needs NCCL)", choices=COMM_HOOKS)
     device: str = opt("auto", "cuda when a GPU is visible, else cpu", choices=DEVICE_CHOICES)
     checkpoint_dir: str = opt("", "directory for checkpoints, metrics.jsonl and the final model.pt (empty = none)")
     checkpoint_every: int = opt(0, "optimizer steps between checkpoints (0 = at the end of each epoch only)")
@@ -57,6 +62,10 @@ class TrainConfig:
                 raise DdplabError(f"--{flag(name)} {getattr(self, name)}: must be 0 (off) or positive")
         if not self.lr > 0:
             raise DdplabError(f"--lr {self.lr}: the learning rate must be positive")
+        if not self.bucket_cap_mb > 0:
+            raise DdplabError(f"--bucket-cap-mb {self.bucket_cap_mb}: must be positive (DDP's default is 25)")
+        if self.comm_hook not in COMM_HOOKS:
+            raise DdplabError(f"--comm-hook {self.comm_hook}: use one of {', '.join(COMM_HOOKS)}")
         if self.grad_clip < 0:
             raise DdplabError(f"--grad-clip {self.grad_clip}: must be 0 (off) or positive")
         if self.amp not in AMP_CHOICES:
@@ -65,6 +74,9 @@ class TrainConfig:
             raise DdplabError("--resume needs --checkpoint-dir: the directory that holds the run's checkpoints")
 
     def check_device(self, device_type: str) -> None:
+        if self.comm_hook == "bf16" and device_type != "cuda":
+            raise DdplabError("--comm-hook bf16 needs NCCL on GPUs (torch's bf16 hook refuses gloo): use "
+                              "--comm-hook fp16 on CPU")
         if self.amp == "fp16" and device_type != "cuda":
             raise DdplabError("--amp fp16 needs a GPU (its GradScaler is CUDA-only): use --amp bf16 on CPU")
 

@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab.dist as dd
@@ -171,7 +172,10 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
     comm = None
     if world > 1:
-        ddp = DDP(model, device_ids=ctx.device_ids, gradient_as_bucket_view=True)  # grads live in the buckets
+        ddp = DDP(model, device_ids=ctx.device_ids, gradient_as_bucket_view=True,  # grads live in the buckets
+                  bucket_cap_mb=cfg.bucket_cap_mb)
+        if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
+            ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
         comm = metrics.CommWait(ddp, rate=1 if device.type == "cpu" else cfg.log_every)
         no_sync = ddp.no_sync
     else:
