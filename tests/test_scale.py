@@ -135,6 +135,20 @@ def test_one_larger_world_size_predicts_itself_and_says_what_it_cannot_split():
         assert m.samples_per_sec(r.world_size, r.batch_per_rank) == pytest.approx(r.samples_per_sec, rel=1e-6)
 
 
+def test_the_baseline_run_is_reproduced_even_when_noisy_probes_ask_for_negative_terms():
+    # A loaded machine: the doubled batch and the doubled accumulation came out faster per sample than the
+    # baseline, which an unconstrained fit explains with a negative c0 or o. The baseline must still be matched.
+    for probes in ([0.00100, 0.00130], [0.00100, 0.00100], [0.00200, 0.00110]):
+        runs = [Run(1, 32, 0.00134, compute_s=0.00134), Run(2, 32, 0.0034, grad_bytes=MIB, compute_s=0.0019),
+                Run(1, 64, probes[0], compute_s=probes[0]), Run(1, 32, probes[1], accum_steps=2,
+                                                                 compute_s=probes[1])]
+        m = scaling.fit(runs)
+        assert min(m.compute_fixed_s, m.compute_per_sample_s, m.step_fixed_s) >= 0, probes
+        for r in runs[:2]:
+            assert m.samples_per_sec(r.world_size, r.batch_per_rank) == pytest.approx(r.samples_per_sec,
+                                                                                      rel=1e-9), probes
+
+
 def test_noisy_measurements_still_predict_held_out_configurations():
     runs = synthetic(TRUE, GRID, noise=0.03, seed=1)
     m = scaling.fit(runs)

@@ -170,8 +170,9 @@ class LinkFit:
 def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
     """Fit the model's parameters on measured runs (see the module docstring for the equations).
 
-    c0, c, o:  least squares of 1-rank compute (no communication there) on k, k·b and 1: c0 needs two batch
-               sizes, o two accumulation settings (each is folded into the other terms when not separable);
+    c0, c, o:  1-rank compute (no communication there) on k, k·b and 1, through the first 1-rank run exactly
+               and least squares on the others: c0 needs two batch sizes, o two accumulation settings (each is
+               folded into the other terms when not separable);
     sync:      the 1-rank runs' wait after backward (step − compute), when they measured compute apart.
     slowdown:  per world size, measured compute ÷ the 1-rank line, when the runs measured compute apart.
     α, B:      `link` if given (`ddplab bench`), else least squares of all_reduce time on the two ring terms, from
@@ -227,7 +228,12 @@ def _common_cap(runs: list[Run]) -> float | None:
 
 def _fit_compute(runs: list[Run]) -> tuple[float, float, float, str]:
     """c0, c, o from the 1-rank runs: compute per step = k·c0 + k·b·c + o, keeping the terms the runs can tell
-    apart (a single batch size cannot split c0 from c; a single accumulation setting cannot split o from c0)."""
+    apart (a single batch size cannot split c0 from c; a single accumulation setting cannot split o from c0).
+
+    The line passes exactly through the first 1-rank run, the baseline every speedup is measured against, and
+    the other 1-rank runs split its cost into the terms by least squares under that constraint. Non-negative
+    terms can always do that (c alone can), so noise in the probes, which may ask for a negative c0 or o, only
+    moves cost between the terms instead of leaving the baseline unexplained."""
     ones = [r for r in runs if r.world_size == 1]
     if not ones:
         raise DdplabError("cannot fit compute time: include world size 1 in --nproc (it has no communication)")
@@ -235,24 +241,50 @@ def _fit_compute(runs: list[Run]) -> tuple[float, float, float, str]:
     sizes = sorted({b for _, b, _ in points})
     accums = sorted({k for k, _, _ in points})
     where = f"1-rank runs at batch size(s) {sizes}, accumulation {accums}"
-    ys = [y for *_, y in points]
+    base = points[0][:2]
+    at_base = [y for k, b, y in points if (k, b) == base]
+    anchor = (*base, sum(at_base) / len(at_base))
+    others = [p for p in points if p[:2] != base]
     two_sizes, two_accums = len(sizes) >= 2, len(accums) >= 2
-    candidates = [  # (features, the terms they fit, whether the runs can tell them apart, the caveat)
-        ([[k, k * b, 1.0] for k, b, _ in points], "c0 c o", two_sizes and two_accums, ""),
-        ([[k * b, 1.0] for k, b, _ in points], "c o", two_accums, "fixed cost per micro-step not separable (0)"),
-        ([[k, k * b] for k, b, _ in points], "c0 c", two_sizes, "per-step cost not separable (counted per micro-step)"),
-        ([[k * b] for k, b, _ in points], "c", True, "fixed costs not separable (taken as 0)"),
+    candidates = [  # (features of (k, b), the terms they fit, whether the runs can tell them apart, the caveat)
+        (lambda k, b: [k, k * b, 1.0], "c0 c o", two_sizes and two_accums, ""),
+        (lambda k, b: [k * b, 1.0], "c o", two_accums, "fixed cost per micro-step not separable (0)"),
+        (lambda k, b: [k, k * b], "c0 c", two_sizes, "per-step cost not separable (counted per micro-step)"),
+        (lambda k, b: [k * b], "c", True, "fixed costs not separable (taken as 0)"),
     ]
-    for rows, names, separable, caveat in candidates:
+    for features, names, separable, caveat in candidates:
         if not separable:
             continue
-        solved = _solve(rows, ys)
-        if solved and min(solved) >= 0 and solved[names.split().index("c")] > 0:
-            fitted = dict(zip(names.split(), solved))
+        names = names.split()
+        solved = _solve_through(features, anchor, others, names.index("c"))
+        if solved and min(solved) >= 0 and solved[names.index("c")] > 0:
+            fitted = dict(zip(names, solved))
             return (fitted.get("c0", 0.0), fitted["c"], fitted.get("o", 0.0),
-                    f"{where}: {', '.join(names.split())} fitted" + (f"; {caveat}" if caveat else ""))
-    kb = [(k * b, y) for k, b, y in points]
+                    f"{where}: {', '.join(names)} fitted" + (f"; {caveat}" if caveat else ""))
+    kb = [(k * b, y) for k, b, y in points]  # a baseline without compute time (0 ms): nothing to pass through
     return 0.0, sum(x * y for x, y in kb) / sum(x * x for x, _ in kb), 0.0, f"{where}: cost per sample only"
+
+
+def _solve_through(features, anchor: tuple[int, int, float], others: list[tuple[int, int, float]],
+                   pivot: int) -> list[float] | None:
+    """Least squares of `others` on features(k, b) subject to matching `anchor` exactly: the anchor's equation
+    gives the `pivot` term from the rest, which are then fitted on the other points. None when not determined."""
+    k0, b0, y0 = anchor
+    a0 = features(k0, b0)
+    rest = [j for j in range(len(a0)) if j != pivot]
+    solved = {}
+    if rest:
+        rows, ys = [], []
+        for k, b, y in others:
+            f = features(k, b)
+            rows.append([f[j] - f[pivot] * a0[j] / a0[pivot] for j in rest])
+            ys.append(y - f[pivot] * y0 / a0[pivot])
+        fitted = _solve(rows, ys) if rows else None
+        if fitted is None:
+            return None
+        solved = dict(zip(rest, fitted))
+    solved[pivot] = (y0 - sum(a0[j] * x for j, x in solved.items())) / a0[pivot]
+    return [solved[j] for j in range(len(a0))]
 
 
 def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
