@@ -21,8 +21,12 @@ class StageResult:
     details: dict = field(default_factory=dict)
 
 
+class Skip(Exception):
+    """An operation that cannot run in this setting (e.g. send/recv on one rank): SKIP with this reason."""
+
+
 def unsupported(error: Exception) -> bool:
     """Whether an exception from a collective means "this backend lacks it" rather than "it went wrong"."""
     text = str(error).lower()
-    return isinstance(error, NotImplementedError) or any(
+    return isinstance(error, (Skip, NotImplementedError)) or any(
         k in text for k in ("not support", "unsupported", "cannot use", "not implemented"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ddplab.checks import FAIL, PASS, SKIP, StageResult, unsupported
+from ddplab.checks import FAIL, PASS, SKIP, Skip, StageResult, unsupported
 from ddplab.runner import mark
 
 # Odd on purpose: an element count that no world size divides catches padding and chunking mistakes.
@@ -83,7 +83,7 @@ def _all_to_all(rank: int, n: int, dev) -> int:
 
 def _send_recv_ring(rank: int, n: int, dev) -> int:
     if n < 2:
-        raise NotImplementedError("send/recv needs at least 2 ranks")
+        raise Skip("send/recv needs at least 2 ranks")
     right, left = (rank + 1) % n, (rank - 1) % n
     out = torch.zeros(COUNT, device=dev)
     requests = [dist.isend(_pattern(COUNT, dev) + rank, dst=right), dist.irecv(out, src=left)]
