@@ -199,7 +199,13 @@ def shutdown() -> None:
 @contextlib.contextmanager
 def session(backend: str | None = None, device: str | None = None, timeout: float = DEFAULT_TIMEOUT_S):
     try:
-        yield init(backend=backend, device=device, timeout=timeout)
+        ctx = init(backend=backend, device=device, timeout=timeout)
+        yield ctx
+        # Leave together: under load, a rank that tears its gloo group down while a peer still works was seen
+        # to abort at exit ("terminate called without an active exception"). Not after an error: the others
+        # may never arrive.
+        if ctx.world_size > 1:
+            dist.barrier()
     except BaseException as e:
         # Leaving the group makes the other ranks fail too; stamp this error so the first failure stays identifiable.
         with contextlib.suppress(AttributeError):

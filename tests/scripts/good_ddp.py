@@ -38,6 +38,7 @@ def main() -> None:
         print(f"rank {rank}/{world_size}: trained, loss {loss.item():.4f}", flush=True)
         if rank == 0 and len(sys.argv) > 1:
             torch.save(model.module.state_dict(), sys.argv[1])
+        dist.barrier()  # leave together (see ddplab.dist.session)
     finally:
         dist.destroy_process_group()
 
