@@ -125,15 +125,13 @@ def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict],
     names, nproc = payload["stages"], pending.nproc
     done: dict[str, dict[int, dict]] = {n: {} for n in names}
 
-    def on_event(rank: int, event: dict) -> None:
-        if "stage" in event:
-            done[event["stage"]][rank] = event
-
     with report.console(stderr=True).status(f"checking {nproc} rank(s)…") as status:
-        def on_event_live(rank, event):
-            on_event(rank, event)
+        def on_event(rank: int, event: dict) -> None:
+            if "stage" in event:  # a stage finished on this rank: keep its result
+                done[event["stage"]][rank] = event
             status.update(f"rank {rank}: {event['phase']}")
-        run = pending.run(payload, stall_timeout=args.timeout, on_event=on_event_live)
+
+        run = pending.run(payload, stall_timeout=args.timeout, on_event=on_event)
 
     stages, problems, blamed = [], [], False
     for name in names:
