@@ -175,9 +175,9 @@ def test_text_table_has_nccl_tests_columns(no_leftover_workers):
 
 
 def test_a_wrong_element_fails_the_run(no_leftover_workers):
-    # Rank 0 feeds one wrong input element to all_reduce's check: every rank's sum is then off in one element.
+    # A corrupt fault: rank 0 feeds one wrong input element to all_reduce's check; every rank's sum is off in one.
     ran = cli("bench", "all_reduce", "broadcast", "--nproc", "2", "-b", "1K", "-e", "2K", "-n", "1", "-w", "0",
-              "--json", env={"DDPLAB_BENCH_CORRUPT": "0:all_reduce"})
+              "--json", env={"DDPLAB_FAULT": "corrupt:0:bench.all_reduce"})
     assert ran.code == 1, ran.err
     data = ran.json()
     assert data["status"] == "FAIL" and data["wrong"] == 4

@@ -52,6 +52,17 @@ def test_a_crashing_rank_fails_its_stage_by_name(no_leftover_workers):
     assert problem["rank"] == 1 and "RuntimeError: injected crash" in problem["traceback"]
 
 
+def test_a_rank_sending_wrong_data_fails_collectives(no_leftover_workers):
+    # Rank 1 really sends one wrong element, as a broken transport would: as the root of a broadcast (both ranks then
+    # hold it) and into the all_reduce sum (both ranks' sums are off in one element). Nothing else may be blamed.
+    ran = cli("check", "--json", "--stages", "collectives",
+              env={"DDPLAB_FAULT": "corrupt:1:collectives.broadcast,corrupt:1:collectives.all_reduce.sum"})
+    assert ran.code == 1, ran.err
+    stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
+    assert stage["status"] == "FAIL" and "all_reduce.sum (2), broadcast (2)" in stage["cause"]
+    assert {op: n for op, n in stage["details"]["wrong"].items() if n} == {"all_reduce.sum": 2, "broadcast": 2}
+
+
 def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
     timeout = 3
     ran = cli("check", "--json", "--timeout", str(timeout),

@@ -4,6 +4,8 @@ Set DDPLAB_FAULT to KIND:RANK:PHASE (several separated by commas):
     crash:1:collectives            rank 1 raises RuntimeError when it enters a phase starting with "collectives"
     hang:1:collectives.all_reduce  rank 1 sleeps forever instead of joining the all_reduce the others wait in
     exit:0:ddp                     rank 0 exits at once with code 17 (no Python exception, like a killed process)
+    corrupt:1:collectives.broadcast  rank 1 feeds one wrong element into that collective (a broken transport's
+                                   effect: every rank that receives it must count it as wrong)
 Phases are the names workers pass to ddplab.runner.mark(); `ddplab check --json` lists them per stage.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-KINDS = ("crash", "hang", "exit")
+KINDS = ("crash", "hang", "exit", "corrupt")
 
 
 def parse(spec: str) -> list[tuple[str, int, str]]:
@@ -51,3 +53,15 @@ def fail_in(phase: str) -> None:
         raise RuntimeError(f"injected crash on rank {os.environ.get('RANK', '0')} at {phase} (DDPLAB_FAULT)")
     if kind == "exit":
         os._exit(17)
+
+
+def feed(phase: str):
+    """What this rank contributes to the collective at `phase` passes through the returned function: the identity,
+    or, under a corrupt fault, one that adds 1 to the first element (in place) — data that is wrong, not absent."""
+    if not _mine(phase, ("corrupt",)):
+        return lambda tensor: tensor
+
+    def corrupt(tensor):
+        tensor.view(-1)[0] += 1
+        return tensor
+    return corrupt

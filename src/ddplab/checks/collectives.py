@@ -3,6 +3,8 @@
 Like nccl-tests' verifiable inputs, every value is a small integer, so float32 sums, products and averages are exact
 and a single wrong element is a real error, not rounding. Wrong elements are counted per op and rank.
 An op this backend lacks is SKIP with the backend's own words, never FAIL.
+Each op passes what its rank contributes through `feed` (ddplab.faults), so that DDPLAB_FAULT=corrupt:RANK:PHASE
+can make a rank send wrong data for real and prove that the others count it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ddplab import faults
 from ddplab.checks import FAIL, PASS, SKIP, Skip, StageResult, unsupported
 from ddplab.runner import mark
 
@@ -29,7 +32,7 @@ def _wrong(got: torch.Tensor, want, exact: bool = True) -> int:
 
 
 def _all_reduce(op_name: str):
-    def run(rank: int, n: int, dev) -> int:
+    def run(rank: int, n: int, dev, feed) -> int:
         base = _pattern(COUNT, dev)
         op = getattr(dist.ReduceOp, op_name.upper())
         if op_name == "sum":
@@ -44,55 +47,57 @@ def _all_reduce(op_name: str):
             i = torch.arange(COUNT, device=dev)
             x = ((i + rank) % 2 + 1).float()
             want = torch.stack([((i + r) % 2 + 1).float() for r in range(n)]).prod(0)
-        dist.all_reduce(x, op=op)
+        dist.all_reduce(feed(x), op=op)
         return _wrong(x, want, exact=op_name != "avg")
     return run
 
 
-def _broadcast(rank: int, n: int, dev) -> int:
+def _broadcast(rank: int, n: int, dev, feed) -> int:
     wrong = 0
     for root in range(n):  # from every root: a rank that can send but not receive shows up here
         want = _pattern(COUNT, dev) + 100 * root
-        x = want.clone() if rank == root else torch.zeros(COUNT, device=dev)
+        x = feed(want.clone()) if rank == root else torch.zeros(COUNT, device=dev)
         dist.broadcast(x, src=root)
         wrong += _wrong(x, want)
     return wrong
 
 
-def _all_gather(rank: int, n: int, dev) -> int:
+def _all_gather(rank: int, n: int, dev, feed) -> int:
     parts = [torch.zeros(COUNT, device=dev) for _ in range(n)]
-    dist.all_gather(parts, _pattern(COUNT, dev) + rank)
+    dist.all_gather(parts, feed(_pattern(COUNT, dev) + rank))
     return sum(_wrong(p, _pattern(COUNT, dev) + r) for r, p in enumerate(parts))
 
 
-def _reduce_scatter(rank: int, n: int, dev) -> int:
+def _reduce_scatter(rank: int, n: int, dev, feed) -> int:
     chunk = COUNT // n + 1
     inputs = [_pattern(chunk, dev) * (rank + 1) + r for r in range(n)]  # chunk r goes to rank r
+    feed(inputs[0])
     out = torch.zeros(chunk, device=dev)
     dist.reduce_scatter(out, inputs)
     return _wrong(out, _pattern(chunk, dev) * (n * (n + 1) // 2) + n * rank)
 
 
-def _all_to_all(rank: int, n: int, dev) -> int:
+def _all_to_all(rank: int, n: int, dev, feed) -> int:
     chunk = COUNT // n + 1
     inputs = [_pattern(chunk, dev) + 10 * rank + dst for dst in range(n)]  # what rank sends to dst
+    feed(inputs[0])
     outputs = [torch.zeros(chunk, device=dev) for _ in range(n)]
     dist.all_to_all(outputs, inputs)
     return sum(_wrong(outputs[src], _pattern(chunk, dev) + 10 * src + rank) for src in range(n))
 
 
-def _send_recv_ring(rank: int, n: int, dev) -> int:
+def _send_recv_ring(rank: int, n: int, dev, feed) -> int:
     if n < 2:
         raise Skip("send/recv needs at least 2 ranks")
     right, left = (rank + 1) % n, (rank - 1) % n
     out = torch.zeros(COUNT, device=dev)
-    requests = [dist.isend(_pattern(COUNT, dev) + rank, dst=right), dist.irecv(out, src=left)]
+    requests = [dist.isend(feed(_pattern(COUNT, dev) + rank), dst=right), dist.irecv(out, src=left)]
     for req in requests:
         req.wait()
     return _wrong(out, _pattern(COUNT, dev) + left)
 
 
-def _barrier(rank: int, n: int, dev) -> int:
+def _barrier(rank: int, n: int, dev, feed) -> int:
     dist.barrier()
     return 0
 
@@ -111,9 +116,10 @@ OPS = {
 def on_rank(ctx, opts: dict) -> dict:
     ops = {}
     for name, op in OPS.items():
-        mark(f"collectives.{name}")
+        phase = f"collectives.{name}"
+        mark(phase)
         try:
-            ops[name] = {"wrong": op(ctx.rank, ctx.world_size, ctx.device)}
+            ops[name] = {"wrong": op(ctx.rank, ctx.world_size, ctx.device, faults.feed(phase))}
         except Exception as e:
             if not unsupported(e):
                 raise

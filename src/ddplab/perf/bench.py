@@ -14,12 +14,12 @@ bytes per second, and the time of a size is the mean over ranks of each rank's m
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ddplab import faults
 from ddplab.errors import DdplabError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -31,8 +31,6 @@ EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**
 # torch.distributed has no out-of-place all_reduce/broadcast and no in-place all_to_all_single.
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
 COPY_PROBE_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # well past the last-level cache (CPU L3, GPU L2)
-# Testing hook, like DDPLAB_FAULT: "RANK:OP" makes RANK feed one wrong input element to OP's correctness pass.
-CORRUPT_VAR = "DDPLAB_BENCH_CORRUPT"
 
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -259,7 +257,6 @@ def worker(cfg: dict) -> dict:
             mark("bench.copy")
             out["copy_gbps"], out["copy_kind"] = copy_bandwidth(ctx.device)
         dd.barrier()
-        corrupt = os.environ.get(CORRUPT_VAR, "")
         for op in cfg["ops"]:
             mark(f"bench.{op}.probe")
             reason = _unsupported(op, ctx, dtype)
@@ -271,7 +268,7 @@ def worker(cfg: dict) -> dict:
                 mark(f"bench.{op}.{size}", op=op, size=size)
                 elements = size // torch.tensor([], dtype=dtype).element_size()
                 bench = _Collective(op, ctx, dtype, elements, cfg["in_place"])
-                wrong = bench.check(corrupt == f"{ctx.rank}:{op}")
+                wrong = bench.check(faults.feed(f"bench.{op}.{size}"))
                 seconds = bench.time(cfg["warmup"], cfg["iters"])
                 rows.append([size, seconds, wrong])
                 del bench  # free this size's buffers before the next, larger one
@@ -409,16 +406,16 @@ class _Collective:
         else:
             dist.all_to_all_single(self.output, self.input)
 
-    def check(self, corrupt: bool = False) -> int:
-        """Run once on the check data; the number of elements of this rank's output that differ from expected."""
+    def check(self, feed: Callable = lambda tensor: tensor) -> int:
+        """Run once on the check data; the number of elements of this rank's output that differ from expected.
+        This rank's input passes through `feed` (a DDPLAB_FAULT=corrupt fault changes one element there)."""
         expected = self.expected()
         if self.op in ("all_gather", "all_to_all") or (self.op == "reduce_scatter" and not self.in_place):
             self.output.copy_(expected)
             self.output += 1
             if self.op == "all_gather" and self.in_place:  # the input is a block of the output: set it back
                 self.input.copy_(self._pattern(self.rank, 0, self.chunk))
-        if corrupt:
-            self.input[0] += 1
+        feed(self.input)
         self.run()
         _sync(self.device)
         return int((self.output != expected).sum())
