@@ -49,7 +49,9 @@ def test_linear_converges_with_default_flags(nproc, no_leftover_workers):
     check_every_rank_worked(result, nproc)
     assert abs(result["weight"] - 2) < 0.05 and abs(result["bias"] - 1) < 0.05, result
     assert result["final_loss"] < 0.02  # the noise variance is 0.01
+    assert result["parameters"] == 2  # y = w x + b
     # Rank 0's progress went to stderr (drawn by the ddplab process from worker events); stdout is only JSON.
+    assert f"linear (2 parameters): {nproc} rank(s)" in ran.err
     assert f"global batch {32 * nproc} = 32 per rank x {nproc} rank(s) x 1 micro-batch(es)" in ran.err
 
 
@@ -60,6 +62,7 @@ def test_mlp_runs_and_its_weights_load_into_the_plain_model(nproc, tmp_path, no_
     cfg = mlp.Config(samples=512, hidden=32)
     model = mlp.make_model(cfg, None)
     model.load_state_dict(torch.load(result["model_file"], weights_only=True))  # no key surgery
+    assert result["parameters"] == sum(p.numel() for p in model.parameters())
     x, y = mlp.make_data(cfg).tensors
     with torch.no_grad():
         accuracy = (model(x).argmax(1) == y).float().mean().item()

@@ -190,7 +190,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
     if jsonl.path and found is None and jsonl.path.exists():
         jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
-    out.start(recipe=recipe.name, world_size=world, backend=ctx.backend, device=str(device),
+    parameters = sum(p.numel() for p in raw_model.parameters() if p.requires_grad)
+    out.start(recipe=recipe.name, parameters=parameters, world_size=world, backend=ctx.backend, device=str(device),
               global_batch=global_batch, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
               steps_per_epoch=steps_per_epoch, epochs=cfg.epochs, planned_steps=stop_at, start_step=step,
               start_epoch=min(epoch, cfg.epochs - 1))
@@ -296,6 +297,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         seconds=max(t for _, _, t in everyone), timed_steps=timed_steps,
         samples_per_sec=timed_steps * global_batch / steady if timed_steps else 0.0,
         final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
+        parameters=parameters,
         resumed_from=resumed_from, stopped_early=step < planned,
         model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
         metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,

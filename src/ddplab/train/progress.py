@@ -23,8 +23,9 @@ class ProgressView:
         self.task = None
 
     def start(self, info: dict) -> None:
-        self.console.print(f"[bold]{info['recipe']}[/]: {info['world_size']} rank(s), {info['backend']} on "
-                           f"{info['device']}; global batch {info['global_batch']} = {info['batch_size']} per rank x "
+        self.console.print(f"[bold]{info['recipe']}[/] ({info['parameters']:,} parameters): "
+                           f"{info['world_size']} rank(s), {info['backend']} on {info['device']}; global batch "
+                           f"{info['global_batch']} = {info['batch_size']} per rank x "
                            f"{info['world_size']} rank(s) x {info['grad_accum']} micro-batch(es); "
                            f"{info['steps_per_epoch']} steps/epoch x {info['epochs']} epoch(s)")
         self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),

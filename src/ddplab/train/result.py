@@ -56,6 +56,7 @@ class TrainResult:
     final_loss: float
     params_identical: bool
     ranks: list[RankStats]
+    parameters: int = 0  # trainable parameters: what every step's gradient all-reduce carries
     tokens_per_sec: float | None = None
     mfu: float | None = None
     mfu_note: str = ""
@@ -94,7 +95,8 @@ def rank_warnings(ranks: list[RankStats]) -> list[str]:
 
 
 def render(con, r: TrainResult) -> None:
-    con.print(f"[bold]{r.recipe}[/]: {r.world_size} rank(s), {r.backend} on {r.device}, global batch "
+    con.print(f"[bold]{r.recipe}[/] ({r.parameters:,} parameters): {r.world_size} rank(s), {r.backend} on {r.device}, "
+              f"global batch "
               f"{r.global_batch} = {r.batch_size} per rank x {r.world_size} rank(s) x {r.grad_accum} micro-batch(es)")
     stop = f" (stopped early at step {r.total_steps} of {r.planned_steps})" if r.stopped_early else ""
     con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s; {r.samples_per_sec:,.0f} "
