@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+import socket
 
 import pytest
 from conftest import cli
@@ -220,3 +221,23 @@ def test_bad_input_is_one_line_exit_2(args, message):
     ran = cli("bench", *args, timeout=60)
     assert ran.code == 2
     assert message in ran.err and len(ran.err.strip().splitlines()) == 1 and "Traceback" not in ran.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda"], "CUDA"),
+    (["-e", "256G"], "lower --max-bytes"),
+])
+def test_input_refused_after_the_agent_started_ends_it(args, message, no_leftover_workers):
+    # The agent starts before torch is imported here (to overlap the two imports); what only torch or the memory
+    # check can refuse comes later, and must still be one line, exit 2, with the agent gone.
+    ran = cli("bench", "all_reduce", *args, timeout=60)
+    assert ran.code == 2, ran.err
+    assert message in ran.err and len(ran.err.strip().splitlines()) == 1 and "Traceback" not in ran.err
+
+
+def test_a_busy_master_port_is_one_line(no_leftover_workers):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        ran = cli("bench", "all_reduce", "--master-port", str(busy.getsockname()[1]), timeout=60)
+    assert ran.code == 2 and "already in use" in ran.err and len(ran.err.strip().splitlines()) == 1

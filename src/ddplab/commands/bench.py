@@ -15,9 +15,10 @@ import csv
 import os
 from pathlib import Path
 
-from ddplab import cliargs, report
+from ddplab import cliargs, envinfo, report, runner
 from ddplab.errors import DdplabError
-from ddplab.perf.bench import DTYPE_BYTES, OPS, BenchResult, format_size, parse_size, plan_sizes
+from ddplab.perf.bench import (DTYPE_BYTES, OPS, TARGET, BenchResult, format_size, parse_size, plan_sizes,
+                               run_bench)
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds without progress; one size of 64M × 25 calls takes a few seconds on gloo
 
@@ -75,19 +76,32 @@ def run(args) -> int:
     # Bad sizes fail here, before torch is imported; the rank count (GPUs?) is settled below.
     plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, args.nproc or 1)
 
-    import torch
+    # The agent imports torch (~2 s) while this process does the same and checks the rest, as check and train do.
+    # The guess: --nproc, or 2 CPU ranks where no GPU can be; a wrong guess is cancelled and started again.
+    early = args.nproc or (2 if args.device == "cpu" or envinfo.nvidia_driver() is None else None)
+    pending = runner.start(TARGET, nproc=early, master_port=args.master_port) if early else None
+    try:
+        import torch
 
-    from ddplab import dist as ddist
-    from ddplab.perf.bench import run_bench
+        from ddplab import dist as ddist
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # a bad combination exits 2
-    nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
-    if device == "cuda" and nproc > torch.cuda.device_count():
-        raise DdplabError(f"--nproc {nproc} but only {torch.cuda.device_count()} GPU(s) are visible: "
-                          "start one rank per GPU")
-    sizes, notes = plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, nproc)
-    _check_memory(device, ops, sizes[-1], nproc)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # a bad combination exits 2
+        nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
+        if device == "cuda" and nproc > torch.cuda.device_count():
+            raise DdplabError(f"--nproc {nproc} but only {torch.cuda.device_count()} GPU(s) are visible: "
+                              "start one rank per GPU")
+        sizes, notes = plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, nproc)
+        _check_memory(device, ops, sizes[-1], nproc)
+        if pending is not None and pending.nproc != nproc:
+            pending.cancel()
+            pending = None
+        if pending is None:
+            pending = runner.start(TARGET, nproc=nproc, master_port=args.master_port)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
     for note in notes:
         report.log(f"note: {note}")
 
@@ -99,7 +113,7 @@ def run(args) -> int:
         run_result, result = run_bench(ops=ops, sizes=sizes, dtype=args.dtype, nproc=nproc, iters=args.iters,
                                        warmup=args.warmup, in_place=args.in_place, backend=backend, device=device,
                                        timeout=args.timeout, master_port=args.master_port, notes=notes,
-                                       on_event=on_event)
+                                       on_event=on_event, pending=pending)
     if result is None:
         return _run_failed(run_result)
     if args.csv:

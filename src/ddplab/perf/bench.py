@@ -30,6 +30,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
 EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**53}
 # torch.distributed has no out-of-place all_reduce/broadcast and no in-place all_to_all_single.
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
+TARGET = "ddplab.perf.bench:worker"  # what every rank runs
 COPY_PROBE_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # well past the last-level cache (CPU L3, GPU L2)
 
 
@@ -223,8 +224,9 @@ def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchRes
 def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters: int = 20, warmup: int = 5,
               in_place: bool = False, backend: str | None = None, device: str | None = None,
               timeout: float = 120.0, master_port: int | None = None, notes: list[str] | None = None,
-              on_event: Callable[[int, dict], None] | None = None):
-    """Start `nproc` ranks running worker(); returns (RunResult, BenchResult or None when the run did not finish)."""
+              on_event: Callable[[int, dict], None] | None = None, pending=None):
+    """Start `nproc` ranks running worker(); returns (RunResult, BenchResult or None when the run did not finish).
+    `pending`: an agent the caller already started for TARGET with runner.start() (it imports torch meanwhile)."""
     from ddplab import runner
 
     cfg = {"ops": list(ops), "sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup,
@@ -232,8 +234,9 @@ def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters
            # The runner declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
            # or a rank stuck in a collective would end as a timeout error instead of a named hang.
            "pg_timeout": timeout + 60, "notes": list(notes or [])}
-    run = runner.run("ddplab.perf.bench:worker", cfg, nproc=nproc, stall_timeout=timeout, master_port=master_port,
-                     on_event=on_event)
+    if pending is None:
+        pending = runner.start(TARGET, nproc=nproc, master_port=master_port)
+    run = pending.run(cfg, stall_timeout=timeout, on_event=on_event)
     if not run.ok:
         return run, None
     return run, summarize(cfg, run.results(), run.seconds)
@@ -243,7 +246,7 @@ def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters
 
 
 def worker(cfg: dict) -> dict:
-    """Runs in every rank: the copy probe (rank 0), then per op a support probe, then per size check + timing."""
+    """Runs in every rank: per op a support probe, then per size check + timing; at the end the copy probe (rank 0)."""
     import torch
 
     from ddplab import dist as dd
@@ -253,10 +256,6 @@ def worker(cfg: dict) -> dict:
         dtype = getattr(torch, cfg["dtype"])
         out: dict[str, Any] = {"backend": ctx.backend, "device": ctx.device.type, "ops": {},
                                "copy_gbps": None, "copy_kind": ""}
-        if ctx.is_main:  # one rank alone, so that the copy does not share memory bandwidth with the others
-            mark("bench.copy")
-            out["copy_gbps"], out["copy_kind"] = copy_bandwidth(ctx.device)
-        dd.barrier()
         for op in cfg["ops"]:
             mark(f"bench.{op}.probe")
             reason = _unsupported(op, ctx, dtype)
@@ -273,6 +272,12 @@ def worker(cfg: dict) -> dict:
                 rows.append([size, seconds, wrong])
                 del bench  # free this size's buffers before the next, larger one
             out["ops"][op] = {"rows": rows}
+        # The hardware reference comes last: nothing a raw timing loop would not do runs before the timings (rank
+        # 0's copies of a 64 MiB buffer did, and may have slowed its first collectives). One rank alone, so that
+        # the copy does not share memory bandwidth with the others.
+        if ctx.is_main:
+            mark("bench.copy")
+            out["copy_gbps"], out["copy_kind"] = copy_bandwidth(ctx.device)
         mark("bench.end")
         dd.barrier()
     return out
