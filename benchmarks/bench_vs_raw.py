@@ -3,6 +3,7 @@
     python benchmarks/bench_vs_raw.py                 # 2 gloo ranks, 64K..64M, 7 rounds (about 2 minutes)
     python benchmarks/bench_vs_raw.py --rounds 3 --nproc 3
     python benchmarks/bench_vs_raw.py --rounds 30 --iters 100 --min-bytes 1M  # to settle the target (~15 min)
+    python benchmarks/bench_vs_raw.py --self-test ...   # the raw loop against itself: the noise floor
 
 Each round runs both sweeps at the same sizes, alternating which goes first (the machine is shared and noisy);
 per size the two runs of each round are paired. Shown: the geometric mean of the per-round ratios with a Student-t
@@ -87,6 +88,9 @@ def main() -> int:
     p.add_argument("--max-bytes", default="64M")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--self-test", action="store_true",
+                   help="run the raw loop in place of ddplab too: the intervals then show the machine's own noise, "
+                        "the narrowest any comparison here can give")
     args = p.parse_args()
 
     from ddplab.perf.bench import format_size, parse_size, plan_sizes
@@ -96,7 +100,7 @@ def main() -> int:
     for round_ in range(args.rounds):
         order = ["ddplab", "raw"] if round_ % 2 == 0 else ["raw", "ddplab"]
         for who in order:
-            got = run_ddplab(args) if who == "ddplab" else run_raw(args, sizes)
+            got = run_ddplab(args) if who == "ddplab" and not args.self_test else run_raw(args, sizes)
             for s in sizes:
                 seen[who][s].append(got[s])
         print(f"round {round_ + 1}/{args.rounds} (load {os.getloadavg()[0]:.1f}) ddplab/raw: " + ", ".join(
@@ -105,6 +109,8 @@ def main() -> int:
     load = os.getloadavg()
     print(f"all_reduce, {args.nproc} gloo ranks, {args.iters} calls after {args.warmup} warm-up, {args.rounds} "
           f"alternating rounds; load average {load[0]:.2f} now, {load[2]:.2f} over 15 min")
+    if args.self_test:
+        print("SELF-TEST: the 'ddplab' column is the raw loop too (the machine's noise floor)")
     print("busbw GB/s: median over rounds; ratio: each round's ddplab/raw, as a geometric mean (t interval) and as a "
           "median (sign-test interval); both intervals 95 %")
     print(f"{'size':>6} {'ddplab':>8} {'raw':>8}  {'gmean':>6}  {'interval':<12}  {'median':>6}  interval")
