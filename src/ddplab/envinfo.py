@@ -86,6 +86,12 @@ def cuda_devices(torch) -> list[dict]:
     return out
 
 
+def early_nproc(asked: int | None, device: str | None) -> int | None:
+    """The rank count known before torch is imported, so that an agent can start importing it meanwhile: the one
+    asked for, or the default 2 CPU ranks where no GPU can be; None when only torch can tell (a driver is here)."""
+    return asked or (2 if device == "cpu" or nvidia_driver() is None else None)
+
+
 def nvidia_driver() -> str | None:
     """The NVIDIA driver version through NVML, or None when there is no driver."""
     try:

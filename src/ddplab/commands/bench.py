@@ -77,8 +77,8 @@ def run(args) -> int:
     plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, args.nproc or 1)
 
     # The agent imports torch (~2 s) while this process does the same and checks the rest, as check and train do.
-    # The guess: --nproc, or 2 CPU ranks where no GPU can be; a wrong guess is cancelled and started again.
-    early = args.nproc or (2 if args.device == "cpu" or envinfo.nvidia_driver() is None else None)
+    # A wrong guess of the rank count is cancelled and started again.
+    early = envinfo.early_nproc(args.nproc, args.device)
     pending = runner.start(TARGET, nproc=early, master_port=args.master_port) if early else None
     try:
         import torch

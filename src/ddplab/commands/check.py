@@ -77,7 +77,7 @@ def run(args) -> int:
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
     pending = None
-    early_nproc = args.nproc or (2 if args.device == "cpu" or envinfo.nvidia_driver() is None else None)
+    early_nproc = envinfo.early_nproc(args.nproc, args.device)
     if worker_stages and port is not None and early_nproc:
         pending = runner.start("ddplab.checks.worker:run_stages", nproc=early_nproc, master_port=port, nodes=nodes)
     try:

@@ -183,18 +183,6 @@ def recipe_config(name: str, flags: list[str]):
     return recipe, cfg
 
 
-_PARAMETERS: dict = {}
-
-
-def count_parameters(recipe, cfg) -> int:
-    """Parameters the gradient all-reduce carries, counted on a copy of the model built here (no process group)."""
-    key = (recipe.name, tuple(sorted(cfg.shape().items())))
-    if key not in _PARAMETERS:
-        model = recipe.model(cfg, recipe.data(cfg))
-        _PARAMETERS[key] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return _PARAMETERS[key]
-
-
 def train_once(name: str, nproc: int, flags: list[str]) -> dict:
     """One real training of the recipe on `nproc` ranks (ddplab.runner + the shared loop): its TrainResult dict,
     plus `steady`: step and comm-wait times per rank from metrics.jsonl, without the first logging window (it
@@ -216,9 +204,7 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
                               exit_code=3 if res.status == "hang" else 1)
         result = next(r.result for r in res.ranks if isinstance(r.result, dict) and "ranks" in r.result)
         result["steady"] = _steady(Path(tmp) / "metrics.jsonl")
-    result["parameters"] = result.get("parameters") or count_parameters(recipe, cfg)
-    result["bucket_cap_mb"] = getattr(cfg, "bucket_cap_mb", None)
-    result["comm_hook"] = getattr(cfg, "comm_hook", None)
+    result["bucket_cap_mb"], result["comm_hook"] = cfg.bucket_cap_mb, cfg.comm_hook  # "parameters": the loop's own
     return result
 
 
@@ -397,8 +383,8 @@ def interconnects(model, sizes, b: int, k: int, strong: bool) -> list[LinkPredic
 
 
 def advise(model, at: Point, strong: bool, hook: str = "bf16") -> list[Advice]:
-    """hook: the 16-bit compression to suggest; bf16 needs NCCL, so gloo runs are told fp16."""
-    """What would raise efficiency at the largest measured world size, with the model's predicted gain."""
+    """What would raise efficiency at the largest measured world size, with the model's predicted gain.
+    hook: the 16-bit compression to suggest; bf16 needs NCCL, so gloo runs are told fp16."""
     from ddplab.perf.scaling import MIB, buckets
 
     n, b, k = at.world_size, at.batch_per_rank, at.accum_steps
