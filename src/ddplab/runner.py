@@ -272,7 +272,7 @@ def _agent_main(spec_path: str) -> int:
     except ChildFailedError as e:
         failures = {str(rank): {"exitcode": f.exitcode, "time": f.timestamp, "message": f.message}
                     for rank, f in e.failures.items()}
-    (run_dir / "agent.json").write_text(json.dumps({"failures": failures}))
+    _write_atomic(run_dir / "agent.json", {"failures": failures})  # the caller may end this process mid-write
     return 1 if failures else 0
 
 
