@@ -23,7 +23,7 @@ def test_script_for_a_recipe_is_valid_bash_in_the_standard_pattern(tmp_path):
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     for line in ["#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --partition=a100", "#SBATCH --time=02:00:00",
-                 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
                  "--nnodes=4", "--nproc-per-node=8", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_node:29500"',
                  '--rdzv-id="$SLURM_JOB_ID"', "-m ddplab.recipes.gpt --layers 12", "%x-%j-node%n.out"]:
         assert line in text, line

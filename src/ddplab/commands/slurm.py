@@ -36,7 +36,8 @@ mkdir -p {log_dir}
 
 # The first node of the allocation hosts torchrun's c10d rendezvous. Its store is unauthenticated:
 # this works because the port is reachable only on the cluster's private network.
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# sed, not `head -n 1`: head stops reading after one line, and under pipefail scontrol's SIGPIPE would end the job.
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / {procs} > 0 ? SLURM_CPUS_PER_TASK / {procs} : 1 ))
 
 # One task per node (--ntasks-per-node=1): each task is a torchrun that starts {procs} worker(s) on its node.
