@@ -39,6 +39,20 @@ def test_a_crashing_rank_is_named_and_every_worker_ends(no_leftover_workers):
     assert not alive(r.pid for r in result.ranks)
 
 
+def test_fresh_workers_are_new_interpreters_and_report_as_forked_ones_do(no_leftover_workers):
+    """bench asks for workers started as torchrun starts a script's (docs/bench.md): results and crashes alike."""
+    ok = runner.start("workers:sum_ranks", nproc=2, env=ENV, fresh_workers=True).run(None, stall_timeout=60)
+    assert ok.ok, ok.summary()
+    got = sorted(ok.results(), key=lambda r: r["rank"])
+    assert [r["sum"] for r in got] == [3.0, 3.0]
+    assert all(r["argv"][1] == "--worker" for r in got)  # a fork would carry the agent's own arguments
+    crash = runner.start("workers:sum_ranks", nproc=2, env={**ENV, "DDPLAB_FAULT": "crash:1:all_reduce"},
+                         fresh_workers=True).run(None, stall_timeout=60)
+    assert crash.status == "failed" and crash.root_cause == 1
+    assert "injected crash on rank 1" in crash.ranks[1].error and crash.ranks[1].phase == "all_reduce"
+    assert not alive([r["pid"] for r in got] + [r.pid for r in crash.ranks])
+
+
 def test_a_hanging_rank_is_named_within_the_timeout_plus_5s(no_leftover_workers):
     timeout = 3
     result = runner.run("workers:sum_ranks", nproc=2, stall_timeout=timeout,

@@ -1,6 +1,7 @@
 """Worker functions the runner tests start on real ranks (imported by the agent via PYTHONPATH=tests)."""
 
 import os
+import sys
 import time
 
 import torch
@@ -17,7 +18,7 @@ def sum_ranks(payload):
         t = torch.tensor([float(ctx.rank + 1)])
         dist.all_reduce(t)
         return {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank,
-                "sum": t.item(), "backend": ctx.backend, "pid": os.getpid()}
+                "sum": t.item(), "backend": ctx.backend, "pid": os.getpid(), "argv": sys.argv}
 
 
 def slow_steps(payload):

@@ -3,6 +3,7 @@
 Three processes are involved:
 - the caller (ddplab's CLI) calls `run()`, which starts
 - an agent, `python -m ddplab.runner SPEC`, that calls torch.distributed.launcher.api.elastic_launch, which forks
+  (or, with fresh_workers, starts as new interpreters)
 - N workers, each calling the target function `module:function(payload)` with RANK, WORLD_SIZE... set.
 
 The agent is a separate process group so that the caller can end everything on any path: a deadline, a stall,
@@ -188,7 +189,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_entry(spec_path: str) -> None:
-    """Runs in every worker process (forked by the elastic agent)."""
+    """Runs in every worker process (forked by the elastic agent, or a fresh interpreter it started)."""
     global _events_file
     _die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
@@ -249,7 +250,8 @@ def _agent_main(spec_path: str) -> int:
     _die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
-    _resolve(spec["target"])  # import once here so that every forked worker inherits it
+    if not spec["fresh_workers"]:
+        _resolve(spec["target"])  # import once here so that every forked worker inherits it
     if sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
         return 0
     common = dict(nproc_per_node=spec["nproc"], max_restarts=spec["max_restarts"], monitor_interval=0.05,
@@ -268,7 +270,10 @@ def _agent_main(spec_path: str) -> int:
                               local_addr=nodes["local_addr"], **common)
     failures = {}
     try:
-        elastic_launch(config, _worker_entry)(spec_path)
+        if spec["fresh_workers"]:
+            elastic_launch(config, sys.executable)("-u", "-m", "ddplab.runner", "--worker", spec_path)
+        else:
+            elastic_launch(config, _worker_entry)(spec_path)
     except ChildFailedError as e:
         failures = {str(rank): {"exitcode": f.exitcode, "time": f.timestamp, "message": f.message}
                     for rank, f in e.failures.items()}
@@ -332,11 +337,14 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
 
 
 def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
-          env: dict[str, str] | None = None, nodes: Nodes | None = None) -> PendingRun:
+          env: dict[str, str] | None = None, nodes: Nodes | None = None, fresh_workers: bool = False) -> PendingRun:
     """Start the agent now and let it import torch and the target while the caller does other work (preflight);
     nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
 
     nodes: several machines meeting through torchrun's c10d rendezvous; None = this machine alone.
+    fresh_workers: each worker is a new interpreter, as torchrun starts them, instead of a fork of the agent.
+    Slower to start (every worker imports torch, ~2 s), but a forked worker's gloo collectives of 1-16 MiB ran
+    5-12 % slower than torchrun's (docs/bench.md), so `bench`, which measures them, asks for fresh ones.
     """
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")
@@ -357,6 +365,7 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
         "target": target, "nproc": nproc, "master_port": master_port,
         "max_restarts": max_restarts, "run_dir": str(run_dir), "run_id": run_dir.name,
         "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None,
+        "fresh_workers": fresh_workers,
     }))
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
@@ -576,6 +585,9 @@ def _collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: s
 
 if __name__ == "__main__":
     # Through the package module, not __main__: workers must share the module state that mark() writes to.
-    from ddplab.runner import _agent_main as agent_main
+    from ddplab.runner import _agent_main, _worker_entry
 
-    sys.exit(agent_main(sys.argv[1]))
+    if sys.argv[1] == "--worker":  # a fresh worker (start(fresh_workers=True)), started by the elastic agent
+        _worker_entry(sys.argv[2])
+    else:
+        sys.exit(_agent_main(sys.argv[1]))

@@ -79,7 +79,7 @@ def run(args) -> int:
     # The agent imports torch (~2 s) while this process does the same and checks the rest, as check and train do.
     # A wrong guess of the rank count is cancelled and started again.
     early = envinfo.early_nproc(args.nproc, args.device)
-    pending = runner.start(TARGET, nproc=early, master_port=args.master_port) if early else None
+    pending = runner.start(TARGET, nproc=early, master_port=args.master_port, fresh_workers=True) if early else None
     try:
         import torch
 
@@ -97,7 +97,7 @@ def run(args) -> int:
             pending.cancel()
             pending = None
         if pending is None:
-            pending = runner.start(TARGET, nproc=nproc, master_port=args.master_port)
+            pending = runner.start(TARGET, nproc=nproc, master_port=args.master_port, fresh_workers=True)
     except BaseException:
         if pending is not None:
             pending.cancel()

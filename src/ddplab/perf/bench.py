@@ -235,7 +235,7 @@ def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters
            # or a rank stuck in a collective would end as a timeout error instead of a named hang.
            "pg_timeout": timeout + 60, "notes": list(notes or [])}
     if pending is None:
-        pending = runner.start(TARGET, nproc=nproc, master_port=master_port)
+        pending = runner.start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
     run = pending.run(cfg, stall_timeout=timeout, on_event=on_event)
     if not run.ok:
         return run, None
