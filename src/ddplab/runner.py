@@ -343,8 +343,8 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
 
     nodes: several machines meeting through torchrun's c10d rendezvous; None = this machine alone.
     fresh_workers: each worker is a new interpreter, as torchrun starts them, instead of a fork of the agent.
-    Slower to start (every worker imports torch, ~2 s), but a forked worker's gloo collectives of 1-16 MiB ran
-    5-12 % slower than torchrun's (docs/bench.md), so `bench`, which measures them, asks for fresh ones.
+    Slower to start (every worker imports torch, ~2 s), but a forked worker's gloo collectives of 1-4 MiB ran
+    4-6 % slower than torchrun's (docs/bench.md), so `bench`, which measures them, asks for fresh ones.
     """
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")

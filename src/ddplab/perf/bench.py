@@ -32,6 +32,7 @@ EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
 TARGET = "ddplab.perf.bench:worker"  # what every rank runs
 COPY_PROBE_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # well past the last-level cache (CPU L3, GPU L2)
+PAGE, PAGE_OFFSET = 4096, 64  # where every CPU buffer that bench times starts: see _Collective._buffer
 
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -351,21 +352,42 @@ class _Collective:
         self.m = (3 if limit is None or 2 * self.n <= limit else 2) if reducing else 101
         c, r = self.chunk, self.rank
         if op == "all_reduce":
-            self.input = self.output = self._pattern(r, 0, count)
+            self.input = self.output = self._buffer(count, self._pattern(r, 0, count))
         elif op == "broadcast":  # root 0; every other rank starts from data that differs everywhere
-            self.input = self.output = self._pattern(0 if r == 0 else 1, 0, count)
+            self.input = self.output = self._buffer(count, self._pattern(0 if r == 0 else 1, 0, count))
         elif op == "all_gather":
-            self.output = torch.empty(count, dtype=dtype, device=self.device)
-            self.input = self.output[r * c:(r + 1) * c] if self.in_place else self._pattern(r, 0, c)
+            self.output = self._buffer(count)
+            self.input = self.output[r * c:(r + 1) * c] if self.in_place else self._buffer(c, self._pattern(r, 0, c))
         elif op == "reduce_scatter":
-            self.input = self._pattern(r, 0, count)
-            self.output = self.input[r * c:(r + 1) * c] if self.in_place else torch.empty(c, dtype=dtype,
-                                                                                          device=self.device)
+            self.input = self._buffer(count, self._pattern(r, 0, count))
+            self.output = self.input[r * c:(r + 1) * c] if self.in_place else self._buffer(c)
         elif op == "all_to_all":
-            self.input = self._pattern(r, 0, count)
-            self.output = torch.empty(count, dtype=dtype, device=self.device)
+            self.input = self._buffer(count, self._pattern(r, 0, count))
+            self.output = self._buffer(count)
         else:
             raise ValueError(f"unknown op {op!r}")
+
+    def _buffer(self, count: int, data=None):
+        """A new buffer of `count` elements (holding `data` when given) that starts PAGE_OFFSET bytes into a page.
+
+        On CPU, gloo's busbw at 1-16 MiB moves by 10-30 % with nothing but the buffer's offset within its 4 KiB
+        page (64 or 128 B: slow; 512 B and more: fast; docs/bench.md), and where the allocator puts a buffer
+        depends on what was allocated and freed before it. A fixed offset makes the figures independent of that
+        history; 64 B is where a large tensor allocated fresh starts (glibc maps it, torch aligns to 64 B), so
+        ddplab measures what a plain `torch.ones(n)` in a new process gets. GPU buffers stay where torch's caching
+        allocator puts them."""
+        import torch
+
+        if self.device.type != "cpu":
+            buffer = torch.empty(count, dtype=self.dtype, device=self.device)
+        else:
+            size = torch.tensor([], dtype=self.dtype).element_size()
+            block = torch.empty(count + PAGE // size, dtype=self.dtype)
+            skip = (PAGE_OFFSET - block.data_ptr()) % PAGE // size  # torch aligns to 64 B: a whole element count
+            buffer = block[skip:skip + count]
+        if data is not None:
+            buffer.copy_(data)
+        return buffer
 
     def _pattern(self, q: int, start: int, length: int):
         import torch
