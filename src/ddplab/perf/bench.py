@@ -341,8 +341,6 @@ class _Collective:
     """
 
     def __init__(self, op: str, ctx, dtype, count: int, in_place: bool):
-        import torch
-
         self.op, self.ctx, self.dtype, self.count = op, ctx, dtype, count
         self.n, self.rank, self.device = ctx.world_size, ctx.rank, ctx.device
         self.in_place = ALWAYS_IN_PLACE.get(op, in_place)
