@@ -15,10 +15,10 @@ import csv
 import os
 from pathlib import Path
 
-from ddplab import cliargs, envinfo, report, runner
+from ddplab import cliargs, envinfo, report
 from ddplab.errors import DdplabError
-from ddplab.perf.bench import (DTYPE_BYTES, OPS, TARGET, BenchResult, format_size, parse_size, plan_sizes,
-                               run_bench)
+from ddplab.perf.bench import (DTYPE_BYTES, OPS, BenchResult, format_size, parse_size, plan_sizes, run_bench,
+                               start_ranks)
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds without progress; one size of 64M × 25 calls takes a few seconds on gloo
 
@@ -79,7 +79,7 @@ def run(args) -> int:
     # The agent imports torch (~2 s) while this process does the same and checks the rest, as check and train do.
     # A wrong guess of the rank count is cancelled and started again.
     early = envinfo.early_nproc(args.nproc, args.device)
-    pending = runner.start(TARGET, nproc=early, master_port=args.master_port, fresh_workers=True) if early else None
+    pending = start_ranks(early, args.master_port) if early else None
     try:
         import torch
 
@@ -97,7 +97,7 @@ def run(args) -> int:
             pending.cancel()
             pending = None
         if pending is None:
-            pending = runner.start(TARGET, nproc=nproc, master_port=args.master_port, fresh_workers=True)
+            pending = start_ranks(nproc, args.master_port)
     except BaseException:
         if pending is not None:
             pending.cancel()

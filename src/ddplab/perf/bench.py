@@ -222,21 +222,27 @@ def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchRes
     return result
 
 
+def start_ranks(nproc: int, master_port: int | None = None):
+    """Start the agent for TARGET (runner.start). Its workers are new interpreters, as torchrun starts a script's:
+    forked ones ran gloo's 1-4 MiB collectives 4-6 % slower (docs/bench.md), and bench measures exactly that."""
+    from ddplab import runner
+
+    return runner.start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
+
+
 def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters: int = 20, warmup: int = 5,
               in_place: bool = False, backend: str | None = None, device: str | None = None,
               timeout: float = 120.0, master_port: int | None = None, notes: list[str] | None = None,
               on_event: Callable[[int, dict], None] | None = None, pending=None):
     """Start `nproc` ranks running worker(); returns (RunResult, BenchResult or None when the run did not finish).
-    `pending`: an agent the caller already started for TARGET with runner.start() (it imports torch meanwhile)."""
-    from ddplab import runner
-
+    `pending`: an agent the caller already started with start_ranks() (it imports torch meanwhile)."""
     cfg = {"ops": list(ops), "sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup,
            "in_place": in_place, "backend": backend, "device": device,
            # The runner declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
            # or a rank stuck in a collective would end as a timeout error instead of a named hang.
            "pg_timeout": timeout + 60, "notes": list(notes or [])}
     if pending is None:
-        pending = runner.start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
+        pending = start_ranks(nproc, master_port)
     run = pending.run(cfg, stall_timeout=timeout, on_event=on_event)
     if not run.ok:
         return run, None
@@ -379,7 +385,7 @@ class _Collective:
         if self.device.type != "cpu":
             buffer = torch.empty(count, dtype=self.dtype, device=self.device)
         else:
-            size = torch.tensor([], dtype=self.dtype).element_size()
+            size = self.dtype.itemsize
             block = torch.empty(count + PAGE // size, dtype=self.dtype)
             skip = (PAGE_OFFSET - block.data_ptr()) % PAGE // size  # torch aligns to 64 B: a whole element count
             buffer = block[skip:skip + count]
