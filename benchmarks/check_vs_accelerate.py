@@ -49,7 +49,7 @@ def main() -> None:
     accelerate = shutil.which("accelerate")
     if accelerate is None:
         sys.exit("accelerate is not installed: pip install accelerate")
-    from ddplab.runner import free_port
+    from ddplab.ports import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "cpu2.yaml"

@@ -4,7 +4,7 @@
     python benchmarks/train_speed.py --rounds 5 --epochs 10 --nproc 1,2
 
 Three programs train the same model (the mlp recipe's: 64 -> 256 -> 256 -> 10, AdamW) on the same 20000 samples,
-batch 32 per rank, for the same number of epochs, each started the same way (ddplab.runner, PyTorch's elastic
+batch 32 per rank, for the same number of epochs, each started the same way (ddplab.launcher, PyTorch's elastic
 launcher, OMP_NUM_THREADS=1):
   ddplab  `ddplab train mlp --nproc N --json` (the real command, as a user runs it)
   (a)     the tutorial loop: DataLoader over a TensorDataset with a DistributedSampler (per-sample collate)
@@ -124,10 +124,10 @@ def run_ddplab(nproc: int, epochs: int, batch: int) -> float:
 
 
 def run_loop(name: str, nproc: int, epochs: int, batch: int) -> float:
-    from ddplab import runner
+    from ddplab.launcher import local
 
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    out = runner.run(f"train_speed:{name}", {"epochs": epochs, "batch_size": batch}, nproc=nproc,
+    out = local.run(f"train_speed:{name}", {"epochs": epochs, "batch_size": batch}, nproc=nproc,
                      env={"PYTHONPATH": path}, stall_timeout=300)
     if not out.ok:
         raise SystemExit(f"{name} failed: {out.summary()}")

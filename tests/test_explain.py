@@ -25,7 +25,7 @@ from torch import nn
 from conftest import cli, kill_tree
 from ddplab.diagnose.explain import explain_text
 from ddplab.diagnose.rules import RULES
-from ddplab.runner import free_port
+from ddplab.ports import free_port
 
 HERE = Path(__file__).parent
 LOGS = HERE / "logs"

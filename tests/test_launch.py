@@ -17,11 +17,11 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def job_processes(marker: str) -> list[int]:
-    """Live processes of a launch job: the agent (ddplab.commands.launch) or workers running `marker`."""
+    """Live processes of a launch job: the agent (ddplab.launcher.agent) or workers running `marker`."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if p.info["status"] != psutil.STATUS_ZOMBIE and ("ddplab.commands.launch" in cmd or marker in cmd):
+        if p.info["status"] != psutil.STATUS_ZOMBIE and ("ddplab.launcher.agent" in cmd or marker in cmd):
             found.append(p.pid)
     return found
 

@@ -144,7 +144,7 @@ def test_live_view_follows_the_job_and_ends_with_it(tmp_path, no_leftover_worker
 SLOW_RANK = """
 import time
 from pathlib import Path
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 def work(payload):
     import os, torch.distributed as dist
@@ -165,12 +165,12 @@ def work(payload):
 
 
 def test_monitor_flags_an_idle_rank_behind_the_others_in_a_ddplab_job(tmp_path, no_leftover_workers):
-    from ddplab import runner
+    from ddplab.launcher import local
 
     (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
     outcome = {}
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", local.run(
         "slow_rank:work", {"dir": str(tmp_path)}, nproc=2, deadline=120, env=env)))
     thread.start()
     try:
@@ -246,7 +246,7 @@ needs_gpu = pytest.mark.skipif(_nvml_gpus() == 0, reason="no NVIDIA GPU/driver: 
 def test_nvml_reports_every_gpu_and_the_process_on_it():
     import torch
 
-    from ddplab.monitor import Sampler
+    from ddplab.observe.monitor import Sampler
 
     if not torch.cuda.is_available():
         pytest.skip("NVML sees a GPU but this torch build has no CUDA")

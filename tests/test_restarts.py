@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddplab import runner
+from ddplab.launcher import local
 
 TESTS = str(Path(__file__).parent)
 KILLS = 10
@@ -23,11 +23,11 @@ def _wait_for_progress(run_dir: Path, attempt: int, timeout: float = 60) -> dict
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = {}
-        for local in range(2):
-            marks = runner.events(run_dir, local)
+        for lr in range(2):
+            marks = local.events(run_dir, lr)
             starts = [i for i, e in enumerate(marks) if e["phase"] == "start" and e["attempt"] == attempt]
             if starts and sum(e["phase"] == "step" for e in marks[starts[-1]:]) >= 2:
-                pids[local] = marks[starts[-1]]["pid"]
+                pids[lr] = marks[starts[-1]]["pid"]
         if len(pids) == 2:
             return pids
         time.sleep(0.05)
@@ -37,7 +37,7 @@ def _wait_for_progress(run_dir: Path, attempt: int, timeout: float = 60) -> dict
 @pytest.mark.slow
 def test_ten_kills_ten_recoveries(no_leftover_workers):
     steps = 400  # long enough that the killer always finds the run in progress
-    pending = runner.start("workers:steps_with_all_reduce", nproc=2, max_restarts=KILLS,
+    pending = local.start("workers:steps_with_all_reduce", nproc=2, max_restarts=KILLS,
                            env={"PYTHONPATH": TESTS})
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.update(
@@ -81,7 +81,7 @@ def test_kill_9_of_a_training_worker_resumes_to_the_same_weights(tmp_path, no_le
         deadline = time.monotonic() + 120
         while not list(ckpt.glob("*.pt")) and time.monotonic() < deadline:  # a checkpoint to resume from
             time.sleep(0.05)
-        agent = next(c for c in psutil.Process(proc.pid).children() if "ddplab.runner" in " ".join(c.cmdline()))
+        agent = next(c for c in psutil.Process(proc.pid).children() if "ddplab.launcher.agent" in " ".join(c.cmdline()))
         victim = agent.children()[1]  # a worker (rank 1's process), not the agent
         victim.kill()
         out, err = proc.communicate(timeout=240)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, kill_tree
-from ddplab.runner import free_port
+from ddplab.ports import free_port
 
 FAKE_SLURM = Path(__file__).parent / "fake_slurm"
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 import ddplab.dist as dd
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 
 def sum_ranks(payload):

@@ -60,7 +60,7 @@ def add_nodes(parser: argparse.ArgumentParser) -> None:
 def nodes_from(args):
     """The Nodes of a multi-machine run, or None for one machine. Bad combinations are one-line errors."""
     from ddplab.errors import DdplabError
-    from ddplab.runner import Nodes
+    from ddplab.launcher.nodes import Nodes
 
     if args.nnodes == 1:
         if args.node_rank != 0:

@@ -6,7 +6,7 @@ Set DDPLAB_FAULT to KIND:RANK:PHASE (several separated by commas):
     exit:0:ddp                     rank 0 exits at once with code 17 (no Python exception, like a killed process)
     corrupt:1:collectives.broadcast  rank 1 feeds one wrong element into that collective (a broken transport's
                                    effect: every rank that receives it must count it as wrong)
-Phases are the names workers pass to ddplab.runner.mark(); `ddplab check --json` lists them per stage.
+Phases are the names workers pass to ddplab.launcher.progress.mark(); `ddplab check --json` lists them per stage.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ddplab import faults
 from ddplab.checks import FAIL, PASS, SKIP, Skip, StageResult, unsupported
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 # Odd on purpose: an element count that no world size divides catches padding and chunking mistakes.
 COUNT = 1031

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from ddplab.checks import FAIL, PASS, StageResult
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 STEPS = 12
 BATCH = 8  # per rank

@@ -8,7 +8,7 @@ import time
 import torch
 
 from ddplab.checks import FAIL, PASS, StageResult
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 # Relative error allowed against the float64 reference: a few units in the last place of each dtype's mantissa,
 # times sqrt(K) for the accumulation over K products. TF32 (on by default for cuDNN, off for matmul) would need 1e-3.

@@ -16,7 +16,7 @@ import psutil
 from ddplab import envinfo
 from ddplab.checks import FAIL, PASS, StageResult
 from ddplab.errors import DdplabError
-from ddplab.runner import free_port, port_is_free
+from ddplab.ports import free_port, port_is_free
 
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)$")
 

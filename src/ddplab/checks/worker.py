@@ -10,7 +10,7 @@ import time
 
 from ddplab import dist as dd
 from ddplab.checks import collectives, ddp, devices
-from ddplab.runner import mark
+from ddplab.launcher.progress import mark
 
 STAGE_MODULES = {"devices": devices, "collectives": collectives, "ddp": ddp}
 

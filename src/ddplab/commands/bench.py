@@ -78,9 +78,10 @@ def run(args) -> int:
 
     # The agent imports torch (~2 s) while this process does the same and checks the rest, as check and train do.
     # A wrong guess of the rank count is cancelled and started again.
-    early = envinfo.early_nproc(args.nproc, args.device)
-    pending = start_ranks(early, args.master_port) if early else None
-    try:
+    from ddplab.launcher import startup
+
+    guess = envinfo.early_nproc(args.nproc, args.device)
+    with startup.early(lambda n: start_ranks(n, args.master_port), guess) as ranks:
         import torch
 
         from ddplab import dist as ddist
@@ -93,27 +94,19 @@ def run(args) -> int:
                               "start one rank per GPU")
         sizes, notes = plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, nproc)
         _check_memory(device, ops, sizes[-1], nproc)
-        if pending is not None and pending.nproc != nproc:
-            pending.cancel()
-            pending = None
-        if pending is None:
-            pending = start_ranks(nproc, args.master_port)
-    except BaseException:
-        if pending is not None:
-            pending.cancel()
-        raise
-    for note in notes:
-        report.log(f"note: {note}")
+        pending = ranks.get(nproc)
+        for note in notes:
+            report.log(f"note: {note}")
 
-    with report.console(stderr=True).status(f"starting {nproc} rank(s)…") as status:
-        def on_event(rank: int, event: dict) -> None:
-            if rank == 0 and "size" in event:
-                status.update(f"{event['op']} {format_size(event['size'])}B")
+        with report.console(stderr=True).status(f"starting {nproc} rank(s)…") as status:
+            def on_event(rank: int, event: dict) -> None:
+                if rank == 0 and "size" in event:
+                    status.update(f"{event['op']} {format_size(event['size'])}B")
 
-        run_result, result = run_bench(ops=ops, sizes=sizes, dtype=args.dtype, nproc=nproc, iters=args.iters,
-                                       warmup=args.warmup, in_place=args.in_place, backend=backend, device=device,
-                                       timeout=args.timeout, master_port=args.master_port, notes=notes,
-                                       on_event=on_event, pending=pending)
+            run_result, result = run_bench(ops=ops, sizes=sizes, dtype=args.dtype, nproc=nproc, iters=args.iters,
+                                           warmup=args.warmup, in_place=args.in_place, backend=backend, device=device,
+                                           timeout=args.timeout, master_port=args.master_port, notes=notes,
+                                           on_event=on_event, pending=pending)
     if result is None:
         return _run_failed(run_result)
     if args.csv:

@@ -15,6 +15,7 @@ from rich.table import Table
 from ddplab import cliargs, report
 from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult
 
+TARGET = "ddplab.checks.worker:run_stages"
 # Long enough for a first NCCL initialisation on a big node, short enough that a hang is named within a minute.
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -68,19 +69,17 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ddplab import envinfo, runner
+    from ddplab import envinfo
     from ddplab.checks import preflight
+    from ddplab.launcher import local, startup
 
     worker_stages = [s for s in WORKER_STAGES if s in args.stages]
     nodes = cliargs.nodes_from(args)
     port_finding, port = preflight.port_finding(args.master_port, nodes)
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
-    pending = None
-    early_nproc = envinfo.early_nproc(args.nproc, args.device)
-    if worker_stages and port is not None and early_nproc:
-        pending = runner.start("ddplab.checks.worker:run_stages", nproc=early_nproc, master_port=port, nodes=nodes)
-    try:
+    guess = envinfo.early_nproc(args.nproc, args.device) if worker_stages and port is not None else None
+    with startup.early(lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes), guess) as ranks:
         import torch
 
         from ddplab import dist as ddist
@@ -89,29 +88,19 @@ def run(args) -> int:
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
         pre = preflight.run(nproc, device, backend, port_finding)
-        stages, problems, seconds, ranks = [pre], [], pre.seconds, []
+        stages, problems, seconds, run_ranks = [pre], [], pre.seconds, []
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
         elif worker_stages:
-            if pending is not None and pending.nproc != nproc:  # the guess was wrong (e.g. --device cuda)
-                pending.cancel()
-                pending = None
-            if pending is None:
-                pending = runner.start("ddplab.checks.worker:run_stages", nproc=nproc, master_port=port,
-                                       nodes=nodes)
             payload = {"stages": worker_stages, "device": device, "backend": backend,
                        "mem_fraction": args.mem_fraction,
                        # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
                        "pg_timeout": args.timeout + 30}
-            workers, problems, seconds, ranks = _run_workers(args, pending, payload)
+            workers, problems, seconds, run_ranks = _run_workers(args, ranks.get(nproc), payload)
             stages += workers
-            pending = None
-    finally:
-        if pending is not None:
-            pending.cancel()
     result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
                          verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
-                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=ranks)
+                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks)
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):

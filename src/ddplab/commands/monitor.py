@@ -1,5 +1,5 @@
 """`ddplab monitor`: a live per-rank view of a running DDP job, like `watch -n 1 nvidia-smi` but per rank, with a
-verdict. It finds the job by itself (see ddplab/monitor.py), or watches the ranks or launchers given with --pids.
+verdict. It finds the job by itself (see ddplab/observe/monitor.py), or watches the ranks or launchers given with --pids.
 
 Exit codes: --once gives 0 when nothing is flagged and 1 when something is (an idle or behind rank, an idle GPU);
 no job found is 1 too (nothing to watch is a finding, not a usage error); a pid that does not exist is 2.
@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ddplab import monitor
+    from ddplab.observe import monitor
 
     pids = [pid for group in args.pids for pid in group] if args.pids else None
     if args.once:

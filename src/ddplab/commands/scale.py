@@ -184,12 +184,12 @@ def recipe_config(name: str, flags: list[str]):
 
 
 def train_once(name: str, nproc: int, flags: list[str]) -> dict:
-    """One real training of the recipe on `nproc` ranks (ddplab.runner + the shared loop): its TrainResult dict,
+    """One real training of the recipe on `nproc` ranks (the launcher + the shared loop): its TrainResult dict,
     plus `steady`: step and comm-wait times per rank from metrics.jsonl, without the first logging window (it
     holds the warm-up: allocations, DDP's bucket rebuild after the first step)."""
     import tempfile
 
-    from ddplab import runner
+    from ddplab.train.ranks import start_ranks
 
     with tempfile.TemporaryDirectory(prefix="ddplab-scale-") as tmp:
         recipe, cfg = recipe_config(name, [*flags, "--checkpoint-dir", tmp])
@@ -197,8 +197,7 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
         if not _has(flags, "--log-every"):
             cfg.log_every = max(1, steps // WINDOWS)
         report.log(f"scale: {name} on {nproc} rank(s) {' '.join(flags)}")
-        res = runner.run("ddplab.train.loop:run_worker", {"recipe": name, "config": cfg.to_dict()}, nproc=nproc,
-                         stall_timeout=STALL_S)
+        res = start_ranks(nproc).run({"recipe": name, "config": cfg.to_dict()}, stall_timeout=STALL_S)
         if not res.ok:
             raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}",
                               exit_code=3 if res.status == "hang" else 1)

@@ -1,6 +1,6 @@
 """`ddplab train RECIPE`: a reference DDP training on N local ranks, with proof that every rank worked.
 
-The recipe runs through ddplab.runner (PyTorch's elastic launcher underneath), exactly as it would under
+The recipe runs through ddplab.launcher (PyTorch's elastic launcher underneath), exactly as it would under
 `torchrun --nproc-per-node N -m ddplab.recipes.RECIPE`: same flags, same result. Workers' own output goes to log
 files, so this process draws rank 0's progress bar from the events the workers send, then prints the result.
 """
@@ -14,7 +14,6 @@ from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
 RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
-TARGET = "ddplab.train.loop:run_worker"
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
 
 
@@ -51,24 +50,21 @@ def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
     return p
 
 
-def start_early(argv: list[str]):
-    """Start the agent (it imports torch, ~2 s) before this process imports torch and checks the flags, when the
-    flags already say how many ranks; the caller cancels it if the checks fail."""
-    from ddplab import runner
-
+def _guess(argv: list[str]):
+    """The launcher flags, when they already say how many ranks: the agent can start (and import torch, ~2 s)
+    before this process imports torch and checks the rest."""
     if "-h" in argv or "--help" in argv:
         return None
     quick = argparse.ArgumentParser(add_help=False)
     launcher_arguments(quick)
     try:
         launch, _ = quick.parse_known_args(argv)
-        nodes = cliargs.nodes_from(launch)
+        launch.nodes = cliargs.nodes_from(launch)
     except (SystemExit, DdplabError):  # bad flags: the full parse below says what is wrong
         return None
     if launch.nproc is None or launch.nproc < 1 or launch.max_restarts < 0:
         return None
-    return runner.start(TARGET, nproc=launch.nproc, master_port=launch.master_port, max_restarts=launch.max_restarts,
-                        nodes=nodes)
+    return launch
 
 
 @dataclass
@@ -82,20 +78,19 @@ class TrainFailure:
 
 
 def run(args) -> int:
-    pending = None
-    try:
-        pending = start_early(args.args)
-        cfg, ns, nproc = _checked(args)
-        if pending is None:
-            from ddplab import runner
+    from ddplab.launcher import startup
+    from ddplab.train.ranks import start_ranks
 
-            pending = runner.start(TARGET, nproc=nproc, master_port=ns.master_port, max_restarts=ns.max_restarts,
-                                   nodes=cliargs.nodes_from(ns))
-    except BaseException:
-        if pending is not None:
-            pending.cancel()
-        raise
-    return _run(pending, args.recipe, cfg, ns)
+    early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
+
+    def start(nproc: int):
+        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes)
+
+    with startup.early(start, early.nproc if early else None) as ranks:
+        cfg, ns, nproc = _checked(args)
+        if early is None:
+            ns.nodes, launch = cliargs.nodes_from(ns), ns
+        return _run(ranks.get(nproc), args.recipe, cfg, ns)
 
 
 def _checked(args):

@@ -1,2 +1,2 @@
 """Turn failures into fixes: the error-text rule table (rules), its matcher (explain), static checks of a training
-script (lint), and the hang watchdog `ddplab launch` runs (watchdog). None of these import torch."""
+script (lint). Knowledge only: no processes, no torch; the launcher uses it to name a root cause."""

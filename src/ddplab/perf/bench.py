@@ -2,7 +2,7 @@
 
 Three parts, each usable alone:
 - size planning and the bus-bandwidth arithmetic (pure Python, no torch): `plan_sizes`, `bus_factor`, `fit_ring`;
-- `worker(payload)`, which runs inside every rank (started by ddplab.runner): for each op and size it checks the
+- `worker(payload)`, which runs inside every rank (started by ddplab.launcher): for each op and size it checks the
   result against exactly known values, then times `iters` back-to-back calls;
 - `run_bench(...)`, which starts the ranks, averages their times and sums their wrong elements into a BenchResult.
 
@@ -223,11 +223,11 @@ def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchRes
 
 
 def start_ranks(nproc: int, master_port: int | None = None):
-    """Start the agent for TARGET (runner.start). Its workers are new interpreters, as torchrun starts a script's:
+    """Start the agent for TARGET (launcher.local.start). Its workers are new interpreters, as torchrun starts a script's:
     forked ones ran gloo's 1-4 MiB collectives 4-6 % slower (docs/bench.md), and bench measures exactly that."""
-    from ddplab import runner
+    from ddplab.launcher.local import start
 
-    return runner.start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
+    return start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
 
 
 def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters: int = 20, warmup: int = 5,
@@ -238,7 +238,7 @@ def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters
     `pending`: an agent the caller already started with start_ranks() (it imports torch meanwhile)."""
     cfg = {"ops": list(ops), "sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup,
            "in_place": in_place, "backend": backend, "device": device,
-           # The runner declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
+           # The launcher declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
            # or a rank stuck in a collective would end as a timeout error instead of a named hang.
            "pg_timeout": timeout + 60, "notes": list(notes or [])}
     if pending is None:
@@ -257,7 +257,7 @@ def worker(cfg: dict) -> dict:
     import torch
 
     from ddplab import dist as dd
-    from ddplab.runner import mark
+    from ddplab.launcher.progress import mark
 
     with dd.session(backend=cfg["backend"], device=cfg["device"], timeout=cfg["pg_timeout"]) as ctx:
         dtype = getattr(torch, cfg["dtype"])

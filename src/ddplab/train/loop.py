@@ -37,8 +37,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab.dist as dd
-from ddplab import report, runner
+from ddplab import report
 from ddplab.errors import DdplabError
+from ddplab.launcher.progress import mark
 from ddplab.train import checkpoint, metrics
 from ddplab.train.config import TrainConfig, add_arguments, from_arguments, from_dict
 from ddplab.train.data import Batch, ShardedBatches, TensorData
@@ -93,12 +94,12 @@ def load_recipe(name: str) -> Recipe:
 
 
 def run_worker(payload: dict) -> dict:
-    """Target for ddplab.runner (what `ddplab train` starts on every rank)."""
+    """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
         result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True)
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
-        runner.mark("train.error", message=str(e), exit_code=e.exit_code)
+        mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
     return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
 

@@ -1,7 +1,7 @@
 """Rank 0's progress bar, drawn where the user is looking.
 
 Under torchrun, rank 0 draws it itself (other ranks stay quiet). Under `ddplab train`, workers' output goes to log
-files, so each worker reports through ddplab.runner.mark() and the ddplab process draws the bar from rank 0's events.
+files, so each worker reports through ddplab.launcher.progress.mark() and the ddplab process draws the bar from rank 0's events.
 Either way the same ProgressView draws it, on stderr (stdout stays clean for --json).
 """
 
@@ -11,7 +11,8 @@ import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ddplab import report, runner
+from ddplab import report
+from ddplab.launcher.progress import mark
 
 TICK_S = 0.25  # how often the bar moves between log points; a clock read per step costs nothing
 
@@ -54,7 +55,7 @@ class ProgressView:
             self.bar = None
 
     def on_event(self, rank: int, event: dict) -> None:
-        """runner.run(on_event=...): draw rank 0's training events."""
+        """PendingRun.run(on_event=...): draw rank 0's training events."""
         if rank != 0:
             return
         phase = event.get("phase")
@@ -82,7 +83,7 @@ class Reporter:
 
     def _send(self, kind: str, info: dict) -> None:
         if self.events:
-            runner.mark(f"train.{kind}", **info)
+            mark(f"train.{kind}", **info)
         elif self.view is not None:
             self.view.on_event(0, {"phase": f"train.{kind}", **info})
 

@@ -3,8 +3,8 @@
 Finding the ranks, without being told any pid:
 - torchrun (and `ddplab launch`) start each worker as a subprocess whose environment holds RANK, LOCAL_RANK and
   TORCHELASTIC_RUN_ID: /proc/PID/environ tells who is who (readable for one's own processes, or as root);
-- ddplab's runner forks its workers (`python -m ddplab.runner SPEC`): a fork's /proc environ is its parent's, so
-  their ranks come from the run's event files instead, where each worker wrote its pid and every progress mark.
+- ddplab's own runs (`python -m ddplab.launcher.agent SPEC`) may fork their workers: a fork's /proc environ is its
+  parent's, so their ranks come from the run's event files instead, where each worker wrote its pid and every mark.
 
 Sampling: psutil for each rank process (CPU %, CPU time, memory); NVML for each GPU (utilisation, memory, power,
 the processes on it). Judging: a rank or GPU doing (almost) nothing while the job runs is idle; a rank that made
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from ddplab import runner
+from ddplab.launcher.agent import spec_path_of
+from ddplab.launcher.local import events as run_events
 from ddplab.errors import DdplabError
 
 # Below a tenth of a core, a CPU rank is not computing: it waits (for another rank, for data) or it is stuck.
@@ -146,16 +147,8 @@ def _launcher_name(cmdline: list[str]) -> str:
     return os.path.basename(cmdline[0]) if cmdline else "launcher"
 
 
-def _runner_spec(cmdline: list[str]) -> str | None:
-    """SPEC in `python -m ddplab.runner SPEC`."""
-    for i, arg in enumerate(cmdline[:-1]):
-        if arg == "ddplab.runner" or arg.endswith("/ddplab/runner.py"):
-            return cmdline[i + 1]
-    return None
-
-
 def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
-    """A ddplab runner job: the latest pid and progress of each rank, from the run's event files."""
+    """A ddplab run: the latest pid and progress of each rank, from the run's event files."""
     try:
         spec = json.loads(Path(spec_path).read_text())
     except (OSError, ValueError):
@@ -164,7 +157,7 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
     members = []
     for local in range(spec["nproc"]):
         try:
-            events = runner.events(run_dir, local)
+            events = run_events(run_dir, local)
         except (OSError, ValueError):
             continue  # the run just ended and removed its directory
         starts = [e for e in events if e.get("phase") == "start" and e.get("pid")]
@@ -178,7 +171,7 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
                                cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
     worker_pids = {m.pid for m in members}
     agents = [pid for pid, info in procs.items()
-              if _runner_spec(info["cmdline"]) == spec_path and pid not in worker_pids]
+              if spec_path_of(info["cmdline"]) == spec_path and pid not in worker_pids]
     agent = min(agents, key=lambda pid: procs[pid]["create_time"], default=None)
     run_id = spec.get("run_id", run_dir.name)
     return _Job(f"ddplab:{run_id.removeprefix('ddplab-run-')}", f"ddplab runner (pid {agent}, {run_dir})", agent,
@@ -204,7 +197,7 @@ def find_jobs(pids: list[int] | None = None) -> list[_Job]:
             procs[info["pid"]] = {**info, "cmdline": info["cmdline"] or []}
 
     jobs: list[_Job] = []
-    specs = {spec for info in procs.values() if (spec := _runner_spec(info["cmdline"]))}
+    specs = {spec for info in procs.values() if (spec := spec_path_of(info["cmdline"]))}
     for spec in sorted(specs):
         job = _ddplab_job(spec, procs)
         if job is not None and job.members:

@@ -1,0 +1,161 @@
+"""The one agent: `python -m ddplab.launcher.agent SPEC` runs torch's elastic_launch for a run and records how its
+workers ended. It is the only place in ddplab that calls elastic_launch.
+
+A run's SPEC (JSON, in its run folder) says what to start:
+- kind "function": ddplab's own `module:function` target on `nproc` local ranks (check, train, bench, scale), over a
+  static rendezvous on loopback, or torchrun's c10d rendezvous when several nodes meet (`nodes`);
+- kind "script": a user's script with torchrun's own options (`ddplab launch`), configured by torchrun's own
+  config_from_args, each rank started through bootstrap.py so that it dies with this agent.
+
+The agent runs in a session of its own (the caller ends the whole group on any path) and dies with its caller.
+The outcome (`ddplab-outcome.json`) maps each failed global rank to its local rank, pid, exit code and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import traceback
+import uuid
+from pathlib import Path
+
+from ddplab.launcher.files import write_atomic
+from ddplab.launcher.lifeline import die_with_parent
+
+BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
+
+
+def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None) -> subprocess.Popen:
+    """Start the agent for `spec` (caller side). With stdin=PIPE it waits for "go" before launching anything."""
+    spec_path = run_dir / "ddplab-spec.json"
+    spec_path.write_text(json.dumps({**spec, "run_dir": str(run_dir), "wait_for_go": stdin is not None}))
+    return subprocess.Popen([sys.executable, "-m", "ddplab.launcher.agent", str(spec_path)], stdout=stdout,
+                            stderr=stderr, stdin=stdin, env=env, start_new_session=True)
+
+
+def spec_path_of(cmdline: list[str]) -> str | None:
+    """SPEC in an agent's command line `python -m ddplab.launcher.agent SPEC` (monitor finds runs by it)."""
+    for i, arg in enumerate(cmdline[:-1]):
+        if arg == "ddplab.launcher.agent" or arg.endswith("/ddplab/launcher/agent.py"):
+            return cmdline[i + 1]
+    return None
+
+
+def main(spec_path: str) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    die_with_parent()
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    if spec["kind"] == "function" and not spec["fresh_workers"]:
+        from ddplab.launcher.worker import resolve
+
+        resolve(spec["target"])  # imported once here, so that every forked worker inherits it
+    if spec["wait_for_go"] and sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
+        return 0
+    try:
+        if spec["kind"] == "function":
+            config, entry, args, store = _function_plan(spec, spec_path)  # noqa: F841  store: kept alive, see below
+        else:
+            config, entry, args = _script_plan(spec)
+    except Exception as e:
+        write_atomic(run_dir / "ddplab-outcome.json", {"failures": {}, "launcher_error": _one_line(e)})
+        traceback.print_exc()
+        return 1
+    failures, launcher_error = {}, None
+    try:
+        elastic_launch(config, entry)(*args)
+    except ChildFailedError as e:
+        failures = {str(rank): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode,
+                                "time": f.timestamp, "message": f.message}
+                    for rank, f in e.failures.items()}
+        print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
+    except Exception as e:  # a rendezvous that never completed, a bad option torch found late
+        launcher_error = _one_line(e)
+        traceback.print_exc()
+    write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
+    return 1 if failures or launcher_error else 0
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0]
+
+
+def _function_plan(spec: dict, spec_path: str):
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    run_dir = Path(spec["run_dir"])
+    common = dict(nproc_per_node=spec["nproc"], max_restarts=spec["max_restarts"], monitor_interval=0.05,
+                  start_method="fork",
+                  logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE))
+    nodes, store = spec["nodes"], None
+    if nodes is None:  # this machine alone: a static rendezvous on loopback
+        store = _loopback_store(spec["master_port"])  # kept alive: torch's rendezvous reuses its server
+        config = LaunchConfig(min_nodes=1, max_nodes=1, run_id=spec["run_id"], rdzv_backend="static",
+                              rdzv_endpoint=f"127.0.0.1:{spec['master_port']}", rdzv_configs={"rank": 0},
+                              local_addr="127.0.0.1", **common)
+    else:  # several machines: torchrun's c10d rendezvous, hosted by node 0
+        config = LaunchConfig(min_nodes=nodes["count"], max_nodes=nodes["count"], run_id=nodes["rdzv_id"],
+                              rdzv_backend="c10d", rdzv_endpoint=f"{nodes['host']}:{nodes['port']}",
+                              rdzv_configs={"is_host": nodes["rank"] == 0, "join_timeout": nodes["join_timeout"]},
+                              local_addr=nodes["local_addr"], **common)
+    if spec["fresh_workers"]:
+        return config, sys.executable, ("-u", "-m", "ddplab.launcher.worker", spec_path), store
+    from ddplab.launcher.worker import main as worker_main
+
+    return config, worker_main, (spec_path,), store
+
+
+def _script_plan(spec: dict):
+    """torchrun's own configuration of its options; each rank's command goes through bootstrap.py."""
+    from torch.distributed.run import config_from_args, parse_min_max_nnodes
+
+    ns = argparse.Namespace(**spec["torchrun"])
+    # What torch.distributed.run.run() decides before config_from_args (torch 2.6-2.13 alike): a standalone or
+    # single-node static run without a port gets its own c10d store on a free port.
+    if ns.standalone or (ns.rdzv_backend == "static" and not ns.rdzv_endpoint and ns.master_port is None
+                         and parse_min_max_nnodes(ns.nnodes)[1] == 1):
+        ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if ns.master_port is None:
+        ns.master_port = 29500
+    config, cmd, cmd_args = config_from_args(ns)
+    if callable(cmd) or ns.run_path:  # --run-path: torchrun would call runpy in a spawned child; a script it is
+        cmd, cmd_args = os.getenv("PYTHON_EXEC", sys.executable), ["-u", *cmd_args]
+    if ns.no_python:
+        return config, sys.executable, ("-u", BOOTSTRAP, "--exec", cmd, *cmd_args)
+    assert cmd_args[0] == "-u"
+    return config, cmd, ("-u", BOOTSTRAP, *cmd_args[1:])
+
+
+def _loopback_store(port: int):
+    """The rendezvous store for a single node, listening on 127.0.0.1 only.
+
+    torch's static rendezvous creates its TCPStore with multi_tenant=True, which reuses a server this process already
+    runs on that port; left to itself, that server would listen on every interface ("::"), and the store is
+    unauthenticated. So the server is made here first, from a socket bound to loopback.
+    """
+    from torch.distributed import TCPStore
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    fd = sock.detach()
+    try:
+        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
+                        wait_for_workers=False)
+    except (RuntimeError, ValueError):  # older torch: the libuv server does not take a listening socket
+        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
+                        wait_for_workers=False, use_libuv=False)
+
+
+if __name__ == "__main__":
+    from ddplab.launcher.agent import main as _main  # through the package: workers forked from here share its modules
+
+    sys.exit(_main(sys.argv[1]))

@@ -1,0 +1,56 @@
+"""What each rank of a user's script runs first, under `ddplab launch`: die with the agent, then run the script.
+
+    python -u bootstrap.py SCRIPT ARGS...        as `python -u SCRIPT ARGS...`
+    python -u bootstrap.py -m MODULE ARGS...     as `python -u -m MODULE ARGS...`
+    python -u bootstrap.py --exec PROGRAM ARGS...  as torchrun --no-python runs PROGRAM
+
+The elastic agent starts every rank in a session of its own; without this, `kill -9` of the agent (or of ddplab)
+would leave the script's ranks running and holding their GPUs. The script runs unchanged, as `__main__`, with the
+sys.argv and sys.path[0] Python itself would give it. Started by path and written with the standard library only, so
+it works with whatever interpreter torchrun was told to use (PYTHON_EXEC).
+"""
+
+import os
+import runpy
+import sys
+
+
+def _die_with_parent() -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        from lifeline import die_with_parent
+    finally:
+        sys.path.pop(0)
+    die_with_parent()
+
+
+def _flight_recorder_hook() -> None:
+    """When ddplab asked for it (the variable names the module), start the per-collective recorder's dump thread."""
+    module = os.environ.get("DDPLAB_RANK_HOOK")
+    if module:
+        try:
+            __import__(module).install()
+        except Exception as e:  # the script must run even when the forensics cannot
+            print(f"ddplab: {module} not started: {e}", file=sys.stderr)
+
+
+def main(argv: list) -> None:
+    _die_with_parent()
+    if not argv:
+        sys.exit("usage: bootstrap.py [-m MODULE | --exec PROGRAM | SCRIPT] ARGS...")
+    if argv[0] == "--exec":
+        os.execvp(argv[1], argv[1:])  # the kernel keeps the parent-death signal across exec
+    sys.path.pop(0)  # this file's folder: the script must see the path it would have seen
+    _flight_recorder_hook()
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

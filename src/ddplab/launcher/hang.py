@@ -1,0 +1,165 @@
+"""The one hang detector: no progress for `timeout` seconds is a hang, once the evidence at hand agrees.
+
+Progress means different things by who owns the workers:
+- ddplab's own workers mark their progress (`progress.mark`): a quiet rank is exactly known, nothing to confirm;
+- a user's script only prints: silence alone is not a hang (a long epoch prints nothing), so `ScriptWatch` confirms
+  it with idle CPU, or with every rank seen waiting in the same distributed call twice in a row (py-spy stacks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from ddplab.launcher import stacks as stack_reader
+from ddplab.launcher.logs import output_bytes
+
+IDLE_CORES = 0.1  # CPU per worker below which it is waiting, not working
+
+
+class HangDetector:
+    def __init__(self, timeout: float | None, since: float | None = None):
+        """since: when the job began (time.time()); start-up counts as part of the job."""
+        self.timeout = timeout
+        self.last_progress = time.time() if since is None else since
+        self.reason = ""
+
+    def progressed(self, at: float | None = None) -> None:
+        """Progress seen now, or: the newest progress is at `at` (a start-up grace may put it in the future)."""
+        self.last_progress = time.time() if at is None else at
+
+    def quiet(self) -> float:
+        return time.time() - self.last_progress
+
+    def hung(self, confirm: Callable[[float], str | None] | None = None) -> bool:
+        """True once quiet for the timeout and, with `confirm(quiet)`, once it returns why (None: not hung yet)."""
+        quiet = self.quiet()
+        if self.timeout is None or quiet <= self.timeout:
+            return False
+        if confirm is None:
+            self.reason = f"no rank made progress for {self.timeout:g}s"
+            return True
+        why = confirm(quiet)
+        if why:
+            self.reason = f"no output for {quiet:.0f}s and {why}"
+        return bool(why)
+
+
+class ScriptWatch:
+    """A user script's ranks under an agent: their pids (to end them all later), and whether they still progress."""
+
+    def __init__(self, agent_pid: int, timeout: float | None, rank_logs: Path | None = None,
+                 since: float | None = None):
+        """rank_logs: the --log-dir torch writes each rank's stdout/stderr under; their growth is the script's
+        output. Without it, call note_output() whenever the job prints. since: when the job began (time.time())."""
+        self.agent_pid = agent_pid
+        self.detector = HangDetector(timeout, since)
+        # CPU is judged over a window shorter than the timeout, so that a rank that imported torch (busy) and then
+        # blocked still counts as idle within one timeout.
+        self.idle_window = min(max((timeout or 0) / 2, 2.0), 30.0)
+        self.recheck = min(self.idle_window, max(1.0, (timeout or 0) / 8))
+        self.suspect: tuple | None = None  # where every rank waited at the last look
+        self.rank_logs = rank_logs
+        self.seen: dict[int, psutil.Process] = {}
+        self.ranks: dict[int, tuple[int | None, int | None]] = {}
+        self.pids: frozenset[int] = frozenset()
+        self.log_size = -1
+        self.next_check = 0.0
+        self.samples: deque[tuple[float, float]] = deque()
+        self.found: list[stack_reader.RankStack] | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.detector.reason
+
+    def note_output(self) -> None:
+        self.detector.progressed()
+
+    def workers(self) -> list[psutil.Process]:
+        """The agent's worker processes (its children that torch gave a RANK)."""
+        try:
+            children = psutil.Process(self.agent_pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        found = []
+        for proc in children:
+            if proc.pid not in self.ranks:
+                try:
+                    env = proc.environ()
+                except (psutil.Error, OSError):
+                    continue
+                if "RANK" not in env and "LOCAL_RANK" not in env:
+                    continue
+                self.ranks[proc.pid] = (_int(env.get("RANK")), _int(env.get("LOCAL_RANK")))
+            self.seen[proc.pid] = proc
+            found.append(proc)
+        return found
+
+    def _cpu_seconds(self, procs: list[psutil.Process]) -> float:
+        total = 0.0
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                for p in (proc, *proc.children(recursive=True)):
+                    times = p.cpu_times()
+                    total += times.user + times.system
+        return total
+
+    def poll(self) -> list[stack_reader.RankStack] | None:
+        """Every rank's stack when the job is hung, else None (call it a few times a second)."""
+        now = time.monotonic()
+        procs = self.workers()
+        if self.detector.timeout is None:
+            return None
+        pids = frozenset(p.pid for p in procs)
+        if pids != self.pids:  # started or restarted: not progress by itself, but CPU counts begin again
+            self.pids = pids
+            self.samples.clear()
+        size = output_bytes(self.rank_logs) if self.rank_logs is not None else 0
+        if size != self.log_size:
+            self.log_size = size
+            self.detector.progressed()
+        self.samples.append((now, self._cpu_seconds(procs)))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.idle_window:
+            self.samples.popleft()
+        self.found = None
+        if self.detector.hung(lambda quiet: self._confirm(procs, now)):
+            return self.found
+        return None
+
+    def _confirm(self, procs: list[psutil.Process], now: float) -> str | None:
+        if now < self.next_check:
+            return None
+        t0, cpu0 = self.samples[0]
+        span = now - t0
+        idle = span >= self.idle_window * 0.9 and (self.samples[-1][1] - cpu0) / span < IDLE_CORES * max(1, len(procs))
+        found = self.stacks(procs)
+        waiting = bool(found) and all(s.kind in stack_reader.WAITING for s in found)
+        # A healthy job passes through collectives all the time: only the same waits seen twice in a row count.
+        where = tuple((s.pid, s.call, s.where) for s in found) if waiting else None
+        if idle or (waiting and where == self.suspect):
+            self.found = found
+            return "idle CPU" if idle else "every rank waiting in the same distributed call since the last look"
+        # Busy without printing (a long epoch), or a first sight of waiting: look again soon, not a timeout later.
+        self.suspect = where
+        self.next_check = now + self.recheck
+        return None
+
+    def stacks(self, procs: list[psutil.Process] | None = None) -> list[stack_reader.RankStack]:
+        procs = self.workers() if procs is None else procs
+        targets = [(p.pid, *self.ranks.get(p.pid, (None, None))) for p in procs]
+        if not targets:  # no worker yet: the agent itself may be the one waiting (rendezvous with other nodes)
+            targets = [(self.agent_pid, None, None)]
+        targets.sort(key=lambda t: (t[1] is None, t[1] or 0))
+        return stack_reader.read_all(targets)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

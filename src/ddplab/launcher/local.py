@@ -1,0 +1,278 @@
+"""The caller's side of a run of ddplab's own workers (check, train, bench, scale): start the agent, watch the ranks'
+progress marks, end everything on any path, and collect what each rank did.
+
+Three processes are involved: the caller (ddplab's CLI) calls `start()` then `PendingRun.run()`; the agent
+(`agent.py`) calls elastic_launch; N workers (`worker.py`) each call the target `module:function(payload)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from ddplab.errors import DdplabError
+from ddplab.launcher import agent
+from ddplab.launcher.files import read_json, write_atomic
+from ddplab.launcher.hang import HangDetector
+from ddplab.launcher.logs import tail
+from ddplab.launcher.nodes import Nodes
+from ddplab.launcher.outcome import Failed, RankOutcome, RunResult, root_cause
+from ddplab.launcher.procs import end_tree
+from ddplab.launcher.progress import read_events
+from ddplab.ports import free_port, port_is_free
+
+POLL_S = 0.05
+# Before a worker reaches its first mark it is importing torch and meeting the others; that may be slow on a busy
+# machine without being a hang.
+STARTUP_GRACE_S = 60.0
+
+
+def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,
+        stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
+        env: dict[str, str] | None = None, keep_dir: bool = False,
+        on_event: Callable[[int, dict], None] | None = None, nodes: Nodes | None = None,
+        fresh_workers: bool = False) -> RunResult:
+    """Run `target(payload)` on `nproc` local ranks and return what each rank did.
+
+    stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
+    deadline: declare a hang when the whole run takes longer than this.
+    on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
+    """
+    pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env, nodes=nodes,
+                    fresh_workers=fresh_workers)
+    return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir,
+                       on_event=on_event)
+
+
+def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
+          env: dict[str, str] | None = None, nodes: Nodes | None = None, fresh_workers: bool = False) -> PendingRun:
+    """Start the agent now and let it import torch and the target while the caller does other work (preflight);
+    nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
+
+    nodes: several machines meeting through torchrun's c10d rendezvous; None = this machine alone.
+    fresh_workers: each worker is a new interpreter, as torchrun starts them, instead of a fork of the agent.
+    Slower to start (every worker imports torch, ~2 s), but forked workers ran gloo's collectives 4-6 % slower and
+    trained ~6 % slower than torchrun's (docs/bench.md, docs/architecture.md): what measures speed asks for them.
+    """
+    if nproc < 1:
+        raise DdplabError(f"--nproc {nproc}: need at least 1 process")
+    child_env = {**os.environ, **(env or {})}
+    if nodes is not None and nodes.count > 1:
+        master_port = nodes.port
+        child_env.update(nodes.worker_env())
+    elif master_port is None:
+        master_port = free_port()
+    elif not port_is_free(master_port):
+        raise DdplabError(f"port {master_port} on 127.0.0.1 is already in use: pass another --master-port, "
+                          "or omit it and ddplab picks a free one")
+    run_dir = Path(tempfile.mkdtemp(prefix="ddplab-run-"))
+    for sub in ("events", "stacks", "errors", "results", "logs"):
+        (run_dir / sub).mkdir()
+    child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
+    # Warnings from torchelastic's own logger would only duplicate what the result object says.
+    child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
+    spec = {"kind": "function", "target": target, "nproc": nproc, "master_port": master_port,
+            "max_restarts": max_restarts, "run_id": run_dir.name, "fresh_workers": fresh_workers,
+            "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None}
+    with open(run_dir / "agent.log", "wb") as agent_log:
+        proc = agent.spawn(spec, run_dir, child_env, stdout=agent_log, stderr=subprocess.STDOUT,
+                           stdin=subprocess.PIPE)
+    return PendingRun(proc, run_dir, nproc, master_port)
+
+
+@dataclass
+class PendingRun:
+    agent: subprocess.Popen
+    run_dir: Path
+    nproc: int
+    master_port: int
+    launched: bool = False  # run() was called: it ends the agent itself, on every path
+
+    def cancel(self) -> None:
+        end_all(self.agent, self.run_dir, self.nproc)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def run(self, payload: Any = None, stall_timeout: float | None = None, deadline: float | None = None,
+            keep_dir: bool = False, on_event: Callable[[int, dict], None] | None = None) -> RunResult:
+        proc, run_dir, nproc = self.agent, self.run_dir, self.nproc
+        self.launched = True
+        write_atomic(run_dir / "payload.json", payload)
+        start, started_at = time.monotonic(), time.time()
+        detector = HangDetector(stall_timeout, since=started_at)
+        status, reason = "ok", ""
+        follow = _EventFollower(run_dir, nproc, on_event)
+        try:
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+            while proc.poll() is None:
+                follow.poll()
+                if _all_done(run_dir, nproc):
+                    # Every result is on disk: waiting for the agent's orderly exit (exit barrier, interpreter
+                    # teardown) would add most of a second and tell nothing more.
+                    status = "done"
+                    break
+                _note_progress(detector, run_dir, nproc, started_at)
+                if deadline is not None and time.monotonic() - start > deadline:
+                    status, reason = "hang", f"the run passed its {deadline:g}s deadline"
+                elif detector.hung():
+                    status, reason = "hang", detector.reason
+                if status == "hang":
+                    _dump_stacks(run_dir, nproc)
+                    break
+                time.sleep(POLL_S)
+        except BrokenPipeError:  # the agent died before it was told to go; collect() reports its log
+            pass
+        finally:  # any path, Ctrl-C and SIGTERM (the CLI turns it into SystemExit) included
+            end_all(proc, run_dir, nproc)
+            follow.poll()
+        agent_rc = 0 if status == "done" else proc.returncode
+        result = collect(run_dir, nproc, self.master_port, "ok" if status == "done" else status, reason,
+                         time.monotonic() - start, agent_rc)
+        if not keep_dir and result.ok:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return result
+
+
+class _EventFollower:
+    """Hands each new event line of every rank to a callback, reading only what was appended since last time."""
+
+    def __init__(self, run_dir: Path, nproc: int, callback: Callable[[int, dict], None] | None):
+        self.paths = [run_dir / "events" / f"local{r}.jsonl" for r in range(nproc)]
+        self.offsets = [0] * nproc
+        self.callback = callback
+
+    def poll(self) -> None:
+        import json
+
+        if self.callback is None:
+            return
+        for rank, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[rank])
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+            self.offsets[rank] += len(complete)
+            for line in complete.splitlines():
+                self.callback(rank, json.loads(line))
+
+
+def events(run_dir: Path, local: int) -> list[dict]:
+    """Every mark local rank `local` made in the run kept in `run_dir` (all attempts). The "start" event of each
+    attempt carries the global rank, the pid and the attempt number."""
+    return read_events(Path(run_dir) / "events" / f"local{local}.jsonl")
+
+
+def _all_done(run_dir: Path, nproc: int) -> bool:
+    results = run_dir / "results"
+    return all((results / f"local{local}.json").exists() for local in range(nproc))
+
+
+def _note_progress(detector: HangDetector, run_dir: Path, nproc: int, started_at: float) -> None:
+    """A rank's progress is its events file growing; a rank still starting up gets STARTUP_GRACE_S."""
+    mtimes = []
+    for local in range(nproc):
+        with contextlib.suppress(FileNotFoundError):
+            mtimes.append((run_dir / "events" / f"local{local}.jsonl").stat().st_mtime)
+    newest = max(mtimes, default=started_at)
+    if len(mtimes) < nproc:
+        newest = max(newest, started_at + STARTUP_GRACE_S)
+    detector.progressed(newest)
+
+
+def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
+    """Local rank -> pid of its latest attempt."""
+    pids = {}
+    for local in range(nproc):
+        for event in events(run_dir, local):
+            if event.get("pid"):
+                pids[local] = event["pid"]
+    return pids
+
+
+def _dump_stacks(run_dir: Path, nproc: int) -> None:
+    """Ask every live worker for its Python stack (faulthandler on SIGUSR1 writes it to stacks/localR.txt)."""
+    for pid in _worker_pids(run_dir, nproc).values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    time.sleep(0.3)  # faulthandler writes from the signal handler; give it a moment on a busy machine
+
+
+def end_all(proc: subprocess.Popen, run_dir: Path, nproc: int) -> None:
+    """Kill the agent and every worker, whatever state they are in, and wait until they are gone."""
+    orphans = []
+    for pid in _worker_pids(run_dir, nproc).values():  # workers of an agent that already died
+        with contextlib.suppress(psutil.NoSuchProcess):
+            orphans.append(psutil.Process(pid))
+    end_tree(proc, orphans)
+
+
+def _own_frames(path: Path) -> str | None:
+    """The worker's stack without the launcher's frames below the worker entry (faulthandler: newest first)."""
+    if not path.exists() or not path.stat().st_size:
+        return None
+    kept = []
+    for line in path.read_text(errors="replace").splitlines():
+        if "ddplab/launcher/worker.py" in line:
+            break
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: str, seconds: float,
+            agent_rc: int | None) -> RunResult:
+    outcome = read_json(run_dir / "ddplab-outcome.json", {})
+    failures = outcome.get("failures", {})  # keyed by global rank
+    ranks, failed = [], []
+    for local in range(nproc):
+        marks = events(run_dir, local)
+        starts = [e for e in marks if e["phase"] == "start"]
+        out = RankOutcome(rank=starts[-1]["rank"] if starts else local)
+        if marks:
+            out.phase, out.seq = marks[-1]["phase"], marks[-1]["seq"]
+            out.pid = starts[-1]["pid"] if starts else None
+        failure = failures.get(str(out.rank))
+        if failure:
+            out.exitcode = failure["exitcode"]
+        err = read_json(run_dir / "errors" / f"local{local}.json")
+        if err:
+            out.error, out.traceback = err["error"], err["traceback"]
+            # The agent reports only the first process it saw fail; a Python exception exits with 1.
+            out.exitcode = 1 if out.exitcode is None else out.exitcode
+        out.result = read_json(run_dir / "results" / f"local{local}.json")
+        logs = sorted(run_dir.glob(f"logs/**/attempt_*/{local}/"))
+        if logs:
+            out.output_tail = "\n".join(t for t in (tail(logs[-1] / "stdout.log"), tail(logs[-1] / "stderr.log")) if t)
+        out.stack = _own_frames(run_dir / "stacks" / f"local{local}.txt")
+        out.attempts = len(starts)
+        ranks.append(out)
+        if err or failure:
+            failed.append(Failed(out.rank, out.exitcode, (err or {}).get("traceback") or out.output_tail,
+                                 (err or failure)["time"]))
+
+    result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
+    stamps = [e["t"] for local in range(nproc) for e in events(run_dir, local)[-1:]]
+    result.last_progress = max(stamps, default=None)
+    if status == "hang":
+        top = max(r.seq for r in ranks)
+        behind = [r.rank for r in ranks if r.seq < top]
+        result.stalled = behind or [r.rank for r in ranks]
+    elif status == "ok" and (agent_rc != 0 or failures or any(r.result is None for r in ranks)):
+        result.status = "failed"
+        result.root_cause = root_cause(failed)
+        result.reason = result.summary() if result.root_cause is not None else (
+            f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{tail(run_dir / 'agent.log')}")
+    return result

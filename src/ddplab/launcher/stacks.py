@@ -1,0 +1,148 @@
+"""Where a stuck rank is: its Python stack read from outside (py-spy), which distributed call it waits in, and
+one sentence for all ranks. A rank stuck in C++ (a TCPStore connect, a gloo recv) shows the Python call that got it
+there; the script needs no cooperation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+
+STACK_TIMEOUT_S = 10.0
+
+# Python calls a rank waits in for the others: name (py-spy's, qualified by class where there is one) -> kind.
+WAIT_CALLS = {
+    "init_process_group": "rendezvous", "new_group": "rendezvous", "init_device_mesh": "rendezvous",
+    "rendezvous": "rendezvous", "destroy_process_group": "collective",
+    "DistributedDataParallel.__init__": "collective",
+    **{name: "collective" for name in (
+        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+        "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+        "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send",
+        "recv")},
+    # DDP all-reduces gradients inside backward(): a rank can wait there for a peer, or just be computing.
+    "backward": "ddp", "DistributedDataParallel.forward": "ddp",
+}
+WAITING = ("rendezvous", "collective")
+_LIBRARY_DIRS = tuple(p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
+
+
+@dataclass
+class RankStack:
+    rank: int | None
+    local_rank: int | None
+    pid: int
+    kind: str  # rendezvous | collective | ddp | running | unknown
+    call: str | None  # the distributed call it waits in (init_process_group, all_reduce, ...)
+    where: str | None  # its own code's innermost line: "train.py:23 in main"
+    stack: str  # Python stack, outermost call first
+    error: str | None = None  # why the stack could not be read
+
+
+def py_spy() -> str | None:
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
+    """The main thread's frames (innermost first) of a live Python process, or (None, why not)."""
+    exe = py_spy()
+    if exe is None:
+        return None, "py-spy is not installed (pip install py-spy)"
+    try:
+        out = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
+                             timeout=STACK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"py-spy gave no stack within {STACK_TIMEOUT_S:g}s"
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or ["unknown error"])[-1]
+        if "ermission" in why:
+            why += " (py-spy needs ptrace rights: run as root, or set kernel.yama.ptrace_scope=0)"
+        return None, f"py-spy: {why}"
+    try:
+        threads = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None, "py-spy printed no JSON"
+    main = next((t for t in threads if t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid),
+                threads[0] if threads else None)
+    return (main or {}).get("frames", []), None
+
+
+def _is_library(filename: str) -> bool:
+    return f"{os.sep}torch{os.sep}" in filename or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<")
+
+
+def classify(frames: list[dict]) -> tuple[str, str | None, str | None]:
+    """(kind, call, where) for a stack, innermost frame first, as py-spy gives it."""
+    user = next((i for i, f in enumerate(frames) if not _is_library(f.get("filename", ""))), len(frames))
+    where = None
+    if user < len(frames):
+        f = frames[user]
+        where = f"{Path(f['filename']).name}:{f.get('line')} in {f.get('name', '?').rsplit('.', 1)[-1]}"
+    for frame in reversed(frames[:user]):  # outermost library call first: the API the script called
+        name = frame.get("name", "")
+        kind = WAIT_CALLS.get(name) or WAIT_CALLS.get(name.rsplit(".", 1)[-1])
+        if kind:
+            call = name.rsplit(".", 1)[0] if name.endswith(".__init__") else name.rsplit(".", 1)[-1]
+            return kind, call, where
+    if any("rendezvous" in f.get("name", "") for f in frames):  # the agent itself, waiting for other nodes
+        return "rendezvous", "the launcher's rendezvous", where
+    return "running", None, where
+
+
+def format_stack(frames: list[dict]) -> str:
+    return "\n".join(f"  File \"{f.get('filename')}\", line {f.get('line')}, in {f.get('name')}"
+                     for f in reversed(frames))
+
+
+def describe(stacks: list[RankStack], endpoint: str | None) -> str:
+    """Where the ranks are stuck, in one sentence a person can act on."""
+    if not stacks:
+        return "no worker process was found"
+    read = [s for s in stacks if s.error is None]
+    if not read:
+        return f"the ranks' stacks could not be read ({stacks[0].error})"
+    waiting = [s for s in read if s.kind in WAITING]
+    calls = {s.call for s in waiting}
+    who = "both ranks are" if len(read) == 2 else ("the rank is" if len(read) == 1 else f"all {len(read)} ranks are")
+    if len(waiting) == len(read) and len(calls) == 1:
+        call = calls.pop()
+        if call == "init_process_group":
+            at = f" the launcher serves on {endpoint}" if endpoint else ""
+            return f"{who} inside init_process_group: they never reached the rendezvous{at}"
+        if call == "the launcher's rendezvous":
+            return f"the launcher is waiting in rendezvous at {endpoint or '?'} for the other nodes to join"
+        return (f"{who} inside {call}: each waits for a peer that never sends (a rank on another node, or ranks "
+                "that called different collectives or shapes before)")
+    if waiting:
+        stuck = ", ".join(f"rank {s.rank} in {s.call} ({s.where or '?'})" for s in waiting)
+        others = [s for s in read if s.kind not in WAITING]
+        if others:
+            away = ", ".join(f"rank {s.rank} at {s.where or '?'}" for s in others)
+            return f"{stuck} waits for the others, but {away} never joined it"
+        return f"the ranks wait in different calls: {stuck}"
+    return "no rank is in a distributed call: " + ", ".join(f"rank {s.rank} at {s.where or '?'}" for s in read)
+
+
+def read_all(targets: list[tuple[int, int | None, int | None]]) -> list[RankStack]:
+    """The stacks of (pid, rank, local_rank) processes, read side by side (py-spy pauses each rank: be quick)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(targets)))) as pool:
+        dumps = list(pool.map(dump_stack, [pid for pid, _, _ in targets]))
+    result = []
+    for (pid, rank, local_rank), (frames, error) in zip(targets, dumps):
+        if frames is None:
+            result.append(RankStack(rank, local_rank, pid, "unknown", None, None, "", error))
+            continue
+        kind, call, where = classify(frames)
+        result.append(RankStack(rank, local_rank, pid, kind, call, where, format_stack(frames)))
+    return result

@@ -1,0 +1,175 @@
+"""Before a user's script starts under `ddplab launch`: check the options as torchrun will, lint the script, run the
+environment preflight, and settle the rendezvous port and the per-rank log folder."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddplab import report
+from ddplab.errors import DdplabError
+
+DEFAULT_MASTER_PORT = 29500  # torchrun's, for a static rendezvous
+
+
+@dataclass
+class Plan:
+    script: Path | None  # the file to lint, when there is one
+    nproc: int
+    endpoint: str | None
+    log_dir: Path
+    notes: list[str]
+    lint: object  # LintResult | None
+
+
+def _script_file(ns) -> Path | None:
+    if ns.no_python:
+        return None
+    if ns.module:
+        found = _module_file(ns.training_script)
+        if found is None:
+            raise DdplabError(f"-m {ns.training_script}: no such module on the Python path (run from the folder "
+                              "that holds it, or install it)")
+        return found if found.suffix == ".py" else None
+    path = Path(ns.training_script)
+    if not path.is_file():
+        raise DdplabError(f"{ns.training_script}: no such file: pass the training script's path")
+    return path if path.suffix == ".py" else None
+
+
+def _validate(ns) -> None:
+    """torchrun's own checks of the option values, here, so that a bad value is bad input (exit 2) not a failed run."""
+    import logging
+
+    from torch.distributed.run import config_from_args
+
+    logger = logging.getLogger("torch.distributed.run")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its notices (OMP_NUM_THREADS) come once, from the real launch
+    try:
+        config_from_args(argparse.Namespace(**vars(ns)))
+    except (ValueError, AssertionError, RuntimeError) as e:
+        raise DdplabError(f"torchrun refuses these options: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
+                          "(see `ddplab launch --help`)") from None
+    finally:
+        logger.setLevel(level)
+
+
+def _environment_findings(nproc: int, backend: str, device: str) -> list:
+    """The environment checks `ddplab check` runs in its preflight stage (shared memory, CUDA_VISIBLE_DEVICES,
+    OMP_NUM_THREADS, launcher variables left in the shell, cores), minus the ones that passed."""
+    from ddplab.checks.preflight import environment_findings
+
+    # On GPUs launch judges ranks vs GPUs itself, before this, knowing the script's own backend.
+    found = environment_findings(nproc, device, backend, ranks_vs_devices=device == "cpu")
+    return [f for f in found if f.level != "ok"]
+
+
+def _module_file(name: str) -> Path | None:
+    """The file `python -m name` would run from the current folder, found without importing anything."""
+    sys.path.insert(0, os.getcwd())  # where the workers' `python -m` looks first
+    try:
+        top, *rest = name.split(".")
+        spec = importlib.util.find_spec(top)  # every finder (editable installs too); a top-level name runs nothing
+        for part in rest:
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.path.remove(os.getcwd())
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package: -m runs its __main__
+        main = [Path(p) / "__main__.py" for p in spec.submodule_search_locations]
+        return next((m for m in main if m.exists()), None)
+    return Path(spec.origin) if spec.origin else None
+
+
+def _given(argv: list[str], *flags: str) -> bool:
+    return any(a in flags or a.split("=", 1)[0] in flags for a in argv)
+
+
+def preflight(ns, argv: list[str], lint: bool) -> Plan:
+    import torch
+    from rich.markup import escape
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    from ddplab.ports import free_port, port_is_free
+
+    notes = []
+    try:
+        nproc = determine_local_world_size(ns.nproc_per_node)
+        _, max_nodes = parse_min_max_nnodes(ns.nnodes)
+    except (ValueError, RuntimeError) as e:
+        raise DdplabError(f"--nproc-per-node {ns.nproc_per_node} / --nnodes {ns.nnodes}: {e}: give a number of "
+                          "processes per node, e.g. --nproc-per-node 2") from None
+    if nproc < 1:
+        raise DdplabError(f"--nproc-per-node {nproc}: need at least 1 process")
+    script = _script_file(ns)
+    lint_result = None
+    if script is not None and lint:
+        from ddplab.diagnose.lint import lint_file
+
+        lint_result = lint_file(script)
+        for f in lint_result.findings:
+            report.log(escape(f"lint {f.level}: {script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}"))
+    if lint_result is not None and lint_result.backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if nproc > gpus:
+            raise DdplabError(
+                f"{script.name}:{lint_result.backend_line} hard-codes backend 'nccl', which needs one GPU per "
+                f"process, but --nproc-per-node is {nproc} and {gpus} GPU(s) are visible: start at most {gpus} "
+                "processes per node" + ("" if gpus else ", or use backend 'gloo' on CPU"))
+
+    backend = lint_result.backend if lint_result is not None and lint_result.backend else None
+    on_gpu = backend == "nccl" or (backend is None and torch.cuda.is_available())
+    if on_gpu and backend is None and nproc > torch.cuda.device_count():
+        notes.append(f"{nproc} processes per node but {torch.cuda.device_count()} GPU(s): if the script uses nccl, "
+                     "two ranks will share a GPU (NCCL: 'Duplicate GPU detected')")
+    for finding in _environment_findings(nproc, backend or ("nccl" if on_gpu else "gloo"), "cuda" if on_gpu else "cpu"):
+        if finding.level == "fail":
+            raise DdplabError(f"{finding.what}: {finding.fix}")
+        notes.append(f"{finding.what} (fix: {finding.fix})")
+
+    endpoint = None
+    if ns.standalone:
+        notes.append("--standalone: torchrun serves the rendezvous on a free port of its choosing")
+    elif ns.rdzv_backend == "static" and not ns.rdzv_endpoint:
+        # Explicit even when torchrun would pick a default: the same behaviour on every torch version, and the
+        # hang report can name the address the ranks should have reached.
+        port = ns.master_port if ns.master_port is not None else DEFAULT_MASTER_PORT
+        if max_nodes == 1 and not port_is_free(port, ""):
+            new = free_port()
+            notes.append(f"port {port} is busy on this machine: using {new} instead")
+            port = new
+        ns.master_port = port
+        endpoint = f"{ns.master_addr}:{port}"
+    else:
+        endpoint = ns.rdzv_endpoint
+
+    if not _given(argv, "-r", "--redirects"):
+        ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
+    if not _given(argv, "-t", "--tee"):
+        ns.tee = "3"  # ... and on the console too, as plain torchrun shows them
+    ours = ns.log_dir is None
+    if ours:
+        ns.log_dir = tempfile.mkdtemp(prefix="ddplab-launch-")
+    Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        _validate(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
+    except DdplabError:
+        if ours:
+            shutil.rmtree(ns.log_dir, ignore_errors=True)
+        raise
+    return Plan(script, nproc, endpoint, Path(ns.log_dir), notes, lint_result)
+
+

@@ -1,0 +1,80 @@
+"""bootstrap.py runs a user's script as Python itself would, and ties its life to its parent's."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+from conftest import alive
+
+BOOTSTRAP = Path(__file__).parent.parent.parent / "src" / "ddplab" / "launcher" / "bootstrap.py"
+SHOW = textwrap.dedent("""
+    import json, sys
+    print(json.dumps({"name": __name__, "argv": sys.argv, "path0": sys.path[0], "file": __file__}))
+""")
+
+
+def _run(*args, cwd):
+    out = subprocess.run([sys.executable, "-u", str(BOOTSTRAP), *args], capture_output=True, text=True, cwd=cwd,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_script_sees_what_python_script_py_would_give_it(tmp_path):
+    script = tmp_path / "sub" / "show.py"
+    script.parent.mkdir()
+    script.write_text(SHOW)
+    seen = _run(str(script), "--lr", "0.1", cwd=tmp_path)
+    direct = json.loads(subprocess.run([sys.executable, str(script), "--lr", "0.1"], capture_output=True, text=True,
+                                       cwd=tmp_path, timeout=60).stdout)
+    assert seen == direct
+
+
+def test_a_module_sees_what_python_m_would_give_it(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "show.py").write_text(SHOW)
+    seen = _run("-m", "pkg.show", "x", cwd=tmp_path)
+    assert seen["name"] == "__main__" and seen["argv"] == [str(tmp_path / "pkg" / "show.py"), "x"]
+    assert seen["path0"] == str(tmp_path)
+
+
+def test_a_failing_script_exits_as_it_would_alone(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("import sys\nraise SystemExit(7)\n")
+    out = subprocess.run([sys.executable, str(BOOTSTRAP), str(script)], capture_output=True, timeout=60)
+    assert out.returncode == 7
+    script.write_text("raise ValueError('bad batch')\n")
+    out = subprocess.run([sys.executable, str(BOOTSTRAP), str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "ValueError: bad batch" in out.stderr
+
+
+def test_the_rank_dies_with_its_parent_even_in_a_session_of_its_own(tmp_path, no_leftover_workers):
+    """As the elastic agent starts it: a new session, so only the parent-death signal can end it."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    parent_code = (f"import subprocess, sys, time\n"
+                   f"p = subprocess.Popen([sys.executable, {str(BOOTSTRAP)!r}, {str(script)!r}], "
+                   f"start_new_session=True)\nprint(p.pid, flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(1.0)
+        assert alive([child])
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while alive([child]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive([child])
+    finally:
+        parent.kill()
+        if child is not None and alive([child]):
+            psutil.Process(child).kill()
