@@ -16,6 +16,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from ddplab.diagnose.exitcodes import describe_exit
 from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -25,6 +26,7 @@ ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.
 SUMMARY_HEAD = "Root Cause (first observed failure):"
 SUMMARY_FIELD = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$")
 TERMINATE = "terminate called after throwing"
+SIGABRT = -6
 SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
 
@@ -39,6 +41,7 @@ class RootCause:
     signal: str | None = None  # "SIGKILL" when the exit code is a signal
     line: int | None = None  # where torchrun's summary names it (1-based)
     error: str | None = None  # the last error line that rank printed, when the log has it
+    meaning: str | None = None  # what its exit code means (ddplab.diagnose.exitcodes.describe_exit)
 
 
 @dataclass
@@ -135,7 +138,12 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
     if root.exitcode is not None and root.exitcode in SIGNALS_WITHOUT_OUTPUT:
         return found
     if root.exitcode is not None and root.exitcode < 0:
-        return found | {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
+        found |= {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
+        if root.exitcode == SIGABRT:
+            # C++ writes `terminate called ... what():` straight to stderr, without torch's rank prefix: in a log
+            # whose root cause aborted, an unprefixed one is that rank's.
+            found |= {i for i in _terminate_lines(lines) if _line_owner(lines[i]) == (None, None)}
+        return found
     own = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)]
     starts = [i for i in own if "Traceback (most recent call last)" in lines[i]]
     return found | {i for i in own if not starts or i >= starts[-1]}
@@ -144,8 +152,11 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
 def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str | None:
     for index in sorted(root_lines - set(summary), reverse=True):
         text = strip_prefixes(lines[index]).strip()
-        if ERROR_LINE.match(text):
-            return text[:300]
+        if text.startswith("what():"):  # a C++ exception that ended the process
+            text = text[len("what():"):].strip()
+        elif not ERROR_LINE.match(text):
+            continue
+        return text[:300]
     return None
 
 
@@ -175,7 +186,10 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         root_hits = [i for i in ordered if i in root_lines]
         first = root_hits[0] if root_hits else ordered[0]
         after_terminate = any(i in terminated for i in ordered)
-        key = (not root_hits, rule.warning, rule.consequence, not after_terminate, rule.generic, first)
+        if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
+            key = (0, rule.warning, rule.generic, not after_terminate, first)
+        else:
+            key = (1, rule.warning, rule.consequence, not after_terminate, rule.generic, first)
         matches.append((key, bool(root_hits), _match(rule, first, lines)))
     matches.sort(key=lambda item: item[0])
     result = []
@@ -184,6 +198,8 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         result.append(match)
     if root is not None and root.error is None:
         root.error = _last_error(lines, root_lines, summary)
+    if root is not None and root.exitcode is not None and root.meaning is None:
+        root.meaning = describe_exit(root.exitcode)
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS))
 
@@ -213,8 +229,8 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
 
     if e.root_cause is not None and show_root:
         rc = e.root_cause
-        code = f"exit code {rc.exitcode}" + (f" ({rc.signal})" if rc.signal else "") if rc.exitcode is not None else ""
-        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {code}" if code else ""))
+        code = rc.meaning or (describe_exit(rc.exitcode) if rc.exitcode is not None else "")
+        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {escape(code)}" if code else ""))
         if rc.error:
             con.print(f"  {rc.error}", markup=False)
     for n, m in enumerate(e.matches, 1):
