@@ -169,7 +169,9 @@ RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
-        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.",),
+        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'
+        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
+         r"[Mm]issing keys? in state_dict: \"module\."),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
@@ -329,7 +331,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "nccl-remote-error", "NCCL: a remote rank exited or the network failed",
         # NCCL ncclRemoteError (2.13+), torch NCCLUtils getNcclErrorDetailStr
-        (r"remote process exited or there was a network error", r"ncclRemoteError"),
+        # NCCL misc/socket.cc reports a peer's closed socket as "Connection closed by remote peer" (ncclRemoteError)
+        (r"remote process exited or there was a network error", r"ncclRemoteError",
+         r"Connection closed by remote peer"),
         "NCCL lost a peer in the middle of communication: another rank crashed or was killed first (look for its "
         "error), or the network between nodes failed (InfiniBand/RoCE port errors, a flapping link).",
         "Find the rank that failed first (torchrun's Root Cause, the earliest traceback); if none failed, check "
@@ -364,7 +368,8 @@ RULES: tuple[Rule, ...] = (
         NCCL_ENV),
     Rule(
         "no-route-to-host", "no route to the other node",
-        (r"No route to host", r"EHOSTUNREACH"),
+        # strerror(EHOSTUNREACH) = "No route to host"; logs cut at the line's end keep at least "No route to"
+        (r"No route to(?: host)?\b", r"EHOSTUNREACH"),
         "A socket connect to another node failed with EHOSTUNREACH (errno 113): the address is not reachable from "
         "this machine: a firewall rejects the port range, the nodes are on different subnets, or NCCL/gloo picked "
         "an interface (docker0, a VPN) the other node cannot reach.",
