@@ -10,7 +10,6 @@ import datetime
 import io
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from conftest import cli, kill_tree
+from test_explain_corpus import read_quoted
 from ddplab.diagnose.explain import explain_text
 from ddplab.diagnose.rules import RULES
 from ddplab.runner import free_port
@@ -319,16 +319,6 @@ def test_gpu_errors_made_on_this_gpu(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- GPU-only, quoted
-
-
-def read_quoted(path: Path) -> tuple[dict[str, str], str]:
-    """(header fields, quoted text) of a tests/logs file: `# key: value` lines, then the quote."""
-    lines = path.read_text().splitlines()
-    head = {}
-    while lines and re.match(r"# \w+: ", lines[0]):
-        key, value = lines.pop(0)[2:].split(": ", 1)
-        head[key] = value
-    return head, "\n".join(lines)
 
 
 def quoted_logs() -> list:
