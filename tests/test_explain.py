@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from conftest import cli, kill_tree
+from test_explain_corpus import read_quoted
 from ddplab.diagnose.explain import explain_text
 from ddplab.diagnose.rules import RULES
 from ddplab.ports import free_port
@@ -202,6 +203,7 @@ def test_rule_matches_the_ddp_error_it_is_for(rule, make_error, one_process_grou
 # ----------------------------------------------------------------------------------------------- 2 real ranks
 
 MULTI_RANK = ["syncbn-cpu", "ddp-model-mismatch", "collective-timeout", "peer-closed", "worker-killed"]
+TORCHRUN_RUNS = ["gloo-size-mismatch", "worker-abort", "worker-exception"]  # the two torchrun_2_ranks tests
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +261,43 @@ def test_cli_explains_a_log_file_and_stdin(torchrun_log, tmp_path):
     assert data["matches"][0]["rule"] == "worker-killed"
 
 
+def torchrun_2_ranks(script: str) -> str:
+    """The console log of a real 2-rank torchrun run of tests/scripts/SCRIPT, which must fail."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           str(HERE / "scripts" / script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        raise AssertionError(f"the torchrun run of {script} overstayed 120s")
+    assert proc.returncode != 0, out[-3000:]
+    return out
+
+
+def test_gloo_size_mismatch_is_the_root_cause_not_the_peers_reset(no_leftover_workers):
+    """The issue's case: rank 1 aborts with gloo's size mismatch; rank 0's "connection reset" is its consequence."""
+    log = torchrun_2_ranks("gloo_size_mismatch.py")
+    e = explain_text(log)
+    assert e.root_cause is not None and e.root_cause.exitcode == -6, log[-3000:]
+    assert e.matches[0].rule == "gloo-size-mismatch" and e.matches[0].root_cause, [m.rule for m in e.matches]
+    assert "Received data size doesn't match expected size" in e.root_cause.error
+    assert "SIGABRT" in e.root_cause.meaning
+    rest = {m.rule: m for m in e.matches[1:]}
+    assert rest["worker-abort"].generic
+    assert "peer-closed" in rest and rest["peer-closed"].consequence and not rest["peer-closed"].root_cause
+
+
+def test_isend_without_wait_is_explained_as_a_vanished_peer(no_leftover_workers):
+    log = torchrun_2_ranks("isend_no_wait.py")
+    e = explain_text(log)
+    assert e.root_cause is not None and e.root_cause.rank == 1 and e.root_cause.exitcode == 1, log[-3000:]
+    first = e.matches[0]
+    assert first.rule == "peer-closed" and first.root_cause and "wait()" in first.cause
+    assert [m.rule for m in e.matches][1:] == ["worker-exception"]
+
+
 # ----------------------------------------------------------------------------------------------- GPU-only
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -285,16 +324,9 @@ def test_gpu_errors_made_on_this_gpu(tmp_path):
 def quoted_logs() -> list:
     cases = []
     for path in sorted(LOGS.glob("*.log")):
-        head = dict(line[2:].split(": ", 1) for line in path.read_text().splitlines()[:2])
+        head, _ = read_quoted(path)
         cases.append(pytest.param(path, head["expect"], head["source"], id=path.stem))
     return cases
-
-
-@pytest.mark.parametrize("path, rule, source", quoted_logs())
-def test_gpu_only_errors_quoted_from_public_reports(path, rule, source):
-    assert source.startswith("https://github.com/"), "every quote names its public source"
-    quote = "\n".join(path.read_text().splitlines()[2:])
-    assert first_rule(quote) == rule
 
 
 # ----------------------------------------------------------------------------------------------- the table itself
@@ -302,7 +334,13 @@ def test_gpu_only_errors_quoted_from_public_reports(path, rule, source):
 
 def test_every_rule_is_tested_against_real_text():
     tested = {p.values[0] for p in IN_PROCESS + IN_GROUP} | {"launcher-env-missing"} | set(MULTI_RANK)
+    tested |= set(TORCHRUN_RUNS)
     tested |= {p.values[1] for p in quoted_logs()}
+    # A generic wrapper (NCCL's "invalid usage") never leads when its specific "Last error" is there too: it counts as
+    # tested when it matches in a quoted log at all.
+    wrappers = {r.id for r in RULES if r.generic}
+    tested |= {m.rule for p in quoted_logs() for m in explain_text(read_quoted(p.values[0])[1]).matches
+               if m.rule in wrappers}
     assert {r.id for r in RULES} == tested
     assert len(RULES) >= 20
     assert len({r.id for r in RULES}) == len(RULES)

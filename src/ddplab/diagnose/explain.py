@@ -1,8 +1,11 @@
 """Match a log against the rule table and order the diagnoses the way a person should read them.
 
 Order: the rules matched in what the root-cause rank died of first (torchrun's "Root Cause (first observed
-failure)" summary names that rank; its last traceback, or the signal in the summary), then every other rule in the
-order its error first appears in the log.
+failure)" summary names that rank; its last traceback, or the signal in the summary), then causes before
+consequences (a rank that lost its peer reports it after the peer died), errors a C++ `terminate called after
+throwing ... what(): ...` names before others (that rank aborted first; its peers' Python tracebacks follow), specific
+messages before generic wrappers (NCCL's "invalid usage" before its "Last error: Duplicate GPU ..."), warnings last;
+within each tier, in the order each error first appears in the log.
 Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
 `[default1]:` (torchrun --tee: role and local rank).
 """
@@ -13,6 +16,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from ddplab.diagnose.exitcodes import describe_exit
 from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -21,6 +25,9 @@ LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*")
 SUMMARY_HEAD = "Root Cause (first observed failure):"
 SUMMARY_FIELD = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$")
+TERMINATE = "terminate called after throwing"
+SIGABRT = -6
+SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
 
 _COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
@@ -34,6 +41,7 @@ class RootCause:
     signal: str | None = None  # "SIGKILL" when the exit code is a signal
     line: int | None = None  # where torchrun's summary names it (1-based)
     error: str | None = None  # the last error line that rank printed, when the log has it
+    meaning: str | None = None  # what its exit code means (ddplab.diagnose.exitcodes.describe_exit)
 
 
 @dataclass
@@ -48,6 +56,8 @@ class Match:
     rank: int | None  # whose output the line is, when a prefix says so
     consequence: bool  # usually follows another rank's failure
     root_cause: bool = False  # matched in the root-cause rank's own output
+    generic: bool = False  # a wrapper message; a more specific match explains it better
+    warning: bool = False  # not an error
 
 
 @dataclass
@@ -120,11 +130,19 @@ def _owned_by_root(line: str, root: RootCause) -> bool:
 
 def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set[int]:
     """Lines that tell why the root-cause rank died: the summary's block, and that rank's last traceback (what it
-    died of; earlier ones it survived). A rank killed by a signal died of no traceback of its own."""
+    died of; earlier ones it survived). A rank killed by SIGKILL/SIGTERM died of no traceback of its own; one that
+    aborted or crashed (SIGABRT, SIGSEGV, SIGBUS) may have printed why (a C++ `what():`), so all its lines count."""
     if root is None:
         return set()
     found = set(summary)
+    if root.exitcode is not None and root.exitcode in SIGNALS_WITHOUT_OUTPUT:
+        return found
     if root.exitcode is not None and root.exitcode < 0:
+        found |= {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
+        if root.exitcode == SIGABRT:
+            # C++ writes `terminate called ... what():` straight to stderr, without torch's rank prefix: in a log
+            # whose root cause aborted, an unprefixed one is that rank's.
+            found |= {i for i in _terminate_lines(lines) if _line_owner(lines[i]) == (None, None)}
         return found
     own = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)]
     starts = [i for i in own if "Traceback (most recent call last)" in lines[i]]
@@ -134,8 +152,11 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
 def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str | None:
     for index in sorted(root_lines - set(summary), reverse=True):
         text = strip_prefixes(lines[index]).strip()
-        if ERROR_LINE.match(text):
-            return text[:300]
+        if text.startswith("what():"):  # a C++ exception that ended the process
+            text = text[len("what():"):].strip()
+        elif not ERROR_LINE.match(text):
+            continue
+        return text[:300]
     return None
 
 
@@ -150,6 +171,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
     summary = _summary_span(lines, root)
     root_lines = _root_lines(lines, root, summary)
 
+    terminated = _terminate_lines(lines)
     matches = []
     for rule, patterns in _COMPILED:
         hits = set()
@@ -163,24 +185,42 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         ordered = sorted(hits)
         root_hits = [i for i in ordered if i in root_lines]
         first = root_hits[0] if root_hits else ordered[0]
-        matches.append((bool(root_hits), first, _match(rule, first, lines)))
-    # Root-cause rank's errors first, then by first appearance.
-    matches.sort(key=lambda item: (not item[0], item[1]))
+        after_terminate = any(i in terminated for i in ordered)
+        if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
+            key = (0, rule.warning, rule.generic, not after_terminate, first)
+        else:
+            key = (1, rule.warning, rule.consequence, not after_terminate, rule.generic, first)
+        matches.append((key, bool(root_hits), _match(rule, first, lines)))
+    matches.sort(key=lambda item: item[0])
     result = []
-    for in_root, _, match in matches:
+    for _, in_root, match in matches:
         match.root_cause = in_root
         result.append(match)
     if root is not None and root.error is None:
         root.error = _last_error(lines, root_lines, summary)
+    if root is not None and root.exitcode is not None and root.meaning is None:
+        root.meaning = describe_exit(root.exitcode)
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS))
+
+
+def _terminate_lines(lines: list[str]) -> set[int]:
+    """Lines that say why a C++ exception ended a process: `what(): ...` and the few lines after `terminate called`."""
+    found = set()
+    for i, line in enumerate(lines):
+        if TERMINATE in line:
+            found.update(range(i, min(i + 4, len(lines))))
+        elif "what():" in line:
+            found.add(i)
+    return found
 
 
 def _match(rule: Rule, index: int, lines: list[str]) -> Match:
     global_rank, local_rank = _line_owner(lines[index])
     return Match(rule=rule.id, title=rule.title, cause=rule.cause, fix=rule.fix, reference=rule.reference,
                  line=index + 1, text=strip_prefixes(lines[index]).strip()[:300],
-                 rank=global_rank if global_rank is not None else local_rank, consequence=rule.consequence)
+                 rank=global_rank if global_rank is not None else local_rank, consequence=rule.consequence,
+                 generic=rule.generic, warning=rule.warning)
 
 
 def render(con, e: Explanation, show_root: bool = True) -> None:
@@ -189,14 +229,15 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
 
     if e.root_cause is not None and show_root:
         rc = e.root_cause
-        code = f"exit code {rc.exitcode}" + (f" ({rc.signal})" if rc.signal else "") if rc.exitcode is not None else ""
-        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {code}" if code else ""))
+        code = rc.meaning or (describe_exit(rc.exitcode) if rc.exitcode is not None else "")
+        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {escape(code)}" if code else ""))
         if rc.error:
             con.print(f"  {rc.error}", markup=False)
     for n, m in enumerate(e.matches, 1):
         where = f"line {m.line}" + (f", rank {m.rank}" if m.rank is not None else "")
-        tag = " [bold red](root cause)[/]" if m.root_cause else (" (usually a consequence of another failure)"
-                                                                 if m.consequence else "")
+        tag = (" [bold red](root cause)[/]" if m.root_cause
+               else " (usually a consequence of another failure)" if m.consequence
+               else " (a warning, not an error)" if m.warning else "")
         con.print(f"[bold]{n}. {escape(m.title)}[/] {escape(f'[{m.rule}]')} {where}{tag}")
         con.print(f"   > {m.text}", markup=False)
         con.print(f"   cause: {m.cause}", markup=False)

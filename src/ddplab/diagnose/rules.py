@@ -1,7 +1,13 @@
 """The rule table of `ddplab explain`: error text -> cause -> fix -> reference. Data, not code.
 
-A rule matches when any of its patterns (Python regular expressions, searched line by line) occurs in the log.
-`consequence=True` marks errors that usually follow another rank's failure: look at the root cause first.
+A rule matches when any of its patterns (Python regular expressions, searched in the whole log with re.MULTILINE; a
+match is attributed to the line it starts on) occurs in the log. Patterns are the invariant part of the message as
+PyTorch, NCCL or gloo print it (their source is cited next to the rule when it is not obvious), never one log's wording.
+Three flags order the diagnoses when a log holds several errors (ddplab/diagnose/explain.py):
+`consequence=True`: the error usually follows another rank's failure: look at the root cause first.
+`generic=True`: a wrapper message (NCCL's "invalid usage", a worker's exit signal) that a more specific error in the
+same log explains better; it comes after the specific ones.
+`warning=True`: not an error at all (a performance warning); it comes last.
 Every rule is checked against real error text in tests/test_explain.py: produced there by running the failing code
 when a CPU can produce it, otherwise quoted from the public report cited next to it in tests/logs/.
 """
@@ -11,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DOCS = "https://pytorch.org/docs/stable"
+NCCL_TROUBLESHOOTING = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
+NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,8 @@ class Rule:
     fix: str
     reference: str
     consequence: bool = False
+    generic: bool = False
+    warning: bool = False
 
 
 RULES: tuple[Rule, ...] = (
@@ -86,7 +96,10 @@ RULES: tuple[Rule, ...] = (
         (r"[Cc]onnection refused",
          r"client socket has timed out after \d+m?s while trying to connect to",
          r"client socket has failed to connect to",
-         r"failed to connect/validate to host"),
+         r"failed to connect/validate to host",
+         # torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py; older TCPStore: "connect() timed out"
+         r"The connection to the C10d store has failed",
+         r"connect\(\) timed out\. Original timeout was"),
         "This process could not connect to the rendezvous at MASTER_ADDR:MASTER_PORT: rank 0's node is not up yet, "
         "the address or port is wrong (a script that sets MASTER_ADDR/MASTER_PORT itself overrides the launcher), "
         "or a firewall blocks the port.",
@@ -96,9 +109,10 @@ RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed", "another rank went away",
-        (r"Connection closed by peer", r"Connection reset by peer"),
+        (r"Connection closed by peer", r"Connection reset by peer", r"Remote peer closed the connection"),
         "gloo lost the connection to another rank in the middle of a collective: that rank crashed, was killed, "
-        "or left the collective (an exception, an early exit, or a branch that skips it).",
+        "or left the collective (an exception, an early exit, or a branch that skips it); a rank that returns from "
+        "dist.isend()/irecv() without wait() and exits closes the connection under its peer the same way.",
         "This is a consequence: find the rank that failed first (torchrun's 'Root Cause (first observed failure)', "
         "or the earliest traceback) and fix that error.",
         f"{DOCS}/elastic/errors.html", consequence=True),
@@ -106,7 +120,8 @@ RULES: tuple[Rule, ...] = (
         "collective-timeout", "a collective timed out",
         (r"Watchdog caught collective operation timeout",
          r"Timed out waiting \d+ms for (?:recv|send) operation",
-         r"ran for \d+ milliseconds before timing out"),
+         r"ran for \d+ milliseconds before timing out",
+         r"timed out in blocking wait"),
         "A collective waited longer than the process-group timeout: one rank never called it (a rank-dependent "
         "branch, an uneven number of batches, a crash or hang elsewhere) or called a different collective/shape.",
         "Make every rank run the same collectives in the same order (equal batches per rank: DistributedSampler; "
@@ -115,9 +130,10 @@ RULES: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#debugging-torch-distributed-applications", consequence=True),
     Rule(
         "worker-killed", "a worker was killed (SIGKILL)",
-        (r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"exitcode: -9\)", r"Killed\s*$"),
-        "The process got SIGKILL: on a host that is usually the kernel's out-of-memory killer (host RAM, not GPU "
-        "memory), or the scheduler (Slurm time or memory limit).",
+        (r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"exitcode: -9\)", r"Killed\s*$",
+         r"Signals\.SIGKILL: 9", r"killed by signal: Killed", r"exit(?:ed with)? code:? 137\b"),
+        "The process got SIGKILL (exit code -9, or 137 from a shell): on a host that is usually the kernel's "
+        "out-of-memory killer (host RAM, not GPU memory), or the scheduler (Slurm time or memory limit).",
         "Check `dmesg | grep -i oom` or the job's accounting; lower host memory per rank (DataLoader num_workers, "
         "dataset kept in RAM once per rank, pinned memory) or ask for more memory.",
         f"{DOCS}/elastic/errors.html"),
@@ -153,7 +169,9 @@ RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
-        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.",),
+        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'
+        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
+         r"[Mm]issing keys? in state_dict: \"module\."),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
@@ -206,14 +224,19 @@ RULES: tuple[Rule, ...] = (
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
         "NCCL_SOCKET_IFNAME to the interface the nodes share; try NCCL_IB_DISABLE=1 to rule out InfiniBand.",
-        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"),
+        NCCL_TROUBLESHOOTING, generic=True),
     Rule(
         "cuda-oom", "GPU out of memory",
-        (r"CUDA out of memory", r"OutOfMemoryError"),
+        (r"CUDA out of memory", r"OutOfMemoryError", r"CUDA error: out of memory",
+         r"cuda runtime error \(2\) : out of memory"),
         "A rank needed more GPU memory than was free: batch or model too large per GPU, memory kept alive "
-        "(losses accumulated with their graph), or several processes sharing one GPU.",
-        "Lower the per-rank batch size (use gradient accumulation to keep the global batch), use mixed precision, "
-        "check that each rank is on its own GPU (nvidia-smi), store loss.item() not loss.",
+        "(losses accumulated with their graph), or several processes on one GPU. Under DDP, GPU 0 often runs out "
+        "first because every rank opened a CUDA context there: a missing torch.cuda.set_device(local_rank), or "
+        "torch.load of a checkpoint saved from cuda:0 without map_location.",
+        "Lower the per-rank batch size (use gradient accumulation to keep the global batch), use mixed precision; "
+        "check with nvidia-smi that each rank is on its own GPU and GPU 0 holds one process only: call "
+        "torch.cuda.set_device(local_rank) first thing, load with torch.load(path, map_location='cpu'); "
+        "store loss.item(), not loss.",
         f"{DOCS}/notes/cuda.html#memory-management"),
     Rule(
         "device-side-assert", "CUDA device-side assert",
@@ -223,6 +246,174 @@ RULES: tuple[Rule, ...] = (
         "Run the same batch on CPU (clear error message) or with CUDA_LAUNCH_BLOCKING=1; check label ranges "
         "(targets.min(), targets.max()) against the model's output size.",
         f"{DOCS}/notes/cuda.html#asynchronous-execution"),
+    # ------------------------------------------------------------------ added for issue 16 (tests/logs corpus)
+    Rule(
+        "ddp-model-on-cpu", "nccl collective on a CPU tensor (model not on the GPU yet)",
+        # ProcessGroupNCCL.cpp: "Tensors must be CUDA and dense" (torch 1.x: "Only CUDA dense tensor is supported
+        # for NCCL collective operations"); torch 2.x on an nccl-only group: "No backend type associated with
+        # device type cpu".
+        (r"Tensors must be CUDA and dense", r"Only CUDA dense tensor is supported for NCCL",
+         r"No backend type associated with device type cpu"),
+        "A collective on the nccl backend got a CPU tensor: most often the model was wrapped in "
+        "DistributedDataParallel before it was moved to the GPU (DDP broadcasts its parameters at construction), "
+        "or a metric/loss tensor on the CPU was all-reduced.",
+        "Move the model first, then wrap: model.to(device); model = DDP(model, device_ids=[local_rank]); keep "
+        "tensors you all-reduce on torch.device('cuda', local_rank) (or use the gloo backend for CPU tensors).",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+    Rule(
+        "find-unused-warning", "find_unused_parameters=True, but no parameter was unused (warning)",
+        # torch/csrc/distributed/c10d/reducer.cpp
+        (r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
+         r"parameters",),
+        "Not an error: DDP was built with find_unused_parameters=True but every parameter got a gradient, so the "
+        "extra traversal of the autograd graph each iteration only costs time.",
+        "Drop find_unused_parameters=True (the default is False) unless some iterations really leave parameters "
+        "unused; with static_graph=True DDP learns the used set once.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html", warning=True),
+    Rule(
+        "shm-too-small", "shared memory (/dev/shm) is too small",
+        # NCCL src/misc/shmutils.cc ("Call to posix_fallocate failed", "Error while creating shared memory
+        # segment"); torch/utils/data/_utils/signal_handling.py and torch/csrc/DataLoader.cpp (bus error text).
+        (r"Error while creating shared memory segment", r"posix_fallocate failed",
+         r"insufficient shared memory \(shm\)", r"out of shared memory",
+         r"killed by signal: Bus error", r"unable to write to file </torch_"),
+        "/dev/shm filled up: NCCL's shared-memory transport between ranks on one machine, or DataLoader workers "
+        "passing batches to the main process, need more than it holds. Docker gives a container 64 MB by default.",
+        "Run the container with --shm-size=8g (or --ipc=host; in Kubernetes mount an emptyDir with medium: "
+        "Memory at /dev/shm); check `df -h /dev/shm`; as a stopgap lower num_workers or set NCCL_SHM_DISABLE=1 "
+        "(slower).",
+        f"{DOCS}/data.html#multi-process-data-loading"),
+    Rule(
+        "collective-mismatch", "ranks called different collectives",
+        # torch ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL); NCCL enqueue checks and net_ib.cc.
+        (r"Detected mismatch between collectives on ranks", r"Mismatched collective detected",
+         r"collective mismatch error"),
+        "The ranks reached a collective with different operations, shapes or dtypes, or in a different order: "
+        "rank-dependent code (a branch, a different model graph, per-rank metric keys) or tensors sized by the "
+        "rank's own data.",
+        "Read the two fingerprints the message prints (op, shape, sequence number) and make every rank issue the "
+        "same collectives in the same order with the same shapes; pad tensors to a common size before "
+        "all_gather.",
+        f"{DOCS}/distributed.html#debugging-torch-distributed-applications"),
+    Rule(
+        "gloo-size-mismatch", "gloo received a different size than it expected",
+        # gloo/transport/tcp/pair.cc: "Received data size doesn't match expected size. Is there a distributed
+        # collective mismatch in your code?"; before 2025 the bare enforce "op.preamble.length <= op.nbytes".
+        (r"Received data size doesn't match expected size", r"op\.preamble\.length <= op\.nbytes"),
+        "Two ranks ran a collective (or send/recv) with tensors of different sizes, or different collectives at "
+        "the same point: the rank that received more bytes than it expected aborted. The other ranks then report "
+        "a closed connection: a consequence.",
+        "Make every rank pass the same shape to each collective (pad per-rank tensors to a common size before "
+        "all_reduce/all_gather); TORCH_DISTRIBUTED_DEBUG=DETAIL names the two shapes.",
+        f"{DOCS}/distributed.html#debugging-torch-distributed-applications"),
+    Rule(
+        "no-kernel-image", "torch has no kernels for this GPU",
+        # torch/cuda/__init__.py (incompatible_device_warn, old_gpu_warn); CUDA's cudaErrorNoKernelImageForDevice.
+        (r"no kernel image is available for execution on the device",
+         r"is not compatible with the current PyTorch installation",
+         r"PyTorch no longer supports this GPU because it is too old"),
+        "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX): a new GPU with an "
+        "old build (RTX 50xx / sm_120 needs cu128 or later) or an old GPU the build dropped.",
+        "Install a torch wheel built for this GPU's compute capability (pytorch.org/get-started/locally: pick the "
+        "CUDA version that lists sm_XX; `python -c 'import torch; print(torch.cuda.get_arch_list())'`).",
+        "https://pytorch.org/get-started/locally/"),
+    Rule(
+        "syncbn-single-process", "SyncBatchNorm outside a process group",
+        # torch 1.x batchnorm.py; in torch 1.8-1.12 SyncBatchNorm.forward called get_world_size() first
+        (r"SyncBatchNorm is only supported within torch\.nn\.parallel\.DistributedDataParallel",
+         r"(?:SyncBatchNorm|sync_batch_norm|batchnorm\.py)[^\n]*\n(?:[^\n]*\n){0,20}?[^\n]*"
+         r"Default process group has not been initialized"),
+        "SyncBatchNorm ran in a process that is not in a process group (a single-GPU or plain `python` run): "
+        "it synchronises statistics across ranks, so it needs init_process_group.",
+        "For one process use plain BatchNorm (set norm 'BN' instead of 'SyncBN' in the config), or convert with "
+        "nn.SyncBatchNorm.convert_sync_batchnorm(model) only when dist.is_initialized() and world_size > 1.",
+        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html"),
+    Rule(
+        "nccl-remote-error", "NCCL: a remote rank exited or the network failed",
+        # NCCL ncclRemoteError (2.13+), torch NCCLUtils getNcclErrorDetailStr
+        # NCCL misc/socket.cc reports a peer's closed socket as "Connection closed by remote peer" (ncclRemoteError)
+        (r"remote process exited or there was a network error", r"ncclRemoteError",
+         r"Connection closed by remote peer"),
+        "NCCL lost a peer in the middle of communication: another rank crashed or was killed first (look for its "
+        "error), or the network between nodes failed (InfiniBand/RoCE port errors, a flapping link).",
+        "Find the rank that failed first (torchrun's Root Cause, the earliest traceback); if none failed, check "
+        "the fabric (ibstat, NCCL_DEBUG=INFO's NET lines) and retry with NCCL_IB_DISABLE=1 to isolate IB.",
+        NCCL_TROUBLESHOOTING, generic=True),
+    Rule(
+        "nccl-invalid-usage", "NCCL: invalid usage",
+        (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version"),
+        "NCCL rejected how it was called: most often two ranks on one GPU, ranks that disagree on the world size, "
+        "or a collective issued on a communicator that was already aborted. NCCL's 'Last error' line says which.",
+        "Read the 'Last error' line (rerun with NCCL_DEBUG=WARN if it is missing); one process per GPU with "
+        "torch.cuda.set_device(local_rank) before init_process_group.",
+        NCCL_TROUBLESHOOTING, generic=True),
+    Rule(
+        "nccl-internal-error", "NCCL: internal error",
+        (r"ncclInternalError", r", internal error(?: - please report this issue to the NCCL developers)?, "
+         r"NCCL version"),
+        "NCCL failed inside (often during bootstrap: no usable network interface, mismatched NCCL versions "
+        "between nodes, or a peer that vanished). NCCL's 'Last error' line names the failing step.",
+        "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; check NCCL_SOCKET_IFNAME and that every node runs "
+        "the same torch/NCCL version.",
+        NCCL_TROUBLESHOOTING, generic=True),
+    Rule(
+        "nccl-socket-ifname", "NCCL found no usable network interface (NCCL_SOCKET_IFNAME)",
+        # NCCL src/misc/socket.cc / bootstrap.cc
+        (r"Bootstrap : no socket interface found", r"no NCCL_SOCKET_IFNAME interface found",
+         r"is neither AF_INET\(2\) nor AF_INET6\(10\)"),
+        "NCCL's bootstrap needs an IP interface: NCCL_SOCKET_IFNAME names one that does not exist on this "
+        "machine (interface names differ between machines and containers), or the container has none but lo.",
+        "Check `ip -br addr` on every node; set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on "
+        "(a list such as eth0,eno1 or a prefix works), or unset it to let NCCL choose (it skips lo and docker*).",
+        NCCL_ENV),
+    Rule(
+        "no-route-to-host", "no route to the other node",
+        # strerror(EHOSTUNREACH) = "No route to host"; logs cut at the line's end keep at least "No route to"
+        (r"No route to(?: host)?\b", r"EHOSTUNREACH"),
+        "A socket connect to another node failed with EHOSTUNREACH (errno 113): the address is not reachable from "
+        "this machine: a firewall rejects the port range, the nodes are on different subnets, or NCCL/gloo picked "
+        "an interface (docker0, a VPN) the other node cannot reach.",
+        "Open the ports between nodes (NCCL and gloo use random high ports, not just MASTER_PORT), check `ping` "
+        "and `nc -zv` between nodes, set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to the shared interface.",
+        NCCL_TROUBLESHOOTING),
+    Rule(
+        "worker-bus-error", "a worker died of SIGBUS (bus error)",
+        # torch/distributed/elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID"
+        (r"exitcode\s*:\s*-7\b", r"Signal 7 \(SIGBUS\)", r"Signals\.SIGBUS", r"signal SIGBUS",
+         r"exit(?:ed with)? code:? 135\b"),
+        "The process touched memory-mapped memory that could not be backed: almost always /dev/shm (shared "
+        "memory) is full: NCCL's shared-memory transport or DataLoader workers in a container with Docker's "
+        "64 MB default.",
+        "Give the container more shared memory (--shm-size=8g or --ipc=host), check `df -h /dev/shm`; lower "
+        "DataLoader num_workers; NCCL_SHM_DISABLE=1 as a stopgap.",
+        f"{DOCS}/elastic/errors.html", generic=True),
+    Rule(
+        "worker-abort", "a worker aborted (SIGABRT)",
+        (r"exitcode\s*:\s*-6\b", r"Signal 6 \(SIGABRT\)", r"Signals\.SIGABRT", r"signal SIGABRT",
+         r"exit(?:ed with)? code:? 134\b"),
+        "The process called abort(): a C++ exception nobody caught (`terminate called after throwing ...`, e.g. "
+        "the NCCL watchdog taking the process down after a failed or timed-out collective) or a failed assertion "
+        "in native code. The real error is the `what():` or assertion text that rank printed just before.",
+        "Read that rank's last lines before the abort (the `what():` line); rerun with "
+        "TORCH_SHOW_CPP_STACKTRACES=1 and NCCL_DEBUG=INFO if there is none.",
+        f"{DOCS}/elastic/errors.html", generic=True),
+    Rule(
+        "worker-segfault", "a worker crashed (SIGSEGV)",
+        (r"exitcode\s*:\s*-11\b", r"Signal 11 \(SIGSEGV\)", r"Signals\.SIGSEGV", r"signal SIGSEGV",
+         r"Segmentation fault", r"exit(?:ed with)? code:? 139\b"),
+        "The process crashed in native code (a segmentation fault): a C/C++/CUDA extension built for another "
+        "torch or CUDA version, a library bug on this GPU or driver, or a stack overflow.",
+        "Rerun the failing rank with `python -X faulthandler` (or PYTHONFAULTHANDLER=1) to see the Python frame; "
+        "rebuild compiled extensions against the installed torch; try another torch/driver version.",
+        f"{DOCS}/elastic/errors.html", generic=True),
+    Rule(
+        "worker-exception", "a worker raised a Python exception (exit code 1)",
+        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",),
+        "A worker exited with code 1: it raised a Python exception; torchrun's summary only points at it. The "
+        "exception is the traceback that rank printed above the summary.",
+        "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
+        "torch.distributed.elastic.multiprocessing.errors.record to get it into the summary.",
+        f"{DOCS}/elastic/errors.html", generic=True),
 )
 
 # When nothing matched: the steps that most often reveal the cause.
