@@ -105,10 +105,7 @@ def _consequence_patterns() -> list[re.Pattern]:
 
 
 def exit_text(code: int | None) -> str:
-    """'exit code -9 (SIGKILL)' and what it usually means, for a root-cause line."""
-    if code is None:
-        return "no exit code"
-    text = f"exit code {code}"
-    if code < 0 and -code in signal.valid_signals():
-        text += f" ({signal.Signals(-code).name})"
-    return text
+    """'exit code -9 (SIGKILL): killed: usually the kernel's out-of-memory killer...', for a root-cause line."""
+    from ddplab.diagnose.exitcodes import describe_exit
+
+    return "no exit code" if code is None else describe_exit(code)

@@ -109,14 +109,16 @@ def _finished(result: LaunchResult, run: ScriptRun) -> None:
         return
     root = ranks[root_cause(failed)]
     result.root_cause = root.rank
-    result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
-        f": {root.error}" if root.error else "")
     text = "\n".join(_prefixed(rep) for rep in sorted(result.ranks, key=lambda r: r is not root))
     if not text.strip() and launcher_log.exists():
         text = launcher_log.read_text(errors="replace")
     result.explanation = explain_text(text, source=result.log_dir,
                                       root=RootCause(rank=root.rank, local_rank=root.local_rank,
                                                      exitcode=root.exitcode, error=root.error))
+    # A rank that aborted in C++ printed no Python error line; explain reads its `what():` instead.
+    root.error = root.error or result.explanation.root_cause.error
+    result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
+        f": {root.error}" if root.error else "")
 
 
 def _prefixed(rep: RankReport) -> str:
