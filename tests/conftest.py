@@ -83,3 +83,14 @@ def no_leftover_workers(monkeypatch):
     while (left := ours()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture
+def busy_port():
+    """A port something listens on (every interface, so 127.0.0.1 too), for as long as the test runs."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        yield busy.getsockname()[1]

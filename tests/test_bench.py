@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import math
 import random
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -255,9 +254,6 @@ def test_input_refused_after_the_agent_started_ends_it(args, message, no_leftove
     assert message in ran.err and len(ran.err.strip().splitlines()) == 1 and "Traceback" not in ran.err
 
 
-def test_a_busy_master_port_is_one_line(no_leftover_workers):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        ran = cli("bench", "all_reduce", "--master-port", str(busy.getsockname()[1]), timeout=60)
+def test_a_busy_master_port_is_one_line(busy_port, no_leftover_workers):
+    ran = cli("bench", "all_reduce", "--master-port", str(busy_port), timeout=60)
     assert ran.code == 2 and "already in use" in ran.err and len(ran.err.strip().splitlines()) == 1

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -98,12 +97,9 @@ def test_ctrl_c_ends_every_worker(no_leftover_workers):
     assert not still
 
 
-def test_busy_master_port_fails_preflight(no_leftover_workers):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        ran = cli("check", "--json", "--master-port", str(port))
+def test_busy_master_port_fails_preflight(busy_port, no_leftover_workers):
+    port = busy_port
+    ran = cli("check", "--json", "--master-port", str(port))
     assert ran.code == 1
     pre = ran.json()["stages"][0]
     assert pre["status"] == "FAIL" and "already in use" in pre["cause"] and pre["fix"]

@@ -1,6 +1,5 @@
 """`ddplab env`: the fields, the JSON keys, and each warning made to happen."""
 
-import socket
 import sys
 
 from conftest import cli
@@ -38,12 +37,9 @@ def test_malformed_launcher_variable_is_a_warning_with_a_fix():
     assert any("LOCAL_RANK='abc'" in w["problem"] and w["fix"] for w in warnings)
 
 
-def test_busy_master_port_is_a_warning():
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        ran = cli("env", "--json", env={"MASTER_PORT": str(port)})
+def test_busy_master_port_is_a_warning(busy_port):
+    port = busy_port
+    ran = cli("env", "--json", env={"MASTER_PORT": str(port)})
     assert any(f"MASTER_PORT={port} is already in use" in w["problem"] for w in ran.json()["warnings"])
 
 

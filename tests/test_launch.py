@@ -4,7 +4,6 @@ checks that stop a run before anything starts. Every test asserts that no proces
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -42,16 +41,13 @@ def assert_nothing_left(marker: str) -> None:
     assert not left, f"processes left behind: {left}"
 
 
-def test_correct_script_as_module_on_a_busy_port(tmp_path):
+def test_correct_script_as_module_on_a_busy_port(tmp_path, busy_port):
     """-m works, a busy port is swapped for a free one (and said so), per-rank logs are kept, the model trained."""
     import torch
 
-    with socket.socket() as busy:
-        busy.bind(("", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        ran = cli("launch", "--json", "--nproc", "2", "--master-port", str(port), "-m", "good_ddp",
-                  str(tmp_path / "model.pt"), cwd=SCRIPTS, timeout=150)
+    port = busy_port
+    ran = cli("launch", "--json", "--nproc", "2", "--master-port", str(port), "-m", "good_ddp",
+              str(tmp_path / "model.pt"), cwd=SCRIPTS, timeout=150)
     assert ran.code == 0, ran.err[-3000:]
     result = ran.json()
     assert result["status"] == "ok" and result["nproc_per_node"] == 2

@@ -1,7 +1,6 @@
 """The runner starts real ranks through torch's elastic launcher and always ends them: ok, crash, hang, busy port."""
 
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -84,13 +83,10 @@ def test_steady_progress_is_not_a_hang(no_leftover_workers):
     assert sum(1 for rank, phase in events if phase == "step") == 16
 
 
-def test_a_busy_master_port_is_refused_in_one_line():
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        with pytest.raises(DdplabError, match=f"port {port} on 127.0.0.1 is already in use"):
-            local.run("workers:sum_ranks", nproc=2, master_port=port, env=ENV)
+def test_a_busy_master_port_is_refused_in_one_line(busy_port):
+    port = busy_port
+    with pytest.raises(DdplabError, match=f"port {port} on 127.0.0.1 is already in use"):
+        local.run("workers:sum_ranks", nproc=2, master_port=port, env=ENV)
 
 
 def test_a_cancelled_start_leaves_nothing(no_leftover_workers):

@@ -1,7 +1,6 @@
 """bootstrap.py runs a user's script as Python itself would, and ties its life to its parent's."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
