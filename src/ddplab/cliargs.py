@@ -8,6 +8,13 @@ from __future__ import annotations
 import argparse
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad input in one line (no usage dump), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number, e.g. 2")

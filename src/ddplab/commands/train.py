@@ -41,11 +41,10 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
 
 def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
     import ddplab.recipes
-    from ddplab.cli import Parser
     from ddplab.train.config import add_arguments
 
     doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
-    p = Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
+    p = cliargs.Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
     launcher_arguments(p)
     add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
     return p
