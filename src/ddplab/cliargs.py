@@ -37,6 +37,20 @@ def port(text: str) -> int:
     return int(text)
 
 
+def counts(text: str, flag: str) -> list[int]:
+    """A comma-separated list of device or rank counts (--count, --nproc 1,2,4), duplicates dropped, order kept."""
+    from ddplab.errors import DdplabError
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise DdplabError(f"{flag} {text!r} is not a comma-separated list of integers, e.g. 1,2,4,8") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise DdplabError(f"{flag} {text!r}: give at least one count, each 1 or more, e.g. 1,2,4,8")
+    return list(dict.fromkeys(numbers))
+
+
 def read_json(path: str, flag: str, how_to_make: str):
     """The JSON in a file a flag names; a missing or broken file is a one-line error saying how to make one."""
     import json

@@ -137,11 +137,9 @@ def split_flags(args) -> tuple[argparse.Namespace, list[str]]:
 
 
 def parse_sizes(text: str | None, flag: str) -> list[int]:
-    from ddplab.commands.cost import parse_counts
-
     if not text:
         raise DdplabError(f"{flag} is required: the world sizes to run, e.g. {flag} 1,2")
-    return sorted(parse_counts(text, flag))
+    return sorted(cliargs.counts(text, flag))
 
 
 def machine_limit(recipe_flags: list[str]) -> tuple[int, str]:
