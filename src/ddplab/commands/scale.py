@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ddplab import cliargs, report
+from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
 # Below this efficiency, half a device's worth of every 5 is lost to communication: worth acting on.
@@ -120,7 +120,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("scale", help="measure how a recipe scales over world sizes, predict more, advise",
                        description="Runs `ddplab train RECIPE` at each world size; flags scale does not know are "
                                    "passed to the recipe (e.g. --batch-size 64 --max-steps 100).")
-    p.add_argument("recipe", help="a training recipe: linear, mlp or gpt")
+    *others, last = recipes.names()
+    p.add_argument("recipe", help=f"a training recipe: {', '.join(others)} or {last}")
     _own_flags(p)
     p.add_argument("recipe_flags", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
@@ -165,12 +166,12 @@ class _RecipeFlags(argparse.ArgumentParser):
 
 def recipe_config(name: str, flags: list[str]):
     """The recipe and its config from recipe flags, checked as `ddplab train` checks them."""
-    from ddplab.recipes import NAMES
+    from ddplab.recipes import names
     from ddplab.train.config import add_arguments, from_arguments
     from ddplab.train.loop import load_recipe, preflight
 
-    if name not in NAMES:
-        raise DdplabError(f"unknown recipe {name!r}: use one of {', '.join(NAMES)}")
+    if name not in names():
+        raise DdplabError(f"unknown recipe {name!r}: use one of {', '.join(names())}")
     recipe = load_recipe(name)
     parser = _RecipeFlags(prog=f"recipe {name}", add_help=False)
     add_arguments(parser, recipe.config)

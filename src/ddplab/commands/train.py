@@ -10,19 +10,19 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from ddplab import cliargs, report
+from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
-RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
 TARGET = "ddplab.train.loop:run_worker"
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="a reference DDP training (linear, mlp, gpt) with per-rank proof",
+    names = recipes.names()
+    p = sub.add_parser("train", help=f"a reference DDP training ({', '.join(names)}) with per-rank proof",
                        description="Run a reference DDP training on N local ranks and show what every rank did. "
                                    "`ddplab train RECIPE --help` lists the recipe's flags.")
-    p.add_argument("recipe", choices=RECIPES, help="linear | mlp | gpt")
+    p.add_argument("recipe", choices=names, help=" | ".join(names))
     p.add_argument("args", nargs=argparse.REMAINDER, help="launcher and recipe flags (see RECIPE --help)")
     p.set_defaults(run=run)
 
@@ -40,10 +40,9 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
-    import ddplab.recipes
     from ddplab.train.config import add_arguments
 
-    doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
+    doc = (getattr(recipes, name).__doc__ or "").strip()
     p = cliargs.Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
     launcher_arguments(p)
     add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
