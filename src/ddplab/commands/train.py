@@ -39,16 +39,6 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     cliargs.add_nodes(p)
 
 
-def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
-    from ddplab.train.config import add_arguments
-
-    doc = (getattr(recipes, name).__doc__ or "").strip()
-    p = cliargs.Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
-    launcher_arguments(p)
-    add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
-    return p
-
-
 def start_early(argv: list[str]):
     """Start the agent (it imports torch, ~2 s) before this process imports torch and checks the flags, when the
     flags already say how many ranks; the caller cancels it if the checks fail."""
@@ -101,10 +91,11 @@ def _checked(args):
     import torch
 
     from ddplab.train import checkpoint, loop
-    from ddplab.train.config import from_arguments
+    from ddplab.train.config import from_arguments, parser
 
     recipe = loop.load_recipe(args.recipe)
-    ns = recipe_parser(args.recipe, recipe).parse_args(args.args)
+    ns = parser(recipe.config, f"ddplab train {args.recipe}", kind=cliargs.Parser, before=launcher_arguments,
+                title=f"{args.recipe} recipe").parse_args(args.args)
     cfg = from_arguments(recipe.config, ns)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nproc = ns.nproc if ns.nproc is not None else (gpus or 2)
