@@ -22,7 +22,7 @@ import shlex
 import sys
 import time
 
-from ddplab.commands.scale import to_run, train_once
+from ddplab.perf.experiments import to_run, train_once
 from ddplab.perf import scaling
 
 TARGET = 0.15

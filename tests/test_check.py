@@ -106,6 +106,18 @@ def test_busy_master_port_fails_preflight(busy_port, no_leftover_workers):
     assert all(s["status"] == "SKIP" for s in ran.json()["stages"][1:])
 
 
+def test_every_worker_stage_is_a_module_with_both_halves():
+    from ddplab.checks import STAGES, WORKER_STAGES, stage_module
+
+    assert list(STAGES) == STAGE_NAMES and STAGES[0] == "preflight"
+    for name in WORKER_STAGES:
+        module = stage_module(name)
+        assert module.__name__ == f"ddplab.checks.{name}"
+        assert callable(module.on_rank) and callable(module.summarize)
+    with pytest.raises(ValueError):
+        stage_module("preflight")  # runs in the CLI process, not on the ranks
+
+
 @pytest.mark.parametrize("args, words", [
     (["--nproc", "0"], "not a positive whole number"),
     (["--nproc", "abc"], "not a positive whole number"),

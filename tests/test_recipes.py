@@ -131,3 +131,23 @@ def test_compiled_model_saves_plain_weights(tmp_path, no_leftover_workers):
     state = torch.load(result["model_file"], weights_only=True)
     assert not [k for k in state if k.startswith(("module.", "_orig_mod."))]
     mlp.make_model(mlp.Config(samples=512, hidden=32), None).load_state_dict(state)
+
+
+def test_every_module_of_the_recipes_package_is_the_recipe_it_is_named_after():
+    from ddplab import recipes
+    from ddplab.train.loop import load_recipe
+
+    names = recipes.names()
+    assert names[:3] == ["linear", "mlp", "gpt"]  # the order help lists them in
+    for name in names:
+        assert load_recipe(name).name == name
+
+
+@pytest.mark.parametrize("args", [[], ["train"], ["train", "mlp"], ["scale"], ["slurm"]])
+def test_help_lists_recipes_without_importing_torch(args):
+    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "ddplab", *args, "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in ran.stderr.splitlines() if line.startswith("import time")}
+    assert "rich" in imported or "argparse" in imported  # the trace is there
+    assert ("torch" in imported) == (args == ["train", "mlp"])  # only a recipe's own flags need its module

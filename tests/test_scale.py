@@ -189,7 +189,7 @@ def test_fit_needs_runs_and_a_one_rank_baseline():
 
 
 def _point(model, n, b, k=1):
-    from ddplab.commands.scale import Point
+    from ddplab.perf.prediction import Point
 
     one = model.samples_per_sec(1, b, k)
     sps = model.samples_per_sec(n, b, k)
@@ -199,14 +199,14 @@ def _point(model, n, b, k=1):
 
 
 def test_no_advice_when_efficient():
-    from ddplab.commands.scale import advise
+    from ddplab.perf.advice import advise
 
     fast = replace(TRUE, bus_bytes_per_s=1e12, latency_s=1e-7)
     assert advise(fast, _point(fast, 4, 32), strong=False) == []
 
 
 def test_advice_when_communication_dominates_predicts_gains():
-    from ddplab.commands.scale import advise
+    from ddplab.perf.advice import advise
 
     slow = replace(TRUE, bus_bytes_per_s=2e8, overlap=0.0)  # 40 MiB of gradients over 0.2 GB/s
     advice = {a.name: a for a in advise(slow, _point(slow, 4, 32), strong=False)}

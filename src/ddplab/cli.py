@@ -6,31 +6,22 @@ Command modules keep heavy imports (torch) inside run(), so `ddplab --help` stay
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import pkgutil
 import signal
 import sys
 
-from ddplab import __version__
+from ddplab import __version__, discover
+from ddplab.cliargs import Parser
 from ddplab.errors import DdplabError
 
 # Help lists commands in the order a learner meets them; any other module in ddplab/commands comes after.
-ORDER = ["env", "check", "bench", "train", "launch", "explain", "lint", "scale", "cost", "new", "monitor", "slurm"]
+ORDER = ("env", "check", "bench", "train", "launch", "explain", "lint", "scale", "cost", "new", "monitor", "slurm")
 
 
 def command_names() -> list[str]:
     import ddplab.commands
 
-    found = [m.name for m in pkgutil.iter_modules(ddplab.commands.__path__) if not m.name.startswith("_")]
-    return sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports bad input in one line (no usage dump), exit code 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+    return discover.modules(ddplab.commands.__path__, ORDER)
 
 
 def build_parser() -> Parser:

@@ -8,6 +8,13 @@ from __future__ import annotations
 import argparse
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad input in one line (no usage dump), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number, e.g. 2")
@@ -28,6 +35,20 @@ def port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1..65535)")
     return int(text)
+
+
+def counts(text: str, flag: str) -> list[int]:
+    """A comma-separated list of device or rank counts (--count, --nproc 1,2,4), duplicates dropped, order kept."""
+    from ddplab.errors import DdplabError
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise DdplabError(f"{flag} {text!r} is not a comma-separated list of integers, e.g. 1,2,4,8") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise DdplabError(f"{flag} {text!r}: give at least one count, each 1 or more, e.g. 1,2,4,8")
+    return list(dict.fromkeys(numbers))
 
 
 def read_json(path: str, flag: str, how_to_make: str):

@@ -6,8 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PASS, FAIL, SKIP, TIMEOUT = "PASS", "FAIL", "SKIP", "TIMEOUT"
+# The one registry of stages, in the order they run: each name is a module of this package. preflight runs in the
+# CLI process before any worker starts; each worker stage has on_rank(ctx, payload) and summarize(per_rank, seconds).
 WORKER_STAGES = ("devices", "collectives", "ddp")
 STAGES = ("preflight", *WORKER_STAGES)
+
+
+def stage_module(name: str):
+    """The module of a worker stage, imported on first use (stages import torch; `ddplab --help` must not)."""
+    import importlib
+
+    if name not in WORKER_STAGES:
+        raise ValueError(f"{name!r} is not a worker stage ({', '.join(WORKER_STAGES)})")
+    return importlib.import_module(f"ddplab.checks.{name}")
 
 
 @dataclass

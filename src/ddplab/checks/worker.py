@@ -9,10 +9,8 @@ from __future__ import annotations
 import time
 
 from ddplab import dist as dd
-from ddplab.checks import collectives, ddp, devices
+from ddplab.checks import stage_module
 from ddplab.launcher.progress import mark
-
-STAGE_MODULES = {"devices": devices, "collectives": collectives, "ddp": ddp}
 
 
 def run_stages(payload: dict) -> dict:
@@ -21,7 +19,7 @@ def run_stages(payload: dict) -> dict:
         out = {}
         for name in payload["stages"]:
             start = time.perf_counter()
-            result = STAGE_MODULES[name].on_rank(ctx, payload)
+            result = stage_module(name).on_rank(ctx, payload)
             out[name] = {"seconds": time.perf_counter() - start, "result": result}
             mark(f"{name}.done", stage=name, **out[name])
         mark("shutdown")

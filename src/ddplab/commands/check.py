@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from ddplab import cliargs, report
-from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult
+from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult, stage_module
 
 TARGET = "ddplab.checks.worker:run_stages"
 # Long enough for a first NCCL initialisation on a big node, short enough that a hang is named within a minute.
@@ -109,8 +109,6 @@ def run(args) -> int:
 
 
 def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict], float, list[int]]:
-    from ddplab.checks.worker import STAGE_MODULES
-
     names, nproc = payload["stages"], pending.nproc
     done: dict[str, dict[int, dict]] = {n: {} for n in names}
 
@@ -126,7 +124,7 @@ def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict],
     for name in names:
         if len(done[name]) == nproc:
             per_rank = [done[name][r]["result"] for r in range(nproc)]
-            stages.append(STAGE_MODULES[name].summarize(per_rank, max(e["seconds"] for e in done[name].values())))
+            stages.append(stage_module(name).summarize(per_rank, max(e["seconds"] for e in done[name].values())))
         elif not blamed and not run.ok:
             stages.append(_blame(name, run))
             problems = _problems(run)

@@ -38,7 +38,7 @@ def run(args) -> int:
 
     dataset = _positive(args.dataset_size, "--dataset-size")
     epochs = _positive(args.epochs, "--epochs")
-    counts = parse_counts(args.count, "--count")
+    counts = cliargs.counts(args.count, "--count")
     prices, peaks = dict(cost.PRICES), dict(cost.PEAKS)
     if args.prices:
         prices, file_peaks = cost.load_prices(args.prices)
@@ -60,17 +60,6 @@ def _positive(value: float, flag: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise DdplabError(f"{flag} {value:g} must be a positive number")
     return value
-
-
-def parse_counts(text: str, flag: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        counts = [int(p) for p in parts]
-    except ValueError:
-        raise DdplabError(f"{flag} {text!r} is not a comma-separated list of integers, e.g. 1,2,4,8") from None
-    if not counts or any(n < 1 for n in counts):
-        raise DdplabError(f"{flag} {text!r}: give at least one count, each 1 or more, e.g. 1,2,4,8")
-    return list(dict.fromkeys(counts))
 
 
 def resolve_gpus(text: str | None, prices: dict, prices_file: str | None) -> list[str]:

@@ -14,10 +14,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab import cliargs, report
+from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
-RECIPES = ("linear", "mlp", "gpt")
 TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")  # Slurm's forms: MM, HH:MM:SS, D-HH, D-HH:MM:SS ...
 
 TEMPLATE = """\
@@ -84,7 +83,7 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", help="write the script here (default: print it)")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     # As in torchrun: options first, then what to run and its own arguments.
-    p.add_argument("target", help=f"a recipe ({', '.join(RECIPES)}) or a training script's path")
+    p.add_argument("target", help=f"a recipe ({', '.join(recipes.names())}) or a training script's path")
     p.add_argument("target_args", nargs=argparse.REMAINDER, help="arguments for the recipe or script")
     p.set_defaults(run=run)
 
@@ -92,14 +91,15 @@ def add_parser(sub) -> None:
 def build(args) -> str:
     if args.gpus_per_node < 0 or args.max_restarts < 0:
         raise DdplabError("--gpus-per-node and --max-restarts must be 0 or more")
-    if args.target in RECIPES:
+    known = recipes.names()
+    if args.target in known:
         entry = ["-m", f"ddplab.recipes.{args.target}"]
     elif Path(args.target).is_file():
         entry = [args.target]
     else:
-        raise DdplabError(f"{args.target!r} is neither a recipe ({', '.join(RECIPES)}) nor an existing script: "
+        raise DdplabError(f"{args.target!r} is neither a recipe ({', '.join(known)}) nor an existing script: "
                           "give a recipe name or the path of your training script")
-    name = Path(args.target).stem if args.target not in RECIPES else args.target
+    name = Path(args.target).stem if args.target not in known else args.target
     outfile = args.output or f"{name}.sbatch"
     return TEMPLATE.format(
         command=shlex.join(["--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),

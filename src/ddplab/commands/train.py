@@ -10,18 +10,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from ddplab import cliargs, report
+from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
-RECIPES = ("linear", "mlp", "gpt")  # ddplab.recipes.NAMES, repeated here so that `ddplab --help` imports no torch
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="a reference DDP training (linear, mlp, gpt) with per-rank proof",
+    names = recipes.names()
+    p = sub.add_parser("train", help=f"a reference DDP training ({', '.join(names)}) with per-rank proof",
                        description="Run a reference DDP training on N local ranks and show what every rank did. "
                                    "`ddplab train RECIPE --help` lists the recipe's flags.")
-    p.add_argument("recipe", choices=RECIPES, help="linear | mlp | gpt")
+    p.add_argument("recipe", choices=names, help=" | ".join(names))
     p.add_argument("args", nargs=argparse.REMAINDER, help="launcher and recipe flags (see RECIPE --help)")
     p.set_defaults(run=run)
 
@@ -36,18 +36,6 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
                         help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
     cliargs.add_nodes(p)
-
-
-def recipe_parser(name: str, recipe) -> argparse.ArgumentParser:
-    import ddplab.recipes
-    from ddplab.cli import Parser
-    from ddplab.train.config import add_arguments
-
-    doc = (getattr(ddplab.recipes, name).__doc__ or "").strip()
-    p = Parser(prog=f"ddplab train {name}", description=doc.splitlines()[0] if doc else None)
-    launcher_arguments(p)
-    add_arguments(p.add_argument_group(f"{name} recipe"), recipe.config)
-    return p
 
 
 def _guess(argv: list[str]):
@@ -98,10 +86,11 @@ def _checked(args):
     import torch
 
     from ddplab.train import checkpoint, loop
-    from ddplab.train.config import from_arguments
+    from ddplab.train.config import from_arguments, parser
 
     recipe = loop.load_recipe(args.recipe)
-    ns = recipe_parser(args.recipe, recipe).parse_args(args.args)
+    ns = parser(recipe.config, f"ddplab train {args.recipe}", kind=cliargs.Parser, before=launcher_arguments,
+                title=f"{args.recipe} recipe").parse_args(args.args)
     cfg = from_arguments(recipe.config, ns)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nproc = ns.nproc if ns.nproc is not None else (gpus or 2)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ddplab.errors import DdplabError
 
@@ -96,6 +97,21 @@ class TrainConfig:
 
 def flag(name: str) -> str:
     return name.replace("_", "-")
+
+
+def parser(cls: type[TrainConfig], prog: str, *, kind: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+           before: Callable[[argparse.ArgumentParser], None] | None = None, title: str | None = None,
+           add_help: bool = True) -> argparse.ArgumentParser:
+    """The parser of a recipe's flags, the one every way of running a recipe uses: `torchrun -m ddplab.recipes.NAME`
+    (plain argparse), `ddplab train NAME` (one-line errors; `before` adds its launcher flags first, the recipe's go
+    in a group named `title`) and `ddplab scale NAME` (errors raised, no --help). Its description is the first line
+    of the recipe module's docstring, the runbook."""
+    doc = (sys.modules[cls.__module__].__doc__ or "").strip()
+    p = kind(prog=prog, description=doc.splitlines()[0] if doc else None, add_help=add_help)
+    if before is not None:
+        before(p)
+    add_arguments(p.add_argument_group(title) if title else p, cls)
+    return p
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> None:

@@ -20,7 +20,6 @@ for all of them:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -41,7 +40,7 @@ from ddplab import report
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
 from ddplab.train import checkpoint, metrics
-from ddplab.train.config import TrainConfig, add_arguments, from_arguments, from_dict
+from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.progress import Reporter
 from ddplab.train.result import RankStats, TrainResult, rank_warnings, render
@@ -64,11 +63,8 @@ class Recipe:
 
     def main(self, argv: list[str] | None = None) -> int:
         """Entry point under torchrun (`torchrun --nproc-per-node 2 -m ddplab.recipes.NAME`)."""
-        doc = sys.modules[self.config.__module__].__doc__ or ""
-        parser = argparse.ArgumentParser(prog=f"python -m ddplab.recipes.{self.name}",
-                                         description=doc.strip().splitlines()[0] if doc.strip() else None)
-        add_arguments(parser, self.config)
-        cfg = from_arguments(self.config, parser.parse_args(argv))
+        flags = parser(self.config, prog=f"python -m ddplab.recipes.{self.name}").parse_args(argv)
+        cfg = from_arguments(self.config, flags)
         prog, rank = f"ddplab.recipes.{self.name}", os.environ.get("RANK", "0")
         try:
             preflight(cfg)

@@ -1,0 +1,136 @@
+"""The layers stay layers: imports point downward, ranks start in one place, commands stay thin.
+
+Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
+  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo: what every process may need
+  diagnose   explain's rules, lint, exit codes: knowledge about failures, no processes
+  launcher   starting, watching and ending ranks (uses diagnose to name a root cause)
+  library    checks, train, recipes, perf, observe, userscript: what the commands do
+  commands   one module per subcommand, and cliargs (the CLI's shared argument types)
+  cli        the entry point
+"""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).parent.parent / "src" / "ddplab"
+LAYERS = {
+    "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
+                "ddplab.report", "ddplab.envinfo", "ddplab.data"],
+    "diagnose": ["ddplab.diagnose"],
+    "launcher": ["ddplab.launcher"],
+    "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",
+                "ddplab.userscript", "ddplab.templates"],
+    "commands": ["ddplab.commands", "ddplab.cliargs"],
+    "cli": ["ddplab.cli", "ddplab.__main__"],
+}
+ORDER = list(LAYERS)
+COMMAND_MAX_LINES = 250
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _layer(module: str) -> str:
+    best = max((prefix for names in LAYERS.values() for prefix in names
+                if module == prefix or module.startswith(prefix + ".")), key=len)
+    return next(layer for layer, names in LAYERS.items() if best in names)
+
+
+def _modules():
+    for path in sorted(SRC.rglob("*.py")):
+        yield _module_name(path), ast.parse(path.read_text(), str(path)), path
+
+
+def _imports(tree: ast.AST, module: str) -> set[str]:
+    """Every ddplab module imported anywhere in the file, lazy imports inside functions included."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ddplab")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ddplab"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if (SRC.parent / node.module.replace(".", "/") /
+                                                                        f"{a.name}.py").exists()}
+    return found
+
+
+def test_every_module_has_a_layer():
+    for name, _, _ in _modules():
+        assert _layer(name) in ORDER, name
+
+
+def test_imports_point_downward():
+    wrong = []
+    for name, tree, _ in _modules():
+        mine = ORDER.index(_layer(name))
+        for imported in _imports(tree, name):
+            if ORDER.index(_layer(imported)) > mine:
+                wrong.append(f"{name} ({_layer(name)}) imports {imported} ({_layer(imported)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_command_imports_another_command_or_the_cli():
+    wrong = []
+    for name, tree, _ in _modules():
+        if name.startswith("ddplab.commands."):
+            for imported in _imports(tree, name):
+                if (imported.startswith("ddplab.commands.") or imported == "ddplab.cli") and imported != name:
+                    wrong.append(f"{name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_one_elastic_launch_call_site_in_the_agent():
+    calls = [f"{name}:{node.lineno}" for name, tree, _ in _modules() for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "elastic_launch"]
+    assert calls == [calls[0]] and calls[0].startswith("ddplab.launcher.agent:"), calls
+
+
+def test_one_root_cause_rule():
+    defined = [name for name, tree, _ in _modules() for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef) and node.name == "root_cause"]
+    assert defined == ["ddplab.launcher.outcome"]
+
+
+def test_commands_stay_thin():
+    fat = [f"{path.name}: {n} lines" for path in sorted((SRC / "commands").glob("*.py"))
+           if (n := len(path.read_text().splitlines())) > COMMAND_MAX_LINES]
+    assert not fat, f"command modules over {COMMAND_MAX_LINES} lines (move the logic to the library): {fat}"
+
+
+def test_recipe_names_are_written_once():
+    """Recipes are discovered from the package; no list anywhere spells them out again. ddplab.recipes.ORDER is a
+    display order for help (simplest first), not a registry: a new module is listed without editing it."""
+    from ddplab.recipes import names
+
+    NAMES = names()
+
+    assert set(NAMES) >= {"linear", "mlp", "gpt"}
+    spelled = []
+    for name, tree, _ in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                strings = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                if strings >= set(NAMES) and not (name == "ddplab.recipes" and _assigned_to(tree, node, "ORDER")):
+                    spelled.append(f"{name}:{node.lineno}")
+    assert not spelled, f"recipe names spelled out again: {spelled}"
+
+
+def _assigned_to(tree: ast.AST, value: ast.AST, target: str) -> bool:
+    return any(isinstance(n, ast.Assign) and n.value is value and any(getattr(t, "id", None) == target
+                                                                       for t in n.targets) for n in ast.walk(tree))
+
+
+def test_workers_import_no_process_machinery():
+    """A rank imports the progress mark, not psutil or subprocess: every rank pays for what it imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ddplab.launcher.progress, ddplab.launcher.worker; "
+            "print(sorted(m for m in ('psutil', 'subprocess', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
