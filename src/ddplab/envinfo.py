@@ -137,7 +137,7 @@ def collect(environ=None) -> EnvReport:
 
 def find_problems(report: EnvReport, environ) -> list[Warning_]:
     from ddplab import dist as ddist
-    from ddplab.runner import port_is_free
+    from ddplab.ports import port_is_free
 
     problems = []
     version = compat.major_minor(report.torch["version"])

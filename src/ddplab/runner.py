@@ -36,6 +36,7 @@ import psutil
 
 from ddplab import faults
 from ddplab.procs import end_tree
+from ddplab.ports import free_port, port_is_free
 from ddplab.errors import DdplabError
 
 POLL_S = 0.05
@@ -304,21 +305,6 @@ def _loopback_store(port: int):
 
 
 # ----------------------------------------------------------------------------------------------- caller side
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,

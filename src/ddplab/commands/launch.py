@@ -199,7 +199,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
     from rich.markup import escape
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
-    from ddplab.runner import free_port, port_is_free
+    from ddplab.ports import free_port, port_is_free
 
     notes = []
     try:
