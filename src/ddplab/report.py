@@ -35,6 +35,15 @@ def styled(status: str) -> str:
     return f"[{style}]{status}[/]" if style else status
 
 
+def finding(con: Console, status: str, what: str, fix: str = "") -> None:
+    """One warning or failure and its fix, whole (never cut to the width: a log keeps every word)."""
+    from rich.markup import escape
+
+    con.print(f"{styled(status)} {escape(what)}", soft_wrap=True)
+    if fix:
+        con.print(f"      fix: {escape(fix)}", soft_wrap=True)
+
+
 def emit(result: Any, as_json: bool, render: Callable[[Console, Any], None]) -> None:
     if as_json:
         json.dump(to_jsonable(result), sys.stdout, indent=2)
