@@ -1,8 +1,9 @@
 """Is a TCP port free? Asked the way PyTorch's rendezvous store will bind it.
 
-TCPStore's server sets SO_REUSEADDR before bind (torch/csrc/distributed/c10d/socket.cpp, SocketListenOp), as does
-ddplab's own loopback store (runner._loopback_store). With it, a port whose last connections sit in TIME_WAIT (a
-run that ended seconds ago; its store had SO_REUSEADDR too, which Linux also asks of the old socket) binds fine; without it, a probe calls that port busy and a re-run moves to another port
+TCPStore's server sets SO_REUSEADDR before bind (torch/csrc/distributed/c10d/socket.cpp, SocketListenOp; libuv's
+uv_tcp_bind for the libuv store), as does ddplab's own loopback store (runner._loopback_store). With it, a port whose
+last connections sit in TIME_WAIT (a run that ended seconds ago; Linux also asks SO_REUSEADDR of the old socket,
+which the old store had) binds fine; without it, a probe calls that port busy and a re-run moves to another port
 for nothing. A port with a listening socket fails both ways. So the probe sets SO_REUSEADDR too.
 """
 

@@ -56,9 +56,10 @@ def _cells(value: RenderableType) -> list[int]:
 
 def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]],
               narrowest_text: int = 8, **table_args) -> tuple[Table, list[str]]:
-    """A rich Table that fits WIDTH without cutting an id or a number (rich's own fitting, past a point, shrinks every
-    column and ends values with "…"). Tried in turn: as is; narrow (no box lines, multi-word headers of id columns
-    on several lines); then narrow without the optional columns, least useful first. Returns the table and the headers left out (say so in a note).
+    """A rich Table that fits WIDTH without cutting an id or a number (rich's own fitting, past a point, shrinks
+    every column and ends values with "…"). Tried in turn: as is; narrow (no box lines, multi-word headers of id
+    columns on several lines); then narrow without the optional columns, least useful first. Returns the table and
+    the headers left out (say so in a note).
 
     Width needed = id columns at their widest + text columns at `narrowest_text` (or less when they are shorter) +
     rich's gaps (padding 1 each side of every column but the table's edges, one line between columns with a box).

@@ -48,11 +48,29 @@ def add_parser(sub) -> None:
                    help="one sample over --interval, then exit (1 if anything is flagged)")
     p.add_argument("--json", action="store_true",
                    help="JSON on stdout: one object with --once, else one line per sample")
+    guard = p.add_argument_group("idle guard", "act once this machine has done nothing for a while (ddplab.idle)")
+    guard.add_argument("--idle-after", type=_duration, metavar="DURATION",
+                       help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
+                            "every GPU quiet; then --then runs")
+    guard.add_argument("--then", metavar="COMMAND", help="shell command to run once, e.g. 'sudo shutdown -h now'")
+    guard.add_argument("--warn-only", action="store_true", help="only warn when idle that long; keep watching")
     p.set_defaults(run=run)
+
+
+def _duration(text: str) -> float:
+    from ddplab.idle import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def run(args) -> int:
     from ddplab import monitor
+
+    if args.idle_after is not None or args.then or args.warn_only:
+        return _idle_guard(args)
 
     pids = [pid for group in args.pids for pid in group] if args.pids else None
     if args.once:
@@ -60,6 +78,33 @@ def run(args) -> int:
         report.emit(snap, args.json, render)
         return 0 if snap.ok else 1
     return _live(monitor, pids, args.interval, args.json)
+
+
+def _idle_guard(args) -> int:
+    from ddplab import idle
+    from ddplab.errors import DdplabError
+
+    if args.idle_after is None:
+        raise DdplabError("--then and --warn-only belong to the idle guard: add --idle-after DURATION, e.g. 30m")
+    if not args.then and not args.warn_only:
+        raise DdplabError("--idle-after needs --then COMMAND (what to run), or --warn-only")
+    if args.once or args.pids:
+        raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
+    from rich.markup import escape
+
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval,
+                        lambda text: report.log(escape(text)))
+    report.emit(result, args.json, _render_guard)
+    return 0 if result.exit_code in (None, 0) else 1
+
+
+def _render_guard(con, r) -> None:
+    if r.exit_code is not None:
+        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})",
+                  markup=False)
+    else:
+        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""),
+                  markup=False)
 
 
 def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> int:
