@@ -65,3 +65,24 @@ def test_the_script_runs_two_nodes_through_c10d(tmp_path, no_leftover_workers):
     # one group of 2 ranks across the 2 nodes: the script's rank 0 prints for both, rank 1 (node 1) prints nothing
     assert "samples on 2 ranks)" in logs[0], logs[0]
     assert "samples on" not in logs[1]
+
+
+def test_own_flags_before_or_after_the_target_and_the_rest_to_the_target(tmp_path):
+    before = cli("slurm", "--nodes", "2", "--gpus-per-node", "4", "--time", "02:00:00", "mlp", "--epochs", "1")
+    after = cli("slurm", "mlp", "--nodes", "2", "--epochs", "1", "--gpus-per-node", "4", "--time", "02:00:00")
+    mixed = cli("slurm", "--nodes", "2", "mlp", "--gpus-per-node", "4", "--epochs", "1", "--time", "02:00:00")
+    assert before.code == after.code == mixed.code == 0, (after.err, mixed.err)
+    assert after.out == before.out == mixed.out
+    assert "-m ddplab.recipes.mlp --epochs 1" in after.out and "#SBATCH --time=02:00:00" in after.out
+    # a value given before the target is not reset by the defaults of the flags looked for after it
+    assert "#SBATCH --time=02:00:00" in cli("slurm", "--time", "02:00:00", "mlp", "--nodes", "2",
+                                            "--gpus-per-node", "1").out
+    # after `--`, even a flag of slurm's own name is the target's
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    ran = cli("slurm", str(script), "--nodes", "2", "--gpus-per-node", "1", "--", "--time", "5")
+    assert ran.code == 0 and f"{script} --time 5" in ran.out and "#SBATCH --time=01:00:00" in ran.out
+    for args, words in [(["mlp", "--nodes", "2"], "missing --gpus-per-node"),
+                        (["mlp", "--nodes", "0", "--gpus-per-node", "1"], "not a positive whole number")]:
+        ran = cli("slurm", *args)
+        assert ran.code == 2 and words in ran.err and len(ran.err.strip().splitlines()) == 1, ran.err

@@ -114,11 +114,69 @@ def _launcher_leftovers() -> Finding | None:
                            "but a script started by hand would read these", f"unset {' '.join(set_here)}")
 
 
+def interface_matches(var: str, value: str, present: list[str]) -> tuple[list[str], list[str]]:
+    """(interfaces VAR=VALUE selects among PRESENT, entries of VALUE that select none), each library's way.
+
+    gloo (torch/csrc/distributed/c10d, ProcessGroupGloo's default devices): VALUE split on ',', every entry an exact
+    interface name, and a device made for each, so every entry must exist.
+    NCCL (docs: env.html#nccl-socket-ifname; src/misc/socket.cc matchIfList): entries are name prefixes ("eth" picks
+    eth0, eth1), "=" before the list makes them exact names, "^" before that excludes them instead; ":port" after
+    an entry is allowed; NCCL uses whatever matches.
+    """
+    if var.startswith("GLOO"):
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        return [n for n in names if n in present], [n for n in names if n not in present]
+    rest, exclude, exact = value.strip(), False, False
+    if rest.startswith("^"):
+        rest, exclude = rest[1:], True
+    if rest.startswith("="):
+        rest, exact = rest[1:], True
+    entries = [e.strip().split(":")[0] for e in rest.split(",") if e.strip()]
+
+    def hit(name: str, entry: str) -> bool:
+        return name == entry if exact else name.startswith(entry)
+
+    if exclude:  # nothing to match: the only failure is excluding every interface
+        return [n for n in present if not any(hit(n, e) for e in entries)], []
+    return ([n for n in present if any(hit(n, e) for e in entries)],
+            [e for e in entries if not any(hit(n, e) for n in present)])
+
+
+def _socket_interfaces(backend: str) -> list[Finding]:
+    """GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming an interface this machine lacks (a value copied from another
+    machine): without this, every rank starts and then dies in init_process_group with a long traceback."""
+    present = sorted(psutil.net_if_addrs())
+    found = []
+    for var, library in (("GLOO_SOCKET_IFNAME", "gloo"), ("NCCL_SOCKET_IFNAME", "nccl")):
+        value = os.environ.get(var)
+        if value is None or not value.strip():
+            continue
+        used, unmatched = interface_matches(var, value, present)
+        here = f"interfaces here: {', '.join(present) or 'none'}"
+        fix = (f"set {var} to the interface that reaches the other nodes ({', '.join(present)}; lo on a single "
+               f"machine), or unset it")
+        # gloo needs every listed name; NCCL only one that matches. Either matters only when that library runs:
+        # ddplab's gloo-on-CPU runs never read NCCL_*, and an nccl run reads GLOO_* only for a script's gloo groups.
+        broken = bool(unmatched) if library == "gloo" else not used
+        level = "fail" if library == backend else "warn"
+        if broken:
+            what = (f"{var}={value} names no interface of this machine" if not used else
+                    f"{var}={value}: {', '.join(unmatched)} is not an interface of this machine")
+            what += f" ({here}): {library} fails as the ranks connect"
+            found.append(Finding(level, what, fix))
+        elif unmatched:
+            found.append(Finding("warn", f"{var}={value}: {', '.join(unmatched)} matches no interface here ({here})",
+                                 f"drop {', '.join(unmatched)} from {var}"))
+        else:
+            found.append(Finding("ok", f"{var}={value} ({', '.join(used)})"))
+    return found
+
+
 def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices: bool = True) -> list[Finding]:
-    """Ranks vs devices, shared memory, CUDA_VISIBLE_DEVICES, threads, launcher variables left in the shell:
-    everything but the port (`ddplab launch` checks the same before starting a script)."""
+    """Ranks vs devices, shared memory, CUDA_VISIBLE_DEVICES, threads, launcher variables left in the shell, socket
+    interface names: everything but the port (`ddplab launch` and `ddplab train` check the same before starting)."""
     found = (_devices(nproc, device, backend) if ranks_vs_devices else None, _shm(backend),
-             _visible_devices(device), _threads(nproc), _launcher_leftovers())
+             _visible_devices(device), _threads(nproc), _launcher_leftovers(), *_socket_interfaces(backend))
     return [f for f in found if f is not None]
 
 

@@ -190,14 +190,17 @@ def write_plot(result: BenchResult, path: str) -> None:
 
 
 def render(con, r: BenchResult) -> None:
+    # --in-place chooses only for the ops torch.distributed has both ways; each op's section says which it ran.
     place = "in place" if r.in_place else "out of place"
     con.print(f"# ddplab bench: {r.world_size} rank(s), {r.backend} on {r.device}, {r.dtype}, "
-              f"{r.iters} timed calls after {r.warmup} warm-up, {place}", markup=False, soft_wrap=True)
+              f"{r.iters} timed calls after {r.warmup} warm-up; all_gather and reduce_scatter {place}, "
+              "all_reduce and broadcast always in place, all_to_all never", markup=False, soft_wrap=True)
     head = f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}"
     unit = f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"
     for op in dict.fromkeys(row.op for row in r.rows):
         rows = [row for row in r.rows if row.op == op]
-        con.print(f"#\n# {op}{' (in place)' if rows[0].in_place else ''}\n{head}\n{unit}", markup=False, soft_wrap=True)
+        place = "in place" if rows[0].in_place else "out of place"
+        con.print(f"#\n# {op} ({place})\n{head}\n{unit}", markup=False, soft_wrap=True)
         for row in rows:
             con.print(f"{row.size:>12} {row.count:>12} {row.dtype:>9} {row.time_us:>10.1f} {row.algbw:>8.3f} "
                       f"{row.busbw:>8.3f} {row.wrong:>7}", markup=False, soft_wrap=True, style="bold red" if row.wrong else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from rich.markup import escape
 from rich.table import Table
 
 from ddplab import cliargs, report
@@ -185,10 +186,15 @@ def render(con, r: CheckResult) -> None:
                       s.figure or s.cause)
     con.print(table)
     for s in r.stages:
+        findings = [f for f in s.details.get("findings", []) if f["level"] != "ok"]
+        if findings:  # every warning and failure counted in the table, each with its fix
+            for f in findings:
+                report.finding(con, "FAIL" if f["level"] == "fail" else "WARN", f"{s.name}: {f['what']}", f["fix"])
+            continue
         if s.status in (FAIL, TIMEOUT) and s.figure:  # the table showed the figure; say why here
-            con.print(f"{report.styled(s.status)} {s.name}: {s.cause}", soft_wrap=True)
+            con.print(f"{report.styled(s.status)} {s.name}: {escape(s.cause)}", soft_wrap=True)
         if s.status in (FAIL, TIMEOUT) and s.fix:
-            con.print(f"  fix: {s.fix}", soft_wrap=True)
+            con.print(f"  fix: {escape(s.fix)}", soft_wrap=True)
     for p in r.problems:
         text = p.get("stack") or p.get("traceback")
         if text:

@@ -45,6 +45,6 @@ def render(con, r) -> None:
         t.add_row("variables", "none of RANK, WORLD_SIZE, MASTER_*, NCCL_*, TORCH_* ... are set")
     con.print(t)
     for w in r.warnings:
-        con.print(f"{report.styled('WARN')} {w['problem']}\n      fix: {w['fix']}")
+        report.finding(con, "WARN", w["problem"], w["fix"])
     con.print(f"verdict: {report.styled('OK')} nothing wrong found" if r.ok
               else f"verdict: {len(r.warnings)} problem(s) to fix before a distributed run")

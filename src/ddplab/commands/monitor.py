@@ -14,7 +14,6 @@ import time
 
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from ddplab import report
@@ -49,11 +48,29 @@ def add_parser(sub) -> None:
                    help="one sample over --interval, then exit (1 if anything is flagged)")
     p.add_argument("--json", action="store_true",
                    help="JSON on stdout: one object with --once, else one line per sample")
+    guard = p.add_argument_group("idle guard", "act once this machine has done nothing for a while (ddplab.idle)")
+    guard.add_argument("--idle-after", type=_duration, metavar="DURATION",
+                       help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
+                            "every GPU quiet; then --then runs")
+    guard.add_argument("--then", metavar="COMMAND", help="shell command to run once, e.g. 'sudo shutdown -h now'")
+    guard.add_argument("--warn-only", action="store_true", help="only warn when idle that long; keep watching")
     p.set_defaults(run=run)
+
+
+def _duration(text: str) -> float:
+    from ddplab.idle import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def run(args) -> int:
     from ddplab.observe import monitor
+
+    if args.idle_after is not None or args.then or args.warn_only:
+        return _idle_guard(args)
 
     pids = [pid for group in args.pids for pid in group] if args.pids else None
     if args.once:
@@ -61,6 +78,33 @@ def run(args) -> int:
         report.emit(snap, args.json, render)
         return 0 if snap.ok else 1
     return _live(monitor, pids, args.interval, args.json)
+
+
+def _idle_guard(args) -> int:
+    from ddplab import idle
+    from ddplab.errors import DdplabError
+
+    if args.idle_after is None:
+        raise DdplabError("--then and --warn-only belong to the idle guard: add --idle-after DURATION, e.g. 30m")
+    if not args.then and not args.warn_only:
+        raise DdplabError("--idle-after needs --then COMMAND (what to run), or --warn-only")
+    if args.once or args.pids:
+        raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
+    from rich.markup import escape
+
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval,
+                        lambda text: report.log(escape(text)))
+    report.emit(result, args.json, _render_guard)
+    return 0 if result.exit_code in (None, 0) else 1
+
+
+def _render_guard(con, r) -> None:
+    if r.exit_code is not None:
+        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})",
+                  markup=False)
+    else:
+        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""),
+                  markup=False)
 
 
 def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> int:
@@ -81,9 +125,9 @@ def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> in
             if as_json:
                 print(json.dumps(report.to_jsonable(snap)), flush=True)
             elif live:
-                live.update(_view(snap), refresh=True)
+                live.update(_view(snap, con.width), refresh=True)
             else:  # a log file or a pipe: one table after another
-                con.print(_view(snap))
+                con.print(_view(snap, con.width))
             jobs = [job for job in monitor.find_jobs(pids) if job.id in watched]
     except KeyboardInterrupt:
         return 0
@@ -96,20 +140,27 @@ def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> in
 
 
 def render(con, snap) -> None:
-    con.print(_view(snap))
+    con.print(_view(snap, con.width))
 
 
-def _view(snap) -> Group:
-    """The whole screen: a table of ranks, one of GPUs when there are GPUs, then the verdict."""
+def _view(snap, width: int = 80) -> Group:
+    """The whole screen: a table of ranks, one of GPUs when there are GPUs, then the verdict. Tables fit WIDTH
+    without cutting an id or a number: narrower columns wrap, optional ones go (and a note says which)."""
     parts = [Text(f"ddplab monitor  {time.strftime('%H:%M:%S', time.localtime(snap.time))}  "
                   f"sampled over {snap.interval_s:.1f}s  {'' if snap.nvml == 'ok' else snap.nvml}", style="dim")]
-    parts.append(_ranks_table(snap))
+    ranks, left_out = _ranks_table(snap, width)
+    parts.append(ranks)
     if snap.gpus:
-        parts.append(_gpus_table(snap))
+        gpus, gone = _gpus_table(snap, width)
+        parts.append(gpus)
+        left_out += gone
     for problem in snap.problems:
         parts.append(Text.from_markup(f"{report.styled('WARN')} ") + Text(problem))
     for note in snap.notes:
         parts.append(Text(f"note: {note}", style="dim"))
+    if left_out:
+        parts.append(Text(f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, "
+                          "or use --json)", style="dim"))
     parts.append(Text("verdict: ") + (Text.from_markup(report.styled("OK") + " ") + Text(snap.verdict) if snap.ok
                                       else Text(snap.verdict, style="yellow")))
     return Group(*parts)
@@ -123,19 +174,20 @@ def _num(value, fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _ranks_table(snap) -> Table:
+def _ranks_table(snap, width: int):
+    Column = report.Column
     has_gpu = any(r.gpu is not None for job in snap.jobs for r in job.ranks)
     has_progress = any(r.progress is not None for job in snap.jobs for r in job.ranks)
-    t = Table(pad_edge=False)
-    for name in ["job", "rank", "local", "pid", "state", "CPU %", "CPU s", "RSS MiB"]:
-        t.add_column(name, justify="left" if name in ("job", "state") else "right", no_wrap=name in ("job", "state"))
+    # drop: what goes first when the output is narrow (the GPU table names each rank's GPU; CPU s is a total)
+    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+               Column("state", "text", justify="left"), Column("CPU %"), Column("CPU s", drop=4),
+               Column("RSS MiB", drop=2)]
     if has_gpu:
-        for name in ["GPU", "GPU %", "GPU MiB"]:
-            t.add_column(name, justify="right")
+        columns += [Column("GPU", drop=3), Column("GPU %"), Column("GPU MiB")]
     if has_progress:
-        t.add_column("marks", justify="right")
-        t.add_column("phase")
-    t.add_column("flags")
+        columns += [Column("marks"), Column("phase", "text", drop=1, justify="left")]
+    columns.append(Column("flags", "text", justify="left"))
+    rows = []
     for job in snap.jobs:
         for i, r in enumerate(job.ranks):
             row = [job.id if i == 0 else "", _num(r.rank, "{}"), _num(r.local_rank, "{}"), str(r.pid), r.status,
@@ -145,17 +197,19 @@ def _ranks_table(snap) -> Table:
                 row += [gpu, _num(r.gpu_util_percent), _num(r.gpu_memory_mib)]
             if has_progress:
                 row += [_num(r.progress, "{}"), r.phase or "-"]
-            t.add_row(*row, _flags(r.flags))
-    return t
+            rows.append([*row, _flags(r.flags)])
+    return report.fit_table(width, columns, rows)
 
 
-def _gpus_table(snap) -> Table:
-    t = Table(pad_edge=False)
-    for name in ["GPU", "name", "util %", "memory MiB", "power W", "temp C", "processes (pid:rank)", "flags"]:
-        t.add_column(name, justify="left" if name in ("name", "processes (pid:rank)", "flags") else "right")
+def _gpus_table(snap, width: int):
+    Column = report.Column
+    columns = [Column("GPU"), Column("name", "text", drop=3, justify="left"), Column("util %"),
+               Column("memory MiB"), Column("power W", drop=2), Column("temp C", drop=1),
+               Column("processes (pid:rank)", "text", justify="left"), Column("flags", "text", justify="left")]
+    rows = []
     for g in snap.gpus:
         procs = " ".join(f"{p.pid}:{p.rank if p.rank is not None else (p.name or '?')}" for p in g.processes) or "-"
         power = "-" if g.power_w is None else f"{g.power_w:.0f}/{_num(g.power_limit_w)}"
-        t.add_row(str(g.index), g.name, _num(g.util_percent), f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f}",
-                  power, _num(g.temperature_c, "{}"), procs, _flags(g.flags))
-    return t
+        rows.append([str(g.index), g.name, _num(g.util_percent), f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f}",
+                     power, _num(g.temperature_c, "{}"), procs, _flags(g.flags)])
+    return report.fit_table(width, columns, rows)

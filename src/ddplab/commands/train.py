@@ -103,12 +103,27 @@ def _checked(args):
         raise DdplabError(f"--max-restarts {ns.max_restarts}: must be 0 or more")
     loop.preflight(cfg)
     cfg.check_device(device)
+    _environment(nproc, device)
     if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
         newest = checkpoint.listed(cfg.checkpoint_path)[0][1]
         state = checkpoint.peek(newest)
         if state is not None:
             loop.check_compatible(state, args.recipe, cfg, newest)
     return cfg, ns, nproc
+
+
+def _environment(nproc: int, device: str) -> None:
+    """`ddplab check`'s environment preflight (interface names, CUDA_VISIBLE_DEVICES, threads ...) before any
+    rank starts: a failure is bad input, a warning is shown on stderr."""
+    from rich.markup import escape
+
+    from ddplab.checks.preflight import environment_findings
+
+    for f in environment_findings(nproc, device, "nccl" if device == "cuda" else "gloo", ranks_vs_devices=False):
+        if f.level == "fail":
+            raise DdplabError(f"{f.what}: {f.fix}")
+        if f.level == "warn":
+            report.log(escape(f"WARN {f.what}\n      fix: {f.fix}"))
 
 
 def _run(pending, recipe: str, cfg, ns) -> int:

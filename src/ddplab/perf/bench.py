@@ -233,10 +233,12 @@ def start_ranks(nproc: int, master_port: int | None = None):
 def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters: int = 20, warmup: int = 5,
               in_place: bool = False, backend: str | None = None, device: str | None = None,
               timeout: float = 120.0, master_port: int | None = None, notes: list[str] | None = None,
-              on_event: Callable[[int, dict], None] | None = None, pending=None):
+              on_event: Callable[[int, dict], None] | None = None, pending=None, warm_up_ends: bool = True):
     """Start `nproc` ranks running worker(); returns (RunResult, BenchResult or None when the run did not finish).
-    `pending`: an agent the caller already started with start_ranks() (it imports torch meanwhile)."""
+    `pending`: an agent the caller already started with start_ranks() (it imports torch meanwhile).
+    warm_up_ends=False: no warm-up at the largest and smallest sizes first (benchmarks/bench_warmup.py compares)."""
     cfg = {"ops": list(ops), "sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup,
+           "warm_up_ends": warm_up_ends,
            "in_place": in_place, "backend": backend, "device": device,
            # The launcher declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
            # or a rank stuck in a collective would end as a timeout error instead of a named hang.
@@ -269,6 +271,9 @@ def worker(cfg: dict) -> dict:
             if reason:
                 out["ops"][op] = {"skipped": reason}
                 continue
+            if cfg["warmup"] and cfg.get("warm_up_ends", True):
+                mark(f"bench.{op}.warmup", op=op, sizes=[max(cfg["sizes"]), min(cfg["sizes"])])
+                _warm_up(op, ctx, dtype, cfg)
             rows = []
             for size in cfg["sizes"]:
                 mark(f"bench.{op}.{size}", op=op, size=size)
@@ -288,6 +293,20 @@ def worker(cfg: dict) -> dict:
         mark("bench.end")
         dd.barrier()
     return out
+
+
+def _warm_up(op: str, ctx, dtype, cfg: dict) -> None:
+    """`warmup` calls at the largest size, then at the smallest, before the op's first timed size: nccl-tests'
+    order (src/common.cu, TimeTest: "Warm-up for large size", "Warm-up for small size"). The per-size warm-up alone
+    left the first small sizes of an op slower than larger ones (docs/bench.md): what an op sets up on first use
+    (gloo's pair buffers, NCCL's channels, the allocator's pages) and a processor that was idle take longer than a
+    few calls of 1 KiB."""
+    for size in (max(cfg["sizes"]), min(cfg["sizes"])):
+        bench = _Collective(op, ctx, dtype, size // dtype.itemsize, cfg["in_place"])
+        for _ in range(cfg["warmup"]):
+            bench.run()
+        _sync(ctx.device)
+        del bench
 
 
 def copy_bandwidth(device, nbytes: int | None = None, repeats: int = 5) -> tuple[float, str]:

@@ -1,0 +1,90 @@
+"""Tables keep ids and numbers whole when the output is not a terminal: at COLUMNS=80, and through a pipe with no
+terminal at all (rich then assumes 80 columns). Checked on `ddplab monitor --once` while a real ddplab job runs
+(its table is the widest: marks and phase columns), and on fit_table itself at widths down to 40."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from rich.console import Console
+
+from conftest import alive, cli
+from ddplab import report
+from test_monitor import SLOW_RANK, wait_for
+
+BOX = "│┃┏┓┗┛┡┩└┘┣┫╇╋━─┳┻┬┴┼"
+
+
+def rows_of(text: str) -> list[list[str]]:
+    return [line.translate({ord(c): " " for c in BOX}).split() for line in text.splitlines()]
+
+
+def shows_whole(text: str, rank: int, local: int, pid: int) -> bool:
+    """rank, local rank and pid side by side and whole on one line of the table."""
+    want = [str(rank), str(local), str(pid)]
+    return any(row[i:i + 3] == want for row in rows_of(text) for i in range(len(row)))
+
+
+def _monitor_piped(pids: list[int]) -> str:
+    """monitor's text with no terminal anywhere (stdin, stdout, stderr) and no COLUMNS: as in a CI log."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    ran = subprocess.run([sys.executable, "-m", "ddplab", "monitor", "--once", "--interval", "0.5", "--pids",
+                          *map(str, pids)], env={**env, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    return ran.stdout
+
+
+def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_path, no_leftover_workers):
+    from ddplab.launcher import local
+
+    (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
+    outcome = {}
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", local.run(
+        "slow_rank:work", {"dir": str(tmp_path)}, nproc=2, deadline=120, env=env)))
+    thread.start()
+    try:
+        wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
+        pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
+        time.sleep(1)  # some marks, so that the marks and phase columns show
+        texts = {"COLUMNS=80": cli("monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids),
+                                   env={"COLUMNS": "80"}, timeout=60).out,
+                 "pipe": _monitor_piped(pids)}
+    finally:
+        (tmp_path / "stop").write_text("")
+        thread.join(timeout=90)
+    assert not thread.is_alive() and outcome["result"].ok
+    for how, text in texts.items():
+        assert "ddplab:" in text, f"{how}: no job in the table\n{text}"
+        assert "…" not in text, f"{how}: something was cut\n{text}"
+        for rank, pid in enumerate(pids):
+            assert shows_whole(text, rank, rank, pid), f"{how}: rank {rank} (pid {pid}) not whole\n{text}"
+        assert max(len(line) for line in text.splitlines()) <= 80, f"{how}: wider than 80 columns\n{text}"
+    assert not alive(pids)
+
+
+def test_fit_table_never_cuts_an_id_however_narrow():
+    Column = report.Column
+    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+               Column("CPU %"), Column("CPU s", drop=2), Column("RSS MiB", drop=1),
+               Column("phase", "text", drop=3), Column("flags", "text")]
+    rows = [["ddplab:ddplab-run-abc123xy" if r == 0 else "", str(r), str(r), str(4194301 + r), "100", "12345.6",
+             "23456", "train.step.backward", "behind idle"] for r in range(3)]
+    for width in (200, 80, 60, 40):
+        table, left_out = report.fit_table(width, columns, rows)
+        out = io.StringIO()
+        Console(file=out, width=width, no_color=True).print(table)
+        text = out.getvalue()
+        assert "…" not in text, f"{width}:\n{text}"
+        for r in range(3):
+            assert shows_whole(text, r, r, 4194301 + r), f"{width}:\n{text}"
+        assert max(len(line) for line in text.splitlines()) <= width, f"{width}:\n{text}"
+        if width == 200:
+            assert left_out == [] and table.box is not None  # room enough: the usual boxed table, every column
+        if width == 40:
+            assert "phase" in left_out  # the least useful column went first
