@@ -25,10 +25,16 @@ COLLECTIVES = {
     "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "new_group",
 }
 GLOBAL_RANK_NAMES = {"rank", "global_rank", "world_rank", "ddp_rank", "my_rank", "process_rank", "rank_id"}
+# a device index: the local rank, or the rank of a one-node job: a fine guard for printing, unclear for saving
+DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "cuda_id", "local_gpu"}
+MAIN_CALLS = {"is_main_process", "is_master", "is_rank_zero", "is_main"}  # `if is_main_process():` helpers
 MAIN_NAMES = {"is_main", "is_master", "master_process", "is_main_process", "is_rank_zero", "is_global_zero",
               "main_process", "is_rank0", "is_chief"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
+ANY_RANK0 = frozenset({"global", "local", "device", "single"})
+SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
+               "torch.multiprocessing.Process"}
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
 
 
@@ -108,6 +114,13 @@ def _is_zero(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
 
 
+def _is_main_block(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`"""
+    test = getattr(node, "test", None)
+    return isinstance(test, ast.Compare) and dotted(test.left) == "__name__" and \
+        any(const_str(c) == "__main__" for c in test.comparators)
+
+
 def _exits(body: list[ast.stmt]) -> bool:
     """The block always leaves: return / continue / break / raise / sys.exit()."""
     if not body:
@@ -124,7 +137,7 @@ def _exits(body: list[ast.stmt]) -> bool:
 
 @dataclass
 class _Guard:
-    kind: str  # global | local
+    kind: str  # global | local | device | single (the parent of mp.spawn workers: one process)
     rank0: bool  # the guarded code runs on rank 0 only (True) or on every rank but 0 (False)
     node: ast.If | ast.IfExp
     other: list[ast.AST] = field(default_factory=list)  # the other branch: a collective there pairs with ours
@@ -146,6 +159,18 @@ class _Linter:
         self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
                                or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls)
         self.sets_device = any(self.callee_last(c) == "set_device" for c in self.calls)
+        # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
+        self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
+        self._learn_assignments()
+        self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    self.callee_last(node.value) in DDP_NAMES:
+                for target in node.targets:
+                    self.ddp_names.setdefault(dotted(target), node.lineno)
+        # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
+        self.loaded_into = {dotted(c.func.value) for c in self.calls
+                            if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
 
     # --------------------------------------------------------------------------------------- names
 
@@ -187,38 +212,81 @@ class _Linter:
 
     # --------------------------------------------------------------------------------------- rank guards
 
+    def _scope_key(self, node: ast.AST) -> tuple[ast.AST | None, str] | None:
+        """Where a name's value is recorded: (function, name) for a plain name, (None, attr) for `self.attr`."""
+        if isinstance(node, ast.Name):
+            return self.enclosing_function(node), node.id
+        if isinstance(node, ast.Attribute):
+            return None, node.attr
+        return None
+
+    def _learn_assignments(self) -> None:
+        """What each name holds, read from its assignments: a rank of some kind (`gpu_id = int(os.environ[
+        'LOCAL_RANK'])`) or a stored rank test (`is_main = rank == 0`). Names assigned two different things are
+        left to what their name says."""
+        self.held_kind: dict = {}  # (scope, name) -> kind
+        self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
+        assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
+            kinds: dict = {}
+            tests: dict = {}
+            for node in assigns:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
+                    continue
+                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute)) \
+                    and not self.rank_kind(node.value)
+                if is_test and (test := self.rank_test(node.value)) is not None:
+                    tests.setdefault(key, set()).add(test)
+                elif (kind := self.rank_kind(node.value)) is not None:
+                    kinds.setdefault(key, set()).add(kind)
+            self.held_kind = {k: v.pop() for k, v in kinds.items() if len(v) == 1}
+            self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+
+    def _held(self, table: dict, node: ast.AST):
+        key = self._scope_key(node)
+        if key is None:
+            return None
+        if key in table:
+            return table[key]
+        return table.get((None, key[1])) if key[0] is not None else None
+
     def rank_kind(self, expr: ast.AST) -> str | None:
-        """'global' / 'local' when `expr` is a rank (rank, args.local_rank, dist.get_rank(), os.environ['RANK'])."""
+        """'global' / 'local' / 'device' when `expr` is a rank: rank, args.local_rank, dist.get_rank(),
+        os.environ['RANK'], or a device index (`gpu_id`: the local rank, or the rank of a one-node job)."""
         if isinstance(expr, ast.Call):
             name = last(self.callee(expr))
             if name in ("get_rank", "rank"):
                 return "global"
-            if name in ("get_local_rank", "local_rank"):
+            if name in ("get_local_rank", "local_rank", "get_node_local_rank"):
                 return "local"
-            if name in ("int", "get", "getenv") and expr.args:
-                env = const_str(expr.args[0]) if name != "int" else None
-                if name == "int":
-                    return self.rank_kind(expr.args[0])
-                return {"RANK": "global", "LOCAL_RANK": "local"}.get(env or "")
+            if name == "int" and expr.args:
+                return self.rank_kind(expr.args[0])
+            if name in ("get", "getenv") and expr.args:
+                return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.args[0]) or "")
             return None
         if isinstance(expr, ast.Subscript):
-            key = const_str(expr.slice)
-            return {"RANK": "global", "LOCAL_RANK": "local"}.get(key or "")
-        name = last(dotted(expr)).lower()
-        if not name:
+            return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+        if not isinstance(expr, (ast.Name, ast.Attribute)):
             return None
+        held = self._held(self.held_kind, expr)
+        if held:
+            return held
+        name = last(dotted(expr)).lower()
         if "local" in name and "rank" in name:
             return "local"
-        return "global" if name in GLOBAL_RANK_NAMES else None
+        if name in GLOBAL_RANK_NAMES:
+            return "global"
+        return "device" if name in DEVICE_INDEX_NAMES else None
 
-    def rank_test(self, expr: ast.AST) -> tuple[str, bool] | None:
+    def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-            inner = self.rank_test(expr.operand)
+            inner = self.rank_test(expr.operand, follow_names)
             return (inner[0], not inner[1]) if inner else None
         if isinstance(expr, ast.BoolOp):
             for value in expr.values:
-                inner = self.rank_test(value)
+                inner = self.rank_test(value, follow_names)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
@@ -238,14 +306,21 @@ class _Linter:
             if isinstance(op, (ast.NotEq, ast.IsNot, ast.Gt)):
                 return kind, False
             return None
-        name = last(dotted(expr)).lower()
-        if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
-            return ("local" if "local" in name else "global"), True
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            held = self._held(self.held_test, expr) if follow_names else None
+            if held:
+                return held
+            name = last(dotted(expr)).lower()
+            if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
+                return ("local" if "local" in name else "global"), True
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) in MAIN_CALLS:
+            return "global", True
         kind = self.rank_kind(expr)
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
     def guards(self, node: ast.AST) -> list[_Guard]:
-        """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`."""
+        """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
+        in a script that starts its own workers (mp.spawn), its `if __name__ == "__main__":` block runs once."""
         found = []
         child, parent = node, self.parent.get(node)
         while parent is not None:
@@ -257,6 +332,8 @@ class _Linter:
                     in_body = child in body
                     found.append(_Guard(test[0], test[1] if in_body else not test[1], parent,
                                         orelse if in_body else body))
+                elif self.spawns and _is_main_block(parent) and child in body:
+                    found.append(_Guard("single", True, parent))
             for name in ("body", "orelse", "finalbody"):
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
@@ -274,15 +351,19 @@ class _Linter:
             parent = self.parent.get(parent)
         return parent
 
-    def runs_on_rank0_only(self, node: ast.AST, kind: str = "global", depth: int = 0) -> bool:
-        """Guarded by a rank-0 test of this kind, directly or because every call of its function is."""
-        if any(g.kind == kind and g.rank0 for g in self.guards(node)):
+    def call_sites(self, func: ast.AST) -> list[ast.Call]:
+        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
+        return [c for c in self.calls if last(dotted(c.func)) == func.name and self.enclosing_function(c) is not func]
+
+    def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
+        """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""
+        if any(g.kind in kinds and g.rank0 for g in self.guards(node)):
             return True
         func = self.enclosing_function(node)
-        if func is None or depth > 3:
+        if func is None or depth > 4:
             return False
-        sites = [c for c in self.calls if last(dotted(c.func)) == func.name and self.enclosing_function(c) is not func]
-        return bool(sites) and all(self.runs_on_rank0_only(c, kind, depth + 1) for c in sites)
+        sites = self.call_sites(func)
+        return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
 
     # --------------------------------------------------------------------------------------- rules
 
@@ -312,8 +393,8 @@ class _Linter:
 
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
-            if self._skipped_when_launched(node):
-                return
+            if self._skipped_when_launched(node) or self.spawns:
+                return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             if var in LAUNCHER_VARS:
                 self.add(node, "sets-master-env", ERROR,
                          f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
@@ -352,7 +433,7 @@ class _Linter:
                 method = keyword(call, "init_method")
                 text = const_str(method) or (const_str(method.values[0]) if isinstance(method, ast.JoinedStr)
                                              and method.values else None)
-                if text and text.startswith("tcp://"):
+                if text and text.startswith("tcp://") and not self.spawns:
                     self.add(call, "sets-master-env", ERROR,
                              "init_process_group(init_method='tcp://...') hard-codes the rendezvous address: under a "
                              "launcher every rank then ignores the address it was given",
@@ -522,18 +603,12 @@ class _Linter:
         return None
 
     def check_saving(self) -> None:
-        ddp_names = {}
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                    self.callee_last(node.value) in DDP_NAMES:
-                for target in node.targets:
-                    ddp_names.setdefault(dotted(target), node.lineno)
-        saves = [c for c in self.calls if self.callee(c) == "torch.save"]
-        if saves:
+        if any(self.callee(c) == "torch.save" for c in self.calls):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if owner in ddp_names and ddp_names[owner] <= call.lineno:
+                    if owner in self.ddp_names and self.ddp_names[owner] <= call.lineno and \
+                            owner not in self.loaded_into:
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
                                  "the file does not load into the plain model",
@@ -542,23 +617,27 @@ class _Linter:
             return
         for call in self.calls:
             name = self.callee(call)
-            is_save = name == "torch.save" or "save" in last(name).lower()
-            if not is_save or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_"):
+            if name != "torch.save" and ("save" not in last(name).lower() or last(name) in self.functions
+                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")):
+                continue  # a save function of this file is followed inside: its torch.save is the one judged
+            if self._in_memory(call) or self._mentions_rank(call):
+                continue  # into a BytesIO, or one file per rank
+            if self.runs_on_rank0_only(call, frozenset({"global", "single"})):
                 continue
-            if self.runs_on_rank0_only(call, "global"):
-                continue
-            if self.runs_on_rank0_only(call, "local"):
+            if self.runs_on_rank0_only(call, frozenset({"global", "single", "local"})):
                 self.add(call, "local-rank-save", WARNING,
                          "saved when local_rank == 0: there is a local rank 0 on every machine, so every node writes "
                          "(the same file on shared storage, concurrently)",
                          "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = int(os.environ['RANK']))")
-            elif name == "torch.save":
+            elif name == "torch.save" and not self.runs_on_rank0_only(call, ANY_RANK0):
                 self.add(call, "unguarded-save", WARNING,
                          "torch.save runs on every rank: all processes write the same file at once (a corrupt "
                          "checkpoint, or N copies)",
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
-        prints = [c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
-                  and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, "global")]
+        # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
+        prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
+                         and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
+                        key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
                 if len(prints) > 1 else ""
@@ -566,10 +645,25 @@ class _Linter:
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message")
 
+    def _in_memory(self, call: ast.Call) -> bool:
+        """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
+        target = call.args[1] if len(call.args) > 1 else keyword(call, "f")
+        if target is None:
+            return False
+        if isinstance(target, ast.Call):
+            return last(self.callee(target)) == "BytesIO"
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and
+                   last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
+                   for n in ast.walk(scope or self.tree))
+
     def _mentions_rank(self, call: ast.Call) -> bool:
+        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
         for node in ast.walk(call):
             if node is call:
                 continue
+            if isinstance(node, ast.Call) and last(self.callee(node)) == "getpid":
+                return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
         return False
@@ -607,7 +701,7 @@ class _Linter:
             if not self.is_collective(call):
                 continue
             name = self.callee_last(call)
-            for guard in self.guards(call):
+            for guard in (g for g in self.guards(call) if g.kind != "single"):
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
                              for branch in guard.other for n in ast.walk(branch))
                 if not paired:
