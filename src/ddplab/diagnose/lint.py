@@ -35,6 +35,7 @@ RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "
 ANY_RANK0 = frozenset({"global", "local", "device", "single"})
 SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                "torch.multiprocessing.Process"}
+BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
 
 
@@ -378,6 +379,9 @@ class _Linter:
         self.check_teardown()
         self.check_ddp_device_ids()
         self.check_collectives_in_rank_branches()
+        self.check_rank0_ddp_forward()
+        self.check_loader_without_sampler()
+        self.check_grad_accumulation()
 
     def _skipped_when_launched(self, node: ast.AST) -> bool:
         """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
@@ -711,3 +715,108 @@ class _Linter:
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def check_rank0_ddp_forward(self) -> None:
+        """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
+        under torch.no_grad() in the first forward after a training step: a forward through the wrapper on rank 0
+        alone is a broadcast nobody else joins. Checked by running it: 2 gloo ranks, BatchNorm1d, rank 0 evaluating
+        through the wrapper: both ranks stop at "Timed out waiting ... for send operation to complete"."""
+        wrappers = [c for c in self.calls if self.callee_last(c) in DDP_NAMES]
+        syncs = [c for c in wrappers if not any(
+            isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
+            for k in ("broadcast_buffers", "forward_sync_buffers"))]
+        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) for c in self.calls)
+        if not syncs or not has_buffers:
+            return
+        for call in self.calls:
+            name = dotted(call.func)
+            owner = name[: -len(".forward")] if name.endswith(".forward") else name
+            if owner not in self.ddp_names or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                continue
+            self.add(call, "rank0-ddp-forward", ERROR,
+                     f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
+                     "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
+                     "never join that broadcast: the run hangs",
+                     f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
+                     "all_reduce the metric")
+
+    def check_loader_without_sampler(self) -> None:
+        if not self.distributed:
+            return
+        samplers = [c for c in self.calls if self.callee_last(c) == "DistributedSampler"]
+        for call in self.calls:
+            if self.callee_last(call) != "DataLoader":
+                continue
+            shuffle = keyword(call, "shuffle")
+            if not (isinstance(shuffle, ast.Constant) and shuffle.value is True):
+                continue
+            if keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
+                continue
+            if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call):
+                continue
+            beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
+            self.add(call, "loader-without-sampler", WARNING,
+                     "DataLoader(shuffle=True) without a DistributedSampler: every rank reads the whole dataset in "
+                     f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
+                     "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
+                     "sampler.set_epoch(epoch) every epoch")
+
+    def _dataset_sharded(self, call: ast.Call) -> bool:
+        """The dataset given to the loader is already this rank's piece (built from the rank)."""
+        dataset = call.args[0] if call.args else keyword(call, "dataset")
+        if dataset is None:
+            return False
+        exprs = [dataset] + [n.value for n in ast.walk(self.tree) if isinstance(n, ast.Assign)
+                             and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)]
+        return any(isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
+                   for e in exprs for n in ast.walk(e))
+
+    def check_grad_accumulation(self) -> None:
+        """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""
+        if not self.ddp_names or any(
+                (isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync"))
+                for n in ast.walk(self.tree)):
+            return
+        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+            here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
+            backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
+            if backward is None:
+                continue
+            # `if (i + 1) % accum == 0: optimizer.step()` beside a backward on every iteration
+            stepped_every_k = any(
+                isinstance(n, ast.If) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
+                                              for b in ast.walk(n.test))
+                and any(_method(c) == "step" for c in _calls_in(n.body))
+                and not any(c is backward for c in _calls_in(n.body))
+                for n in here)
+            # `for micro_step in range(accum): ... backward()` with the step after the inner loop
+            micro = "accum" in ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test).lower() or \
+                any(w in dotted(getattr(loop, "target", None)).lower() for w in ("micro", "accum"))
+            inner_no_step = micro and not any(_method(c) == "step" for c in _calls_in(loop.body))
+            if stepped_every_k or inner_no_step:
+                self.add(loop, "grad-accum-no-sync", WARNING,
+                         "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
+                         "backward, also on the micro-steps where no optimizer step follows (k-1 of every k "
+                         "all-reduces are wasted)",
+                         "run the micro-steps but the last inside `with model.no_sync():` (or set "
+                         "model.require_backward_grad_sync = is_last_micro_step before the forward)")
+
+
+def _method(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def _walk_same_function(body: list[ast.stmt], into_loops: bool = True):
+    """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
+    stack = list(body)
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
+        (() if into_loops else (ast.For, ast.While, ast.AsyncFor))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, skip):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
+    return [n for n in _walk_same_function(body) if isinstance(n, ast.Call)]
