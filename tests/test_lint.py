@@ -415,3 +415,54 @@ def test_gradient_accumulation_without_no_sync(accumulate):
         with_no_sync = loop.replace("{sync}model(x).sum().backward()",
                                     "with model.no_sync():\n" + " " * 24 + "model(x).sum().backward()")
         assert rules(setup, textwrap.dedent(with_no_sync) + END) == []
+
+
+def test_a_label_made_from_the_rank_says_who_prints():
+    bad, good = pair("""
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cpu")
+        loss = torch.ones(1, device=f"cuda:{local_rank}").sum()
+        print(device, loss)
+        """, """
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda:{}".format(local_rank))
+        print("using", device)
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_gradient_accumulation_is_found_by_its_shape_not_its_names():
+    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.ones(2, 1)\nk = 4\n"
+    bad, good = pair("""
+        for batch in range(2):
+            for j in range(k):
+                model(x).sum().backward()
+            opt.step()
+        """, """
+        for batch in range(2):
+            for j in range(k):
+                model(x).sum().backward()
+                opt.step()
+        """, setup)
+    assert bad == ["grad-accum-no-sync"] and good == []
+
+
+def test_a_backend_default_nobody_overrides_is_hard_coded():
+    bad, good = pair("""
+        def setup(backend="nccl"):
+            dist.init_process_group(backend=backend)
+        setup()
+        """, """
+        def setup(backend="nccl"):
+            dist.init_process_group(backend=backend)
+        setup("nccl" if torch.cuda.is_available() else "gloo")
+        """, "import os\nimport torch\nimport torch.distributed as dist\n")
+    assert bad == ["nccl-hardcoded"] and good == []
+
+
+def test_random_split_needs_the_same_generator_on_every_rank():
+    split = "from torch.utils.data import random_split\nparts = random_split(list(range(10)), [8, 2]{})\n"
+    assert rules(PG, split.format("") + END) == ["unseeded-random-split"]
+    assert rules(PG, split.format(", generator=torch.Generator().manual_seed(0)") + END) == []
+    assert rules(PG + "torch.manual_seed(0)\n", split.format("") + END) == []

@@ -227,10 +227,13 @@ class _Linter:
         left to what their name says."""
         self.held_kind: dict = {}  # (scope, name) -> kind
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
+        self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
         assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
         for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
             kinds: dict = {}
             tests: dict = {}
+            derived: set = set()
+            plain: set = set()  # assigned something else too: not always different per process
             for node in assigns:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
@@ -241,8 +244,22 @@ class _Linter:
                     tests.setdefault(key, set()).add(test)
                 elif (kind := self.rank_kind(node.value)) is not None:
                     kinds.setdefault(key, set()).add(kind)
+                elif self._labels_rank(node.value):
+                    derived.add(key)  # computed from the rank: different on every process
+                else:
+                    plain.add(key)
             self.held_kind = {k: v.pop() for k, v in kinds.items() if len(v) == 1}
+            self.rank_derived = {k: True for k in derived - plain}
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+
+    def _labels_rank(self, value: ast.AST) -> bool:
+        """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
+        (a loss computed on this rank's device is not one: only names, strings and devices count)."""
+        if isinstance(value, ast.JoinedStr):
+            return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
+            return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
+        return False
 
     def _held(self, table: dict, node: ast.AST):
         key = self._scope_key(node)
@@ -455,7 +472,7 @@ class _Linter:
             if not self.is_(call, "init_process_group"):
                 continue
             backend = keyword(call, "backend") or (call.args[0] if call.args else None)
-            value = const_str(backend)
+            value = const_str(backend) or self._default_never_overridden(backend)
             if value is None:
                 continue
             self.backend, self.backend_line = value.lower(), call.lineno
@@ -464,6 +481,28 @@ class _Linter:
                          "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
                          "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
                          "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+
+    def _default_never_overridden(self, name: ast.AST | None) -> str | None:
+        """`def setup(backend="nccl"): init_process_group(backend=backend)` and no call of setup passes a backend:
+        the default is the backend, as if written in the call."""
+        func = self.enclosing_function(name) if isinstance(name, ast.Name) else None
+        if func is None:
+            return None
+        params = [*func.args.posonlyargs, *func.args.args]
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
+        value = const_str(defaults.get(name.id))
+        targets = [t for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        if value is None or any(isinstance(t, ast.Name) and t.id == name.id for x in targets for t in ast.walk(x)):
+            return None
+        index = next(i for i, a in enumerate(params) if a.arg == name.id) if name.id in [a.arg for a in params] else None
+        for site in self.call_sites(func):
+            offset = 1 if isinstance(site.func, ast.Attribute) and params and params[0].arg == "self" else 0
+            if keyword(site, name.id) is not None or any(k.arg is None for k in site.keywords) or (
+                    index is not None and len(site.args) + offset > index):
+                return None
+        return value
 
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and last(dotted(n.func)) in ("is_available", "is_nccl_available",
@@ -529,6 +568,13 @@ class _Linter:
         seeds = [c.lineno for c in self.calls if self.callee_last(c) in SEED_CALLS]
         fix = ("draw from a seeded generator: g = torch.Generator().manual_seed(0); torch.randn(..., generator=g) "
                "(or torch.manual_seed(0) first)")
+        for call in self.calls:
+            if self.callee_last(call) == "random_split" and keyword(call, "generator") is None and \
+                    len(call.args) < 3 and self.distributed and not any(line <= call.lineno for line in seeds):
+                self.add(call, "unseeded-random-split", WARNING,
+                         "random_split without a seeded generator: every rank draws its own split, so the ranks "
+                         "train on different subsets and one rank's test samples are in another's training set",
+                         "random_split(dataset, lengths, generator=torch.Generator().manual_seed(0))")
         flagged = False
         for call in self.calls:
             name = self.callee_last(call)
@@ -670,6 +716,8 @@ class _Linter:
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
+            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(self.rank_derived, node):
+                return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
     def check_loading(self) -> None:
@@ -789,10 +837,14 @@ class _Linter:
                 and any(_method(c) == "step" for c in _calls_in(n.body))
                 and not any(c is backward for c in _calls_in(n.body))
                 for n in here)
-            # `for micro_step in range(accum): ... backward()` with the step after the inner loop
-            micro = "accum" in ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test).lower() or \
-                any(w in dotted(getattr(loop, "target", None)).lower() for w in ("micro", "accum"))
-            inner_no_step = micro and not any(_method(c) == "step" for c in _calls_in(loop.body))
+            # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
+            outer = self.parent.get(loop)
+            while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
+                outer = self.parent.get(outer)
+            inner_no_step = isinstance(outer, (ast.For, ast.While)) and \
+                not any(_method(c) == "step" for c in _calls_in(loop.body)) and \
+                any(isinstance(c, ast.Call) and _method(c) == "step" and c.lineno > loop.lineno
+                    for c in _walk_same_function(outer.body, into_loops=False))
             if stepped_every_k or inner_no_step:
                 self.add(loop, "grad-accum-no-sync", WARNING,
                          "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
