@@ -466,3 +466,26 @@ def test_random_split_needs_the_same_generator_on_every_rank():
     assert rules(PG, split.format("") + END) == ["unseeded-random-split"]
     assert rules(PG, split.format(", generator=torch.Generator().manual_seed(0)") + END) == []
     assert rules(PG + "torch.manual_seed(0)\n", split.format("") + END) == []
+
+
+def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
+    bad, good = pair("""
+        pool = [1, 5, 6, 7]
+        def work(rank):
+            device = pool[0]
+            print(f"training on {device}")
+        if "RANK" in os.environ:
+            print("launched")
+        """, """
+        pool = [1, 5, 6, 7]
+        def work(rank):
+            device = pool[rank]
+            print(f"training on {device}")
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            pass
+        else:
+            print("not distributed: one process")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+    found = lint_source(PG + "print('a')\nprint('b')\n" + END).findings
+    assert [(f.line, f.also) for f in found if f.rule == "unguarded-print"] == [(5, [6])]

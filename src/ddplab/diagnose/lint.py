@@ -46,6 +46,7 @@ class Finding:
     level: str  # error | warning
     message: str
     fix: str
+    also: list[int] = field(default_factory=list)  # further lines with the same mistake (unguarded-print)
 
 
 @dataclass
@@ -206,10 +207,10 @@ class _Linter:
         return last(full) in COLLECTIVES and (full.startswith("torch.distributed.") or ".dist." in f".{full}"
                                               or full.startswith("dist."))
 
-    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str) -> None:
+    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str, also: list[int] | None = None) -> None:
         line = getattr(node, "lineno", 0)
         if not any(f.line == line and f.rule == rule for f in self.findings):
-            self.findings.append(Finding(line, rule, level, message, fix))
+            self.findings.append(Finding(line, rule, level, message, fix, also or []))
 
     # --------------------------------------------------------------------------------------- rank guards
 
@@ -257,6 +258,8 @@ class _Linter:
         (a loss computed on this rank's device is not one: only names, strings and devices count)."""
         if isinstance(value, ast.JoinedStr):
             return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        if isinstance(value, ast.Subscript):  # devices[rank]
+            return bool(self.rank_kind(value.slice))
         if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
             return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
         return False
@@ -352,6 +355,9 @@ class _Linter:
                                         orelse if in_body else body))
                 elif self.spawns and _is_main_block(parent) and child in body:
                     found.append(_Guard("single", True, parent))
+                elif (launched := self._launcher_test(parent.test)) is not None and \
+                        child in (orelse if launched else body):
+                    found.append(_Guard("single", True, parent))  # no launcher: one process
             for name in ("body", "orelse", "finalbody"):
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
@@ -362,6 +368,17 @@ class _Linter:
                                 found.append(_Guard(test[0], not test[1], stmt))
             child, parent = parent, self.parent.get(parent)
         return found
+
+    def _launcher_test(self, test: ast.AST) -> bool | None:
+        """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
+        `"RANK" not in os.environ`; None for anything else."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            found = [self._launcher_test(v) for v in test.values]
+            return True if True in found else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and const_str(test.left) in RANK_VARS and \
+                self.resolve(dotted(test.comparators[0])) == "os.environ":
+            return {ast.In: True, ast.NotIn: False}.get(type(test.ops[0]))
+        return None
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
         parent = self.parent.get(node)
@@ -693,7 +710,8 @@ class _Linter:
                 if len(prints) > 1 else ""
             self.add(prints[0], "unguarded-print", WARNING,
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
-                     "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message")
+                     "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
+                     also=[c.lineno for c in prints[1:]])
 
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
