@@ -27,7 +27,7 @@ from ddplab.diagnose.lint import lint_file  # noqa: E402
 class Script:
     name: str
     source: str  # repository path @ commit
-    group: str  # tuning | held-out-1 | held-out-2: when the script was first linted (see docs/lint.md)
+    group: str  # tuning | held-out-N: when the script was first linted (see docs/lint.md)
     expected: set[tuple[int, str]]
     prints: set[int] = field(default_factory=set)
 
@@ -70,6 +70,15 @@ SCRIPTS = [
            "held-out-2", {(59, "sets-master-env"), (60, "sets-master-env"), (61, "nccl-hardcoded"),
                           (61, "no-destroy"), (121, "save-ddp-state-dict"), (121, "unguarded-save")},
            {114, 118, 137}),
+    Script("lambdalabs_grad_accum_train_llm.py",
+           "LambdaLabsML/distributed-training-guide 98-gradient-accumulation/train_llm.py @ 03f74de0", "held-out-3",
+           {(46, "no-destroy"), (148, "sampler-no-set-epoch")}),
+    Script("hongxin_ddp_mp.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
+           "single-machine-and-multi-GPU-DistributedDataParallel-mp.py @ 655ec2c9", "held-out-3",
+           {(22, "nccl-hardcoded"), (22, "no-destroy"), (133, "save-ddp-state-dict")}),
+    Script("ddiyoung_train.py", "ddiyoung-x4/pytorch-DDP-tutorial train.py @ dd331734", "held-out-3",
+           {(131, "loader-without-sampler"), (168, "loader-without-sampler"), (223, "save-ddp-state-dict"),
+            (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")}),
 ]
 
 

@@ -489,3 +489,61 @@ def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
     assert bad == ["unguarded-print"] and good == []
     found = lint_source(PG + "print('a')\nprint('b')\n" + END).findings
     assert [(f.line, f.also) for f in found if f.rule == "unguarded-print"] == [(5, [6])]
+
+
+def test_prints_routed_through_a_replaced_builtin_print():
+    """setup_for_distributed: `builtins.print = ...` keeps every print to the main process."""
+    bad, good = pair("""
+        print("epoch done")
+        """, """
+        import builtins
+        def quiet_unless(is_master):
+            builtin_print = builtins.print
+            def print(*args, **kwargs):
+                if is_master:
+                    builtin_print(*args, **kwargs)
+            builtins.print = print
+        quiet_unless(dist.get_rank() == 0)
+        print("epoch done")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_loader_rule_skips_evaluation_loaders_and_sees_a_sampler_that_is_none():
+    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
+        "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n"
+    bad, good = pair("""
+        def build(distributed):
+            if distributed:
+                sampler = DistributedSampler(ds)
+            else:
+                sampler = None
+            sampler = None
+            return DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
+        """, """
+        def build(distributed):
+            if distributed:
+                sampler = DistributedSampler(ds)
+            else:
+                sampler = None
+            train_loader = DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
+            val_loader = DataLoader(ds, batch_size=2, shuffle=True)
+            return train_loader, val_loader
+        """, setup)
+    assert bad == ["loader-without-sampler"] and good == []
+
+
+def test_random_draws_inside_the_loop_are_noise_not_the_dataset():
+    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
+    bad, good = pair("""
+        x = torch.randn(16, 1)
+        for step in range(4):
+            model(x).sum().backward()
+        """, """
+        torch.manual_seed(0)
+        x = torch.randn(16, 1)
+        for step in range(4):
+            noise = torch.randn(16, 1) * 0.01
+            model(x + noise).sum().backward()
+        """, setup)
+    assert bad == ["unseeded-random-data"] and good == []

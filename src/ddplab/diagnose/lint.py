@@ -612,7 +612,10 @@ class _Linter:
             if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
                 continue
             used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted})
-            drawn = [line for line in used if not any(seed <= line for seed in seeds)]
+            # the data: drawn once before the loop, in its scope (draws in the loop or elsewhere are per-step noise)
+            before = {a.lineno for a in assigns if a.lineno < loop.lineno and
+                      self.enclosing_function(a) is self.enclosing_function(loop)}
+            drawn = [line for line in used if not any(seed <= line for seed in seeds) and line in before]
             if drawn:
                 node = next(a for a in assigns if a.lineno == drawn[0])
                 self.add(node, "unseeded-random-data", WARNING,
@@ -702,6 +705,8 @@ class _Linter:
                          "checkpoint, or N copies)",
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
+        if self._replaces_print():
+            return  # `builtins.print = ...` (setup_for_distributed): every print goes through the script's filter
         prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
                          and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
                         key=lambda c: c.lineno)
@@ -712,6 +717,14 @@ class _Linter:
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _replaces_print(self) -> bool:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "print" and
+                    self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
+                return True
+        return False
 
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
@@ -813,12 +826,14 @@ class _Linter:
         for call in self.calls:
             if self.callee_last(call) != "DataLoader":
                 continue
-            shuffle = keyword(call, "shuffle")
-            if not (isinstance(shuffle, ast.Constant) and shuffle.value is True):
+            shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
+            always_none = sampler is not None and self._always_none(sampler)
+            shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True or (
+                always_none and isinstance(shuffle, ast.Compare) and isinstance(shuffle.ops[0], ast.Is)
+                and dotted(shuffle.left) == dotted(sampler))  # shuffle=(sampler is None)
+            if not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None:
                 continue
-            if keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
-                continue
-            if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call):
+            if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call) or self._for_evaluation(call):
                 continue
             beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
             self.add(call, "loader-without-sampler", WARNING,
@@ -826,6 +841,38 @@ class _Linter:
                      f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
                      "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
                      "sampler.set_epoch(epoch) every epoch")
+
+    def _always_none(self, name: ast.AST) -> bool:
+        """`sampler=train_sampler` where train_sampler is only ever assigned None."""
+        if not isinstance(name, ast.Name):
+            return isinstance(name, ast.Constant) and name.value is None
+        value = self._reaching_value(name)
+        return isinstance(value, ast.Constant) and value.value is None
+
+    def _reaching_value(self, name: ast.Name) -> ast.AST | None:
+        """The value of the nearest `name = ...` on the straight path before this use (same block or enclosing
+        ones), as a reader finds it scrolling up."""
+        child, parent = name, self.parent.get(name)
+        while parent is not None and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for field_name in ("body", "orelse", "finalbody"):
+                block = getattr(parent, field_name, None)
+                if isinstance(block, list) and child in block:
+                    for stmt in reversed(block[: block.index(child)]):
+                        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
+                                                                for t in stmt.targets):
+                            return stmt.value
+            child, parent = parent, self.parent.get(parent)
+        return None
+
+    def _for_evaluation(self, call: ast.Call) -> bool:
+        """A validation/test loader (by its name, or a dataset built with train=False): every rank reading all of
+        it costs time, not correctness."""
+        parent = self.parent.get(call)
+        names = [dotted(t).lower() for t in getattr(parent, "targets", [])]
+        if any(w in n for n in names for w in ("val", "test", "eval")):
+            return True
+        return any(isinstance(n, ast.Call) and isinstance(keyword(n, "train"), ast.Constant)
+                   and keyword(n, "train").value is False for n in ast.walk(call))
 
     def _dataset_sharded(self, call: ast.Call) -> bool:
         """The dataset given to the loader is already this rank's piece (built from the rank)."""
