@@ -547,3 +547,20 @@ def test_random_draws_inside_the_loop_are_noise_not_the_dataset():
             model(x + noise).sum().backward()
         """, setup)
     assert bad == ["unseeded-random-data"] and good == []
+
+
+def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
+    """Under srun without torchrun, copying SLURM_PROCID into RANK is the script's job; a fallback port too."""
+    bad, good = pair("""
+        os.environ["RANK"] = "0"
+        os.environ["MASTER_PORT"] = "29500"
+        """, """
+        proc_id = int(os.environ["SLURM_PROCID"])
+        os.environ["RANK"] = str(proc_id)
+        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+        if "MASTER_PORT" in os.environ:
+            pass
+        else:
+            os.environ["MASTER_PORT"] = "29500"
+        """)
+    assert bad == ["sets-rank-env", "sets-master-env"] and good == []

@@ -19,6 +19,7 @@ ERROR, WARNING = "error", "warning"
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 RANK_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+SCHEDULER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_")  # ranks a scheduler sets
 COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast", "broadcast_object_list",
     "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
@@ -419,14 +420,31 @@ class _Linter:
 
     def _skipped_when_launched(self, node: ast.AST) -> bool:
         """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
-        parent = self.parent.get(node)
+        child, parent = node, self.parent.get(node)
         while parent is not None:
             if isinstance(parent, ast.If):
                 for sub in ast.walk(parent.test):
-                    if isinstance(sub, ast.Compare) and any(isinstance(op, ast.NotIn) for op in sub.ops) and \
-                            any(self.resolve(dotted(c)) == "os.environ" for c in sub.comparators):
-                        return True
-            parent = self.parent.get(parent)
+                    if isinstance(sub, ast.Compare) and any(self.resolve(dotted(c)) == "os.environ"
+                                                            for c in sub.comparators):
+                        # `if V not in os.environ: <here>`, or `if V in os.environ: ... else: <here>`
+                        if any(isinstance(op, ast.NotIn) for op in sub.ops) and child in parent.body or \
+                                any(isinstance(op, ast.In) for op in sub.ops) and child in parent.orelse:
+                            return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _from_scheduler(self, value: ast.AST) -> bool:
+        """`os.environ["RANK"] = str(int(os.environ["SLURM_PROCID"]))`: the script translates its scheduler's ranks
+        (Slurm, Open MPI, PMI) into the env:// variables: it is the launcher there (directly or through one name)."""
+        def reads_scheduler(expr: ast.AST) -> bool:
+            return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and
+                       n.value.startswith(SCHEDULER_PREFIXES) for n in ast.walk(expr))
+        if reads_scheduler(value):
+            return True
+        for name in (n for n in ast.walk(value) if isinstance(n, ast.Name)):
+            held = self._reaching_value(name)
+            if held is not None and reads_scheduler(held):
+                return True
         return False
 
     def check_launcher_env(self) -> None:
@@ -455,7 +473,7 @@ class _Linter:
             for target in targets:
                 if isinstance(target, ast.Subscript) and self.resolve(dotted(target.value)) == "os.environ":
                     var = const_str(target.slice)
-                    if var in env_vars:
+                    if var in env_vars and not (var in RANK_VARS and self._from_scheduler(node.value)):
                         report(node, var)
         for call in self.calls:
             name = self.callee(call)
