@@ -564,3 +564,13 @@ def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
             os.environ["MASTER_PORT"] = "29500"
         """)
     assert bad == ["sets-rank-env", "sets-master-env"] and good == []
+
+
+def test_cli_lints_several_scripts_at_once():
+    good, trainer_ok = HERE / "scripts" / "good_ddp.py", HERE / "scripts" / "lint_trainer_ok.py"
+    ran = cli("lint", str(good), str(trainer_ok))
+    assert ran.code == 0 and ran.out.count("no DDP mistake found") == 2
+    ran = cli("lint", "--json", str(good), str(BAD))
+    data = ran.json()
+    assert ran.code == 1 and data["ok"] is False
+    assert [len(r["findings"]) for r in data["results"]] == [0, len(expected(BAD))]
