@@ -1,7 +1,7 @@
 """`ddplab lint SCRIPT [SCRIPT...] [--json]`: which DDP mistakes these scripts make, read from their source (nothing
 is run).
 
-Each finding: line, rule id, level, message, fix (the rules: ddplab/diagnose/lint.py, docs/lint.md). Exit 1 when any
+Each finding: line, rule id, level, message, fix (the rules: ddplab/diagnose/lint/rules.py, docs/lint.md). Exit 1 when any
 finding is an error (the run would hang or crash), 0 when there are only warnings or none, 2 when a script cannot be
 read. --json prints one LintResult; with several scripts, one object with "results" (one LintResult each) and "ok".
 """

@@ -1,0 +1,352 @@
+"""How `ddplab lint` reads a script before judging it: names through the imports, what each name holds (a rank of
+some kind, a stored rank test), and which rank tests decide whether a line runs, followed the way a reader follows
+them (enclosing ifs, early exits, functions only called under a guard, mp.spawn parents)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+RANK_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+SCHEDULER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_")  # ranks a scheduler sets
+COLLECTIVES = {
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast", "broadcast_object_list",
+    "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
+    "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "new_group",
+}
+GLOBAL_RANK_NAMES = {"rank", "global_rank", "world_rank", "ddp_rank", "my_rank", "process_rank", "rank_id"}
+# a device index: the local rank, or the rank of a one-node job: a fine guard for printing, unclear for saving
+DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "cuda_id", "local_gpu"}
+MAIN_CALLS = {"is_main_process", "is_master", "is_rank_zero", "is_main"}  # `if is_main_process():` helpers
+MAIN_NAMES = {"is_main", "is_master", "master_process", "is_main_process", "is_rank_zero", "is_global_zero",
+              "main_process", "is_rank0", "is_chief"}
+ANY_RANK0 = frozenset({"global", "local", "device", "single"})
+SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
+               "torch.multiprocessing.Process"}
+DDP_NAMES = {"DistributedDataParallel", "DDP"}
+
+
+# ----------------------------------------------------------------------------------------------- ast helpers
+
+
+def dotted(node: ast.AST | None) -> str:
+    """`torch.distributed.all_reduce` for the callee or value expression; '' when it is not a plain name chain."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else node.attr
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        return f"{base}()" if base else ""
+    return ""
+
+
+def last(name: str) -> str:
+    return name.rstrip("()").rsplit(".", 1)[-1]
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def keyword(call: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _is_zero(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
+
+
+def _is_main_block(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`"""
+    test = getattr(node, "test", None)
+    return isinstance(test, ast.Compare) and dotted(test.left) == "__name__" and \
+        any(const_str(c) == "__main__" for c in test.comparators)
+
+
+def _exits(body: list[ast.stmt]) -> bool:
+    """The block always leaves: return / continue / break / raise / sys.exit()."""
+    if not body:
+        return False
+    tail = body[-1]
+    if isinstance(tail, (ast.Return, ast.Continue, ast.Break, ast.Raise)):
+        return True
+    return isinstance(tail, ast.Expr) and isinstance(tail.value, ast.Call) and last(dotted(tail.value.func)) in (
+        "exit", "_exit")
+
+
+def _method(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def _walk_same_function(body: list[ast.stmt], into_loops: bool = True):
+    """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
+    stack = list(body)
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
+        (() if into_loops else (ast.For, ast.While, ast.AsyncFor))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, skip):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
+    return [n for n in _walk_same_function(body) if isinstance(n, ast.Call)]
+
+
+@dataclass
+class _Guard:
+    kind: str  # global | local | device | single (the parent of mp.spawn workers: one process)
+    rank0: bool  # the guarded code runs on rank 0 only (True) or on every rank but 0 (False)
+    node: ast.If | ast.IfExp
+    other: list[ast.AST] = field(default_factory=list)  # the other branch: a collective there pairs with ours
+
+
+class ScriptReader:
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+        self.parent: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parent[child] = node
+        self.aliases = self._imports()
+        self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
+                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls)
+        self.sets_device = any(self.callee_last(c) == "set_device" for c in self.calls)
+        # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
+        self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
+        self._learn_assignments()
+        self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    self.callee_last(node.value) in DDP_NAMES:
+                for target in node.targets:
+                    self.ddp_names.setdefault(dotted(target), node.lineno)
+        # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
+        self.loaded_into = {dotted(c.func.value) for c in self.calls
+                            if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    # --------------------------------------------------------------------------------------- names
+
+    def _imports(self) -> dict[str, str]:
+        aliases = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        return aliases
+
+    def resolve(self, name: str) -> str:
+        """`dist.all_reduce` -> `torch.distributed.all_reduce`, through the script's imports."""
+        head, _, rest = name.partition(".")
+        full = self.aliases.get(head.rstrip("()"))
+        return f"{full}.{rest}" if full and rest else (full or name)
+
+    def callee(self, call: ast.Call) -> str:
+        return self.resolve(dotted(call.func))
+
+    def callee_last(self, call: ast.Call) -> str:
+        return last(self.callee(call))
+
+    def is_(self, call: ast.Call, name: str) -> bool:
+        return self.callee_last(call) == name
+
+    def is_collective(self, call: ast.Call) -> bool:
+        full = self.callee(call)
+        return last(full) in COLLECTIVES and (full.startswith("torch.distributed.") or ".dist." in f".{full}"
+                                              or full.startswith("dist."))
+
+    # --------------------------------------------------------------------------------------- rank guards
+
+    def _scope_key(self, node: ast.AST) -> tuple[ast.AST | None, str] | None:
+        """Where a name's value is recorded: (function, name) for a plain name, (None, attr) for `self.attr`."""
+        if isinstance(node, ast.Name):
+            return self.enclosing_function(node), node.id
+        if isinstance(node, ast.Attribute):
+            return None, node.attr
+        return None
+
+    def _learn_assignments(self) -> None:
+        """What each name holds, read from its assignments: a rank of some kind (`gpu_id = int(os.environ[
+        'LOCAL_RANK'])`) or a stored rank test (`is_main = rank == 0`). Names assigned two different things are
+        left to what their name says."""
+        self.held_kind: dict = {}  # (scope, name) -> kind
+        self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
+        self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
+        assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
+            kinds: dict = {}
+            tests: dict = {}
+            derived: set = set()
+            plain: set = set()  # assigned something else too: not always different per process
+            for node in assigns:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
+                    continue
+                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute)) \
+                    and not self.rank_kind(node.value)
+                if is_test and (test := self.rank_test(node.value)) is not None:
+                    tests.setdefault(key, set()).add(test)
+                elif (kind := self.rank_kind(node.value)) is not None:
+                    kinds.setdefault(key, set()).add(kind)
+                elif self._labels_rank(node.value):
+                    derived.add(key)  # computed from the rank: different on every process
+                else:
+                    plain.add(key)
+            self.held_kind = {k: v.pop() for k, v in kinds.items() if len(v) == 1}
+            self.rank_derived = {k: True for k in derived - plain}
+            self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+
+    def _labels_rank(self, value: ast.AST) -> bool:
+        """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
+        (a loss computed on this rank's device is not one: only names, strings and devices count)."""
+        if isinstance(value, ast.JoinedStr):
+            return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        if isinstance(value, ast.Subscript):  # devices[rank]
+            return bool(self.rank_kind(value.slice))
+        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
+            return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
+        return False
+
+    def _held(self, table: dict, node: ast.AST):
+        key = self._scope_key(node)
+        if key is None:
+            return None
+        if key in table:
+            return table[key]
+        return table.get((None, key[1])) if key[0] is not None else None
+
+    def rank_kind(self, expr: ast.AST) -> str | None:
+        """'global' / 'local' / 'device' when `expr` is a rank: rank, args.local_rank, dist.get_rank(),
+        os.environ['RANK'], or a device index (`gpu_id`: the local rank, or the rank of a one-node job)."""
+        if isinstance(expr, ast.Call):
+            name = last(self.callee(expr))
+            if name in ("get_rank", "rank"):
+                return "global"
+            if name in ("get_local_rank", "local_rank", "get_node_local_rank"):
+                return "local"
+            if name == "int" and expr.args:
+                return self.rank_kind(expr.args[0])
+            if name in ("get", "getenv") and expr.args:
+                return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.args[0]) or "")
+            return None
+        if isinstance(expr, ast.Subscript):
+            return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+        if not isinstance(expr, (ast.Name, ast.Attribute)):
+            return None
+        held = self._held(self.held_kind, expr)
+        if held:
+            return held
+        name = last(dotted(expr)).lower()
+        if "local" in name and "rank" in name:
+            return "local"
+        if name in GLOBAL_RANK_NAMES:
+            return "global"
+        return "device" if name in DEVICE_INDEX_NAMES else None
+
+    def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
+        """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            inner = self.rank_test(expr.operand, follow_names)
+            return (inner[0], not inner[1]) if inner else None
+        if isinstance(expr, ast.BoolOp):
+            for value in expr.values:
+                inner = self.rank_test(value, follow_names)
+                # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
+                if inner and inner[1] == isinstance(expr.op, ast.And):
+                    return inner
+            return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+            left, op, right = expr.left, expr.ops[0], expr.comparators[0]
+            if _is_zero(left):
+                left, right = right, left
+                op = {ast.Gt: ast.Lt(), ast.Lt: ast.Gt(), ast.GtE: ast.LtE(), ast.LtE: ast.GtE()}.get(type(op), op)
+            if not _is_zero(right):
+                return None
+            kind = self.rank_kind(left)
+            if kind is None:
+                return None
+            if isinstance(op, (ast.Eq, ast.Is, ast.LtE)):
+                return kind, True
+            if isinstance(op, (ast.NotEq, ast.IsNot, ast.Gt)):
+                return kind, False
+            return None
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            held = self._held(self.held_test, expr) if follow_names else None
+            if held:
+                return held
+            name = last(dotted(expr)).lower()
+            if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
+                return ("local" if "local" in name else "global"), True
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) in MAIN_CALLS:
+            return "global", True
+        kind = self.rank_kind(expr)
+        return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def guards(self, node: ast.AST) -> list[_Guard]:
+        """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
+        in a script that starts its own workers (mp.spawn), its `if __name__ == "__main__":` block runs once."""
+        found = []
+        child, parent = node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test = self.rank_test(parent.test)
+                body = parent.body if isinstance(parent.body, list) else [parent.body]
+                orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+                if test:
+                    in_body = child in body
+                    found.append(_Guard(test[0], test[1] if in_body else not test[1], parent,
+                                        orelse if in_body else body))
+                elif self.spawns and _is_main_block(parent) and child in body:
+                    found.append(_Guard("single", True, parent))
+                elif (launched := self._launcher_test(parent.test)) is not None and \
+                        child in (orelse if launched else body):
+                    found.append(_Guard("single", True, parent))  # no launcher: one process
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(parent, name, None)
+                if isinstance(block, list) and child in block:
+                    for stmt in block[: block.index(child)]:
+                        if isinstance(stmt, ast.If) and not stmt.orelse and _exits(stmt.body):
+                            test = self.rank_test(stmt.test)
+                            if test:
+                                found.append(_Guard(test[0], not test[1], stmt))
+            child, parent = parent, self.parent.get(parent)
+        return found
+
+    def _launcher_test(self, test: ast.AST) -> bool | None:
+        """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
+        `"RANK" not in os.environ`; None for anything else."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            found = [self._launcher_test(v) for v in test.values]
+            return True if True in found else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and const_str(test.left) in RANK_VARS and \
+                self.resolve(dotted(test.comparators[0])) == "os.environ":
+            return {ast.In: True, ast.NotIn: False}.get(type(test.ops[0]))
+        return None
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
+        parent = self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parent = self.parent.get(parent)
+        return parent
+
+    def call_sites(self, func: ast.AST) -> list[ast.Call]:
+        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
+        return [c for c in self.calls if last(dotted(c.func)) == func.name and self.enclosing_function(c) is not func]
+
+    def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
+        """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""
+        if any(g.kind in kinds and g.rank0 for g in self.guards(node)):
+            return True
+        func = self.enclosing_function(node)
+        if func is None or depth > 4:
+            return False
+        sites = self.call_sites(func)
+        return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
