@@ -92,7 +92,9 @@ def request_dumps(dump_dir: str | os.PathLike, ranks, timeout: float = 5.0) -> d
         dumps = read_dumps(dump_dir)
         answered = {r for r, d in dumps.items() if d.get("trigger") in (request, "exit")}
         if wanted <= answered or time.monotonic() >= deadline:
-            return dumps
+            # A record from an earlier request is stale: its rank did not answer this one (dead, or stuck holding
+            # the interpreter lock), and analyse() says so.
+            return {r: d for r, d in dumps.items() if r in answered}
         time.sleep(0.1)
 
 
@@ -205,8 +207,7 @@ def _ranks(ranks) -> str:
 
 
 def _first_disagreement(seqs_by_rank: dict[int, dict[int, dict]]):
-    common = sorted(set().union(*[set(s) for s in seqs_by_rank.values()]))
-    for seq in common:
+    for seq in sorted(set().union(*[set(s) for s in seqs_by_rank.values()])):
         present = {r: s[seq] for r, s in seqs_by_rank.items() if seq in s}
         if len(present) > 1 and len({_signature(e) for e in present.values()}) > 1:
             return seq, present
@@ -243,7 +244,7 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
         return FlightReport(available=False, why=why, verdict=None, kind="unavailable", ranks=ranks_list)
 
     # The group to talk about: the first one where ranks disagree, else one where some rank is behind, else the
-    # busiest. Groups are compared among the ranks that recorded them (a subgroup's members only).
+    # default group. A subgroup is compared among the ranks that recorded it (its members).
     groups = sorted({g for s in by_rank.values() for g in s}, key=lambda g: (g != "default_pg", g))
     chosen, report = None, None
     for g in groups:
@@ -258,11 +259,14 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
                                 .rstrip(), []).append(r)
             detail = "; ".join(f"{_ranks(rs)} {sig}" for sig, rs in sorted(sigs.items(), key=lambda kv: kv[1]))
             report = FlightReport(True, None, f"ranks disagree at #{seq}{_in(g)}: {detail}", "mismatch", seq=seq,
-                                  op=_op(present[min(present)]["profiling_name"]), group=g)
+                                  op=_op(present[min(present)]["profiling_name"]), group=g,
+                                  waiting=sorted(r for r, e in present.items() if not _completed(e)))
             break
     if report is None:
         g = chosen = next((g for g in groups if len({max(s[g]) for s in by_rank.values() if g in s}) > 1), groups[0])
-        report = _progress(g, {r: s.get(g, {}) for r, s in by_rank.items()}, flights, all_ranks, dumps)
+        # Every rank with a record belongs to the default group, also one that has not called any collective yet.
+        members = dumps if g == "default_pg" else [r for r, s in by_rank.items() if g in s]
+        report = _progress(g, {r: by_rank[r].get(g, {}) for r in members}, flights, all_ranks, dumps)
 
     group_seqs = {r: s.get(chosen, {}) for r, s in by_rank.items()}
     for r, f in flights.items():
@@ -303,7 +307,7 @@ def _in(group: str) -> str:
 def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankFlight], all_ranks: list[int],
               dumps: dict[int, dict]) -> FlightReport:
     """No disagreement: say who is behind in group g, and who waits for them."""
-    last = {r: max(s) for r, s in seqs.items() if s}
+    last = {r: max(s) if s else 0 for r, s in seqs.items()}
     top = max(last.values())
     entry = next(s[top] for s in seqs.values() if top in s)
     target = f"{_op(entry['profiling_name'])} #{top}{_in(g)}"
@@ -340,7 +344,7 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
         f = flights[r]
         nxt = next((s[last[r] + 1] for s in seqs.values() if last[r] + 1 in s), entry)
         how = f"{_op(nxt['profiling_name'])} #{last[r] + 1}{_in(g)}"
-        after = f"last: {_collective(seqs[r][last[r]]).text()}"
+        after = f"last: {_collective(seqs[r][last[r]]).text()}" if last[r] else "no collective before it"
         if f.trigger == "exit":
             after += f"; it exited{': ' + f.error if f.error else ''}"
         if f.where:

@@ -60,8 +60,14 @@ def install() -> bool:
         previous_hook(kind, value, tb)
 
     sys.excepthook = remember
-    atexit.register(write_dump, dump_dir, rank, "exit")
+    atexit.register(_at_exit, dump_dir, rank, os.getpid())
     return True
+
+
+def _at_exit(dump_dir: str, rank: str, owner: int) -> None:
+    # A child made by os.fork() inherits atexit handlers; its record would overwrite the rank's own.
+    if os.getpid() == owner:
+        write_dump(dump_dir, rank, "exit")
 
 
 def _read(path: str) -> str | None:
