@@ -164,8 +164,22 @@ def test_bootstrap_keeps_the_sitecustomize_it_shadows(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.SHADOWED_RAN = True\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(flight.BOOT_DIR), str(tmp_path)]),
            flight.frdump.DIR_ENV: str(tmp_path), "RANK": "0", "LOCAL_RANK": "0"}
-    code = "import builtins, sys; from ddplab.diagnose import frdump; print(builtins.SHADOWED_RAN, frdump._installed, 'torch' in sys.modules)"
+    code = ("import builtins, sys; from ddplab.diagnose import frdump; "
+            "print(builtins.SHADOWED_RAN, frdump._installed, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True", "False"], out.stderr  # installed, chained, and torch not imported
     record = json.loads((tmp_path / "rank0.json").read_text())  # written at exit
     assert record["trigger"] == "exit" and record["why"] == "the script had not imported torch yet"
+
+
+def test_hang_inside_a_subgroup(tmp_path, no_leftover_workers):
+    report = hang_report("hang_subgroup.py", 3, tmp_path)
+    # The cause is the pair group, where idle rank 1 keeps rank 0 waiting; rank 2's wait in the default group's
+    # barrier is the consequence and comes second.
+    assert report.kind == "not_called" and (report.group, report.seq, report.op) == ("1", 2, "all_reduce"), report
+    assert (report.waiting, report.missing) == ([0], [1])
+    check(report.ranks[0].last_started, "all_reduce", 2, "float32[32]", "in progress")
+    check(report.ranks[2].last_started, "barrier", 2, "", "in progress")
+    assert report.verdict.startswith("rank 1 has not called all_reduce #2 in group 1"), report.verdict
+    assert report.also == ["ranks 0, 1 have not called barrier #2 (last: all_reduce #1 float32[16]); "
+                           "rank 2 waits in it"]

@@ -37,7 +37,8 @@ DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16"
 OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
               "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
               "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter_base": "reduce_scatter_tensor",
-              "alltoall": "all_to_all", "alltoall_base": "all_to_all_single", "allreduce_coalesced": "all_reduce_coalesced"}
+              "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
+              "allreduce_coalesced": "all_reduce_coalesced"}
 # Ops whose every rank passes the same input shapes; for the others (gather, scatter, all_to_all, ...) shapes
 # legitimately differ between ranks, so only op and dtype are compared.
 SAME_SHAPE_OPS = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
@@ -108,7 +109,7 @@ class Collective:
     state: str  # completed | failed | in progress (see _state)
 
     def text(self) -> str:
-        return f"{self.op} #{self.seq} {self.inputs}".rstrip()
+        return f"{self.op} #{self.seq}{_in(self.group)} {self.inputs}".rstrip()
 
 
 @dataclass
@@ -135,6 +136,7 @@ class FlightReport:
     group: str | None = None
     waiting: list[int] = field(default_factory=list)  # ranks inside that collective
     missing: list[int] = field(default_factory=list)  # ranks that have not called it / left no record
+    also: list[str] = field(default_factory=list)  # verdicts on other process groups where ranks are uneven
     ranks: list[RankFlight] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -263,19 +265,41 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
                                   waiting=sorted(r for r, e in present.items() if not _completed(e)))
             break
     if report is None:
-        g = chosen = next((g for g in groups if len({max(s[g]) for s in by_rank.values() if g in s}) > 1), groups[0])
-        # Every rank with a record belongs to the default group, also one that has not called any collective yet.
-        members = dumps if g == "default_pg" else [r for r, s in by_rank.items() if g in s]
-        report = _progress(g, {r: by_rank[r].get(g, {}) for r in members}, flights, all_ranks, dumps)
+        def group_seqs(g):  # every rank with a record is in the default group, even before its first collective
+            members = dumps if g == "default_pg" else [r for r, s in by_rank.items() if g in s]
+            return {r: by_rank[r].get(g, {}) for r in members}
 
-    group_seqs = {r: s.get(chosen, {}) for r, s in by_rank.items()}
+        def busy(r):  # inside a collective of any group
+            return any(not _completed(s[max(s)]) for s in by_rank.get(r, {}).values() if s)
+
+        uneven = [g for g in groups if len({max(s, default=0) for s in group_seqs(g).values()}) > 1]
+        # The cause is where ranks that are in no collective at all keep others waiting; a laggard that waits in
+        # another group is a consequence. Groups whose laggards are all idle come first, then those with some.
+        def idle_laggards(g):
+            seqs = group_seqs(g)
+            top = max(max(s, default=0) for s in seqs.values())
+            laggards = [r for r, s in seqs.items() if max(s, default=0) < top]
+            idle = [r for r in laggards if not busy(r)]
+            return (len(idle) < len(laggards), not idle)
+
+        uneven.sort(key=idle_laggards)
+        chosen = uneven[0] if uneven else groups[0]
+        report = _progress(chosen, group_seqs(chosen), flights, all_ranks, dumps)
+        report.also = [_progress(g, group_seqs(g), flights, all_ranks, dumps).verdict for g in uneven[1:]]
+
     for r, f in flights.items():
-        seqs = group_seqs.get(r, {})
-        if seqs:
-            f.last_started = _collective(seqs[max(seqs)])
-            f.last_started.state = _state(r, max(seqs), group_seqs, flights, all_ranks, chosen)
-            done = [s for s in seqs if _state(r, s, group_seqs, flights, all_ranks, chosen) == "completed"]
-            f.last_completed = _collective(seqs[max(done)]) if done else None
+        groups_of_r = by_rank.get(r, {})
+        # The verdict's group; for a rank outside it, the group of its newest entry.
+        g = chosen if chosen in groups_of_r else max(
+            groups_of_r, key=lambda k: max(e.get("time_created_ns", 0) for e in groups_of_r[k].values()), default=None)
+        if g is None:
+            continue
+        all_seqs = {m: s.get(g, {}) for m, s in by_rank.items()}
+        seqs = all_seqs[r]
+        f.last_started = _collective(seqs[max(seqs)])
+        f.last_started.state = _state(r, max(seqs), all_seqs, flights, all_ranks, g)
+        done = [s for s in seqs if _state(r, s, all_seqs, flights, all_ranks, g) == "completed"]
+        f.last_completed = _collective(seqs[max(done)]) if done else None
     report.ranks = ranks_list
     return report
 
@@ -327,8 +351,9 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
     waits = side(inside, f"{'waits' if len(inside) == 1 else 'wait'} in {ref}")
     completed = side(passed, f"completed {ref}")
     errors = sorted({flights[r].error for r in failed if flights[r].error})
-    broke = side(failed, f"{'was' if len(failed) == 1 else 'were'} in {ref} when {'it' if len(failed) == 1 else 'they'} "
-                         f"failed ({_short(errors[0]) if errors else 'no error text'})")
+    one = len(failed) == 1
+    broke = side(failed, f"{'was' if one else 'were'} in {ref} when {'it' if one else 'they'} failed "
+                         f"({_short(errors[0]) if errors else 'no error text'})")
     mismatch_abort = [r for r in all_ranks if GLOO_SIZE_MISMATCH in (flights[r].error or "")]
     if mismatch_abort:
         # gloo's transport aborts the rank that received a size other than it expected, in std::terminate: it
@@ -339,7 +364,7 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
                           f"expected (gloo: \"{GLOO_SIZE_MISMATCH}\"), so the ranks passed tensors of different "
                           f"sizes to it; recorded: {shapes}")
         return report
-    parts = []
+    alike: dict[str, list[int]] = {}  # ranks behind in the same way share one phrase
     for r in behind:
         f = flights[r]
         nxt = next((s[last[r] + 1] for s in seqs.values() if last[r] + 1 in s), entry)
@@ -349,7 +374,8 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
             after += f"; it exited{': ' + f.error if f.error else ''}"
         if f.where:
             after += f"; it is in {f.where}"
-        parts.append(f"rank {r} has not called {how} ({after})")
+        alike.setdefault(f"{how} ({after})", []).append(r)
+    parts = [f"{_ranks(rs)} {'has' if len(rs) == 1 else 'have'} not called {what}" for what, rs in alike.items()]
     for r in silent:
         f = flights[r]
         parts.append(f"rank {r} left no record ({'it ended: ' + f.error if f.error else 'dead, or it did not answer'})")
@@ -389,4 +415,5 @@ def render(report: FlightReport) -> str:
         extra = f"  [{f.where}]" if f.where else ""
         lines.append(f"  rank {f.rank}: last called {started}; last completed {done}{extra}")
     lines.append(f"  => {report.verdict}")
+    lines += [f"  also: {v}" for v in report.also]
     return "\n".join(lines)
