@@ -246,46 +246,16 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
         return FlightReport(available=False, why=why, verdict=None, kind="unavailable", ranks=ranks_list)
 
     # The group to talk about: the first one where ranks disagree, else one where some rank is behind, else the
-    # default group. A subgroup is compared among the ranks that recorded it (its members).
+    # default group.
     groups = sorted({g for s in by_rank.values() for g in s}, key=lambda g: (g != "default_pg", g))
-    chosen, report = None, None
-    for g in groups:
-        seqs = {r: s[g] for r, s in by_rank.items() if g in s}
-        found = _first_disagreement(seqs)
-        if found:
-            seq, present = found
-            chosen = g
-            sigs: dict[str, list[int]] = {}
-            for r, e in present.items():
-                sigs.setdefault(f"{_op(e['profiling_name'])} {_shapes(e.get('input_sizes'), e.get('input_dtypes'))}"
-                                .rstrip(), []).append(r)
-            detail = "; ".join(f"{_ranks(rs)} {sig}" for sig, rs in sorted(sigs.items(), key=lambda kv: kv[1]))
-            report = FlightReport(True, None, f"ranks disagree at #{seq}{_in(g)}: {detail}", "mismatch", seq=seq,
-                                  op=_op(present[min(present)]["profiling_name"]), group=g,
-                                  waiting=sorted(r for r, e in present.items() if not _completed(e)))
-            break
+    report = _mismatch(groups, by_rank)
     if report is None:
-        def group_seqs(g):  # every rank with a record is in the default group, even before its first collective
-            members = dumps if g == "default_pg" else [r for r, s in by_rank.items() if g in s]
-            return {r: by_rank[r].get(g, {}) for r in members}
-
-        def busy(r):  # inside a collective of any group
-            return any(not _completed(s[max(s)]) for s in by_rank.get(r, {}).values() if s)
-
-        uneven = [g for g in groups if len({max(s, default=0) for s in group_seqs(g).values()}) > 1]
-        # The cause is where ranks that are in no collective at all keep others waiting; a laggard that waits in
-        # another group is a consequence. Groups whose laggards are all idle come first, then those with some.
-        def idle_laggards(g):
-            seqs = group_seqs(g)
-            top = max(max(s, default=0) for s in seqs.values())
-            laggards = [r for r, s in seqs.items() if max(s, default=0) < top]
-            idle = [r for r in laggards if not busy(r)]
-            return (len(idle) < len(laggards), not idle)
-
-        uneven.sort(key=idle_laggards)
+        uneven = _uneven_groups(groups, by_rank, dumps)
         chosen = uneven[0] if uneven else groups[0]
-        report = _progress(chosen, group_seqs(chosen), flights, all_ranks, dumps)
-        report.also = [_progress(g, group_seqs(g), flights, all_ranks, dumps).verdict for g in uneven[1:]]
+        report = _progress(chosen, _members(chosen, by_rank, dumps), flights, all_ranks, dumps)
+        report.also = [_progress(g, _members(g, by_rank, dumps), flights, all_ranks, dumps).verdict
+                       for g in uneven[1:]]
+    chosen = report.group
 
     for r, f in flights.items():
         groups_of_r = by_rank.get(r, {})
@@ -302,6 +272,51 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
         f.last_completed = _collective(seqs[max(done)]) if done else None
     report.ranks = ranks_list
     return report
+
+
+def _members(g: str, by_rank: dict[int, dict], dumps: dict[int, dict]) -> dict[int, dict[int, dict]]:
+    """Group g's collectives per member rank. Every rank with a record is in the default group, even one that has
+    not called a collective yet; a subgroup's members are the ranks that recorded it."""
+    members = dumps if g == "default_pg" else [r for r, s in by_rank.items() if g in s]
+    return {r: by_rank[r].get(g, {}) for r in members}
+
+
+def _mismatch(groups: list[str], by_rank: dict[int, dict]) -> FlightReport | None:
+    """The first collective where ranks passed different ops, dtypes or shapes, in the first group that has one."""
+    for g in groups:
+        found = _first_disagreement({r: s[g] for r, s in by_rank.items() if g in s})
+        if not found:
+            continue
+        seq, present = found
+        sigs: dict[str, list[int]] = {}
+        for r, e in present.items():
+            sig = f"{_op(e['profiling_name'])} {_shapes(e.get('input_sizes'), e.get('input_dtypes'))}".rstrip()
+            sigs.setdefault(sig, []).append(r)
+        detail = "; ".join(f"{_ranks(rs)} {sig}" for sig, rs in sorted(sigs.items(), key=lambda kv: kv[1]))
+        return FlightReport(True, None, f"ranks disagree at #{seq}{_in(g)}: {detail}", "mismatch", seq=seq,
+                            op=_op(present[min(present)]["profiling_name"]), group=g,
+                            waiting=sorted(r for r, e in present.items() if not _completed(e)))
+    return None
+
+
+def _uneven_groups(groups: list[str], by_rank: dict[int, dict], dumps: dict[int, dict]) -> list[str]:
+    """Groups whose ranks stopped at different collectives, the likeliest cause first.
+
+    The cause is where ranks that are in no collective at all keep others waiting; a laggard that itself waits in
+    another group is a consequence. Groups whose laggards are all idle come first, then those with some.
+    """
+    def busy(r):  # inside a collective of any group
+        return any(not _completed(s[max(s)]) for s in by_rank.get(r, {}).values() if s)
+
+    def idle_laggards(g):
+        seqs = _members(g, by_rank, dumps)
+        top = max(max(s, default=0) for s in seqs.values())
+        laggards = [r for r, s in seqs.items() if max(s, default=0) < top]
+        idle = [r for r in laggards if not busy(r)]
+        return (len(idle) < len(laggards), not idle)
+
+    uneven = [g for g in groups if len({max(s, default=0) for s in _members(g, by_rank, dumps).values()}) > 1]
+    return sorted(uneven, key=idle_laggards)
 
 
 def _state(r: int, seq: int, seqs: dict[int, dict[int, dict]], flights: dict[int, RankFlight], all_ranks: list[int],
