@@ -106,13 +106,27 @@ def collect(trigger: str) -> dict:
         if fn is None:
             continue
         try:
-            record["traces"][name] = json.loads(fn())
+            raw = fn()
+            # Kept as torch's JSON text and spliced into the file as is: parsing and re-encoding up to a megabyte
+            # of JSON would add to the dump's own cost (docs/flight.md), paid while a launcher waits.
+            record["traces"][name] = _Raw(raw.decode() if isinstance(raw, bytes) else raw)
         except Exception as e:  # noqa: BLE001 - one recorder failing must not cost the other
             record["traces"][name] = {"error": f"{type(e).__name__}: {e}"}
     if not record["traces"]:
         record["why"] = (f"torch {record['torch']} has no Flight Recorder dump function "
                          f"({' or '.join(DUMP_FUNCTIONS)}); gloo is recorded from torch 2.8")
     return record
+
+
+class _Raw(str):
+    """A JSON text to write as it is."""
+
+
+def _encode(record: dict) -> str:
+    traces = record.pop("traces")
+    head = json.dumps(record)[:-1]  # the object without its closing brace
+    body = ", ".join(f"{json.dumps(name)}: {t if isinstance(t, _Raw) else json.dumps(t)}" for name, t in traces.items())
+    return f'{head}, "traces": {{{body}}}}}'
 
 
 def write_dump(dump_dir: str, rank: str, trigger: str) -> None:
@@ -126,7 +140,7 @@ def write_dump(dump_dir: str, rank: str, trigger: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
+            f.write(_encode(record))
         os.replace(tmp, path)
     except OSError as e:
         sys.stderr.write(f"ddplab: could not write the Flight Recorder dump {path}: {e}\n")
