@@ -10,7 +10,9 @@ dump requests through the bootstrap in frdump.py (put on their PYTHONPATH by wor
     report = flight.analyse(dumps, world_size, stacks={rank: "train.py:88 in load_batch"})
     print(flight.render(report)); json.dumps(report.to_dict())
 
-After a run that failed instead of hanging, read_dumps(dump_dir) returns what each rank wrote at exit.
+After a run that failed instead of hanging, read_dumps(dump_dir) returns what each rank wrote at exit, and
+analyse(dumps, world_size, errors={rank: its last error line}) adds what the launcher saw of ranks that died
+without a record (a gloo size mismatch ends its rank in std::terminate).
 What a Flight Recorder entry holds is described in docs/flight.md; the field names are PyTorch's
 (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp, dump format version 2.x).
 """
