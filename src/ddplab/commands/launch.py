@@ -101,6 +101,7 @@ def render(con, r) -> None:
                                                             f"{rank.where or '?'}"))
             if rank.stack:
                 con.print(_brief(rank.stack), markup=False)
+        _render_flight(con, r.flight)
         for f in r.related_lint:
             con.print(escape(f"  likely cause — line {f.line}: {f.message}"))
             con.print(escape(f"      fix: {f.fix}"))
@@ -114,12 +115,20 @@ def render(con, r) -> None:
             if rank is not root:
                 con.print(escape(f"  rank {rank.rank}: exit code {rank.exitcode}"
                                  + (f": {rank.error}" if rank.error else "")))
+        _render_flight(con, r.flight)
         if r.explanation is not None:
             con.print("[bold]diagnosis[/] (ddplab explain):")
             render_explanation(con, r.explanation, show_root=False)
         con.print(f"  per-rank logs: {escape(r.log_dir)}")
     else:
         con.print(f"  per-rank logs: {escape(r.log_dir)}")
+
+
+def _render_flight(con, report) -> None:
+    if report is not None and report.available:
+        from ddplab.diagnose.flight import render as render_flight
+
+        con.print(render_flight(report), markup=False, highlight=False)
 
 
 def _brief(stack: str) -> str:

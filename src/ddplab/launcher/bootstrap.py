@@ -24,16 +24,6 @@ def _die_with_parent() -> None:
     die_with_parent()
 
 
-def _flight_recorder_hook() -> None:
-    """When ddplab asked for it (the variable names the module), start the per-collective recorder's dump thread."""
-    module = os.environ.get("DDPLAB_RANK_HOOK")
-    if module:
-        try:
-            __import__(module).install()
-        except Exception as e:  # the script must run even when the forensics cannot
-            print(f"ddplab: {module} not started: {e}", file=sys.stderr)
-
-
 def main(argv: list) -> None:
     _die_with_parent()
     if not argv:
@@ -41,7 +31,6 @@ def main(argv: list) -> None:
     if argv[0] == "--exec":
         os.execvp(argv[1], argv[1:])  # the kernel keeps the parent-death signal across exec
     sys.path.pop(0)  # this file's folder: the script must see the path it would have seen
-    _flight_recorder_hook()
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         sys.path.insert(0, os.getcwd())

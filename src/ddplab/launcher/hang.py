@@ -100,6 +100,12 @@ class ScriptWatch:
             found.append(proc)
         return found
 
+    def _agent(self) -> list[psutil.Process]:
+        try:
+            return [psutil.Process(self.agent_pid)]
+        except psutil.NoSuchProcess:
+            return []
+
     def _cpu_seconds(self, procs: list[psutil.Process]) -> float:
         total = 0.0
         for proc in procs:
@@ -123,7 +129,9 @@ class ScriptWatch:
         if size != self.log_size:
             self.log_size = size
             self.detector.progressed()
-        self.samples.append((now, self._cpu_seconds(procs)))
+        # The agent with everything under it: while it still imports torch and starts the ranks it is busy, and
+        # start-up must not read as an idle (hung) job; once the ranks run, they are what counts.
+        self.samples.append((now, self._cpu_seconds(self._agent())))
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.idle_window:
             self.samples.popleft()
         self.found = None

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddplab.diagnose import flight
 from ddplab.launcher import agent
 from ddplab.launcher.files import read_json
 from ddplab.launcher.hang import ScriptWatch
@@ -28,6 +29,7 @@ class ScriptRun:
     launcher_log: Path
     stacks: list[RankStack] | None = None  # hang: every rank's stack
     reason: str = ""  # hang: why it was declared
+    dumps: dict | None = None  # each rank's Flight Recorder record: asked for on a hang, written at exit otherwise
 
 
 def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float, output) -> ScriptRun:
@@ -36,8 +38,11 @@ def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since:
     import os
 
     start = time.monotonic()
-    proc = agent.spawn({"kind": "script", "torchrun": torchrun}, log_dir, dict(os.environ),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
+    flight_dir = log_dir / "flight"
+    env = {**os.environ, **flight.worker_env(flight_dir)}
+    proc = agent.spawn({"kind": "script", "torchrun": torchrun}, log_dir, env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
     # With per-rank log files the watch reads those (the launcher's own messages are not the script's progress);
     # without them, anything the agent forwards counts.
     redirected = torchrun.get("redirects") != "0"
@@ -46,13 +51,15 @@ def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since:
     progress = None if redirected else watch.note_output
     pumps = [_pump(proc.stdout, output, launcher_log, progress),
              _pump(proc.stderr, sys.stderr, launcher_log, progress)]
-    status, stacks = "ok", None
+    status, stacks, dumps = "ok", None, None
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` of ddplab must not orphan the workers
     try:
         while proc.poll() is None:
             stacks = watch.poll()
             if stacks is not None:
                 status = "hang"
+                # Before anything is ended: each rank's record of what it called, while it still waits.
+                dumps = flight.request_dumps(flight_dir, [s.rank for s in stacks if s.rank is not None], timeout=5)
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
@@ -68,8 +75,10 @@ def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since:
                    "the launcher exited without a result"}
     if status == "ok" and (outcome["failures"] or outcome.get("launcher_error")):
         status = "failed"
+    if dumps is None and status == "failed":
+        dumps = flight.read_dumps(flight_dir)  # what each rank wrote as it exited
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
-                     launcher_log, stacks, watch.reason)
+                     launcher_log, stacks, watch.reason, dumps)
 
 
 def _interrupt(signum, frame):

@@ -51,6 +51,7 @@ class LaunchResult:
     root_cause: int | None = None
     related_lint: list = field(default_factory=list)  # lint findings that explain the hang
     explanation: object = None  # ddplab explain's Explanation of the failure
+    flight: object = None  # diagnose.flight.FlightReport: the per-collective view from PyTorch's Flight Recorder
 
 
 def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> LaunchResult:
@@ -117,6 +118,7 @@ def _finished(result: LaunchResult, run: ScriptRun) -> None:
                                                      exitcode=root.exitcode, error=root.error))
     # A rank that aborted in C++ printed no Python error line; explain reads its `what():` instead.
     root.error = root.error or result.explanation.root_cause.error
+    result.flight = _flight(run, errors={r.rank: r.error for r in result.ranks if r.error})
     result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
         f": {root.error}" if root.error else "")
 
@@ -144,7 +146,18 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
         result.ranks.append(RankReport(rank=s.rank, local_rank=s.local_rank, pid=s.pid, stuck_in=s.call,
                                        where=s.where, stack=s.stack or s.error, log=str(folder) if folder else None))
     result.summary = f"{run.reason or f'no progress for {timeout:g}s'}: {describe(run.stacks or [], plan.endpoint)}"
+    result.flight = _flight(run, stacks={s.rank: s.where for s in run.stacks or [] if s.rank is not None and s.where})
     kinds = {s.kind for s in run.stacks or []}
     related = set().union(*(RELATED_RULES.get(k, set()) for k in kinds)) if kinds else set()
     findings = plan.lint.findings if plan.lint else []
     result.related_lint = [f for f in findings if f.rule in related] or [f for f in findings if f.level == "error"]
+
+
+def _flight(run: ScriptRun, **known):
+    """The Flight Recorder's view of the ranks (which collective each last called and completed), or None when no
+    rank left a record: the stacks and the tracebacks are then all there is."""
+    from ddplab.diagnose import flight
+
+    if not run.dumps:
+        return None
+    return flight.analyse(run.dumps, **known)
