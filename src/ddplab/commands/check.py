@@ -33,6 +33,7 @@ class CheckResult:
     problems: list[dict] = field(default_factory=list)  # per failing rank: traceback or stack, for people to read
     nnodes: int = 1
     ranks: list[int] = field(default_factory=list)  # the global ranks that ran on this node
+    flight: object = None  # a hung or failed run: which collective each rank last called (diagnose.flight)
 
 
 def _fraction(text: str) -> float:
@@ -80,7 +81,7 @@ def run(args) -> int:
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
     guess = envinfo.early_nproc(args.nproc, args.device) if worker_stages and port is not None else None
-    with startup.early(lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes), guess) as ranks:
+    with startup.early(lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True), guess) as ranks:
         import torch
 
         from ddplab import dist as ddist
@@ -89,7 +90,7 @@ def run(args) -> int:
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
         pre = preflight.run(nproc, device, backend, port_finding)
-        stages, problems, seconds, run_ranks = [pre], [], pre.seconds, []
+        stages, problems, seconds, run_ranks, flight = [pre], [], pre.seconds, [], None
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
         elif worker_stages:
@@ -97,11 +98,12 @@ def run(args) -> int:
                        "mem_fraction": args.mem_fraction,
                        # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
                        "pg_timeout": args.timeout + 30}
-            workers, problems, seconds, run_ranks = _run_workers(args, ranks.get(nproc), payload)
+            workers, problems, seconds, run_ranks, flight = _run_workers(args, ranks.get(nproc), payload)
             stages += workers
     result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
                          verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
-                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks)
+                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks,
+                         flight=flight)
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
@@ -109,7 +111,7 @@ def run(args) -> int:
     return 0 if result.ok else 1
 
 
-def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict], float, list[int]]:
+def _run_workers(args, pending, payload):
     names, nproc = payload["stages"], pending.nproc
     done: dict[str, dict[int, dict]] = {n: {} for n in names}
 
@@ -133,7 +135,7 @@ def _run_workers(args, pending, payload) -> tuple[list[StageResult], list[dict],
         else:
             cause = "not run: an earlier stage did not pass" if blamed else "no result (see the problems below)"
             stages.append(StageResult(name, SKIP if blamed else FAIL, cause=cause))
-    return stages, problems, run.seconds, [r.rank for r in run.ranks]
+    return stages, problems, run.seconds, [r.rank for r in run.ranks], run.flight
 
 
 def _blame(stage: str, run) -> StageResult:
@@ -201,4 +203,8 @@ def render(con, r: CheckResult) -> None:
             kind = "stack" if "stack" in p else "traceback"
             con.print(f"\n[bold]rank {p['rank']} {kind}[/] (last phase: {p['phase']}):")
             con.print(text, markup=False, highlight=False, soft_wrap=True)
+    if r.flight is not None and r.flight.available:
+        from ddplab.diagnose.flight import render as render_flight
+
+        con.print("\n" + render_flight(r.flight), markup=False, highlight=False)
     con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red", soft_wrap=True)

@@ -63,6 +63,7 @@ class TrainFailure:
     summary: str
     root_cause: int | None
     ranks: list[dict] = field(default_factory=list)
+    flight: object = None  # which collective each rank last called (diagnose.flight)
 
 
 def run(args) -> int:
@@ -72,7 +73,7 @@ def run(args) -> int:
     early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
 
     def start(nproc: int):
-        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes)
+        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True)
 
     with startup.early(start, early.nproc if early else None) as ranks:
         cfg, ns, nproc = _checked(args)
@@ -155,7 +156,8 @@ def _run(pending, recipe: str, cfg, ns) -> int:
         raise DdplabError(message, exit_code=code)
     failure = TrainFailure(outcome.status, outcome.summary(), outcome.root_cause,
                            [{"rank": r.rank, "phase": r.phase, "exitcode": r.exitcode, "error": r.error,
-                             "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks])
+                             "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks],
+                           outcome.flight)
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
 
@@ -181,3 +183,7 @@ def render_failure(con, f: TrainFailure) -> None:
         if detail:
             con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
             con.print(detail, markup=False, highlight=False)
+    if f.flight is not None and f.flight.available:
+        from ddplab.diagnose.flight import render as render_flight
+
+        con.print(render_flight(f.flight), markup=False, highlight=False)

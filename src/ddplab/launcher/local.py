@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import psutil
 
+from ddplab.diagnose import flight as flight_recorder
 from ddplab.errors import DdplabError
 from ddplab.launcher import agent
 from ddplab.launcher.files import read_json, write_atomic
@@ -42,7 +43,7 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
         stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
         env: dict[str, str] | None = None, keep_dir: bool = False,
         on_event: Callable[[int, dict], None] | None = None, nodes: Nodes | None = None,
-        fresh_workers: bool = False) -> RunResult:
+        fresh_workers: bool = False, flight: bool = False) -> RunResult:
     """Run `target(payload)` on `nproc` local ranks and return what each rank did.
 
     stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
@@ -50,13 +51,14 @@ def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None
     on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
     """
     pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env, nodes=nodes,
-                    fresh_workers=fresh_workers)
+                    fresh_workers=fresh_workers, flight=flight)
     return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir,
                        on_event=on_event)
 
 
 def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
-          env: dict[str, str] | None = None, nodes: Nodes | None = None, fresh_workers: bool = False) -> PendingRun:
+          env: dict[str, str] | None = None, nodes: Nodes | None = None, fresh_workers: bool = False,
+          flight: bool = False) -> PendingRun:
     """Start the agent now and let it import torch and the target while the caller does other work (preflight);
     nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
 
@@ -79,6 +81,8 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
     run_dir = Path(tempfile.mkdtemp(prefix="ddplab-run-"))
     for sub in ("events", "stacks", "errors", "results", "logs"):
         (run_dir / sub).mkdir()
+    if flight:
+        child_env.update(flight_recorder.worker_env(run_dir / "flight", child_env))
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
     child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
@@ -129,6 +133,8 @@ class PendingRun:
                     status, reason = "hang", detector.reason
                 if status == "hang":
                     _dump_stacks(run_dir, nproc)
+                    if (run_dir / "flight").is_dir():  # each rank's record, while it still waits
+                        flight_recorder.request_dumps(run_dir / "flight", _global_ranks(run_dir, nproc), timeout=5)
                     break
                 time.sleep(POLL_S)
         except BrokenPipeError:  # the agent died before it was told to go; collect() reports its log
@@ -203,6 +209,11 @@ def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
     return pids
 
 
+def _global_ranks(run_dir: Path, nproc: int) -> list[int]:
+    return [starts[-1]["rank"] for local in range(nproc)
+            if (starts := [e for e in events(run_dir, local) if e["phase"] == "start"])]
+
+
 def _dump_stacks(run_dir: Path, nproc: int) -> None:
     """Ask every live worker for its Python stack (faulthandler on SIGUSR1 writes it to stacks/localR.txt)."""
     for pid in _worker_pids(run_dir, nproc).values():
@@ -224,8 +235,10 @@ def _own_frames(path: Path) -> str | None:
     """The worker's stack without the launcher's frames below the worker entry (faulthandler: newest first)."""
     if not path.exists() or not path.stat().st_size:
         return None
-    kept = []
-    for line in path.read_text(errors="replace").splitlines():
+    kept, lines = [], path.read_text(errors="replace").splitlines()
+    # The thread that was running the target; the others (the Flight Recorder's dump thread...) are not its story.
+    current = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), 0)
+    for line in lines[current:]:
         if "ddplab/launcher/worker.py" in line:
             break
         kept.append(line)
@@ -264,6 +277,7 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
                                  (err or failure)["time"]))
 
     result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
+
     stamps = [e["t"] for local in range(nproc) for e in events(run_dir, local)[-1:]]
     result.last_progress = max(stamps, default=None)
     if status == "hang":
@@ -275,4 +289,7 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
         result.root_cause = root_cause(failed)
         result.reason = result.summary() if result.root_cause is not None else (
             f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{tail(run_dir / 'agent.log')}")
+    if result.status != "ok" and (dumps := flight_recorder.read_dumps(run_dir / "flight")):
+        result.flight = flight_recorder.analyse(dumps, stacks={r.rank: f"phase {r.phase}" for r in ranks if r.phase},
+                                                errors={r.rank: r.error for r in ranks if r.error})
     return result
