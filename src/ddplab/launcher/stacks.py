@@ -99,8 +99,17 @@ def classify(frames: list[dict]) -> tuple[str, str | None, str | None]:
 
 
 def format_stack(frames: list[dict]) -> str:
+    """Outermost call first, from the script's own first frame: the bootstrap and runpy that started it under
+    `ddplab launch` are not part of its story."""
+    outer = list(reversed(frames))
+    while outer and _launcher_frame(outer[0].get("filename", "")):
+        outer.pop(0)
     return "\n".join(f"  File \"{f.get('filename')}\", line {f.get('line')}, in {f.get('name')}"
-                     for f in reversed(frames))
+                     for f in (outer or list(reversed(frames))))
+
+
+def _launcher_frame(filename: str) -> bool:
+    return filename.endswith(f"launcher{os.sep}bootstrap.py") or "runpy" in filename
 
 
 def describe(stacks: list[RankStack], endpoint: str | None) -> str:
