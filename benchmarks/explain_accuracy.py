@@ -11,35 +11,21 @@ the share right; docs/explain.md records the figures.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 from ddplab.diagnose.explain import explain_text
 
-LOGS = Path(__file__).resolve().parent.parent / "tests" / "logs"
-
-
-def read_quoted(path: Path) -> tuple[dict[str, str], str]:
-    """(header fields, quoted text): the leading `# key: value` lines, then the quote."""
-    lines = path.read_text().splitlines()
-    head = {}
-    while lines and re.match(r"# \w+: ", lines[0]):
-        key, value = lines.pop(0)[2:].split(": ", 1)
-        head[key] = value
-    return head, "\n".join(lines)
-
-
-def held_out() -> set[str]:
-    text = (LOGS / "HELDOUT.txt").read_text()
-    return {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS))
+from test_explain_corpus import HELD_OUT, LOGS, read_quoted  # noqa: E402  the corpus's one reader
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=("all", "heldout", "train"), default="all")
     args = parser.parse_args(argv)
-    held = held_out()
+    held = HELD_OUT
     paths = sorted(LOGS.glob("*.log"))
     if args.set == "heldout":
         paths = [p for p in paths if p.name in held]

@@ -210,16 +210,7 @@ TORCHRUN_RUNS = ["gloo-size-mismatch", "worker-abort", "worker-exception"]  # th
 def torchrun_log(tmp_path_factory) -> str:
     """The console log of a real 2-rank torchrun run of tests/scripts/explain_failures.py (tee'd, as users see it)."""
     logs = tmp_path_factory.mktemp("torchrun")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           "--log-dir", str(logs), "--redirects", "3", "--tee", "3", str(HERE / "scripts" / "explain_failures.py")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        raise AssertionError("the torchrun run overstayed 120s")
-    assert proc.returncode != 0, out[-3000:]
+    out = torchrun_2_ranks("explain_failures.py", "--log-dir", str(logs), "--redirects", "3", "--tee", "3")
     (logs / "console.log").write_text(out)
     return out
 
@@ -261,10 +252,11 @@ def test_cli_explains_a_log_file_and_stdin(torchrun_log, tmp_path):
     assert data["matches"][0]["rule"] == "worker-killed"
 
 
-def torchrun_2_ranks(script: str) -> str:
-    """The console log of a real 2-rank torchrun run of tests/scripts/SCRIPT, which must fail."""
+def torchrun_2_ranks(script: str, *options: str) -> str:
+    """The console log of a real 2-rank torchrun run of tests/scripts/SCRIPT (torchrun OPTIONS first), which must
+    fail."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           str(HERE / "scripts" / script)]
+           *options, str(HERE / "scripts" / script)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
     try:
