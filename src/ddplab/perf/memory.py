@@ -1,0 +1,368 @@
+"""How much memory one rank needs for a training step, per strategy, predicted without running the step.
+
+How the prediction is made (nothing here runs the step being predicted, and no constant is fitted to measurements):
+
+- traced: the model is built and one training step is executed twice under PyTorch's FakeTensorMode, inside a fake
+  process group of N ranks ("fake" backend, rank 0 of N). Fake tensors carry shapes, dtypes and storages but no
+  data, so nothing is computed or allocated, yet every operator's output storage exists for exactly as long as it
+  would in a real step. torch's own memory trackers (torch.distributed._tools.mem_tracker.MemTracker, and
+  FSDPMemTracker for FSDP2) follow those storages and report the peak of live bytes with each byte's role:
+  parameters, gradients, optimizer state, activations, temporaries, FSDP's all-gather / reduce-scatter buffers.
+  zero1 runs the real ZeroRedundancyOptimizer and fsdp the real fully_shard, so their shards are traced too.
+- computed: DDP cannot wrap fake tensors (it checks parameter data across ranks), so its gradient buckets are
+  computed: one flat buffer per dtype holding every trainable gradient (torch's Reducer with
+  gradient_as_bucket_view=True, as ddplab train uses: the gradients are views into the buckets, so buckets and
+  gradients are one allocation). The trace places that buffer before the step, so the peak accounts for it.
+  On GPUs the CUDA context and the caching allocator's headroom are not allocations; they are reported apart.
+
+The measured side (AllocatorPeak) is the allocator's own count: on CPU the profiler's memory events (every
+allocation and free the c10 CPU allocator reports while profile_memory=True), on GPUs max_memory_allocated().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddplab.errors import DdplabError
+from ddplab.train import strategy as strategies
+
+MiB = 2**20
+
+# Part names, in the order they are shown; the tracker's categories map onto them.
+PARTS = ("parameters", "gradients", "DDP buckets (hold the gradients)", "optimizer state", "activations",
+         "temporaries", "FSDP all-gather buffers", "FSDP reduce-scatter buffers", "input batch", "other")
+_CATEGORY = {
+    "Parameter": "parameters", "Buffer": "parameters", "Sharded Param": "parameters",
+    "Unsharded Param": "FSDP all-gather buffers", "All Gather": "FSDP all-gather buffers",
+    "Gradient": "gradients", "Sharded Grad": "gradients", "Unsharded Grad": "FSDP reduce-scatter buffers",
+    "Reduce Scatter": "FSDP reduce-scatter buffers", "Optstate": "optimizer state", "OptState": "optimizer state", "Activation": "activations",
+    "Temp": "temporaries", "Inputs": "input batch", "Other": "other",
+}
+
+
+@dataclass
+class Spec:
+    """One training step to trace: a user's own model works the same as a recipe's."""
+
+    make_model: Callable[[], nn.Module]  # builds the model (called under FakeTensorMode: allocates nothing)
+    batch: tuple  # an example per-rank batch (real tensors, small: token ids or features)
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer]
+    loss: Callable[[nn.Module, tuple], torch.Tensor]
+    amp: str = "none"  # none | bf16 | fp16
+    grad_clip: float = 0.0
+    device: str = "cpu"
+
+
+@dataclass
+class Part:
+    name: str
+    bytes: int
+    basis: str  # traced | computed
+
+
+@dataclass
+class Prediction:
+    strategy: str
+    nproc: int
+    batch_size: int
+    peak_bytes: int  # allocator peak of one rank over model build + two steps
+    parts: list[Part]  # what is live at that peak
+    between_steps_bytes: int  # live after a step: what stays (weights, gradients in DDP buckets, optimizer state)
+    rank: int = 0  # the rank traced (zero1: the one holding the largest share)
+
+    @property
+    def peak_mib(self) -> float:
+        return self.peak_bytes / MiB
+
+
+# --------------------------------------------------------------------------------------------------- tracing
+
+
+@contextlib.contextmanager
+def fake_group(nproc: int, rank: int):
+    """A process group of `nproc` ranks that does no communication (torch's "fake" backend), for this process
+    only. Refused where a real group exists: the trace would otherwise talk to real ranks."""
+    if dist.is_initialized():
+        raise DdplabError("memory prediction needs its own fake process group, and this process already belongs to "
+                          "a real one: predict before init_process_group, or in another process")
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers the "fake" backend
+
+    dist.init_process_group("fake", store=dist.HashStore(), rank=rank, world_size=nproc)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _trackers():
+    try:
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError:
+        raise DdplabError(f"memory prediction needs torch.distributed._tools.mem_tracker (torch>=2.6); this is "
+                          f"torch {torch.__version__}: upgrade torch") from None
+    return MemTracker, FSDPMemTracker
+
+
+def _autocast(spec: Spec):
+    if spec.amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=spec.device, dtype=torch.bfloat16 if spec.amp == "bf16" else torch.float16)
+
+
+def _ddp_buckets(model: nn.Module) -> list[torch.Tensor]:
+    """DDP's gradient buckets (computed): one flat buffer per dtype; each gradient becomes a view into it."""
+    buckets = []
+    by_dtype: dict[torch.dtype, list[nn.Parameter]] = {}
+    for p in dict.fromkeys(p for p in model.parameters() if p.requires_grad):  # tied weights count once
+        by_dtype.setdefault(p.dtype, []).append(p)
+    for dtype, params in by_dtype.items():
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
+        offset = 0
+        for p in params:
+            p.grad = flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+        buckets.append(flat)
+    return buckets
+
+
+def _partition_rank(optimizer) -> int:
+    """The rank whose ZeRO share of the optimizer state is largest (ZeroRedundancyOptimizer's own partition)."""
+    shares = [sum(p.numel() * p.element_size() for g in groups for p in g["params"])
+              for groups in optimizer._partition_parameters()]
+    return max(range(len(shares)), key=shares.__getitem__)
+
+
+def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) -> Prediction:
+    """Trace model build + `steps` training steps of rank `rank` of `nproc` under FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    MemTracker, FSDPMemTracker = _trackers()
+    strategies.check(strategy)
+    device = torch.device(spec.device)
+    batch_size = int(spec.batch[0].shape[0])
+    with fake_group(nproc, rank):
+        mesh = None
+        if strategy == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(spec.device, (nproc,))  # outside fake mode: the mesh holds real rank ids
+        with FakeTensorMode(allow_non_fake_inputs=True) as fake:
+            batch = tuple(fake.from_tensor(t.to(device)) for t in spec.batch)
+            if strategy == "fsdp":
+                with device:  # built where it will live (a fake tensor cannot be moved by Module.to)
+                    model = spec.make_model()
+                wrapped = strategies.wrap("fsdp", model, spec.make_optimizer, nproc, device, mesh=mesh)
+                optimizer, buckets = wrapped.optimizer, []
+                tracker = FSDPMemTracker(model, optimizer)
+                tracker.track_inputs(batch)
+            else:
+                tracker = MemTracker()
+                with device:
+                    model = spec.make_model()
+                optimizer = spec.make_optimizer(model)
+                if strategy == "zero1":
+                    optimizer = strategies.zero1(optimizer)
+                    biggest = _partition_rank(optimizer)
+                    if biggest != rank:  # predict the rank that needs most
+                        return trace(spec, strategy, nproc, biggest, steps)
+                buckets = _ddp_buckets(model) if nproc > 1 else []
+                tracker.track_external(model, optimizer, *batch, *buckets)
+            between = 0
+            with tracker:
+                for _ in range(steps):
+                    with _autocast(spec):
+                        loss = spec.loss(model, batch)
+                    loss.backward()
+                    if spec.grad_clip:
+                        nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
+                    optimizer.step()
+                    # DDP's buckets stay whatever zero_grad does; zeroing in place keeps the emulated views in them
+                    optimizer.zero_grad(set_to_none=not buckets)
+                    del loss
+                    between = _live(tracker)
+                    tracker.reset_mod_stats()  # per-module statistics only; the peak stays
+            peak = tracker.get_tracker_snapshot("peak")
+    return Prediction(strategy, nproc, batch_size, _total(peak), _parts(peak, bool(buckets)), between, rank)
+
+
+def _device_snapshot(snapshot: dict) -> dict:
+    real = [v for k, v in snapshot.items() if str(k) != "meta"] or list(snapshot.values())
+    merged: dict = {}
+    for per_device in real:
+        for k, v in per_device.items():
+            merged[k] = merged.get(k, 0) + v
+    return merged
+
+
+def _total(snapshot: dict) -> int:
+    return int(_device_snapshot(snapshot).get("Total", 0))
+
+
+def _live(tracker) -> int:
+    return _total(tracker.get_tracker_snapshot("current"))
+
+
+def _parts(snapshot: dict, ddp_buckets: bool) -> list[Part]:
+    sums: dict[str, int] = {}
+    for category, value in _device_snapshot(snapshot).items():
+        if category == "Total" or not value:
+            continue
+        name = _CATEGORY.get(str(getattr(category, "value", category)), "other")
+        if ddp_buckets and name in ("other", "gradients"):  # the emulated buckets are tracked as "Other"
+            name = "DDP buckets (hold the gradients)"
+        sums[name] = sums.get(name, 0) + int(value)
+    return [Part(n, sums[n], "computed" if n.startswith("DDP buckets") else "traced") for n in PARTS if n in sums]
+
+
+# --------------------------------------------------------------------------------------------------- measuring
+
+
+class AllocatorPeak:
+    """The allocator's peak of live bytes between start() and stop(), above what was live at start().
+
+    CPU: torch.profiler with profile_memory=True; the c10 CPU allocator reports every allocation and free made
+    while it runs, so the running sum of those events is the live bytes it handed out, and its maximum the peak.
+    CUDA: torch.cuda.max_memory_allocated() against memory_allocated() at start().
+    """
+
+    def __init__(self, device: torch.device):
+        self.device, self.prof, self.base, self.peak = device, None, 0, None
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self.prof.__enter__()
+
+    def stop(self) -> None:
+        if self.peak is not None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device) - self.base
+            return
+        if self.prof is None:
+            return
+        self.prof.__exit__(None, None, None)
+        events = [(e.start_ns(), e.nbytes()) for e in self.prof.profiler.kineto_results.events()
+                  if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+        live = peak = 0
+        for _, nbytes in sorted(events):
+            live += nbytes
+            peak = max(peak, live)
+        self.peak, self.prof = peak, None
+
+    def measured_mb(self) -> float | None:
+        self.stop()
+        return None if self.peak is None else self.peak / MiB
+
+
+def measure(fn: Callable[[], None], device: torch.device) -> int:
+    """Allocator peak of running fn()."""
+    peak = AllocatorPeak(device)
+    peak.start()
+    try:
+        fn()
+    finally:
+        peak.stop()
+    return int(peak.peak or 0)
+
+
+# --------------------------------------------------------------------------------------------------- recipes
+
+
+def recipe_spec(recipe_name: str, cfg, batch_size: int | None = None, device: str = "cpu") -> Spec:
+    """The step `ddplab train RECIPE` runs with these flags, as a Spec (the data is built for real: it is small)."""
+    from ddplab.train.loop import load_recipe
+
+    recipe = load_recipe(recipe_name)
+    if batch_size is not None:
+        cfg = dataclasses.replace(cfg, batch_size=batch_size)
+    data = recipe.data(cfg)
+    if len(data) < 1:
+        raise DdplabError("the recipe's data holds no sample at these flags: use more data or a smaller shape")
+    indices = torch.arange(cfg.batch_size) % len(data)
+    return Spec(make_model=lambda: recipe.model(cfg, data), batch=tuple(data.take(indices)),
+                make_optimizer=lambda m: recipe.optimizer(cfg, m), loss=recipe.loss, amp=cfg.amp,
+                grad_clip=cfg.grad_clip, device=device)
+
+
+def with_batch(spec: Spec, batch_size: int) -> Spec:
+    """The same step at another per-rank batch size (rows of the example batch repeated)."""
+    rows = torch.arange(batch_size) % spec.batch[0].shape[0]
+    return dataclasses.replace(spec, batch=tuple(t[rows] for t in spec.batch))
+
+
+@dataclass
+class Fit:
+    gpu: str
+    memory_gb: float
+    usable_bytes: int  # after the CUDA context and the safety margin
+    fits: dict[str, bool] = field(default_factory=dict)  # strategy -> fits at the requested batch
+    largest_batch: dict[str, int] = field(default_factory=dict)  # strategy -> largest per-rank batch (0: none)
+
+
+# --------------------------------------------------------------------------------------------------- subprocess
+
+
+def predict_recipe(recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu") -> Prediction:
+    from ddplab.train.config import from_dict
+    from ddplab.train.loop import load_recipe
+
+    cfg = from_dict(load_recipe(recipe_name).config, config)
+    return trace(recipe_spec(recipe_name, cfg, device=device), strategy, nproc)
+
+
+def predict_elsewhere(recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu",
+                      timeout_s: float = 600.0) -> Prediction:
+    """predict_recipe in a fresh interpreter: for a process that already belongs to a real process group (a
+    training rank), which cannot also hold the fake one the trace needs."""
+    import json
+    import subprocess
+    import sys
+
+    request = json.dumps({"recipe": recipe_name, "config": config, "strategy": strategy, "nproc": nproc,
+                          "device": device})
+    done = subprocess.run([sys.executable, "-m", "ddplab.perf.memory", request], capture_output=True, text=True,
+                          timeout=timeout_s, env=_clean_env())
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DdplabError(f"memory prediction failed: {last}")
+    data = json.loads(done.stdout)
+    data["parts"] = [Part(**p) for p in data["parts"]]
+    return Prediction(**data)
+
+
+def _clean_env() -> dict:
+    """This process's environment without the launcher's rendezvous variables (the child is no rank)."""
+    import os
+
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+            "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    args = json.loads(sys.argv[1])
+    try:
+        result = predict_recipe(args["recipe"], args["config"], args["strategy"], args["nproc"], args["device"])
+    except DdplabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    print(json.dumps(dataclasses.asdict(result)))
