@@ -75,6 +75,29 @@ PEAKS: dict[str, Peak] = {p.gpu: p for p in [
          "(989.4 dense; same GH100 compute as H100), https://www.nvidia.com/en-us/data-center/h200/", "2026-12-02"),
 ]}
 
+@dataclass(frozen=True)
+class Memory:
+    gpu: str
+    gb: float  # as the datasheet states it; ddplab counts it as 10^9 bytes (the visible total is a little more)
+    source: str
+    date: str
+
+
+# Each priced GPU's memory, for `ddplab memory` and `ddplab cost --memory`: does the training fit?
+MEMORY: dict[str, Memory] = {m.gpu: m for m in [
+    Memory("A10G", 24, "AWS EC2 G5 instances page: NVIDIA A10G Tensor Core GPU, 24 GB GPU memory per GPU, "
+           "https://aws.amazon.com/ec2/instance-types/g5/", "2026-12-03"),
+    Memory("RTX4090", 24, "NVIDIA Ada GPU Architecture whitepaper v2.01, GeForce RTX 4090: 24 GB GDDR6X, "
+           "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "2026-12-03"),
+    Memory("A100", 80, "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, "
+           "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+           "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-03"),
+    Memory("H100", 80, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: GPU memory 80GB, "
+           "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "2026-12-03"),
+    Memory("H200", 141, "NVIDIA H200 Tensor Core GPU page, H200 SXM: GPU memory 141GB HBM3e, "
+           "https://www.nvidia.com/en-us/data-center/h200/", "2026-12-03"),
+]}
+
 ALIASES = {"4090": "RTX4090", "A10": "A10G"}  # A10 → A10G only as a spelling help; they are different boards
 
 

@@ -306,13 +306,101 @@ def with_batch(spec: Spec, batch_size: int) -> Spec:
     return dataclasses.replace(spec, batch=tuple(t[rows] for t in spec.batch))
 
 
+# --------------------------------------------------------------------------------------------------- planning
+
+# Not allocations, so never traced; reported apart, GPU only.
+CUDA_CONTEXT_BYTES = 2**30
+CUDA_CONTEXT_SOURCE = ("assumed 1 GiB per process: the CUDA context takes ~700+ MB depending on CUDA version and "
+                       "device (PyTorch forums: discuss.pytorch.org/t/high-gpu-memory-overhead/81330 and "
+                       "/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021), rounded up for NCCL's buffers")
+MARGIN = 0.10  # of the GPU's memory, for the caching allocator's fragmentation and rounding (reserved > allocated)
+
+
 @dataclass
 class Fit:
     gpu: str
     memory_gb: float
-    usable_bytes: int  # after the CUDA context and the safety margin
-    fits: dict[str, bool] = field(default_factory=dict)  # strategy -> fits at the requested batch
+    usable_bytes: int  # memory - CUDA context - margin
+    fits: dict[str, bool] = field(default_factory=dict)  # strategy -> the requested batch fits
     largest_batch: dict[str, int] = field(default_factory=dict)  # strategy -> largest per-rank batch (0: none)
+    source: str = ""
+
+
+@dataclass
+class MemoryReport:
+    model: str
+    settings: dict  # the flags that shape the step
+    parameters: int
+    batch_size: int
+    nproc: int
+    amp: str
+    predictions: list[Prediction]  # one per strategy, at batch_size
+    per_sample_bytes: dict[str, float]  # strategy -> peak growth per sample (traced at batch and 2 x batch)
+    fits: list[Fit]
+    cuda_context_bytes: int = CUDA_CONTEXT_BYTES
+    cuda_context_source: str = CUDA_CONTEXT_SOURCE
+    margin: float = MARGIN
+    advice: list[str] = field(default_factory=list)
+    basis: list[str] = field(default_factory=list)
+
+
+BASIS = [
+    "traced: parameters, gradients, optimizer state, activations, temporaries, FSDP buffers - one real training "
+    "step run twice on fake tensors (torch FakeTensorMode, fake process group of N ranks; torch's MemTracker / "
+    "FSDPMemTracker count the live storages); no data, no compute, nothing allocated",
+    "computed: DDP's gradient buckets (one flat copy of the trainable gradients; the gradients are views into it)",
+    "largest batch: the straight line through the traced peaks at the batch and at twice the batch (activations "
+    "grow linearly with the batch), against the GPU's memory - CUDA context - margin",
+]
+
+
+def largest_batch(at_batch: int, peak: int, per_sample: float, usable: int) -> int:
+    fixed = peak - per_sample * at_batch
+    if fixed >= usable:
+        return 0
+    return int((usable - fixed) // per_sample) if per_sample > 0 else 10**9
+
+
+def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], nproc: int, gpus: dict,
+         margin: float = MARGIN, context_bytes: int = CUDA_CONTEXT_BYTES) -> MemoryReport:
+    """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory)."""
+    batch = int(spec.batch[0].shape[0])
+    predictions, per_sample = [], {}
+    for name in strategies_:
+        at = trace(spec, name, nproc)
+        double = trace(with_batch(spec, 2 * batch), name, nproc)
+        predictions.append(at)
+        per_sample[name] = max(double.peak_bytes - at.peak_bytes, 0) / batch
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in dict.fromkeys(spec.make_model().parameters()))
+    fits = []
+    for gpu in gpus.values():
+        usable = int(gpu.gb * 1e9 * (1 - margin)) - context_bytes
+        fit = Fit(gpu.gpu, gpu.gb, usable, source=gpu.source)
+        for p in predictions:
+            fit.fits[p.strategy] = p.peak_bytes <= usable
+            fit.largest_batch[p.strategy] = largest_batch(batch, p.peak_bytes, per_sample[p.strategy], usable)
+        fits.append(fit)
+    report = MemoryReport(model_name, settings, parameters, batch, nproc, spec.amp, predictions, per_sample, fits,
+                          context_bytes, CUDA_CONTEXT_SOURCE, margin, basis=list(BASIS))
+    report.advice = advice(report)
+    return report
+
+
+def advice(report: MemoryReport) -> list[str]:
+    """Per GPU: whether DDP fits, and if not, the first strategy that does (least communication first)."""
+    lines = []
+    for fit in report.fits:
+        if fit.fits.get("ddp"):
+            continue
+        rescue = next((s for s in ("zero1", "fsdp") if fit.fits.get(s)), None)
+        if rescue:
+            lines.append(f"{fit.gpu}: ddp does not fit batch {report.batch_size} at {report.nproc} rank(s); {rescue} "
+                         f"does (largest batch {fit.largest_batch[rescue]})")
+        elif any(s in fit.fits for s in ("zero1", "fsdp")):
+            lines.append(f"{fit.gpu}: no strategy fits batch {report.batch_size} at {report.nproc} rank(s): more "
+                         "ranks (fsdp shrinks with them), a smaller --batch-size with --grad-accum, or --amp bf16")
+    return lines
 
 
 # --------------------------------------------------------------------------------------------------- subprocess

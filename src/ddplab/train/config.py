@@ -107,9 +107,11 @@ def flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> None:
-    """One flag per field; the field's default and reason become the flag's default and help."""
+def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig], skip: tuple[str, ...] = ()) -> None:
+    """One flag per field (but `skip`); the field's default and reason become the flag's default and help."""
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         name = f"--{flag(f.name)}"
         help_text = f.metadata.get("help", "")
         if isinstance(f.default, bool):
@@ -122,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> No
 
 
 def from_arguments(cls: type[TrainConfig], args: argparse.Namespace) -> TrainConfig:
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
 
 
 def from_dict(cls: type[TrainConfig], values: dict[str, Any]) -> TrainConfig:
