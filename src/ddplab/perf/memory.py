@@ -36,13 +36,15 @@ from ddplab.train import strategy as strategies
 MiB = 2**20
 
 # Part names, in the order they are shown; the tracker's categories map onto them.
-PARTS = ("parameters", "gradients", "DDP buckets (hold the gradients)", "optimizer state", "activations",
+PARTS = ("parameters", "gradients", "DDP buckets (hold the gradients)", "optimizer state + its step's temporaries",
+         "activations",
          "temporaries", "FSDP all-gather buffers", "FSDP reduce-scatter buffers", "input batch", "other")
 _CATEGORY = {
     "Parameter": "parameters", "Buffer": "parameters", "Sharded Param": "parameters",
     "Unsharded Param": "FSDP all-gather buffers", "All Gather": "FSDP all-gather buffers",
     "Gradient": "gradients", "Sharded Grad": "gradients", "Unsharded Grad": "FSDP reduce-scatter buffers",
-    "Reduce Scatter": "FSDP reduce-scatter buffers", "Optstate": "optimizer state", "OptState": "optimizer state", "Activation": "activations",
+    "Reduce Scatter": "FSDP reduce-scatter buffers", "Optstate": "optimizer state + its step's temporaries",
+    "OptState": "optimizer state + its step's temporaries", "Activation": "activations",
     "Temp": "temporaries", "Inputs": "input batch", "Other": "other",
 }
 
@@ -190,7 +192,8 @@ def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) 
                     between = _live(tracker)
                     tracker.reset_mod_stats()  # per-module statistics only; the peak stays
             peak = tracker.get_tracker_snapshot("peak")
-    return Prediction(strategy, nproc, batch_size, _total(peak), _parts(peak, bool(buckets)), between, rank)
+    bucket_bytes = sum(b.numel() * b.element_size() for b in buckets)
+    return Prediction(strategy, nproc, batch_size, _total(peak), _parts(peak, bucket_bytes), between, rank)
 
 
 def _device_snapshot(snapshot: dict) -> dict:
@@ -210,15 +213,22 @@ def _live(tracker) -> int:
     return _total(tracker.get_tracker_snapshot("current"))
 
 
-def _parts(snapshot: dict, ddp_buckets: bool) -> list[Part]:
+def _parts(snapshot: dict, bucket_bytes: int) -> list[Part]:
     sums: dict[str, int] = {}
     for category, value in _device_snapshot(snapshot).items():
         if category == "Total" or not value:
             continue
         name = _CATEGORY.get(str(getattr(category, "value", category)), "other")
-        if ddp_buckets and name in ("other", "gradients"):  # the emulated buckets are tracked as "Other"
-            name = "DDP buckets (hold the gradients)"
         sums[name] = sums.get(name, 0) + int(value)
+    # What was handed to the tracker from outside (track_external) is "other": the input batch and, under DDP,
+    # the buckets, whose size is known; gradients that are views into the buckets are counted there.
+    if bucket_bytes:
+        sums["DDP buckets (hold the gradients)"] = bucket_bytes
+        sums["other"] = sums.get("other", 0) + sums.pop("gradients", 0) - bucket_bytes
+    if "other" in sums:
+        sums["input batch"] = sums.get("input batch", 0) + sums.pop("other")
+        if sums["input batch"] <= 0:
+            sums.pop("input batch")
     return [Part(n, sums[n], "computed" if n.startswith("DDP buckets") else "traced") for n in PARTS if n in sums]
 
 
