@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,7 +87,7 @@ def test_largest_batch_follows_the_line_through_the_traced_peaks():
     assert memory.largest_batch(8, peak=5000, per_sample=100, usable=4000) == 0
 
 
-def test_cli_breakdown_json_and_largest_batch():
+def test_cli_breakdown_json_largest_batch_and_cost_fits(tmp_path, capsys):
     ran = cli("memory", "mlp", "--hidden", "64", "--nproc", "2", "--gpus", "RTX4090,H100", "--json", timeout=300)
     assert ran.code == 0, ran.err[-2000:]
     r = ran.json()
@@ -93,6 +95,14 @@ def test_cli_breakdown_json_and_largest_batch():
     assert [f["gpu"] for f in r["fits"]] == ["RTX4090", "H100"]
     assert all(f["fits"]["ddp"] and f["largest_batch"]["fsdp"] > 1000 for f in r["fits"])
     assert any(p["basis"] == "computed" for p in r["predictions"][0]["parts"])
+    # ddplab cost --memory: the same fits, for the GPUs it prices
+    from ddplab.cli import main
+
+    (tmp_path / "m.json").write_text(ran.out)
+    assert main(["cost", "--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e5", "--epochs",
+                 "1", "--gpus", "A100,RTX4090", "--memory", str(tmp_path / "m.json"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["memory"]["rows"]
+    assert [row["gpu"] for row in rows] == ["A100", "RTX4090"] and all(row["fits"]["fsdp"] for row in rows)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -209,6 +209,7 @@ class CostResult:
     prices: list[Price]
     peaks: list[Peak]
     assumptions: list[str] = field(default_factory=list)
+    memory: dict | None = None  # with --memory: per GPU and strategy, whether one rank's step fits (ddplab memory)
 
 
 # efficiency(count) -> (efficiency, basis); basis is "measured", "predicted" (scaling model) or "assumed" (ideal)
@@ -274,3 +275,23 @@ def format_hours(hours: float | None) -> str:
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
+
+
+def memory_fits(report: dict, gpus: list[str]) -> dict:
+    """From `ddplab memory --json`: per priced GPU, whether each strategy's per-rank peak fits its memory, and the
+    largest per-rank batch (the same rule as ddplab memory: memory - CUDA context - margin)."""
+    from ddplab.perf.memory import largest_batch
+
+    batch, margin, context = int(report["batch_size"]), float(report["margin"]), int(report["cuda_context_bytes"])
+    rows = []
+    for gpu in gpus:
+        if gpu not in MEMORY:
+            rows.append({"gpu": gpu, "memory_gb": None, "fits": {}, "largest_batch": {}})
+            continue
+        usable = int(MEMORY[gpu].gb * 1e9 * (1 - margin)) - context
+        fits = {p["strategy"]: p["peak_bytes"] <= usable for p in report["predictions"]}
+        largest = {p["strategy"]: largest_batch(batch, p["peak_bytes"], report["per_sample_bytes"][p["strategy"]],
+                                                usable) for p in report["predictions"]}
+        rows.append({"gpu": gpu, "memory_gb": MEMORY[gpu].gb, "fits": fits, "largest_batch": largest})
+    return {"model": report["model"], "batch_size": batch, "nproc": int(report["nproc"]), "margin": margin,
+            "rows": rows, "sources": {g: MEMORY[g].source for g in gpus if g in MEMORY}}
