@@ -73,6 +73,7 @@ def test_table_shows_measured_peak_next_to_prediction(runs, strategy):
         assert r["allocator_peak_mb"] > 0 and r["predicted_peak_mb"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["zero1", "fsdp"])
 def test_stop_and_resume_equals_the_uninterrupted_run(runs, strategy, tmp_path, no_leftover_workers):
     directory = tmp_path / "run"
