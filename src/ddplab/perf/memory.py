@@ -424,24 +424,43 @@ def predict_recipe(recipe_name: str, config: dict, strategy: str, nproc: int, de
     return trace(recipe_spec(recipe_name, cfg, device=device), strategy, nproc)
 
 
-def predict_elsewhere(recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu",
-                      timeout_s: float = 600.0) -> Prediction:
-    """predict_recipe in a fresh interpreter: for a process that already belongs to a real process group (a
-    training rank), which cannot also hold the fake one the trace needs."""
-    import json
-    import subprocess
-    import sys
+class PredictElsewhere:
+    """predict_recipe in a fresh interpreter, started now and collected later: for a training rank, which belongs
+    to a real process group and so cannot hold the fake one the trace needs; the trace runs while it trains."""
 
-    request = json.dumps({"recipe": recipe_name, "config": config, "strategy": strategy, "nproc": nproc,
-                          "device": device})
-    done = subprocess.run([sys.executable, "-m", "ddplab.perf.memory", request], capture_output=True, text=True,
-                          timeout=timeout_s, env=_clean_env())
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DdplabError(f"memory prediction failed: {last}")
-    data = json.loads(done.stdout)
-    data["parts"] = [Part(**p) for p in data["parts"]]
-    return Prediction(**data)
+    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu"):
+        import json
+        import subprocess
+        import sys
+        import tempfile
+
+        request = json.dumps({"recipe": recipe_name, "config": config, "strategy": strategy, "nproc": nproc,
+                              "device": device})
+        self.out = tempfile.TemporaryFile(mode="w+")
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.perf.memory", request], stdout=self.out,
+                                     stderr=self.err, text=True, env=_clean_env())
+
+    def result(self, timeout_s: float) -> Prediction:
+        """The prediction; DdplabError when it failed or is not done within timeout_s (then it is stopped)."""
+        import json
+        import subprocess
+
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise DdplabError(f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` "
+                              "for it") from None
+        self.out.seek(0)
+        self.err.seek(0)
+        if code != 0:
+            last = (self.err.read().strip().splitlines() or ["no output"])[-1]
+            raise DdplabError(f"memory prediction failed: {last}")
+        data = json.loads(self.out.read())
+        data["parts"] = [Part(**p) for p in data["parts"]]
+        return Prediction(**data)
 
 
 def _clean_env() -> dict:

@@ -38,7 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import ddplab.dist as dd
 from ddplab import report, runner
 from ddplab.errors import DdplabError
-from ddplab.perf.memory import AllocatorPeak, predict_elsewhere
+from ddplab.perf.memory import AllocatorPeak, PredictElsewhere
 from ddplab.train import checkpoint, metrics, strategy
 from ddplab.train.config import TrainConfig, add_arguments, from_arguments, from_dict
 from ddplab.train.data import Batch, ShardedBatches, TensorData
@@ -151,6 +151,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
     # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
     peak = AllocatorPeak(device)
+    predicting = PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) \
+        if ctx.is_main else None
     peak.start()
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
@@ -277,7 +279,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
     final_weights = strategy.full_state_dict(raw_model)
-    predicted_mb = _predicted_peak_mb(recipe, cfg, world, device, note) if ctx.is_main else None
+    predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
                      step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
                      cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
@@ -339,15 +341,16 @@ WARMUP_STEPS = 3
 MEASURED_STEPS = 2  # the first step creates the optimizer state, the second runs with it: the steady peak
 
 
-def _predicted_peak_mb(recipe: Recipe, cfg: TrainConfig, world: int, device: torch.device,
-                       note: Callable[[str], None]) -> float | None:
-    """`ddplab memory`'s prediction for this run, next to the measured peak in the per-rank table."""
+PREDICTION_GRACE_S = 120.0  # how long the end of a run waits for a trace that is slower than the training
+
+
+def _predicted_peak_mb(predicting: PredictElsewhere, note: Callable[[str], None]) -> float | None:
+    """`ddplab memory`'s prediction for this run (traced while it trained), next to the measured peak."""
     try:
-        predicted = predict_elsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
+        return predicting.result(PREDICTION_GRACE_S).peak_mib
     except (DdplabError, OSError, ValueError) as e:
         note(f"no memory prediction: {e}")
         return None
-    return predicted.peak_mib
 
 
 class Steady:
