@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--prices", metavar="FILE", help="your own price table (JSON, or TOML on Python 3.11+); it "
                                                     "replaces the shipped one")
     p.add_argument("--measured-on", metavar="GPU", help="the GPU type the throughput was measured on")
+    p.add_argument("--memory", metavar="MEMORY_JSON", help="output of `ddplab memory RECIPE ... --json`: also say "
+                                                           "whether one rank's step fits each GPU, per strategy")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run)
 
@@ -52,6 +54,13 @@ def run(args) -> int:
         measured_on = _measured_on(args.measured_on, gpus, known)
         efficiency = cost.ideal
     result = cost.estimate(base, measured_on, dataset, epochs, gpus, counts, prices, peaks, efficiency)
+    if args.memory:
+        data = cliargs.read_json(args.memory, "--memory", "ddplab memory RECIPE [flags] --json")
+        try:
+            result.memory = cost.memory_fits(data, gpus)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DdplabError(f"--memory {args.memory}: not the JSON `ddplab memory --json` writes "
+                              f"({type(e).__name__}: {e}): re-run ddplab memory with --json") from None
     report.emit(result, args.json, render)
     return 0
 
@@ -151,6 +160,8 @@ def render(con, r) -> None:
     con.print(t)
     for a in r.assumptions:
         con.print(f"assumed: {a}")
+    if r.memory:
+        render_memory(con, r.memory)
     con.print("prices (on-demand, per GPU-hour):")
     for p in r.prices:
         via = f", read via {p.via}" if p.via else ""
@@ -159,3 +170,21 @@ def render(con, r) -> None:
         con.print("peak dense BF16 tensor TFLOPS:")
         for k in r.peaks:
             con.print(f"  {k.gpu} {k.bf16_dense_tflops}: {k.source} (checked {k.date})")
+
+
+def render_memory(con, m: dict) -> None:
+    strategies = list(next((row["fits"] for row in m["rows"] if row["fits"]), {}))
+    con.print(f"memory ({m['model']}, batch {m['batch_size']} per rank at {m['nproc']} rank(s), from ddplab memory; "
+              f"{100 * m['margin']:.0f} % margin and the CUDA context kept free): fits? (largest per-rank batch)")
+    t = Table(box=None, pad_edge=False)
+    for col in ("GPU", "memory", *strategies):
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for row in m["rows"]:
+        if row["memory_gb"] is None:
+            t.add_row(row["gpu"], "unknown", *("-" for _ in strategies))
+            continue
+        t.add_row(row["gpu"], f"{row['memory_gb']:g} GB",
+                  *(f"{'yes' if row['fits'][s] else 'no'} ({row['largest_batch'][s]})" for s in strategies))
+    con.print(t)
+    for gpu, source in m["sources"].items():
+        con.print(f"  {gpu} memory: {source}")

@@ -75,6 +75,29 @@ PEAKS: dict[str, Peak] = {p.gpu: p for p in [
          "(989.4 dense; same GH100 compute as H100), https://www.nvidia.com/en-us/data-center/h200/", "2026-12-02"),
 ]}
 
+@dataclass(frozen=True)
+class Memory:
+    gpu: str
+    gb: float  # as the datasheet states it; ddplab counts it as 10^9 bytes (the visible total is a little more)
+    source: str
+    date: str
+
+
+# Each priced GPU's memory, for `ddplab memory` and `ddplab cost --memory`: does the training fit?
+MEMORY: dict[str, Memory] = {m.gpu: m for m in [
+    Memory("A10G", 24, "AWS EC2 G5 instances page: NVIDIA A10G Tensor Core GPU, 24 GB GPU memory per GPU, "
+           "https://aws.amazon.com/ec2/instance-types/g5/", "2026-12-03"),
+    Memory("RTX4090", 24, "NVIDIA Ada GPU Architecture whitepaper v2.01, GeForce RTX 4090: 24 GB GDDR6X, "
+           "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "2026-12-03"),
+    Memory("A100", 80, "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, "
+           "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+           "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-03"),
+    Memory("H100", 80, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: GPU memory 80GB, "
+           "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "2026-12-03"),
+    Memory("H200", 141, "NVIDIA H200 Tensor Core GPU page, H200 SXM: GPU memory 141GB HBM3e, "
+           "https://www.nvidia.com/en-us/data-center/h200/", "2026-12-03"),
+]}
+
 ALIASES = {"4090": "RTX4090", "A10": "A10G"}  # A10 → A10G only as a spelling help; they are different boards
 
 
@@ -186,6 +209,7 @@ class CostResult:
     prices: list[Price]
     peaks: list[Peak]
     assumptions: list[str] = field(default_factory=list)
+    memory: dict | None = None  # with --memory: per GPU and strategy, whether one rank's step fits (ddplab memory)
 
 
 # efficiency(count) -> (efficiency, basis); basis is "measured", "predicted" (scaling model) or "assumed" (ideal)
@@ -251,3 +275,23 @@ def format_hours(hours: float | None) -> str:
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
+
+
+def memory_fits(report: dict, gpus: list[str]) -> dict:
+    """From `ddplab memory --json`: per priced GPU, whether each strategy's per-rank peak fits its memory, and the
+    largest per-rank batch (the same rule as ddplab memory: memory - CUDA context - margin)."""
+    from ddplab.perf.memory import largest_batch
+
+    batch, margin, context = int(report["batch_size"]), float(report["margin"]), int(report["cuda_context_bytes"])
+    rows = []
+    for gpu in gpus:
+        if gpu not in MEMORY:
+            rows.append({"gpu": gpu, "memory_gb": None, "fits": {}, "largest_batch": {}})
+            continue
+        usable = int(MEMORY[gpu].gb * 1e9 * (1 - margin)) - context
+        fits = {p["strategy"]: p["peak_bytes"] <= usable for p in report["predictions"]}
+        largest = {p["strategy"]: largest_batch(batch, p["peak_bytes"], report["per_sample_bytes"][p["strategy"]],
+                                                usable) for p in report["predictions"]}
+        rows.append({"gpu": gpu, "memory_gb": MEMORY[gpu].gb, "fits": fits, "largest_batch": largest})
+    return {"model": report["model"], "batch_size": batch, "nproc": int(report["nproc"]), "margin": margin,
+            "rows": rows, "sources": {g: MEMORY[g].source for g in gpus if g in MEMORY}}

@@ -10,8 +10,9 @@ Run it (both give the same result):
 
 GPT-2-small sized on GPUs (124M-parameter shape, bf16, compiled; MFU against the GPU's dense BF16 peak):
 
-    ddplab train gpt --nproc 8 --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --stride 128 \
-        --batch-size 16 --amp bf16 --compile --lr 6e-4
+    ddplab train gpt --nproc 8 --size small --stride 128 --batch-size 16 --amp bf16 --compile --lr 6e-4
+    ddplab memory gpt --size medium --batch-size 8 --nproc 2        # will it fit? ddp, zero1 or fsdp
+    ddplab train gpt --nproc 8 --size xl --strategy fsdp --stride 128 --batch-size 4 --amp bf16
     (--stride 128 makes overlapping windows, so the small bundled text still gives thousands of samples;
      --peak-tflops X sets the peak for a GPU that ddplab's table does not know)
 
@@ -41,6 +42,17 @@ from ddplab.train.loop import Recipe
 
 BUNDLED = "stories.txt"
 
+# --size presets: GPT-2's published shapes (Radford et al. 2019, table 2; the 124M/350M/774M/1558M checkpoints'
+# config.json on the Hugging Face hub), and GPT-3 XL's 1.3B (Brown et al. 2020, table 2.1), with GPT-2's
+# 50257-token vocabulary, so that parameter counts and memory match the real models.
+SIZES = {
+    "small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),  # 124M
+    "medium": dict(n_layer=24, n_head=16, n_embd=1024, block_size=1024, vocab_size=50257),  # 350M
+    "large": dict(n_layer=36, n_head=20, n_embd=1280, block_size=1024, vocab_size=50257),  # 774M
+    "xl": dict(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50257),  # 1558M
+    "1.3b": dict(n_layer=24, n_head=16, n_embd=2048, block_size=1024, vocab_size=50257),  # GPT-3 XL, 1.3B
+}
+
 
 @dataclass
 class Config(TrainConfig):
@@ -50,6 +62,9 @@ class Config(TrainConfig):
     n_layer: int = opt(4, "transformer blocks", shape=True)
     n_head: int = opt(4, "attention heads per block", shape=True)
     n_embd: int = opt(128, "model width; must be divisible by --n-head", shape=True)
+    vocab_size: int = opt(0, "embedding rows (0 = the text's characters; GPT-2 has 50257 tokens)", shape=True)
+    size: str = opt("", "a real model's shape: small, medium, large, xl (GPT-2 124M..1.5B) or 1.3b (GPT-3 XL); "
+                        "sets --n-layer --n-head --n-embd --block-size --vocab-size", choices=("", *SIZES))
     dropout: float = opt(0.0, "dropout probability (0 for short runs: nothing to regularise yet)")
     weight_decay: float = opt(0.1, "AdamW weight decay on matrices only (as in GPT-2)")
     warmup: int = opt(20, "optimizer steps of linear learning-rate warm-up, then cosine decay to lr/10")
@@ -58,8 +73,16 @@ class Config(TrainConfig):
     batch_size: int = opt(16, "windows per rank per micro-batch")
     grad_clip: float = opt(1.0, "clip the gradient norm, as GPT training usually does")
 
+    def __post_init__(self) -> None:
+        for name, value in SIZES.get(self.size, {}).items():  # a preset wins over the shape flags it sets
+            setattr(self, name, value)
+
     def check(self) -> None:
         super().check()
+        if self.size and self.size not in SIZES:
+            raise DdplabError(f"--size {self.size}: use one of {', '.join(SIZES)}")
+        if self.vocab_size < 0:
+            raise DdplabError(f"--vocab-size {self.vocab_size}: must be 0 (the text's characters) or positive")
         if self.text and not Path(self.text).is_file():
             raise DdplabError(f"--text {self.text}: no such file: pass a UTF-8 text file, or omit --text to use "
                               "the bundled stories")
@@ -167,7 +190,8 @@ class GPT(nn.Module):
 
 
 def make_model(cfg: Config, data: TensorData) -> nn.Module:
-    return GPT(cfg, vocab_size=len(data.info["vocab"]))
+    # Extra rows beyond the text's characters are never looked up; they give a real model's size and memory.
+    return GPT(cfg, vocab_size=max(len(data.info["vocab"]), cfg.vocab_size))
 
 
 def make_optimizer(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:

@@ -19,6 +19,7 @@ from ddplab.errors import DdplabError
 AMP_CHOICES = ("none", "bf16", "fp16")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 COMM_HOOKS = ("none", "fp16", "bf16")
+STRATEGIES = ("ddp", "zero1", "fsdp")  # ddplab.train.strategy; repeated here so that this module imports no torch
 
 
 def opt(default: Any, help: str, *, shape: bool = False, choices: tuple | None = None) -> Any:
@@ -42,6 +43,9 @@ class TrainConfig:
     comm_hook: str = opt("none", "fp16 / bf16: DDP's fp16_compress_hook / bf16_compress_hook send gradients in "
                                  "16 bits, half the bytes (bf16 needs NCCL)", choices=COMM_HOOKS)
     device: str = opt("auto", "cuda when a GPU is visible, else cpu", choices=DEVICE_CHOICES)
+    strategy: str = opt("ddp", "ddp: whole replicas; zero1: optimizer state split over ranks "
+                               "(ZeroRedundancyOptimizer); fsdp: parameters, gradients and optimizer state split "
+                               "(FSDP2 fully_shard); `ddplab memory` shows what each needs", choices=STRATEGIES)
     checkpoint_dir: str = opt("", "directory for checkpoints, metrics.jsonl and the final model.pt (empty = none)")
     checkpoint_every: int = opt(0, "optimizer steps between checkpoints (0 = at the end of each epoch only)")
     keep: int = opt(3, "checkpoints kept; older ones are deleted once a newer one is safely written")
@@ -71,6 +75,11 @@ class TrainConfig:
             raise DdplabError(f"--grad-clip {self.grad_clip}: must be 0 (off) or positive")
         if self.amp not in AMP_CHOICES:
             raise DdplabError(f"--amp {self.amp}: use one of {', '.join(AMP_CHOICES)}")
+        if self.strategy not in STRATEGIES:
+            raise DdplabError(f"--strategy {self.strategy}: use one of {', '.join(STRATEGIES)}")
+        if self.strategy == "fsdp" and (self.compile or self.comm_hook != "none"):
+            raise DdplabError("--strategy fsdp takes neither --compile nor --comm-hook (both are DDP's): drop "
+                              "them, or use --strategy ddp / zero1")
         if self.resume and not self.checkpoint_dir:
             raise DdplabError("--resume needs --checkpoint-dir: the directory that holds the run's checkpoints")
 
@@ -114,9 +123,11 @@ def parser(cls: type[TrainConfig], prog: str, *, kind: type[argparse.ArgumentPar
     return p
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> None:
-    """One flag per field; the field's default and reason become the flag's default and help."""
+def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig], skip: tuple[str, ...] = ()) -> None:
+    """One flag per field (but `skip`); the field's default and reason become the flag's default and help."""
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         name = f"--{flag(f.name)}"
         help_text = f.metadata.get("help", "")
         if isinstance(f.default, bool):
@@ -129,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig]) -> No
 
 
 def from_arguments(cls: type[TrainConfig], args: argparse.Namespace) -> TrainConfig:
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
 
 
 def from_dict(cls: type[TrainConfig], values: dict[str, Any]) -> TrainConfig:

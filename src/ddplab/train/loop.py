@@ -33,13 +33,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab.dist as dd
 from ddplab import report
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab.train import checkpoint, metrics
+from ddplab.perf.memory import AllocatorPeak, PredictElsewhere
+from ddplab.train import checkpoint, metrics, strategy
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.progress import Reporter
@@ -145,9 +145,14 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     planned = steps_per_epoch * cfg.epochs
 
     # 3. Same initial weights everywhere (DDP would broadcast rank 0's anyway); then restore, compile, wrap.
+    # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
+    # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
+    peak = AllocatorPeak(device)
+    predicting = PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) \
+        if ctx.is_main else None
+    peak.start()
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
-    optimizer = recipe.optimizer(cfg, model)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
     notes: list[str] = []
 
@@ -156,29 +161,28 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         if ctx.is_main:
             out.note(text)
 
+    raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
+    if cfg.compile:
+        model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
+    # ddp / zero1 / fsdp (ddplab.train.strategy); DDP also broadcasts rank 0's weights so that every rank starts
+    # identical, and FSDP shards the identical weights every rank built from the seed.
+    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), world, device,
+                            device_ids=ctx.device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
+    ddp, optimizer, no_sync = wrapped.forward, wrapped.optimizer, wrapped.no_sync
+    comm = None
+    if wrapped.ddp is not None:
+        if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
+            wrapped.ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
+        comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
+
     epoch, step_in_epoch, resumed_from = 0, 0, None
     found = _find_checkpoint(cfg, note)
     if found is not None:
-        epoch, step_in_epoch = _restore(found, recipe, cfg, model, optimizer, scaler, ctx, global_batch,
+        epoch, step_in_epoch = _restore(found, recipe, cfg, raw_model, optimizer, scaler, ctx, global_batch,
                                         steps_per_epoch, note)
         resumed_from = str(found.path)
     else:
         torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
-    raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
-    if cfg.compile:
-        model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
-    comm = None
-    if world > 1:
-        ddp = DDP(model, device_ids=ctx.device_ids, gradient_as_bucket_view=True,  # grads live in the buckets
-                  bucket_cap_mb=cfg.bucket_cap_mb)
-        if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
-            ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
-        comm = metrics.CommWait(ddp, rate=1 if device.type == "cpu" else cfg.log_every)
-        no_sync = ddp.no_sync
-    else:
-        # One process has nothing to synchronise: DDP would all-reduce every gradient with itself, ~20% of a small
-        # model's CPU step. Accelerate skips the wrapper for one process too.
-        ddp, no_sync = model, contextlib.nullcontext
     autocast = _autocast(cfg.amp, device)
 
     step = epoch * steps_per_epoch + step_in_epoch
@@ -229,6 +233,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
+            if run_steps == MEASURED_STEPS:
+                peak.stop()
             if run_steps == WARMUP_STEPS:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
@@ -267,28 +273,35 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     timed_steps, seconds, total = timer.stop(run_steps)
     wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None)
 
-    # 7. The proof: what each rank did, and whether they all hold the same parameters.
+    # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
+    # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
+    final_weights = strategy.full_state_dict(raw_model)
+    predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
                      step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
                      cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
                      peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
-                     digest=metrics.parameter_digest(raw_model))
+                     digest=metrics.state_digest(final_weights), allocator_peak_mb=peak.measured_mb(),
+                     predicted_peak_mb=predicted_mb)
     everyone: list = [None] * world
     dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds, total))
     model_file = None
     if directory and ctx.is_main:
         model_file = directory / "model.pt"
-        checkpoint.atomic_save(raw_model.state_dict(), model_file)
+        checkpoint.atomic_save(final_weights, model_file)
     out.end()
     if not ctx.is_main:
         return None
 
     ranks = [RankStats(**r) for r, _, _ in everyone]
+    for r in ranks:  # one prediction per run: the rank that needs most (they differ only under zero1)
+        r.predicted_peak_mb = predicted_mb
     steady = max(s for _, s, _ in everyone)  # the slowest rank's time: what the run as a whole achieved
     samples = run_steps * global_batch
     identical = len({r.digest for r in ranks}) == 1
     result = TrainResult(
-        recipe=recipe.name, status="PASS" if identical else "FAIL", world_size=world, backend=ctx.backend,
+        recipe=recipe.name, strategy=cfg.strategy, status="PASS" if identical else "FAIL", world_size=world,
+        backend=ctx.backend,
         device=str(device), batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=global_batch,
         epochs=cfg.epochs, steps=run_steps, total_steps=step, planned_steps=planned, samples=samples,
         seconds=max(t for _, _, t in everyone), timed_steps=timed_steps,
@@ -304,7 +317,11 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                                   "only if every rank starts from the same weights and applies the same all-reduced "
                                   "gradients; look for per-rank code that changes parameters outside DDP")
     if recipe.summary is not None:
-        for key, value in recipe.summary(cfg, raw_model, data).items():
+        whole = raw_model
+        if strategy.is_sharded(raw_model):  # a sharded forward needs every rank: evaluate the gathered weights
+            whole = recipe.model(cfg, data).to(device)
+            whole.load_state_dict(final_weights)
+        for key, value in recipe.summary(cfg, whole, data).items():
             setattr(result, key, value)
     if recipe.tokens_per_sample is not None:
         result.tokens_per_sec = result.samples_per_sec * recipe.tokens_per_sample(cfg)
@@ -318,6 +335,19 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
 # The first steps compile (torch.compile), warm up allocators and let DDP rebuild its buckets; throughput and the
 # per-rank step times are timed after them (as nanoGPT does for MFU), unless the run is too short to have any.
 WARMUP_STEPS = 3
+MEASURED_STEPS = 2  # the first step creates the optimizer state, the second runs with it: the steady peak
+
+
+PREDICTION_GRACE_S = 120.0  # how long the end of a run waits for a trace that is slower than the training
+
+
+def _predicted_peak_mb(predicting: PredictElsewhere, note: Callable[[str], None]) -> float | None:
+    """`ddplab memory`'s prediction for this run (traced while it trained), next to the measured peak."""
+    try:
+        return predicting.result(PREDICTION_GRACE_S).peak_mib
+    except (DdplabError, OSError, ValueError) as e:
+        note(f"no memory prediction: {e}")
+        return None
 
 
 class Steady:
@@ -379,12 +409,15 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
            "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None}
     states: list = [None] * ctx.world_size
     dist.all_gather_object(states, rng)
+    # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
+    weights = strategy.full_state_dict(model)
+    optimizer_state = strategy.optimizer_state_dict(model, optimizer, ctx.rank)
     if not ctx.is_main:
         return None
     state = {
         "recipe": recipe.name, "shape": cfg.shape(), "config": cfg.to_dict(), "data_info": data.info,
-        "param_shapes": {k: list(v.shape) for k, v in model.state_dict().items()},
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "strategy": cfg.strategy, "param_shapes": {k: list(v.shape) for k, v in weights.items()},
+        "model": weights, "optimizer": optimizer_state,
         "scaler": scaler.state_dict() if scaler is not None else None,
         "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
         "world_size": ctx.world_size, "global_batch": global_batch,
@@ -399,15 +432,15 @@ def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: n
     """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
     state, name = found.state, found.path.name
     check_compatible(state, recipe.name, cfg, found.path)
-    here = {k: list(v.shape) for k, v in model.state_dict().items()}
+    here = {k: list(v.shape) for k, v in model.state_dict().items()}  # a DTensor's shape is the whole one
     if here != state["param_shapes"]:
         key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
         raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
                           f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
                           "decides some shapes): resume with the same flags and data, or choose another "
                           "--checkpoint-dir")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    strategy.load_full_state_dict(model, state["model"])
+    strategy.load_optimizer_state_dict(model, optimizer, state["optimizer"])
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
 
@@ -435,6 +468,10 @@ def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: n
 
 def check_compatible(state: dict, recipe_name: str, cfg: TrainConfig, path: Path) -> None:
     """A checkpoint resumes only into the recipe and model shape it was written by."""
+    if state.get("strategy", "ddp") != cfg.strategy:  # optimizer states are laid out per strategy
+        raise DdplabError(f"checkpoint {path} was written with --strategy {state.get('strategy', 'ddp')}, this run "
+                          f"has --strategy {cfg.strategy}: resume with the same strategy (model.pt, a plain "
+                          "state_dict, loads into any)")
     if state.get("recipe") != recipe_name:
         raise DdplabError(f"checkpoint {path} was written by the {state.get('recipe')} recipe, not {recipe_name}: "
                           f"resume with `ddplab train {state.get('recipe')}`, or choose another --checkpoint-dir")

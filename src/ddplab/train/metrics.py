@@ -104,6 +104,15 @@ def peak_memory_mb(device: torch.device) -> float:
     return peak_kb / (2**20 if sys.platform == "darwin" else 2**10)  # macOS reports bytes, Linux KiB
 
 
+def state_digest(state: dict) -> str:
+    """sha256 over a state_dict's tensors (names and bytes): equal digests mean bitwise-identical models."""
+    h = hashlib.sha256()
+    for name, t in state.items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def parameter_digest(model: torch.nn.Module) -> str:
     """sha256 over every parameter's bytes: equal digests mean bitwise-identical parameters."""
     h = hashlib.sha256()

@@ -29,6 +29,8 @@ class RankStats:
     peak_memory_mb: float
     final_loss: float
     digest: str  # sha256 of the parameters at the end
+    allocator_peak_mb: float | None = None  # the allocator's peak over model build + 2 steps (CPU: profiler)
+    predicted_peak_mb: float | None = None  # ddplab memory's prediction of that peak (rank 0 computes it)
 
     @property
     def compute_ms(self) -> float:
@@ -57,6 +59,7 @@ class TrainResult:
     params_identical: bool
     ranks: list[RankStats]
     parameters: int = 0  # trainable parameters: what every step's gradient all-reduce carries
+    strategy: str = "ddp"  # ddp | zero1 | fsdp (ddplab.train.strategy)
     tokens_per_sec: float | None = None
     mfu: float | None = None
     mfu_note: str = ""
@@ -112,15 +115,18 @@ def render(con, r: TrainResult) -> None:
     gpu = any(s.gpu_util_percent is not None for s in r.ranks)
     t = Table(box=None, pad_edge=False)
     for col in ("rank", "samples", "steps", "step ms", "comm wait ms", "compute ms",
-                "GPU util %" if gpu else "CPU %", "peak MiB", "loss"):
+                "GPU util %" if gpu else "CPU %", "peak MiB", "alloc peak MiB", "predicted", "loss"):
         t.add_column(col, justify="right")
     for s in r.ranks:
         util = s.gpu_util_percent if gpu else s.cpu_percent
         wait = "-" if s.comm_wait_ms is None else f"{s.comm_wait_ms:.2f}"
         t.add_row(str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", wait,
                   f"{s.compute_ms:.2f}", "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}",
-                  f"{s.final_loss:.4f}")
+                  _mib(s.allocator_peak_mb), _mib(s.predicted_peak_mb), f"{s.final_loss:.4f}")
     con.print(t)
+    con.print(f"memory ({r.strategy}): peak MiB = the process's peak RSS on CPU, the allocator's on GPUs; alloc peak ="
+              " the allocator's peak over model build + 2 steps (CPU: profiler memory events); predicted = "
+              "`ddplab memory`'s traced prediction of it (the rank that needs most)")
     if r.params_identical:
         con.print(f"parameters identical on all {r.world_size} rank(s): {report.styled('PASS')} "
                   f"(sha256 {r.ranks[0].digest[:12]})")
@@ -137,3 +143,7 @@ def render(con, r: TrainResult) -> None:
         con.print(f"metrics: {r.metrics_file}")
     for w in r.warnings:
         con.print(f"{report.styled('WARN')} {w}")
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -1,0 +1,119 @@
+"""`ddplab memory` and ddplab.perf.memory:
+- the traced parts equal what can be counted independently (parameter bytes, AdamW's two moments, DDP's buckets,
+  zero1's share, fsdp's shard);
+- the prediction of a real single-process step is within 10 % of the allocator's measured peak (profiler events);
+- a real process group in the same process is refused, not joined;
+- the CLI gives the three strategies, JSON with --json, a largest batch per GPU; bad input is one line, exit 2.
+(Predicted against measured across recipes x batches x strategies x 1-2 ranks: benchmarks/memory_accuracy.py.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import cli
+from ddplab.perf import memory
+
+
+def make_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def loss(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def spec(batch: int = 32) -> memory.Spec:
+    g = torch.Generator().manual_seed(0)
+    return memory.Spec(make_model=make_model, batch=(torch.randn(batch, 64, generator=g),
+                                                     torch.randint(0, 10, (batch,), generator=g)),
+                       make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3), loss=loss)
+
+
+PARAM_BYTES = sum(p.numel() * 4 for p in make_model().parameters())
+TENSORS = len(list(make_model().parameters()))
+
+
+def part(prediction, name: str) -> int:
+    return next((p.bytes for p in prediction.parts if p.name == name), 0)
+
+
+def test_ddp_parts_are_the_counted_bytes():
+    at1, at2 = memory.trace(spec(), "ddp", 1), memory.trace(spec(), "ddp", 2)
+    assert part(at1, "parameters") == part(at2, "parameters") == PARAM_BYTES
+    assert part(at2, "DDP buckets (hold the gradients)") == PARAM_BYTES
+    # Between steps: the weights, AdamW's exp_avg and exp_avg_sq, a 4-byte step tensor per parameter (torch's
+    # default on CPU), the input batch; at 2 ranks DDP's buckets too (gradients set to None free nothing there).
+    batch = 32 * 64 * 4 + 32 * 8
+    assert at1.between_steps_bytes == 3 * PARAM_BYTES + 4 * TENSORS + batch
+    assert at2.between_steps_bytes == at1.between_steps_bytes + PARAM_BYTES
+
+
+def test_zero1_keeps_its_share_and_fsdp_its_shard():
+    ddp, zero1, fsdp = (memory.trace(spec(), s, 2) for s in ("ddp", "zero1", "fsdp"))
+    states = 2 * PARAM_BYTES + 4 * TENSORS  # AdamW's, for the whole model
+    zero1_states = zero1.between_steps_bytes - 2 * PARAM_BYTES - 32 * 64 * 4 - 32 * 8
+    assert states / 2 <= zero1_states < states  # the rank with the largest share is traced
+    assert PARAM_BYTES / 2 <= part(fsdp, "parameters") <= PARAM_BYTES / 2 + 4 * 256  # dim-0 padding at most
+    assert fsdp.peak_bytes < zero1.peak_bytes < ddp.peak_bytes
+
+
+def test_prediction_is_within_10_percent_of_the_measured_peak():
+    s = spec(256)
+    predicted = memory.trace(s, "ddp", 1).peak_bytes
+
+    def two_steps():
+        torch.manual_seed(0)
+        model = make_model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        batch = tuple(t.clone() for t in s.batch)
+        for _ in range(2):
+            loss(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    measured = memory.measure(two_steps, torch.device("cpu"))
+    assert measured > 0 and abs(predicted / measured - 1) <= 0.10, (predicted, measured)
+
+
+def test_largest_batch_follows_the_line_through_the_traced_peaks():
+    assert memory.largest_batch(8, peak=1000 + 8 * 100, per_sample=100, usable=2000) == 10
+    assert memory.largest_batch(8, peak=5000, per_sample=100, usable=4000) == 0
+
+
+def test_cli_breakdown_json_largest_batch_and_cost_fits(tmp_path, capsys):
+    ran = cli("memory", "mlp", "--hidden", "64", "--nproc", "2", "--gpus", "RTX4090,H100", "--json", timeout=300)
+    assert ran.code == 0, ran.err[-2000:]
+    r = ran.json()
+    assert [p["strategy"] for p in r["predictions"]] == ["ddp", "zero1", "fsdp"]
+    assert [f["gpu"] for f in r["fits"]] == ["RTX4090", "H100"]
+    assert all(f["fits"]["ddp"] and f["largest_batch"]["fsdp"] > 1000 for f in r["fits"])
+    assert any(p["basis"] == "computed" for p in r["predictions"][0]["parts"])
+    # ddplab cost --memory: the same fits, for the GPUs it prices
+    from ddplab.cli import main
+
+    (tmp_path / "m.json").write_text(ran.out)
+    assert main(["cost", "--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e5", "--epochs",
+                 "1", "--gpus", "A100,RTX4090", "--memory", str(tmp_path / "m.json"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["memory"]["rows"]
+    assert [row["gpu"] for row in rows] == ["A100", "RTX4090"] and all(row["fits"]["fsdp"] for row in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "ddp,zero3"], "--strategy ddp,zero3"),
+    (["--gpus", "V100"], "--gpus V100"),
+    (["--margin", "1.5"], "--margin 1.5"),
+    (["--nproc", "0"], "--nproc 0"),
+])
+def test_bad_input_is_one_line_exit_2(args, message, capsys):
+    from ddplab.cli import main
+
+    code = main(["memory", "mlp", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
