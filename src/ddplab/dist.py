@@ -10,7 +10,7 @@ Rules it follows so that scripts don't have to:
 - on GPUs the device is set from LOCAL_RANK *before* the process group exists (NCCL binds to it);
 - a group restarted by the elastic agent never reads keys left by the previous attempt (see _store and
   pytorch/pytorch#135712);
-- shutdown always runs, even after an exception.
+- shutdown always runs, even after an exception, and really stops gloo's threads (see session()).
 """
 
 from __future__ import annotations
@@ -175,6 +175,9 @@ def init(backend: str | None = None, device: str | None = None,
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # before init: NCCL picks the current device for this rank
     delta = timedelta(seconds=timeout)
+    # Before the group exists: imported later (DDP does), torch.distributed.nn keeps the group in default arguments,
+    # and destroy_process_group then leaves gloo's threads running into interpreter exit (docs/teardown.md).
+    import torch.distributed.nn  # noqa: F401
     try:
         dist.init_process_group(chosen, store=_store(env, delta), rank=env.rank, world_size=env.world_size,
                                 timeout=delta)
@@ -198,12 +201,15 @@ def shutdown() -> None:
 
 @contextlib.contextmanager
 def session(backend: str | None = None, device: str | None = None, timeout: float = DEFAULT_TIMEOUT_S):
+    """init() ... shutdown(), leaving in the order that exits cleanly (docs/teardown.md):
+    1. every rank finishes together (a barrier; not after an error: the others may never arrive);
+    2. the caller has dropped its DDP model by then (its reducer holds the group): build it inside the block;
+    3. the group is destroyed while the interpreter is alive, which stops gloo's worker threads. A worker that
+       frees a Python tensor after interpreter exit has begun aborts the process ("terminate called without an
+       active exception", pytorch/pytorch#190489)."""
     try:
         ctx = init(backend=backend, device=device, timeout=timeout)
         yield ctx
-        # Leave together: under load, a rank that tears its gloo group down while a peer still works was seen
-        # to abort at exit ("terminate called without an active exception"). Not after an error: the others
-        # may never arrive.
         if ctx.world_size > 1:
             dist.barrier()
     except BaseException as e:

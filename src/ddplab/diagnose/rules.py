@@ -414,6 +414,21 @@ RULES: tuple[Rule, ...] = (
         "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
         "torch.distributed.elastic.multiprocessing.errors.record to get it into the summary.",
         f"{DOCS}/elastic/errors.html", generic=True),
+    # ------------------------------------------------------------------ exit (tests/test_teardown.py)
+    Rule(
+        "teardown-abort", "aborted at exit, after the work was done",
+        (r"terminate called without an active exception",),
+        "A C++ thread was still working while the interpreter exited. With gloo: a worker thread of the process "
+        "group let go of a finished collective's tensor a moment late, needed the GIL to free it, and was ended by "
+        "force during interpreter exit; C++ then aborts the process (SIGABRT, exit code -6), at random, more often "
+        "on a busy machine. The usual reason the thread was still there: destroy_process_group() did not stop it, "
+        "because something still held the group (the DDP model, or torch.distributed.nn imported after "
+        "init_process_group). If every rank had printed its final result before this line, the training itself "
+        "did not fail: its output and checkpoints are good, only the exit was not.",
+        "Leave in this order, before the script ends: dist.barrier(); del ddp_model; dist.destroy_process_group() "
+        "- and `import torch.distributed.nn` before init_process_group, so that nothing keeps the group alive. "
+        "`ddplab new` writes this order; docs/teardown.md explains it.",
+        "https://github.com/pytorch/pytorch/issues/190489"),
 )
 
 # When nothing matched: the steps that most often reveal the cause.

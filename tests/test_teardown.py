@@ -1,0 +1,138 @@
+"""Leaving a process group cleanly (issue #21, docs/teardown.md), with real 2-rank torchrun groups on gloo.
+
+- the abort itself, made certain rather than left to chance: a gloo worker thread must free a tensor Python let go
+  of, and the main thread walks into interpreter exit without ever yielding the GIL; `explain` reads that real
+  output as a teardown abort after success;
+- the fix: after the `ddplab new` script and after ddplab.dist.session(), no thread of the process group is left
+  (the process has as many threads as before it joined the group), so none can be working at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import kill_tree
+from ddplab.commands.new import render_script
+from ddplab.diagnose.explain import explain_text
+
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+# Rank 1's gloo worker finishes an all-reduce whose tensor only it still holds, and waits for the GIL to free it;
+# rank 1's main thread never yields the GIL (a 1000 s switch interval and a busy loop, no I/O) and then exits.
+# What a busy machine does by chance (the worker is not scheduled before exit), done on purpose.
+ABORT_AT_EXIT = """
+import sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    time.sleep(2)
+    dist.all_reduce(torch.ones(4))
+    time.sleep(4)
+else:
+    sys.setswitchinterval(1000)
+    t = torch.ones(4)
+    work = dist.all_reduce(t, async_op=True)
+    del t, work
+    end = time.monotonic() + 4
+    while time.monotonic() < end:
+        pass
+    print("rank 1: training done", flush=True)
+"""
+
+THREADS = "len(os.listdir('/proc/self/task'))"
+
+# The written script's main(), with the process's thread count taken before and after it.
+AROUND_TEMPLATE = f"""
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("written", sys.argv[1])
+written = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(written)
+before = {THREADS}
+sys.argv = [sys.argv[1], "--epochs", "1"]
+written.main()
+print(f"rank {{os.environ['RANK']}} threads before {{before}} after {{{THREADS}}}", flush=True)
+"""
+
+# A DDP training step inside ddplab.dist.session(), the way the recipes use it.
+AROUND_SESSION = f"""
+import os, torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+import ddplab.dist as dd
+before = {THREADS}
+with dd.session(device="cpu") as ctx:
+    model = DDP(nn.Linear(8, 1))
+    model(torch.randn(4, 8)).sum().backward()
+    total = torch.ones(1)
+    dd.dist.all_reduce(total)
+    del model
+print(f"rank {{ctx.rank}} threads before {{before}} after {{{THREADS}}}", flush=True)
+"""
+
+
+def torchrun(script: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(script), *args], cwd=script.parent, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=no_core_file)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise AssertionError(f"{script.name} overstayed {timeout}s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def no_core_file() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the abort is expected: no 250 MB core file for it
+
+
+def thread_counts(out: str) -> dict[int, tuple[int, int]]:
+    return {int(r): (int(b), int(a)) for r, b, a in re.findall(r"rank (\d) threads before (\d+) after (\d+)", out)}
+
+
+def test_a_gloo_thread_freeing_a_tensor_at_exit_aborts_and_explain_says_teardown(tmp_path, no_leftover_workers):
+    script = tmp_path / "abort_at_exit.py"
+    script.write_text(ABORT_AT_EXIT)
+    ran = torchrun(script)
+    assert ran.returncode != 0, ran.stdout
+    assert "rank 1: training done" in ran.stdout  # the work was done...
+    assert "terminate called without an active exception" in ran.stdout  # ...then the exit aborted
+    explained = explain_text(ran.stdout)
+    assert explained.root_cause is not None and explained.root_cause.rank == 1
+    assert explained.root_cause.signal == "SIGABRT"
+    assert explained.matches[0].rule == "teardown-abort"
+    assert "the training itself did not fail" in explained.matches[0].cause
+
+
+def test_the_new_script_leaves_no_thread_of_its_process_group(tmp_path, no_leftover_workers):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(render_script("regression", script.name))
+    wrapper = tmp_path / "around.py"
+    wrapper.write_text(AROUND_TEMPLATE)
+    ran = torchrun(wrapper, str(script))
+    assert ran.returncode == 0, ran.stdout
+    counts = thread_counts(ran.stdout)
+    assert set(counts) == {0, 1}, ran.stdout
+    for rank, (before, after) in counts.items():
+        assert after == before, f"rank {rank}: {after - before} thread(s) of the group outlived it"
+
+
+def test_a_dist_session_leaves_no_thread_of_its_process_group(tmp_path, no_leftover_workers):
+    script = tmp_path / "session.py"
+    script.write_text(AROUND_SESSION)
+    ran = torchrun(script)
+    assert ran.returncode == 0, ran.stdout
+    counts = thread_counts(ran.stdout)
+    assert set(counts) == {0, 1}, ran.stdout
+    for rank, (before, after) in counts.items():
+        assert after == before, f"rank {rank}: {after - before} thread(s) of the group outlived it"
