@@ -70,7 +70,7 @@ def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_
 
 def test_fit_table_never_cuts_an_id_however_narrow():
     Column = report.Column
-    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
                Column("CPU %"), Column("CPU s", drop=2), Column("RSS MiB", drop=1),
                Column("phase", "text", drop=3), Column("flags", "text")]
     rows = [["ddplab:ddplab-run-abc123xy" if r == 0 else "", str(r), str(r), str(4194301 + r), "100", "12345.6",
@@ -84,6 +84,8 @@ def test_fit_table_never_cuts_an_id_however_narrow():
         for r in range(3):
             assert shows_whole(text, r, r, 4194301 + r), f"{width}:\n{text}"
         assert max(len(line) for line in text.splitlines()) <= width, f"{width}:\n{text}"
+        if width >= 80:
+            assert "ddplab:ddplab-run-abc123xy" in text  # an id folds only when nothing else fits (40 columns)
         if width == 200:
             assert left_out == [] and table.box is not None  # room enough: the usual boxed table, every column
         if width == 40:

@@ -179,7 +179,7 @@ def _ranks_table(snap, width: int):
     has_gpu = any(r.gpu is not None for job in snap.jobs for r in job.ranks)
     has_progress = any(r.progress is not None for job in snap.jobs for r in job.ranks)
     # drop: what goes first when the output is narrow (the GPU table names each rank's GPU; CPU s is a total)
-    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
                Column("state", "text", justify="left"), Column("CPU %"), Column("CPU s", drop=4),
                Column("RSS MiB", drop=2)]
     if has_gpu:
