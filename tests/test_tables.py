@@ -8,14 +8,13 @@ import io
 import os
 import subprocess
 import sys
-import threading
 import time
 
 from rich.console import Console
 
 from conftest import alive, cli
 from ddplab import report
-from test_monitor import SLOW_RANK, wait_for
+from test_monitor import slow_rank_job
 
 BOX = "│┃┏┓┗┛┡┩└┘┣┫╇╋━─┳┻┬┴┼"
 
@@ -40,25 +39,11 @@ def _monitor_piped(pids: list[int]) -> str:
 
 
 def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_path, no_leftover_workers):
-    from ddplab import runner
-
-    (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
-    outcome = {}
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", runner.run(
-        "slow_rank:work", {"dir": str(tmp_path)}, nproc=2, deadline=120, env=env)))
-    thread.start()
-    try:
-        wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
-        pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
+    with slow_rank_job(tmp_path) as pids:
         time.sleep(1)  # some marks, so that the marks and phase columns show
         texts = {"COLUMNS=80": cli("monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids),
                                    env={"COLUMNS": "80"}, timeout=60).out,
                  "pipe": _monitor_piped(pids)}
-    finally:
-        (tmp_path / "stop").write_text("")
-        thread.join(timeout=90)
-    assert not thread.is_alive() and outcome["result"].ok
     for how, text in texts.items():
         assert "ddplab:" in text, f"{how}: no job in the table\n{text}"
         assert "…" not in text, f"{how}: something was cut\n{text}"
