@@ -9,8 +9,9 @@ A block in the guide looks like this (the output between the fences is rewritten
     ```
 
 Commands run with bash, one after another, in one scratch directory (so `ddplab new train.py` can be followed by
-`torchrun ... train.py`), with NO_COLOR=1, 100 columns and $DOCS naming this folder. A command whose exit code differs from the documented one
-fails the run: the guide never shows output that its commands no longer produce.
+`torchrun ... train.py`), with NO_COLOR=1, 100 columns and $DOCS naming this folder. A command whose exit code
+differs from the documented one fails the run: the guide never shows output that its commands no longer produce.
+Paths in the output are written relative to the project, or as <site-packages> and <python> (relative_paths).
 
     python docs/make_guide.py            # run everything, rewrite docs/guide.md
     python docs/make_guide.py --check    # run, compare exit codes, write nothing (the tests do this)
@@ -22,8 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -55,7 +58,24 @@ def run_block(block: Block, cwd: Path) -> tuple[int, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(["bash", "-c", block.command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
-    return proc.returncode, proc.stdout.replace(str(cwd), ".").replace(str(DOCS), "docs").rstrip()
+    return proc.returncode, relative_paths(proc.stdout, cwd).rstrip()
+
+
+def relative_paths(text: str, cwd: Path) -> str:
+    """The guide reads the same whoever generates it: this machine's paths become <site-packages> (installed
+    packages), <python> (the interpreter's prefix: the venv's, the base install's), paths relative to the project
+    (its root is the folder above docs/) and `.` (the scratch directory the commands run in)."""
+    root = DOCS.parent
+    names = {str(cwd): ".", f"{root}{os.sep}": "", str(root): "."}
+    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
+        names[prefix] = "<python>"
+    for key in ("purelib", "platlib"):
+        names[sysconfig.get_paths()[key]] = "<site-packages>"
+    for site_dir in site.getsitepackages():
+        names[site_dir] = "<site-packages>"
+    for path in sorted(names, key=len, reverse=True):  # the longest first: site-packages lies inside a prefix
+        text = text.replace(path, names[path])
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,3 +29,20 @@ def test_every_block_names_a_command_and_has_output():
         block = make_guide.parse(match)
         body = match.group(0).split("```console\n", 1)[1]
         assert body.startswith(f"$ {block.command}\n") and len(body.splitlines()) > 2, block.command
+
+
+def test_paths_in_the_output_are_the_projects_not_this_machines(tmp_path):
+    """A real command's output, as the generator writes it: no absolute path of this machine is left."""
+    sys.path.insert(0, str(DOCS))
+    import make_guide
+
+    code, out = make_guide.run_block(make_guide.Block(
+        'python -c "import os, sys, torch, ddplab; print(torch.__file__, ddplab.__file__, sys.executable, '
+        'os.__file__, os.getcwd())"', 0, False, {}), tmp_path)
+    assert code == 0, out
+    torch_file, ddplab_file, python, stdlib, cwd = out.split()
+    assert torch_file == "<site-packages>/torch/__init__.py"
+    assert ddplab_file == "src/ddplab/__init__.py"  # the project's own files: relative to its root
+    assert python.startswith("<python>/bin/python") and stdlib.startswith("<python>/lib/")
+    assert cwd == "."
+    assert str(DOCS.parent) not in out and sys.prefix not in out

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli
-from ddplab.idle import parse_duration
+from ddplab.observe.idle import parse_duration
 
 IDLE_S = 3.0
 

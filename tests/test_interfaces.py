@@ -20,6 +20,7 @@ MISSING = "eth9" if "eth9" not in HERE else "ddplab-no-such-if0"
     ("GLOO_SOCKET_IFNAME", "eth0", ["eth0"], []),
     ("GLOO_SOCKET_IFNAME", "eth", [], ["eth"]),  # gloo takes exact names, no prefixes
     ("GLOO_SOCKET_IFNAME", "lo,eth9", ["lo"], ["eth9"]),
+    ("GLOO_SOCKET_IFNAME", "x", [], []),  # torch ignores a value of one character
     ("NCCL_SOCKET_IFNAME", "eth", ["eth0", "eth1"], []),  # NCCL: prefixes
     ("NCCL_SOCKET_IFNAME", "=eth", [], ["eth"]),  # "=": exact names
     ("NCCL_SOCKET_IFNAME", "eth0:29400,ib", ["eth0"], ["ib"]),  # ":port" after a name

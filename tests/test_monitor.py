@@ -4,6 +4,7 @@ checked gone. GPU paths (NVML) run only where a GPU is."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -164,25 +165,32 @@ def work(payload):
 """
 
 
-def test_monitor_flags_an_idle_rank_behind_the_others_in_a_ddplab_job(tmp_path, no_leftover_workers):
+@contextlib.contextmanager
+def slow_rank_job(where: Path):
+    """A 2-rank ddplab runner job running SLOW_RANK; yields the ranks' pids; on exit the job is stopped, and it
+    must have ended by itself, successfully."""
     from ddplab.launcher import local
 
-    (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
+    (where / "slow_rank.py").write_text(SLOW_RANK)
     outcome = {}
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = {"PYTHONPATH": os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")])}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", local.run(
-        "slow_rank:work", {"dir": str(tmp_path)}, nproc=2, deadline=120, env=env)))
+        "slow_rank:work", {"dir": str(where)}, nproc=2, deadline=120, env=env)))
     thread.start()
     try:
-        wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
-        pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
-        time.sleep(1.5)  # let rank 0 get a few marks ahead
-        ran = cli("monitor", "--once", "--json", "--interval", "1", "--pids", *map(str, pids), timeout=60)
+        wait_for(lambda: all((where / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
+        yield [int((where / f"ready.{r}").read_text()) for r in range(2)]
     finally:
-        (tmp_path / "stop").write_text("")
+        (where / "stop").write_text("")
         thread.join(timeout=90)
     assert not thread.is_alive()
     assert outcome["result"].ok, outcome["result"].summary()
+
+
+def test_monitor_flags_an_idle_rank_behind_the_others_in_a_ddplab_job(tmp_path, no_leftover_workers):
+    with slow_rank_job(tmp_path) as pids:
+        time.sleep(1.5)  # let rank 0 get a few marks ahead
+        ran = cli("monitor", "--once", "--json", "--interval", "1", "--pids", *map(str, pids), timeout=60)
 
     assert ran.code == 1, ran.err  # something is flagged
     snap = ran.json()

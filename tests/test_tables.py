@@ -8,14 +8,13 @@ import io
 import os
 import subprocess
 import sys
-import threading
 import time
 
 from rich.console import Console
 
 from conftest import alive, cli
 from ddplab import report
-from test_monitor import SLOW_RANK, wait_for
+from test_monitor import slow_rank_job
 
 BOX = "│┃┏┓┗┛┡┩└┘┣┫╇╋━─┳┻┬┴┼"
 
@@ -40,25 +39,11 @@ def _monitor_piped(pids: list[int]) -> str:
 
 
 def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_path, no_leftover_workers):
-    from ddplab.launcher import local
-
-    (tmp_path / "slow_rank.py").write_text(SLOW_RANK)
-    outcome = {}
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", local.run(
-        "slow_rank:work", {"dir": str(tmp_path)}, nproc=2, deadline=120, env=env)))
-    thread.start()
-    try:
-        wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
-        pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
+    with slow_rank_job(tmp_path) as pids:
         time.sleep(1)  # some marks, so that the marks and phase columns show
         texts = {"COLUMNS=80": cli("monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids),
                                    env={"COLUMNS": "80"}, timeout=60).out,
                  "pipe": _monitor_piped(pids)}
-    finally:
-        (tmp_path / "stop").write_text("")
-        thread.join(timeout=90)
-    assert not thread.is_alive() and outcome["result"].ok
     for how, text in texts.items():
         assert "ddplab:" in text, f"{how}: no job in the table\n{text}"
         assert "…" not in text, f"{how}: something was cut\n{text}"
@@ -70,7 +55,7 @@ def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_
 
 def test_fit_table_never_cuts_an_id_however_narrow():
     Column = report.Column
-    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
                Column("CPU %"), Column("CPU s", drop=2), Column("RSS MiB", drop=1),
                Column("phase", "text", drop=3), Column("flags", "text")]
     rows = [["ddplab:ddplab-run-abc123xy" if r == 0 else "", str(r), str(r), str(4194301 + r), "100", "12345.6",
@@ -84,6 +69,8 @@ def test_fit_table_never_cuts_an_id_however_narrow():
         for r in range(3):
             assert shows_whole(text, r, r, 4194301 + r), f"{width}:\n{text}"
         assert max(len(line) for line in text.splitlines()) <= width, f"{width}:\n{text}"
+        if width >= 80:
+            assert "ddplab:ddplab-run-abc123xy" in text  # an id folds only when nothing else fits (40 columns)
         if width == 200:
             assert left_out == [] and table.box is not None  # room enough: the usual boxed table, every column
         if width == 40:

@@ -47,6 +47,7 @@ class Column:
     kind: str = "id"
     drop: int = 0
     justify: str = "right"
+    fold_last: bool = False  # an id that may fold over lines when nothing else makes the table fit
 
 
 def _cells(value: RenderableType) -> list[int]:
@@ -58,20 +59,20 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Ren
               narrowest_text: int = 8, **table_args) -> tuple[Table, list[str]]:
     """A rich Table that fits WIDTH without cutting an id or a number (rich's own fitting, past a point, shrinks
     every column and ends values with "…"). Tried in turn: as is; narrow (no box lines, multi-word headers of id
-    columns on several lines); then narrow without the optional columns, least useful first. Returns the table and
-    the headers left out (say so in a note).
+    columns on several lines); then narrow without the optional columns, least useful first; last, ids marked
+    fold_last fold over lines. Returns the table and the headers left out (say so in a note).
 
     Width needed = id columns at their widest + text columns at `narrowest_text` (or less when they are shorter) +
     rich's gaps (padding 1 each side of every column but the table's edges, one line between columns with a box).
     """
-    def build(keep: list[int], narrow: bool) -> tuple[Table, int]:
+    def build(keep: list[int], narrow: bool, fold: bool = False) -> tuple[Table, int]:
         table = Table(pad_edge=False, **({**table_args, "box": None} if narrow else table_args))
         need = 0
         for i in keep:
             col = columns[i]
             header = col.header.replace(" ", "\n") if narrow and col.kind == "id" else col.header
             widest = max([*_cells(header), *(w for row in rows for w in _cells(row[i]))])
-            if col.kind == "id":
+            if col.kind == "id" and not (fold and col.fold_last):
                 table.add_column(header, justify=col.justify, no_wrap=True, min_width=widest)
                 need += widest
             else:
@@ -95,8 +96,8 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Ren
         left_out.append(columns[gone].header)
         table, need = build(keep, True)
         if need <= width:
-            break
-    return table, left_out
+            return table, left_out
+    return build(keep, True, fold=True)[0], left_out
 
 
 def styled(status: str) -> str:

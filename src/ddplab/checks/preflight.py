@@ -117,13 +117,15 @@ def _launcher_leftovers() -> Finding | None:
 def interface_matches(var: str, value: str, present: list[str]) -> tuple[list[str], list[str]]:
     """(interfaces VAR=VALUE selects among PRESENT, entries of VALUE that select none), each library's way.
 
-    gloo (torch/csrc/distributed/c10d, ProcessGroupGloo's default devices): VALUE split on ',', every entry an exact
-    interface name, and a device made for each, so every entry must exist.
+    gloo (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, Options::create_default): VALUE split on ',', a device
+    made for each entry, an exact interface name, so every entry must exist; torch ignores a value of one character.
     NCCL (docs: env.html#nccl-socket-ifname; src/misc/socket.cc matchIfList): entries are name prefixes ("eth" picks
     eth0, eth1), "=" before the list makes them exact names, "^" before that excludes them instead; ":port" after
     an entry is allowed; NCCL uses whatever matches.
     """
     if var.startswith("GLOO"):
+        if len(value) <= 1:
+            return [], []
         names = [n.strip() for n in value.split(",") if n.strip()]
         return [n for n in names if n in present], [n for n in names if n not in present]
     rest, exclude, exact = value.strip(), False, False
@@ -152,6 +154,8 @@ def _socket_interfaces(backend: str) -> list[Finding]:
         if value is None or not value.strip():
             continue
         used, unmatched = interface_matches(var, value, present)
+        if not used and not unmatched and library == "gloo":  # a value torch ignores
+            continue
         here = f"interfaces here: {', '.join(present) or 'none'}"
         fix = (f"set {var} to the interface that reaches the other nodes ({', '.join(present)}; lo on a single "
                f"machine), or unset it")

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
                    help="one sample over --interval, then exit (1 if anything is flagged)")
     p.add_argument("--json", action="store_true",
                    help="JSON on stdout: one object with --once, else one line per sample")
-    guard = p.add_argument_group("idle guard", "act once this machine has done nothing for a while (ddplab.idle)")
+    guard = p.add_argument_group("idle guard", "act once this machine has done nothing for a while (ddplab.observe.idle)")
     guard.add_argument("--idle-after", type=_duration, metavar="DURATION",
                        help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
                             "every GPU quiet; then --then runs")
@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
 
 
 def _duration(text: str) -> float:
-    from ddplab.idle import parse_duration
+    from ddplab.observe.idle import parse_duration
 
     try:
         return parse_duration(text)
@@ -81,7 +81,7 @@ def run(args) -> int:
 
 
 def _idle_guard(args) -> int:
-    from ddplab import idle
+    from ddplab.observe import idle
     from ddplab.errors import DdplabError
 
     if args.idle_after is None:
@@ -179,7 +179,7 @@ def _ranks_table(snap, width: int):
     has_gpu = any(r.gpu is not None for job in snap.jobs for r in job.ranks)
     has_progress = any(r.progress is not None for job in snap.jobs for r in job.ranks)
     # drop: what goes first when the output is narrow (the GPU table names each rank's GPU; CPU s is a total)
-    columns = [Column("job", "text", justify="left"), Column("rank"), Column("local"), Column("pid"),
+    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
                Column("state", "text", justify="left"), Column("CPU %"), Column("CPU s", drop=4),
                Column("RSS MiB", drop=2)]
     if has_gpu:

@@ -52,7 +52,7 @@ def clock(seconds: float) -> str:
 
 def what_is_busy(read_gpus: Callable[[], list]) -> list[str]:
     """Why this machine is not idle now, one reason per busy job or GPU; empty when idle."""
-    from ddplab.monitor import find_jobs
+    from ddplab.observe.monitor import find_jobs
 
     reasons = []
     for job in find_jobs():
@@ -93,7 +93,7 @@ class GuardResult:
 def guard(idle_after: float, command: str | None, warn_only: bool, interval: float,
           log: Callable[[str], None]) -> GuardResult:
     """Watch until the machine has been idle for `idle_after` seconds, then run `command` (or warn)."""
-    from ddplab.monitor import Sampler
+    from ddplab.observe.monitor import Sampler
 
     sampler = Sampler()  # for its NVML reader: no GPU, no driver -> no GPUs, and jobs alone decide
     gpus, nvml = sampler.nvml.read()
@@ -101,7 +101,7 @@ def guard(idle_after: float, command: str | None, warn_only: bool, interval: flo
                          f"{len(gpus)} GPU(s) watched" if nvml == "ok" else nvml)
     step = max(interval, idle_after / 10, 1.0)  # countdown lines: about ten per idle period, one a second at most
     action = "then warn (--warn-only)" if warn_only else f"then run: {command}"
-    log(f"idle guard: idle = no torchrun/ddplab rank alive"
+    log("idle guard: idle = no torchrun/ddplab rank alive"
         + (f", every GPU under {IDLE_GPU_PERCENT:g} % and {IDLE_GPU_MEMORY_MIB:g} MiB" if gpus else "")
         + f" ({result.gpus}); after {clock(idle_after)} idle, counted from now, {action}")
     start = time.monotonic()
