@@ -151,9 +151,11 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
     # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
     peak = AllocatorPeak(device)
-    predicting = PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) \
-        if ctx.is_main else None
     peak.start()
+
+    def predict() -> PredictElsewhere | None:
+        # Started once the measured span is over, so that the tracing child does not slow the ranks' start-up.
+        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) if ctx.is_main else None
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
@@ -205,7 +207,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved = 0, None
+    run_steps, saved, predicting = 0, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
     timer, warm_wait = Steady(log_t), None
 
@@ -238,6 +240,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
             if run_steps == MEASURED_STEPS:
                 peak.stop()
+                predicting = predict()
             if run_steps == WARMUP_STEPS:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
@@ -279,6 +282,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
     final_weights = strategy.full_state_dict(raw_model)
+    if run_steps < MEASURED_STEPS:
+        predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
                      step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
