@@ -5,17 +5,20 @@ for all of them:
 
  1. Join the process group the launcher described (ddplab.dist: gloo on CPU, NCCL on GPUs, device from LOCAL_RANK).
  2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard.
- 3. Build the model from the same seed; restore a checkpoint when resuming; torch.compile it (optional); then wrap
-    it in DDP, which also broadcasts rank 0's weights so that every rank starts identical (a single process skips
-    the wrapper: there is nothing to synchronise).
+ 3. Build the model from the same seed; torch.compile it (optional); spread it over the ranks by --strategy
+    (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every rank starts
+    identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
+    ZeroRedundancyOptimizer; fsdp shards it with FSDP2's fully_shard. Then restore a checkpoint when resuming.
  4. Each step: micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the last one
     synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
     or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
  5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
  6. Checkpoints by rank 0 (ddplab.train.checkpoint) with the sampler position and every rank's RNG state, so that
     --resume takes exactly the batch an uninterrupted run would have taken next.
- 7. At the end: per-rank statistics gathered to rank 0, the parameters compared across ranks, and the unwrapped
-    model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile).
+ 7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
+    first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
+    whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile, no
+    shards from FSDP).
 """
 
 from __future__ import annotations
