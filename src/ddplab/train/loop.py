@@ -157,7 +157,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     peak.start()
 
     def predict() -> PredictElsewhere | None:
-        # Started once the measured span is over, so that the tracing child does not slow the ranks' start-up.
+        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
+        # it would take cores from the ranks and slow the timed steps, so it starts after them.
         return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) if ctx.is_main else None
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
@@ -243,7 +244,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
             if run_steps == MEASURED_STEPS:
                 peak.stop()
-                predicting = predict()
+                predicting = predict() if device.type == "cuda" else None
             if run_steps == WARMUP_STEPS:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
@@ -285,7 +286,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
     final_weights = strategy.full_state_dict(raw_model)
-    if run_steps < MEASURED_STEPS:
+    if predicting is None:
         predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
