@@ -238,7 +238,7 @@ def _parts(snapshot: dict, bucket_bytes: int) -> list[Part]:
 class AllocatorPeak:
     """The allocator's peak of live bytes between start() and stop(), above what was live at start().
 
-    CPU: torch.profiler with profile_memory=True; the c10 CPU allocator reports every allocation and free made
+    CPU: the profiler with profile_memory=True; the c10 CPU allocator reports every allocation and free made
     while it runs, so the running sum of those events is the live bytes it handed out, and its maximum the peak.
     CUDA: torch.cuda.max_memory_allocated() against memory_allocated() at start().
     """
@@ -252,9 +252,9 @@ class AllocatorPeak:
             self.base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             return
-        from torch.profiler import ProfilerActivity, profile
-
-        self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        # The autograd profiler, not torch.profiler.profile: the latter imports torch._dynamo on start (seconds,
+        # long enough for a stall watchdog to call a starting rank hung); both record the same memory events.
+        self.prof = torch.autograd.profiler.profile(profile_memory=True)
         self.prof.__enter__()
 
     def stop(self) -> None:
@@ -267,7 +267,7 @@ class AllocatorPeak:
         if self.prof is None:
             return
         self.prof.__exit__(None, None, None)
-        events = [(e.start_ns(), e.nbytes()) for e in self.prof.profiler.kineto_results.events()
+        events = [(e.start_ns(), e.nbytes()) for e in self.prof.kineto_results.events()
                   if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
         live = peak = 0
         for _, nbytes in sorted(events):

@@ -5,17 +5,20 @@ for all of them:
 
  1. Join the process group the launcher described (ddplab.dist: gloo on CPU, NCCL on GPUs, device from LOCAL_RANK).
  2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard.
- 3. Build the model from the same seed; restore a checkpoint when resuming; torch.compile it (optional); then wrap
-    it in DDP, which also broadcasts rank 0's weights so that every rank starts identical (a single process skips
-    the wrapper: there is nothing to synchronise).
+ 3. Build the model from the same seed; torch.compile it (optional); spread it over the ranks by --strategy
+    (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every rank starts
+    identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
+    ZeroRedundancyOptimizer; fsdp shards it with FSDP2's fully_shard. Then restore a checkpoint when resuming.
  4. Each step: micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the last one
     synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
     or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
  5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
  6. Checkpoints by rank 0 (ddplab.train.checkpoint) with the sampler position and every rank's RNG state, so that
     --resume takes exactly the batch an uninterrupted run would have taken next.
- 7. At the end: per-rank statistics gathered to rank 0, the parameters compared across ranks, and the unwrapped
-    model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile).
+ 7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
+    first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
+    whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile, no
+    shards from FSDP).
 """
 
 from __future__ import annotations
@@ -148,9 +151,12 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
     # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
     peak = AllocatorPeak(device)
-    predicting = PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) \
-        if ctx.is_main else None
     peak.start()
+
+    def predict() -> PredictElsewhere | None:
+        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
+        # it would take cores from the ranks and slow the timed steps, so it starts after them.
+        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) if ctx.is_main else None
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
@@ -202,7 +208,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved = 0, None
+    run_steps, saved, predicting = 0, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
     timer, warm_wait = Steady(log_t), None
 
@@ -235,6 +241,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
             if run_steps == MEASURED_STEPS:
                 peak.stop()
+                predicting = predict() if device.type == "cuda" else None
             if run_steps == WARMUP_STEPS:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
@@ -276,6 +283,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
     final_weights = strategy.full_state_dict(raw_model)
+    if predicting is None:
+        predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
                      step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
