@@ -9,7 +9,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from rich.table import Table
 
 from ddplab import report
 
@@ -113,17 +112,24 @@ def render(con, r: TrainResult) -> None:
         con.print(f"training-set accuracy {100 * r.accuracy:.1f}%")
 
     gpu = any(s.gpu_util_percent is not None for s in r.ranks)
-    t = Table(box=None, pad_edge=False)
-    for col in ("rank", "samples", "steps", "step ms", "comm wait ms", "compute ms",
-                "GPU util %" if gpu else "CPU %", "peak MiB", "alloc peak MiB", "predicted", "loss"):
-        t.add_column(col, justify="right")
+    Column = report.Column
+    # Numbers stay whole at any width (a CI log is 80 columns): narrower headers first, then the columns the proof
+    # needs least are left out, and said so.
+    columns = [Column("rank"), Column("samples"), Column("steps"), Column("step ms"), Column("comm wait ms"),
+               Column("compute ms", drop=4), Column("GPU util %" if gpu else "CPU %", drop=3),
+               Column("peak MiB", drop=1), Column("alloc peak MiB", drop=2), Column("predicted", drop=2),
+               Column("loss")]
+    rows = []
     for s in r.ranks:
         util = s.gpu_util_percent if gpu else s.cpu_percent
         wait = "-" if s.comm_wait_ms is None else f"{s.comm_wait_ms:.2f}"
-        t.add_row(str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", wait,
-                  f"{s.compute_ms:.2f}", "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}",
-                  _mib(s.allocator_peak_mb), _mib(s.predicted_peak_mb), f"{s.final_loss:.4f}")
+        rows.append([str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", wait, f"{s.compute_ms:.2f}",
+                     "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}", _mib(s.allocator_peak_mb),
+                     _mib(s.predicted_peak_mb), f"{s.final_loss:.4f}"])
+    t, left_out = report.fit_table(con.width, columns, rows, box=None)
     con.print(t)
+    if left_out:
+        con.print(f"note: left out for a {con.width}-column output: {', '.join(left_out)} (set COLUMNS wider)")
     con.print(f"memory ({r.strategy}): peak MiB = the process's peak RSS on CPU, the allocator's on GPUs; alloc peak ="
               " the allocator's peak over model build + 2 steps (CPU: profiler memory events); predicted = "
               "`ddplab memory`'s traced prediction of it (the rank that needs most)")
