@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddplab.diagnose.explain import explain_text
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "diagnose"
 sys.path.insert(0, str(TESTS))
 from test_explain_corpus import HELD_OUT, LOGS, read_quoted  # noqa: E402  the corpus's one reader
 

@@ -7,6 +7,6 @@ import os
 
 import torch.distributed as dist
 
-os.environ["MASTER_PORT"] = "12355"  # line 10: tests/test_launch.py expects `ddplab launch` to name this line
+os.environ["MASTER_PORT"] = "12355"  # line 10: tests/userscript/test_launch.py expects `ddplab launch` to name this line
 dist.init_process_group("gloo")
 dist.destroy_process_group()

@@ -8,7 +8,7 @@ Three flags order the diagnoses when a log holds several errors (ddplab/diagnose
 `generic=True`: a wrapper message (NCCL's "invalid usage", a worker's exit signal) that a more specific error in the
 same log explains better; it comes after the specific ones.
 `warning=True`: not an error at all (a performance warning); it comes last.
-Every rule is checked against real error text in tests/test_explain.py: produced there by running the failing code
+Every rule is checked against real error text in tests/diagnose/test_explain.py: produced there by running the failing code
 when a CPU can produce it, otherwise quoted from the public report cited next to it in tests/logs/.
 """
 

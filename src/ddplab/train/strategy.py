@@ -9,7 +9,7 @@
            1-D DeviceMesh). Gradients are reduce-scattered instead of all-reduced.
 
 All three compute the same update from the same data, so they end with the same weights up to float rounding
-(tests/test_strategy.py proves it on 2 gloo ranks). `full_state_dict` always returns a plain state_dict of the
+(tests/train/test_strategy.py proves it on 2 gloo ranks). `full_state_dict` always returns a plain state_dict of the
 whole model, whatever the strategy, so model.pt and checkpoints stay ordinary files.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import cli, kill_tree
 from ddplab.ports import free_port
 
-FAKE_SLURM = Path(__file__).parent / "fake_slurm"
+FAKE_SLURM = Path(__file__).parents[1] / "fake_slurm"
 
 
 def test_script_for_a_recipe_is_valid_bash_in_the_standard_pattern(tmp_path):

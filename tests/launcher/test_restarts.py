@@ -14,7 +14,7 @@ import pytest
 
 from ddplab.launcher import local
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[1])
 KILLS = 10
 
 

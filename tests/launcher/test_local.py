@@ -10,7 +10,7 @@ from conftest import alive
 from ddplab.launcher import local
 from ddplab.errors import DdplabError
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[1])
 ENV = {"PYTHONPATH": TESTS}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from conftest import kill_tree
 from ddplab.diagnose import flight
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 HANG_TIMEOUT_S = 2.0
 ANALYSIS_DEADLINE_S = 5.0
 STARTUP_DEADLINE_S = 150.0  # torch imports on a loaded 2-core machine

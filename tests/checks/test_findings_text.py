@@ -9,7 +9,7 @@ import pytest
 
 from conftest import cli
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 TEXT_KEYS = ("what", "problem", "message", "cause")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import cli
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 HANG_TIMEOUT_S = 3
 
 

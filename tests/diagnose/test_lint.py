@@ -12,7 +12,7 @@ import pytest
 from conftest import cli
 from ddplab.diagnose.lint import lint_file, lint_source
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 SRC = HERE.parent / "src" / "ddplab"
 BAD = HERE / "scripts" / "lint_bad.py"
 
@@ -179,7 +179,7 @@ def test_the_guides_tutorial_example_shows_its_quiet_mistakes():
 
     from conftest import cli
 
-    script = Path(__file__).parents[1] / "docs" / "examples" / "tutorial_ddp.py"
+    script = Path(__file__).parents[2] / "docs" / "examples" / "tutorial_ddp.py"
     ran = cli("lint", "--json", str(script))
     assert ran.code == 1
     rules = sorted((f["rule"], f["line"]) for f in ran.json()["findings"])

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import cli
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def job_processes(marker: str) -> list[int]:

@@ -28,7 +28,7 @@ from ddplab.diagnose.explain import explain_text
 from ddplab.diagnose.rules import RULES
 from ddplab.ports import free_port
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 LOGS = HERE / "logs"
 
 

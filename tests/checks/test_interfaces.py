@@ -11,7 +11,7 @@ import pytest
 from conftest import cli
 from ddplab.checks.preflight import interface_matches
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 HERE = sorted(psutil.net_if_addrs())
 MISSING = "eth9" if "eth9" not in HERE else "ddplab-no-such-if0"
 

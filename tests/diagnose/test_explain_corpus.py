@@ -16,7 +16,7 @@ import pytest
 from ddplab.diagnose.explain import explain_text
 from ddplab.diagnose.rules import RULES
 
-LOGS = Path(__file__).parent / "logs"
+LOGS = Path(__file__).parents[1] / "logs"
 HELD_OUT = {line.strip() for line in (LOGS / "HELDOUT.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#")}
 
