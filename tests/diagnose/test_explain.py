@@ -327,6 +327,7 @@ def quoted_logs() -> list:
 def test_every_rule_is_tested_against_real_text():
     tested = {p.values[0] for p in IN_PROCESS + IN_GROUP} | {"launcher-env-missing"} | set(MULTI_RANK)
     tested |= set(TORCHRUN_RUNS)
+    tested |= {"teardown-abort"}  # produced for real, deterministically, in tests/test_teardown.py
     tested |= {p.values[1] for p in quoted_logs()}
     # A generic wrapper (NCCL's "invalid usage") never leads when its specific "Last error" is there too: it counts as
     # tested when it matches in a quoted log at all.
