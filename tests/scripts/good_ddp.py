@@ -5,6 +5,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init: imported later, it would hold the group past its destroy
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -38,7 +39,8 @@ def main() -> None:
         print(f"rank {rank}/{world_size}: trained, loss {loss.item():.4f}", flush=True)
         if rank == 0 and len(sys.argv) > 1:
             torch.save(model.module.state_dict(), sys.argv[1])
-        dist.barrier()  # leave together (see ddplab.dist.session)
+        dist.barrier()  # leave together, then let go of what holds the group (docs/teardown.md)
+        del model, optimizer
     finally:
         dist.destroy_process_group()
 
