@@ -103,7 +103,12 @@ def thread_counts(out: str) -> dict[int, tuple[int, int]]:
 def test_a_gloo_thread_freeing_a_tensor_at_exit_aborts_and_explain_says_teardown(tmp_path, no_leftover_workers):
     script = tmp_path / "abort_at_exit.py"
     script.write_text(ABORT_AT_EXIT)
-    ran = torchrun(script)
+    # Nearly certain, not quite: once in a full-suite run the worker got the GIL before exit. A few tries, then it
+    # must have happened (the explain rule needs the real text, not a quote).
+    for _ in range(3):
+        ran = torchrun(script)
+        if ran.returncode != 0:
+            break
     assert ran.returncode != 0, ran.stdout
     assert "rank 1: training done" in ran.stdout  # the work was done...
     assert "terminate called without an active exception" in ran.stdout  # ...then the exit aborted
