@@ -4,6 +4,7 @@ output as it comes (and keep a copy), watch for a hang, end every process on eve
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -35,8 +36,6 @@ class ScriptRun:
 def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float, output) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang."""
-    import os
-
     start = time.monotonic()
     # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
     flight_dir = log_dir / "flight"
