@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import torch
-import torch._dynamo  # noqa: F401  DDP's constructor imports it (~3 s); here the agent pays once, before forking ranks
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
