@@ -92,7 +92,10 @@ def root_cause(failed: list[Failed]) -> int | None:
     consequence = _consequence_patterns()
 
     def order(f: Failed):
-        ended = f.exitcode in (-signal.SIGTERM, -signal.SIGKILL) or bool(ENDED_BY_LAUNCHER.search(f.text or ""))
+        # A SIGTERM exit code alone does not say who came first: a rank that already raised its own error may be
+        # ended by the agent while it still tears down, after a peer's consequence error reached the agent first.
+        ended = bool(ENDED_BY_LAUNCHER.search(f.text or "")) or (
+            f.exitcode == -signal.SIGTERM and "Traceback" not in (f.text or ""))
         follows = any(p.search(f.text or "") for p in consequence)
         return ended, follows, f.time
 
