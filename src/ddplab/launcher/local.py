@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -159,8 +160,6 @@ class _EventFollower:
         self.callback = callback
 
     def poll(self) -> None:
-        import json
-
         if self.callback is None:
             return
         for rank, path in enumerate(self.paths):
