@@ -4,7 +4,8 @@
 - the same loss curve (every step's loss averaged over ranks, from metrics.jsonl; atol 1e-5);
 - model.pt is a plain state_dict whatever the strategy (same keys and shapes as ddp's);
 - stop at step k, --resume: equal to the uninterrupted run of the same strategy (bitwise on CPU);
-- the per-rank table carries the allocator's measured peak and the prediction;
+- the per-rank table carries the allocator's measured peak and the prediction, and no communication wait under
+  fsdp (DDP's timers measure it; fsdp has none);
 - a checkpoint of another strategy is refused in one line.
 """
 
@@ -71,6 +72,8 @@ def test_table_shows_measured_peak_next_to_prediction(runs, strategy):
     _, result = runs[strategy]
     for r in result["ranks"]:
         assert r["allocator_peak_mb"] > 0 and r["predicted_peak_mb"] > 0
+        # The communication wait comes from DDP's own timers: fsdp has no DDP, so it is "not measured", not 0.
+        assert (r["comm_wait_ms"] is None) == (strategy == "fsdp")
 
 
 @pytest.mark.slow

@@ -105,12 +105,13 @@ def fake_group(nproc: int, rank: int):
 
 def _trackers():
     try:
-        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
         from torch.distributed._tools.mem_tracker import MemTracker
+
+        from ddplab.perf.fsdp_tracker import ExactFSDPMemTracker
     except ImportError:
         raise DdplabError(f"memory prediction needs torch.distributed._tools.mem_tracker (torch>=2.6); this is "
                           f"torch {torch.__version__}: upgrade torch") from None
-    return MemTracker, FSDPMemTracker
+    return MemTracker, ExactFSDPMemTracker
 
 
 def _autocast(spec: Spec):
@@ -147,6 +148,7 @@ def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     MemTracker, FSDPMemTracker = _trackers()
+    from ddplab.perf import fsdp_tracker
     strategies.check(strategy)
     device = torch.device(spec.device)
     batch_size = int(spec.batch[0].shape[0])
@@ -178,7 +180,7 @@ def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) 
                 buckets = _ddp_buckets(model) if nproc > 1 else []
                 tracker.track_external(model, optimizer, *batch, *buckets)
             between = 0
-            with tracker:
+            with tracker, fsdp_tracker.metadata_ops_untracked():
                 for _ in range(steps):
                     with _autocast(spec):
                         loss = spec.loss(model, batch)

@@ -252,7 +252,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
             # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
             if step % cfg.log_every == 0 or done:
                 now = time.perf_counter()
-                wait, log_wait = _wait_ms(comm, log_wait)
+                wait, log_wait = _wait_ms(comm, log_wait, world)
                 usage.sample()
                 rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
                 shown["loss"] = sum(r[0] for r in rows) / world
@@ -278,7 +278,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     timed_steps, seconds, total = timer.stop(run_steps)
-    wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None)
+    wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None, world)
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
@@ -377,11 +377,11 @@ class Steady:
         return run_steps - self.warm_steps, now - self.start, now - self.t0
 
 
-def _wait_ms(comm: metrics.CommWait | None, since) -> tuple[float, tuple | None]:
-    """Exposed communication ms per step since the snapshot `since` (-1 = not measured; one process has none),
-    and a snapshot of now."""
+def _wait_ms(comm: metrics.CommWait | None, since, world: int) -> tuple[float, tuple | None]:
+    """Exposed communication ms per step since the snapshot `since` (-1 = not measured: DDP's timers are all there
+    is, so fsdp's is not; one process has none to wait for), and a snapshot of now."""
     if comm is None:
-        return 0.0, None
+        return (0.0 if world == 1 else -1.0), None
     value, now = comm.mean_since(since)
     return (-1.0 if value is None else value), now
 
