@@ -4,7 +4,7 @@
     ddplab memory mlp --hidden 4096 --layers 8 --strategy ddp,fsdp --nproc 4 --gpus RTX4090,A100
     ddplab memory gpt --size small --json > small.json && ddplab cost --memory small.json ...
 
-The step is traced on fake tensors (nothing is computed or allocated): see ddplab.perf.memory for what is traced
+The step is traced on fake tensors (nothing is computed or allocated): see ddplab.perf.memory_trace for what is traced
 and what is computed. docs/memory.md has the prediction against the allocator's measured peak.
 """
 
