@@ -40,6 +40,47 @@ def cli(*args: str, env: dict | None = None, timeout: float = 120, cwd=None) -> 
     return Ran(proc.returncode, out, err, time.monotonic() - start)
 
 
+# What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+
+def torchrun(script, *args: str, nproc: int = 2, timeout: float = 150, merge_stderr: bool = False,
+             core_files: bool = True) -> subprocess.CompletedProcess:
+    """Run `script` under plain torchrun (no ddplab involved) on the CPU/gloo path, in the script's folder; kill
+    everything if it overstays `timeout`, and assert that no process of it is left. merge_stderr: the ranks' and
+    launcher's stderr in stdout, in order; core_files=False: an expected abort writes no core file."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # the CPU/gloo path, even on a GPU machine
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                             str(nproc), script.name, *args], cwd=script.parent, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                            start_new_session=True, preexec_fn=None if core_files else _no_core_file)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise AssertionError(f"{script.name} on {nproc} ranks overstayed {timeout}s")
+    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if script.name in " ".join(p.info["cmdline"] or [])
+                and str(script.parent) in (_cwd(p) or "")]
+    assert not leftover, f"processes left behind: {leftover}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
+
+
+def _no_core_file() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _cwd(p: psutil.Process) -> str | None:
+    try:
+        return p.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
 def kill_tree(pid: int) -> None:
     try:
         parent = psutil.Process(pid)

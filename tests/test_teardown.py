@@ -9,21 +9,18 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-from conftest import kill_tree
+from conftest import torchrun
 from ddplab.commands.new import render_script
 from ddplab.diagnose.explain import explain_text
 
-LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+# Every run here: the ranks' stderr in order with their stdout (the abort's text), no core file for an abort.
+RUN = {"timeout": 240, "merge_stderr": True, "core_files": False}
 
 # Rank 1's gloo worker finishes an all-reduce whose tensor only it still holds, and waits for the GIL to free it;
-# rank 1's main thread never yields the GIL (a 1000 s switch interval and a busy loop, no I/O) and then exits.
+# rank 1's main thread never yields the GIL (a 1000 s switch interval and a busy loop, no I/O: it printed before)
+# and then exits.
 # What a busy machine does by chance (the worker is not scheduled before exit), done on purpose.
 ABORT_AT_EXIT = """
 import sys, time
@@ -34,6 +31,7 @@ if dist.get_rank() == 0:
     dist.all_reduce(torch.ones(4))
     time.sleep(4)
 else:
+    print("rank 1: training done", flush=True)  # before: writing releases the GIL, the worker could take it
     sys.setswitchinterval(1000)
     t = torch.ones(4)
     work = dist.all_reduce(t, async_op=True)
@@ -41,7 +39,6 @@ else:
     end = time.monotonic() + 4
     while time.monotonic() < end:
         pass
-    print("rank 1: training done", flush=True)
 """
 
 THREADS = "len(os.listdir('/proc/self/task'))"
@@ -75,27 +72,6 @@ print(f"rank {{ctx.rank}} threads before {{before}} after {{{THREADS}}}", flush=
 """
 
 
-def torchrun(script: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(script), *args], cwd=script.parent, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=no_core_file)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        proc.communicate()
-        raise AssertionError(f"{script.name} overstayed {timeout}s")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
-
-
-def no_core_file() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the abort is expected: no 250 MB core file for it
-
-
 def thread_counts(out: str) -> dict[int, tuple[int, int]]:
     return {int(r): (int(b), int(a)) for r, b, a in re.findall(r"rank (\d) threads before (\d+) after (\d+)", out)}
 
@@ -106,7 +82,7 @@ def test_a_gloo_thread_freeing_a_tensor_at_exit_aborts_and_explain_says_teardown
     # Nearly certain, not quite: once in a full-suite run the worker got the GIL before exit. A few tries, then it
     # must have happened (the explain rule needs the real text, not a quote).
     for _ in range(3):
-        ran = torchrun(script)
+        ran = torchrun(script, **RUN)
         if ran.returncode != 0:
             break
     assert ran.returncode != 0, ran.stdout
@@ -126,7 +102,7 @@ def test_the_new_script_leaves_no_thread_of_its_process_group(tmp_path, no_lefto
     script.write_text(render_script("regression", script.name))
     wrapper = tmp_path / "around.py"
     wrapper.write_text(AROUND_TEMPLATE)
-    ran = torchrun(wrapper, str(script))
+    ran = torchrun(wrapper, str(script), **RUN)
     assert ran.returncode == 0, ran.stdout
     counts = thread_counts(ran.stdout)
     assert set(counts) == {0, 1}, ran.stdout
@@ -137,7 +113,7 @@ def test_the_new_script_leaves_no_thread_of_its_process_group(tmp_path, no_lefto
 def test_a_dist_session_leaves_no_thread_of_its_process_group(tmp_path, no_leftover_workers):
     script = tmp_path / "session.py"
     script.write_text(AROUND_SESSION)
-    ran = torchrun(script)
+    ran = torchrun(script, **RUN)
     assert ran.returncode == 0, ran.stdout
     counts = thread_counts(ran.stdout)
     assert set(counts) == {0, 1}, ran.stdout

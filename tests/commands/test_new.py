@@ -11,43 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
-from conftest import cli, kill_tree
+from conftest import LAUNCHER_VARS, cli, torchrun
 from ddplab.commands.new import TASKS, render_script
-
-# What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.
-LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
-
-
-def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 150) -> subprocess.CompletedProcess:
-    """Run `script` under plain torchrun (no ddplab involved), killing everything if it overstays `timeout`."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # the CPU/gloo path, even on a GPU machine
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                             str(nproc), script.name, *args], cwd=script.parent, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        proc.communicate()
-        raise AssertionError(f"{script.name} on {nproc} ranks overstayed {timeout}s")
-    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if str(script.name) in " ".join(p.info["cmdline"] or [])
-                and str(script.parent) in (_cwd(p) or "")]
-    assert not leftover, f"processes left behind: {leftover}"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _cwd(p: psutil.Process) -> str | None:
-    try:
-        return p.cwd()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
 
 def load_script(path: Path):
     """Import the written script as a module (its main() only runs under __main__), to reuse its model/data."""
