@@ -29,8 +29,9 @@ class AllocatorPeak:
     while it runs, so the running sum of those events is the live bytes it handed out, and its maximum the peak.
     It reports them only from threads the profiler follows (this one, autograd's): when one of gloo's worker
     threads drops the last reference to a collective's tensor, that free is not seen and the tensor counts as
-    live to the end (seen on rank 0 for DDP's start-up broadcast of the weights, in some runs only). The count
-    can err only upwards; benchmarks/memory_accuracy.py keeps the lowest of several runs.
+    live until its address is handed out again (seen for DDP's start-up broadcast of the weights and FSDP's
+    gradients, in some runs only). The count can err only upwards; benchmarks/memory_accuracy.py keeps the lowest
+    of several runs.
     CUDA: torch.cuda.max_memory_allocated() against memory_allocated() at start().
     """
 
@@ -58,17 +59,47 @@ class AllocatorPeak:
         if self.prof is None:
             return
         self.prof.__exit__(None, None, None)
-        events = [(e.start_ns(), e.nbytes()) for e in self.prof.kineto_results.events()
-                  if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
-        live = peak = 0
-        for _, nbytes in sorted(events):
-            live += nbytes
-            peak = max(peak, live)
-        self.peak, self.prof = peak, None
+        self.peak, self.prof = peak_bytes(_cpu_allocations(self.prof.kineto_results)), None
 
     def measured_mb(self) -> float | None:
         self.stop()
         return None if self.peak is None else self.peak / MiB
+
+
+def peak_bytes(events: list[tuple[int, int | None, int]]) -> int:
+    """The peak of the running sum of (time, address, +/- bytes) allocator events, in time order."""
+    live = peak = 0
+    blocks: dict[int, int] = {}  # address -> bytes, of the blocks handed out and not seen freed
+    for _, address, nbytes in events:
+        if nbytes > 0 and address in blocks:
+            # Handed out again at the same address: the block was freed before, on a thread the profiler does not
+            # follow. Counting it freed from here on is still an upper bound, and a tighter one.
+            live -= blocks.pop(address)
+        if nbytes > 0 and address is not None:
+            blocks[address] = nbytes
+        elif address is not None:
+            blocks.pop(address, None)
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def _cpu_allocations(results) -> list[tuple[int, int | None, int]]:
+    """(time ns, address, bytes: + allocated, - freed) of the CPU allocator's events, in time order. The address
+    comes from the profiler's event tree; where a torch release lacks it, the flat event list (no address)."""
+    found = []
+    try:
+        stack = list(results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children)
+            fields = node.extra_fields
+            if type(fields).__name__ == "_ExtraFields_Allocation" and fields.device.type == "cpu":
+                found.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+    except (AttributeError, RuntimeError):
+        found = [(e.start_ns(), None, e.nbytes()) for e in results.events()
+                 if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    return sorted(found, key=lambda event: event[0])
 
 
 def measure(fn: Callable[[], None], device: torch.device) -> int:
