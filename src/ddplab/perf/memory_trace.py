@@ -90,7 +90,8 @@ def fake_group(nproc: int, rank: int):
     if dist.is_initialized():
         raise DdplabError("memory prediction needs its own fake process group, and this process already belongs to "
                           "a real one: predict before init_process_group, or in another process")
-    import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers the "fake" backend
+    if "fake" not in dist.Backend.backend_list:  # built in on recent torch (2.13); else its testing module adds it
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401
 
     dist.init_process_group("fake", store=dist.HashStore(), rank=rank, world_size=nproc)
     try:
