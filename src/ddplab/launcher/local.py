@@ -198,19 +198,23 @@ def _note_progress(detector: HangDetector, run_dir: Path, nproc: int, started_at
     detector.progressed(newest)
 
 
-def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
-    """Local rank -> pid of its latest attempt."""
-    pids = {}
+def _latest_starts(run_dir: Path, nproc: int) -> dict[int, dict]:
+    """Local rank -> the "start" event of its latest attempt (global rank, pid), for the ranks that started."""
+    starts = {}
     for local in range(nproc):
         for event in events(run_dir, local):
-            if event.get("pid"):
-                pids[local] = event["pid"]
-    return pids
+            if event["phase"] == "start":
+                starts[local] = event
+    return starts
+
+
+def _worker_pids(run_dir: Path, nproc: int) -> dict[int, int]:
+    """Local rank -> pid of its latest attempt."""
+    return {local: start["pid"] for local, start in _latest_starts(run_dir, nproc).items() if start.get("pid")}
 
 
 def _global_ranks(run_dir: Path, nproc: int) -> list[int]:
-    return [starts[-1]["rank"] for local in range(nproc)
-            if (starts := [e for e in events(run_dir, local) if e["phase"] == "start"])]
+    return [start["rank"] for start in _latest_starts(run_dir, nproc).values()]
 
 
 def _dump_stacks(run_dir: Path, nproc: int) -> None:
@@ -248,7 +252,7 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
             agent_rc: int | None) -> RunResult:
     outcome = read_json(run_dir / "ddplab-outcome.json", {})
     failures = outcome.get("failures", {})  # keyed by global rank
-    ranks, failed = [], []
+    ranks, failed, stamps = [], [], []
     for local in range(nproc):
         marks = events(run_dir, local)
         starts = [e for e in marks if e["phase"] == "start"]
@@ -256,6 +260,7 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
         if marks:
             out.phase, out.seq = marks[-1]["phase"], marks[-1]["seq"]
             out.pid = starts[-1]["pid"] if starts else None
+            stamps.append(marks[-1]["t"])
         failure = failures.get(str(out.rank))
         if failure:
             out.exitcode = failure["exitcode"]
@@ -277,7 +282,6 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
 
     result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
 
-    stamps = [e["t"] for local in range(nproc) for e in events(run_dir, local)[-1:]]
     result.last_progress = max(stamps, default=None)
     if status == "hang":
         top = max(r.seq for r in ranks)
