@@ -21,8 +21,12 @@ import contextlib
 import threading
 from functools import wraps
 
-from torch.distributed._tools.fsdp2_mem_tracker import (FSDPMemTracker, _FSDPModState, _FSDPRefType,
-                                                         _FSDPState)
+from torch.distributed._tools import fsdp2_mem_tracker as torch_tracker
+
+# The second correction rewrites a private method of torch's tracker; on a torch whose tracker is built otherwise,
+# torch's own method stays (its count may then be high by one gradient: on the safe side).
+_REWRITABLE = (hasattr(torch_tracker.FSDPMemTracker, "_fsdp_param_group_post_backward")
+               and all(hasattr(torch_tracker, n) for n in ("_FSDPModState", "_FSDPRefType", "_FSDPState")))
 
 _propagating = threading.local()  # >0 while DTensor runs an op on fake tensors only to learn its output's shape
 
@@ -57,29 +61,32 @@ def metadata_ops_untracked():
         setattr(ShardingPropagator, name, original)
 
 
-class ExactFSDPMemTracker(FSDPMemTracker):
+class ExactFSDPMemTracker(torch_tracker.FSDPMemTracker):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if getattr(_propagating, "depth", 0):
             return func(*args, **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)
 
-    def _fsdp_param_group_post_backward(self, fsdp_mod, orig_fsdp_param_group_post_backward):
-        # torch's version, less its local reference to the last unsharded gradient (the snapshots it takes are
-        # kept, so the per-module statistics stay as torch's).
-        @wraps(orig_fsdp_param_group_post_backward)
-        def inner(*args, **kwargs):
-            group = fsdp_mod._get_fsdp_state()._fsdp_param_group
-            for fsdp_param in group.fsdp_params if group else ():
-                if fsdp_param._unsharded_param.grad is not None:
-                    self._update_and_maybe_create_winfos(fsdp_param._unsharded_param.grad,
-                                                         _FSDPRefType.UNSHARDED_GRAD, update_existing=True)
-            snapshots = self.memory_tracking[fsdp_mod].snapshots
-            snapshots.setdefault(_FSDPModState.BEF_POST_BW, []).append(self.get_tracker_snapshot())
-            self._fsdp_state = _FSDPState.POST_BW
-            orig_fsdp_param_group_post_backward(*args, **kwargs)
-            for fsdp_param in group.fsdp_params if group else ():
-                if fsdp_param.sharded_param.grad is not None:
-                    self._update_and_maybe_create_winfos(fsdp_param.sharded_param.grad, _FSDPRefType.SHARDED_GRAD)
-            snapshots.setdefault(_FSDPModState.AFT_POST_BW, []).append(self.get_tracker_snapshot())
+    if _REWRITABLE:
+        def _fsdp_param_group_post_backward(self, fsdp_mod, orig_fsdp_param_group_post_backward):
+            # torch's version, less its local reference to the last unsharded gradient (the snapshots it takes
+            # are kept, so the per-module statistics stay as torch's).
+            ref, state, when = torch_tracker._FSDPRefType, torch_tracker._FSDPState, torch_tracker._FSDPModState
 
-        return inner
+            @wraps(orig_fsdp_param_group_post_backward)
+            def inner(*args, **kwargs):
+                group = fsdp_mod._get_fsdp_state()._fsdp_param_group
+                for fsdp_param in group.fsdp_params if group else ():
+                    if fsdp_param._unsharded_param.grad is not None:
+                        self._update_and_maybe_create_winfos(fsdp_param._unsharded_param.grad, ref.UNSHARDED_GRAD,
+                                                             update_existing=True)
+                snapshots = self.memory_tracking[fsdp_mod].snapshots
+                snapshots.setdefault(when.BEF_POST_BW, []).append(self.get_tracker_snapshot())
+                self._fsdp_state = state.POST_BW
+                orig_fsdp_param_group_post_backward(*args, **kwargs)
+                for fsdp_param in group.fsdp_params if group else ():
+                    if fsdp_param.sharded_param.grad is not None:
+                        self._update_and_maybe_create_winfos(fsdp_param.sharded_param.grad, ref.SHARDED_GRAD)
+                snapshots.setdefault(when.AFT_POST_BW, []).append(self.get_tracker_snapshot())
+
+            return inner
