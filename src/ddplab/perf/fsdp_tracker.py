@@ -1,7 +1,7 @@
 """torch's FSDPMemTracker, with two corrections that make a fake-tensor trace of an FSDP2 step match the real step.
 
 Both were found by setting the tracker's count beside the CPU allocator's own events (the profiler) on one step of
-one Linear layer under fully_shard (docs/memory.md, "Where it missed, and why"):
+one Linear layer under fully_shard (docs/memory.md, "Where it missed, and how that was found"):
 
 1. DTensor's sharding propagation was counted as memory. DTensor works out each op's output shape by running the
    op on fake tensors in the fake mode that is active (torch.distributed.tensor._sharding_prop:
