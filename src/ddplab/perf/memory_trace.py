@@ -7,7 +7,7 @@ Nothing here runs the step being predicted, and no constant is fitted to measure
   process group of N ranks ("fake" backend, rank 0 of N). Fake tensors carry shapes, dtypes and storages but no
   data, so nothing is computed or allocated, yet every operator's output storage exists for exactly as long as it
   would in a real step. torch's own memory trackers (torch.distributed._tools.mem_tracker.MemTracker, and
-  FSDPMemTracker for FSDP2) follow those storages and report the peak of live bytes with each byte's role:
+  FSDPMemTracker for FSDP2, corrected in ddplab.perf.fsdp_tracker) follow those storages and report the peak of live bytes with each byte's role:
   parameters, gradients, optimizer state, activations, temporaries, FSDP's all-gather / reduce-scatter buffers.
   zero1 runs the real ZeroRedundancyOptimizer and fsdp the real fully_shard, so their shards are traced too.
 - computed: DDP cannot wrap fake tensors (it checks parameter data across ranks), so its gradient buckets are
