@@ -13,7 +13,7 @@ the measurement.
 Prints a markdown table (error = predicted / measured - 1, measured = the rank with the highest peak) and the fsdp
 saving over ddp at 2 ranks, predicted against measured.
 
-Each case runs --repeats times (default 2) and the lowest measured peak is kept: on CPU the profiler records only
+Each case runs --repeats times (default 3) and the lowest measured peak is kept: on CPU the profiler records only
 the allocations and frees made on threads it profiles, and gloo's worker threads sometimes drop the last reference
 to a collective's tensor (DDP's start-up broadcast, FSDP's all-gathers): that free goes unseen and the tensor
 counts as live to the end. An unseen free can only raise the count, so the lowest of several runs is the closest
@@ -59,7 +59,7 @@ def main() -> int:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--nproc", default="1,2", help="rank counts (default 1,2)")
     p.add_argument("--recipes", default=",".join(RECIPES))
-    p.add_argument("--repeats", type=int, default=2, help="runs per case; the lowest measured peak is kept")
+    p.add_argument("--repeats", type=int, default=3, help="runs per case; the lowest measured peak is kept")
     p.add_argument("--out", help="also write the cases as JSON here")
     args = p.parse_args()
     batches = [8] if args.quick else [8, 64]

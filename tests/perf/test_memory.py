@@ -110,7 +110,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 def test_fsdp_prediction_matches_the_allocator(optimizer):
-    # torch's FSDPMemTracker alone over-predicted this by a third (ddplab.perf.fsdp_tracker says why).
+    # torch's FSDPMemTracker alone over-predicted the AdamW case by a fifth (ddplab.perf.fsdp_tracker says why).
     import subprocess
     import sys
 
