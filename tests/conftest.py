@@ -68,6 +68,14 @@ def torchrun(script, *args: str, nproc: int = 2, timeout: float = 150, merge_std
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
 
 
+def sigint_as_ctrl_c() -> None:
+    """preexec_fn for a child that a test interrupts with SIGINT: a suite started in the background by a shell
+    without job control inherits SIGINT ignored, and so would the child (Python then installs no Ctrl-C handler)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _no_core_file() -> None:
     import resource
 

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from conftest import cli, kill_tree
+from conftest import cli, kill_tree, sigint_as_ctrl_c
 
 STAGE_NAMES = ["preflight", "devices", "collectives", "ddp"]
 
@@ -79,7 +79,8 @@ def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
 def test_ctrl_c_ends_every_worker(no_leftover_workers):
     env = {**os.environ, "DDPLAB_FAULT": "hang:0:collectives", "NO_COLOR": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ddplab", "check", "--timeout", "120"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_as_ctrl_c)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the ranks exist

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
+from conftest import cli, sigint_as_ctrl_c
 from ddplab.observe.idle import parse_duration
 
 IDLE_S = 3.0
@@ -96,7 +96,7 @@ def run_in_own_pid_namespace(tmp_path: Path, scenario: str) -> dict:
         env.pop(var, None)
     done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(tmp_path / "driver.py"),
                            str(tmp_path), str(IDLE_S), scenario], capture_output=True, text=True, timeout=400,
-                          env=env)
+                          env=env, preexec_fn=sigint_as_ctrl_c)
     log = (tmp_path / "guard.err").read_text() if (tmp_path / "guard.err").exists() else ""
     assert done.returncode == 0, f"{done.stderr}\n--- guard:\n{log}"
     return {**json.loads((tmp_path / "result.json").read_text()), "log": log}
