@@ -16,7 +16,7 @@ saving over ddp at 2 ranks, predicted against measured.
 Each case runs --repeats times (default 3) and the lowest measured peak is kept: on CPU the profiler records only
 the allocations and frees made on threads it profiles, and gloo's worker threads sometimes drop the last reference
 to a collective's tensor (DDP's start-up broadcast, FSDP's all-gathers): that free goes unseen and the tensor
-counts as live to the end. An unseen free can only raise the count, so the lowest of several runs is the closest
+counts as live to the end. An unseen free raises the count, so the lowest of several runs is the closest
 (docs/memory.md, "How the measurement is made"). The spread between runs is printed with each case.
 """
 

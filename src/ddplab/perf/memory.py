@@ -30,8 +30,8 @@ class AllocatorPeak:
     It reports them only from threads the profiler follows (this one, autograd's): when one of gloo's worker
     threads drops the last reference to a collective's tensor, that free is not seen and the tensor counts as
     live until its address is handed out again (seen for DDP's start-up broadcast of the weights and FSDP's
-    gradients, in some runs only). The count can err only upwards; benchmarks/memory_accuracy.py keeps the lowest
-    of several runs.
+    gradients, in some runs only). Unseen frees err upwards; benchmarks/memory_accuracy.py keeps the lowest of
+    several runs.
     CUDA: torch.cuda.max_memory_allocated() against memory_allocated() at start().
     """
 
