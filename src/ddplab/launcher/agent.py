@@ -125,7 +125,8 @@ def _script_plan(spec: dict):
     if ns.master_port is None:
         ns.master_port = 29500
     config, cmd, cmd_args = config_from_args(ns)
-    if callable(cmd) or getattr(ns, "run_path", False):  # --run-path: torchrun would call runpy in a spawned child; a script it is
+    # --run-path (where torch has it): torchrun would call runpy in a spawned child; a script it is
+    if callable(cmd) or getattr(ns, "run_path", False):
         cmd, cmd_args = os.getenv("PYTHON_EXEC", sys.executable), ["-u", *cmd_args]
     if ns.no_python:
         return config, sys.executable, ("-u", BOOTSTRAP, "--exec", cmd, *cmd_args)

@@ -33,7 +33,8 @@ _propagating = threading.local()  # >0 while DTensor runs an op on fake tensors 
 
 @contextlib.contextmanager
 def metadata_ops_untracked():
-    """While active, ops DTensor runs for sharding propagation are invisible to ExactFSDPMemTracker."""
+    """While active, ops DTensor runs for sharding propagation are invisible to ExactFSDPMemTracker (which enters
+    this itself)."""
     try:
         from torch.distributed.tensor._sharding_prop import ShardingPropagator
     except ImportError:  # no DTensor: nothing to propagate
@@ -62,6 +63,17 @@ def metadata_ops_untracked():
 
 
 class ExactFSDPMemTracker(torch_tracker.FSDPMemTracker):
+    def __enter__(self):
+        self._untracked = contextlib.ExitStack()
+        self._untracked.enter_context(metadata_ops_untracked())
+        return super().__enter__()
+
+    def __exit__(self, *args):
+        try:
+            super().__exit__(*args)
+        finally:
+            self._untracked.close()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if getattr(_propagating, "depth", 0):
             return func(*args, **(kwargs or {}))

@@ -7,8 +7,9 @@ Nothing here runs the step being predicted, and no constant is fitted to measure
   process group of N ranks ("fake" backend, rank 0 of N). Fake tensors carry shapes, dtypes and storages but no
   data, so nothing is computed or allocated, yet every operator's output storage exists for exactly as long as it
   would in a real step. torch's own memory trackers (torch.distributed._tools.mem_tracker.MemTracker, and
-  FSDPMemTracker for FSDP2, corrected in ddplab.perf.fsdp_tracker) follow those storages and report the peak of live bytes with each byte's role:
-  parameters, gradients, optimizer state, activations, temporaries, FSDP's all-gather / reduce-scatter buffers.
+  FSDPMemTracker for FSDP2, corrected in ddplab.perf.fsdp_tracker) follow those storages and report the peak of
+  live bytes with each byte's role: parameters, gradients, optimizer state, activations, temporaries, FSDP's
+  all-gather / reduce-scatter buffers.
   zero1 runs the real ZeroRedundancyOptimizer and fsdp the real fully_shard, so their shards are traced too.
 - computed: DDP cannot wrap fake tensors (it checks parameter data across ranks), so its gradient buckets are
   computed: one flat buffer per dtype holding every trainable gradient (torch's Reducer with
@@ -145,7 +146,6 @@ def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     MemTracker, FSDPMemTracker = _trackers()
-    from ddplab.perf import fsdp_tracker
     strategies.check(strategy)
     device = torch.device(spec.device)
     batch_size = int(spec.batch[0].shape[0])
@@ -177,7 +177,7 @@ def trace(spec: Spec, strategy: str, nproc: int, rank: int = 0, steps: int = 2) 
                 buckets = _ddp_buckets(model) if nproc > 1 else []
                 tracker.track_external(model, optimizer, *batch, *buckets)
             between = 0
-            with tracker, fsdp_tracker.metadata_ops_untracked():
+            with tracker:
                 for _ in range(steps):
                     with _autocast(spec):
                         loss = spec.loss(model, batch)
