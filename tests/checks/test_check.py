@@ -138,3 +138,23 @@ def test_usage_errors_are_one_line_exit_2(args, words):
 def test_cuda_without_gpu_is_a_usage_error(no_leftover_workers):
     ran = cli("check", "--device", "cuda")
     assert ran.code == 2 and "torch sees no CUDA GPU" in ran.err and len(ran.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_the_send_recv_ring_is_one_batch_that_carries_data(nproc, no_leftover_workers):
+    # The ring goes through dist.batch_isend_irecv (NCCL needs a rank's send and receive grouped); on gloo the
+    # same call runs, and a wrong element rank 1 sends is counted by the rank it sends to, and only there.
+    ran = cli("check", "--json", "--nproc", str(nproc), "--stages", "collectives",
+              env={"DDPLAB_FAULT": "corrupt:1:collectives.send_recv_ring"})
+    assert ran.code == 1, ran.err
+    stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
+    assert {op: n for op, n in stage["details"]["wrong"].items() if n} == {"send_recv_ring": 1}
+
+
+def test_the_ring_calls_batch_isend_irecv():
+    import inspect
+
+    from ddplab.checks import collectives
+
+    source = inspect.getsource(collectives._send_recv_ring)
+    assert "batch_isend_irecv" in source and "dist.isend(" not in source

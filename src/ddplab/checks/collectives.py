@@ -91,8 +91,12 @@ def _send_recv_ring(rank: int, n: int, dev, feed) -> int:
         raise Skip("send/recv needs at least 2 ranks")
     right, left = (rank + 1) % n, (rank - 1) % n
     out = torch.zeros(COUNT, device=dev)
-    requests = [dist.isend(feed(_pattern(COUNT, dev) + rank), dst=right), dist.irecv(out, src=left)]
-    for req in requests:
+    # One batch, not an isend then an irecv: NCCL needs a rank's concurrent send and receive grouped
+    # (ncclGroupStart/End), or with 2 ranks both block in their send (NVIDIA/nccl#479), and with more each pair's
+    # lazily created 2-rank communicator waits on the next rank in a cycle. batch_isend_irecv groups them on NCCL,
+    # and on gloo it is the same isend/irecv pair.
+    ops = [dist.P2POp(dist.isend, feed(_pattern(COUNT, dev) + rank), right), dist.P2POp(dist.irecv, out, left)]
+    for req in dist.batch_isend_irecv(ops):
         req.wait()
     return _wrong(out, _pattern(COUNT, dev) + left)
 
