@@ -11,10 +11,40 @@ from ddplab.checks import FAIL, PASS, StageResult
 from ddplab.launcher.progress import mark
 
 # Relative error allowed against the float64 reference: a few units in the last place of each dtype's mantissa,
-# times sqrt(K) for the accumulation over K products. TF32 (on by default for cuDNN, off for matmul) would need 1e-3.
+# times sqrt(K) for the accumulation over K products.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+# float32 matmuls that torch lets run in a narrower format: TF32 keeps float16's 10 mantissa bits, bfloat16 7.
+REDUCED = {"tf32": TOLERANCE[torch.float16], "bf16": TOLERANCE[torch.bfloat16]}
 CHECK_N = 256  # small enough for a float64 CPU reference in milliseconds
 SPEED_N = {"cpu": 512, "cuda": 8192}
+SPEED_SECONDS = 0.05  # ~50 ms of work is a steady figure without a cost
+
+
+def float32_mode(device_type: str, allow_tf32: bool, precision: str) -> str:
+    """The narrowest format torch may use for a float32 matmul here: ieee, tf32 or bf16.
+
+    allow_tf32 is torch.backends.cuda.matmul.allow_tf32, which already folds in TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1
+    (NVIDIA's PyTorch containers set it) and torch.set_float32_matmul_precision (aten/src/ATen/Context.cpp,
+    allowTF32CuBLAS); precision is torch.get_float32_matmul_precision(): "medium" allows bfloat16 internally.
+    TF32 is a tensor-core format: on CPU only the precision setting can narrow a float32 matmul (oneDNN).
+    """
+    if precision == "medium":
+        return "bf16"
+    if precision == "high" or (device_type == "cuda" and allow_tf32):
+        return "tf32"
+    return "ieee"
+
+
+def current_float32_mode(device: torch.device) -> str:
+    return float32_mode(device.type, bool(torch.backends.cuda.matmul.allow_tf32), torch.get_float32_matmul_precision())
+
+
+def tolerance(dtype: torch.dtype, float32_as: str = "ieee") -> float:
+    """The relative error a matmul in `dtype` may have; float32's depends on the format torch really uses, or a
+    healthy GPU with TF32 on (~1e-3) would be reported as computing wrong results."""
+    if dtype == torch.float32 and float32_as in REDUCED:
+        return REDUCED[float32_as]
+    return TOLERANCE[dtype]
 
 
 def _matmul_error(device: torch.device, dtype: torch.dtype) -> float:
@@ -26,29 +56,44 @@ def _matmul_error(device: torch.device, dtype: torch.dtype) -> float:
     return ((got - want).norm() / want.norm()).item()
 
 
+def timed(step, sync, budget: float = SPEED_SECONDS, most: int = 1 << 16) -> tuple[int, float]:
+    """(calls, seconds) of `step` run back to back for about `budget` seconds, measured to the device's finish.
+
+    A GPU runs a call long after the CPU queued it: a loop that watches the CPU clock queues seconds to minutes
+    of work before its final sync (a false hang on a slow GPU). Here each round queues twice the calls of the
+    last, then waits for them: never more is queued than twice what took under `budget`."""
+    step()  # warm-up: kernel selection, allocation
+    sync()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        sync()
+        seconds = time.perf_counter() - start
+        if seconds >= budget or calls >= most:
+            return calls, seconds
+        calls *= 2
+
+
 def _flops_per_s(device: torch.device, dtype: torch.dtype) -> float:
     n = SPEED_N[device.type]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    a @ b  # warm-up: kernel selection, allocation
-    sync()
-    iters, start = 0, time.perf_counter()
-    while iters < 3 or time.perf_counter() - start < 0.05:  # ~50 ms of work is a steady figure without a cost
-        a @ b
-        iters += 1
-    sync()
-    return 2 * n**3 * iters / (time.perf_counter() - start)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    calls, seconds = timed(lambda: a @ b, sync)
+    return 2 * n**3 * calls / seconds
 
 
 def on_rank(ctx, opts: dict) -> dict:
     dev = ctx.device
     dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if dev.type == "cuda" else [])
-    out = {"rank": ctx.rank, "device": str(dev), "name": _device_name(dev), "matmul": {}}
+    mode = current_float32_mode(dev)
+    out = {"rank": ctx.rank, "device": str(dev), "name": _device_name(dev), "matmul": {}, "float32_as": mode}
     for dtype in dtypes:
         mark(f"devices.matmul.{str(dtype)[6:]}")
-        err = _matmul_error(dev, dtype)
-        out["matmul"][str(dtype)[6:]] = {"rel_error": err, "tolerance": TOLERANCE[dtype], "ok": err <= TOLERANCE[dtype]}
+        err, limit = _matmul_error(dev, dtype), tolerance(dtype, mode)
+        out["matmul"][str(dtype)[6:]] = {"rel_error": err, "tolerance": limit, "ok": err <= limit}
     speed_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     mark("devices.speed")
     out["flops_per_s"], out["speed_dtype"] = _flops_per_s(dev, speed_dtype), str(speed_dtype)[6:]
@@ -80,18 +125,22 @@ def _allocate(dev: torch.device, fraction: float) -> dict:
 
 
 def summarize(per_rank: list[dict], seconds: float) -> StageResult:
-    bad = [(r["rank"], dt, m["rel_error"]) for r in per_rank for dt, m in r["matmul"].items() if not m["ok"]]
+    bad = [(r["rank"], dt, m["rel_error"], m["tolerance"]) for r in per_rank for dt, m in r["matmul"].items()
+           if not m["ok"]]
     bad_mem = [r["rank"] for r in per_rank if not r.get("memory", {"ok": True})["ok"]]
     speeds = [r["flops_per_s"] for r in per_rank]
     unit, scale = ("TFLOP/s", 1e12) if per_rank[0]["device"].startswith("cuda") else ("GFLOP/s", 1e9)
     figure = (f"matmul right on {len(per_rank) - len({b[0] for b in bad})}/{len(per_rank)} ranks; "
               f"{min(speeds) / scale:.1f}–{max(speeds) / scale:.1f} {unit} ({per_rank[0]['speed_dtype']}) per rank")
+    modes = sorted({r.get("float32_as", "ieee") for r in per_rank} - {"ieee"})
+    if modes:  # said, so that a float32 figure or a wider tolerance is never a surprise
+        figure += f"; float32 matmul allowed as {'/'.join(m.upper() for m in modes)}"
     peers = next((r["peer_access"] for r in per_rank if "peer_access" in r), None)
     details = {"ranks": per_rank}
     if bad or bad_mem:
-        rank, dtype, err = bad[0] if bad else (bad_mem[0], "memory", 0.0)
-        cause = (f"rank {rank}: {dtype} matmul is off by {err:.2e} (relative) against a float64 reference"
-                 if bad else f"rank {rank}: memory written did not read back the same")
+        rank, dtype, err, limit = bad[0] if bad else (bad_mem[0], "memory", 0.0, 0.0)
+        cause = (f"rank {rank}: {dtype} matmul is off by {err:.2e} (relative, tolerance {limit:.0e}) against a "
+                 "float64 reference" if bad else f"rank {rank}: memory written did not read back the same")
         return StageResult("devices", FAIL, seconds, figure, cause,
                            "this device computes wrong results: run nvidia-smi -q for ECC/XID errors and take the "
                            "GPU out of service (or exclude it with CUDA_VISIBLE_DEVICES)", details)
