@@ -19,6 +19,7 @@ from ddplab.errors import DdplabError
 from ddplab.ports import free_port, port_is_free
 
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)$")
+NEGATIVE = re.compile(r"^-\d+$")
 
 
 @dataclass
@@ -74,8 +75,15 @@ def _visible_devices(device: str) -> Finding | None:
     if raw is None:
         return None
     ids = [x.strip() for x in raw.split(",")] if raw.strip() else []
-    if not ids and device == "cuda":
-        return Finding("fail", "CUDA_VISIBLE_DEVICES is empty: it hides every GPU", "unset it, or list GPU indices")
+    # A negative index ends the list, as CUDA reads it (torch/cuda/__init__.py, _parse_visible_devices: "Negative
+    # value aborts the sequence"): -1 is the standard way to hide every GPU.
+    end = next((i for i, x in enumerate(ids) if NEGATIVE.match(x)), None)
+    ignored = ids[end + 1:] if end is not None else []
+    ids = ids[:end] if end is not None else ids
+    if not ids:
+        if device == "cuda":
+            return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} hides every GPU", "unset it, or list GPU indices")
+        return Finding("ok", f"CUDA_VISIBLE_DEVICES={raw} (every GPU hidden)")
     bad = [x for x in ids if not GPU_ID.match(x)]
     if bad:
         return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} has entries that are not GPU indices or UUIDs: {bad}",
@@ -83,6 +91,10 @@ def _visible_devices(device: str) -> Finding | None:
     if len(set(ids)) != len(ids):
         return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} lists a GPU twice: two ranks would share it",
                        "list each GPU once")
+    if ignored:
+        return Finding("warn", f"CUDA_VISIBLE_DEVICES={raw}: CUDA stops at the negative entry and ignores "
+                               f"{','.join(ignored)} (GPUs {','.join(ids)} are visible)",
+                       f"CUDA_VISIBLE_DEVICES={','.join(ids + ignored)} if those GPUs were meant to be used")
     return Finding("ok", f"CUDA_VISIBLE_DEVICES={raw}")
 
 
