@@ -290,3 +290,13 @@ def test_monitor_places_each_rank_on_its_gpu(tmp_path):
         assert len(snap["gpus"]) == _nvml_gpus()
         busy = [g for g in snap["gpus"] if g["index"] in (0, 1)]
         assert all(g["util_percent"] and g["util_percent"] > 0 for g in busy), busy
+
+
+def test_a_run_spec_written_by_another_ddplab_version_is_skipped_not_a_crash(tmp_path):
+    # Found on the shared machine: another branch's run wrote a spec without "nproc", and every monitor crashed
+    # with a KeyError. Such a run's ranks are still found through their launcher variables.
+    from ddplab.observe import monitor as mon
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"run_dir": str(tmp_path), "workers": 2}))
+    assert mon._ddplab_job(str(spec), {}) is None

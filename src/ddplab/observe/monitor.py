@@ -151,11 +151,13 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
     """A ddplab run: the latest pid and progress of each rank, from the run's event files."""
     try:
         spec = json.loads(Path(spec_path).read_text())
-    except (OSError, ValueError):
-        return None  # the run just ended and removed its directory
-    run_dir = Path(spec["run_dir"])
+        run_dir, nproc = Path(spec["run_dir"]), int(spec["nproc"])
+    except (OSError, ValueError, KeyError, TypeError):
+        # The run just ended and removed its directory, or another ddplab version wrote the spec: its ranks are
+        # then found by their launcher variables, like any torchrun job's.
+        return None
     members = []
-    for local in range(spec["nproc"]):
+    for local in range(nproc):
         try:
             events = run_events(run_dir, local)
         except (OSError, ValueError):
@@ -167,7 +169,7 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
         # An elastic restart appends a new attempt to the same file: count only the current attempt's marks.
         current = events[events.index(starts[-1]):]
         # A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
-        members.append(_Member(pid, starts[-1].get("rank", local), local, spec["nproc"], progress=len(current), phase=current[-1]["phase"],
+        members.append(_Member(pid, starts[-1].get("rank", local), local, nproc, progress=len(current), phase=current[-1]["phase"],
                                cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
     worker_pids = {m.pid for m in members}
     agents = [pid for pid, info in procs.items()
