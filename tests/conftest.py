@@ -4,12 +4,40 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
+
+PINNED_TO_CPU = False  # set by pytest_configure
+GPU_MARK = re.compile(r"(?<!not )\bgpu\b")
+
+
+def gpu_group_asked(config) -> bool:
+    """True when the run names the opt-in GPU group in -m (`-m gpu`, `-m "gpu and not slow"`; not `-m "not gpu"`)."""
+    return bool(GPU_MARK.search(config.getoption("markexpr") or ""))
+
+
+def pytest_configure(config):
+    # Pinned to CPU unless the GPU group was asked for: on a GPU machine the CLI would otherwise pick cuda and
+    # NCCL for every test, and the tests are about the CPU/gloo path (their sizes, their gloo-only faults).
+    # Set in this process's environment before torch initialises CUDA, so every subprocess inherits it too; a
+    # test that is about CUDA_VISIBLE_DEVICES sets its own value.
+    global PINNED_TO_CPU
+    if not gpu_group_asked(config):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        PINNED_TO_CPU = True
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/gpu is collected only when asked for: a default run neither runs nor lists it."""
+    if collection_path.name == "gpu" and collection_path.parent == Path(__file__).parent:
+        return not gpu_group_asked(config) or None
+    return None
 
 
 @dataclass
