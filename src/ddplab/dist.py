@@ -179,8 +179,10 @@ def init(backend: str | None = None, device: str | None = None,
     # and destroy_process_group then leaves gloo's threads running into interpreter exit (docs/teardown.md).
     import torch.distributed.nn  # noqa: F401
     try:
+        # device_id (torch >= 2.3) binds the group to this rank's GPU: NCCL's communicator is made here, at once,
+        # rather than lazily by the first collective, and barrier() knows its device instead of guessing.
         dist.init_process_group(chosen, store=_store(env, delta), rank=env.rank, world_size=env.world_size,
-                                timeout=delta)
+                                timeout=delta, device_id=dev if dev.type == "cuda" else None)
     except DdplabError:
         raise
     except Exception as e:  # torch's errors here are long; keep the cause, add the likely fix
