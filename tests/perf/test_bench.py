@@ -257,3 +257,42 @@ def test_input_refused_after_the_agent_started_ends_it(args, message, no_leftove
 def test_a_busy_master_port_is_one_line(busy_port, no_leftover_workers):
     ran = cli("bench", "all_reduce", "--master-port", str(busy_port), timeout=60)
     assert ran.code == 2 and "already in use" in ran.err and len(ran.err.strip().splitlines()) == 1
+
+
+def test_on_gpus_busbw_is_not_compared_with_a_memory_copy():
+    # A device-to-device copy runs in HBM at TB/s; busbw is bounded by NVLink/PCIe: no fraction, a note instead.
+    from ddplab.perf.bench import GPU_REFERENCE_NOTE
+
+    cfg = {"ops": ["all_reduce"], "sizes": [1024, 2048], "dtype": "float32", "iters": 3, "warmup": 1,
+           "in_place": False}
+    ranks = [{"backend": "nccl", "device": "cuda", "copy_gbps": None, "copy_kind": "",
+              "ops": {"all_reduce": {"rows": [[1024, 1e-5, 0], [2048, 2e-5, 0]]}}} for _ in range(2)]
+    r = summarize(cfg, ranks)
+    assert r.peak_busbw > 0 and r.peak_fraction is None and GPU_REFERENCE_NOTE in r.notes
+
+
+def test_the_worker_measures_a_copy_reference_only_off_gpus():
+    import inspect
+
+    from ddplab.perf import bench
+
+    assert 'ctx.device.type != "cuda"' in inspect.getsource(bench.worker)
+
+
+@pytest.mark.parametrize("largest, total, fits", [
+    (64 << 20, 80 << 30, None),  # the default -e on an 80 GiB GPU
+    (32 << 30, 80 << 30, "16G"),  # 4 × 32 GiB do not fit in 90 % of 80 GiB, 4 × 16 GiB do
+    (16 << 30, 24 << 30, "4G"),
+])
+def test_sizes_beyond_gpu_memory_are_refused_with_the_size_that_fits(largest, total, fits):
+    from ddplab.commands.bench import gpu_memory_problem, per_rank_bytes
+
+    per_rank = per_rank_bytes(["all_gather"], largest)  # 4 buffers of the largest size
+    problem = gpu_memory_problem(largest, per_rank, total)
+    if fits is None:
+        assert problem is None
+        return
+    assert problem.startswith(f"--max-bytes {format_size(largest)} needs about ") and f"use --max-bytes {fits} " in problem
+    size = int(fits[:-1]) << 30
+    assert 4 * size <= 0.9 * total < 4 * 2 * size  # the named size fits, twice it does not
+    assert "\n" not in problem

@@ -129,16 +129,43 @@ def _check_output(path: str | None, suffix: str | None) -> None:
 
 
 def _check_memory(device: str, ops: list[str], largest: int, nproc: int) -> None:
-    """Each rank holds input, output and the expected result at the largest size: refuse before swapping."""
+    """Each rank holds input, output and the expected result at the largest size: refuse before swapping (CPU) or
+    before every rank dies in a CUDA out-of-memory error (GPU)."""
+    per_rank = per_rank_bytes(ops, largest)
+    if device == "cuda":
+        import torch
+
+        # The total from the device's properties: no CUDA context here, which would hold memory on GPU 0 all run.
+        problem = gpu_memory_problem(largest, per_rank, min(torch.cuda.get_device_properties(i).total_memory
+                                                            for i in range(nproc)))
+        if problem:
+            raise DdplabError(problem)
+        return
     if device != "cpu":
         return
     import psutil
 
-    per_rank = largest * (3 if {"all_to_all", "all_gather"} & set(ops) else 2) + largest  # + index temporaries
     need, free = per_rank * nproc, psutil.virtual_memory().available
     if need > 0.8 * free:
         raise DdplabError(f"--max-bytes {format_size(largest)} needs about {need / 2**30:.1f} GiB over {nproc} ranks "
                           f"but {free / 2**30:.1f} GiB is free: lower --max-bytes")
+
+
+def per_rank_bytes(ops: list[str], largest: int) -> int:
+    return largest * (3 if {"all_to_all", "all_gather"} & set(ops) else 2) + largest  # + index temporaries
+
+
+def gpu_memory_problem(largest: int, per_rank: int, total: int) -> str | None:
+    """The one-line refusal when a rank's buffers at the largest size do not fit its GPU, else None. A tenth of the
+    GPU is left for the CUDA context, NCCL's buffers and the allocator's rounding."""
+    usable = 0.9 * total
+    if per_rank <= usable:
+        return None
+    fits = 1 << 10
+    while 2 * fits * per_rank / largest <= usable:  # the largest power of two whose buffers fit
+        fits *= 2
+    return (f"--max-bytes {format_size(largest)} needs about {per_rank / 2**30:.1f} GiB on each GPU, but the "
+            f"smallest has {total / 2**30:.1f} GiB: use --max-bytes {format_size(fits)} or less")
 
 
 def _run_failed(run) -> int:

@@ -32,6 +32,8 @@ EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
 TARGET = "ddplab.perf.bench:worker"  # what every rank runs
 COPY_PROBE_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # well past the last-level cache (CPU L3, GPU L2)
+GPU_REFERENCE_NOTE = ("on GPUs busbw is bounded by the interconnect (NVLink, PCIe, the network), not by memory: "
+                      "compare it with the link's datasheet bandwidth or nccl-tests on the same GPUs")
 PAGE, PAGE_OFFSET = 4096, 64  # where every CPU buffer that bench times starts: see _Collective._buffer
 
 
@@ -208,6 +210,8 @@ def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchRes
             alg = algbw_gbps(size, t)
             result.rows.append(Row(op, size, size // DTYPE_BYTES[cfg["dtype"]], cfg["dtype"], in_place, t * 1e6, alg,
                                    alg * bus_factor(op, n), wrong))
+    if first["device"] == "cuda":
+        result.notes.append(GPU_REFERENCE_NOTE)
     if cfg["in_place"] and "all_to_all" in cfg["ops"]:
         result.notes.append("all_to_all has no in-place form in torch.distributed: measured out of place")
     result.wrong = sum(r.wrong for r in result.rows)
@@ -287,7 +291,10 @@ def worker(cfg: dict) -> dict:
         # The hardware reference comes last: nothing a raw timing loop would not do runs before the timings (rank
         # 0's copies of a 64 MiB buffer did, and may have slowed its first collectives). One rank alone, so that
         # the copy does not share memory bandwidth with the others.
-        if ctx.is_main:
+        # On CPU gloo moves every byte through host memory, so one process's memory copy is the hardware's bound.
+        # On GPUs the bound is the interconnect (NVLink, PCIe, the network), a tenth or less of a device-to-device
+        # copy in HBM: a fraction of that copy would read as a failing link. No reference is measured there.
+        if ctx.is_main and ctx.device.type != "cuda":
             mark("bench.copy")
             out["copy_gbps"], out["copy_kind"] = copy_bandwidth(ctx.device)
         mark("bench.end")
