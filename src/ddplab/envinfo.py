@@ -107,6 +107,75 @@ def nvidia_driver() -> str | None:
         return None
 
 
+def visible_gpus(raw: str | None) -> list[str] | None:
+    """The entries of CUDA_VISIBLE_DEVICES that CUDA uses, or None when unset (every GPU). A negative entry ends
+    the list: torch/cuda/__init__.py, _parse_visible_devices ("Negative value aborts the sequence"), as CUDA does;
+    so -1 and "" hide every GPU."""
+    if raw is None:
+        return None
+    ids = []
+    for entry in (x.strip() for x in raw.split(",")):
+        if not entry or re.fullmatch(r"-\d+", entry):
+            break
+        ids.append(entry)
+    return ids
+
+
+def nvml_gpu_count() -> int:
+    """GPUs the NVIDIA driver sees (NVML ignores CUDA_VISIBLE_DEVICES and needs no CUDA): 0 without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no libnvidia-ml: no driver on this machine
+        return 0
+
+
+# The oldest Linux driver each CUDA major release runs on (minor-version compatibility): CUDA Toolkit release
+# notes, "CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version Compatibility",
+# https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html (read 2026-12-03).
+MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def unusable_gpus(torch, environ=None, driver: str | None = None, gpus: int | None = None) -> Warning_ | None:
+    """The driver sees GPUs that CUDA_VISIBLE_DEVICES leaves visible and torch is a CUDA build, yet torch can use
+    none: most often a driver older than torch's CUDA needs. Without this every command would fall back to CPU
+    ranks in silence ("READY, simulated devices") on a GPU machine."""
+    environ = os.environ if environ is None else environ
+    gpus = nvml_gpu_count() if gpus is None else gpus
+    visible = visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"))
+    if not gpus or visible == [] or not torch.version.cuda:
+        return None
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # torch says why in a warning ("driver ... too old")
+        warnings.simplefilter("always")
+        if torch.cuda.is_available():
+            return None
+    driver = driver or nvidia_driver() or "?"
+    cuda = torch.version.cuda
+    needed = MIN_DRIVER.get(_version(cuda)[0])
+    why = next((str(w.message).splitlines()[0] for w in caught if "CUDA" in str(w.message)), "")
+    if needed and driver != "?" and _version(driver) < _version(needed):
+        cause = f"NVIDIA driver {driver} is older than torch's CUDA {cuda} needs (>= {needed})"
+        fix = (f"update the driver to {needed} or newer, or install a torch built for an older CUDA "
+               "(https://pytorch.org/get-started/previous-versions/)")
+    else:
+        cause = f"the NVIDIA driver ({driver}) sees {gpus} GPU(s) but torch {torch.__version__} (CUDA {cuda}) can use none"
+        fix = "run nvidia-smi; in a container, start it with --gpus all"
+    if why:
+        cause += f" (torch: {why})"
+    return Warning_(cause, fix + "; to run on CPU on purpose, hide the GPUs with CUDA_VISIBLE_DEVICES=-1")
+
+
 def shm_mb() -> int | None:
     try:
         return shutil.disk_usage("/dev/shm").total // 2**20
@@ -153,6 +222,11 @@ def find_problems(report: EnvReport, environ) -> list[Warning_]:
         problems.append(Warning_(f"NVIDIA driver {report.driver} is installed but torch is a CPU-only build",
                                  "install a CUDA build: pip install torch --index-url "
                                  "https://download.pytorch.org/whl/cu126"))
+    import torch
+
+    unusable = unusable_gpus(torch, environ, driver=report.driver)
+    if unusable:
+        problems.append(unusable)
     shm = report.memory["shm_mib"]
     if shm is not None and shm < MIN_SHM_MB:
         problems.append(Warning_(f"/dev/shm is only {shm} MiB; NCCL's shared-memory transport then fails with "

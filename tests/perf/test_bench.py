@@ -285,7 +285,7 @@ def test_the_worker_measures_a_copy_reference_only_off_gpus():
     (16 << 30, 24 << 30, "4G"),
 ])
 def test_sizes_beyond_gpu_memory_are_refused_with_the_size_that_fits(largest, total, fits):
-    from ddplab.commands.bench import gpu_memory_problem, per_rank_bytes
+    from ddplab.perf.bench import gpu_memory_problem, per_rank_bytes
 
     per_rank = per_rank_bytes(["all_gather"], largest)  # 4 buffers of the largest size
     problem = gpu_memory_problem(largest, per_rank, total)

@@ -19,7 +19,6 @@ from ddplab.errors import DdplabError
 from ddplab.ports import free_port, port_is_free
 
 GPU_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)$")
-NEGATIVE = re.compile(r"^-\d+$")
 
 
 @dataclass
@@ -38,6 +37,11 @@ def _devices(nproc: int, device: str, backend: str) -> Finding:
             return Finding("fail", f"{nproc} ranks but {gpus} visible GPU(s): two ranks would share a GPU "
                                    f"({backend} fails with 'Duplicate GPU detected')", f"use --nproc {gpus}")
         return Finding("ok", f"{nproc} rank(s) on {gpus} GPU(s)")
+    import torch
+
+    unusable = envinfo.unusable_gpus(torch)
+    if unusable:  # not a silent fallback to CPU ranks on a GPU machine
+        return Finding("fail", unusable.problem, unusable.fix)
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     if nproc > cores:
         return Finding("warn", f"{nproc} ranks on {cores} CPU core(s): ranks will wait for each other's cores, "
@@ -74,12 +78,10 @@ def _visible_devices(device: str) -> Finding | None:
     raw = os.environ.get("CUDA_VISIBLE_DEVICES")
     if raw is None:
         return None
-    ids = [x.strip() for x in raw.split(",")] if raw.strip() else []
-    # A negative index ends the list, as CUDA reads it (torch/cuda/__init__.py, _parse_visible_devices: "Negative
-    # value aborts the sequence"): -1 is the standard way to hide every GPU.
-    end = next((i for i, x in enumerate(ids) if NEGATIVE.match(x)), None)
-    ignored = ids[end + 1:] if end is not None else []
-    ids = ids[:end] if end is not None else ids
+    # A negative index ends the list, as CUDA reads it: -1 is the standard way to hide every GPU.
+    ids = envinfo.visible_gpus(raw)
+    entries = [x.strip() for x in raw.split(",")]
+    ignored = [x for x in entries[len(ids) + 1:] if x] if len(ids) < len(entries) else []
     if not ids:
         if device == "cuda":
             return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} hides every GPU", "unset it, or list GPU indices")
@@ -92,7 +94,7 @@ def _visible_devices(device: str) -> Finding | None:
         return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} lists a GPU twice: two ranks would share it",
                        "list each GPU once")
     if ignored:
-        return Finding("warn", f"CUDA_VISIBLE_DEVICES={raw}: CUDA stops at the negative entry and ignores "
+        return Finding("warn", f"CUDA_VISIBLE_DEVICES={raw}: CUDA stops at {entries[len(ids)] or 'the empty entry'} and ignores "
                                f"{','.join(ignored)} (GPUs {','.join(ids)} are visible)",
                        f"CUDA_VISIBLE_DEVICES={','.join(ids + ignored)} if those GPUs were meant to be used")
     return Finding("ok", f"CUDA_VISIBLE_DEVICES={raw}")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ddplab import cliargs, envinfo, report
 from ddplab.errors import DdplabError
-from ddplab.perf.bench import (DTYPE_BYTES, OPS, BenchResult, format_size, parse_size, plan_sizes, run_bench,
-                               start_ranks)
+from ddplab.perf.bench import (DTYPE_BYTES, OPS, BenchResult, format_size, gpu_memory_problem, parse_size,
+                               per_rank_bytes, plan_sizes, run_bench, start_ranks)
 
 DEFAULT_TIMEOUT_S = 120.0  # seconds without progress; one size of 64M × 25 calls takes a few seconds on gloo
 
@@ -86,6 +86,8 @@ def run(args) -> int:
 
         from ddplab import dist as ddist
 
+        if args.device is None and (unusable := envinfo.unusable_gpus(torch)):  # not a silent fallback to CPU
+            raise DdplabError(f"{unusable.problem}: {unusable.fix}")
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # a bad combination exits 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
@@ -149,23 +151,6 @@ def _check_memory(device: str, ops: list[str], largest: int, nproc: int) -> None
     if need > 0.8 * free:
         raise DdplabError(f"--max-bytes {format_size(largest)} needs about {need / 2**30:.1f} GiB over {nproc} ranks "
                           f"but {free / 2**30:.1f} GiB is free: lower --max-bytes")
-
-
-def per_rank_bytes(ops: list[str], largest: int) -> int:
-    return largest * (3 if {"all_to_all", "all_gather"} & set(ops) else 2) + largest  # + index temporaries
-
-
-def gpu_memory_problem(largest: int, per_rank: int, total: int) -> str | None:
-    """The one-line refusal when a rank's buffers at the largest size do not fit its GPU, else None. A tenth of the
-    GPU is left for the CUDA context, NCCL's buffers and the allocator's rounding."""
-    usable = 0.9 * total
-    if per_rank <= usable:
-        return None
-    fits = 1 << 10
-    while 2 * fits * per_rank / largest <= usable:  # the largest power of two whose buffers fit
-        fits *= 2
-    return (f"--max-bytes {format_size(largest)} needs about {per_rank / 2**30:.1f} GiB on each GPU, but the "
-            f"smallest has {total / 2**30:.1f} GiB: use --max-bytes {format_size(fits)} or less")
 
 
 def _run_failed(run) -> int:

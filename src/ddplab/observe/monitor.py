@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from ddplab.envinfo import visible_gpus
 from ddplab.launcher.agent import spec_path_of
 from ddplab.launcher.local import events as run_events
 from ddplab.errors import DdplabError
@@ -377,9 +378,9 @@ def _place_on_gpus(views: list[JobView], jobs: list[_Job], gpus: list[GpuView]) 
 
 def _visible_index(local_rank: int, cuda_visible: str | None) -> int | None:
     """The NVML index of CUDA device `local_rank` under CUDA_VISIBLE_DEVICES (integers only; UUIDs: unknown)."""
-    if cuda_visible is None:
+    ids = visible_gpus(cuda_visible)
+    if ids is None:
         return local_rank
-    ids = [v.strip() for v in cuda_visible.split(",") if v.strip()]
     if local_rank >= len(ids) or not ids[local_rank].isdigit():
         return None
     return int(ids[local_rank])

@@ -255,6 +255,23 @@ def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters
     return run, summarize(cfg, run.results(), run.seconds)
 
 
+def per_rank_bytes(ops: list[str], largest: int) -> int:
+    return largest * (3 if {"all_to_all", "all_gather"} & set(ops) else 2) + largest  # + index temporaries
+
+
+def gpu_memory_problem(largest: int, per_rank: int, total: int) -> str | None:
+    """The one-line refusal when a rank's buffers at the largest size do not fit its GPU, else None. A tenth of the
+    GPU is left for the CUDA context, NCCL's buffers and the allocator's rounding."""
+    usable = 0.9 * total
+    if per_rank <= usable:
+        return None
+    fits = 1 << 10
+    while 2 * fits * per_rank / largest <= usable:  # the largest power of two whose buffers fit
+        fits *= 2
+    return (f"--max-bytes {format_size(largest)} needs about {per_rank / 2**30:.1f} GiB on each GPU, but the "
+            f"smallest has {total / 2**30:.1f} GiB: use --max-bytes {format_size(fits)} or less")
+
+
 # ------------------------------------------------------------------------------------------------ worker side
 
 
