@@ -161,3 +161,21 @@ def test_cli_bad_input_is_one_line_exit_2(args, expect):
     r = cli("cost", *args)
     assert r.code == 2, (r.out, r.err)
     assert expect in r.err and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100-PCIE-40GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"),
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"), ("NVIDIA GeForce RTX 4090", "RTX4090"),
+    # parts whose names contain a row's but whose peak is lower: no peak rather than a wrong one
+    ("NVIDIA GeForce RTX 4090 D", None), ("NVIDIA GeForce RTX 4090 Laptop GPU", None), ("NVIDIA H100 PCIe", None),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", None), ("NVIDIA A100X", None),
+])
+def test_device_peaks_go_to_exact_board_names_only(name, key):
+    assert cost.gpu_of_device(name) == key
+    peak = cost.device_peak(name)
+    assert (peak.gpu if peak else None) == (key if key in cost.PEAKS else None)
+
+
+def test_every_a100_gets_the_datasheets_312_tflops():
+    # Refused before for the PCIe boards, whose datasheet figure is the SXM one's.
+    assert {cost.device_peak(n).bf16_dense_tflops for n, k in cost.DEVICE_NAMES.items() if k == "A100"} == {312.0}

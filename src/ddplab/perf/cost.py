@@ -111,13 +111,30 @@ def canonical(name: str, known) -> str | None:
     return alias if alias in known else None
 
 
+# The exact names torch reports (torch.cuda.get_device_name: the driver's board name, as `nvidia-smi -L` prints it)
+# of the boards each table row describes. Exact, not "contains": a cut-down or slower part whose name contains a
+# row's (RTX 4090 D, RTX 4090 Laptop GPU, H100 PCIe, H100 NVL, H200 NVL) has a lower peak and must not get the
+# row's. Every A100 is listed: the A100 datasheet above gives 312 dense BF16 TFLOPS to its 40GB/80GB PCIe and SXM
+# boards alike (read 2026-12-03). Names as seen in public nvidia-smi/torch output (read 2026-12-03).
+DEVICE_NAMES = {
+    "NVIDIA A100-SXM4-40GB": "A100", "NVIDIA A100-SXM4-80GB": "A100",
+    "NVIDIA A100-PCIE-40GB": "A100", "NVIDIA A100 80GB PCIe": "A100",
+    "NVIDIA H100 80GB HBM3": "H100",  # the SXM5 board; the PCIe one reports "NVIDIA H100 PCIe"
+    "NVIDIA H200": "H200",  # SXM; the NVL board reports "NVIDIA H200 NVL"
+    "NVIDIA GeForce RTX 4090": "RTX4090",
+    "NVIDIA A10G": "A10G",
+}
+
+
 def gpu_of_device(device_name: str) -> str | None:
-    """Map a torch device name ("NVIDIA H100 80GB HBM3") to a table key; None for cpu or unknown boards."""
-    upper = device_name.upper()
-    for key in ("H200", "H100", "A100", "A10G", "4090"):
-        if key in upper:
-            return ALIASES.get(key, key)
-    return None
+    """The table key of a torch device name ("NVIDIA H100 80GB HBM3" -> "H100"); None for cpu or other boards."""
+    return DEVICE_NAMES.get(" ".join(device_name.split()))
+
+
+def device_peak(device_name: str) -> Peak | None:
+    """The sourced dense BF16 peak of exactly this board, or None (then MFU needs --peak-tflops)."""
+    key = gpu_of_device(device_name)
+    return PEAKS.get(key) if key else None
 
 
 # ----------------------------------------------------------------------------------------------- price files

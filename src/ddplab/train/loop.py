@@ -497,19 +497,15 @@ def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
          device: torch.device) -> tuple[float | None, str]:
     if device.type != "cuda":
         return None, "not applicable on CPU: MFU compares with a GPU's tensor-core peak"
-    from ddplab.perf.cost import PEAKS, gpu_of_device
+    from ddplab.perf.cost import device_peak, gpu_of_device
 
     per_device = result.samples_per_sec / result.world_size
     name = torch.cuda.get_device_name(device)
     override = getattr(cfg, "peak_tflops", 0.0)
     if override:
         return metrics.mfu(flops_per_sample, per_device, override), f"vs --peak-tflops {override:g}"
-    key = gpu_of_device(name)
-    peak = PEAKS.get(key) if key else None
+    key, peak = gpu_of_device(name), device_peak(name)  # exact board names: a 4090 D or H100 PCIe gets none
     if peak is None:
         return None, f"no peak known for {name}: pass --peak-tflops from its datasheet (dense BF16)"
-    if "PCIE" in name.upper() or "NVL" in name.upper():
-        return None, (f"the shipped {key} peak is the SXM board's; {name} is slower: pass --peak-tflops from its "
-                      "datasheet (dense BF16)")
     return (metrics.mfu(flops_per_sample, per_device, peak.bf16_dense_tflops),
             f"vs {key} dense BF16 peak {peak.bf16_dense_tflops:g} TFLOP/s; source: {peak.source}, read {peak.date}")
