@@ -300,3 +300,33 @@ def test_a_run_spec_written_by_another_ddplab_version_is_skipped_not_a_crash(tmp
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"run_dir": str(tmp_path), "workers": 2}))
     assert mon._ddplab_job(str(spec), {}) is None
+
+
+def _gpu_job(progress, quiet_s, util=100.0):
+    from ddplab.observe.monitor import JobView, RankView
+
+    ranks = [RankView(100 + i, i, i, "running", cpu_percent=100.0, progress=progress, phase="train.step",
+                      quiet_s=quiet_s, gpu=i, gpu_util_percent=util) for i in range(2)]
+    return JobView("ddplab:x", "ddplab runner", 99, 2, ranks)
+
+
+def test_a_gpu_rank_without_progress_is_flagged_quiet_though_its_gpu_reads_busy():
+    # What a rank hung in NCCL looks like: its GPU at 100 % (NCCL's kernels spin), its last mark minutes ago.
+    from ddplab.observe.monitor import QUIET_S, Snapshot, judge
+
+    snap = Snapshot(0.0, 1.0, [_gpu_job(40, QUIET_S + 30)], [], "ok")
+    judge(snap)
+    assert all(r.flags == ["quiet"] for r in snap.jobs[0].ranks) and not snap.ok
+    assert "no progress for 90 s" in snap.problems[0] and "NCCL" in snap.problems[0]
+    assert "quiet" in snap.verdict
+
+
+def test_recent_progress_is_busy_and_without_marks_the_limit_is_said():
+    from ddplab.observe.monitor import QUIET_S, Snapshot, judge
+
+    snap = Snapshot(0.0, 1.0, [_gpu_job(40, QUIET_S / 10)], [], "ok")
+    judge(snap)
+    assert snap.ok and not snap.notes
+    snap = Snapshot(0.0, 1.0, [_gpu_job(None, None)], [], "ok")  # a torchrun job: no marks
+    judge(snap)
+    assert snap.ok and any("GPU utilisation alone cannot tell" in n for n in snap.notes)

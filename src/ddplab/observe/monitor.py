@@ -38,6 +38,10 @@ BEHIND_MIN_CPU_S = 2.0
 # (saving, logging), hence the slack.
 BEHIND_MIN_MARKS = 3
 BEHIND_MARK_FRACTION = 0.2
+# A rank hung in an NCCL collective keeps its GPU at ~100 % (NCCL's kernels spin while they wait for the peers), so
+# utilisation cannot tell a hang from work. Progress marks can: a training rank marks every step, so a minute
+# without a mark while it runs is worth a look (ddplab's own stall detector declares a hang at 300 s by default).
+QUIET_S = 60.0
 # torchrun's own variables: a process with them is a worker of some launcher.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 
@@ -57,11 +61,12 @@ class RankView:
     threads: int = 0
     progress: int | None = None  # progress marks so far (ddplab jobs only)
     phase: str | None = None  # the last one (ddplab jobs only)
+    quiet_s: float | None = None  # seconds since its last progress mark (ddplab jobs only)
     gpu: int | None = None  # NVML index of the GPU this rank drives
     gpu_from: str | None = None  # "nvml" (seen among the GPU's processes) or "local_rank" (assumed)
     gpu_util_percent: float | None = None  # the whole GPU's utilisation
     gpu_memory_mib: float | None = None  # what this process holds on it
-    flags: list[str] = field(default_factory=list)  # idle, behind, exited
+    flags: list[str] = field(default_factory=list)  # idle, behind, quiet, exited
 
 
 @dataclass
@@ -119,6 +124,7 @@ class _Member:
     world_size: int | None
     progress: int | None = None
     phase: str | None = None
+    last_mark: float | None = None  # time.time() of the last progress mark
     cuda_visible: str | None = None
 
 
@@ -171,6 +177,7 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
         current = events[events.index(starts[-1]):]
         # A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
         members.append(_Member(pid, starts[-1].get("rank", local), local, nproc, progress=len(current), phase=current[-1]["phase"],
+                               last_mark=current[-1].get("t"),
                                cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
     worker_pids = {m.pid for m in members}
     agents = [pid for pid, info in procs.items()
@@ -328,7 +335,8 @@ class Sampler:
         return snap
 
     def _rank_view(self, m: _Member) -> RankView:
-        view = RankView(m.pid, m.rank, m.local_rank, "exited", progress=m.progress, phase=m.phase)
+        view = RankView(m.pid, m.rank, m.local_rank, "exited", progress=m.progress, phase=m.phase,
+                        quiet_s=None if m.last_mark is None else round(max(0.0, time.time() - m.last_mark), 1))
         proc = self._process(m.pid)
         if proc is None:
             return view
@@ -472,7 +480,16 @@ def judge(snap: Snapshot) -> None:
             elif r.cpu_percent < IDLE_CPU_PERCENT:
                 r.flags.append("idle")
         _flag_behind(live)
+        for r in live:
+            if r.quiet_s is not None and r.quiet_s >= QUIET_S:
+                r.flags.append("quiet")
         _describe(job, live, snap)
+    busy_gpu_ranks = [r for job in snap.jobs for r in job.ranks
+                      if r.progress is None and r.gpu_util_percent is not None and not r.flags]
+    if busy_gpu_ranks:  # said, not guessed: without progress marks a hang in NCCL looks like work
+        snap.notes.append("a rank hung in an NCCL collective also reads busy (NCCL's kernels spin at ~100 % while "
+                          "they wait): GPU utilisation alone cannot tell; run it under `ddplab launch` for progress "
+                          "marks, or `py-spy dump --pid PID` to see where it is")
     used = {r.gpu for job in snap.jobs for r in job.ranks if r.gpu is not None}
     for gpu in snap.gpus:
         if gpu.util_percent is not None and gpu.util_percent < IDLE_GPU_PERCENT:
@@ -521,6 +538,13 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
         snap.problems.append(f"{job.id}: {_ranks_text(idle)} {_are(idle)} idle while {_ranks_text(busy)} "
                              f"{_are(busy)} busy: in DDP the idle ones usually wait in a collective for a straggler, "
                              "or they are stuck")
+    quiet = [r for r in live if "quiet" in r.flags]
+    if quiet:
+        on_gpu = any(r.gpu_util_percent is not None and r.gpu_util_percent >= IDLE_GPU_PERCENT for r in quiet)
+        snap.problems.append(
+            f"{job.id}: {_ranks_text(quiet)} made no progress for {min(r.quiet_s for r in quiet):.0f} s or more "
+            f"(last in {quiet[0].phase}): a long step, a checkpoint, or a hang in a collective"
+            + ("; its GPU reads busy, which a rank waiting in NCCL also does (NCCL's kernels spin)" if on_gpu else ""))
     for r in (r for r in live if "behind" in r.flags):
         if r.progress is not None:
             lead = max(x.progress for x in live)
