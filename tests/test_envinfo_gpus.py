@@ -63,3 +63,22 @@ def test_on_this_machine_nothing_is_claimed():
     if envinfo.nvml_gpu_count():
         pytest.skip("a driver sees GPUs here")
     assert envinfo.unusable_gpus(torch) is None
+
+
+def test_preflight_fails_cpu_ranks_where_the_driver_sees_unusable_gpus(monkeypatch):
+    # check, train and launch all read environment_findings: none of them may fall back to CPU ranks in silence.
+    from ddplab.checks import preflight
+
+    seen = []
+
+    def unusable(torch, environ=None, **_):
+        seen.append(torch.__name__)
+        return envinfo.Warning_("NVIDIA driver 470.57.02 is older than torch's CUDA 12.6 needs", "update the driver")
+
+    monkeypatch.setattr(envinfo, "unusable_gpus", unusable)
+    for ranks_vs_devices in (True, False):  # train asks without the ranks-vs-devices finding
+        found = preflight.environment_findings(2, "cpu", "gloo", ranks_vs_devices=ranks_vs_devices)
+        assert [(f.level, f.fix) for f in found if "driver" in f.what] == [("fail", "update the driver")]
+    assert not [f for f in preflight.environment_findings(1, "cuda", "nccl", ranks_vs_devices=False)
+                if "driver 470" in f.what]
+    assert seen == ["torch", "torch"]

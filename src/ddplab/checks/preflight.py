@@ -37,11 +37,6 @@ def _devices(nproc: int, device: str, backend: str) -> Finding:
             return Finding("fail", f"{nproc} ranks but {gpus} visible GPU(s): two ranks would share a GPU "
                                    f"({backend} fails with 'Duplicate GPU detected')", f"use --nproc {gpus}")
         return Finding("ok", f"{nproc} rank(s) on {gpus} GPU(s)")
-    import torch
-
-    unusable = envinfo.unusable_gpus(torch)
-    if unusable:  # not a silent fallback to CPU ranks on a GPU machine
-        return Finding("fail", unusable.problem, unusable.fix)
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     if nproc > cores:
         return Finding("warn", f"{nproc} ranks on {cores} CPU core(s): ranks will wait for each other's cores, "
@@ -72,6 +67,17 @@ def _shm(backend: str) -> Finding | None:
         return Finding("warn", f"/dev/shm is {shm} MiB: NCCL's shared-memory transport may fail with "
                                "'unhandled system error'", "docker run --shm-size=2g (or --ipc=host)")
     return Finding("ok", f"/dev/shm {shm} MiB")
+
+
+def _unusable_gpus(device: str) -> Finding | None:
+    """CPU ranks on a machine whose driver sees GPUs torch cannot use: a failure with its fix, not a silent fallback
+    (to run on CPU on purpose there, CUDA_VISIBLE_DEVICES=-1 hides the GPUs)."""
+    if device != "cpu":
+        return None
+    import torch
+
+    unusable = envinfo.unusable_gpus(torch)
+    return Finding("fail", unusable.problem, unusable.fix) if unusable else None
 
 
 def _visible_devices(device: str) -> Finding | None:
@@ -193,7 +199,7 @@ def _socket_interfaces(backend: str) -> list[Finding]:
 def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices: bool = True) -> list[Finding]:
     """Ranks vs devices, shared memory, CUDA_VISIBLE_DEVICES, threads, launcher variables left in the shell, socket
     interface names: everything but the port (`ddplab launch` and `ddplab train` check the same before starting)."""
-    found = (_devices(nproc, device, backend) if ranks_vs_devices else None, _shm(backend),
+    found = (_unusable_gpus(device), _devices(nproc, device, backend) if ranks_vs_devices else None, _shm(backend),
              _visible_devices(device), _threads(nproc), _launcher_leftovers(), *_socket_interfaces(backend))
     return [f for f in found if f is not None]
 
