@@ -177,7 +177,10 @@ def render_node(con, r: NodeDone) -> None:
 
 
 def render_failure(con, f: TrainFailure) -> None:
-    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {f.summary}")
+    from rich.markup import escape
+
+    # The summary quotes the ranks' own errors (gloo's "[/.../unbound_buffer.cc:78]"): text, never markup.
+    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {escape(f.summary)}")
     for r in f.ranks:
         detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
         if detail:

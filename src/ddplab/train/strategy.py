@@ -161,3 +161,24 @@ def load_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
         return
     optimizer.load_state_dict(state)  # ZeroRedundancyOptimizer takes the whole state and keeps its share
+    if hasattr(optimizer, "optim"):  # ZeroRedundancyOptimizer: its local optimizer holds the state
+        steps_on_param_devices(optimizer.optim)
+
+
+def steps_on_param_devices(optimizer: torch.optim.Optimizer) -> None:
+    """Put a fused or capturable optimizer's scalar state (Adam's `step`) back on its parameter's device.
+
+    ZeroRedundancyOptimizer.load_state_dict forces every zero-dimensional state tensor onto the CPU
+    (torch/distributed/optim/zero_redundancy_optimizer.py, "Force zero-dimensional tensors (like Adam "step") on
+    CPU"; pytorch/pytorch#124133, open). Plain Adam keeps `step` on the CPU anyway, but the fused and capturable
+    kernels need it on the parameter's device (torch.optim.Optimizer.load_state_dict keeps it there for them since
+    pytorch/pytorch#103256), so on GPUs the first step after a resume or an elastic restart fails: the recipes'
+    AdamW is fused on CUDA."""
+    for group in optimizer.param_groups:
+        if not (group.get("fused") or group.get("capturable")):
+            continue
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.dim() == 0 and value.device != p.device:
+                    state[key] = value.to(p.device)
