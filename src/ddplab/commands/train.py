@@ -8,12 +8,16 @@ files, so this process draws rank 0's progress bar from the events the workers s
 from __future__ import annotations
 
 import argparse
+import shutil
 from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
+# The ranks' process-group timeout exceeds the stall timeout by this much: the stall detector names the hang (stacks,
+# Flight Recorder) before a collective gives up (gloo: an error on one rank; NCCL: an abort), as check and bench do.
+GROUP_TIMEOUT_MARGIN_S = 60.0
 
 
 def add_parser(sub) -> None:
@@ -64,6 +68,7 @@ class TrainFailure:
     root_cause: int | None
     ranks: list[dict] = field(default_factory=list)
     flight: object = None  # which collective each rank last called (diagnose.flight)
+    kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
 
 
 def run(args) -> int:
@@ -128,6 +133,7 @@ def _environment(nproc: int, device: str) -> None:
 
 
 def _run(pending, recipe: str, cfg, ns) -> int:
+    from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import TrainResult, render
 
@@ -140,7 +146,9 @@ def _run(pending, recipe: str, cfg, ns) -> int:
         view.on_event(rank, event)
 
     try:
-        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict()}, stall_timeout=ns.stall_timeout,
+        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict(),
+                               "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S)},
+                              stall_timeout=ns.stall_timeout,
                               on_event=on_event)
     finally:
         view.close()
@@ -153,11 +161,13 @@ def _run(pending, recipe: str, cfg, ns) -> int:
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
         message, code = errors[outcome.root_cause]
+        if outcome.run_dir:  # the message says it all: no logs to keep
+            shutil.rmtree(outcome.run_dir, ignore_errors=True)
         raise DdplabError(message, exit_code=code)
     failure = TrainFailure(outcome.status, outcome.summary(), outcome.root_cause,
                            [{"rank": r.rank, "phase": r.phase, "exitcode": r.exitcode, "error": r.error,
                              "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks],
-                           outcome.flight)
+                           outcome.flight, outcome.run_dir)
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
 
@@ -190,3 +200,5 @@ def render_failure(con, f: TrainFailure) -> None:
         from ddplab.diagnose.flight import render as render_flight
 
         con.print(render_flight(f.flight), markup=False, highlight=False)
+    if f.kept:
+        con.print(f"kept: every rank's whole output in {escape(f.kept)} (delete it when done)", soft_wrap=True)

@@ -96,7 +96,8 @@ def run_worker(payload: dict) -> dict:
     """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
-        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True)
+        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True,
+                     group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S))
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
@@ -125,10 +126,12 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
-def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False) -> TrainResult | None:
-    """Train on every rank; rank 0 returns the result, the other ranks None."""
+def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False,
+        group_timeout: float = dd.DEFAULT_TIMEOUT_S) -> TrainResult | None:
+    """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
+    may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first)."""
     preflight(cfg)
-    with dd.session(device=None if cfg.device == "auto" else cfg.device) as ctx:
+    with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
         return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events))
 
