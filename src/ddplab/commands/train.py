@@ -81,10 +81,15 @@ def run(args) -> int:
         return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True)
 
     with startup.early(start, early.nproc if early else None) as ranks:
-        cfg, ns, nproc = _checked(args)
+        cfg, ns, nproc, device = _checked(args)
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
-        return _run(ranks.get(nproc), args.recipe, cfg, ns)
+        from ddplab.perf.memory import PredictHere
+
+        # `ddplab memory`'s prediction of the run's peak, traced here while the ranks start (rank 0 would start a
+        # new interpreter for it and wait for it at the end: ~5 s of a small run's 13).
+        predicting = PredictHere(args.recipe, cfg.to_dict(), cfg.strategy, nproc, device)
+        return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
 
 
 def _checked(args):
@@ -115,7 +120,7 @@ def _checked(args):
         state = checkpoint.peek(newest)
         if state is not None:
             loop.check_compatible(state, args.recipe, cfg, newest)
-    return cfg, ns, nproc
+    return cfg, ns, nproc, device
 
 
 def _environment(nproc: int, device: str) -> None:
@@ -132,7 +137,7 @@ def _environment(nproc: int, device: str) -> None:
             report.log(escape(f"WARN {f.what}\n      fix: {f.fix}"))
 
 
-def _run(pending, recipe: str, cfg, ns) -> int:
+def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import TrainResult, render
@@ -145,9 +150,12 @@ def _run(pending, recipe: str, cfg, ns) -> int:
             errors[rank] = (event["message"], event["exit_code"])
         view.on_event(rank, event)
 
+    # The ranks import torch and meet before their first step: seconds in which nothing else would be said.
+    view.console.print(f"starting {pending.nproc} rank(s) ...", markup=False, highlight=False)
     try:
         outcome = pending.run({"recipe": recipe, "config": cfg.to_dict(),
-                               "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S)},
+                               "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
+                               "predict_memory": False},
                               stall_timeout=ns.stall_timeout,
                               on_event=on_event)
     finally:
@@ -157,6 +165,7 @@ def _run(pending, recipe: str, cfg, ns) -> int:
         return 0
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
+        _add_prediction(result, predicting)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
@@ -170,6 +179,21 @@ def _run(pending, recipe: str, cfg, ns) -> int:
                            outcome.flight, outcome.run_dir)
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
+
+
+def _add_prediction(result, predicting) -> None:
+    """The traced prediction next to each rank's measured peak (one per run: the rank that needs most)."""
+    from ddplab.train.loop import PREDICTION_GRACE_S
+
+    if not predicting.done():  # a large model's trace can outlast a short training: say why nothing moves
+        report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ...")
+    try:
+        mib = predicting.result(PREDICTION_GRACE_S).peak_mib
+    except DdplabError as e:
+        result.notes.append(f"no memory prediction: {e}")
+        return
+    for r in result.ranks:
+        r.predicted_peak_mb = mib
 
 
 @dataclass

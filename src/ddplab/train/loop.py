@@ -97,7 +97,8 @@ def run_worker(payload: dict) -> dict:
     recipe = load_recipe(payload["recipe"])
     try:
         result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True,
-                     group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S))
+                     group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
+                     predict_memory=payload.get("predict_memory", True))
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
@@ -126,17 +127,20 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
-def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False,
-        group_timeout: float = dd.DEFAULT_TIMEOUT_S) -> TrainResult | None:
+def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
+        predict_memory: bool = True) -> TrainResult | None:
     """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
-    may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first)."""
+    may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first).
+    predict_memory: rank 0 has `ddplab memory`'s prediction traced in another process (`ddplab train` traces it
+    itself, while the ranks start, and fills it in)."""
     preflight(cfg)
     with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
-        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events))
+        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory)
 
 
-def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -> TrainResult | None:
+def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
+         predict_memory: bool = True) -> TrainResult | None:
     device, world = ctx.device, ctx.world_size
 
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
@@ -159,7 +163,9 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     def predict() -> PredictElsewhere | None:
         # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
         # it would take cores from the ranks and slow the timed steps, so it starts after them.
-        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) if ctx.is_main else None
+        if not (ctx.is_main and predict_memory):
+            return None
+        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
