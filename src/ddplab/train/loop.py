@@ -191,11 +191,12 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
 
     epoch, step_in_epoch, resumed_from = 0, 0, None
-    found = _find_checkpoint(cfg, note)
+    found = _find_checkpoint(cfg, note, ctx)
     if found is not None:
         epoch, step_in_epoch = _restore(found, recipe, cfg, raw_model, optimizer, scaler, ctx, global_batch,
                                         steps_per_epoch, note)
         resumed_from = str(found.path)
+        found = dataclasses.replace(found, state={})  # loaded: the whole checkpoint need not stay in memory
     else:
         torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
     autocast = _autocast(cfg.amp, device)
@@ -419,14 +420,32 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     return [r.tolist() for r in rows]
 
 
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None]) -> checkpoint.Found | None:
+def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> checkpoint.Found | None:
     if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
         return None
-    # Every rank reads the same directory and so picks the same file (no writer runs while a group starts).
-    found = checkpoint.latest(cfg.checkpoint_path, warn=note)
-    if found is None and cfg.resume and not restarting():
-        raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
-    return found
+    # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
+    # unhashed. Every rank hashing its own copy held N copies of the checkpoint in host memory at once.
+    chosen: list = [(None, None)]  # (path, error): every damaged file is an error all ranks must hear
+    found = None
+    if ctx.is_main:
+        try:
+            found = checkpoint.latest(cfg.checkpoint_path, warn=note)
+            chosen[0] = (str(found.path) if found else None, None)
+        except DdplabError as e:
+            chosen[0] = (None, str(e))
+    if ctx.world_size > 1:
+        dist.broadcast_object_list(chosen, src=0)
+    name, error = chosen[0]
+    if error:
+        raise DdplabError(error)
+    if name is None:
+        if cfg.resume and not restarting():
+            raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
+        return None
+    if ctx.is_main:
+        return found
+    path = Path(name)
+    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), checkpoint.load(path, verified=True))
 
 
 def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
@@ -438,7 +457,7 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
     states: list = [None] * ctx.world_size
     dist.all_gather_object(states, rng)
     # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
-    weights = strategy.full_state_dict(model)
+    weights = strategy.full_state_dict(model, rank0_on_cpu=True)
     optimizer_state = strategy.optimizer_state_dict(model, optimizer, ctx.rank)
     if not ctx.is_main:
         return None
