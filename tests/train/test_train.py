@@ -323,3 +323,14 @@ def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(no_lefto
     assert ran.code == 3, ran.err[-3000:]
     assert ran.out.startswith("TIMEOUT") and "no rank made progress for 70s" in ran.out
     assert "Traceback" not in ran.err and "MarkupError" not in ran.err + ran.out
+
+
+def test_the_prediction_child_says_when_it_is_done_and_ends_when_cancelled(no_leftover_workers):
+    """On GPUs `ddplab train` traces its memory prediction in a child (a tracer holds a CUDA context); a run that
+    fails cancels it: no process is left."""
+    from ddplab.perf.memory import PredictElsewhere
+
+    predicting = PredictElsewhere("linear", {}, "ddp", 2)
+    assert not predicting.done()  # importing torch alone takes longer than this line
+    predicting.cancel()
+    assert predicting.done() and predicting.proc.returncode != 0

@@ -84,12 +84,20 @@ def run(args) -> int:
         cfg, ns, nproc, device = _checked(args)
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
-        from ddplab.perf.memory import PredictHere
+        from ddplab.perf.memory import PredictElsewhere, PredictHere
 
-        # `ddplab memory`'s prediction of the run's peak, traced here while the ranks start (rank 0 would start a
-        # new interpreter for it and wait for it at the end: ~5 s of a small run's 13).
-        predicting = PredictHere(args.recipe, cfg.to_dict(), cfg.strategy, nproc, device)
-        return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
+        # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
+        # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in
+        # a child that ends early: a fake CUDA tensor makes a real one on the current GPU
+        # (torch/_subclasses/fake_tensor.py, init_gpu_context), so the tracer holds a CUDA context on GPU 0, rank
+        # 0's, for as long as it lives.
+        predict = PredictHere if device == "cpu" else PredictElsewhere
+        world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
+        predicting = predict(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
+        try:
+            return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
+        finally:
+            predicting.cancel()
 
 
 def _checked(args):

@@ -263,6 +263,15 @@ class PredictElsewhere:
         self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.perf.memory", request], stdout=self.out,
                                      stderr=self.err, text=True, env=_clean_env())
 
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (a run that failed needs no prediction, and leaves no process)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def result(self, timeout_s: float) -> Prediction:
         """The prediction; DdplabError when it failed or is not done within timeout_s (then it is stopped)."""
         import json
@@ -319,6 +328,9 @@ class PredictHere:
 
     def done(self) -> bool:
         return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Nothing to stop: the thread is a daemon, it ends with this process."""
 
     def result(self, timeout_s: float) -> Prediction:
         if not self._done.wait(timeout_s):

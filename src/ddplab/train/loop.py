@@ -445,7 +445,12 @@ def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.Dist
     if ctx.is_main:
         return found
     path = Path(name)
-    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), checkpoint.load(path, verified=True))
+    try:
+        state = checkpoint.load(path, verified=True)
+    except (ValueError, OSError) as e:
+        raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
+                          "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
+    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), state)
 
 
 def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
