@@ -240,9 +240,9 @@ def test_a_crashing_rank_fails_the_run_naming_it(tmp_path, no_leftover_workers):
 
 
 @pytest.mark.slow
-def test_a_hanging_rank_is_reported_with_its_stack_exit_3(no_leftover_workers):
+def test_a_hanging_rank_is_reported_with_its_stack_exit_3(tmp_path, no_leftover_workers):
     ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", "--stall-timeout", "8", "--json",
-              env={"DDPLAB_FAULT": "hang:1:train.log"}, timeout=150)
+              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=150)  # its logs stay there
     assert ran.code == 3, ran.err
     failure = ran.json()
     assert failure["status"] == "hang" and "no rank made progress for 8s" in failure["summary"]
@@ -315,11 +315,11 @@ def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(no_leftover_workers):
+def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(tmp_path, no_leftover_workers):
     """Before: the process group's 60 s timeout ended the run first, and gloo's message ("[/.../unbound_buffer.cc:78]")
     was printed as rich markup: a MarkupError traceback. Now the group waits longer than the stall timeout."""
     ran = cli("train", "mlp", "--nproc", "2", "--stall-timeout", "70", "--epochs", "1",
-              env={"DDPLAB_FAULT": "hang:1:train.log"}, timeout=240)
+              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=240)
     assert ran.code == 3, ran.err[-3000:]
     assert ran.out.startswith("TIMEOUT") and "no rank made progress for 70s" in ran.out
     assert "Traceback" not in ran.err and "MarkupError" not in ran.err + ran.out
