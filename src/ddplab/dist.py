@@ -26,8 +26,11 @@ import torch.distributed as dist
 
 from ddplab.errors import DdplabError
 
-# Short enough that a broken setup fails within a minute, long enough for a slow first NCCL init.
-DEFAULT_TIMEOUT_S = 60.0
+# How long a collective may wait before the group gives up: torch's own NCCL default (default_pg_nccl_timeout,
+# 10 min). Longer than ddplab's watchdogs (a launcher that watches for hangs passes its own limit plus a margin: its
+# named hang with stacks must come first, not an abort), and long enough for real waits such as a large checkpoint
+# written by rank 0 while the others stand in the next collective. 60 s (before) turned both into aborts.
+DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)

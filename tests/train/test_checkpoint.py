@@ -114,3 +114,16 @@ def test_atomic_save_replaces_in_one_step(tmp_path):
     checkpoint.atomic_save({"w": torch.zeros(2)}, target)
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.zeros(2))
     assert sorted(os.listdir(tmp_path)) == ["model.pt"]
+
+
+def test_a_file_another_rank_verified_is_read_memory_mapped_without_hashing(tmp_path):
+    """On resume rank 0 verifies the checkpoint; the other ranks read the file it chose memory-mapped, unhashed (a
+    copy of the whole checkpoint per rank in host memory, each hashed, before). Shown with a file whose name no
+    longer carries its checksum: only the verifying read notices."""
+    saved = checkpoint.save(tmp_path, state(7), step=7, keep=3)
+    renamed = saved.with_name(f"step-{7:08d}-{'0' * checkpoint.HASH_CHARS}.pt")
+    saved.rename(renamed)
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        checkpoint.load(renamed)
+    loaded = checkpoint.load(renamed, verified=True)
+    assert loaded["step"] == 7 and loaded["model"]["weight"].shape == (2, 3)

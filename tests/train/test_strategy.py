@@ -94,3 +94,70 @@ def test_checkpoint_of_another_strategy_is_refused_in_one_line(runs, tmp_path):
     ran = cli("train", "mlp", "--nproc", "2", *FLAGS, "--strategy", "fsdp", "--checkpoint-dir", str(directory),
               "--resume", "--epochs", "2", timeout=120)
     assert ran.code == 2 and "--strategy ddp" in ran.err and "Traceback" not in ran.err, ran.err[-2000:]
+
+
+def test_a_fused_or_capturable_optimizers_step_goes_back_to_its_parameters_device():
+    """ZeroRedundancyOptimizer.load_state_dict puts every scalar state on the CPU (pytorch/pytorch#124133); the fused
+    and capturable kernels need `step` on the parameter's device. The meta device stands in for a GPU here: a real
+    device other than the CPU, and AdamW(capturable=True) accepts its parameters."""
+    from ddplab.train.strategy import steps_on_param_devices
+
+    param = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    optimizer = torch.optim.AdamW([param], capturable=True)
+    optimizer.state[param] = {"step": torch.tensor(5.0), "exp_avg": torch.zeros(3, device="meta")}
+    steps_on_param_devices(optimizer)
+    assert optimizer.state[param]["step"].device == param.device
+    plain_param = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    plain = torch.optim.AdamW([plain_param])  # plain Adam keeps `step` on the CPU on purpose: left there
+    plain.state[plain_param] = {"step": torch.tensor(5.0)}
+    steps_on_param_devices(plain)
+    assert plain.state[plain_param]["step"].device.type == "cpu"
+
+
+ZERO1_RESUME = r"""
+import os, sys, torch, torch.distributed as dist
+from ddplab.train import strategy
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def build():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).to(device)
+    return model, strategy.zero1(torch.optim.AdamW(model.parameters(), lr=0.1, fused=True))
+def step(model, optimizer, i):
+    torch.manual_seed(100 + i)
+    model(torch.randn(8, 4, device=device)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+model, optimizer = build()
+for i in range(4):
+    step(model, optimizer, i)
+reference = {k: v.clone() for k, v in model.state_dict().items()}
+model, optimizer = build()
+for i in range(2):
+    step(model, optimizer, i)
+optimizer.consolidate_state_dict(to=0)
+saved = ({k: v.cpu() for k, v in model.state_dict().items()}, optimizer.state_dict())
+model, optimizer = build()
+model.load_state_dict(saved[0])
+strategy.load_optimizer_state_dict(model, optimizer, saved[1])
+steps = [s["step"] for s in optimizer.optim.state.values()]
+assert steps and all(s.device == device for s in steps), [s.device for s in steps]
+for i in range(2, 4):
+    step(model, optimizer, i)
+assert all(torch.equal(v, reference[k]) for k, v in model.state_dict().items()), "resume is not bitwise"
+dist.destroy_process_group()
+print("ok", device)
+"""
+
+
+def test_zero1_with_fused_adamw_resumes_bitwise_with_step_on_the_parameters_device():
+    """The real ZeroRedundancyOptimizer and a fused AdamW (the gpt recipe's optimizer on GPUs; fused runs on CPU
+    too), saved after 2 steps, loaded through ddplab's strategy, 2 more steps: each `step` on its parameter's
+    device and the weights bitwise those of 4 uninterrupted steps. On a GPU machine it runs on cuda:0."""
+    import os
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", ZERO1_RESUME], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert ran.returncode == 0 and ran.stdout.startswith("ok"), ran.stderr[-3000:]

@@ -227,17 +227,22 @@ def test_idle_and_slow_ranks_are_warned_about():
     assert any(w.startswith("rank 1 processed no samples") for w in rank_warnings(idle))
 
 
-def test_a_crashing_rank_fails_the_run_naming_it(no_leftover_workers):
-    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", env={"DDPLAB_FAULT": "crash:1:train.log"},
-              timeout=150)
+def test_a_crashing_rank_fails_the_run_naming_it(tmp_path, no_leftover_workers):
+    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", timeout=150,
+              env={"DDPLAB_FAULT": "crash:1:train.log", "TMPDIR": str(tmp_path)})
     assert ran.code == 1, ran.err
     assert "rank 1 failed" in ran.out and "injected crash on rank 1 at train.log" in ran.out
+    # Of the run's folder only the ranks' whole output is left, and the result says where, in one line.
+    (kept,) = tmp_path.glob("ddplab-*")
+    assert f"kept: every rank's whole output in {kept} (delete it when done)" in ran.out.splitlines()
+    assert [p.name for p in kept.iterdir()] == ["logs"]
+    assert any("injected crash" in p.read_text() for p in kept.rglob("stderr.log"))
 
 
 @pytest.mark.slow
-def test_a_hanging_rank_is_reported_with_its_stack_exit_3(no_leftover_workers):
+def test_a_hanging_rank_is_reported_with_its_stack_exit_3(tmp_path, no_leftover_workers):
     ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", "--stall-timeout", "8", "--json",
-              env={"DDPLAB_FAULT": "hang:1:train.log"}, timeout=150)
+              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=150)  # its logs stay there
     assert ran.code == 3, ran.err
     failure = ran.json()
     assert failure["status"] == "hang" and "no rank made progress for 8s" in failure["summary"]
@@ -260,3 +265,72 @@ def test_bf16_compression_needs_nccl():
 
     ran = cli("train", "linear", "--device", "cpu", "--comm-hook", "bf16")
     assert ran.code == 2 and "needs NCCL" in ran.err and len(ran.err.strip().splitlines()) == 1
+
+
+def test_torchs_own_flight_recorder_dump_goes_to_the_run_folder(no_leftover_workers):
+    """NCCL dumps the Flight Recorder by itself when a collective times out, to TORCH_FR_DUMP_TEMP_FILE (older torch:
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE), /tmp/nccl_trace_rank_N by default: a train's ranks get a prefix inside their
+    run folder, where the run's collector reads it."""
+    from ddplab.launcher import local
+
+    ran = local.run("os:getenv", "TORCH_FR_DUMP_TEMP_FILE", nproc=1, flight=True, keep_dir=True)
+    try:
+        assert ran.ok, ran.summary()
+        assert ran.rank(0).result == f"{ran.run_dir}/flight/{local.TORCH_DUMP_PREFIX}"
+    finally:
+        shutil.rmtree(ran.run_dir, ignore_errors=True)
+
+
+TORCH_DUMP = r"""
+import sys, torch, torch.distributed as dist
+import torch._C._distributed_c10d as c10d
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+dist.all_reduce(torch.ones(3))
+open(sys.argv[1], "wb").write(c10d._dump_fr_trace())  # the pickle NCCL's timeout dump writes (same recorder)
+dist.destroy_process_group()
+"""
+
+
+def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from ddplab.diagnose import flight
+    from ddplab.launcher import local
+
+    ran = subprocess.run([sys.executable, "-c", TORCH_DUMP, str(tmp_path / f"{local.TORCH_DUMP_PREFIX}0")],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "16", "OMP_NUM_THREADS": "1"})
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    # A file that names a function would run it when unpickled: refused, not read.
+    (tmp_path / f"{local.TORCH_DUMP_PREFIX}1").write_bytes(pickle.dumps(os.getcwd))
+    dumps = local._flight_dumps(tmp_path)
+    assert list(dumps) == [0]
+    (entry,) = dumps[0]["traces"]["_dump_nccl_trace_json"]["entries"]
+    assert entry["profiling_name"] == "gloo:all_reduce" and entry["input_sizes"] == [[3]]
+    report = flight.analyse(dumps, world_size=1)
+    assert report.available and report.ranks[0].last_started.op == "all_reduce"
+
+
+@pytest.mark.slow
+def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(tmp_path, no_leftover_workers):
+    """Before: the process group's 60 s timeout ended the run first, and gloo's message ("[/.../unbound_buffer.cc:78]")
+    was printed as rich markup: a MarkupError traceback. Now the group waits longer than the stall timeout."""
+    ran = cli("train", "mlp", "--nproc", "2", "--stall-timeout", "70", "--epochs", "1",
+              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=240)
+    assert ran.code == 3, ran.err[-3000:]
+    assert ran.out.startswith("TIMEOUT") and "no rank made progress for 70s" in ran.out
+    assert "Traceback" not in ran.err and "MarkupError" not in ran.err + ran.out
+
+
+def test_the_prediction_child_says_when_it_is_done_and_ends_when_cancelled(no_leftover_workers):
+    """On GPUs `ddplab train` traces its memory prediction in a child (a tracer holds a CUDA context); a run that
+    fails cancels it: no process is left."""
+    from ddplab.perf.memory import PredictElsewhere
+
+    predicting = PredictElsewhere("linear", {}, "ddp", 2)
+    assert not predicting.done()  # importing torch alone takes longer than this line
+    predicting.cancel()
+    assert predicting.done() and predicting.proc.returncode != 0

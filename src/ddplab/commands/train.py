@@ -8,12 +8,16 @@ files, so this process draws rank 0's progress bar from the events the workers s
 from __future__ import annotations
 
 import argparse
+import shutil
 from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
 STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
+# The ranks' process-group timeout exceeds the stall timeout by this much: the stall detector names the hang (stacks,
+# Flight Recorder) before a collective gives up (gloo: an error on one rank; NCCL: an abort), as check and bench do.
+GROUP_TIMEOUT_MARGIN_S = 60.0
 
 
 def add_parser(sub) -> None:
@@ -32,7 +36,8 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
     launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
     launch.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the group this many times after a failure (resumes from the latest checkpoint)")
+                        help="restart the group this many times after a failure (with --checkpoint-dir it resumes "
+                             "from the latest checkpoint; without one it starts over)")
     launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
                         help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
     cliargs.add_nodes(p)
@@ -64,6 +69,7 @@ class TrainFailure:
     root_cause: int | None
     ranks: list[dict] = field(default_factory=list)
     flight: object = None  # which collective each rank last called (diagnose.flight)
+    kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
 
 
 def run(args) -> int:
@@ -76,10 +82,23 @@ def run(args) -> int:
         return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True)
 
     with startup.early(start, early.nproc if early else None) as ranks:
-        cfg, ns, nproc = _checked(args)
+        cfg, ns, nproc, device = _checked(args)
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
-        return _run(ranks.get(nproc), args.recipe, cfg, ns)
+        from ddplab.perf.memory import PredictElsewhere, PredictHere
+
+        # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
+        # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in
+        # a child that ends early: a fake CUDA tensor makes a real one on the current GPU
+        # (torch/_subclasses/fake_tensor.py, init_gpu_context), so the tracer holds a CUDA context on GPU 0, rank
+        # 0's, for as long as it lives.
+        predict = PredictHere if device == "cpu" else PredictElsewhere
+        world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
+        predicting = predict(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
+        try:
+            return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
+        finally:
+            predicting.cancel()
 
 
 def _checked(args):
@@ -110,7 +129,7 @@ def _checked(args):
         state = checkpoint.peek(newest)
         if state is not None:
             loop.check_compatible(state, args.recipe, cfg, newest)
-    return cfg, ns, nproc
+    return cfg, ns, nproc, device
 
 
 def _environment(nproc: int, device: str) -> None:
@@ -127,7 +146,8 @@ def _environment(nproc: int, device: str) -> None:
             report.log(escape(f"WARN {f.what}\n      fix: {f.fix}"))
 
 
-def _run(pending, recipe: str, cfg, ns) -> int:
+def _run(pending, recipe: str, cfg, ns, predicting) -> int:
+    from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import TrainResult, render
 
@@ -139,8 +159,13 @@ def _run(pending, recipe: str, cfg, ns) -> int:
             errors[rank] = (event["message"], event["exit_code"])
         view.on_event(rank, event)
 
+    # The ranks import torch and meet before their first step: seconds in which nothing else would be said.
+    view.console.print(f"starting {pending.nproc} rank(s) ...", markup=False, highlight=False)
     try:
-        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict()}, stall_timeout=ns.stall_timeout,
+        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict(),
+                               "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
+                               "predict_memory": False},
+                              stall_timeout=ns.stall_timeout,
                               on_event=on_event)
     finally:
         view.close()
@@ -149,17 +174,35 @@ def _run(pending, recipe: str, cfg, ns) -> int:
         return 0
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
+        _add_prediction(result, predicting)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
         message, code = errors[outcome.root_cause]
+        if outcome.run_dir:  # the message says it all: no logs to keep
+            shutil.rmtree(outcome.run_dir, ignore_errors=True)
         raise DdplabError(message, exit_code=code)
     failure = TrainFailure(outcome.status, outcome.summary(), outcome.root_cause,
                            [{"rank": r.rank, "phase": r.phase, "exitcode": r.exitcode, "error": r.error,
                              "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks],
-                           outcome.flight)
+                           outcome.flight, outcome.run_dir)
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
+
+
+def _add_prediction(result, predicting) -> None:
+    """The traced prediction next to each rank's measured peak (one per run: the rank that needs most)."""
+    from ddplab.train.loop import PREDICTION_GRACE_S
+
+    if not predicting.done():  # a large model's trace can outlast a short training: say why nothing moves
+        report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ...")
+    try:
+        mib = predicting.result(PREDICTION_GRACE_S).peak_mib
+    except DdplabError as e:
+        result.notes.append(f"no memory prediction: {e}")
+        return
+    for r in result.ranks:
+        r.predicted_peak_mb = mib
 
 
 @dataclass
@@ -177,7 +220,10 @@ def render_node(con, r: NodeDone) -> None:
 
 
 def render_failure(con, f: TrainFailure) -> None:
-    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {f.summary}")
+    from rich.markup import escape
+
+    # The summary quotes the ranks' own errors (gloo's "[/.../unbound_buffer.cc:78]"): text, never markup.
+    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {escape(f.summary)}")
     for r in f.ranks:
         detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
         if detail:
@@ -187,3 +233,5 @@ def render_failure(con, f: TrainFailure) -> None:
         from ddplab.diagnose.flight import render as render_flight
 
         con.print(render_flight(f.flight), markup=False, highlight=False)
+    if f.kept:
+        con.print(f"kept: every rank's whole output in {escape(f.kept)} (delete it when done)", soft_wrap=True)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,8 @@ from ddplab.launcher.progress import read_events
 from ddplab.ports import free_port, port_is_free
 
 POLL_S = 0.05
+TORCH_DUMP_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+TORCH_DUMP_PREFIX = "torch_trace_rank_"  # torch appends the rank
 # Before a worker reaches its first mark it is importing torch and meeting the others; that may be slow on a busy
 # machine without being a hang.
 STARTUP_GRACE_S = 60.0
@@ -84,6 +87,11 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
         (run_dir / sub).mkdir()
     if flight:
         child_env.update(flight_recorder.worker_env(run_dir / "flight", child_env))
+        # Where torch itself dumps the Flight Recorder (NCCL, on a collective's timeout): into this run's folder,
+        # where collect() reads it, instead of /tmp/nccl_trace_rank_N. torch 2.13 reads the first name, older
+        # releases the second (torch/csrc/distributed/c10d/FlightRecorder.cpp, DebugInfoWriter::getWriter).
+        for name in TORCH_DUMP_VARS:
+            child_env.setdefault(name, str(run_dir / "flight" / TORCH_DUMP_PREFIX))
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
     child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
@@ -148,7 +156,30 @@ class PendingRun:
                          time.monotonic() - start, agent_rc)
         if not keep_dir and result.ok:
             shutil.rmtree(run_dir, ignore_errors=True)
+        elif not keep_dir:
+            result.run_dir = _keep_for_user(run_dir)
         return result
+
+
+def _keep_for_user(run_dir: Path) -> str:
+    """After a failure, what the user may still need from the run's folder: every rank's whole output (logs/; the
+    result quotes only its tail) and the agent's log when it says something. The rest is this run's own bookkeeping
+    (events, payload, results, stacks and Flight Recorder records, already read): removed. Returns the folder, or
+    "" when nothing was worth keeping."""
+    logs = [p for p in run_dir.glob("logs/**/*") if p.is_file()]
+    for empty in [p for p in logs if p.stat().st_size == 0]:
+        empty.unlink()
+    ranks_said_something = any(p.stat().st_size for p in logs if p.exists())
+    for entry in run_dir.iterdir():
+        # The agent's log repeats a worker's failure in torchelastic's words; alone it matters, when the launcher
+        # failed before any worker wrote a line.
+        keep = entry.name == "logs" if ranks_said_something else entry.name == "agent.log" and entry.stat().st_size
+        if not keep:
+            (shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True))
+    if not any(p.is_file() for p in run_dir.rglob("*")):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return ""
+    return str(run_dir)
 
 
 class _EventFollower:
@@ -292,7 +323,34 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
         result.root_cause = root_cause(failed)
         result.reason = result.summary() if result.root_cause is not None else (
             f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{tail(run_dir / 'agent.log')}")
-    if result.status != "ok" and (dumps := flight_recorder.read_dumps(run_dir / "flight")):
+    if result.status != "ok" and (dumps := _flight_dumps(run_dir / "flight")):
         result.flight = flight_recorder.analyse(dumps, stacks={r.rank: f"phase {r.phase}" for r in ranks if r.phase},
                                                 errors={r.rank: r.error for r in ranks if r.error})
     return result
+
+
+def _flight_dumps(flight_dir: Path) -> dict[int, dict]:
+    """Each rank's Flight Recorder record: ddplab's own (asked for on a hang, written at exit), else the one torch
+    wrote by itself (NCCL's dump on a collective's timeout, in the pickle format of torch's flight_recorder tools)."""
+    dumps = flight_recorder.read_dumps(flight_dir)
+    for path in flight_dir.glob(f"{TORCH_DUMP_PREFIX}*"):
+        rank = path.name[len(TORCH_DUMP_PREFIX):]
+        if not rank.isdigit() or int(rank) in dumps:
+            continue
+        try:
+            with open(path, "rb") as f:
+                trace = _PlainUnpickler(f).load()
+            trace = json.loads(json.dumps(trace))  # tuples as lists: the shape of torch's JSON dump
+        except Exception:  # noqa: BLE001 - half written by a rank that died, or not torch's: no record then
+            continue
+        dumps[int(rank)] = {"rank": int(rank), "trigger": "torch", "time": path.stat().st_mtime, "why": None,
+                            "traces": {"_dump_nccl_trace_json": trace}}
+    return dict(sorted(dumps.items()))
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Dicts, lists, strings and numbers only (what torch's dump holds): a file that names any class or function
+    is refused, so reading a dump can never run code."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")

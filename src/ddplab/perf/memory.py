@@ -263,6 +263,15 @@ class PredictElsewhere:
         self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.perf.memory", request], stdout=self.out,
                                      stderr=self.err, text=True, env=_clean_env())
 
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (a run that failed needs no prediction, and leaves no process)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def result(self, timeout_s: float) -> Prediction:
         """The prediction; DdplabError when it failed or is not done within timeout_s (then it is stopped)."""
         import json
@@ -283,6 +292,54 @@ class PredictElsewhere:
         data = json.loads(self.out.read())
         data["parts"] = [Part(**p) for p in data["parts"]]
         return Prediction(**data)
+
+
+class PredictHere:
+    """predict_recipe on a thread of this process, started now and collected later, with the same result() as
+    PredictElsewhere: for `ddplab train`'s own process, which joins no process group and has imported torch and the
+    recipe already, so the trace costs no interpreter start (~2 s of importing torch, more than a small recipe's
+    trace and training together). It runs while the ranks start and train, at the lowest CPU priority where the
+    system allows a thread its own (Linux), so that it takes only CPU time the ranks leave."""
+
+    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu"):
+        import threading
+
+        self._done = threading.Event()
+        self._value: Prediction | None = None
+        self._error: Exception | None = None
+
+        def work() -> None:
+            import os
+            import sys
+
+            if sys.platform.startswith("linux"):  # elsewhere the niceness would be the whole process's
+                try:
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                except OSError:
+                    pass
+            try:
+                self._value = predict_recipe(recipe_name, config, strategy, nproc, device)
+            except Exception as e:  # noqa: BLE001 - reported by result(), like the child's failure
+                self._error = e
+            finally:
+                self._done.set()
+
+        threading.Thread(target=work, name="ddplab-memory-trace", daemon=True).start()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Nothing to stop: the thread is a daemon, it ends with this process."""
+
+    def result(self, timeout_s: float) -> Prediction:
+        if not self._done.wait(timeout_s):
+            raise DdplabError(f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` "
+                              "for it")
+        if self._error is not None:
+            text = str(self._error).splitlines()[0] if str(self._error) else type(self._error).__name__
+            raise DdplabError(f"memory prediction failed: {text}")
+        return self._value
 
 
 def _clean_env() -> dict:

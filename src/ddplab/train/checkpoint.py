@@ -140,16 +140,20 @@ def save(directory: Path, state: dict, step: int, keep: int) -> Path:
     return final
 
 
-def load(path: Path) -> dict:
-    """Verify the checksum in the name, then load with weights_only=True. Raises ValueError when damaged."""
+def load(path: Path, verified: bool = False) -> dict:
+    """Verify the checksum in the name, then load with weights_only=True. Raises ValueError when damaged.
+
+    verified: another rank has just checked this file; read it memory-mapped instead (the ranks of one machine then
+    share one copy in the page cache rather than each holding and hashing the whole checkpoint)."""
     m = NAME.match(path.name)
     if m is None:
         raise ValueError("its name is not step-NNNNNNNN-HASH.pt, so it cannot be verified")
-    actual = digest(path)[:HASH_CHARS]
-    if actual != m.group(2):
-        raise ValueError(f"checksum mismatch ({actual} != {m.group(2)}): the file is truncated or corrupted")
+    if not verified:
+        actual = digest(path)[:HASH_CHARS]
+        if actual != m.group(2):
+            raise ValueError(f"checksum mismatch ({actual} != {m.group(2)}): the file is truncated or corrupted")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=verified)
     except Exception as e:  # the checksum matched, so this is not damage: a file from elsewhere
         raise ValueError(f"torch.load(weights_only=True) refused it: {str(e).splitlines()[0]}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

@@ -96,7 +96,9 @@ def run_worker(payload: dict) -> dict:
     """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
-        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True)
+        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True,
+                     group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
+                     predict_memory=payload.get("predict_memory", True))
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
@@ -125,15 +127,20 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
-def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False) -> TrainResult | None:
-    """Train on every rank; rank 0 returns the result, the other ranks None."""
+def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
+        predict_memory: bool = True) -> TrainResult | None:
+    """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
+    may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first).
+    predict_memory: rank 0 has `ddplab memory`'s prediction traced in another process (`ddplab train` traces it
+    itself, while the ranks start, and fills it in)."""
     preflight(cfg)
-    with dd.session(device=None if cfg.device == "auto" else cfg.device) as ctx:
+    with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
-        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events))
+        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory)
 
 
-def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -> TrainResult | None:
+def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
+         predict_memory: bool = True) -> TrainResult | None:
     device, world = ctx.device, ctx.world_size
 
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
@@ -156,7 +163,9 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     def predict() -> PredictElsewhere | None:
         # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
         # it would take cores from the ranks and slow the timed steps, so it starts after them.
-        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type) if ctx.is_main else None
+        if not (ctx.is_main and predict_memory):
+            return None
+        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
     torch.manual_seed(cfg.seed)
     model = recipe.model(cfg, data).to(device)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
@@ -182,11 +191,12 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
 
     epoch, step_in_epoch, resumed_from = 0, 0, None
-    found = _find_checkpoint(cfg, note)
+    found = _find_checkpoint(cfg, note, ctx)
     if found is not None:
         epoch, step_in_epoch = _restore(found, recipe, cfg, raw_model, optimizer, scaler, ctx, global_batch,
                                         steps_per_epoch, note)
         resumed_from = str(found.path)
+        found = dataclasses.replace(found, state={})  # loaded: the whole checkpoint need not stay in memory
     else:
         torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
     autocast = _autocast(cfg.amp, device)
@@ -260,7 +270,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
                 jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
                              "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
                              "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                             "rank_comm_wait_ms": [r[3] if r[3] >= 0 else None for r in rows]})
+                             "rank_comm_wait_ms": [_part_of(r[3], 1000 * r[1] / max(r[2], 1)) if r[3] >= 0 else None
+                                                   for r in rows]})
                 out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
                 log_t, log_step = now, step
             else:
@@ -278,7 +289,9 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     timed_steps, seconds, total = timer.stop(run_steps)
+    cpu_percent = usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction below
     wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None, world)
+    step_ms = 1000 * seconds / max(timed_steps, 1)
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
@@ -287,8 +300,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter) -
         predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=1000 * seconds / max(timed_steps, 1), comm_wait_ms=wait if wait >= 0 else None,
-                     cpu_percent=usage.cpu_percent(), gpu_util_percent=usage.gpu_percent(),
+                     step_ms=step_ms, comm_wait_ms=_part_of(wait, step_ms) if wait >= 0 else None,
+                     cpu_percent=cpu_percent, gpu_util_percent=usage.gpu_percent(),
                      peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
                      digest=metrics.state_digest(final_weights), allocator_peak_mb=peak.measured_mb(),
                      predicted_peak_mb=predicted_mb)
@@ -386,6 +399,13 @@ def _wait_ms(comm: metrics.CommWait | None, since, world: int) -> tuple[float, t
     return (-1.0 if value is None else value), now
 
 
+def _part_of(wait_ms: float, step_ms: float) -> float:
+    """The exposed communication of a step is part of that step. DDP's timers average over the iterations they
+    sampled and the wall clock over the steps timed; the two windows differ (the first steps, a compile), so the
+    mean wait can come out above the mean step (seen: 10.6 > 7.7 ms under --compile on a loaded machine)."""
+    return min(wait_ms, step_ms)
+
+
 def _autocast(amp: str, device: torch.device):
     if amp == "none":
         return contextlib.nullcontext
@@ -400,14 +420,37 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     return [r.tolist() for r in rows]
 
 
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None]) -> checkpoint.Found | None:
+def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> checkpoint.Found | None:
     if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
         return None
-    # Every rank reads the same directory and so picks the same file (no writer runs while a group starts).
-    found = checkpoint.latest(cfg.checkpoint_path, warn=note)
-    if found is None and cfg.resume and not restarting():
-        raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
-    return found
+    # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
+    # unhashed. Every rank hashing its own copy held N copies of the checkpoint in host memory at once.
+    chosen: list = [(None, None)]  # (path, error): every damaged file is an error all ranks must hear
+    found = None
+    if ctx.is_main:
+        try:
+            found = checkpoint.latest(cfg.checkpoint_path, warn=note)
+            chosen[0] = (str(found.path) if found else None, None)
+        except DdplabError as e:
+            chosen[0] = (None, str(e))
+    if ctx.world_size > 1:
+        dist.broadcast_object_list(chosen, src=0)
+    name, error = chosen[0]
+    if error:
+        raise DdplabError(error)
+    if name is None:
+        if cfg.resume and not restarting():
+            raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
+        return None
+    if ctx.is_main:
+        return found
+    path = Path(name)
+    try:
+        state = checkpoint.load(path, verified=True)
+    except (ValueError, OSError) as e:
+        raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
+                          "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
+    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), state)
 
 
 def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
@@ -419,7 +462,7 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
     states: list = [None] * ctx.world_size
     dist.all_gather_object(states, rng)
     # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
-    weights = strategy.full_state_dict(model)
+    weights = strategy.full_state_dict(model, rank0_on_cpu=True)
     optimizer_state = strategy.optimizer_state_dict(model, optimizer, ctx.rank)
     if not ctx.is_main:
         return None

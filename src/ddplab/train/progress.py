@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from ddplab import report
 from ddplab.launcher.progress import mark
@@ -24,11 +25,11 @@ class ProgressView:
         self.task = None
 
     def start(self, info: dict) -> None:
-        self.console.print(f"[bold]{info['recipe']}[/] ({info['parameters']:,} parameters): "
-                           f"{info['world_size']} rank(s), {info['backend']} on {info['device']}; global batch "
-                           f"{info['global_batch']} = {info['batch_size']} per rank x "
-                           f"{info['world_size']} rank(s) x {info['grad_accum']} micro-batch(es); "
-                           f"{info['steps_per_epoch']} steps/epoch x {info['epochs']} epoch(s)")
+        # What is starting, not the result's header (recipe, ranks, batch layout): that follows once, at the end.
+        steps = info["planned_steps"] - info["start_step"]
+        self.console.print(f"training {info['recipe']}: {steps} step(s) to go "
+                           f"({info['steps_per_epoch']} per epoch x {info['epochs']} epoch(s)) on "
+                           f"{info['world_size']} rank(s)", markup=False, highlight=False)
         self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
                             TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
@@ -47,7 +48,9 @@ class ProgressView:
         self.bar.update(self.task, completed=info["step"], **fields)
 
     def note(self, text: str) -> None:
-        self.console.print(f"[yellow]note[/] {text}" if not text.startswith("WARN") else text)
+        # A note carries paths and error text from outside: never markup.
+        self.console.print(text if text.startswith("WARN") else Text.assemble(("note", "yellow"), " ", text),
+                           markup=False, highlight=False)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from rich.markup import escape
 
 from ddplab import report
 
@@ -140,15 +141,15 @@ def render(con, r: TrainResult) -> None:
         digests = ", ".join(f"rank {s.rank} {s.digest[:12]}" for s in r.ranks)
         con.print(f"parameters identical on all ranks: {report.styled('FAIL')} ({digests})")
     for note in r.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {escape(note)}")
     if r.model_file:
-        con.print(f"model: {r.model_file} (plain state_dict: model.load_state_dict(torch.load(path)))")
+        con.print(f"model: {escape(r.model_file)} (plain state_dict: model.load_state_dict(torch.load(path)))")
     if r.checkpoint:
-        con.print(f"checkpoint: {r.checkpoint}")
+        con.print(f"checkpoint: {escape(r.checkpoint)}")
     if r.metrics_file:
-        con.print(f"metrics: {r.metrics_file}")
+        con.print(f"metrics: {escape(r.metrics_file)}")
     for w in r.warnings:
-        con.print(f"{report.styled('WARN')} {w}")
+        con.print(f"{report.styled('WARN')} {escape(w)}")
 
 
 def _mib(value: float | None) -> str:
