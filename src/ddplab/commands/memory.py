@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from rich.table import Table
+from rich.text import Text
 
 from ddplab import recipes, report
 from ddplab.errors import DdplabError
@@ -125,7 +126,8 @@ def render(con, r) -> None:
             continue
         basis = next(v.basis for v in values if v is not None)
         t.add_row(part, *(amount(v.bytes) if v else "-" for v in values), basis)
-    t.add_row("[bold]peak (allocator)[/]", *(f"[bold]{amount(p.peak_bytes)}[/]" for p in r.predictions), "traced")
+    t.add_row(Text("peak (allocator)", style="bold"), *(Text(amount(p.peak_bytes), style="bold") for p in r.predictions),
+              "traced")
     t.add_row("between steps", *(amount(p.between_steps_bytes) for p in r.predictions), "traced")
     t.add_row("per extra sample", *(amount(r.per_sample_bytes[p.strategy]) for p in r.predictions), "traced")
     con.print(t)

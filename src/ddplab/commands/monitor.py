@@ -90,21 +90,16 @@ def _idle_guard(args) -> int:
         raise DdplabError("--idle-after needs --then COMMAND (what to run), or --warn-only")
     if args.once or args.pids:
         raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
-    from rich.markup import escape
-
-    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval,
-                        lambda text: report.log(escape(text)))
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log)
     report.emit(result, args.json, _render_guard)
     return 0 if result.exit_code in (None, 0) else 1
 
 
 def _render_guard(con, r) -> None:
     if r.exit_code is not None:
-        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})",
-                  markup=False)
+        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})")
     else:
-        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""),
-                  markup=False)
+        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""))
 
 
 def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> int:
@@ -155,14 +150,14 @@ def _view(snap, width: int = 80) -> Group:
         parts.append(gpus)
         left_out += gone
     for problem in snap.problems:
-        parts.append(Text.from_markup(f"{report.styled('WARN')} ") + Text(problem))
+        parts.append(report.text(report.styled('WARN'), " ", problem))
     for note in snap.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     if left_out:
         parts.append(Text(f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, "
                           "or use --json)", style="dim"))
-    parts.append(Text("verdict: ") + (Text.from_markup(report.styled("OK") + " ") + Text(snap.verdict) if snap.ok
-                                      else Text(snap.verdict, style="yellow")))
+    parts.append(report.text("verdict: ", report.text(report.styled("OK"), " ", snap.verdict) if snap.ok
+                             else Text(snap.verdict, style="yellow")))
     return Group(*parts)
 
 

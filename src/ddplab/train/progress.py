@@ -24,13 +24,14 @@ class ProgressView:
         self.task = None
 
     def start(self, info: dict) -> None:
-        self.console.print(f"[bold]{info['recipe']}[/] ({info['parameters']:,} parameters): "
+        self.console.print(report.text(report.bold(info['recipe']), f" ({info['parameters']:,} parameters): "
                            f"{info['world_size']} rank(s), {info['backend']} on {info['device']}; global batch "
                            f"{info['global_batch']} = {info['batch_size']} per rank x "
                            f"{info['world_size']} rank(s) x {info['grad_accum']} micro-batch(es); "
-                           f"{info['steps_per_epoch']} steps/epoch x {info['epochs']} epoch(s)")
-        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
+                           f"{info['steps_per_epoch']} steps/epoch x {info['epochs']} epoch(s)"))
+        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("loss {task.fields[loss]}", markup=False),
+                            TextColumn("{task.fields[speed]}", markup=False),
                             TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
         self.task = self.bar.add_task("train", total=info["planned_steps"], completed=info["start_step"],
                                       epoch=f"{info['start_epoch'] + 1}/{info['epochs']}", loss="-", speed="")
@@ -47,7 +48,7 @@ class ProgressView:
         self.bar.update(self.task, completed=info["step"], **fields)
 
     def note(self, text: str) -> None:
-        self.console.print(f"[yellow]note[/] {text}" if not text.startswith("WARN") else text)
+        self.console.print(report.text(("note", "yellow"), f" {text}") if not text.startswith("WARN") else text)
 
     def close(self) -> None:
         if self.bar is not None:
