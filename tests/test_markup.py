@@ -270,3 +270,42 @@ def test_launch_of_a_script_that_prints_markup_and_fails(tmp_path):
     assert ran.code == 1, ran.err
     assert "MarkupError" not in ran.out + ran.err and "Traceback (most recent call last):\n  File" not in ran.out
     assert f"RuntimeError: {MARK}" in ran.out
+
+
+# ------------------------------------------------------------------------------------------- piped output
+
+
+def _piped(*args: str) -> str:
+    """The CLI's stdout with no terminal anywhere and no COLUMNS: as in `ddplab ... | less` or a CI log."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    ran = subprocess.run([sys.executable, "-m", "ddplab", *args], env={**env, "NO_COLOR": "1"},
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return ran.stdout
+
+
+def test_piped_output_keeps_paths_and_sentences_whole_without_trailing_spaces(tmp_path):
+    folder = tmp_path / ("a-folder-name-long-enough-that-the-path-alone-passes-eighty-columns-" * 2)
+    folder.mkdir()
+    script = folder / "train.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "dist.init_process_group('gloo')\n"
+                      "if dist.get_rank() == 0:\n"
+                      "    dist.all_reduce(x)\n")
+    lint = _piped("lint", str(script))
+    finding = next(line for line in lint.splitlines() if line.startswith(f"{script}:4: error"))
+    assert len(finding) > 120  # the path, the rule and the message on one line, as an editor's jump list wants
+    log = tmp_path / "run.log"
+    log.write_text("[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500\n")
+    explain = _piped("explain", str(log))
+    matches = json.loads(_piped("explain", str(log), "--json"))["matches"]
+    for m in matches:  # each reference (URLs) and cause whole on its line
+        assert f"   see:   {m['reference']}" in explain.splitlines() and f"   cause: {m['cause']}" in explain.splitlines()
+    assert any(len(m["cause"]) > 80 for m in matches)
+    env = _piped("env")  # a table: fits 80 columns, and its padding leaves no spaces at line ends
+    for text in (lint, explain, env):
+        assert all(line == line.rstrip() for line in text.splitlines()), text
+    assert max(len(line) for line in env.splitlines() if not line.startswith(("verdict", "WARN", "  "))) <= 80
