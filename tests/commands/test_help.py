@@ -1,0 +1,44 @@
+"""Every `ddplab COMMAND --help` (and `ddplab train|memory RECIPE --help`) opens with a line saying what it does."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from conftest import cli
+from ddplab import cli as ddplab_cli
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = sub
+    return found
+
+
+def _description(help_text: str) -> str:
+    """The paragraph between the usage lines and the first section (positional arguments:, options:)."""
+    blocks = help_text.split("\n\n")
+    return blocks[1].strip() if len(blocks) > 1 and not blocks[1].rstrip().endswith(":") \
+        and not blocks[1].lstrip().startswith(("options:", "positional arguments:")) else ""
+
+
+COMMANDS = ddplab_cli.command_names()
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_help_has_a_description(name):
+    top = _subparsers(ddplab_cli.build_parser())
+    assert _description(top[name].format_help()), top[name].format_help()
+    for recipe, sub in _subparsers(top[name]).items():  # train RECIPE, memory RECIPE
+        assert _description(sub.format_help()), f"{name} {recipe}:\n{sub.format_help()}"
+
+
+def test_help_through_the_cli():
+    for name in ("env", "cost"):
+        ran = cli(name, "--help", timeout=60)
+        assert ran.code == 0 and _description(ran.out), ran.out
+    assert "What is installed, what is visible, what is wrong with it." in cli("env", "--help", timeout=60).out
