@@ -42,3 +42,29 @@ def test_help_through_the_cli():
         ran = cli(name, "--help", timeout=60)
         assert ran.code == 0 and _description(ran.out), ran.out
     assert "What is installed, what is visible, what is wrong with it." in cli("env", "--help", timeout=60).out
+
+
+def _first_clause(text: str) -> str:
+    return text.split(";")[0].split(" (")[0].strip()
+
+
+def test_a_recipe_flag_says_what_it_does_not_only_why_its_default():
+    """A recipe that changes a default gives its reason after what the flag does (the common field's first clause),
+    and a help text that names its default is not followed by a second '(default: ...)'."""
+    import dataclasses
+    import importlib
+
+    from ddplab import recipes
+    from ddplab.train.config import TrainConfig, parser
+
+    common = {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
+    for name in recipes.names():
+        cls = importlib.import_module(f"ddplab.recipes.{name}").Config
+        for f in dataclasses.fields(cls):
+            what = f.metadata["help"]
+            assert what, f"{name} --{f.name} has no help"
+            if f.name in common and what != common[f.name]:
+                assert _first_clause(what) == _first_clause(common[f.name]), f"{name} --{f.name}: {what!r}"
+        text = parser(cls, f"ddplab train {name}").format_help()
+        for block in text.split("\n  --"):
+            assert block.count("(default") <= 1, block
