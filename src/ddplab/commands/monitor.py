@@ -39,8 +39,24 @@ def _interval(text: str) -> float:
     return value
 
 
+COLUMNS = """columns of the ranks table:
+  job       torchrun:PID (the launcher's pid) or ddplab:RUN
+  rank      the global rank; local: the rank on this machine; pid: its process
+  state     the process's state (running, sleeping, ...)
+  CPU %     CPU use over the last interval; 100 = one whole core
+  CPU s     CPU time used since the rank started
+  RSS MiB   resident memory of the rank's process
+  GPU       the rank's GPU ('?': assumed from its local rank, not seen among the GPU's processes);
+            GPU %: that GPU's utilisation; GPU MiB: the rank's memory on it
+  marks     progress marks made so far (ddplab's own runs); phase: the last one
+  flags     idle: under 10 % of a core (or of its GPU); behind: far fewer marks than the leader, the straggler;
+            waiting: far less CPU time than the busiest rank, which it likely waits for; exited
+the GPU table: util % (nvidia-smi's), memory MiB used/total, power W used/limit, and the processes as pid:rank"""
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("monitor", help="live per-rank device utilisation of a running job")
+    p = sub.add_parser("monitor", help="live per-rank device utilisation of a running job", epilog=COLUMNS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--pids", type=_pids, nargs="+", metavar="PID",
                    help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves")
@@ -153,6 +169,7 @@ def _view(snap, width: int = 80) -> Group:
         parts.append(report.text(report.styled('WARN'), " ", problem))
     for note in snap.notes:
         parts.append(Text(f"note: {note}", style="dim"))
+    parts.append(Text("note: the columns and flags are explained in `ddplab monitor --help`", style="dim"))
     if left_out:
         parts.append(Text(f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, "
                           "or use --json)", style="dim"))
