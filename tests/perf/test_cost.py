@@ -161,3 +161,12 @@ def test_cli_bad_input_is_one_line_exit_2(args, expect):
     r = cli("cost", *args)
     assert r.code == 2, (r.out, r.err)
     assert expect in r.err and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+def test_durations_that_differ_print_differently():
+    from ddplab.perf.cost import format_hours
+
+    shown = {s: format_hours(s / 3600) for s in (0.4, 42, 60, 95, 150, 599.6, 1800, 5400, 3 * 86400)}
+    assert shown == {0.4: "0 s", 42: "42 s", 60: "1 min", 95: "1 min 35 s", 150: "2 min 30 s", 599.6: "10 min",
+                     1800: "30 min", 5400: "1.5 h", 3 * 86400: "3.0 d"}
+    assert format_hours(None) == "—"

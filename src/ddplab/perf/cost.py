@@ -268,10 +268,18 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
 
 
 def format_hours(hours: float | None) -> str:
+    """A duration as people read it; two different times never print the same below 10 minutes (95 s is
+    "1 min 35 s", 150 s "2 min 30 s", not both "2 min")."""
     if hours is None:
         return "—"
+    seconds = round(hours * 3600)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
     if hours < 1:
-        return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
+        return f"{hours * 60:.0f} min"
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
