@@ -184,7 +184,9 @@ def render_memory(con, m: dict) -> None:
         if row["memory_gb"] is None:
             t.add_row(row["gpu"], "unknown", *("-" for _ in strategies))
             continue
-        t.add_row(row["gpu"], f"{row['memory_gb']:g} GB",
+        memory = (f"{row['memory_bytes'] / 2**30:.2f} GiB" if "memory_bytes" in row  # nvidia-smi's total
+                  else f"{row['memory_gb']:g} GB")  # a --memory file of an older ddplab
+        t.add_row(row["gpu"], memory,
                   *(f"{'yes' if row['fits'][s] else 'no'} ({row['largest_batch'][s]})" for s in strategies))
     con.print(t)
     for gpu, source in m["sources"].items():

@@ -41,7 +41,8 @@ def parser_for(name: str, recipe):
     p.add_argument("--strategy", default="ddp,zero1,fsdp", metavar="S,...", help="ddp, zero1, fsdp (default: all)")
     p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=2, metavar="N",
                    help="ranks sharing the work (default 2): zero1 and fsdp shards shrink with N")
-    p.add_argument("--gpus", metavar="A,B,...", help="GPUs to check (default: every GPU in ddplab cost's table)")
+    p.add_argument("--gpus", metavar="A,B,...", help="GPUs to check, by name or by size with its unit: 24GiB, 24GB "
+                   "(10^9 bytes) (default: every GPU in ddplab cost's table)")
     p.add_argument("--margin", type=float, default=None, metavar="F",
                    help="fraction of each GPU's memory kept free for the allocator's fragmentation (default 0.10)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -78,15 +79,19 @@ def run(args) -> int:
 
 
 def pick_gpus(text: str | None, table: dict) -> dict:
-    from ddplab.perf.cost import canonical
+    from ddplab.perf.cost import canonical, memory_size
 
     if not text:
         return dict(table)
     chosen = {}
     for name in (n.strip() for n in text.split(",") if n.strip()):
+        if (size := memory_size(name)) is not None:
+            chosen[size.gpu] = size
+            continue
         key = canonical(name, table)
         if key is None:
-            raise DdplabError(f"--gpus {name}: ddplab knows the memory of {', '.join(table)} only")
+            raise DdplabError(f"--gpus {name}: ddplab knows the memory of {', '.join(table)} only; or give a size "
+                              "with its unit, e.g. --gpus 24GiB (2^30 bytes each) or 24GB (10^9)")
         chosen[key] = table[key]
     if not chosen:
         raise DdplabError(f"--gpus {text!r} names no GPU: e.g. --gpus RTX4090,A100")
@@ -136,12 +141,12 @@ def render(con, r) -> None:
     f = Table(box=None, pad_edge=False, title=f"fits at batch {r.batch_size}? (largest per-rank batch)",
               title_justify="left")
     f.add_column("GPU")
-    f.add_column("memory", justify="right")
+    f.add_column("memory", justify="right")  # nvidia-smi's total (see the basis lines)
     f.add_column("usable", justify="right")
     for p in r.predictions:
         f.add_column(p.strategy, justify="right")
     for fit in r.fits:
-        f.add_row(fit.gpu, f"{fit.memory_gb:g} GB", f"{gib(fit.usable_bytes)} GiB",
+        f.add_row(fit.gpu, f"{gib(fit.memory_bytes)} GiB", f"{gib(fit.usable_bytes)} GiB",
                   *(f"{'yes' if fit.fits[p.strategy] else 'no'} ({fit.largest_batch[p.strategy]})"
                     for p in r.predictions))
     con.print(f)
