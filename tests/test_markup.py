@@ -3,7 +3,8 @@
 gloo's timeout message carries `[/__w/pytorch/.../unbound_buffer.cc:78]`, which rich once read as a closing tag and
 raised MarkupError in `ddplab train` (issue 26). Here every command's renderer gets result objects whose free text
 is markup-like, in text and in --json; the output must carry it verbatim and nothing may raise. A few real CLI runs
-do the same end to end.
+do the same end to end. Last, piped output (issue 32): sentences, paths and URLs whole on their line, no line ending
+in spaces, tables still within 80 columns.
 """
 
 from __future__ import annotations
@@ -268,8 +269,9 @@ def test_launch_of_a_script_that_prints_markup_and_fails(tmp_path):
     script.write_text(f"import sys\nprint({MARK!r}, file=sys.stderr)\nraise RuntimeError({MARK!r})\n")
     ran = cli("launch", "--nproc-per-node", "1", str(script), timeout=120)
     assert ran.code == 1, ran.err
-    assert "MarkupError" not in ran.out + ran.err and "Traceback (most recent call last):\n  File" not in ran.out
-    assert f"RuntimeError: {MARK}" in ran.out
+    assert "MarkupError" not in ran.out + ran.err
+    assert f"RuntimeError: {MARK}" in ran.out  # the summary, and the rank's last lines, verbatim
+    assert ran.out.count(MARK) >= 2
 
 
 # ------------------------------------------------------------------------------------------- piped output
