@@ -68,3 +68,13 @@ def test_a_recipe_flag_says_what_it_does_not_only_why_its_default():
         text = parser(cls, f"ddplab train {name}").format_help()
         for block in text.split("\n  --"):
             assert block.count("(default") <= 1, block
+
+
+def test_monitor_help_explains_every_column_and_flag():
+    from ddplab.commands import monitor
+
+    text = ddplab_cli.build_parser()._subparsers._group_actions[0].choices["monitor"].format_help()
+    assert monitor.COLUMNS.splitlines()[0] in text
+    for word in ("job", "rank", "local", "pid", "state", "CPU %", "CPU s", "RSS MiB", "GPU %", "GPU MiB", "marks",
+                 "phase", "idle", "behind", "waiting", "exited", "util %", "power W"):
+        assert word in monitor.COLUMNS, word
