@@ -31,7 +31,17 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in command_names():
         importlib.import_module(f"ddplab.commands.{name}").add_parser(sub)
+    _describe(sub)
     return parser
+
+
+def _describe(sub) -> None:
+    """`ddplab COMMAND --help` opens with what the command does: its line in `ddplab --help` when the module gave
+    no longer description."""
+    for action in sub._choices_actions:  # argparse keeps each subcommand's help= here
+        parser = sub.choices[action.dest]
+        if not parser.description and action.help:
+            parser.description = action.help[0].upper() + action.help[1:] + "."
 
 
 def _terminate(signum, frame):

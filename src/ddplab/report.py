@@ -1,17 +1,24 @@
 """Render a command's result object: text through rich for people, or JSON alone on stdout for scripts.
 
 rich already keeps colour off when stdout is not a terminal or NO_COLOR is set.
+
+Markup is off on every console made here: most of what ddplab prints comes from outside (torch's and gloo's error
+messages, paths, log lines, users' output), and rich would read `[/x.cc:78]` in them as a closing tag and raise.
+Styles are given as objects instead: styled(), text(), or a `style=` argument.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+import io
 import json
+import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 from rich.console import Console, RenderableType
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -29,10 +36,67 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+class _NoTrailingSpaces(io.TextIOBase):
+    """A pipe or file gets no spaces at line ends (rich pads table cells and leaves the space where it wrapped):
+    copied text and diffs stay clean. A run of spaces at the end of one write waits for the next to know."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.held = ""
+
+    def write(self, s: str) -> int:
+        text = re.sub(r" +(?=\n)", "", self.held + s)
+        body = text.rstrip(" ")
+        self.held = text[len(body):]
+        self.stream.write(body)
+        return len(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+class _Status(Status):
+    def update(self, status: RenderableType | None = None, **kwargs) -> None:
+        super().update(Text(status) if isinstance(status, str) else status, **kwargs)
+
+
+class _Console(Console):
+    def status(self, status: RenderableType, **kwargs) -> Status:  # rich reads a str status as markup
+        return _Status(Text(status) if isinstance(status, str) else status, console=self, **kwargs)
+
+
 def console(stderr: bool = False) -> Console:
     """Width: COLUMNS when set, else the terminal's (rich asks stdin, stdout and stderr, so `| tee` in a terminal
-    keeps its width), else 80 (a CI log). Tables built with fit_table stay whole at any of these."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    keeps its width), else 80 (a CI log). Tables built with fit_table stay whole at any of these.
+
+    Not a terminal (a pipe, a file, `| tee`): prose is not wrapped (a URL or path cut at column 80 cannot be
+    copied; the reader's pager wraps), tables still fit the width, and no line ends in spaces."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = Console(file=stream).is_terminal  # rich's own test: FORCE_COLOR, TTY_COMPATIBLE, isatty
+    return _Console(file=stream if tty else _NoTrailingSpaces(stream), highlight=False, markup=False,
+                    soft_wrap=not tty)
+
+
+Part = Union[str, Text, tuple]
+
+
+def text(*parts: Part) -> Text:
+    """One line from plain strings (never markup), Texts, and (string, style) pairs."""
+    return Text.assemble(*parts)
+
+
+def bold(s: str) -> Text:
+    return Text(s, style="bold")
 
 
 @dataclass
@@ -100,18 +164,15 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Ren
     return build(keep, True, fold=True)[0], left_out
 
 
-def styled(status: str) -> str:
-    style = STATUS_STYLE.get(status)
-    return f"[{style}]{status}[/]" if style else status
+def styled(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
 def finding(con: Console, status: str, what: str, fix: str = "") -> None:
     """One warning or failure and its fix, whole (never cut to the width: a log keeps every word)."""
-    from rich.markup import escape
-
-    con.print(f"{styled(status)} {escape(what)}", soft_wrap=True)
+    con.print(text(styled(status), " ", what), soft_wrap=True)
     if fix:
-        con.print(f"      fix: {escape(fix)}", soft_wrap=True)
+        con.print(f"      fix: {fix}", soft_wrap=True)
 
 
 def emit(result: Any, as_json: bool, render: Callable[[Console, Any], None]) -> None:
@@ -122,6 +183,6 @@ def emit(result: Any, as_json: bool, render: Callable[[Console, Any], None]) -> 
         render(console(), result)
 
 
-def log(message: str) -> None:
-    """Progress for people: stderr, so that --json output on stdout stays clean."""
+def log(message: str | Text) -> None:
+    """Progress for people: stderr, so that --json output on stdout stays clean. A str is printed as it is."""
     console(stderr=True).print(message)

@@ -24,6 +24,22 @@ def test_env_text_shows_a_verdict():
     assert "verdict:" in ran.out and "torch" in ran.out
 
 
+def test_a_problem_is_a_failed_check_exit_1_and_counted_in_words(capsys):
+    one = cli("env", env={"LOCAL_RANK": "abc"})
+    assert one.code == 1, one.err
+    assert "verdict: FAIL 1 problem to fix" in one.out and "problem(s)" not in one.out
+    assert cli("env", "--json", env={"LOCAL_RANK": "abc"}).code == 1
+    from ddplab import report
+    from ddplab.commands.env import render
+
+    two = _report(warnings=[{"problem": "a", "fix": "b"}, {"problem": "c", "fix": "d"}],
+                  python={"version": "3", "executable": "p"}, platform={"system": "", "release": "", "machine": ""},
+                  cpu={"physical_cores": 1, "logical_cores": 1}, memory={"total_gib": 1, "shm_mib": 1},
+                  torch={"version": "2.13.0", "build": "CPU", "cudnn": None, "nccl": None})
+    render(report.console(), two)
+    assert "verdict: FAIL 2 problems to fix" in capsys.readouterr().out
+
+
 def test_steering_variables_are_listed_and_secrets_masked():
     ran = cli("env", "--json", env={"NCCL_DEBUG": "INFO", "TORCH_API_TOKEN": "s3cret", "GLOO_SOCKET_IFNAME": "lo"})
     found = ran.json()["env_vars"]

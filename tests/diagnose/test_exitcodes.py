@@ -45,6 +45,7 @@ def test_a_real_death_by_signal_is_named_in_every_form(code, number, words):
 def test_exit_code_1_points_at_the_traceback():
     returncode = _run([sys.executable, "-c", "raise ValueError('x')"])
     assert "traceback" in describe_exit(returncode)
+    assert "above" not in describe_exit(returncode)  # ddplab prints the traceback after this line
 
 
 @pytest.mark.parametrize("code, words", [(0, "normally"), (2, "usage"), (3, "sys.exit(3)"), (-64, "signal 64")])

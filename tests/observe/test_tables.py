@@ -1,5 +1,5 @@
 """Tables keep ids and numbers whole when the output is not a terminal: at COLUMNS=80, and through a pipe with no
-terminal at all (rich then assumes 80 columns). Checked on `ddplab monitor --once` while a real ddplab job runs
+terminal at all (rich then assumes 80 columns; sentences are not wrapped there, so that they can be copied). Checked on `ddplab monitor --once` while a real ddplab job runs
 (its table is the widest: marks and phase columns), and on fit_table itself at widths down to 40."""
 
 from __future__ import annotations
@@ -49,7 +49,13 @@ def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_
         assert "…" not in text, f"{how}: something was cut\n{text}"
         for rank, pid in enumerate(pids):
             assert shows_whole(text, rank, rank, pid), f"{how}: rank {rank} (pid {pid}) not whole\n{text}"
-        assert max(len(line) for line in text.splitlines()) <= 80, f"{how}: wider than 80 columns\n{text}"
+        prose = ("WARN ", "note: ", "verdict: ", "ddplab monitor ")  # a pipe gets each sentence on one line
+        table = [line for line in text.splitlines() if not line.startswith(prose)]
+        assert max(len(line) for line in table) <= 80, f"{how}: a table wider than 80 columns\n{text}"
+        if how == "pipe":
+            assert all(line == line.rstrip() for line in text.splitlines()), f"trailing spaces\n{text}"
+            assert not [line for line in text.splitlines() if line.startswith(" ") and len(line.split()) > 3
+                        and not line.split()[0].isdigit()], f"a sentence wrapped\n{text}"
     assert not alive(pids)
 
 

@@ -179,3 +179,37 @@ def test_device_peaks_go_to_exact_board_names_only(name, key):
 def test_every_a100_gets_the_datasheets_312_tflops():
     # Refused before for the PCIe boards, whose datasheet figure is the SXM one's.
     assert {cost.device_peak(n).bf16_dense_tflops for n, k in cost.DEVICE_NAMES.items() if k == "A100"} == {312.0}
+def test_durations_that_differ_print_differently():
+    from ddplab.perf.cost import format_hours
+
+    shown = {s: format_hours(s / 3600) for s in (0.4, 42, 60, 95, 150, 599.6, 1800, 5400, 3 * 86400)}
+    assert shown == {0.4: "0 s", 42: "42 s", 60: "1 min", 95: "1 min 35 s", 150: "2 min 30 s", 599.6: "10 min",
+                     1800: "30 min", 5400: "1.5 h", 3 * 86400: "3.0 d"}
+    assert format_hours(None) == "—"
+
+
+def test_gpu_memory_is_what_nvidia_smi_shows_and_sizes_take_an_explicit_unit():
+    from ddplab.perf.cost import MEMORY, memory_size
+
+    assert MEMORY["A100"].total_bytes == 81920 * 2**20 == 80 * 2**30  # "80GB" on the datasheet is binary
+    assert MEMORY["H100"].total_bytes == 81559 * 2**20 and "nvidia-smi shows 81559 MiB" in MEMORY["H100"].basis
+    assert MEMORY["H200"].total_bytes == 141 * 2**30 and "read as 141 GiB" in MEMORY["H200"].basis
+    assert all(m.total_bytes > m.gb * 1e9 * 0.9 for m in MEMORY.values())
+    assert memory_size("24GiB").total_bytes == 24 * 2**30 and memory_size("24 gib").gpu == "24 GiB"
+    assert memory_size("24GB").total_bytes == 24 * 10**9 and memory_size("24GB").gpu == "24 GB"
+    assert memory_size("1.5 GB").total_bytes == 1_500_000_000
+    assert memory_size("24") is None and memory_size("A100") is None and memory_size("0GB") is None
+
+
+def test_memory_command_counts_a_given_size_in_its_unit():
+    from conftest import cli
+
+    ran = cli("memory", "linear", "--strategy", "ddp", "--gpus", "24GiB,24GB,A100", "--json", timeout=120)
+    assert ran.code == 0, ran.err
+    fits = {f["gpu"]: f for f in ran.json()["fits"]}
+    assert fits["24 GiB"]["memory_bytes"] == 24 * 2**30 and fits["24 GB"]["memory_bytes"] == 24 * 10**9
+    assert fits["A100"]["memory_bytes"] == 80 * 2**30 and "81920 MiB" in fits["A100"]["source"]
+    text = cli("memory", "linear", "--strategy", "ddp", "--gpus", "24GB", timeout=120).out
+    assert "22.35 GiB" in text  # 24·10^9 bytes, said in GiB
+    bad = cli("memory", "linear", "--gpus", "24TB", timeout=120)
+    assert bad.code == 2 and "24GiB" in bad.err and "Traceback" not in bad.err

@@ -67,8 +67,9 @@ def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
     assert ran.code == 1, ran.err[-3000:]
     out = ran.out
     line = " ".join(out.split())
-    assert "rank 1 failed first (exit code 1: it raised an exception; the Python traceback it printed above says " \
+    assert "rank 1 failed first (exit code 1: it raised an exception; the Python traceback in its output says " \
            "why): RuntimeError: Error(s) in loading state_dict" in line
+    assert out.index("failed first") < out.index('Unexpected key(s) in state_dict: "module.weight"')
     assert 'Unexpected key(s) in state_dict: "module.weight"' in out  # the traceback tail
     diagnosis = out[out.index("diagnosis"):]
     assert "[module-prefix]" in diagnosis.split("\n")[1] and "(root cause)" in diagnosis.split("\n")[1]

@@ -155,7 +155,8 @@ def _check_memory(device: str, ops: list[str], largest: int, nproc: int) -> None
 
 def _run_failed(run) -> int:
     err = report.console(stderr=True)
-    err.print(f"ddplab bench: {report.styled('TIMEOUT' if run.status == 'hang' else 'FAIL')} {run.summary()}",
+    status = report.styled('TIMEOUT' if run.status == 'hang' else 'FAIL')
+    err.print(report.text("ddplab bench: ", status, f" {run.summary()}"),
               soft_wrap=True)
     for r in run.ranks:
         if run.status == "hang" and r.rank in run.stalled and r.stack:
@@ -218,7 +219,7 @@ def render(con, r: BenchResult) -> None:
                       f"{row.busbw:>8.3f} {row.wrong:>7}", markup=False, soft_wrap=True, style="bold red" if row.wrong else None)
     con.print("#", markup=False, soft_wrap=True)
     for s in r.skipped:
-        con.print(f"# {report.styled('SKIP')} {s.op}: {s.reason}")
+        con.print(report.text("# ", report.styled('SKIP'), f" {s.op}: {s.reason}"))
     for note in r.notes:
         con.print(f"# note: {note}", markup=False, soft_wrap=True)
     if r.avg_busbw is not None:
@@ -236,8 +237,9 @@ def render(con, r: BenchResult) -> None:
         con.print(f"# Peak busbw {r.peak_busbw:.3f} GB/s = {r.peak_fraction:.1%} of the {r.copy_kind} "
                   f"({r.copy_gbps:.2f} GB/s)", markup=False, soft_wrap=True)
     if r.status == "FAIL":
-        verdict = f"{report.styled('FAIL')} {r.wrong} wrong element(s) — the collectives return wrong data"
+        verdict = report.text(report.styled('FAIL'), f" {r.wrong} wrong element(s) — the collectives return wrong data")
     else:
-        verdict = (f"{report.styled('PASS')} every element correct" if r.rows
-                   else f"{report.styled('SKIP')} nothing measured: this backend runs none of the ops asked for")
-    con.print(f"# Result: {verdict} ({r.seconds:.1f}s)")
+        verdict = (report.text(report.styled('PASS'), " every element correct") if r.rows
+                   else report.text(report.styled('SKIP'),
+                               " nothing measured: this backend runs none of the ops asked for"))
+    con.print(report.text("# Result: ", verdict, f" ({r.seconds:.1f}s)"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from rich.markup import escape
 from rich.table import Table
 
 from ddplab import cliargs, report
@@ -179,7 +178,7 @@ def _verdict(result: CheckResult) -> str:
 
 def render(con, r: CheckResult) -> None:
     nodes = f" on each of {r.nnodes} nodes" if r.nnodes > 1 else ""
-    con.print(f"[bold]ddplab check[/] — {r.nproc} rank(s){nodes}, {r.backend} on {r.device}")
+    con.print(report.text(report.bold("ddplab check"), f" — {r.nproc} rank(s){nodes}, {r.backend} on {r.device}"))
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("stage", "status", "time", "result"):
         table.add_column(col, overflow="fold")
@@ -194,17 +193,17 @@ def render(con, r: CheckResult) -> None:
                 report.finding(con, "FAIL" if f["level"] == "fail" else "WARN", f"{s.name}: {f['what']}", f["fix"])
             continue
         if s.status in (FAIL, TIMEOUT) and s.figure:  # the table showed the figure; say why here
-            con.print(f"{report.styled(s.status)} {s.name}: {escape(s.cause)}", soft_wrap=True)
+            con.print(report.text(report.styled(s.status), f" {s.name}: {s.cause}"), soft_wrap=True)
         if s.status in (FAIL, TIMEOUT) and s.fix:
-            con.print(f"  fix: {escape(s.fix)}", soft_wrap=True)
+            con.print(f"  fix: {s.fix}", soft_wrap=True)
     for p in r.problems:
         text = p.get("stack") or p.get("traceback")
         if text:
             kind = "stack" if "stack" in p else "traceback"
-            con.print(f"\n[bold]rank {p['rank']} {kind}[/] (last phase: {p['phase']}):")
-            con.print(text, markup=False, highlight=False, soft_wrap=True)
+            con.print(report.text("\n", report.bold(f"rank {p['rank']} {kind}"), f" (last phase: {p['phase']}):"))
+            con.print(text, soft_wrap=True)
     if r.flight is not None and r.flight.available:
         from ddplab.diagnose.flight import render as render_flight
 
-        con.print("\n" + render_flight(r.flight), markup=False, highlight=False)
+        con.print("\n" + render_flight(r.flight))
     con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red", soft_wrap=True)

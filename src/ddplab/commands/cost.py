@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from rich.table import Table
+from rich.text import Text
 
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
@@ -152,8 +153,8 @@ def render(con, r) -> None:
     for o in r.options:
         speed = {"measured": "measured", "unknown": "no peak"}.get(o.speed_basis, f"peak ×{o.speed_ratio or 0:.2f}")
         scaling = {"assumed": "ideal"}.get(o.scaling_basis, o.scaling_basis)
-        marks = " ".join(m for m, on in (("[bold green]cheapest[/]", o.cheapest), ("[bold cyan]fastest[/]", o.fastest))
-                         if on)
+        marks = Text(" ").join(Text(m, style=s) for m, s, on in (("cheapest", "bold green", o.cheapest),
+                                                                 ("fastest", "bold cyan", o.fastest)) if on)
         t.add_row(o.gpu, str(o.count), "—" if o.samples_per_sec is None else f"{o.samples_per_sec:,.1f}",
                   format_hours(o.hours), "—" if o.usd is None else f"${o.usd:,.2f}", f"{o.usd_per_gpu_hour:.3g}",
                   speed, scaling, marks)
@@ -183,7 +184,9 @@ def render_memory(con, m: dict) -> None:
         if row["memory_gb"] is None:
             t.add_row(row["gpu"], "unknown", *("-" for _ in strategies))
             continue
-        t.add_row(row["gpu"], f"{row['memory_gb']:g} GB",
+        memory = (f"{row['memory_bytes'] / 2**30:.2f} GiB" if "memory_bytes" in row  # nvidia-smi's total
+                  else f"{row['memory_gb']:g} GB")  # a --memory file of an older ddplab
+        t.add_row(row["gpu"], memory,
                   *(f"{'yes' if row['fits'][s] else 'no'} ({row['largest_batch'][s]})" for s in strategies))
     con.print(t)
     for gpu, source in m["sources"].items():

@@ -18,7 +18,7 @@ def run(args) -> int:
 
     result = envinfo.collect()
     report.emit(result, args.json, render)
-    return 0
+    return 0 if result.ok else 1  # a problem to fix is a failed check (exit codes in cli.py)
 
 
 def render(con, r) -> None:
@@ -46,5 +46,7 @@ def render(con, r) -> None:
     con.print(t)
     for w in r.warnings:
         report.finding(con, "WARN", w["problem"], w["fix"])
-    con.print(f"verdict: {report.styled('OK')} nothing wrong found" if r.ok
-              else f"verdict: {len(r.warnings)} problem(s) to fix before a distributed run")
+    n = len(r.warnings)
+    con.print(report.text("verdict: ", report.styled("OK"), " nothing wrong found") if r.ok
+              else report.text("verdict: ", report.styled("FAIL"),
+                               f" {n} {'problem' if n == 1 else 'problems'} to fix before a distributed run"))

@@ -88,40 +88,38 @@ def run(args) -> int:
 
 
 def render(con, r) -> None:
-    from rich.markup import escape
-
     from ddplab.diagnose.explain import render as render_explanation
 
     status = {"ok": "PASS", "failed": "FAIL", "hang": "TIMEOUT", "interrupted": "WARN"}[r.status]
-    con.print(f"ddplab launch: {report.styled(status)} {escape(r.summary)}")
+    con.print(report.text("ddplab launch: ", report.styled(status), f" {r.summary}"))
     if r.status == "hang":
         for rank in r.ranks:
             who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
-            con.print(f"  {who} (pid {rank.pid}): " + escape(f"in {rank.stuck_in or 'no distributed call'} at "
-                                                            f"{rank.where or '?'}"))
+            con.print(f"  {who} (pid {rank.pid}): " + f"in {rank.stuck_in or 'no distributed call'} at "
+                                                            f"{rank.where or '?'}")
             if rank.stack:
                 con.print(_brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
         for f in r.related_lint:
-            con.print(escape(f"  likely cause — line {f.line}: {f.message}"))
-            con.print(escape(f"      fix: {f.fix}"))
-        con.print(f"  every worker was ended; per-rank logs: {escape(r.log_dir)}")
+            con.print(f"  likely cause — line {f.line}: {f.message}")
+            con.print(f"      fix: {f.fix}")
+        con.print(f"  every worker was ended; per-rank logs: {r.log_dir}")
     elif r.status == "failed":
         root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
         if root is not None and root.traceback:
-            con.print(f"  rank {root.rank}'s last lines ({escape(root.log or '')}/stderr.log):")
+            con.print(f"  rank {root.rank}'s last lines ({root.log or ''}/stderr.log):")
             con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
         for rank in r.ranks:
             if rank is not root:
-                con.print(escape(f"  rank {rank.rank}: exit code {rank.exitcode}"
-                                 + (f": {rank.error}" if rank.error else "")))
+                con.print(f"  rank {rank.rank}: exit code {rank.exitcode}"
+                                 + (f": {rank.error}" if rank.error else ""))
         _render_flight(con, r.flight)
         if r.explanation is not None:
-            con.print("[bold]diagnosis[/] (ddplab explain):")
+            con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
-        con.print(f"  per-rank logs: {escape(r.log_dir)}")
+        con.print(f"  per-rank logs: {r.log_dir}")
     else:
-        con.print(f"  per-rank logs: {escape(r.log_dir)}")
+        con.print(f"  per-rank logs: {r.log_dir}")
 
 
 def _render_flight(con, report) -> None:

@@ -39,13 +39,11 @@ def run(args) -> int:
 
 
 def render(con, r) -> None:
-    from rich.markup import escape
-
     for f in r.findings:
-        level = "[bold red]error[/]" if f.level == "error" else "[yellow]warning[/]"
-        con.print(f"{escape(r.script)}:{f.line}: {level} {escape(f'[{f.rule}]')} {escape(f.message)}")
-        con.print(f"    fix: {escape(f.fix)}")
+        level = ("error", "bold red") if f.level == "error" else ("warning", "yellow")
+        con.print(report.text(f"{r.script}:{f.line}: ", level, f" [{f.rule}] {f.message}"))
+        con.print(f"    fix: {f.fix}")
     if not r.findings:
-        con.print(f"{escape(r.script)}: {report.styled('OK')} no DDP mistake found")
+        con.print(report.text(f"{r.script}: ", report.styled('OK'), " no DDP mistake found"))
     else:
-        con.print(f"{escape(r.script)}: {r.errors} error(s), {r.warnings} warning(s)")
+        con.print(f"{r.script}: {r.errors} error(s), {r.warnings} warning(s)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from rich.table import Table
+from rich.text import Text
 
 from ddplab import recipes, report
 from ddplab.errors import DdplabError
@@ -40,7 +41,8 @@ def parser_for(name: str, recipe):
     p.add_argument("--strategy", default="ddp,zero1,fsdp", metavar="S,...", help="ddp, zero1, fsdp (default: all)")
     p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=2, metavar="N",
                    help="ranks sharing the work (default 2): zero1 and fsdp shards shrink with N")
-    p.add_argument("--gpus", metavar="A,B,...", help="GPUs to check (default: every GPU in ddplab cost's table)")
+    p.add_argument("--gpus", metavar="A,B,...", help="GPUs to check, by name or by size with its unit: 24GiB, 24GB "
+                   "(10^9 bytes) (default: every GPU in ddplab cost's table)")
     p.add_argument("--margin", type=float, default=None, metavar="F",
                    help="fraction of each GPU's memory kept free for the allocator's fragmentation (default 0.10)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -77,15 +79,19 @@ def run(args) -> int:
 
 
 def pick_gpus(text: str | None, table: dict) -> dict:
-    from ddplab.perf.cost import canonical
+    from ddplab.perf.cost import canonical, memory_size
 
     if not text:
         return dict(table)
     chosen = {}
     for name in (n.strip() for n in text.split(",") if n.strip()):
+        if (size := memory_size(name)) is not None:
+            chosen[size.gpu] = size
+            continue
         key = canonical(name, table)
         if key is None:
-            raise DdplabError(f"--gpus {name}: ddplab knows the memory of {', '.join(table)} only")
+            raise DdplabError(f"--gpus {name}: ddplab knows the memory of {', '.join(table)} only; or give a size "
+                              "with its unit, e.g. --gpus 24GiB (2^30 bytes each) or 24GB (10^9)")
         chosen[key] = table[key]
     if not chosen:
         raise DdplabError(f"--gpus {text!r} names no GPU: e.g. --gpus RTX4090,A100")
@@ -125,7 +131,8 @@ def render(con, r) -> None:
             continue
         basis = next(v.basis for v in values if v is not None)
         t.add_row(part, *(amount(v.bytes) if v else "-" for v in values), basis)
-    t.add_row("[bold]peak (allocator)[/]", *(f"[bold]{amount(p.peak_bytes)}[/]" for p in r.predictions), "traced")
+    t.add_row(Text("peak (allocator)", style="bold"), *(Text(amount(p.peak_bytes), style="bold") for p in r.predictions),
+              "traced")
     t.add_row("between steps", *(amount(p.between_steps_bytes) for p in r.predictions), "traced")
     t.add_row("per extra sample", *(amount(r.per_sample_bytes[p.strategy]) for p in r.predictions), "traced")
     con.print(t)
@@ -134,12 +141,12 @@ def render(con, r) -> None:
     f = Table(box=None, pad_edge=False, title=f"fits at batch {r.batch_size}? (largest per-rank batch)",
               title_justify="left")
     f.add_column("GPU")
-    f.add_column("memory", justify="right")
+    f.add_column("memory", justify="right")  # nvidia-smi's total (see the basis lines)
     f.add_column("usable", justify="right")
     for p in r.predictions:
         f.add_column(p.strategy, justify="right")
     for fit in r.fits:
-        f.add_row(fit.gpu, f"{fit.memory_gb:g} GB", f"{gib(fit.usable_bytes)} GiB",
+        f.add_row(fit.gpu, f"{gib(fit.memory_bytes)} GiB", f"{gib(fit.usable_bytes)} GiB",
                   *(f"{'yes' if fit.fits[p.strategy] else 'no'} ({fit.largest_batch[p.strategy]})"
                     for p in r.predictions))
     con.print(f)

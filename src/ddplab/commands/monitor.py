@@ -39,8 +39,24 @@ def _interval(text: str) -> float:
     return value
 
 
+COLUMNS = """columns of the ranks table:
+  job       torchrun:PID (the launcher's pid) or ddplab:RUN
+  rank      the global rank; local: the rank on this machine; pid: its process
+  state     the process's state (running, sleeping, ...)
+  CPU %     CPU use over the last interval; 100 = one whole core
+  CPU s     CPU time used since the rank started
+  RSS MiB   resident memory of the rank's process
+  GPU       the rank's GPU ('?': assumed from its local rank, not seen among the GPU's processes);
+            GPU %: that GPU's utilisation; GPU MiB: the rank's memory on it
+  marks     progress marks made so far (ddplab's own runs); phase: the last one
+  flags     idle: under 10 % of a core (or of its GPU); behind: far fewer marks than the leader, the straggler;
+            waiting: far less CPU time than the busiest rank, which it likely waits for; exited
+the GPU table: util % (nvidia-smi's), memory MiB used/total, power W used/limit, and the processes as pid:rank"""
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("monitor", help="live per-rank device utilisation of a running job")
+    p = sub.add_parser("monitor", help="live per-rank device utilisation of a running job", epilog=COLUMNS,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--pids", type=_pids, nargs="+", metavar="PID",
                    help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves")
@@ -90,21 +106,16 @@ def _idle_guard(args) -> int:
         raise DdplabError("--idle-after needs --then COMMAND (what to run), or --warn-only")
     if args.once or args.pids:
         raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
-    from rich.markup import escape
-
-    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval,
-                        lambda text: report.log(escape(text)))
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log)
     report.emit(result, args.json, _render_guard)
     return 0 if result.exit_code in (None, 0) else 1
 
 
 def _render_guard(con, r) -> None:
     if r.exit_code is not None:
-        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})",
-                  markup=False)
+        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})")
     else:
-        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""),
-                  markup=False)
+        con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""))
 
 
 def _live(monitor, pids: list[int] | None, interval: float, as_json: bool) -> int:
@@ -155,14 +166,15 @@ def _view(snap, width: int = 80) -> Group:
         parts.append(gpus)
         left_out += gone
     for problem in snap.problems:
-        parts.append(Text.from_markup(f"{report.styled('WARN')} ") + Text(problem))
+        parts.append(report.text(report.styled('WARN'), " ", problem))
     for note in snap.notes:
         parts.append(Text(f"note: {note}", style="dim"))
+    parts.append(Text("note: the columns and flags are explained in `ddplab monitor --help`", style="dim"))
     if left_out:
         parts.append(Text(f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, "
                           "or use --json)", style="dim"))
-    parts.append(Text("verdict: ") + (Text.from_markup(report.styled("OK") + " ") + Text(snap.verdict) if snap.ok
-                                      else Text(snap.verdict, style="yellow")))
+    parts.append(report.text("verdict: ", report.text(report.styled("OK"), " ", snap.verdict) if snap.ok
+                             else Text(snap.verdict, style="yellow")))
     return Group(*parts)
 
 

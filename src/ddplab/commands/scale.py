@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
@@ -109,8 +109,8 @@ def render(con, r) -> None:
 
     mode = f"strong scaling, global batch {r.batch_per_rank}" if r.strong else \
         f"weak scaling, {r.batch_per_rank} samples per rank"
-    con.print(f"[bold]{r.recipe}[/] on {r.device} ({r.backend}): {mode}, {r.grad_bytes / 2**20:.2f} MiB of "
-              "gradients per step")
+    con.print(report.text(report.bold(r.recipe), f" on {r.device} ({r.backend}): {mode}, "
+                          f"{r.grad_bytes / 2**20:.2f} MiB of gradients per step"))
     t = Table(box=None, pad_edge=False)
     for col in ("N", "batch/rank", "samples/s", "speedup", "efficiency", "step ms", "compute ms", "exposed comm ms",
                 "model samples/s"):
@@ -118,7 +118,7 @@ def render(con, r) -> None:
     for p in r.points:
         eff = f"{p.efficiency:.0%}"
         t.add_row(str(p.world_size), str(p.batch_per_rank), f"{p.samples_per_sec:,.0f}", f"{p.speedup:.2f}x",
-                  eff if p.efficiency >= EFFICIENCY_TARGET else f"[yellow]{eff}[/]", f"{p.step_ms:.2f}",
+                  eff if p.efficiency >= EFFICIENCY_TARGET else Text(eff, style="yellow"), f"{p.step_ms:.2f}",
                   f"{p.compute_ms:.2f}", f"{p.exposed_comm_ms:.2f}", f"{p.model_samples_per_sec:,.0f}")
     con.print(t)
     m = r.model
@@ -146,9 +146,8 @@ def render(con, r) -> None:
             gain = f"predicted {a.predicted_gain:.2f}x"
             if a.measured_gain is not None:
                 gain += f", measured {a.measured_gain:.2f}x"
-            con.print(escape(f"  {a.name} ({' '.join(a.flags)}): {gain} — {a.why}" + (f" ({a.note})" if a.note
-                                                                                        else "")))
+            con.print(f"  {a.name} ({' '.join(a.flags)}): {gain} — {a.why}" + (f" ({a.note})" if a.note else ""))
     for note in r.notes:
-        con.print(escape(f"note: {note}"))
+        con.print(f"note: {note}")
     if r.plot:
         con.print(f"plot: {r.plot}")

@@ -135,15 +135,13 @@ def _checked(args):
 def _environment(nproc: int, device: str) -> None:
     """`ddplab check`'s environment preflight (interface names, CUDA_VISIBLE_DEVICES, threads ...) before any
     rank starts: a failure is bad input, a warning is shown on stderr."""
-    from rich.markup import escape
-
     from ddplab.checks.preflight import environment_findings
 
     for f in environment_findings(nproc, device, "nccl" if device == "cuda" else "gloo", ranks_vs_devices=False):
         if f.level == "fail":
             raise DdplabError(f"{f.what}: {f.fix}")
         if f.level == "warn":
-            report.log(escape(f"WARN {f.what}\n      fix: {f.fix}"))
+            report.log(f"WARN {f.what}\n      fix: {f.fix}")
 
 
 def _run(pending, recipe: str, cfg, ns, predicting) -> int:
@@ -220,10 +218,7 @@ def render_node(con, r: NodeDone) -> None:
 
 
 def render_failure(con, f: TrainFailure) -> None:
-    from rich.markup import escape
-
-    # The summary quotes the ranks' own errors (gloo's "[/.../unbound_buffer.cc:78]"): text, never markup.
-    con.print(f"{report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL')} {escape(f.summary)}")
+    con.print(report.text(report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL'), f" {f.summary}"))
     for r in f.ranks:
         detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
         if detail:
@@ -234,4 +229,4 @@ def render_failure(con, f: TrainFailure) -> None:
 
         con.print(render_flight(f.flight), markup=False, highlight=False)
     if f.kept:
-        con.print(f"kept: every rank's whole output in {escape(f.kept)} (delete it when done)", soft_wrap=True)
+        con.print(f"kept: every rank's whole output in {f.kept} (delete it when done)", soft_wrap=True)

@@ -61,7 +61,8 @@ def describe_exit(code: int | str) -> str:
     if code == 0:
         return "exit code 0: it finished normally"
     if code == 1:
-        return "exit code 1: it raised an exception; the Python traceback it printed above says why"
+        # No "above": ddplab prints the rank's traceback after this line, a torchrun log before it.
+        return "exit code 1: it raised an exception; the Python traceback in its output says why"
     if code == 2:
         return "exit code 2: usually a command-line usage error (argparse prints which argument)"
     return f"exit code {code}: the program chose it (sys.exit({code}) or its launcher); its own output says why"

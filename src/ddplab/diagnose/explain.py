@@ -224,26 +224,27 @@ def _match(rule: Rule, index: int, lines: list[str]) -> Match:
 
 
 def render(con, e: Explanation, show_root: bool = True) -> None:
-    """Text for people (rich console); the command and `ddplab launch` (which names the root cause itself) share it."""
-    from rich.markup import escape
+    """Text for people (rich console); the command and `ddplab launch` (which names the root cause itself) share it.
+    Every line is plain text with styles as objects: log lines and error messages are never read as markup."""
+    from rich.text import Text
 
     if e.root_cause is not None and show_root:
         rc = e.root_cause
         code = rc.meaning or (describe_exit(rc.exitcode) if rc.exitcode is not None else "")
-        con.print(f"[bold]root cause:[/] rank {rc.rank} failed first" + (f", {escape(code)}" if code else ""))
+        con.print(Text.assemble(("root cause:", "bold"), f" rank {rc.rank} failed first", f", {code}" if code else ""))
         if rc.error:
-            con.print(f"  {rc.error}", markup=False)
+            con.print(f"  {rc.error}")
     for n, m in enumerate(e.matches, 1):
         where = f"line {m.line}" + (f", rank {m.rank}" if m.rank is not None else "")
-        tag = (" [bold red](root cause)[/]" if m.root_cause
+        tag = ((" (root cause)", "bold red") if m.root_cause
                else " (usually a consequence of another failure)" if m.consequence
                else " (a warning, not an error)" if m.warning else "")
-        con.print(f"[bold]{n}. {escape(m.title)}[/] {escape(f'[{m.rule}]')} {where}{tag}")
-        con.print(f"   > {m.text}", markup=False)
-        con.print(f"   cause: {m.cause}", markup=False)
-        con.print(f"   fix:   {m.fix}", markup=False)
-        con.print(f"   see:   {m.reference}", markup=False)
+        con.print(Text.assemble((f"{n}. {m.title}", "bold"), f" [{m.rule}] {where}", tag))
+        con.print(f"   > {m.text}")
+        con.print(f"   cause: {m.cause}")
+        con.print(f"   fix:   {m.fix}")
+        con.print(f"   see:   {m.reference}")
     if not e.matches:
         con.print("no known error found in this log. Next steps:")
         for step in e.next_steps:
-            con.print(f"  - {step}", markup=False)
+            con.print(f"  - {step}")

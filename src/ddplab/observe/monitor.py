@@ -8,7 +8,10 @@ Finding the ranks, without being told any pid:
 
 Sampling: psutil for each rank process (CPU %, CPU time, memory); NVML for each GPU (utilisation, memory, power,
 the processes on it). Judging: a rank or GPU doing (almost) nothing while the job runs is idle; a rank that made
-far less progress than the others is behind. Only the ranks on this machine are visible.
+far less progress than the others (ddplab's marks) is behind: the straggler. Without marks, CPU time cannot say who is
+behind: in DDP the ranks move in step and the ones waiting in a collective for a straggler use the least CPU, so a
+rank with far less CPU time is flagged waiting, and the busy rank is named as the likely straggler.
+Only the ranks on this machine are visible.
 """
 
 from __future__ import annotations
@@ -502,12 +505,13 @@ def judge(snap: Snapshot) -> None:
     snap.ok = not snap.problems
     if snap.ok:
         ranks = sum(len(job.ranks) for job in snap.jobs)
-        snap.verdict = f"{ranks} rank(s) in {len(snap.jobs)} job(s): all busy, none behind"
+        snap.verdict = f"{ranks} rank(s) in {len(snap.jobs)} job(s): all busy, none behind"  # guide.md shows it
         return
     flagged = [f"{job.id} {_ranks_text([r])} {' and '.join(r.flags)}" for job in snap.jobs for r in job.ranks
                if r.flags]
     flagged += [f"GPU {g.index} idle" for g in snap.gpus if g.flags and g.index in used]
-    snap.verdict = f"{len(snap.problems)} problem(s): {'; '.join(flagged)}"
+    n = len(snap.problems)
+    snap.verdict = f"{n} {'problem' if n == 1 else 'problems'}: {'; '.join(flagged)}"
 
 
 def _flag_behind(live: list[RankView]) -> None:
@@ -517,11 +521,13 @@ def _flag_behind(live: list[RankView]) -> None:
         lead = max(r.progress for r in live)
         slack = max(BEHIND_MIN_MARKS, BEHIND_MARK_FRACTION * lead)
         behind = [r for r in live if lead - r.progress > slack]
+        for r in behind:
+            r.flags.append("behind")
     else:
         lead = max(r.cpu_seconds for r in live)
-        behind = [r for r in live if lead >= BEHIND_MIN_CPU_S and r.cpu_seconds < BEHIND_CPU_RATIO * lead]
-    for r in behind:
-        r.flags.append("behind")
+        for r in live:
+            if lead >= BEHIND_MIN_CPU_S and r.cpu_seconds < BEHIND_CPU_RATIO * lead:
+                r.flags.append("waiting")
 
 
 def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
@@ -535,9 +541,11 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
                              "`py-spy dump --pid PID` shows where each one is")
     elif idle:
         busy = [r for r in live if r not in idle]
+        why = ("behind too (below): not waiting for a straggler but the straggler itself"
+               if all("behind" in r.flags for r in idle)
+               else "in DDP the idle ones usually wait in a collective for a straggler, or they are stuck")
         snap.problems.append(f"{job.id}: {_ranks_text(idle)} {_are(idle)} idle while {_ranks_text(busy)} "
-                             f"{_are(busy)} busy: in DDP the idle ones usually wait in a collective for a straggler, "
-                             "or they are stuck")
+                             f"{_are(busy)} busy: {why}")
     quiet = [r for r in live if "quiet" in r.flags]
     if quiet:
         on_gpu = any(r.gpu_util_percent is not None and r.gpu_util_percent >= IDLE_GPU_PERCENT for r in quiet)
@@ -549,11 +557,15 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
         if r.progress is not None:
             lead = max(x.progress for x in live)
             snap.problems.append(f"{job.id}: rank {r.rank} is behind: {r.progress} progress marks against {lead} "
-                                 f"for the leader (last in {r.phase})")
-        else:
-            lead = max(x.cpu_seconds for x in live)
-            snap.problems.append(f"{job.id}: {_ranks_text([r])} is behind: {r.cpu_seconds:.1f} s of CPU time against "
-                                 f"{lead:.1f} s for the busiest rank")
+                                 f"for the leader (last in {r.phase}): it is the straggler the others wait for")
+    if waiting := [r for r in live if "waiting" in r.flags]:
+        busiest = max(live, key=lambda x: x.cpu_seconds)
+        snap.problems.append(f"{job.id}: {_ranks_text(waiting)} used far less CPU time than {_ranks_text([busiest])} "
+                             f"({', '.join(f'{r.cpu_seconds:.1f}' for r in waiting)} s against "
+                             f"{busiest.cpu_seconds:.1f} s): in DDP a rank waiting in a collective uses little CPU, so "
+                             f"{_ranks_text([busiest])}, the busy one, is likely the straggler; unless "
+                             f"{_ranks_text(waiting)} {_are(waiting)} stuck elsewhere (`py-spy dump --pid PID` shows "
+                             "where each one is)")
 
 
 def require_jobs(pids: list[int] | None) -> list[_Job]:

@@ -77,23 +77,65 @@ PEAKS: dict[str, Peak] = {p.gpu: p for p in [
 
 @dataclass(frozen=True)
 class Memory:
+    """A GPU's memory. The datasheet's "80GB" is not 80·10^9 bytes: the board shows nvidia-smi's total, in MiB
+    (A100 80GB: 81920 MiB = 80 GiB exactly), and that total is what ddplab counts: `visible_mib` where a public
+    nvidia-smi output gives it, else the datasheet's figure read as GiB."""
+
     gpu: str
-    gb: float  # as the datasheet states it; ddplab counts it as 10^9 bytes (the visible total is a little more)
+    gb: float  # as the datasheet states it
     source: str
     date: str
+    visible_mib: int | None = None  # nvidia-smi's "Memory-Usage" total
+    visible_source: str = ""
+    exact_bytes: int | None = None  # a size the user gave with its unit (`ddplab memory --gpus 24GiB`)
+
+    @property
+    def total_bytes(self) -> int:
+        if self.exact_bytes:
+            return self.exact_bytes
+        return self.visible_mib * 2**20 if self.visible_mib else int(self.gb * 2**30)
+
+    @property
+    def basis(self) -> str:
+        if self.exact_bytes:
+            return self.visible_source
+        return (f"nvidia-smi shows {self.visible_mib} MiB ({self.visible_source})" if self.visible_mib
+                else f"{self.gb:g} GB read as {self.gb:g} GiB, as nvidia-smi shows NVIDIA's advertised GB")
+
+
+def memory_size(text: str) -> Memory | None:
+    """A size given instead of a GPU name, its unit explicit: "24GiB" (2^30 bytes each) or "24GB" (10^9); None if
+    TEXT is not a size."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(GiB|GB)\s*", text, re.IGNORECASE)
+    if m is None:
+        return None
+    number, binary = float(m.group(1)), m.group(2).lower() == "gib"
+    size = int(number * (2**30 if binary else 10**9))
+    if size <= 0:
+        return None
+    unit = "GiB" if binary else "GB"
+    return Memory(f"{number:g} {unit}", size / 1e9, "given with --gpus", "", exact_bytes=size,
+                  visible_source=f"given: {number:g} {unit} = {size:,} bytes")
 
 
 # Each priced GPU's memory, for `ddplab memory` and `ddplab cost --memory`: does the training fit?
 MEMORY: dict[str, Memory] = {m.gpu: m for m in [
     Memory("A10G", 24, "AWS EC2 G5 instances page: NVIDIA A10G Tensor Core GPU, 24 GB GPU memory per GPU, "
-           "https://aws.amazon.com/ec2/instance-types/g5/", "2026-12-03"),
+           "https://aws.amazon.com/ec2/instance-types/g5/", "2026-12-03",
+           23028, "ECC on; an A10G's nvidia-smi in https://github.com/NVIDIA/DCGM/issues/232, checked 2026-12-03"),
     Memory("RTX4090", 24, "NVIDIA Ada GPU Architecture whitepaper v2.01, GeForce RTX 4090: 24 GB GDDR6X, "
-           "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "2026-12-03"),
+           "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "2026-12-03",
+           24564, "an RTX 4090's nvidia-smi in https://github.com/RLinf/RLinf/issues/255, checked 2026-12-03"),
     Memory("A100", 80, "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, "
            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-           "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-03"),
+           "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-03",
+           81920, "A100 80GB's nvidia-smi total listed in https://github.com/modal-labs/modal-client/pull/2797, "
+                  "checked 2026-12-03"),
     Memory("H100", 80, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: GPU memory 80GB, "
-           "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "2026-12-03"),
+           "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "2026-12-03",
+           81559, "an H100 80GB HBM3's nvidia-smi in https://github.com/NVIDIA/nccl/issues/1264, checked 2026-12-03"),
     Memory("H200", 141, "NVIDIA H200 Tensor Core GPU page, H200 SXM: GPU memory 141GB HBM3e, "
            "https://www.nvidia.com/en-us/data-center/h200/", "2026-12-03"),
 ]}
@@ -285,10 +327,18 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
 
 
 def format_hours(hours: float | None) -> str:
+    """A duration as people read it; two different times never print the same below 10 minutes (95 s is
+    "1 min 35 s", 150 s "2 min 30 s", not both "2 min")."""
     if hours is None:
         return "—"
+    seconds = round(hours * 3600)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
     if hours < 1:
-        return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
+        return f"{hours * 60:.0f} min"
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
@@ -305,10 +355,12 @@ def memory_fits(report: dict, gpus: list[str]) -> dict:
         if gpu not in MEMORY:
             rows.append({"gpu": gpu, "memory_gb": None, "fits": {}, "largest_batch": {}})
             continue
-        usable = int(MEMORY[gpu].gb * 1e9 * (1 - margin)) - context
+        usable = int(MEMORY[gpu].total_bytes * (1 - margin)) - context
         fits = {p["strategy"]: p["peak_bytes"] <= usable for p in report["predictions"]}
         largest = {p["strategy"]: largest_batch(batch, p["peak_bytes"], report["per_sample_bytes"][p["strategy"]],
                                                 usable) for p in report["predictions"]}
-        rows.append({"gpu": gpu, "memory_gb": MEMORY[gpu].gb, "fits": fits, "largest_batch": largest})
+        rows.append({"gpu": gpu, "memory_gb": MEMORY[gpu].gb, "memory_bytes": MEMORY[gpu].total_bytes, "fits": fits,
+                     "largest_batch": largest})
     return {"model": report["model"], "batch_size": batch, "nproc": int(report["nproc"]), "margin": margin,
-            "rows": rows, "sources": {g: MEMORY[g].source for g in gpus if g in MEMORY}}
+            "rows": rows, "sources": {g: f"{MEMORY[g].source}; counted: {MEMORY[g].basis}" for g in gpus
+                                      if g in MEMORY}}

@@ -156,6 +156,7 @@ class Fit:
     fits: dict[str, bool] = field(default_factory=dict)  # strategy -> the requested batch fits
     largest_batch: dict[str, int] = field(default_factory=dict)  # strategy -> largest per-rank batch (0: none)
     source: str = ""
+    memory_bytes: int = 0  # what ddplab counts: nvidia-smi's total (cost.Memory.total_bytes)
 
 
 @dataclass
@@ -183,6 +184,8 @@ BASIS = [
     "computed: DDP's gradient buckets (one flat copy of the trainable gradients; the gradients are views into it)",
     "largest batch: the straight line through the traced peaks at the batch and at twice the batch (activations "
     "grow linearly with the batch), against the GPU's memory - CUDA context - margin",
+    "GPU memory: the total nvidia-smi shows (MiB), in GiB; a datasheet's \"80GB\" is that binary figure (A100 80GB: "
+    "81920 MiB), not 80·10^9 bytes; `--gpus 24GiB` or `--gpus 24GB` (10^9 bytes) checks a size of your own",
 ]
 
 
@@ -207,8 +210,8 @@ def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], np
         parameters = sum(p.numel() for p in dict.fromkeys(spec.make_model().parameters()))
     fits = []
     for gpu in gpus.values():
-        usable = int(gpu.gb * 1e9 * (1 - margin)) - context_bytes
-        fit = Fit(gpu.gpu, gpu.gb, usable, source=gpu.source)
+        usable = int(gpu.total_bytes * (1 - margin)) - context_bytes
+        fit = Fit(gpu.gpu, gpu.gb, usable, source=f"{gpu.source}; counted: {gpu.basis}", memory_bytes=gpu.total_bytes)
         for p in predictions:
             fit.fits[p.strategy] = p.peak_bytes <= usable
             fit.largest_batch[p.strategy] = largest_batch(batch, p.peak_bytes, per_sample[p.strategy], usable)

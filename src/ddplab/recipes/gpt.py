@@ -69,9 +69,9 @@ class Config(TrainConfig):
     weight_decay: float = opt(0.1, "AdamW weight decay on matrices only (as in GPT-2)")
     warmup: int = opt(20, "optimizer steps of linear learning-rate warm-up, then cosine decay to lr/10")
     peak_tflops: float = opt(0.0, "the GPU's dense BF16 peak for MFU, when ddplab's table lacks it (0 = table)")
-    epochs: int = opt(1, "one pass over the bundled text takes about a minute on 2 CPU ranks")
-    batch_size: int = opt(16, "windows per rank per micro-batch")
-    grad_clip: float = opt(1.0, "clip the gradient norm, as GPT training usually does")
+    epochs: int = opt(1, "passes over the data; one over the bundled text takes about a minute on 2 CPU ranks")
+    batch_size: int = opt(16, "samples per rank per micro-batch; a sample is a window of --block-size characters")
+    grad_clip: float = opt(1.0, "clip the gradient norm to this (0 = off); on, as GPT training usually does")
 
     def __post_init__(self) -> None:
         for name, value in SIZES.get(self.size, {}).items():  # a preset wins over the shape flags it sets

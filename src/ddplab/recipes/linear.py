@@ -36,10 +36,10 @@ from ddplab.train.loop import Recipe
 
 @dataclass
 class Config(TrainConfig):
-    samples: int = opt(4096, "enough points that the noise averages out to well within 0.05")
+    samples: int = opt(4096, "training points; enough that the noise averages out to well within 0.05")
     noise: float = opt(0.1, "standard deviation of the noise added to 2x + 1")
-    epochs: int = opt(5, "a few hundred steps: plenty for a convex problem")
-    lr: float = opt(0.1, "plain SGD on a convex loss takes large steps safely")
+    epochs: int = opt(5, "passes over the data; a few hundred steps: plenty for a convex problem")
+    lr: float = opt(0.1, "learning rate; plain SGD on a convex loss takes large steps safely")
 
 
 def make_data(cfg: Config) -> TensorData:

@@ -33,7 +33,7 @@ from ddplab.train.loop import Recipe
 
 @dataclass
 class Config(TrainConfig):
-    samples: int = opt(20000, "about 300 steps per epoch at 2 ranks x 32: long enough to time")
+    samples: int = opt(20000, "training samples; about 300 steps per epoch at 2 ranks x 32: long enough to time")
     in_features: int = opt(64, "input width", shape=True)
     hidden: int = opt(256, "hidden width: ~85k parameters in all, a 340 KB gradient all-reduce", shape=True)
     layers: int = opt(2, "hidden layers", shape=True)

@@ -32,8 +32,8 @@ def opt(default: Any, help: str, *, shape: bool = False, choices: tuple | None =
 class TrainConfig:
     epochs: int = opt(3, "passes over the data; a few are enough for the synthetic tasks")
     batch_size: int = opt(32, "samples per rank per micro-batch; global batch = this x world size x grad_accum")
-    lr: float = opt(1e-3, "AdamW's usual starting point")
-    seed: int = opt(1337, "the same on every rank: identical data and initial weights everywhere")
+    lr: float = opt(1e-3, "learning rate; AdamW's usual starting point")
+    seed: int = opt(1337, "random seed; the same on every rank: identical data and initial weights everywhere")
     grad_accum: int = opt(1, "micro-batches per optimizer step; gradients are all-reduced only on the last")
     grad_clip: float = opt(0.0, "clip the gradient norm to this (0 = off)")
     amp: str = opt("none", "bf16 autocast (CPU or GPU), or fp16 with a GradScaler (GPU only)", choices=AMP_CHOICES)
@@ -42,7 +42,7 @@ class TrainConfig:
                                      "larger all-reduces, smaller ones start communicating earlier")
     comm_hook: str = opt("none", "fp16 / bf16: DDP's fp16_compress_hook / bf16_compress_hook send gradients in "
                                  "16 bits, half the bytes (bf16 needs NCCL)", choices=COMM_HOOKS)
-    device: str = opt("auto", "cuda when a GPU is visible, else cpu", choices=DEVICE_CHOICES)
+    device: str = opt("auto", "where to train; auto: cuda when a GPU is visible, else cpu", choices=DEVICE_CHOICES)
     strategy: str = opt("ddp", "ddp: whole replicas; zero1: optimizer state split over ranks "
                                "(ZeroRedundancyOptimizer); fsdp: parameters, gradients and optimizer state split "
                                "(FSDP2 fully_shard); `ddplab memory` shows what each needs", choices=STRATEGIES)
@@ -136,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig], skip:
         kind = type(f.default)
         parser.add_argument(name, type=kind, default=f.default, choices=f.metadata.get("choices"),
                             metavar=f.name.upper() if kind is not str or not f.metadata.get("choices") else None,
-                            help=f"{help_text} (default: {f.default!r})")
+                            help=help_text if "default" in help_text else f"{help_text} (default: {f.default!r})")
 
 
 def from_arguments(cls: type[TrainConfig], args: argparse.Namespace) -> TrainConfig:

@@ -30,8 +30,9 @@ class ProgressView:
         self.console.print(f"training {info['recipe']}: {steps} step(s) to go "
                            f"({info['steps_per_epoch']} per epoch x {info['epochs']} epoch(s)) on "
                            f"{info['world_size']} rank(s)", markup=False, highlight=False)
-        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
+        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("loss {task.fields[loss]}", markup=False),
+                            TextColumn("{task.fields[speed]}", markup=False),
                             TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
         self.task = self.bar.add_task("train", total=info["planned_steps"], completed=info["start_step"],
                                       epoch=f"{info['start_epoch'] + 1}/{info['epochs']}", loss="-", speed="")
@@ -48,9 +49,7 @@ class ProgressView:
         self.bar.update(self.task, completed=info["step"], **fields)
 
     def note(self, text: str) -> None:
-        # A note carries paths and error text from outside: never markup.
-        self.console.print(text if text.startswith("WARN") else Text.assemble(("note", "yellow"), " ", text),
-                           markup=False, highlight=False)
+        self.console.print(report.text(("note", "yellow"), f" {text}") if not text.startswith("WARN") else text)
 
     def close(self) -> None:
         if self.bar is not None:

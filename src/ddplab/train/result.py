@@ -9,7 +9,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from rich.markup import escape
 
 from ddplab import report
 
@@ -98,9 +97,9 @@ def rank_warnings(ranks: list[RankStats]) -> list[str]:
 
 
 def render(con, r: TrainResult) -> None:
-    con.print(f"[bold]{r.recipe}[/] ({r.parameters:,} parameters): {r.world_size} rank(s), {r.backend} on {r.device}, "
-              f"global batch "
-              f"{r.global_batch} = {r.batch_size} per rank x {r.world_size} rank(s) x {r.grad_accum} micro-batch(es)")
+    con.print(report.text(report.bold(r.recipe), f" ({r.parameters:,} parameters): {r.world_size} rank(s), {r.backend} "
+                          f"on {r.device}, global batch {r.global_batch} = {r.batch_size} per rank x {r.world_size} "
+                          f"rank(s) x {r.grad_accum} micro-batch(es)"))
     stop = f" (stopped early at step {r.total_steps} of {r.planned_steps})" if r.stopped_early else ""
     con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s; {r.samples_per_sec:,.0f} "
               f"samples/s over the last {r.timed_steps} steps; final loss {r.final_loss:.4f}{stop}")
@@ -135,21 +134,21 @@ def render(con, r: TrainResult) -> None:
               " the allocator's peak over model build + 2 steps (CPU: profiler memory events); predicted = "
               "`ddplab memory`'s traced prediction of it (the rank that needs most)")
     if r.params_identical:
-        con.print(f"parameters identical on all {r.world_size} rank(s): {report.styled('PASS')} "
-                  f"(sha256 {r.ranks[0].digest[:12]})")
+        con.print(report.text(f"parameters identical on all {r.world_size} rank(s): ", report.styled('PASS'),
+                              f" (sha256 {r.ranks[0].digest[:12]})"))
     else:
         digests = ", ".join(f"rank {s.rank} {s.digest[:12]}" for s in r.ranks)
-        con.print(f"parameters identical on all ranks: {report.styled('FAIL')} ({digests})")
+        con.print(report.text("parameters identical on all ranks: ", report.styled('FAIL'), f" ({digests})"))
     for note in r.notes:
-        con.print(f"note: {escape(note)}")
+        con.print(f"note: {note}")
     if r.model_file:
-        con.print(f"model: {escape(r.model_file)} (plain state_dict: model.load_state_dict(torch.load(path)))")
+        con.print(f"model: {r.model_file} (plain state_dict: model.load_state_dict(torch.load(path)))")
     if r.checkpoint:
-        con.print(f"checkpoint: {escape(r.checkpoint)}")
+        con.print(f"checkpoint: {r.checkpoint}")
     if r.metrics_file:
-        con.print(f"metrics: {escape(r.metrics_file)}")
+        con.print(f"metrics: {r.metrics_file}")
     for w in r.warnings:
-        con.print(f"{report.styled('WARN')} {escape(w)}")
+        con.print(report.text(report.styled('WARN'), f" {w}"))
 
 
 def _mib(value: float | None) -> str:

@@ -100,7 +100,6 @@ def _given(argv: list[str], *flags: str) -> bool:
 
 def preflight(ns, argv: list[str], lint: bool) -> Plan:
     import torch
-    from rich.markup import escape
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
     from ddplab.ports import free_port, port_is_free
@@ -121,7 +120,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
 
         lint_result = lint_file(script)
         for f in lint_result.findings:
-            report.log(escape(f"lint {f.level}: {script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}"))
+            report.log(f"lint {f.level}: {script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}")
     if lint_result is not None and lint_result.backend == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if nproc > gpus:
