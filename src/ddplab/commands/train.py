@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
-STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
-
 
 def add_parser(sub) -> None:
     names = recipes.names()
@@ -33,8 +31,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
     launch.add_argument("--max-restarts", type=int, default=0,
                         help="restart the group this many times after a failure (resumes from the latest checkpoint)")
-    launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
-                        help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
+    cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
     cliargs.add_nodes(p)
 
 

@@ -3,7 +3,7 @@
 Progress means different things by who owns the workers:
 - ddplab's own workers mark their progress (`progress.mark`): a quiet rank is exactly known, nothing to confirm;
 - a user's script only prints: silence alone is not a hang (a long epoch prints nothing), so `ScriptWatch` confirms
-  it with idle CPU, or with every rank seen waiting in the same distributed call twice in a row (py-spy stacks).
+  it with idle CPU, or with every rank seen in the same distributed wait (its own) twice in a row (py-spy stacks).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class ScriptWatch:
         self.idle_window = min(max((timeout or 0) / 2, 2.0), 30.0)
         self.recheck = min(self.idle_window, max(1.0, (timeout or 0) / 8))
         self.suspect: tuple | None = None  # where every rank waited at the last look
+        self.suspect_at = 0.0
         self.rank_logs = rank_logs
         self.seen: dict[int, psutil.Process] = {}
         self.ranks: dict[int, tuple[int | None, int | None]] = {}
@@ -151,9 +152,11 @@ class ScriptWatch:
         where = tuple((s.pid, s.call, s.where) for s in found) if waiting else None
         if idle or (waiting and where == self.suspect):
             self.found = found
-            return "idle CPU" if idle else "every rank waiting in the same distributed call since the last look"
+            # Per rank: the same wait as before, not one call shared by all (ranks may wait in different calls).
+            return "idle CPU" if idle else (f"each rank still in the distributed wait it was in "
+                                            f"{now - self.suspect_at:.0f}s before")
         # Busy without printing (a long epoch), or a first sight of waiting: look again soon, not a timeout later.
-        self.suspect = where
+        self.suspect, self.suspect_at = where, now
         self.next_check = now + self.recheck
         return None
 
