@@ -115,7 +115,7 @@ def test_hang_is_found_explained_and_ended(tmp_path):
     ran = cli("launch", "--nproc-per-node", "2", "--hang-timeout", str(timeout), "--log-dir", str(tmp_path),
               str(SCRIPTS / "master_port.py"), timeout=120)
     assert ran.code == 3, ran.err[-3000:]
-    assert ran.seconds < timeout + 10, f"took {ran.seconds:.1f}s"
+    assert ran.seconds < timeout + 20, f"took {ran.seconds:.1f}s"  # start-up on a loaded 2-core machine counts
     text = " ".join(ran.out.split())
     assert "both ranks are inside init_process_group" in text
     assert "they never reached the rendezvous the launcher serves on 127.0.0.1:" in text
@@ -205,7 +205,8 @@ def test_rank0_evaluation_in_text(tmp_path):
     text = " ".join(ran.out.split())
     assert "cause: rank 0 ran broadcast #" in text and "the error is the symptom, this line is the cause:" in text
     assert "loss = model(torch.randn(16, 8)).mean().item()" in text
-    assert "lint saw it before the run — line 28 [rank0-ddp-forward]" in text
+    assert "lint saw it before the run — line 28: model(...) runs the DDP wrapper's forward on rank 0 only" in text
+    assert "[rank0-ddp-forward]" in text
     assert_nothing_left("eval_rank0_ddp.py")
 
 
@@ -247,7 +248,7 @@ def test_a_hang_under_plain_launch_with_no_flags_is_named_within_the_default(tmp
     last_output = max(p.stat().st_mtime for p in kept.glob("*/attempt_*/*/std*.log"))
     assert ended - last_output <= HANG_TIMEOUT_S["launch"] + 30, f"named {ended - last_output:.0f}s after the hang"
     text = " ".join(ran.out.split())
-    assert "TIMEOUT" in text and "rank 0 in all_reduce (hang_skip.py:19" in text, text[-3000:]
+    assert "TIMEOUT" in text and "rank 0 in all_reduce (hang_skip.py:18" in text, text[-3000:]
     assert "rank 1 has not called all_reduce #5" in text  # the Flight Recorder
     assert f"logs: {kept}" in text
     assert_nothing_left("hang_skip.py")

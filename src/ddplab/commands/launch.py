@@ -163,7 +163,7 @@ def _render_lint(con, findings, title: str) -> None:
     from rich.markup import escape
 
     for f in findings:
-        con.print(escape(f"  {title} — line {f.line} [{f.rule}]: {f.message}"))
+        con.print(escape(f"  {title} — line {f.line}: {f.message} [{f.rule}]"))
         con.print(escape(f"      fix: {f.fix}"))
 
 
