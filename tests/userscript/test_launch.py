@@ -142,11 +142,14 @@ def test_nccl_with_more_processes_than_gpus_stops_before_starting():
     (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
     (["--nnodes", "2:1", str(SCRIPTS / "good_ddp.py")], "torchrun refuses these options: min_nodes"),
 ])
-def test_bad_input_is_one_line_exit_2(args, says):
-    ran = cli("launch", *args, timeout=60)
+def test_bad_input_is_one_line_exit_2(args, says, tmp_path, no_leftover_workers):
+    """The agent starts before the options are read (it imports torch meanwhile): bad input ends it, and its
+    folder, at once."""
+    ran = cli("launch", *args, env={"TMPDIR": str(tmp_path)}, timeout=60)
     assert ran.code == 2
     assert says in ran.err and "Traceback" not in ran.err
     assert len(ran.err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("ddplab-*"))
 
 
 def test_help_lists_torchruns_options_and_ours():

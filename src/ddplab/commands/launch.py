@@ -76,30 +76,33 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args) -> int:
     started = time.time()  # the hang clock includes start-up: nothing printed since launch counts
     argv = list(args.argv)
-    parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help(sys.stdout if argv else sys.stderr)
+        build_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    ns = parser.parse_args(argv)
-    hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
-    for name in ("hang_timeout", "no_lint", "json"):
-        delattr(ns, name)
-    script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
-    from ddplab.launcher.script import run_script
+    from ddplab.launcher.script import EarlyAgent, run_script
+
+    # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
+    early = EarlyAgent()
+    try:
+        ns, hang_timeout, lint, as_json = _options(build_parser(), argv)
+        asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
+        if not asked_logs:
+            ns.log_dir = str(early.folder)
+        script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
+        from ddplab.userscript.plan import preflight
+
+        plan = preflight(ns, argv[:script_pos], lint)
+    except BaseException:  # bad input, --help after other options, Ctrl-C: the early agent must not outlive this
+        early.cancel()
+        raise
     from ddplab.userscript.analysis import analyse
-    from ddplab.userscript.plan import preflight
 
-    if ns.nproc_per_node is None:
-        import torch
-
-        ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
-    asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
-    plan = preflight(ns, argv[:script_pos], lint)
     for note in plan.notes:
         report.log(f"ddplab launch: {note}")
     if hang_timeout is None:
         report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
-    ran = run_script(vars(ns), plan.log_dir, hang_timeout, since=started, output=sys.stderr if as_json else sys.stdout)
+    ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
+                     output=sys.stderr if as_json else sys.stdout)
     result = analyse(ns, plan, ran, hang_timeout)
     # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
     if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
@@ -108,6 +111,19 @@ def run(args) -> int:
             rank.log = None
     report.emit(result, as_json, render)
     return result.exit_code
+
+
+def _options(parser, argv: list[str]):
+    """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
+    ns = parser.parse_args(argv)
+    hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
+    for name in ("hang_timeout", "no_lint", "json"):
+        delattr(ns, name)
+    if ns.nproc_per_node is None:
+        import torch
+
+        ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
+    return ns, hang_timeout, lint, as_json
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
