@@ -161,7 +161,8 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
             what += f" (and the collectives from #{min(seqs) + 1} on)"
     result.cause = OwnCause(root.rank, where, code, (
         f"rank {root.rank} ran {what} at {where} that {peers} never called: {peers} had already finished (exit code "
-        f"0), so gloo found the connection closed; the error is the symptom, this line is the cause"))
+        f"0), so gloo found the connection closed. No rank failed first: this line runs a collective the others do "
+        f"not (a rank-dependent branch such as an evaluation on rank 0, or ranks that stop early)"))
     result.summary = f"rank {root.rank} ran {what} at {where} that {peers} never called (finished already)" + (
         f": {root.error}" if root.error else "")
     linted = plan.script is not None and path.resolve() == Path(plan.script).resolve()
