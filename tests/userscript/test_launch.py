@@ -235,6 +235,16 @@ def test_a_silent_busy_step_longer_than_the_hang_timeout_is_not_a_hang(tmp_path)
     assert_nothing_left("silent_busy.py")
 
 
+def test_a_silent_loop_of_collectives_is_not_a_hang(tmp_path):
+    """The ranks sit in all_reduce at the same line at nearly every look, CPU busy, printing nothing for 5x the
+    timeout: the Flight Recorder's sequence numbers move between looks, so it is progress, and the run passes."""
+    ran = cli("launch", *own_port(), "--hang-timeout", "3", "--log-dir", str(tmp_path),
+              str(SCRIPTS / "silent_collectives.py"), "15", timeout=150)
+    assert ran.code == 0, ran.out[-3000:] + ran.err[-3000:]
+    assert "rank 0: done after" in ran.out and "rank 1: done after" in ran.out
+    assert_nothing_left("silent_collectives.py")
+
+
 @pytest.mark.slow
 def test_a_hang_under_plain_launch_with_no_flags_is_named_within_the_default(tmp_path):
     """No flags at all: the watchdog is on by default (cliargs.HANG_TIMEOUT_S["launch"], shown in --help). Rank 1

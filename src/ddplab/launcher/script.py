@@ -72,7 +72,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     # With per-rank log files the watch reads those (the launcher's own messages are not the script's progress);
     # without them, anything the agent forwards counts.
     redirected = torchrun.get("redirects") != "0"
-    watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since)
+    watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since, flight_dir=flight_dir)
     launcher_log = log_dir / "launcher.log"
     progress = None if redirected else watch.note_output
     pumps = [_pump(proc.stdout, output, launcher_log, progress),
