@@ -31,6 +31,46 @@ def positive_float(text: str) -> float:
     return value
 
 
+# The no-progress timeout: one name (--hang-timeout) and one meaning in every command that starts ranks — no rank made
+# progress for S seconds, so the run is declared hung: every rank's stack and Flight Recorder record, every process
+# ended, exit 3. The defaults differ because what counts as progress differs (the commands' own ranks mark each step;
+# a user's script only prints), each with its reason here, so that --help and the docs say the same thing.
+HANG_TIMEOUT_S = {
+    "check": 30.0,  # a stage marks progress every few seconds; a first NCCL initialisation takes well under 30 s
+    "bench": 120.0,  # one size (up to 64M x 25 calls) is one step of progress: seconds on gloo, more on a slow link
+    "train": 300.0,  # one log window of a large model on CPU, or a first torch.compile, can take minutes
+    # a user's script prints when it likes: silence alone never fires, it must be confirmed by idle CPU or by every
+    # rank seen in the same distributed wait twice, so a long busy step is safe; a minute names a hang while the
+    # learner still waits for it (gloo's own timeout is 30 min)
+    "launch": 60.0,
+}
+HANG_TIMEOUT_HELP = "no progress on any rank for S seconds: the run is hung, every rank's stack is shown, exit 3"
+
+
+def add_hang_timeout(parser, command: str, *aliases: str, dest: str | None = None, extra: str = "",
+                     off: bool = False) -> None:
+    """--hang-timeout S for `command`, with its default from HANG_TIMEOUT_S shown in --help; `aliases` are the
+    command's older names for it (kept working). off: 0 turns the watchdog off (None)."""
+    default = HANG_TIMEOUT_S[command]
+    parser.add_argument("--hang-timeout", *aliases, dest=dest or "hang_timeout", metavar="S", default=default,
+                        type=hang_seconds if off else positive_float,
+                        help=f"{HANG_TIMEOUT_HELP}{extra} (default {default:g}"
+                             + (", 0: off" if off else "") + ")")
+
+
+def hang_seconds(text: str) -> float | None:
+    """A positive number of seconds, or 0 for no watchdog (None)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value == 0:
+        return None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 60 (0 turns the watchdog off)")
+    return value
+
+
 def port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1..65535)")

@@ -40,10 +40,12 @@ def _ranks_running(pid: int, want: int) -> list[psutil.Process]:
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_kill_9_of_ddplab_leaves_no_process_of_its_run(command, no_leftover_workers):
+def test_kill_9_of_ddplab_leaves_no_process_of_its_run(command, no_leftover_workers, tmp_path):
     args, env = COMMANDS[command]
     family: list[psutil.Process] = []
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", *args], env={**os.environ, "NO_COLOR": "1", **env},
+    # A killed run cannot remove its temporary folder: TMPDIR keeps it in the test's own.
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", *args],
+                            env={**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmp_path), **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         family = _ranks_running(proc.pid, 1 if command == "scale" else 2)

@@ -20,8 +20,6 @@ from ddplab.errors import DdplabError
 from ddplab.perf.bench import (DTYPE_BYTES, OPS, BenchResult, format_size, gpu_memory_problem, parse_size,
                                per_rank_bytes, plan_sizes, run_bench, start_ranks)
 
-DEFAULT_TIMEOUT_S = 120.0  # seconds without progress; one size of 64M × 25 calls takes a few seconds on gloo
-
 
 def _whole(minimum: int):
     def parse(text: str) -> int:
@@ -55,8 +53,7 @@ def add_parser(sub) -> None:
     p.add_argument("-w", "--warmup", type=_whole(0), default=5, help="untimed calls first (default %(default)s)")
     p.add_argument("--in-place", action="store_true",
                    help="all_gather/reduce_scatter work inside one buffer (all_reduce, broadcast always do)")
-    p.add_argument("--timeout", type=cliargs.positive_float, default=DEFAULT_TIMEOUT_S,
-                   help="seconds without progress on any rank before the run is declared hung (default %(default)g)")
+    cliargs.add_hang_timeout(p, "bench", "--timeout", dest="timeout")
     p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every row on stdout")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")

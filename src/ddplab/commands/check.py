@@ -16,8 +16,6 @@ from ddplab import cliargs, report
 from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult, stage_module
 
 TARGET = "ddplab.checks.worker:run_stages"
-# Long enough for a first NCCL initialisation on a big node, short enough that a hang is named within a minute.
-DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -59,8 +57,7 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on GPUs, gloo on CPU")
     p.add_argument("--stages", type=_stages, default=list(STAGES),
                    help=f"comma-separated subset of {','.join(STAGES)} (preflight always runs)")
-    p.add_argument("--timeout", type=cliargs.positive_float, default=DEFAULT_TIMEOUT_S,
-                   help="seconds without progress on any rank before the run is declared hung (default %(default)g)")
+    cliargs.add_hang_timeout(p, "check", "--timeout", dest="timeout")
     p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--mem-fraction", type=_fraction, default=0.5,
                    help="share of free GPU memory the devices stage allocates (default %(default)g)")

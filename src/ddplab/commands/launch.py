@@ -6,10 +6,14 @@ starts the workers; `-m module` works too.
 Around torchrun it adds:
 - before starting: `ddplab lint` on the script (warnings only) and preflight checks: a busy port on a single node
   is swapped for a free one (and said so); nccl hard-coded with more processes than GPUs stops here, exit 2;
-- per-rank logs (torchrun's --log-dir/--redirects/--tee) always kept, in a directory it names;
+- the ranks: one per visible GPU, else 2 CPU ranks, as every ddplab command (torchrun's default is 1);
+- per-rank logs (torchrun's --log-dir/--redirects/--tee): kept in --log-dir when given; otherwise in a temporary
+  folder that is removed when the run passes and kept when it fails; the last line says which (`logs: PATH`, a
+  folder `ddplab explain PATH` reads);
 - when a rank fails: the first failure (rank, exit code, traceback tail), then `ddplab explain`'s diagnosis, exit 1;
-- --hang-timeout S: no progress for S seconds -> every rank's Python stack (py-spy), where each one is stuck,
-  related lint findings, every worker ended, exit 3.
+- a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
+  CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
+  is stuck, related lint findings, every worker ended, exit 3.
 
 The agent (torchrun) runs in a process group of its own, so that every worker can always be ended.
 """
@@ -22,7 +26,7 @@ import re
 import sys
 import time
 
-from ddplab import report
+from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
 
@@ -49,42 +53,87 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.error = error
     group = parser.add_argument_group("ddplab")
-    group.add_argument("--hang-timeout", type=float, default=None, metavar="S",
-                       help="no output for S seconds and idle CPU (or every rank waiting in a rendezvous or "
-                            "collective): dump every rank's stack, end all workers, exit 3")
+    cliargs.add_hang_timeout(group, "launch", off=True,
+                             extra="; a script's progress is its output, and its silence counts only once idle "
+                                   "CPU or every rank seen in the same distributed wait twice confirms it")
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for action in parser._actions:
+        if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
+            # Every ddplab command starts one rank per GPU, else 2 CPU ranks: one rank is not distributed training.
+            # torchrun's own default (1) still comes from PET_NPROC_PER_NODE when that is set.
+            action.help += " ddplab: default one per visible GPU, else 2 CPU ranks (torchrun's is 1)."
+            if "PET_NPROC_PER_NODE" not in os.environ:
+                action.default = None
+        if action.dest == "log_dir":
+            action.help = ("keep every rank's stdout/stderr here (DIR/RUN_ID/attempt_N/LOCAL_RANK/std*.log); "
+                           "ddplab: without it they are kept in a temporary folder only when the run fails")
     return parser
 
 
 def run(args) -> int:
     started = time.time()  # the hang clock includes start-up: nothing printed since launch counts
     argv = list(args.argv)
-    parser = build_parser()
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help(sys.stdout if argv else sys.stderr)
+        build_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    from ddplab.launcher.script import EarlyAgent, run_script
+
+    # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
+    early = EarlyAgent()
+    try:
+        ns, hang_timeout, lint, as_json = _options(build_parser(), argv)
+        asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
+        if not asked_logs:
+            ns.log_dir = str(early.folder)
+        script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
+        from ddplab.userscript.plan import preflight
+
+        plan = preflight(ns, argv[:script_pos], lint)
+    except BaseException:  # bad input, --help after other options, Ctrl-C: the early agent must not outlive this
+        early.cancel()
+        raise
+    from ddplab.userscript.analysis import analyse
+
+    for note in plan.notes:
+        report.log(f"ddplab launch: {note}")
+    if hang_timeout is None:
+        report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
+    ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
+                     output=sys.stderr if as_json else sys.stdout)
+    result = analyse(ns, plan, ran, hang_timeout)
+    # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
+    if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
+        result.log_dir = None
+        for rank in result.ranks:
+            rank.log = None
+    report.emit(result, as_json, render)
+    return result.exit_code
+
+
+def _options(parser, argv: list[str]):
+    """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
     ns = parser.parse_args(argv)
     hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
     for name in ("hang_timeout", "no_lint", "json"):
         delattr(ns, name)
-    if hang_timeout is not None and hang_timeout <= 0:
-        raise DdplabError(f"--hang-timeout {hang_timeout:g}: give a positive number of seconds")
-    script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
-    from ddplab.launcher.script import run_script
-    from ddplab.userscript.analysis import analyse
-    from ddplab.userscript.plan import preflight
+    if ns.nproc_per_node is None:
+        import torch
 
-    plan = preflight(ns, argv[:script_pos], lint)
-    for note in plan.notes:
-        report.log(f"ddplab launch: {note}")
-    report.log(f"ddplab launch: per-rank logs in {plan.log_dir}")
-    ran = run_script(vars(ns), plan.log_dir, hang_timeout, since=started, output=sys.stderr if as_json else sys.stdout)
-    result = analyse(ns, plan, ran, hang_timeout)
-    report.emit(result, as_json, render)
-    return result.exit_code
+        ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
+    return ns, hang_timeout, lint, as_json
+
+
+def _clean(log_dir, asked: bool, keep: bool) -> bool:
+    """Remove the run's own temporary folder unless it is to be kept; True when it was removed."""
+    import shutil
+
+    if asked or keep:
+        return False
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return True
 
 
 def render(con, r) -> None:
@@ -100,10 +149,8 @@ def render(con, r) -> None:
             if rank.stack:
                 con.print(_brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
-        for f in r.related_lint:
-            con.print(f"  likely cause — line {f.line}: {f.message}")
-            con.print(f"      fix: {f.fix}")
-        con.print(f"  every worker was ended; per-rank logs: {r.log_dir}")
+        _render_lint(con, r.related_lint, "likely cause")
+        con.print("  every worker was ended")
     elif r.status == "failed":
         root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
         if root is not None and root.traceback:
@@ -114,12 +161,22 @@ def render(con, r) -> None:
                 con.print(f"  rank {rank.rank}: exit code {rank.exitcode}"
                                  + (f": {rank.error}" if rank.error else ""))
         _render_flight(con, r.flight)
+        if r.cause is not None:
+            con.print(f"  cause: {r.cause.text}:")
+            con.print(f"    {r.cause.code}", markup=False)
+            _render_lint(con, r.related_lint, "lint saw it before the run")
         if r.explanation is not None:
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
-        con.print(f"  per-rank logs: {r.log_dir}")
-    else:
-        con.print(f"  per-rank logs: {r.log_dir}")
+    # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.
+    con.print(f"  logs: {r.log_dir}" if r.log_dir else
+              "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)")
+
+
+def _render_lint(con, findings, title: str) -> None:
+    for f in findings:
+        con.print(f"  {title} — line {f.line}: {f.message} [{f.rule}]")
+        con.print(f"      fix: {f.fix}")
 
 
 def _render_flight(con, report) -> None:

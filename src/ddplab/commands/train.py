@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
 
-STALL_TIMEOUT_S = 300.0  # a CPU step of a large model, or a first torch.compile, can take minutes
 # The ranks' process-group timeout exceeds the stall timeout by this much: the stall detector names the hang (stacks,
 # Flight Recorder) before a collective gives up (gloo: an error on one rank; NCCL: an abort), as check and bench do.
 GROUP_TIMEOUT_MARGIN_S = 60.0
@@ -38,8 +37,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     launch.add_argument("--max-restarts", type=int, default=0,
                         help="restart the group this many times after a failure (with --checkpoint-dir it resumes "
                              "from the latest checkpoint; without one it starts over)")
-    launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
-                        help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
+    cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
     cliargs.add_nodes(p)
 
 

@@ -413,9 +413,21 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
                           f"in the transport (a peer or the network), not in the script")
     else:
         report.kind = "none_in"
-        report.verdict = (f"every rank completed {target} and none is inside a collective: the ranks wait "
-                          f"somewhere else (see their stacks)")
+        report.verdict = f"every rank completed {target} and none is inside a collective: " + _elsewhere(flights)
     return report
+
+
+def _elsewhere(flights: dict[int, RankFlight]) -> str:
+    """Where the ranks are instead, from what is known: their stacks (a hang), or how they ended (a failure)."""
+    where = {r: f.where for r, f in flights.items() if f.where}
+    if where:
+        return "the ranks are somewhere else: " + ", ".join(f"rank {r} at {w}" for r, w in sorted(where.items()))
+    errors = sorted({f.error for f in flights.values() if f.error})
+    if errors:
+        return f"the failure is outside the collectives ({_short(errors[0])})"
+    if all(f.trigger == "exit" for f in flights.values() if f.recorded):
+        return "the ranks ended after their last collective"
+    return "the ranks are somewhere else (no stacks were read)"
 
 
 def _short(text: str, limit: int = 160) -> str:

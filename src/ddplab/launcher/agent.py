@@ -58,6 +58,9 @@ def main(spec_path: str) -> int:
         resolve(spec["target"])  # imported once here, so that every forked worker inherits it
     if spec["wait_for_go"] and sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
         return 0
+    if spec["kind"] == "script" and spec["wait_for_go"]:  # launch started this agent first and completed it by "go"
+        spec = json.loads(Path(spec_path).read_text())
+        run_dir = Path(spec["run_dir"])
     try:
         if spec["kind"] == "function":
             config, entry, args, store = _function_plan(spec, spec_path)  # noqa: F841  store: kept alive, see below

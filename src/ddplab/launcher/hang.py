@@ -3,7 +3,8 @@
 Progress means different things by who owns the workers:
 - ddplab's own workers mark their progress (`progress.mark`): a quiet rank is exactly known, nothing to confirm;
 - a user's script only prints: silence alone is not a hang (a long epoch prints nothing), so `ScriptWatch` confirms
-  it with idle CPU, or with every rank seen waiting in the same distributed call twice in a row (py-spy stacks).
+  it with idle CPU, or with every rank seen in the same distributed wait (its own) twice in a row (py-spy stacks),
+  with no collective started in between (the Flight Recorder's sequence numbers, when the ranks record).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import psutil
 
+from ddplab.diagnose import flight
 from ddplab.launcher import stacks as stack_reader
 from ddplab.launcher.logs import output_bytes
 
 IDLE_CORES = 0.1  # CPU per worker below which it is waiting, not working
+FLIGHT_ANSWER_S = 3.0  # a rank waiting in C++ answers a record request from a thread of its own within moments
 
 
 class HangDetector:
@@ -54,16 +57,19 @@ class ScriptWatch:
     """A user script's ranks under an agent: their pids (to end them all later), and whether they still progress."""
 
     def __init__(self, agent_pid: int, timeout: float | None, rank_logs: Path | None = None,
-                 since: float | None = None):
+                 since: float | None = None, flight_dir: Path | None = None):
         """rank_logs: the --log-dir torch writes each rank's stdout/stderr under; their growth is the script's
-        output. Without it, call note_output() whenever the job prints. since: when the job began (time.time())."""
+        output. Without it, call note_output() whenever the job prints. since: when the job began (time.time()).
+        flight_dir: where the ranks answer Flight Recorder requests (diagnose.flight), when they record."""
         self.agent_pid = agent_pid
+        self.flight_dir = flight_dir
         self.detector = HangDetector(timeout, since)
         # CPU is judged over a window shorter than the timeout, so that a rank that imported torch (busy) and then
         # blocked still counts as idle within one timeout.
         self.idle_window = min(max((timeout or 0) / 2, 2.0), 30.0)
         self.recheck = min(self.idle_window, max(1.0, (timeout or 0) / 8))
         self.suspect: tuple | None = None  # where every rank waited at the last look
+        self.suspect_at = 0.0
         self.rank_logs = rank_logs
         self.seen: dict[int, psutil.Process] = {}
         self.ranks: dict[int, tuple[int | None, int | None]] = {}
@@ -147,15 +153,29 @@ class ScriptWatch:
         idle = span >= self.idle_window * 0.9 and (self.samples[-1][1] - cpu0) / span < IDLE_CORES * max(1, len(procs))
         found = self.stacks(procs)
         waiting = bool(found) and all(s.kind in stack_reader.WAITING for s in found)
-        # A healthy job passes through collectives all the time: only the same waits seen twice in a row count.
-        where = tuple((s.pid, s.call, s.where) for s in found) if waiting else None
+        # A healthy job passes through collectives all the time: only the same waits seen twice in a row count, and
+        # a silent loop of collectives sits at the same line at every look: its sequence numbers tell it moves on.
+        where = (tuple((s.pid, s.call, s.where) for s in found), self._collectives(found)) if waiting else None
         if idle or (waiting and where == self.suspect):
             self.found = found
-            return "idle CPU" if idle else "every rank waiting in the same distributed call since the last look"
+            # Per rank: the same wait as before, not one call shared by all (ranks may wait in different calls).
+            return "idle CPU" if idle else (f"each rank still in the distributed wait it was in "
+                                            f"{now - self.suspect_at:.0f}s before")
         # Busy without printing (a long epoch), or a first sight of waiting: look again soon, not a timeout later.
-        self.suspect = where
+        self.suspect, self.suspect_at = where, now
         self.next_check = now + self.recheck
         return None
+
+    def _collectives(self, found: list[stack_reader.RankStack]) -> tuple | None:
+        """Each rank's newest collective per process group, from the Flight Recorder; None without records (the
+        stacks alone must then do)."""
+        ranks = [s.rank for s in found if s.rank is not None]
+        if self.flight_dir is None or not ranks:
+            return None
+        dumps = flight.request_dumps(self.flight_dir, ranks, timeout=FLIGHT_ANSWER_S)
+        marks = tuple(sorted((rank, group, max(seqs)) for rank, record in dumps.items()
+                             for group, seqs in flight.collectives(record).items() if seqs))
+        return marks or None
 
     def stacks(self, procs: list[psutil.Process] | None = None) -> list[stack_reader.RankStack]:
         procs = self.workers() if procs is None else procs

@@ -102,6 +102,14 @@ def root_cause(failed: list[Failed]) -> int | None:
     return min(failed, key=order).rank
 
 
+def origin_itself(root: Failed, others_finished: bool) -> bool:
+    """True when the root-cause rank's own error is one that follows another rank's failure ("Connection closed by
+    peer"), yet no rank failed before it: its peers had finished their work and exited cleanly. Then the mechanism
+    is this rank's own: it ran a collective (or a DDP forward, which broadcasts buffers) that the others never called,
+    and gloo reported their departure. The cause is its own line, not a peer's failure."""
+    return others_finished and any(p.search(root.text or "") for p in _consequence_patterns())
+
+
 def _consequence_patterns() -> list[re.Pattern]:
     from ddplab.diagnose.rules import RULES  # explain's knowledge of which errors follow another rank's failure
 

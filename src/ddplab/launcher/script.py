@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from ddplab.diagnose import flight
 from ddplab.launcher import agent
-from ddplab.launcher.files import read_json
+from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
 from ddplab.launcher.stacks import RankStack
@@ -33,19 +35,44 @@ class ScriptRun:
     dumps: dict | None = None  # each rank's Flight Recorder record: asked for on a hang, written at exit otherwise
 
 
-def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float, output) -> ScriptRun:
+class EarlyAgent:
+    """The agent started first, before the caller imports torch and parses torchrun's options: it imports torch
+    meanwhile (the longest part of start-up) and waits for "go"; run_script completes its spec just before.
+    Its folder holds the spec and the Flight Recorder's records; it is the run's log folder unless --log-dir names
+    another."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
+        # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
+        env = {**os.environ, **flight.worker_env(self.folder / "flight")}
+        self.proc = agent.spawn({"kind": "script", "torchrun": None}, self.folder, env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.PIPE)
+
+    def cancel(self) -> None:
+        """Bad input or --help: nothing was launched, nothing is left."""
+        end_tree(self.proc)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def go(self, torchrun: dict, log_dir: Path) -> subprocess.Popen:
+        write_atomic(self.folder / "ddplab-spec.json", {"kind": "script", "torchrun": torchrun,
+                                                         "run_dir": str(log_dir), "wait_for_go": True})
+        with contextlib.suppress(BrokenPipeError):  # it died while importing torch: its outcome says so
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        return self.proc
+
+
+def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float,
+               output) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang."""
     start = time.monotonic()
-    # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
-    flight_dir = log_dir / "flight"
-    env = {**os.environ, **flight.worker_env(flight_dir)}
-    proc = agent.spawn({"kind": "script", "torchrun": torchrun}, log_dir, env, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE)
+    flight_dir = early.folder / "flight"
+    proc = early.go(torchrun, log_dir)
     # With per-rank log files the watch reads those (the launcher's own messages are not the script's progress);
     # without them, anything the agent forwards counts.
     redirected = torchrun.get("redirects") != "0"
-    watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since)
+    watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since, flight_dir=flight_dir)
     launcher_log = log_dir / "launcher.log"
     progress = None if redirected else watch.note_output
     pumps = [_pump(proc.stdout, output, launcher_log, progress),
@@ -76,6 +103,10 @@ def run_script(torchrun: dict, log_dir: Path, hang_timeout: float | None, since:
         status = "failed"
     if dumps is None and status == "failed":
         dumps = flight.read_dumps(flight_dir)  # what each rank wrote as it exited
+    if early.folder != log_dir:  # the user's --log-dir keeps everything of the run; nothing stays in /tmp
+        with contextlib.suppress(OSError):
+            shutil.move(str(flight_dir), str(log_dir / "flight"))
+        shutil.rmtree(early.folder, ignore_errors=True)
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
                      launcher_log, stacks, watch.reason, dumps)
 

@@ -76,6 +76,11 @@ def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
     return (main or {}).get("frames", []), None
 
 
+def own_code(filename: str) -> bool:
+    """A frame of the user's script: neither torch, the standard library, nor the bootstrap that started it."""
+    return not _is_library(filename) and not _launcher_frame(filename)
+
+
 def _is_library(filename: str) -> bool:
     return f"{os.sep}torch{os.sep}" in filename or filename.startswith(_LIBRARY_DIRS) or filename.startswith("<")
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab.launcher.logs import rank_logs
-from ddplab.launcher.outcome import Failed, exit_text, root_cause
+from ddplab.launcher.outcome import Failed, exit_text, origin_itself, root_cause
 from ddplab.launcher.script import ScriptRun
 from ddplab.userscript.plan import Plan
 
@@ -15,9 +16,20 @@ TAIL_LINES = 12
 # Lint rules that explain a hang in each kind of wait.
 RELATED_RULES = {
     "rendezvous": {"sets-master-env", "sets-rank-env"},
-    "collective": {"collective-in-rank-branch"},
-    "ddp": {"collective-in-rank-branch"},
+    "collective": {"collective-in-rank-branch", "rank0-ddp-forward"},
+    "ddp": {"collective-in-rank-branch", "rank0-ddp-forward"},
 }
+FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>.+)')
+
+
+@dataclass
+class OwnCause:
+    """A failed rank whose error reads as a consequence, yet nothing failed before it: the cause is its own line."""
+
+    rank: int
+    where: str  # "train.py:28"
+    code: str  # the source line, as its traceback quotes it
+    text: str  # the mechanism, one sentence
 
 
 @dataclass
@@ -43,13 +55,14 @@ class LaunchResult:
     nproc_per_node: int
     nnodes: str
     endpoint: str | None  # where the launcher serves the rendezvous
-    log_dir: str
+    log_dir: str | None  # the per-rank logs (None: the run passed and nobody asked to keep them)
     seconds: float
     notes: list[str] = field(default_factory=list)  # what preflight decided
     lint: list = field(default_factory=list)  # ddplab lint findings for the script
     ranks: list[RankReport] = field(default_factory=list)
     root_cause: int | None = None
-    related_lint: list = field(default_factory=list)  # lint findings that explain the hang
+    related_lint: list = field(default_factory=list)  # lint findings that explain the hang or the failure
+    cause: OwnCause | None = None  # the root-cause rank's own line, when its error only looks like a consequence
     explanation: object = None  # ddplab explain's Explanation of the failure
     flight: object = None  # diagnose.flight.FlightReport: the per-collective view from PyTorch's Flight Recorder
 
@@ -65,7 +78,7 @@ def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> Launc
     elif run.status == "interrupted":
         result.exit_code, result.summary = 130, "interrupted: every worker was ended"
     else:
-        _finished(result, run)
+        _finished(result, run, plan)
     return result
 
 
@@ -80,7 +93,7 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
                      for line in text.rstrip("\n").splitlines()[-lines:])
 
 
-def _finished(result: LaunchResult, run: ScriptRun) -> None:
+def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text
 
     logs = rank_logs(Path(result.log_dir))
@@ -110,6 +123,7 @@ def _finished(result: LaunchResult, run: ScriptRun) -> None:
         return
     root = ranks[root_cause(failed)]
     result.root_cause = root.rank
+    finished = sorted(set(logs) - {f["local_rank"] for f in run.failures.values()})  # local ranks that exited 0
     text = "\n".join(_prefixed(rep) for rep in sorted(result.ranks, key=lambda r: r is not root))
     if not text.strip() and launcher_log.exists():
         text = launcher_log.read_text(errors="replace")
@@ -121,6 +135,71 @@ def _finished(result: LaunchResult, run: ScriptRun) -> None:
     result.flight = _flight(run, errors={r.rank: r.error for r in result.ranks if r.error})
     result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
         f": {root.error}" if root.error else "")
+    if origin_itself(next(f for f in failed if f.rank == root.rank), bool(finished)):
+        _own_cause(result, root, finished, plan)
+
+
+def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan: Plan) -> None:
+    """The root-cause rank failed with an error that follows a peer's departure, and its peers had finished cleanly:
+    it ran a collective they never called. Name its own line (the innermost frame of the script in its traceback),
+    the collective when the Flight Recorder saw it, and lint's finding on that line."""
+    frame = _own_frame(Path(root.log) / "stderr.log") if root.log else None
+    if frame is None:
+        return
+    path, line, code = frame
+    where = f"{path.name}:{line}"
+    peers = (f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))) \
+        if result.nnodes in ("1", "1:1") else "its peers on this node"
+    fr = result.flight
+    what = "a collective"
+    if fr is not None and fr.available and fr.kind == "not_called" and root.rank in (fr.waiting or []):
+        what = f"{fr.op} #{fr.seq}"
+        # The first collective the peers never called may come before the one it failed in (a broadcast from rank 0
+        # can complete on rank 0 alone).
+        seqs = [f.last_started.seq for f in fr.ranks if f.rank in finished and f.last_started is not None]
+        if seqs and min(seqs) + 1 < fr.seq:
+            what += f" (and the collectives from #{min(seqs) + 1} on)"
+    result.cause = OwnCause(root.rank, where, code, (
+        f"rank {root.rank} ran {what} at {where} that {peers} never called: {peers} had already finished (exit code "
+        f"0), so gloo found the connection closed. No rank failed first: this line runs a collective the others do "
+        f"not (a rank-dependent branch such as an evaluation on rank 0, or ranks that stop early)"))
+    result.summary = f"rank {root.rank} ran {what} at {where} that {peers} never called (finished already)" + (
+        f": {root.error}" if root.error else "")
+    linted = plan.script is not None and path.resolve() == Path(plan.script).resolve()
+    findings = plan.lint.findings if plan.lint and linted else []
+    result.related_lint = [f for f in findings if f.line == line] or [
+        f for f in findings if f.rule in RELATED_RULES["collective"]]
+    if result.explanation is not None:
+        # explain's rule for this text says "a consequence: find the rank that failed first"; here that rank is
+        # this one, and the fix is its own line.
+        for m in result.explanation.matches:
+            if m.consequence and m.root_cause:
+                m.fix = (f"No rank failed before rank {root.rank}: the others had finished. Make every rank run the "
+                         f"same collectives: fix {where}" + (f" ({result.related_lint[0].fix})"
+                                                            if result.related_lint else ""))
+
+
+def _own_frame(stderr: Path) -> tuple[Path, int, str] | None:
+    """(file, line, source) of the innermost frame of the script's own code in the last traceback of a rank's
+    stderr, or None."""
+    from ddplab.diagnose.explain import strip_prefixes
+    from ddplab.launcher.stacks import own_code
+
+    try:
+        lines = [strip_prefixes(line) for line in stderr.read_text(errors="replace").splitlines()]
+    except OSError:
+        return None
+    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
+                default=None)
+    if start is None:
+        return None
+    found = None
+    for i in range(start + 1, len(lines)):
+        m = FRAME.match(lines[i])
+        if m and own_code(m["file"]):
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not FRAME.match(lines[i + 1]) else ""
+            found = (Path(m["file"]), int(m["line"]), code)
+    return found
 
 
 def _prefixed(rep: RankReport) -> str:

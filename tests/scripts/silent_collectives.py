@@ -1,0 +1,23 @@
+"""A healthy silent loop of collectives: after one print, every rank all-reduces a large tensor over and over for a
+while without printing, then finishes. py-spy finds the ranks inside all_reduce at most looks, always at the same
+line; only the Flight Recorder's sequence numbers show that they move on."""
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()}: started", flush=True)
+x, end, n = torch.ones(4_000_000), time.monotonic() + float(sys.argv[1]), 0
+while True:
+    dist.all_reduce(x)  # silent, and most of the loop's time
+    x.fill_(1.0)
+    n += 1
+    stop = torch.tensor([int(time.monotonic() > end)])
+    dist.broadcast(stop, src=0)  # rank 0's clock decides for all: every rank makes the same calls
+    if stop.item():
+        break
+print(f"rank {dist.get_rank()}: done after {n} all_reduce", flush=True)
+dist.destroy_process_group()
