@@ -153,6 +153,8 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
         spec = json.loads(Path(spec_path).read_text())
     except (OSError, ValueError):
         return None  # the run just ended and removed its directory
+    if not isinstance(spec, dict) or spec.get("kind") != "function":
+        return None  # `ddplab launch`'s agent runs torchrun's own workers: found as a torchrun job instead
     run_dir = Path(spec["run_dir"])
     members = []
     for local in range(spec["nproc"]):
