@@ -32,7 +32,8 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
     launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
     launch.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the group this many times after a failure (resumes from the latest checkpoint)")
+                        help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
+                             "it resumes from the latest checkpoint, without one it starts over")
     launch.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S, metavar="S",
                         help=f"declare a hang when no rank progresses for S seconds (default {STALL_TIMEOUT_S:g})")
     cliargs.add_nodes(p)
