@@ -15,8 +15,8 @@ root does what the guide shows. The blocks run one after another with bash, in a
 (the checkout's top-level entries under version control linked into a scratch folder: the files the guide writes,
 such as train.py, land there and not in the checkout), with NO_COLOR=1 and 100 columns, and with TMPDIR naming a
 scratch folder of its own, so that what a command leaves in the temporary folder can be seen. A block fails when
-its exit code or its `shows` text differs from the guide, or when it prints a Python traceback: the guide never
-shows output that its commands no longer produce. A ddplab-* folder left in the temporary folder that the block's
+its exit code or its `shows` text differs from the guide, when it prints a Python traceback, or when a process it
+started outlives it: the guide never shows output that its commands no longer produce. A ddplab-* folder left in the temporary folder that the block's
 output does not name as the logs of a failed run is warned about here (the guide's text is still right) and fails
 tests/test_guide.py. Paths in the output are written relative to the project, or as
 <site-packages>, <python> and /tmp (relative_paths).
@@ -108,6 +108,7 @@ class Outcome:
     output: str  # with paths made relative (relative_paths)
     left: list[str]  # ddplab-* folders the command left in the temporary folder
     seconds: float
+    survived: bool = False  # a process of the block was still running after it ended (then killed)
 
 
 def run_block(block: Block, sandbox: Sandbox, timeout: float = TIMEOUT_S) -> Outcome:
@@ -124,12 +125,24 @@ def run_block(block: Block, sandbox: Sandbox, timeout: float = TIMEOUT_S) -> Out
         os.killpg(proc.pid, signal.SIGKILL)
         out, code = proc.communicate()[0] + f"\n[killed: overstayed {timeout:.0f}s]", -1
     finally:
-        try:  # a background job of the block (`cmd &`) must not outlive it
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        survived = end_group(proc.pid)
     left = sorted(sandbox.leftovers() - before)
-    return Outcome(code, relative_paths(out, sandbox).rstrip(), left, time.monotonic() - start)
+    return Outcome(code, relative_paths(out, sandbox).rstrip(), left, time.monotonic() - start, survived)
+
+
+def end_group(pgid: int, grace_s: float = 5.0) -> bool:
+    """Nothing the block started may outlive it (a `cmd &` it did not wait for): True when something of its
+    process group was still running after grace_s, and then killed."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        if time.monotonic() > deadline:
+            os.killpg(pgid, signal.SIGKILL)
+            return True
+        time.sleep(0.1)
 
 
 def relative_paths(text: str, sandbox: Sandbox) -> str:
@@ -162,6 +175,8 @@ def problems(block: Block, outcome: Outcome) -> list[str]:
     found += [f"does not show {text!r}" for text in block.shows if " ".join(text.split()) not in flat]
     if TRACEBACK in outcome.output:
         found.append("printed a Python traceback")
+    if outcome.survived:
+        found.append("left a process running after it ended")
     return found
 
 

@@ -80,6 +80,7 @@ def test_a_block_fails_when_its_run_differs_from_the_guide(tmp_path):
     assert check("mkdir $TMPDIR/ddplab-launch-y; exit 3", exit=3) == [
         "left /tmp/ddplab-launch-y behind without naming it in its output"]
     assert check("mkdir $TMPDIR/ddplab-launch-z; echo logs: $TMPDIR/ddplab-launch-z; exit 3", exit=3) == []
+    assert check("sleep 30 > /dev/null 2>&1 &") == ["left a process running after it ended"]  # and it was ended
     block = make_guide.Block("sleep 30 & wait", 0)
     outcome = make_guide.run_block(block, sandbox, timeout=1)
     assert outcome.code == -1 and make_guide.problems(block, outcome) == ["overstayed its deadline (exit code 0 "
