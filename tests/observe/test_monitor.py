@@ -330,3 +330,23 @@ def test_recent_progress_is_busy_and_without_marks_the_limit_is_said():
     snap = Snapshot(0.0, 1.0, [_gpu_job(None, None)], [], "ok")  # a torchrun job: no marks
     judge(snap)
     assert snap.ok and any("GPU utilisation alone cannot tell" in n for n in snap.notes)
+
+
+def test_a_running_ddplab_launch_does_not_break_monitor(tmp_path, no_leftover_workers):
+    """`ddplab launch`'s agent has a spec of its own (torchrun's options, no rank count): monitor, which reads every
+    ddplab agent's spec on the machine, once died on it with a KeyError, whatever job it was asked about."""
+    (tmp_path / "spin.py").write_text(SPIN)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(OMP_NUM_THREADS="1", SPIN_GPU="0")
+    launch = subprocess.Popen([sys.executable, "-m", "ddplab", "launch", "--nproc-per-node", "2", "--no-lint",
+                               "--log-dir", str(tmp_path / "logs"), str(tmp_path / "spin.py"), str(tmp_path)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 120, "both ranks to start")
+        ran = cli("monitor", "--once", "--json", "--interval", "0.5", timeout=60)
+        assert ran.code in (0, 1) and "Traceback" not in ran.err, ran.err  # 1: another job may be flagged
+        pids = {int((tmp_path / f"ready.{r}").read_text()) for r in range(2)}
+        assert pids <= {r["pid"] for job in ran.json()["jobs"] for r in job["ranks"]}, ran.out
+    finally:
+        kill_tree(launch.pid)
+        launch.wait(timeout=30)

@@ -148,6 +148,8 @@ def test_cli_breakdown_json_largest_batch_and_cost_fits(tmp_path, capsys):
     assert [f["gpu"] for f in r["fits"]] == ["RTX4090", "H100"]
     assert all(f["fits"]["ddp"] and f["largest_batch"]["fsdp"] > 1000 for f in r["fits"])
     assert any(p["basis"] == "computed" for p in r["predictions"][0]["parts"])
+    # seconds of tracing are not silent: what is traced, on stderr (stdout stays the JSON alone)
+    assert all(f"memory: tracing {s} at batch 32 and 64" in ran.err for s in ("ddp", "zero1", "fsdp")), ran.err
     # ddplab cost --memory: the same fits, for the GPUs it prices
     from ddplab.cli import main
 

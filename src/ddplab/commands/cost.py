@@ -129,8 +129,10 @@ def from_scale_file(path: str, measured_on: str | None, known: dict):
         gpu = gpu_of_device(device)
         if gpu is None:
             raise DdplabError(f"--from {path} was measured on {device!r}, and samples/s there say nothing about a "
-                              "GPU: run `ddplab scale` on the GPU you want to price, or add --measured-on GPU to "
-                              "state which GPU its figures stand for")
+                              "GPU (nor does the scaling: with slower compute, communication weighs less): run "
+                              "`ddplab scale ... --json` on the GPU type you want to price, or price a throughput "
+                              "measured on a GPU with --samples-per-sec X --measured-on GPU (--measured-on with "
+                              "this file would price these figures as that GPU's)")
     base = points.get(1) or model.samples_per_sec(1, batch, accum)
 
     def eff(count: int) -> tuple[float, str]:

@@ -11,6 +11,7 @@ and what is computed. docs/memory.md has the prediction against the allocator's 
 from __future__ import annotations
 
 import argparse
+import time
 
 from rich.table import Table
 from rich.text import Text
@@ -71,9 +72,14 @@ def run(args) -> int:
     if not 0 <= margin < 1:
         raise DdplabError(f"--margin {ns.margin}: a fraction in [0, 1), e.g. 0.1")
     gpus = pick_gpus(ns.gpus, cost.MEMORY)
+    # Tracing takes seconds per strategy on CPU (a minute and more for GPT-2 sizes): say what is going on, on stderr.
+    start = time.monotonic()
+    report.log(f"memory: {args.recipe}: tracing one training step on fake tensors at {ns.nproc} rank(s)")
     spec = memory.recipe_spec(args.recipe, cfg)
     settings = {k: v for k, v in cfg.to_dict().items() if k not in OWN}
-    result = memory.plan(spec, args.recipe, settings, names, ns.nproc, gpus, margin)
+    result = memory.plan(spec, args.recipe, settings, names, ns.nproc, gpus, margin,
+                         progress=lambda line: report.log(f"memory: {line}"))
+    report.log(f"memory: traced in {time.monotonic() - start:.1f}s")
     report.emit(result, ns.json, render)
     return 0
 

@@ -35,8 +35,8 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
     launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
     launch.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the group this many times after a failure (with --checkpoint-dir it resumes "
-                             "from the latest checkpoint; without one it starts over)")
+                        help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
+                             "it resumes from the latest checkpoint, without one it starts over")
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
     cliargs.add_nodes(p)
 

@@ -320,7 +320,7 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
                            "on it (--measured-on), or give peak_tflops in a --prices file")
     if any(o.scaling_basis == "assumed" and o.count > 1 for o in options):
         assumptions.append("N GPUs = N × one GPU (ideal scaling, an upper bound): run `ddplab scale ... --json` "
-                           "and pass --from for measured and predicted efficiency")
+                           "on that GPU type and pass --from for measured and predicted efficiency")
     used_peaks = [peaks[g] for g in dict.fromkeys([measured_on, *gpus]) if g in peaks]
     return CostResult(samples, base_samples_per_sec, measured_on, options, [prices[g] for g in gpus], used_peaks,
                       assumptions)

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 from ddplab import report
@@ -81,13 +82,17 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
         steps = plan_steps(recipe, cfg, nproc, flags)
         if not has_flag(flags, "--log-every"):
             cfg.log_every = max(1, steps // WINDOWS)
-        report.log(f"scale: {name} on {nproc} rank(s) {' '.join(flags)}")
+        what = f"{name} on {nproc} rank(s) {' '.join(flags)}"
+        report.log(f"scale: {what}")
+        start = time.monotonic()
         res = start_ranks(nproc).run({"recipe": name, "config": cfg.to_dict()}, stall_timeout=STALL_S)
         if not res.ok:
             raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}",
                               exit_code=3 if res.status == "hang" else 1)
         result = next(r.result for r in res.ranks if isinstance(r.result, dict) and "ranks" in r.result)
         result["steady"] = steady(Path(tmp) / "metrics.jsonl")
+        report.log(f"scale: {nproc} rank(s) done in {time.monotonic() - start:.1f}s, start-up included: "
+                   f"{result['samples_per_sec']:,.0f} samples/s")
     result["bucket_cap_mb"], result["comm_hook"] = cfg.bucket_cap_mb, cfg.comm_hook  # "parameters": the loop's own
     return result
 

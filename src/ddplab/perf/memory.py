@@ -197,11 +197,14 @@ def largest_batch(at_batch: int, peak: int, per_sample: float, usable: int) -> i
 
 
 def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], nproc: int, gpus: dict,
-         margin: float = MARGIN, context_bytes: int = CUDA_CONTEXT_BYTES) -> MemoryReport:
-    """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory)."""
+         margin: float = MARGIN, context_bytes: int = CUDA_CONTEXT_BYTES,
+         progress: Callable[[str], None] = lambda _: None) -> MemoryReport:
+    """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory).
+    progress: told before each trace (they take seconds each on CPU)."""
     batch = int(spec.batch[0].shape[0])
     predictions, per_sample = [], {}
-    for name in strategies_:
+    for i, name in enumerate(strategies_):
+        progress(f"tracing {name} at batch {batch} and {2 * batch} ({i + 1} of {len(strategies_)})")
         at = trace(spec, name, nproc)
         double = trace(with_batch(spec, 2 * batch), name, nproc)
         predictions.append(at)

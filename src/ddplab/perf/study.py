@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddplab import report
 from ddplab.perf import experiments, prediction
 from ddplab.perf.advice import Advice, advise, notes, try_advice
 from ddplab.perf.prediction import LinkPrediction, Point, Prediction
@@ -39,6 +40,8 @@ def study(recipe: str, sizes: list[int], predict: list[int], *, strong: bool, ba
     _, cfg = experiments.recipe_config(recipe, base_flags)  # bad recipe flags fail now, before any run
     per_rank = {n: experiments.split_batch(cfg.batch_size, n) if strong else cfg.batch_size for n in sizes}
 
+    report.log(f"scale: {len(sizes) + 2} runs of {recipe}, each its own start of the ranks: world sizes "
+               f"{','.join(map(str, sizes))}, then two 1-rank probes (twice the batch, twice the accumulation)")
     results = [train_once(recipe, n, [*base_flags, "--batch-size", str(per_rank[n])]) for n in sizes]
     # Two more 1-rank runs tell the fixed cost per micro-step from the cost per sample (a doubled batch) and from
     # the cost per optimizer step (doubled accumulation): without them, batch and accumulation advice is a guess.
