@@ -175,6 +175,8 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
     matches = []
     explained: set[int] = set()
     for rule, patterns in _COMPILED:
+        if rule.needs and not any(word in text for word in rule.needs):
+            continue  # none of the words its patterns need: skip the regexes (families have many)
         hits = set()
         for pattern in patterns:
             for n, m in enumerate(pattern.finditer(text)):
