@@ -1046,10 +1046,11 @@ def _trie(words: set[str]) -> str:
         node[""] = {}
 
     def build(node: dict) -> str:
-        out = ""
+        chain = []
         while len(node) == 1 and "" not in node:  # a chain without branches: plain text, no recursion
             ch, node = next(iter(node.items()))
-            out += re.escape(ch)
+            chain.append(ch)
+        out = re.escape("".join(chain))
         branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
         if not branches:
             return out
