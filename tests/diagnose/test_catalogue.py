@@ -118,3 +118,17 @@ def test_the_report_runs(capsys):
     for source in catalogue.SOURCES:
         assert source in out
     assert "not user-facing:" in out
+
+
+def test_trie_regex_matches_exactly_its_words():
+    import re
+
+    from ddplab.diagnose.rules import _trie
+
+    words = {"abc", "abd", "ab", "a.b (x)", "xyz"}
+    pattern = re.compile(_trie(words))
+    for word in words:
+        assert pattern.fullmatch(word), word
+    for other in ("a", "abcd", "axb (x)", "xy", ""):
+        assert not pattern.fullmatch(other), other
+    assert pattern.search("... abd ...").group() == "abd"
