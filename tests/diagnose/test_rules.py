@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -24,7 +25,7 @@ from ddplab.ports import free_port
 TESTED_HERE = {"ddp-ready-twice", "ddp-static-graph", "ddp-grad-strides", "fsdp-flat-param", "device-mesh-size",
                "store-hostname", "gloo-address", "port-privileged", "too-many-open-files", "host-out-of-memory",
                "worker-illegal-instruction", "worker-signal", "worker-terminated", "address-not-available",
-               "connect-timed-out", "network-unreachable"}
+               "connect-timed-out", "network-unreachable", "nccl-version-mismatch"}
 
 
 def raised(make_error) -> str:
@@ -221,3 +222,15 @@ def test_a_hostname_error_comes_before_the_connection_failure_it_causes():
            "argument).\n[W socket.cpp:767] [c10d] The IPv6 network addresses of (node7, 29500) cannot be retrieved "
            "(gai error: -2 - Name or service not known).\n")
     assert [m.rule for m in explain_text(log).matches][:2] == ["store-hostname", "master-unreachable"]
+
+
+def test_nccl_version_texts_from_the_library_itself():
+    """GPU-only: NCCL's own texts, from the catalogue (extracted from libnccl.so), as NCCL's WARN lines show them."""
+    from ddplab.diagnose import catalogue
+    from ddplab.diagnose.rules import shown_as
+
+    wanted = re.compile(r"NCCL library is too old|not backwards compatible|NCCL version mismatch with remote")
+    texts = [t for t in catalogue.load("nccl")["templates"] if wanted.search(t["text"])]
+    assert len(texts) >= 3
+    for t in texts:
+        assert first_rule(shown_as("nccl", t)) == "nccl-version-mismatch", t

@@ -544,6 +544,17 @@ _SPECIFIC: tuple[Rule, ...] = (
         "collective whose shape differs; try NCCL_PROTO=Simple to tell the two apart.",
         NCCL_TROUBLESHOOTING),
     Rule(
+        "nccl-version-mismatch", "NCCL versions differ (library vs build, or between nodes)",
+        # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
+        (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
+         r"NCCL version mismatch with remote peer", r"plugin has incompatible version"),
+        "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
+        "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
+        "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
+        "Print `python -c 'import torch; print(torch.cuda.nccl.version())'` on every node and make them agree: one "
+        "image everywhere, no other libnccl on LD_LIBRARY_PATH/LD_PRELOAD; rebuild plugins for this NCCL.",
+        NCCL_TROUBLESHOOTING, mechanism="difference"),
+    Rule(
         "nccl-p2p", "GPUs cannot access each other (P2P)",
         # NCCL transport/p2p.cc and transport/shm.cc (cuMem host sharing); CUDA's cudaErrorPeerAccessUnsupported
         (r"peer access is not supported between these two devices", r"failed to open CUDA IPC handle",
