@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from ddplab.diagnose.exitcodes import describe_exit
-from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule
+from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule, mechanism_rank
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
@@ -173,23 +173,32 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
 
     terminated = _terminate_lines(lines)
     matches = []
+    explained: set[int] = set()
     for rule, patterns in _COMPILED:
+        if rule.needs and not any(word in text for word in rule.needs):
+            continue  # none of the words its patterns need: skip the regexes (families have many)
         hits = set()
         for pattern in patterns:
             for n, m in enumerate(pattern.finditer(text)):
                 if n >= MAX_HITS:
                     break
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
+        if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
+            hits -= explained
+        else:
+            explained |= hits
         if not hits:
             continue
         ordered = sorted(hits)
         root_hits = [i for i in ordered if i in root_lines]
         first = root_hits[0] if root_hits else ordered[0]
         after_terminate = any(i in terminated for i in ordered)
+        # family rules (rule.covers: a whole layer's messages) after specific ones; then by mechanism (rules.py)
+        family, mechanism = bool(rule.covers), mechanism_rank(rule.id)
         if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
-            key = (0, rule.warning, rule.generic, not after_terminate, first)
+            key = (0, rule.warning, family, rule.generic, mechanism, not after_terminate, first)
         else:
-            key = (1, rule.warning, rule.consequence, not after_terminate, rule.generic, first)
+            key = (1, rule.warning, family, mechanism, rule.consequence, not after_terminate, rule.generic, first)
         matches.append((key, bool(root_hits), _match(rule, first, lines)))
     matches.sort(key=lambda item: item[0])
     result = []

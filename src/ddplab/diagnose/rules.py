@@ -3,18 +3,25 @@
 A rule matches when any of its patterns (Python regular expressions, searched in the whole log with re.MULTILINE; a
 match is attributed to the line it starts on) occurs in the log. Patterns are the invariant part of the message as
 PyTorch, NCCL or gloo print it (their source is cited next to the rule when it is not obvious), never one log's wording.
-Three flags order the diagnoses when a log holds several errors (ddplab/diagnose/explain.py):
+Flags that order the diagnoses when a log holds several errors (ddplab/diagnose/explain.py):
 `consequence=True`: the error usually follows another rank's failure: look at the root cause first.
 `generic=True`: a wrapper message (NCCL's "invalid usage", a worker's exit signal) that a more specific error in the
 same log explains better; it comes after the specific ones.
 `warning=True`: not an error at all (a performance warning); it comes last.
-Every rule is checked against real error text in tests/diagnose/test_explain.py: produced there by running the failing code
-when a CPU can produce it, otherwise quoted from the public report cited next to it in tests/logs/.
+`mechanism`: "difference" (versions, drivers, interfaces differ between machines) and "resource" (a limit) explain the
+errors they cause, so they come first (mechanism_rank, order_findings).
+`covers`: a family rule - a whole layer's messages (NCCL's IB transport, the store, FSDP...), selected by source file
+from the message catalogue (diagnose/catalogue, extracted from the software by tools/make_catalogue.py); its
+patterns include the literal parts of those templates. A family explains only lines no specific rule explains.
+Every rule is checked against real error text (tests/diagnose/test_explain.py, test_rules.py, test_catalogue.py):
+made there by running the failing code when a CPU can, otherwise quoted from a public report cited in tests/logs/;
+family rules against their own templates, the software's text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 DOCS = "https://pytorch.org/docs/stable"
 NCCL_TROUBLESHOOTING = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
@@ -32,9 +39,18 @@ class Rule:
     consequence: bool = False
     generic: bool = False
     warning: bool = False
+    # What kind of cause it is, for ordering findings (order_findings): a difference between machines (versions,
+    # drivers, interfaces) explains the transport errors it causes, and a resource limit the crash it causes.
+    mechanism: str = "error"  # one of MECHANISMS
+    # A family rule covers whole source files of the catalogue ("SOURCE:REGEX" on the template's file); its patterns
+    # are its own plus the literal parts of those templates (diagnose/catalogue, tools/make_catalogue.py).
+    covers: tuple[str, ...] = ()
+    # Words a log must contain somewhere for any pattern of this rule to match (a cheap test before the regexes;
+    # empty: always run them). For families, whose patterns are many.
+    needs: tuple[str, ...] = ()
 
 
-RULES: tuple[Rule, ...] = (
+_SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ start-up: backend, launcher, rendezvous
     Rule(
         "nccl-not-built", "nccl backend on a torch build without NCCL",
@@ -86,7 +102,7 @@ RULES: tuple[Rule, ...] = (
         f"{DOCS}/elastic/run.html"),
     Rule(
         "port-in-use", "the rendezvous port is already in use",
-        (r"EADDRINUSE", r"[Aa]ddress already in use"),
+        (r"EADDRINUSE", r"[Aa]ddress already in use", r"port:? \S+ already in use"),
         "Another process (often a previous run that did not exit, or a second job) already listens on MASTER_PORT.",
         "Use another port (--master-port), or `torchrun --standalone` / `ddplab launch`, which pick a free one on a "
         "single machine; end the stale run (`ps aux | grep torchrun`).",
@@ -109,12 +125,16 @@ RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed", "another rank went away",
-        (r"Connection closed by peer", r"Connection reset by peer", r"Remote peer closed the connection"),
-        "gloo lost the connection to another rank in the middle of a collective: that rank crashed, was killed, "
-        "or left the collective (an exception, an early exit, or a branch that skips it); a rank that returns from "
-        "dist.isend()/irecv() without wait() and exits closes the connection under its peer the same way.",
-        "This is a consequence: find the rank that failed first (torchrun's 'Root Cause (first observed failure)', "
-        "or the earliest traceback) and fix that error.",
+        (r"Connection closed by peer", r"Connection reset by peer", r"Remote peer closed the connection",
+         r"Broken pipe", r"Software caused connection abort", r"ECONNRESET", r"EPIPE\b"),
+        "gloo lost the connection to another rank in the middle of a collective. Either that rank failed (crashed, "
+        "was killed, raised an exception), or it exited normally while this rank was still waiting in a collective "
+        "only some ranks called: an evaluation, a metric all_reduce or a forward through the DDP model (DDP "
+        "broadcasts buffers in forward) inside `if rank == 0:`, or dist.isend()/irecv() without wait() before exit.",
+        "If another rank printed an error, fix that one first (torchrun's 'Root Cause (first observed failure)', or "
+        "the earliest traceback). If none did - only this rank's text is here, or this rank is the root cause - the "
+        "peer finished normally while this rank waited: make every rank call the same collectives (evaluate on all "
+        "ranks, or on rank 0 through model.module with no collective inside) and wait() every isend/irecv.",
         f"{DOCS}/elastic/errors.html", consequence=True),
     Rule(
         "collective-timeout", "a collective timed out",
@@ -136,8 +156,19 @@ RULES: tuple[Rule, ...] = (
         "out-of-memory killer (host RAM, not GPU memory), or the scheduler (Slurm time or memory limit).",
         "Check `dmesg | grep -i oom` or the job's accounting; lower host memory per rank (DataLoader num_workers, "
         "dataset kept in RAM once per rank, pinned memory) or ask for more memory.",
-        f"{DOCS}/elastic/errors.html"),
+        f"{DOCS}/elastic/errors.html", mechanism="resource"),
     # ------------------------------------------------------------------ DDP itself
+    Rule(
+        "ddp-static-graph", "the training graph changed under DDP(static_graph=True)",
+        # reducer.cpp: static_graph promises the same used parameters and hook counts in every iteration
+        (r"not compatible with static_graph set to True", r"Your training graph (?:has changed|is changed) in this "
+         r"iteration"),
+        "DistributedDataParallel(static_graph=True) (or _set_static_graph()) records in the first iteration which "
+        "parameters get gradients and how often each hook fires; a later iteration differed: a parameter used only "
+        "on some steps (a branch, an auxiliary head), or forward called twice before one backward.",
+        "Drop static_graph and pass find_unused_parameters=True if the set of used parameters really changes; "
+        "otherwise make every step use the same parameters, one forward per backward.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     Rule(
         "unused-parameters", "parameters that got no gradient",
         (r"Expected to have finished reduction in the prior iteration",
@@ -237,7 +268,7 @@ RULES: tuple[Rule, ...] = (
         "check with nvidia-smi that each rank is on its own GPU and GPU 0 holds one process only: call "
         "torch.cuda.set_device(local_rank) first thing, load with torch.load(path, map_location='cpu'); "
         "store loss.item(), not loss.",
-        f"{DOCS}/notes/cuda.html#memory-management"),
+        f"{DOCS}/notes/cuda.html#memory-management", mechanism="resource"),
     Rule(
         "device-side-assert", "CUDA device-side assert",
         (r"device-side assert triggered",),
@@ -274,7 +305,8 @@ RULES: tuple[Rule, ...] = (
         "shm-too-small", "shared memory (/dev/shm) is too small",
         # NCCL src/misc/shmutils.cc ("Call to posix_fallocate failed", "Error while creating shared memory
         # segment"); torch/utils/data/_utils/signal_handling.py and torch/csrc/DataLoader.cpp (bus error text).
-        (r"Error while creating shared memory segment", r"posix_fallocate failed",
+        (r"Error while (?:creating|attaching to) shared memory segment", r"posix_fallocate failed",
+         r"failed to extend /dev/shm/",
          r"insufficient shared memory \(shm\)", r"out of shared memory",
          r"killed by signal: Bus error", r"unable to write to file </torch_"),
         "/dev/shm filled up: NCCL's shared-memory transport between ranks on one machine, or DataLoader workers "
@@ -282,7 +314,7 @@ RULES: tuple[Rule, ...] = (
         "Run the container with --shm-size=8g (or --ipc=host; in Kubernetes mount an emptyDir with medium: "
         "Memory at /dev/shm); check `df -h /dev/shm`; as a stopgap lower num_workers or set NCCL_SHM_DISABLE=1 "
         "(slower).",
-        f"{DOCS}/data.html#multi-process-data-loading"),
+        f"{DOCS}/data.html#multi-process-data-loading", mechanism="resource"),
     Rule(
         "collective-mismatch", "ranks called different collectives",
         # torch ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL); NCCL enqueue checks and net_ib.cc.
@@ -316,7 +348,7 @@ RULES: tuple[Rule, ...] = (
         "old build (RTX 50xx / sm_120 needs cu128 or later) or an old GPU the build dropped.",
         "Install a torch wheel built for this GPU's compute capability (pytorch.org/get-started/locally: pick the "
         "CUDA version that lists sm_XX; `python -c 'import torch; print(torch.cuda.get_arch_list())'`).",
-        "https://pytorch.org/get-started/locally/"),
+        "https://pytorch.org/get-started/locally/", mechanism="difference"),
     Rule(
         "syncbn-single-process", "SyncBatchNorm outside a process group",
         # torch 1.x batchnorm.py; in torch 1.8-1.12 SyncBatchNorm.forward called get_world_size() first
@@ -362,10 +394,14 @@ RULES: tuple[Rule, ...] = (
         (r"Bootstrap : no socket interface found", r"no NCCL_SOCKET_IFNAME interface found",
          r"is neither AF_INET\(2\) nor AF_INET6\(10\)"),
         "NCCL's bootstrap needs an IP interface: NCCL_SOCKET_IFNAME names one that does not exist on this "
-        "machine (interface names differ between machines and containers), or the container has none but lo.",
+        "machine (interface names differ between machines and containers), or the container has none but lo. "
+        "'connecting to address ... is neither AF_INET nor AF_INET6' means the address a peer sent could not be "
+        "read: that peer found no interface, or the nodes run different NCCL versions (pip's nvidia-nccl-cu12 "
+        "against a system libnccl).",
         "Check `ip -br addr` on every node; set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on "
-        "(a list such as eth0,eno1 or a prefix works), or unset it to let NCCL choose (it skips lo and docker*).",
-        NCCL_ENV),
+        "(a list such as eth0,eno1 or a prefix works), or unset it to let NCCL choose (it skips lo and docker*); "
+        "check that `python -c 'import torch; print(torch.cuda.nccl.version())'` agrees on every node.",
+        NCCL_ENV, mechanism="difference"),
     Rule(
         "no-route-to-host", "no route to the other node",
         # strerror(EHOSTUNREACH) = "No route to host"; logs cut at the line's end keep at least "No route to"
@@ -380,16 +416,18 @@ RULES: tuple[Rule, ...] = (
         "worker-bus-error", "a worker died of SIGBUS (bus error)",
         # torch/distributed/elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID"
         (r"exitcode\s*:\s*-7\b", r"Signal 7 \(SIGBUS\)", r"Signals\.SIGBUS", r"signal SIGBUS",
+         r"^\s*Bus error(?: \(core dumped\))?\s*$",
          r"exit(?:ed with)? code:? 135\b"),
         "The process touched memory-mapped memory that could not be backed: almost always /dev/shm (shared "
         "memory) is full: NCCL's shared-memory transport or DataLoader workers in a container with Docker's "
         "64 MB default.",
         "Give the container more shared memory (--shm-size=8g or --ipc=host), check `df -h /dev/shm`; lower "
         "DataLoader num_workers; NCCL_SHM_DISABLE=1 as a stopgap.",
-        f"{DOCS}/elastic/errors.html", generic=True),
+        f"{DOCS}/elastic/errors.html", generic=True, mechanism="resource"),
     Rule(
         "worker-abort", "a worker aborted (SIGABRT)",
         (r"exitcode\s*:\s*-6\b", r"Signal 6 \(SIGABRT\)", r"Signals\.SIGABRT", r"signal SIGABRT",
+         r"^\s*Aborted(?: \(core dumped\))?\s*$",
          r"exit(?:ed with)? code:? 134\b"),
         "The process called abort(): a C++ exception nobody caught (`terminate called after throwing ...`, e.g. "
         "the NCCL watchdog taking the process down after a failed or timed-out collective) or a failed assertion "
@@ -414,6 +452,236 @@ RULES: tuple[Rule, ...] = (
         "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
         "torch.distributed.elastic.multiprocessing.errors.record to get it into the summary.",
         f"{DOCS}/elastic/errors.html", generic=True),
+    # ------------------------------------------------------------------ issue 27: read from the catalogue
+    Rule(
+        "ddp-ready-twice", "a parameter's DDP hook fired twice in one backward",
+        # reducer.cpp mark_variable_ready
+        (r"Expected to mark a variable ready only once", r"has been marked as ready twice"),
+        "DDP's reducer saw the gradient of one parameter arrive twice in one backward pass: reentrant activation "
+        "checkpointing (torch.utils.checkpoint with use_reentrant=True, or a trainer's gradient_checkpointing) "
+        "re-runs the wrapped layers in a second backward, or one parameter is used by several concurrent forward "
+        "passes (a module called twice, weights shared outside forward).",
+        "Use non-reentrant checkpointing (checkpoint(..., use_reentrant=False); in transformers "
+        "gradient_checkpointing_kwargs={'use_reentrant': False}), or DDP(static_graph=True) if the graph is the same "
+        "every step; TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+    Rule(
+        "ddp-grad-strides", "gradient layout differs from DDP's bucket (warning)",
+        (r"Grad strides do not match bucket view strides",),
+        "Not an error: a parameter's gradient came with other strides than DDP's bucket view (typically "
+        "channels_last convolutions, or parameters whose strides changed after DDP was built), so DDP copies it "
+        "each step.",
+        "Build DDP after converting the model's memory format (model.to(memory_format=torch.channels_last) before "
+        "DistributedDataParallel(...)); or ignore it: the cost is one copy per gradient.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html", warning=True),
+    Rule(
+        "fsdp-flat-param", "FSDP cannot flatten parameters of different kinds into one unit",
+        # fsdp/_flat_param.py _validate_tensors_to_flatten; fully_shard's _fsdp_param_group.py
+        (r"Must flatten tensors with uniform", r"FlatParameter`? requires uniform", r"Cannot flatten integer dtype "
+         r"tensors", r"FSDP expects uniform original parameter dtype"),
+        "FSDP (FullyShardedDataParallel) flattens all parameters of one wrapped module into one FlatParameter, so "
+        "they must share dtype, device and (with use_orig_params=False) requires_grad. The model mixes them: fp32 "
+        "adapters (LoRA) on a bf16/fp16 base, quantized integer weights, or frozen and trainable parameters in one "
+        "unit.",
+        "Cast the model to one dtype before wrapping (model.to(torch.bfloat16)) and let MixedPrecision handle "
+        "compute dtypes; pass use_orig_params=True for frozen+trainable mixes; wrap adapter or quantized modules in "
+        "their own units (auto_wrap_policy), or use FSDP2 fully_shard, which shards per parameter.",
+        f"{DOCS}/fsdp.html"),
+    Rule(
+        "store-hostname", "the rendezvous host name does not resolve",
+        # c10d socket.cpp: "The {}network addresses of ({}, {}) cannot be retrieved (gai error: ...)"; older torch:
+        # "host not found: Name or service not known"; getaddrinfo's texts (gai_strerror)
+        (r"network addresses of \(.*?\) cannot be retrieved \(gai error", r"host not found: ",
+         r"Name or service not known", r"Temporary failure in name resolution",
+         r"nodename nor servname provided"),
+        "A host name the store or torchrun must connect to (MASTER_ADDR, --rdzv-endpoint, or the node's own "
+        "hostname that torchrun passes on) does not resolve on this machine: DNS not ready yet (Kubernetes pods), a "
+        "name only another machine knows, a typo, or a stray space in the variable.",
+        "Use an IP address for MASTER_ADDR / --rdzv-endpoint, or check `getent hosts NAME` on every node and fix "
+        "/etc/hosts or DNS; in Kubernetes wait for the headless service's DNS before starting.",
+        f"{DOCS}/elastic/run.html", mechanism="difference"),
+    Rule(
+        "gloo-address", "gloo could not pick a usable network address",
+        # gloo/transport/tcp/device.cc: "Unable to find address for: X" (GLOO_SOCKET_IFNAME or the hostname)
+        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b"),
+        "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
+        "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
+        "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
+        "to 127.0.0.1, which other machines cannot reach.",
+        "Set GLOO_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`; the one `ip route "
+        "get PEER_IP` names), on every node; or fix /etc/hosts so the hostname maps to that interface's address.",
+        f"{DOCS}/distributed.html#common-environment-variables", mechanism="difference"),
+    Rule(
+        "network-unreachable", "no route to the peer's network",
+        # strerror(ENETUNREACH)
+        (r"Network is unreachable", r"ENETUNREACH"),
+        "A connect to another rank failed with ENETUNREACH (errno 101): this machine has no route to that address's "
+        "network. gloo/NCCL advertised an address on an interface the other machine is not connected to (docker0, "
+        "a VPN, a storage network), or the routing table lacks the route.",
+        "Set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share and check `ip route get "
+        "PEER_IP` on each node.",
+        NCCL_TROUBLESHOOTING, mechanism="difference"),
+    Rule(
+        "port-privileged", "the port needs root (below 1024)",
+        # c10d socket.cpp: "failed to bind to [::]:520 (errno: 13 - Permission denied)"; the libuv store (torch >= 2.4):
+        # "The server socket has failed to bind. port: {}, useIpv6: {}, code: {}, name: EACCES, message: ..."
+        (r"failed to bind\b[^\n]{0,120}?(?:errno: 13 - Permission denied|EACCES|permission denied)",
+         r"bind\S*: Permission denied"),
+        "Binding the rendezvous/store port failed with EACCES (errno 13): ports below 1024 are reserved for root "
+        "(MASTER_PORT or --rdzv-endpoint chose one), or a security policy forbids this port.",
+        "Use a port between 1024 and 65535 (torchrun's default is 29500), or `--standalone` / `ddplab launch`, "
+        "which pick a free one.",
+        f"{DOCS}/elastic/run.html"),
+    Rule(
+        "nccl-message-truncated", "NCCL received more bytes than the collective expected",
+        # net_socket.cc / net_ib.cc / bootstrap.cc: "message truncated : receiving %d bytes instead of %d"
+        (r"[Mm]essage truncated ?: (?:receiving|received) \d+ bytes instead of \d+",),
+        "A rank received a message larger than the one it posted: the ranks issued different collectives or sizes "
+        "at the same point (rank-dependent shapes or order), or they run with different NCCL settings or versions "
+        "(NCCL_PROTO, NCCL_ALGO, another NCCL build on one node), so the two sides cut the data differently.",
+        "Compare the environment and `torch.cuda.nccl.version()` on every node (NCCL_DEBUG=INFO "
+        "NCCL_DEBUG_SUBSYS=ENV prints both); if they agree, rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to find the "
+        "collective whose shape differs; try NCCL_PROTO=Simple to tell the two apart.",
+        NCCL_TROUBLESHOOTING),
+    Rule(
+        "nccl-version-mismatch", "NCCL versions differ (library vs build, or between nodes)",
+        # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
+        (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
+         r"NCCL version mismatch with remote peer", r"plugin has incompatible version"),
+        "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
+        "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
+        "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
+        "Print `python -c 'import torch; print(torch.cuda.nccl.version())'` on every node and make them agree: one "
+        "image everywhere, no other libnccl on LD_LIBRARY_PATH/LD_PRELOAD; rebuild plugins for this NCCL.",
+        NCCL_TROUBLESHOOTING, mechanism="difference"),
+    Rule(
+        "nccl-p2p", "GPUs cannot access each other (P2P)",
+        # NCCL transport/p2p.cc and transport/shm.cc (cuMem host sharing); CUDA's cudaErrorPeerAccessUnsupported
+        (r"peer access is not supported between these two devices", r"failed to open CUDA IPC handle",
+         r"cudaErrorPeerAccessUnsupported"),
+        "NCCL tried direct GPU-to-GPU (P2P/IPC) access that this machine does not support: consumer or cloud GPUs "
+        "without P2P (RTX 40xx/50xx, L4), an IOMMU/ACS setting that blocks it, a VM; NCCL's cuMem shared host "
+        "memory also needs it.",
+        "Set NCCL_P2P_DISABLE=1 (and NCCL_CUMEM_HOST_ENABLE=0 when the failure is in shm.cc); check `nvidia-smi "
+        "topo -p2p r`; on bare metal disable the IOMMU (iommu=pt) or PCIe ACS.",
+        NCCL_ENV, mechanism="difference"),
+    Rule(
+        "memlock-limit", "locked-memory limit too low for InfiniBand",
+        # NCCL misc/ibvwrap.cc: "Call to ibv_%s failed with error %s" with strerror(ENOMEM)
+        (r"ibv_(?:create_cq|reg_mr|reg_dmabuf_mr|create_qp|alloc_pd)\w* failed with (?:error )?Cannot allocate "
+         r"memory",),
+        "An InfiniBand verbs call could not pin memory (ENOMEM): the locked-memory limit (ulimit -l) of the "
+        "process or container is too low for NCCL's IB buffers.",
+        "Raise the memlock limit: `ulimit -l unlimited` (docker run --ulimit memlock=-1, Slurm "
+        "PropagateResourceLimits, /etc/security/limits.conf) on every node.",
+        NCCL_TROUBLESHOOTING, mechanism="resource"),
+    Rule(
+        "too-many-open-files", "too many open files",
+        (r"Too many open files", r"EMFILE"),
+        "The process reached its open-file limit (ulimit -n): every rank's sockets, DataLoader workers passing "
+        "tensors through file descriptors, and NCCL/gloo connections each hold descriptors.",
+        "Raise the limit (`ulimit -n 65536`, docker --ulimit nofile=65536); for DataLoader workers also "
+        "torch.multiprocessing.set_sharing_strategy('file_system').",
+        f"{DOCS}/multiprocessing.html#sharing-strategies", mechanism="resource"),
+    Rule(
+        "cuda-driver-too-old", "the NVIDIA driver is older than torch's CUDA",
+        # CUDA's cudaErrorInsufficientDriver (35); torch/cuda/__init__.py's driver check
+        (r"CUDA driver version is insufficient for CUDA runtime version", r"cudaErrorInsufficientDriver",
+         r"The NVIDIA driver on your system is too old", r"driver (?:version )?is too old"),
+        "The installed NVIDIA driver supports an older CUDA than the one torch (or NCCL) was built with, so CUDA "
+        "cannot start: often one node's driver differs from the others.",
+        "Update the driver on that machine (nvidia-smi shows the CUDA version it supports), or install a torch "
+        "built for that CUDA (pytorch.org/get-started: cu118/cu121/...); keep drivers equal across nodes.",
+        "https://pytorch.org/get-started/locally/", mechanism="difference"),
+    Rule(
+        "cuda-illegal-address", "CUDA: illegal memory access",
+        (r"an illegal memory access was encountered", r"cudaErrorIllegalAddress"),
+        "A GPU kernel read or wrote outside its memory: an index out of range in a custom or fused kernel, a "
+        "buffer freed while a collective still used it, or a bug in an extension. The NCCL watchdog often reports "
+        "it later, from another call (CUDA errors are asynchronous).",
+        "Rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel, or under compute-sanitizer; check custom "
+        "kernels and that tensors passed to async collectives stay alive until wait().",
+        f"{DOCS}/notes/cuda.html#asynchronous-execution"),
+    Rule(
+        "device-mesh-size", "the DeviceMesh does not match the world size",
+        # torch/distributed/device_mesh.py
+        (r"Mesh should not be bigger than default world size", r"mesh_shape .{0,80}world size",
+         r"must be divisible by the number of .{0,40}world"),
+        "init_device_mesh / DeviceMesh was given a shape whose ranks do not fit the job: the product of mesh_shape "
+        "must equal the number of processes (nnodes x nproc-per-node), and a mesh may not name more ranks than "
+        "the world has.",
+        "Make mesh_shape multiply to WORLD_SIZE (e.g. (nnodes, nproc_per_node) for DP x TP) and start that many "
+        "processes; every rank must call init_device_mesh with the same shape.",
+        f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh"),
+    Rule(
+        "address-not-available", "MASTER_ADDR is not an address of this machine",
+        # strerror(EADDRNOTAVAIL)
+        (r"Cannot assign requested address", r"EADDRNOTAVAIL"),
+        "Binding a socket failed with EADDRNOTAVAIL (errno 99): the address is not one of this machine's - the "
+        "node that hosts the store (rank 0 / the rdzv endpoint) was given another machine's address or a stale "
+        "one, or an interface that is down.",
+        "Give MASTER_ADDR / --rdzv-endpoint the address of the node that runs rank 0 (`hostname -I` there); on "
+        "the other nodes it is the address they connect to.",
+        f"{DOCS}/elastic/run.html", mechanism="difference"),
+    Rule(
+        "address-family", "IPv6 not available (address family not supported)",
+        # c10d socket.cpp tries IPv6 first: "(errno: 97 - Address family not supported by protocol)"
+        (r"Address family not supported by protocol", r"EAFNOSUPPORT"),
+        "The machine (or container) has IPv6 disabled; c10d tries IPv6 first and falls back to IPv4, so on its "
+        "own this is a harmless warning. If the run failed, the error after it is the real one.",
+        "Nothing to fix for the warning; read the error that follows. To silence it, use an IPv4 MASTER_ADDR "
+        "(not a host name that also resolves to IPv6).",
+        f"{DOCS}/elastic/run.html", warning=True),
+    Rule(
+        "connect-timed-out", "a connection attempt timed out",
+        # strerror(ETIMEDOUT); NCCL's "Call to ibv_modify_qp failed with error Connection timed out" is nccl-ib's
+        (r"(?<!failed with error )Connection timed out",),
+        "A TCP connect to another machine got no answer (ETIMEDOUT, errno 110): a firewall silently drops the port, "
+        "the address is wrong or belongs to an interface the peer cannot reach, or the peer machine is down.",
+        "Check `nc -zv HOST PORT` from this node; open the ports between nodes (NCCL and gloo use random high "
+        "ports besides MASTER_PORT); set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to the shared interface.",
+        NCCL_TROUBLESHOOTING),
+    Rule(
+        "host-out-of-memory", "out of host memory (ENOMEM / No space left on device)",
+        (r"Cannot allocate memory", r"No space left on device", r"ENOMEM", r"ENOSPC", r"Disk quota exceeded"),
+        "A memory or file allocation failed: host RAM (or the container's memory limit) is exhausted, or the "
+        "filesystem being written (/dev/shm, /tmp, the checkpoint folder) is full.",
+        "Check `free -g`, `df -h /dev/shm /tmp` and the checkpoint folder; lower host memory per rank (DataLoader "
+        "workers, datasets held once per rank) or free space; in containers raise --memory / --shm-size.",
+        f"{DOCS}/notes/faq.html", mechanism="resource"),
+    Rule(
+        "worker-terminated", "a worker was stopped (SIGTERM)",
+        (r"exitcode\s*:\s*-15\b", r"Signal 15 \(SIGTERM\)", r"Signals\.SIGTERM", r"^\s*Terminated\s*$",
+         r"exit(?:ed with)? code:? 143\b"),
+        "The process was asked to stop from outside: torchrun stops the other ranks after one fails (then this is a "
+        "consequence), or the scheduler ended the job (Slurm time limit, preemption, a spot instance reclaimed).",
+        "If another rank failed, read its error first; otherwise check the scheduler's record (sacct -j JOB, the "
+        "job's time limit) and save checkpoints often enough to resume.",
+        f"{DOCS}/elastic/errors.html", consequence=True),
+    Rule(
+        "worker-illegal-instruction", "a worker died of SIGILL (illegal instruction)",
+        (r"exitcode\s*:\s*-4\b", r"Signal 4 \(SIGILL\)", r"Signals\.SIGILL", r"Illegal instruction",
+         r"exit(?:ed with)? code:? 132\b"),
+        "The CPU met an instruction it does not have: a binary (torch, numpy, an extension, a container image) "
+        "built for a newer CPU (AVX-512, AVX2) than this machine's - often one node of a mixed cluster.",
+        "Run the same image on a machine with the CPU it was built for, or install builds for this CPU; compare "
+        "`lscpu | grep -o avx[^ ]*` between nodes.",
+        f"{DOCS}/elastic/errors.html", mechanism="difference"),
+    Rule(
+        "worker-signal", "a worker died of a signal",
+        (r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
+         r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)", r"Floating point exception", r"^\s*Hangup\s*$",
+         r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
+         r"\d Hangup\b",
+         r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
+         r"Profiling timer expired", r"Stack fault", r"Power failure", r"User defined signal [12]"),
+        "The process was ended by a signal other than KILL/TERM/ABRT/SEGV/BUS/ILL: SIGFPE (an integer division by "
+        "zero in native code), SIGHUP (its terminal or ssh session closed), SIGINT/SIGQUIT (Ctrl-C, Ctrl-\\), "
+        "SIGXCPU/SIGXFSZ (a CPU-time or file-size limit), SIGSYS (a system call a container's seccomp forbids), "
+        "SIGTRAP (a breakpoint or a native assertion), SIGALRM/SIGUSR1/2 (a signal nobody handled).",
+        "Match the signal to its cause above: for SIGHUP run under nohup/tmux or the scheduler, for limits check "
+        "`ulimit -a`, for SIGFPE/SIGTRAP rerun with PYTHONFAULTHANDLER=1 to see the frame.",
+        f"{DOCS}/elastic/errors.html", generic=True),
     # ------------------------------------------------------------------ exit (tests/test_teardown.py)
     Rule(
         "teardown-abort", "aborted at exit, after the work was done",
@@ -431,6 +699,296 @@ RULES: tuple[Rule, ...] = (
         "https://github.com/pytorch/pytorch/issues/190489"),
 )
 
+# ------------------------------------------------------------------ families (issue 27): the long tail, by layer
+# Each covers whole source files of the catalogue; explain matches the literal parts of their templates as well as
+# the patterns below (which also catch older wordings: NCCL prints its source file in every WARN line). They are
+# generic: a specific rule on the same log explains it better.
+NCCL_DEBUG_NET = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
+
+
+def _family(id: str, title: str, covers: tuple[str, ...], patterns: tuple[str, ...], cause: str, fix: str,
+            reference: str, **flags) -> Rule:
+    return Rule(id, title, patterns, cause, fix, reference, generic=True, covers=covers, **flags)
+
+
+_FAMILIES: tuple[Rule, ...] = (
+    # NCCL (format strings of libnccl.so; nccl-* sources)
+    _family("nccl-ib", "NCCL: InfiniBand/RoCE transport failed",
+            (r"nccl:(transport/net_ib|net_ib|misc/ibvwrap|include/ibv|misc/ibvsymbols|misc/mlx5dv|include/mlx5)",),
+            (r"\b(?:net_ib\w*|ibvwrap)(?:/\w+)?\.(?:cc|h):?\d* NCCL WARN", r"NET/IB\w*(?:/\w+)? ?: ",
+             r"\bibv_\w+ failed", r"IBV_WC_\w+_ERR"),
+            "NCCL's InfiniBand/RoCE transport between nodes failed: a port down or flapping, RoCE using a GID "
+            "that is not routed (a link-local address: wrong NCCL_IB_GID_INDEX), NICs that cannot reach each "
+            "other (not cross-rail connected, a switch filtering), or a completion error (error 12 = retries "
+            "exceeded: the peer did not answer).",
+            "Check the ports (`ibstat`, `ibv_devinfo`) and, for RoCE, the GID table (`show_gids`: set "
+            "NCCL_IB_GID_INDEX to the RoCE v2 entry of the IP you use); run NCCL_IB_DISABLE=1 once to confirm "
+            f"IB is the problem (NCCL falls back to sockets); {NCCL_DEBUG_NET}.",
+            NCCL_TROUBLESHOOTING, needs=('NCCL', 'ibv_', 'IBV_')),
+    _family("nccl-socket", "NCCL: socket (TCP) connection between ranks failed",
+            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",),
+            (r"\b(?:socket|net_socket\w*|bootstrap)(?:/\w+)?\.cc:\d+ NCCL WARN", r"NET/Socket ?: ",
+             r"\bsocket(?:Progress|StartConnect|Connect|Accept|Finalize\w*|PollConnect)\b"),
+            "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
+            "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
+            "NCCL chose an interface the other node cannot reach.",
+            "If another rank failed, read its error first; otherwise set NCCL_SOCKET_IFNAME to the interface "
+            f"the nodes share, open the ports between nodes, and {NCCL_DEBUG_NET}.",
+            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
+    _family("nccl-shm", "NCCL: shared-memory transport or host OS call failed",
+            (r"nccl:(transport/shm|misc/shmutils|os/|include/shm)",),
+            (r"\b(?:shm|shmutils)\.cc:\d+ NCCL WARN",),
+            "NCCL's shared-memory transport between ranks of one node (or an OS call it makes) failed: /dev/shm "
+            "too small or not shared between the processes (containers), cuMem host memory not supported by the "
+            "driver or VM, or a segment another rank removed.",
+            "Give the container --ipc=host or --shm-size=8g and check `df -h /dev/shm`; NCCL_SHM_DISABLE=1 "
+            "confirms it (slower); with cuMem errors try NCCL_CUMEM_HOST_ENABLE=0.",
+            NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
+    _family("nccl-proxy", "NCCL: the proxy thread lost a rank",
+            (r"nccl:(proxy|include/proxy|transport\.cc)",),
+            (r"\bproxy\.cc:\d+ NCCL WARN", r"\[Service thread\]", r"\[Proxy Service \d+\]",
+             r"\[Proxy Progress\]"),
+            "NCCL's proxy thread sets up and drives the network and shared-memory connections of the ranks on a "
+            "node; it reports that a local rank stopped answering ('Could not receive type from localRank N', "
+            "'Failed to execute operation'): usually that rank had already failed.",
+            "Find the rank that failed first (torchrun's Root Cause, the earliest traceback) and fix that; if "
+            f"none did, {NCCL_DEBUG_NET},PROXY.",
+            NCCL_TROUBLESHOOTING, consequence=True, needs=('NCCL',)),
+    _family("nccl-nvls", "NCCL: NVLink SHARP / multi-node NVLink setup failed",
+            (r"nccl:(transport/nvls|transport/mc_arena|transport/multicast|nvls|mnnvl|cft|include/nvls|"
+             r"include/mnnvl)",),
+            (r"\b(?:nvls|mnnvl)\.cc:\d+ NCCL WARN",),
+            "NCCL's NVLink SHARP (NVLS) or multi-node NVLink (MNNVL) could not be set up: the fabric manager or "
+            "IMEX service is not running, the driver or container lacks support, or multicast memory ran out.",
+            "Check `nvidia-smi -q | grep -i fabric` and the nvidia-fabricmanager / IMEX services; NCCL_NVLS_ENABLE=0 "
+            "or NCCL_MNNVL_ENABLE=0 confirms it.",
+            NCCL_ENV, needs=('NCCL', 'NVLS')),
+    _family("nccl-collnet", "NCCL: CollNet / SHARP plugin failed",
+            (r"nccl:(include/coll_net|transport/coll_net|coll_net)",),
+            (r"\bcoll_net\.cc:\d+ NCCL WARN", r"\bCollNet\b.{0,80}(?:fail|error)"),
+            "NCCL's in-network reduction (CollNet, e.g. the SHARP plugin) failed to set up or run: the plugin or "
+            "the switch's aggregation manager is unavailable or mismatched.",
+            "NCCL_COLLNET_ENABLE=0 confirms it; check the SHARP plugin's version against NCCL's.",
+            NCCL_ENV, needs=('NCCL', 'CollNet')),
+    _family("nccl-plugin", "NCCL: a plugin failed to load or run",
+            (r"nccl:(plugin/|include/plugin|include/nccl_net|include/nccl_tuner|include/nccl_profiler)",),
+            (r"NET/Plugin ?: .{0,100}(?:[Ff]ail|[Ee]rror|not found|Could not)", r"\bplugin\w*\.cc:\d+ NCCL WARN"),
+            "An NCCL plugin (network: libnccl-net.so such as HPC-X/SHARP or aws-ofi-nccl; tuner; profiler) failed "
+            "to load or returned an error: built for another NCCL version, missing libraries, or an "
+            "NCCL_NET_PLUGIN that names nothing.",
+            "Check NCCL_NET_PLUGIN / LD_LIBRARY_PATH and that the plugin was built for this NCCL "
+            "(NCCL_DEBUG=INFO prints which plugin and version loaded); unset it to use NCCL's own transports.",
+            NCCL_ENV, mechanism="difference", needs=('NCCL',)),
+    _family("nccl-topology", "NCCL: topology detection failed",
+            (r"nccl:(graph/|include/graph|include/xml|include/topo)",),
+            (r"\b(?:topo|xml|search|paths|connect|tuning)\.cc:\d+ NCCL WARN",),
+            "NCCL could not read or use the machine's topology (PCI, NVLink, NICs): /sys not visible in a container, "
+            "an NCCL_TOPO_FILE that does not match the machine, or NCCL_P2P_LEVEL/NCCL_NET_GDR_LEVEL values it "
+            "cannot satisfy.",
+            "Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH; mount /sys in containers; drop NCCL_TOPO_FILE and "
+            "hand-set *_LEVEL variables.",
+            NCCL_ENV, needs=('NCCL',)),
+    _family("nccl-env", "NCCL: a setting has a value NCCL cannot use",
+            (r"nccl:(misc/param|param/|include/param|config/)",),
+            (r"Invalid value \S+ for NCCL_\w+",),
+            "An NCCL_* environment variable (or ncclConfig field / nccl.conf line) has a value NCCL rejects; it "
+            "falls back to the default or fails.",
+            "Fix or unset the variable the message names (see NCCL's environment documentation); check "
+            "~/.nccl.conf and /etc/nccl.conf too.",
+            NCCL_ENV, needs=('NCCL',)),
+    _family("nccl-memory", "NCCL: memory allocation failed",
+            (r"nccl:(allocator|mem_manager|misc/alloc|include/alloc)",),
+            (r"\b(?:alloc|allocator|mem_manager)\.(?:cc|h):\d+ NCCL WARN",),
+            "NCCL could not allocate or map host or GPU memory for its buffers: the GPU is full (the model took it "
+            "all), pinned host memory or cuMem is limited, or the driver lacks a feature it asked for.",
+            "Leave GPU memory for NCCL (smaller batch, PYTORCH_CUDA_ALLOC_CONF), raise ulimit -l; NCCL_CUMEM_ENABLE=0 "
+            "if cuMem calls fail.",
+            NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
+    _family("nccl-cuda", "NCCL: a CUDA call failed",
+            (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
+            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)"),
+            "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
+            "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
+            "or an earlier CUDA error surfacing here.",
+            "Read the quoted CUDA error; compare the driver (nvidia-smi) with torch's CUDA; NCCL_CUMEM_ENABLE=0 "
+            "when cuMem calls fail; CUDA_LAUNCH_BLOCKING=1 to find an earlier kernel error.",
+            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure')),
+    _family("nccl-call", "NCCL rejected a call or failed inside it",
+            (r"nccl:(enqueue|misc/argcheck|group|collectives|include/comm|include/info|include/enqueue|scheduler|"
+             r"tuning|channel|register|sym|rma|gin|devcomm|dev_runtime|ce_coll|init|include/utils|misc/utils|"
+             r"transport/generic|include/device|include/channel|include/group|include/register|include/transport|"
+             r"misc/nvmlwrap|include/nvml|misc/gdrwrap|include/gdr|misc/tuner|misc/profiler|include/profiler|"
+             r"transport/p2p|transport/net\.cc|transport/net/|include/net|misc/|include/)",),
+            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",),
+            "NCCL refused a call or failed inside it; the message names what: ranks that disagree (different "
+            "counts, roots, types or number of ranks), a communicator already aborted after an earlier error, a "
+            "buffer registration or feature this GPU/driver does not support, or a GPU/NVML query that failed.",
+            "Read the message and NCCL's 'Last error' line; check that every rank issues the same calls "
+            "(TORCH_DISTRIBUTED_DEBUG=DETAIL), and rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL.",
+            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
+    _family("nccl-ras", "NCCL's RAS monitor reported a problem",
+            (r"nccl:(ras/|include/ras)",),
+            (r"\bNCCL RAS\b", r"\bRAS\b.{0,60}(?:dead|unresponsive|timeout|fail)"),
+            "NCCL's reliability monitor (RAS) found a peer that does not respond, a connection timeout between "
+            "NCCL processes, or reported the job's state on request (ncclras).",
+            "The rank or node it names is the one to look at first (crashed, hung, or network trouble); "
+            "NCCL_RAS_ENABLE=0 turns the monitor off.",
+            NCCL_ENV, needs=('NCCL', 'RAS')),
+    _family("nccl-diag", "NCCL's diagnostics reported a problem",
+            (r"nccl:(diagnostics/)",),
+            (r"NCCL DIAG",),
+            "One of NCCL's built-in diagnostic checks (P2P access, PCI, GPU, IB write bandwidth, paths) failed "
+            "on this machine; the line names the check.",
+            "Treat the named check as the hardware/driver problem to fix (P2P: NCCL_P2P_DISABLE=1; IB: ibstat; "
+            "PCI: lspci -vv for the link width/speed).",
+            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
+    _family("cuda-error", "a CUDA runtime call failed",
+            (r"nccl:onerank\.cu",),
+            (r"CUDA error: ", r"cuda runtime error \(\d+\)"),
+            "A CUDA runtime call failed; the text after 'CUDA error:' says which. CUDA reports errors "
+            "asynchronously, so the call that shows it is often not the one that caused it.",
+            "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA builds for device asserts) to see the "
+            "failing call; check nvidia-smi for the GPU's state and the driver against torch's CUDA.",
+            f"{DOCS}/notes/cuda.html#asynchronous-execution", needs=('CUDA error', 'cuda runtime error', 'CUDA')),
+    # torch's Python (raise / warn / logger texts of torch.distributed)
+    _family("rendezvous-failed", "torchrun's rendezvous failed",
+            (r"torch-python:torch/distributed/elastic/rendezvous/",),
+            (r"torch/distributed/elastic/rendezvous/\w+\.py\", line \d+", r"Rendezvous\w*Error"),
+            "torchrun's rendezvous (c10d, etcd or static) could not assemble the job: nodes disagree on "
+            "--nnodes, --rdzv-id or --rdzv-endpoint, the endpoint's store is unreachable, or a node did not join "
+            "before the timeout and the rendezvous closed.",
+            "Start every node with the same --nnodes, --rdzv-backend, --rdzv-id and --rdzv-endpoint HOST:PORT "
+            "(reachable from all: `nc -zv HOST PORT`); raise --rdzv-conf join_timeout=... for slow starts; read "
+            "the first node's log.",
+            f"{DOCS}/elastic/rendezvous.html"),
+    _family("elastic-agent", "torchrun's agent could not run the workers",
+            (r"torch-python:torch/distributed/elastic/(agent|multiprocessing|timer|utils|events|metrics|"
+             r"control_plane|_)", r"torch-python:torch/distributed/(run|launcher/)"),
+            (r"torch/distributed/elastic/(?:agent|multiprocessing)/[\w/]+\.py\", line \d+",),
+            "torchrun (its elastic agent) failed to start, watch or stop the worker processes, or rejected its "
+            "arguments; the message names which. When a worker failed, its own error (above the summary) is the "
+            "one to read.",
+            "Read the failing worker's error first; check torchrun's arguments (--nproc-per-node, --nnodes, the "
+            "script path, --log-dir) and that the entrypoint starts on its own (`python script.py` with RANK=0 "
+            "WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500).",
+            f"{DOCS}/elastic/run.html"),
+    _family("c10d-api", "a torch.distributed call got something it cannot use",
+            (r"torch-python:torch/distributed/(distributed_c10d|rendezvous|_functional_collectives|utils|"
+             r"c10d_logger)\.py",),
+            (r"torch/distributed/distributed_c10d\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+            "A torch.distributed function rejected its arguments or the process state; the message names which: "
+            "a rank that is not in the group, tensors on a device the backend does not handle, lists whose length "
+            "is not the world size, init_process_group missing or repeated, an unknown backend or init_method.",
+            "Fix the argument the message names; every rank must call it with matching arguments; "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL checks collectives across ranks.",
+            f"{DOCS}/distributed.html"),
+    _family("ddp-api", "DistributedDataParallel rejected the model or a call",
+            (r"torch-python:torch/nn/parallel/distributed\.py", r"torch-native:torch/csrc/distributed/c10d/"
+             r"(reducer|logger\.cpp|comm\.|python_comm_hook|default_comm_hooks|reducer_timer|sequence_num)"),
+            (r"torch/nn/parallel/distributed\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+            "DistributedDataParallel (or its C++ reducer) rejected the module or how it was used; the message names "
+            "which: parameters that need no gradient or sit on several devices, device_ids that do not match, a "
+            "communication hook registered twice or returning the wrong type, or buckets rebuilt while autograd "
+            "ran.",
+            "Fix what the message names; wrap the model after moving it to its device, once per process, and run "
+            "forward/backward through the wrapper; TORCH_DISTRIBUTED_DEBUG=DETAIL adds parameter names.",
+            f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+    _family("syncbn-api", "SyncBatchNorm rejected its input or setup",
+            (r"torch-python:torch/nn/modules/batchnorm\.py",),
+            (),
+            "SyncBatchNorm (or BatchNorm) rejected its input: a tensor of the wrong dimensionality or device, or "
+            "SyncBatchNorm used outside a process group.",
+            "Check the input's shape and device; use SyncBatchNorm only inside an initialised process group on GPU.",
+            f"{DOCS}/generated/torch.nn.SyncBatchNorm.html"),
+    _family("fsdp-api", "FSDP rejected the model, its state or a call",
+            (r"torch-python:torch/distributed/(fsdp|_composable)/",),
+            (r"torch/distributed/(?:fsdp|_composable)/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|"
+             r"Exception)",),
+            "FullyShardedDataParallel / fully_shard rejected the model or a call; the message names which: "
+            "wrapping order (a submodule wrapped after its parent, a module wrapped twice), parameters of mixed "
+            "dtype/device, a state_dict type or optimizer state that does not match how the model was sharded, "
+            "or an API used outside forward/backward.",
+            "Fix what the message names; wrap from the leaves up (auto_wrap_policy), load/save state dicts with "
+            "the matching StateDictType (or torch.distributed.checkpoint.state_dict helpers), and build the "
+            "optimizer after wrapping.",
+            f"{DOCS}/fsdp.html"),
+    _family("dtensor-api", "DTensor / tensor parallel: an unsupported op or placement",
+            (r"torch-python:torch/distributed/tensor/",),
+            (r"torch/distributed/tensor/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+            "A DTensor operation or redistribution is not supported for these placements or meshes: no sharding "
+            "strategy for the op, tensors on different meshes, a DTensor mixed with a plain tensor, or a shape "
+            "the sharding cannot split.",
+            "Redistribute the inputs to placements the op supports (e.g. Replicate()), convert plain tensors with "
+            "DTensor.from_local / distribute_tensor on the same mesh, and check the parallelize plan.",
+            f"{DOCS}/distributed.tensor.html"),
+    _family("device-mesh", "DeviceMesh rejected its shape or use",
+            (r"torch-python:torch/distributed/device_mesh\.py",),
+            (r"torch/distributed/device_mesh\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+            "init_device_mesh / DeviceMesh rejected its arguments: a shape that does not multiply to the world "
+            "size, dimension names missing or repeated, a slice by a name the mesh does not have, or a mesh "
+            "created before the process group on some ranks only.",
+            "Give a mesh_shape whose product is WORLD_SIZE and unique mesh_dim_names, and call it on every rank.",
+            f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh"),
+    _family("dcp-failed", "torch.distributed.checkpoint could not save or load",
+            (r"torch-python:torch/distributed/checkpoint/",),
+            (r"torch/distributed/checkpoint/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",
+             r"CheckpointException"),
+            "Distributed checkpointing failed: the checkpoint's keys or shapes do not match the model (another "
+            "parallelism, a renamed module), the storage path is not visible to every rank (a node-local disk), or "
+            "ranks called save/load differently; CheckpointException lists each rank's error.",
+            "Read the per-rank errors it lists; save to storage all ranks share, load into a model wrapped the "
+            "same way (or use get_state_dict/set_state_dict), and call save/load on every rank.",
+            f"{DOCS}/distributed.checkpoint.html"),
+    # torch's native code (libtorch_*: c10d, gloo)
+    _family("store-failed", "the c10d store (TCPStore) failed",
+            (r"torch-native:torch/csrc/distributed/c10d/(TCPStore|socket\.cpp|Store\.|HashStore|FileStore|"
+             r"PrefixStore|Utils\.hpp|control_collectives|Backoff)",),
+            (r"\bTCPStore\w*\.cpp:\d+\]", r"\[c10d\] (?:recvValue|sendBytes|recvBytes)\w* failed",
+             r"DistStoreError", r"Failed to recv, got 0 bytes", r"failed to recv, got 0 bytes"),
+            "The c10d key-value store that ranks use to find each other (a TCPStore served by rank 0's process or "
+            "torchrun's agent at MASTER_ADDR:MASTER_PORT) failed: its server exited (rank 0 or the agent "
+            "crashed or finished first), a key never arrived before the timeout (a rank never got that far), or "
+            "the connection broke.",
+            "Find why the store's host (rank 0 / the agent on the first node) went away - its error comes first; if "
+            "a key timed out, look for the rank that did not arrive; check MASTER_ADDR:MASTER_PORT is reachable.",
+            f"{DOCS}/distributed.html#torch.distributed.TCPStore"),
+    _family("gloo-failed", "gloo failed in a collective or its transport",
+            (r"torch-native:(third_party/gloo/|torch/csrc/distributed/c10d/ProcessGroupGloo)",),
+            (r"\[enforce fail at [^\]]*gloo/[^\]]+\]", r"Exception raised from \w+ at \S*ProcessGroupGloo\.cpp",
+             r"gloo/transport/tcp/\w+\.cc:\d+\]"),
+            "gloo (the CPU backend) failed inside a collective or its TCP transport; the enforce text names the "
+            "check: sizes or ops that differ between ranks, a peer that went away, a timeout waiting for a peer, "
+            "or the address gloo picked.",
+            "Make every rank call the same collectives with the same sizes (TORCH_DISTRIBUTED_DEBUG=DETAIL); if a "
+            "peer went away, read its error first; GLOO_SOCKET_IFNAME picks the interface.",
+            f"{DOCS}/distributed.html#backends"),
+    _family("c10d-native", "a c10d process-group call failed in C++",
+            (r"torch-native:torch/csrc/distributed/c10d/(ProcessGroup|Backend|Ops\.cpp|Functional|Types\.hpp|"
+             r"Work\.|init\.cpp|GroupRegistry|FakeProcessGroup|NanCheck|symm_mem|control_plane|cuda/|"
+             r"FlightRecorder|quantization|comm\.hpp|debug\.cpp|Utils\.cpp|intra_node|ParamCommsUtils|"
+             r"TraceUtils|PyProcessGroup|python_callback|logging|WinSockUtils|exception|error\.h)",
+             r"torch-native:c10d/gloo \(pooled literal\)"),
+            # a C++ error names its origin ("Exception raised from F at .../c10d/X.cpp:N"); a warning's "Triggered
+            # internally at .../c10d/X.cpp:N" is not an error
+            (r"Exception raised from \w+ at \S*torch/csrc/distributed/c10d/",),
+            "A process-group operation failed in torch's C++ (c10d): an op the backend does not implement for "
+            "this tensor, device or group, tensors whose devices/sizes differ, a group used after it was destroyed, "
+            "or NaNs found by TORCH_NCCL_NAN_CHECK; the message names which.",
+            "Fix what the message names; check the backend supports the op on this device (gloo: CPU, nccl: CUDA) "
+            "and that every rank passes matching tensors; TORCH_SHOW_CPP_STACKTRACES=1 shows where.",
+            f"{DOCS}/distributed.html"),
+    # the OS's error texts met by the socket, shared-memory, file and memory calls distributed runs make
+    _family("os-error", "a system call failed",
+            (r"os:strerror",),
+            (),
+            "A system call failed with this errno text; the call it belongs to is named next to it (connect, bind, "
+            "open, mmap, shm_open...).",
+            "Read the call and its target next to the text (a path, an address, a device); `man 2 CALL` lists what "
+            "the errno means for it.",
+            "https://man7.org/linux/man-pages/man3/errno.3.html"),
+)
+
+
 # When nothing matched: the steps that most often reveal the cause.
 GENERIC_STEPS: tuple[str, ...] = (
     "Find the first failure: torchrun's 'Root Cause (first observed failure)' names the rank; read that rank's "
@@ -440,3 +998,177 @@ GENERIC_STEPS: tuple[str, ...] = (
     "shapes) and TORCH_SHOW_CPP_STACKTRACES=1.",
     "If it hangs rather than fails: `ddplab launch --hang-timeout 60 ...` dumps every rank's Python stack.",
 )
+
+
+# ------------------------------------------------------------------ the catalogue behind the rules (issue 27)
+MECHANISMS = {"difference": 0, "resource": 1, "error": 2}  # order_findings: lower first
+
+NOT_USER_FACING = {
+    "info": "INFO/DEBUG log lines (shown only when asked for: logging at INFO, NCCL_DEBUG=INFO): not an error",
+    "internal": "internal invariants (INTERNAL ASSERT, a check without a message, AssertionError): a bug in torch",
+    "doc": "documentation compiled into the library (pybind docstrings, op schemas)",
+    "no-error-word": "C strings with no error or warning word (labels, units, INFO format strings)",
+    "os-unrelated": "errno/signal texts the socket, shared-memory, file and memory calls of c10d, gloo and NCCL "
+                    "do not return (see OS_MET)",
+}
+ERROR_WORD = re.compile(
+    r"\b(?:error|errors|fail|fails|failed|failure|invalid|cannot|can't|can ?not|could ?not|couldn't|unable|must|"
+    r"mismatch\w*|not supported|unsupported|time ?out|timed out|exceed\w*|abort\w*|closed|refused|reset|"
+    r"unreachable|missing|wrong|expected|expects|requires?|required|not allowed|incompatible|warning|deprecated|"
+    r"out of|unknown|illegal|violation|overflow|truncated|duplicate|no such|not found|not set|not initiali[sz]ed|"
+    r"already|denied|corrupt\w*|crash\w*|deadlock|too many|too large|too small|exhausted|insufficient|"
+    r"unexpected\w*|lost|disconnect\w*|should|only|bad|negative|empty|mismatched|unable|forbid\w*|disabled)\b",
+    re.IGNORECASE)
+DOC_TEXT = re.compile(r"``|\) -> |^\s*(?:Args|Arguments|Returns|Example)\b|:(?:class|func|meth|attr):|Tensor\(a")
+# errnos of connect/bind/accept/send/recv/getaddrinfo/shm_open/ftruncate/fallocate/mmap/open/write (man 2), and the
+# signals that end a training process
+OS_MET = {"EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EAFNOSUPPORT", "ECONNREFUSED", "ECONNRESET", "ECONNABORTED",
+          "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ETIMEDOUT", "EPIPE", "ENOMEM", "ENOSPC", "EMFILE", "ENFILE",
+          "EBADF", "EINTR", "EAGAIN", "EINVAL", "ENOENT", "EEXIST", "EPERM", "EIO", "EFBIG", "EDQUOT", "EROFS",
+          "ENODEV", "ENXIO", "EBUSY", "EFAULT", "ENOBUFS", "EPROTO", "EHOSTDOWN", "ENOTCONN", "EISCONN",
+          "EINPROGRESS", "EALREADY", "ENOTSOCK", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "ETXTBSY", "EOVERFLOW",
+          "SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL",
+          "SIGPIPE", "SIGXCPU", "SIGXFSZ", "SIGSYS", "SIGTRAP"}
+
+
+def _template_pattern(templates: list[str], os_texts: bool = False) -> str | None:
+    """One regex for the literal parts of templates: per template its longest literal part, when that part is
+    distinctive enough not to match unrelated text (>= 24 characters and 3 words)."""
+    from ddplab.diagnose import catalogue
+
+    parts = set()
+    if os_texts:
+        return rf"\b(?:{_trie(set(templates))})\b"
+    for text in templates:
+        chunks = [c for c in catalogue.chunks(text) if len(c) >= 24 and len(c.split()) >= 3]
+        if chunks:
+            parts.add(max(chunks, key=len)[:48])
+    return _trie(parts) if parts else None
+
+
+def _trie(words: set[str]) -> str:
+    """One regex matching any of `words`, shared prefixes merged: Python's re tries an alternation of literals one by
+    one at every position; a trie rejects most positions at the first character (~20x faster on a long log)."""
+    tree: dict = {}
+    for word in words:
+        node = tree
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        chain = []
+        while len(node) == 1 and "" not in node:  # a chain without branches: plain text, no recursion
+            ch, node = next(iter(node.items()))
+            chain.append(ch)
+        out = re.escape("".join(chain))
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return out
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if "" in node:  # a word ends here and longer ones go on: try the longer first
+            body = "(?:" + body + ")?"
+        return out + body
+
+    return build(tree)
+
+
+def _with_templates(families: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    """Each family with one more pattern: the literal parts of the user-facing templates of the files it covers."""
+    from ddplab.diagnose import catalogue
+
+    selectors = [[(sel.split(":", 1)[0], re.compile(sel.split(":", 1)[1])) for sel in f.covers] for f in families]
+    texts: list[list[str]] = [[] for _ in families]
+    owner: dict[tuple[str, str], int | None] = {}  # (source, file) -> the first family that covers it
+    for source in catalogue.SOURCES:
+        for t in (catalogue.load(source) or {}).get("templates", ()):
+            key = (source, t["file"])
+            if key not in owner:
+                owner[key] = next((i for i, sels in enumerate(selectors)
+                                   if any(src == source and rx.match(t["file"]) for src, rx in sels)), None)
+            if owner[key] is not None and internal_reason(source, t) is None:
+                texts[owner[key]].append(t["text"])
+    out = []
+    for family, mine in zip(families, texts):
+        derived = _template_pattern(mine, os_texts=all(sel.startswith("os:") for sel in family.covers))
+        files = [sel.split(":", 1)[1] for sel in family.covers if sel.startswith("nccl:") and "onerank" not in sel]
+        # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version)
+        warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN" if files else None
+        out.append(replace(family, patterns=family.patterns + tuple(p for p in (warn, derived) if p)))
+    return tuple(out)
+
+
+def internal_reason(source: str, template: dict) -> str | None:
+    """Why a catalogue template is not user-facing (a key of NOT_USER_FACING), or None when it is."""
+    text = template["text"]
+    if source == "os":
+        name = template.get("signal") or _errno_name(template.get("errno"))
+        return None if name in OS_MET else "os-unrelated"
+    if "INTERNAL ASSERT" in text or "Could this error message be improved" in text:
+        return "internal"
+    if source == "torch-python":
+        kind = template.get("kind", "")
+        if kind in ("log.info", "log.debug"):
+            return "info"
+        if template.get("exc") == "AssertionError":
+            return "internal"
+        return None
+    if DOC_TEXT.search(text):
+        return "doc"
+    return None if ERROR_WORD.search(text) else "no-error-word"
+
+
+def _errno_name(number) -> str | None:
+    import errno
+
+    return errno.errorcode.get(number) if number is not None else None
+
+
+def coverage(source: str, template: dict) -> tuple[str, str | None]:
+    """How explain covers one catalogue template: ("rule" | "family" | "internal" | "uncovered", rule id). Covered
+    means explain, given the template as a log shows it (shown_as), names a rule first: a specific one ("rule") or a
+    family ("family")."""
+    from ddplab.diagnose.explain import explain_text
+
+    if internal_reason(source, template) is not None:
+        return "internal", None
+    found = explain_text(shown_as(source, template)).matches
+    if not found:
+        return "uncovered", None
+    return ("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule
+
+
+def shown_as(source: str, template: dict) -> str:
+    """A template as a log shows it: fields filled in, and for torch's Python the line Python adds (the raising
+    frame of a traceback, or the logger's file:line prefix torch's logging format writes)."""
+    from ddplab.diagnose import catalogue
+
+    text = catalogue.render(template["text"])
+    kind, where = template.get("kind", ""), f'{template.get("file", "")}:{template.get("line", 0)}'
+    if source == "torch-python" and kind == "raise":
+        return (f'  File "/usr/lib/python3/site-packages/{template["file"]}", line {template.get("line", 0)}, in f\n'
+                f'    raise {template.get("exc", "RuntimeError")}(...)\n{template.get("exc", "RuntimeError")}: {text}')
+    if source == "torch-python" and kind.startswith("log."):
+        return f"W1203 12:00:00.000000 4242 site-packages/{where}] {text}"
+    if source == "nccl" and template.get("file", "").startswith("onerank"):  # CUDA runtime's texts, as torch says
+        return f"RuntimeError: CUDA error: {text}"
+    if source == "nccl":  # NCCL's WARN lines name their source file
+        return f"node1:4242:4243 [0] {template.get('file', '')}:7 NCCL WARN {text}"
+    return text
+
+
+def mechanism_rank(rule_id: str) -> int:
+    """0 for a difference between machines, 1 for a resource limit, 2 for the rest (MECHANISMS)."""
+    rule = BY_ID.get(rule_id)
+    return MECHANISMS.get(rule.mechanism, 2) if rule else 2
+
+
+def order_findings(rule_ids: list[str]) -> list[str]:
+    """The finding that explains the others first, by mechanism: a stable sort that moves differences between
+    machines (versions, drivers, interfaces) ahead of the transport errors they cause and resource limits ahead of
+    the crash they cause; otherwise the order given (explain's own: root cause, causes before consequences, ...)."""
+    return sorted(rule_ids, key=mechanism_rank)
+
+
+RULES: tuple[Rule, ...] = _SPECIFIC + _with_templates(_FAMILIES)
+BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
