@@ -37,10 +37,12 @@ TERMINATE = "terminate called after throwing"
 SIGABRT = -6
 SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
-RESTART = "attempts left; will restart worker group"  # torch/distributed/elastic/agent/server/api.py
+RESTART = "attempts left; will restart worker group"  # torch/distributed/elastic/agent/server/api.py (INFO)
+# The agent's one ERROR line per failed attempt (elastic/multiprocessing/api.py, _poll: the attempt's first failure)
+ATTEMPT_FAILED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
 # Lines the reading needs besides the rules' own text: a large log's prefilter keeps the lines holding any of these.
 READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what():", "terminate called", "Root Cause",
-                 'File "', RESTART, "TIMEOUT", "=> rank", "fix first:", "Signal ", "exitcode")
+                 'File "', RESTART, "TIMEOUT", "=> rank", "fix first:", "Signal ", "exitcode", "failed (exitcode")
 # Rule.mechanism, the finding that explains the others first; a rule without it sits at None.
 MECHANISMS = ("difference", "resource", None, "transport", "consequence")
 
@@ -241,7 +243,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:
         root.meaning = describe_exit(root.exitcode)
-    attempts = 1 + sum(RESTART in line for line in lines)
+    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS),
                        reading=_reading(lines, root, root_lines, summary, attempts))
@@ -327,8 +329,12 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         con.print(f"   see:   {m.reference}", markup=False)
     if not e.matches:
         con.print("no known error found in this log; what it says:")
-        for line in reading_lines(e.reading):
-            con.print(f"  {line}", markup=False)
+    elif not any(m.root_cause and not m.generic for m in e.matches) and e.reading is not None:
+        # only pointers (a worker's exit code, a peer that went away): the error itself says more
+        con.print("what the log says:")
+    for line in reading_lines(e.reading) if not any(m.root_cause and not m.generic for m in e.matches) else []:
+        con.print(f"  {line}", markup=False)
+    if not e.matches:
         con.print("Next steps:")
         for step in e.next_steps:
             con.print(f"  - {step}", markup=False)
