@@ -46,6 +46,7 @@ ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _LIGHTNING = re.compile(r"^\[rank:? ?(\d+)\]:? ", re.IGNORECASE)  # Lightning `[rank: 1] `, DeepSpeed `[Rank 1] `
 _OPENMPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 _SLURM = re.compile(r"^ {0,4}(\d{1,5}): ")  # srun --label (padded to the widest task number)
+_TAG_RANK = re.compile(r"^(?:\[[A-Za-z_]+?(\d+)\]:)?(?:\[rank(\d+)\]:)?")  # local (torchrun --tee), global
 _TORCH_TAG = re.compile(r"^(?:\[[A-Za-z_]+?\d+\]:)?\[rank\d+\]:|^\[[A-Za-z_]+?\d+\]:")
 
 
@@ -383,11 +384,26 @@ def _read_one(path: Path, name: str, tag: str | None, prefilter_cache: list) -> 
         text = text.rstrip("\r")
         for part in text.split("\r"):  # a progress bar's lone CRs: each state its own line, same number
             part = canonical(part, slurm)
-            if tag and not _TORCH_TAG.match(part):
-                part = f"{tag} {part}"
+            if tag and not (part.startswith("[default") if tag.startswith("[default") else _TORCH_TAG.match(part)):
+                part = tag + (part if part.startswith("[") else f" {part}")
             out_numbers.append(number)
             out_lines.append(part)
     return out_numbers, out_lines, total, size, dropped, streamed
+
+
+def _file_tag(path: Path, folder: Path) -> str | None:
+    """The prefix a rank's file gives its lines: torchrun --tee's `[defaultN]:` for torch's layout (the folder is
+    the local rank), `[rankN]:` for a file named after its rank."""
+    rank = rank_of_file(path, folder)
+    if rank is None:
+        return None
+    in_layout = any(part.isdigit() for part in path.relative_to(folder).parts[:-1])
+    return f"[default{rank}]:" if in_layout else f"[rank{rank}]:"
+
+
+def _tag_rank(line: str) -> int | None:
+    m = _TAG_RANK.match(line)
+    return int(m.group(1) or m.group(2)) if m and (m.group(1) or m.group(2)) else None
 
 
 def rank_of_file(path: Path, root: Path) -> int | None:
@@ -444,12 +460,16 @@ def _read_folder(folder: Path, name: str) -> LogText:
     total = size = dropped = 0
     readable = 0
     streamed = False
+    own_files = {rank_of_file(path, folder) for path in files} - {None}
     for path in files:
         rank = rank_of_file(path, folder)
         try:
-            n, ls, t, s, d, st = _read_one(path, str(path), f"[rank{rank}]:" if rank is not None else None, cache)
+            n, ls, t, s, d, st = _read_one(path, str(path), _file_tag(path, folder), cache)
         except DdplabError:
             continue  # an empty stdout.log is normal in a log folder
+        if rank is None and own_files:  # the launcher's log repeats (tee) what each rank's own file holds
+            keep = [i for i, line in enumerate(ls) if _tag_rank(line) not in own_files]
+            n, ls = [n[i] for i in keep], [ls[i] for i in keep]
         readable += 1
         spans.append((len(lines) + 1, str(path.relative_to(folder))))
         numbers += n
