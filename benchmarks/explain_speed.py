@@ -40,16 +40,18 @@ else:
     with open(path, "rb") as f:
         e = explain_text(f.read().decode("utf-8", errors="replace"), source=path)
 seconds = time.perf_counter() - t
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "rss": rss, "first": e.matches[0].rule if e.matches else None}))
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"seconds": seconds, "cpu": use.ru_utime + use.ru_stime, "rss": use.ru_maxrss * 1024,
+                  "first": e.matches[0].rule if e.matches else None}))
 """
 CLI = r"""
 import json, resource, subprocess, sys, time
 t = time.perf_counter()
 p = subprocess.run([sys.executable, "-m", "ddplab", "explain", sys.argv[1]], stdout=subprocess.DEVNULL)
 seconds = time.perf_counter() - t
-rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "rss": rss, "rc": p.returncode}))
+use = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": seconds, "cpu": use.ru_utime + use.ru_stime, "rss": use.ru_maxrss * 1024,
+                  "rc": p.returncode}))
 """
 
 
@@ -97,13 +99,15 @@ def main() -> int:
                 ("new, streamed", small_bytes, measure(CHILD, ["new", str(small)], ROOT / "src")),
                 ("old, whole file", small_bytes, measure(CHILD, ["old", str(small)], a.baseline_src)),
                 ("CLI end to end", big_bytes, measure(CLI, [str(big)], ROOT / "src"))]
-    print(f"{'path':<18}{'MB':>8}{'seconds':>10}{'MB/s':>9}{'peak RSS MB':>13}  first finding")
+    # MB per CPU second as well as per wall second: on a shared machine the wall clock also counts others' work
+    print(f"load average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPU(s)")
+    print(f"{'path':<18}{'MB':>8}{'wall s':>9}{'MB/s':>8}{'CPU s':>8}{'MB/CPU s':>10}{'peak RSS MB':>13}  first finding")
     for name, size, r in rows:
-        print(f"{name:<18}{size / 1e6:>8,.0f}{r['seconds']:>10.2f}{size / 1e6 / r['seconds']:>9.1f}"
-              f"{r['rss'] / 1e6:>13.0f}  {r.get('first', 'rc=' + str(r.get('rc')))}")
+        print(f"{name:<18}{size / 1e6:>8,.0f}{r['seconds']:>9.2f}{size / 1e6 / r['seconds']:>8.1f}{r['cpu']:>8.2f}"
+              f"{size / 1e6 / r['cpu']:>10.1f}{r['rss'] / 1e6:>13.0f}  {r.get('first', 'rc=' + str(r.get('rc')))}")
     new_small, old_small = rows[1][2], rows[2][2]
-    print(f"same file ({small_bytes / 1e6:,.0f} MB), new/old: speed {old_small['seconds'] / new_small['seconds']:.1f}x, "
-          f"peak RSS {new_small['rss'] / old_small['rss']:.2f}x")
+    print(f"same file ({small_bytes / 1e6:,.0f} MB), new/old: speed {old_small['seconds'] / new_small['seconds']:.1f}x "
+          f"(CPU {old_small['cpu'] / new_small['cpu']:.1f}x), peak RSS {new_small['rss'] / old_small['rss']:.2f}x")
     same = rows[0][2]["first"] == rows[1][2]["first"] == old_small["first"]
     print("first finding: " + ("the same on every path" if same else "DIFFERS between paths"))
     return 0 if same else 1

@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre
     import sre_parse as _sre_parse
 
-STREAM_ABOVE = 16 << 20  # bytes: smaller inputs are read whole (exact); larger ones go through the prefilter
+STREAM_ABOVE = 1 << 20  # bytes: a paste is read whole; a longer log goes through the prefilter
 CHUNK = 4 << 20
 BEFORE, AFTER = 24, 24  # context kept around a candidate line (the longest rule spans 21 lines)
 HEAD_LINES, TAIL_LINES = 50, 500  # always kept: versions/config at the start, the summary and last traceback at the end
@@ -198,20 +198,27 @@ class Prefilter:
                 table[p] = 1
                 wanted[p].append(lit)
         starts: set[int] = set()
-        checked: set[tuple[int, int]] = set()
+        newlines = None
         for shift in (0, 1) if short else (0,):
             n = (len(buf) - shift) & ~1
             pairs = np.frombuffer(view[shift:shift + n], dtype="<u2")
-            for k in np.flatnonzero(np.take(table, pairs)).tolist():
-                at = shift + 2 * k
-                start = buf.rfind(b"\n", 0, at) + 1
-                key = int.from_bytes(buf[at:at + 2], "little")
-                if start in starts or (start, key) in checked:
+            hits = np.flatnonzero(np.take(table, pairs))
+            if not len(hits):
+                continue
+            if newlines is None:
+                newlines = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+            # each (line, pair) once: a log full of one warning hits the same pair on every line
+            at = hits * 2 + shift
+            line = np.searchsorted(newlines, at)
+            _, first = np.unique(line.astype(np.int64) << 16 | pairs[hits], return_index=True)
+            for k, i in zip(at[first].tolist(), line[first].tolist()):
+                start = int(newlines[i - 1]) + 1 if i else 0
+                if start in starts:
                     continue
-                checked.add((start, key))
-                end = buf.find(b"\n", at)
-                line = buf[start:end if end >= 0 else len(buf)]
-                if any(lit in line for lit in wanted[key]):
+                end = int(newlines[i]) if i < len(newlines) else len(buf)
+                key = int.from_bytes(buf[k:k + 2], "little")
+                chunk = buf[start:end]
+                if any(lit in chunk for lit in wanted[key]):
                     starts.add(start)
         return starts
 
@@ -244,19 +251,24 @@ class _Kept:
         self.dropped = 0
 
     def add(self, number: int, raw: bytes) -> None:
-        if number <= self.last:
+        self.extend(number, [raw])
+
+    def extend(self, first: int, raws: list[bytes]) -> None:
+        """Lines numbered first, first+1, ...; those already kept are skipped. Kept as bytes: most lines of a
+        log full of candidates are dropped again, and decoding them would be wasted."""
+        skip = max(self.last + 1 - first, 0)
+        if skip >= len(raws):
             return
-        self.last = number
-        text = raw[:MAX_LINE].decode("utf-8", errors="replace")
-        if len(self.head) < CAP_LINES:
-            self.head.append((number, text))
-        else:
-            if len(self.tail) == self.tail.maxlen:
-                self.dropped += 1
-            self.tail.append((number, text))
+        pairs = list(zip(range(first + skip, first + len(raws)), raws[skip:]))
+        self.last = pairs[-1][0]
+        room = CAP_LINES - len(self.head)
+        self.head.extend(pairs[:room])
+        rest = pairs[room:] if room > 0 else pairs
+        self.dropped += max(len(self.tail) + len(rest) - CAP_LINES, 0)
+        self.tail.extend(rest)
 
     def lines(self) -> list[tuple[int, str]]:
-        return self.head + list(self.tail)
+        return [(n, raw[:MAX_LINE].decode("utf-8", errors="replace")) for n, raw in self.head + list(self.tail)]
 
 
 def stream(f, prefilter: Prefilter | None = None) -> tuple[list[tuple[int, str]], int, int, int]:
@@ -306,9 +318,10 @@ def stream(f, prefilter: Prefilter | None = None) -> tuple[list[tuple[int, str]]
         pending = 0
         if spans:
             lines = buf.split(b"\n")
-            for first, last in sorted(spans):
-                for i in range(max(first, 0), min(last, lines_here - 1) + 1):
-                    kept.add(base + i + 1, lines[i])
+            for first, last in _merged(spans):
+                first, end = max(first, 0), min(last, lines_here - 1) + 1
+                if first < end:
+                    kept.extend(base + first + 1, lines[first:end])
                 if last >= lines_here:
                     pending = max(pending, last - lines_here + 1)
         before = _last_lines(buf, BEFORE)
@@ -321,6 +334,17 @@ def stream(f, prefilter: Prefilter | None = None) -> tuple[list[tuple[int, str]]
     merged = [p for p in pairs if p[0] < first_tail]
     merged += [(n, raw[:MAX_LINE].decode("utf-8", errors="replace")) for n, raw in tail]
     return merged, base, total_bytes, kept.dropped
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping (first, last) line spans as disjoint ones, in order."""
+    out: list[list[int]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], last)
+        else:
+            out.append([first, last])
+    return [(a, b) for a, b in out]
 
 
 def _last_lines(buf: bytes, n: int) -> list[bytes]:
