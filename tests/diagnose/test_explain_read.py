@@ -200,6 +200,25 @@ def test_streamed_log_explains_like_the_whole_log(crash_console, tmp_path, monke
     assert streamed.matches[0].line > 20_000
 
 
+@pytest.mark.parametrize("chunk", [3000, 1 << 16])
+def test_every_corpus_log_streamed_explains_like_read_whole(tmp_path, monkeypatch, chunk):
+    """The 97 real logs of tests/logs/, streamed in small chunks (windows cross chunk boundaries, multi-line rules
+    such as syncbn-single-process span them) with no head or tail kept: the same findings, lines and reading."""
+    from test_explain_corpus import CORPUS, read_quoted
+
+    monkeypatch.setattr(logread, "CHUNK", chunk)
+    monkeypatch.setattr(logread, "HEAD_LINES", 0)
+    monkeypatch.setattr(logread, "TAIL_LINES", 0)
+    for path in CORPUS:
+        log = _write(tmp_path / path.name, read_quoted(path)[1])
+        monkeypatch.setattr(logread, "STREAM_ABOVE", 1 << 30)
+        whole = explain_log(read_path(str(log)))
+        monkeypatch.setattr(logread, "STREAM_ABOVE", 0)
+        streamed = explain_log(read_path(str(log)))
+        assert findings(streamed) == findings(whole), path.name
+        assert streamed.reading == whole.reading, path.name
+
+
 def test_streaming_keeps_memory_bounded_when_every_line_is_a_candidate(tmp_path, monkeypatch):
     monkeypatch.setattr(logread, "STREAM_ABOVE", 0)
     monkeypatch.setattr(logread, "CHUNK", 1 << 16)

@@ -250,9 +250,6 @@ class _Kept:
         self.last = 0
         self.dropped = 0
 
-    def add(self, number: int, raw: bytes) -> None:
-        self.extend(number, [raw])
-
     def extend(self, first: int, raws: list[bytes]) -> None:
         """Lines numbered first, first+1, ...; those already kept are skipped. Kept as bytes: most lines of a
         log full of candidates are dropped again, and decoding them would be wasted."""
@@ -311,10 +308,9 @@ def stream(f, prefilter: Prefilter | None = None) -> tuple[list[tuple[int, str]]
             index += buf.count(b"\n", at, start)
             at = start
             spans.append((index - BEFORE, index + AFTER))
-        if spans and spans[0][0] < 0 and starts:  # context from the previous chunk's end
-            first = min(first for first, _ in spans)
-            for k, raw in enumerate(before[max(len(before) + first, 0):]):
-                kept.add(base - min(len(before), -first) + k + 1, raw)
+        needed = min(-min((first for first, _ in spans), default=0), len(before))
+        if needed > 0:  # a candidate near the chunk's start: its context is the previous chunk's end
+            kept.extend(base - needed + 1, before[len(before) - needed:])
         pending = 0
         if spans:
             lines = buf.split(b"\n")
