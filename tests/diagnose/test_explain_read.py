@@ -14,8 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import cli, kill_tree
@@ -33,7 +36,8 @@ def run_torchrun(script: str, tmp: Path, *options: str) -> str:
     """The console of a real 2-rank torchrun run (--tee 3: every rank's lines with `[defaultN]:`), which fails."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "--log-dir", str(tmp), "--tee", "3", *options, str(SCRIPTS / script)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    tag = uuid.uuid4().hex  # every process of this run inherits it: none may survive the run
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DDPLAB_TEST_TAG": tag}
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -43,8 +47,23 @@ def run_torchrun(script: str, tmp: Path, *options: str) -> str:
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         raise AssertionError(f"{script} overstayed 180s")
+    deadline = time.monotonic() + 5
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {left}"
     assert proc.returncode != 0, out[-2000:]
     return out
+
+
+def tagged(tag: str) -> list[int]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("DDPLAB_TEST_TAG") == tag and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +332,7 @@ def launch(script: Path, *flags: str) -> tuple[subprocess.CompletedProcess, Path
     return ran, folders[0] if folders else None
 
 
-def test_the_log_folder_launch_prints_is_explained(tmp_path):
+def test_the_log_folder_launch_prints_is_explained(tmp_path, no_leftover_workers):
     # launch lints the script itself first (a SyntaxError there is bad input); one in a module it imports is not
     (tmp_path / "helper.py").write_text("def lr():\n    return = 0.1\n")
     script = tmp_path / "broken.py"
@@ -341,7 +360,7 @@ def test_the_log_folder_launch_prints_is_explained(tmp_path):
                 shutil.rmtree(f, ignore_errors=True)
 
 
-def test_ddplab_own_timeout_reports_are_explained(tmp_path):
+def test_ddplab_own_timeout_reports_are_explained(tmp_path, no_leftover_workers):
     check = cli("check", "--timeout", "5", env={"DDPLAB_FAULT": "hang:1:collectives.all_reduce"}, timeout=240)
     assert check.code == 3, check.out + check.err
     hung, folder = launch(SCRIPTS / "hang_skip.py", "--hang-timeout", "5")

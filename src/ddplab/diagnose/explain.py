@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ddplab.diagnose import ownreport
 from ddplab.diagnose.exitcodes import describe_exit
-from ddplab.diagnose.logread import ANSI, LogText, normalise
+from ddplab.diagnose.logread import LogText, normalise
 from ddplab.diagnose.reading import Reading, read
 from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule
 
