@@ -311,6 +311,20 @@ def test_a_plain_python_error_is_read_when_no_rule_knows_it(tmp_path):
     assert "name_error.py:11 in evaluate" in ran.out
 
 
+def test_the_rank_that_failed_first_lost_its_peer(tmp_path):
+    """Issue 32: rank 0 alone evaluates through the DDP model (tests/scripts/rank0_eval.py) and is the root cause
+    with gloo's 'Connection closed by peer': explain names rank 0's evaluation line, not 'find the rank that failed
+    first' alone."""
+    console = run_torchrun("rank0_eval.py", tmp_path)
+    e = explain_file(tmp_path, console)
+    assert e.root_cause.rank == 0 and e.reading.rank == 0
+    assert e.reading.user_frame.file.endswith("rank0_eval.py") and e.reading.user_frame.line == 14
+    ran = cli("explain", str(tmp_path / "run.log"))
+    text = " ".join(ran.out.split())
+    assert "rank 0 failed first, and what it reports is a lost peer" in text, ran.out
+    assert "rank0_eval.py:14 in <module>" in text
+
+
 def test_the_layer_and_the_setting_that_makes_it_say_more(tmp_path):
     """gloo's size check, made for real (tests/scripts/gloo_size_mismatch.py): printed by gloo."""
     console = run_torchrun("gloo_size_mismatch.py", tmp_path)

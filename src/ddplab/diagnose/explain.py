@@ -327,13 +327,21 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         con.print(f"   cause: {m.cause}", markup=False)
         con.print(f"   fix:   {m.fix}", markup=False)
         con.print(f"   see:   {m.reference}", markup=False)
+    explained = any(m.root_cause and not (m.generic or m.consequence) for m in e.matches)
     if not e.matches:
         con.print("no known error found in this log; what it says:")
-    elif not any(m.root_cause and not m.generic for m in e.matches) and e.reading is not None:
-        # only pointers (a worker's exit code, a peer that went away): the error itself says more
+    elif not explained and e.reading is not None:
+        # only pointers (a worker's exit code; a lost peer, even in the rank that failed first): the log says more
         con.print("what the log says:")
-    for line in reading_lines(e.reading) if not any(m.root_cause and not m.generic for m in e.matches) else []:
+    for line in reading_lines(e.reading) if not explained else []:
         con.print(f"  {line}", markup=False)
+    if not explained and any(m.root_cause and m.consequence for m in e.matches) and e.root_cause is not None:
+        # The rank that failed first lost its peer: the peer left without failing, so it was never in the
+        # collective this rank called (one called on some ranks only, such as under `if rank == 0`).
+        where = f" at {e.reading.user_frame}" if e.reading is not None and e.reading.user_frame else ""
+        con.print(f"  rank {e.root_cause.rank} failed first, and what it reports is a lost peer: the other ranks "
+                  f"left without an error, so they were not in the collective it called{where}; a collective (or a "
+                  "DDP forward/backward) run on some ranks only, e.g. under `if rank == 0`", markup=False)
     if not e.matches:
         con.print("Next steps:")
         for step in e.next_steps:
