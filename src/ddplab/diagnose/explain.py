@@ -6,8 +6,14 @@ consequences (a rank that lost its peer reports it after the peer died), errors 
 throwing ... what(): ...` names before others (that rank aborted first; its peers' Python tracebacks follow), specific
 messages before generic wrappers (NCCL's "invalid usage" before its "Last error: Duplicate GPU ..."), warnings last;
 within each tier, in the order each error first appears in the log.
+Before all of these, by mechanism, when a rule says what kind of failure it is (`Rule.mechanism`): a difference
+between machines (versions, drivers, interfaces) before a resource limit, before an error of no stated kind, before a
+transport error, before a consequence; a rule without the field is of no stated kind, so without it the order is the
+one above.
 Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
-`[default1]:` (torchrun --tee: role and local rank).
+`[default1]:` (torchrun --tee: role and local rank); other launchers' prefixes are rewritten to these when the log is
+read (ddplab/diagnose/logread.py). ddplab's own hang reports are findings too (ownreport.py), and every answer carries
+the structured reading of the failure (reading.py): what a person reads when no rule knows the error.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from ddplab.diagnose import ownreport
 from ddplab.diagnose.exitcodes import describe_exit
-from ddplab.diagnose.rules import GENERIC_STEPS, RULES, Rule, mechanism_rank
+from ddplab.diagnose.logread import LogText, normalise
+from ddplab.diagnose.reading import Reading, read
+from ddplab.diagnose.rules import GENERIC_STEPS, MECHANISMS, RULES, Rule
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
 LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*")
@@ -29,6 +37,12 @@ TERMINATE = "terminate called after throwing"
 SIGABRT = -6
 SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
+RESTART = "attempts left; will restart worker group"  # torch/distributed/elastic/agent/server/api.py (INFO)
+# The agent's one ERROR line per failed attempt (elastic/multiprocessing/api.py, _poll: the attempt's first failure)
+ATTEMPT_FAILED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
+# Lines the reading needs besides the rules' own text: a large log's prefilter keeps the lines holding any of these.
+READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what():", "terminate called", "Root Cause",
+                 'File "', RESTART, "TIMEOUT", "=> rank", "fix first:", "Signal ", "exitcode", "failed (exitcode")
 
 _COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
 
@@ -58,6 +72,8 @@ class Match:
     root_cause: bool = False  # matched in the root-cause rank's own output
     generic: bool = False  # a wrapper message; a more specific match explains it better
     warning: bool = False  # not an error
+    file: str | None = None  # which file of a log folder `line` is in
+    mechanism: str | None = None  # the rule's kind of failure (rules.MECHANISMS)
 
 
 @dataclass
@@ -68,10 +84,13 @@ class Explanation:
     matches: list[Match]
     matched: bool = False
     next_steps: list[str] = field(default_factory=list)  # generic steps, when nothing matched
+    reading: Reading | None = None  # what the log says about the failure, whatever matched
+    skipped_lines: int = 0  # lines of a huge log the reader dropped from the middle (logread's caps)
 
 
 def clean(text: str) -> str:
-    return ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    """CRLF/CR, ANSI colours, launchers' rank prefixes as torch's (logread.normalise)."""
+    return normalise(text)
 
 
 def _line_owner(line: str) -> tuple[int | None, int | None]:
@@ -160,9 +179,27 @@ def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str |
     return None
 
 
-def explain_text(text: str, source: str = "-", root: RootCause | None = None) -> Explanation:
+def explain_log(log: LogText, root: RootCause | None = None) -> Explanation:
+    """explain_text for a log read by logread: line numbers (and files of a folder) as in the input."""
+    e = explain_text(log.text, source=log.source, root=root, normalised=True)
+    e.lines, e.skipped_lines = log.lines_total, log.skipped
+    starts = [start for start, _ in log.files]
+    for m in e.matches:
+        index = m.line - 1
+        if log.files:
+            k = bisect.bisect_right(starts, index + 1) - 1
+            m.file = log.files[k][1] if k >= 0 else None
+        if log.line_numbers is not None and index < len(log.line_numbers):
+            m.line = log.line_numbers[index]
+    if e.root_cause is not None and e.root_cause.line is not None and log.line_numbers is not None:
+        e.root_cause.line = log.line_numbers[min(e.root_cause.line - 1, len(log.line_numbers) - 1)]
+    return e
+
+
+def explain_text(text: str, source: str = "-", root: RootCause | None = None,
+                 normalised: bool = False) -> Explanation:
     """Every rule that matches `text`, root cause first. `root` overrides the summary parsed from the text."""
-    text = clean(text)
+    text = text if normalised else clean(text)
     lines = text.split("\n")
     starts = [0]
     for line in lines[:-1]:
@@ -193,15 +230,18 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         root_hits = [i for i in ordered if i in root_lines]
         first = root_hits[0] if root_hits else ordered[0]
         after_terminate = any(i in terminated for i in ordered)
-        # family rules (rule.covers: a whole layer's messages) after specific ones; then by mechanism (rules.py)
-        family, mechanism = bool(rule.covers), mechanism_rank(rule.id)
+        # The finding that explains the others first, by mechanism (rules.py: a difference between machines, then a
+        # resource limit, then the rest); then family rules (rule.covers: a whole layer's messages) after specific ones.
+        family, mechanism = bool(rule.covers), MECHANISMS.get(rule.mechanism, MECHANISMS["error"])
         if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
-            key = (0, rule.warning, family, rule.generic, mechanism, not after_terminate, first)
+            key = (rule.warning, mechanism, 0, family, rule.generic, not after_terminate, first)
         else:
-            key = (1, rule.warning, family, mechanism, rule.consequence, not after_terminate, rule.generic, first)
-        matches.append((key, bool(root_hits), _match(rule, first, lines)))
+            key = (rule.warning, mechanism, 1, family, rule.consequence, not after_terminate, rule.generic, first)
+        match = _match(rule, first, lines)
+        match.mechanism = rule.mechanism
+        matches.append((key, bool(root_hits), match))
     matches.sort(key=lambda item: item[0])
-    result = []
+    result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
     for _, in_root, match in matches:
         match.root_cause = in_root
         result.append(match)
@@ -209,8 +249,48 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None) ->
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:
         root.meaning = describe_exit(root.exitcode)
+    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
-                       next_steps=[] if result else list(GENERIC_STEPS))
+                       next_steps=[] if result else list(GENERIC_STEPS),
+                       reading=_reading(lines, root, root_lines, summary, attempts))
+
+
+def _is_error(text: str) -> bool:
+    return bool(ERROR_LINE.match(text)) or text.startswith("what():")
+
+
+def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], summary: range,
+             attempts: int) -> Reading:
+    """The structured reading of the rank that failed first: the root cause's lines when the log names it, else
+    the owner of the first error line (its last traceback up to its last error)."""
+    if root is not None:
+        own = sorted(root_lines - set(summary))
+        block = [strip_prefixes(lines[i]) for i in own]
+        return read(block, root.rank, root.meaning, root.error, attempts)
+    first = next((i for i, line in enumerate(lines) if _is_error(strip_prefixes(line).strip())), None)
+    if first is None:
+        return read([strip_prefixes(line) for line in lines[-200:]], None, None, None, attempts)
+    owner = _line_owner(lines[first])
+    own = [i for i, line in enumerate(lines) if _line_owner(line) == owner] if owner != (None, None) \
+        else list(range(len(lines)))
+    errors = [i for i in own if _is_error(strip_prefixes(lines[i]).strip())]
+    last = errors[-1]
+    tracebacks = [i for i in own if i <= last and "Traceback (most recent call last)" in lines[i]]
+    start = tracebacks[-1] if tracebacks else max(own[0], last - 200)
+    block = [strip_prefixes(lines[i]) for i in own if start <= i <= last]
+    text = strip_prefixes(lines[last]).strip()
+    error = text[len("what():"):].strip() if text.startswith("what():") else text
+    rank = owner[0] if owner[0] is not None else owner[1]
+    return read(block, rank, None, error[:300], attempts)
+
+
+def _hang_match(hang: ownreport.Hang) -> Match:
+    cause = f"ddplab {hang.command}'s watchdog saw no progress: {hang.reason}"
+    if hang.flight:
+        cause += f"; Flight Recorder: {hang.flight}"
+    return Match(rule="ddplab-hang", title=f"a hang, reported by ddplab {hang.command}", cause=cause,
+                 fix=hang.fix or ownreport.HANG_FIX, reference=ownreport.REFERENCE, line=hang.line + 1,
+                 text=hang.text[:300], rank=None, consequence=False, root_cause=True)
 
 
 def _terminate_lines(lines: list[str]) -> set[int]:
@@ -244,7 +324,8 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         if rc.error:
             con.print(f"  {rc.error}")
     for n, m in enumerate(e.matches, 1):
-        where = f"line {m.line}" + (f", rank {m.rank}" if m.rank is not None else "")
+        where = f"line {m.line}" + (f" of {m.file}" if m.file else "") + (
+            f", rank {m.rank}" if m.rank is not None else "")
         tag = ((" (root cause)", "bold red") if m.root_cause
                else " (usually a consequence of another failure)" if m.consequence
                else " (a warning, not an error)" if m.warning else "")
@@ -253,7 +334,46 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         con.print(f"   cause: {m.cause}")
         con.print(f"   fix:   {m.fix}")
         con.print(f"   see:   {m.reference}")
+    explained = any(m.root_cause and not (m.generic or m.consequence) for m in e.matches)
     if not e.matches:
-        con.print("no known error found in this log. Next steps:")
+        con.print("no known error found in this log; what it says:")
+    elif not explained and e.reading is not None:
+        # only pointers (a worker's exit code; a lost peer, even in the rank that failed first): the log says more
+        con.print("what the log says:")
+    for line in reading_lines(e.reading) if not explained else []:
+        con.print(f"  {line}", markup=False)
+    if not explained and any(m.root_cause and m.consequence for m in e.matches) and e.root_cause is not None:
+        # The rank that failed first lost its peer: the peer left without failing, so it was never in the
+        # collective this rank called (one called on some ranks only, such as under `if rank == 0`).
+        where = f" at {e.reading.user_frame}" if e.reading is not None and e.reading.user_frame else ""
+        con.print(f"  rank {e.root_cause.rank} failed first, and what it reports is a lost peer: the other ranks "
+                  f"left without an error, so they were not in the collective it called{where}; a collective (or a "
+                  "DDP forward/backward) run on some ranks only, e.g. under `if rank == 0`", markup=False)
+    if not e.matches:
+        con.print("Next steps:")
         for step in e.next_steps:
             con.print(f"  - {step}")
+    if e.skipped_lines:
+        con.print(f"({e.skipped_lines:,} candidate lines in the middle of this log were not read: it holds more "
+                  "errors than explain keeps; the first and the last are above)")
+
+
+def reading_lines(r: Reading | None) -> list[str]:
+    """The structured reading as plain lines (no markup: every part of it is text from the log)."""
+    if r is None:
+        return []
+    out = []
+    if r.rank is not None or r.how:
+        out.append("failed first: " + (f"rank {r.rank}" if r.rank is not None else "a rank")
+                   + (f", {r.how}" if r.how else ""))
+    if r.exception:
+        kind = "a plain Python error in your own code" if r.user_code_error else "the error"
+        out.append(f"{kind}: {r.exception}")
+    if r.user_frame:
+        out.append(f"your code: {r.user_frame}" + (f": {r.user_frame.code}" if r.user_frame.code else ""))
+    out.append(f"printed by: {r.layer}; to make it say more: {r.more}")
+    if r.attempts > 1:
+        out.append(f"torchrun restarted the workers: {r.attempts} attempts in this log (the last one is read)")
+    if r.closest:
+        out.append(f"closest known message: {r.closest}")
+    return out
