@@ -97,6 +97,24 @@ def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
 
 
 @dataclass
+class Facts:
+    """What the other files of the project say about this one's run (project.py reads them): a print filter, the
+    device set, the group destroyed, helpers that test or return the rank, functions that build the DDP wrapper."""
+
+    replaces_print: bool = False
+    sets_device: bool = False
+    destroys: bool = False
+    distributed: bool = False
+    no_sync: bool = False
+    ddp: bool = False
+    spawns: bool = False
+    rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
+    rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
+    ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
+    unread: list = field(default_factory=list)  # project files that could not be read
+
+
+@dataclass
 class _Guard:
     kind: str  # global | local | device | single (the parent of mp.spawn workers: one process)
     rank0: bool  # the guarded code runs on rank 0 only (True) or on every rank but 0 (False)
@@ -105,8 +123,9 @@ class _Guard:
 
 
 class ScriptReader:
-    def __init__(self, tree: ast.Module):
+    def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.tree = tree
+        self.facts = facts or Facts()
         self.parent: dict[ast.AST, ast.AST] = {}
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
@@ -114,21 +133,64 @@ class ScriptReader:
         self.aliases = self._imports()
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
+        self.passed = {last(dotted(a)) for c in self.calls for a in [*c.args, *(k.value for k in c.keywords)]
+                       if isinstance(a, (ast.Name, ast.Attribute))}
         self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
-                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls)
-        self.sets_device = any(self.callee_last(c) == "set_device" for c in self.calls)
+                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls) \
+            or self.facts.distributed
+        self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                    self.callee_last(node.value) in DDP_NAMES:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
+                    self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
+                    self.facts.ddp_factories):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    def sets_device_here(self) -> bool:
+        """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
+        (`torch.accelerator.device_index(i)` is a context manager: called alone it sets nothing.)"""
+        if any(self.callee_last(c) in ("set_device", "set_device_index") for c in self.calls):
+            return True
+        return any(isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
+            for n in ast.walk(self.tree))
+
+    def replaces_print_here(self) -> bool:
+        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "print" and
+                    self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
+                return True
+        return False
+
+    def helper_results(self) -> tuple[dict, dict, set]:
+        """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
+        tests, values, factories = {}, {}, set()
+        for func in self.functions.values():
+            returns = [n.value for n in _walk_same_function(func.body) if isinstance(n, ast.Return) and n.value]
+            if not returns:
+                continue
+            test = self.rank_test(returns[0]) if isinstance(returns[0], (ast.Compare, ast.BoolOp, ast.UnaryOp)) \
+                else None
+            if test and all(self.rank_test(r) == test for r in returns if not isinstance(r, ast.Constant)):
+                tests[func.name] = test
+            elif (kind := self.rank_kind(returns[0])) and func.name not in ("__init__",):
+                values[func.name] = kind
+            wrapped = {dotted(t) for n in _walk_same_function(func.body) if isinstance(n, ast.Assign)
+                       and isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES for t in n.targets}
+            if any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES or dotted(r) in wrapped
+                   for r in returns):
+                factories.add(func.name)
+        return tests, values, factories
 
     # --------------------------------------------------------------------------------------- names
 
@@ -181,6 +243,15 @@ class ScriptReader:
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
         self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
         assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
+        # one-node mp.spawn script: there the local index is the rank)
+        given = {}
+        for call in (c for c in ast.walk(self.tree) if isinstance(c, ast.Call) and
+                     last(dotted(c.func)) == "init_process_group"):
+            value = keyword(call, "rank")
+            if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
+                given[key] = "global"
+        self.held_kind = dict(given)
         for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
             kinds: dict = {}
             tests: dict = {}
@@ -200,7 +271,7 @@ class ScriptReader:
                     derived.add(key)  # computed from the rank: different on every process
                 else:
                     plain.add(key)
-            self.held_kind = {k: v.pop() for k, v in kinds.items() if len(v) == 1}
+            self.held_kind = {**given, **{k: v.pop() for k, v in kinds.items() if len(v) == 1 and k not in given}}
             self.rank_derived = {k: True for k in derived - plain}
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
 
@@ -230,6 +301,8 @@ class ScriptReader:
             name = last(self.callee(expr))
             if name in ("get_rank", "rank"):
                 return "global"
+            if name in self.facts.rank_values:
+                return self.facts.rank_values[name]
             if name in ("get_local_rank", "local_rank", "get_node_local_rank"):
                 return "local"
             if name == "int" and expr.args:
@@ -239,6 +312,8 @@ class ScriptReader:
             return None
         if isinstance(expr, ast.Subscript):
             return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
+            return "local"  # rank % gpus_per_node: the index on this machine
         if not isinstance(expr, (ast.Name, ast.Attribute)):
             return None
         held = self._held(self.held_kind, expr)
@@ -263,6 +338,18 @@ class ScriptReader:
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
             return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.In, ast.NotIn)) \
+                and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set)):
+            # `local_rank in [-1, 0]`: rank 0 (or no launcher); `rank not in (0,)`: every rank but 0
+            kind = self.rank_kind(expr.left)
+            if kind and any(_is_zero(e) for e in expr.comparators[0].elts):
+                return kind, isinstance(expr.ops[0], ast.In)
+            return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Eq, ast.NotEq)) \
+                and not _is_zero(expr.comparators[0]) and not _is_zero(expr.left) and \
+                self._other_rank(expr.comparators[0]) and (kind := self.rank_kind(expr.left)):
+            # `rank == world_size - 1` runs on one rank (a single voice, like rank 0); `rank != 1` on the others
+            return kind, isinstance(expr.ops[0], ast.Eq)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
             left, op, right = expr.left, expr.ops[0], expr.comparators[0]
             if _is_zero(left):
@@ -287,8 +374,17 @@ class ScriptReader:
                 return ("local" if "local" in name else "global"), True
         if isinstance(expr, ast.Call) and last(self.callee(expr)) in MAIN_CALLS:
             return "global", True
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) in self.facts.rank_tests:
+            return self.facts.rank_tests[last(self.callee(expr))]
         kind = self.rank_kind(expr)
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def _other_rank(self, node: ast.AST) -> bool:
+        """A rank other than 0: a positive int, or an expression of the world size (`world - 1`)."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
+                   isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
 
     def guards(self, node: ast.AST) -> list[_Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
@@ -346,7 +442,7 @@ class ScriptReader:
         if any(g.kind in kinds and g.rank0 for g in self.guards(node)):
             return True
         func = self.enclosing_function(node)
-        if func is None or depth > 4:
+        if func is None or depth > 4 or func.name in self.passed:
             return False
         sites = self.call_sites(func)
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
