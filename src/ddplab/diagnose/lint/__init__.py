@@ -102,6 +102,11 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.spawns |= reader.spawns
         facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
                              for n in ast.walk(tree))
+        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in ast.walk(tree))
+        facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
+        checks = Checks(tree)
+        checks.check_backend()
+        facts.backend_nccl |= checks.backend == "nccl"
         tests, values, factories = reader.helper_results()
         facts.rank_tests.update(tests)
         facts.rank_values.update(values)
@@ -117,15 +122,27 @@ def _called_names(trees: dict[Path, ast.Module]) -> set[str]:
          if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
 
 
-def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool) -> list[tuple[int, int]]:
+def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool,
+                    used_by_file: list[set[str]]) -> list[tuple[int, int]]:
     """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
-    the script itself only methods: a function of the script is read as a reviewer reads it, called or not)."""
-    inside = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
-    return [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name not in called
-            and (id(n) in inside or not methods_only)
-            and not n.name.startswith("__") and n.name != "forward" and all(
-                dotted(d) in ("classmethod", "staticmethod", "property") for d in n.decorator_list)]
+    the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
+    method counts as called where its class is named too (GPT.from_pretrained, not another library's)."""
+    owner = {id(f): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+    spans = []
+    for n in ast.walk(tree):
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or (methods_only and id(n) not in owner) or \
+                n.name.startswith("__") or n.name == "forward" or any(  # called by Python, torch, or a registry
+                    dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
+            continue
+        if id(n) in owner:
+            if any(n.name in used and owner[id(n)] in used for used in used_by_file) or \
+                    any(isinstance(a, ast.Attribute) and a.attr == n.name and dotted(a.value) in ("self", "cls")
+                        for a in ast.walk(tree)):
+                continue
+        elif n.name in called:
+            continue
+        spans.append((n.lineno, n.end_lineno or n.lineno))
+    return spans
 
 
 def _in_function(tree: ast.Module, line: int) -> bool:
@@ -139,6 +156,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees, project.unread)
     called = _called_names(project.trees)
+    used_by_file = [_called_names({p: t}) for p, t in project.trees.items()]
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None
@@ -148,7 +166,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
-        spans = _uncalled_spans(tree, called, methods_only=entry)
+        spans = _uncalled_spans(tree, called, entry, used_by_file)
         for f in checks.findings:
             if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
                 continue

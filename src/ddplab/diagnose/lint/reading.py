@@ -111,6 +111,9 @@ class Facts:
     rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
+    reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
+    backend_nccl: bool = False  # init_process_group("nccl") somewhere
+    sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
     unread: list = field(default_factory=list)  # project files that could not be read
 
 

@@ -9,6 +9,7 @@ import re
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts, ScriptReader,
                                           _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
+from ddplab.diagnose.lint.multigpu import MultiGpuChecks
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
@@ -17,7 +18,7 @@ RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 
 
-class Checks(ScriptReader):
+class Checks(MultiGpuChecks):
     def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.findings: list[Finding] = []
         self.backend: str | None = None  # the backend init_process_group is given as a literal, if any
@@ -48,6 +49,7 @@ class Checks(ScriptReader):
         self.check_rank0_ddp_forward()
         self.check_loader_without_sampler()
         self.check_grad_accumulation()
+        self.run_multigpu()
 
     def _skipped_when_launched(self, node: ast.AST) -> bool:
         """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
