@@ -103,7 +103,7 @@ def render(con, r) -> None:
                 con.print(_brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
         for f in r.related_lint:
-            con.print(escape(f"  likely cause — line {f.line}: {f.message}"))
+            con.print(escape(f"  likely cause — {f.path + ':' if f.path else 'line '}{f.line}: {f.message}"))
             con.print(escape(f"      fix: {f.fix}"))
         con.print(f"  every worker was ended; per-rank logs: {escape(r.log_dir)}")
     elif r.status == "failed":

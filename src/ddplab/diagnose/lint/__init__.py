@@ -122,8 +122,8 @@ def _called_names(trees: dict[Path, ast.Module]) -> set[str]:
          if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
 
 
-def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool,
-                    used_by_file: list[set[str]]) -> list[tuple[int, int]]:
+def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool, used_by_file: list[set[str]],
+                    own: set[str]) -> list[tuple[int, int]]:
     """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
     the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
     method counts as called where its class is named too (GPT.from_pretrained, not another library's)."""
@@ -135,7 +135,11 @@ def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool,
                     dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
             continue
         if id(n) in owner:
-            if any(n.name in used and owner[id(n)] in used for used in used_by_file) or \
+            inside = range(n.lineno, (n.end_lineno or n.lineno) + 1)  # its own body does not call it
+            here = {x.attr if isinstance(x, ast.Attribute) else x.id for x in ast.walk(tree)
+                    if isinstance(x, (ast.Attribute, ast.Name)) and x.lineno not in inside}
+            if any(n.name in used and owner[id(n)] in used for used in used_by_file if used is not own) or \
+                    (n.name in here and owner[id(n)] in here) or \
                     any(isinstance(a, ast.Attribute) and a.attr == n.name and dotted(a.value) in ("self", "cls")
                         for a in ast.walk(tree)):
                 continue
@@ -156,7 +160,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees, project.unread)
     called = _called_names(project.trees)
-    used_by_file = [_called_names({p: t}) for p, t in project.trees.items()]
+    used_by_file = {p: _called_names({p: t}) for p, t in project.trees.items()}
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None
@@ -166,7 +170,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
-        spans = _uncalled_spans(tree, called, entry, used_by_file)
+        spans = _uncalled_spans(tree, called, entry, list(used_by_file.values()), used_by_file[path])
         for f in checks.findings:
             if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
                 continue

@@ -197,8 +197,10 @@ class MultiGpuChecks(ScriptReader):
         for func in [self.tree, *self.functions.values()]:
             body = func.body
             calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
-            if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in calls):
-                continue  # reduced (or synchronised) somewhere in this function
+            reducers = [c for c in calls if any(w in self.callee_last(c).lower() for w in REDUCERS)]
+            if any(not c.args and not c.keywords for c in reducers):
+                continue  # metric_logger.synchronize_between_processes(): the meters are reduced
+            reduced = self._flows_into(reducers, body)
             accumulated = {}  # name -> the loop it grows in
             for node in _same_scope(body):
                 if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
@@ -213,7 +215,7 @@ class MultiGpuChecks(ScriptReader):
                     continue
                 if not self.runs_on_rank0_only(call, frozenset({"global"})):
                     continue
-                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated}
+                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
@@ -225,6 +227,15 @@ class MultiGpuChecks(ScriptReader):
                              sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
                              if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
+
+    def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
+        """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
+        dist.all_reduce(t))."""
+        given = {n.id for c in reducers for n in ast.walk(c) if isinstance(n, ast.Name)}
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and any(dotted(t) in given for t in node.targets):
+                given |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        return given
 
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
