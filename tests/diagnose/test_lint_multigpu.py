@@ -187,3 +187,25 @@ def test_rank0_leaving_a_loop_with_collectives():
                 break
             print(name)
     """) == []
+
+
+def test_lr_or_batch_scaled_by_the_world_size_twice():
+    assert rules("""
+        world_size = dist.get_world_size()
+        lr = 0.1 * world_size
+        from torch.optim import SGD
+        opt = SGD([], lr=lr * world_size)
+    """) == ["world-size-scaled-twice"]
+    assert rules("""
+        import argparse
+        args = argparse.Namespace(batch_size=256, lr=0.1)
+        args.batch_size = args.batch_size // int(os.environ["WORLD_SIZE"])
+        per_rank_batch = args.batch_size // dist.get_world_size()
+    """) == ["world-size-scaled-twice"]
+    assert rules("""
+        world_size = dist.get_world_size()
+        lr = 0.1 * world_size
+        batch = 256 // world_size
+        eff_batch = batch * 4
+        steps = 1000 // world_size
+    """) == []

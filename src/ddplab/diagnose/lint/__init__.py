@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
-from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, ScriptReader, _walk_same_function, dotted, last
+from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import Checks
 from ddplab.errors import DdplabError
@@ -26,7 +26,7 @@ __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lin
 MODULE_RULES = {"sets-master-env", "sets-rank-env", "collective-in-rank-branch", "hardcoded-cuda-device",
                 "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save", "load-no-map-location",
                 "grad-accum-no-sync", "shared-path-write", "no-set-device", "global-rank-device-ids",
-                "local-rank-argparse", "unreduced-metric", "rank0-early-exit"}
+                "local-rank-argparse", "unreduced-metric", "rank0-early-exit", "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "collective-in-rank-branch",
                "rank0-early-exit"}
@@ -93,7 +93,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
     facts = Facts(unread=list(unread))
     for tree in trees.values():
-        reader = ScriptReader(tree)
+        reader = Checks(tree)
         facts.replaces_print |= reader.replaces_print_here()
         facts.sets_device |= reader.sets_device_here()
         facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
@@ -101,12 +101,11 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
         facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
-                             for n in ast.walk(tree))
-        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in ast.walk(tree))
+                             for n in reader.nodes)
+        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
-        checks = Checks(tree)
-        checks.check_backend()
-        facts.backend_nccl |= checks.backend == "nccl"
+        reader.check_backend()
+        facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
         facts.rank_tests.update(tests)
         facts.rank_values.update(values)
@@ -114,36 +113,43 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     return facts
 
 
-def _called_names(trees: dict[Path, ast.Module]) -> set[str]:
-    """Every name the project uses (called, passed on, or looked up as an attribute)."""
-    return {n.id for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.Name)} | \
-        {n.attr for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.Attribute)} | \
-        {a.name.rsplit(".", 1)[-1] for t in trees.values() for n in ast.walk(t)
-         if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+def _references(tree: ast.Module) -> dict[str, list[int]]:
+    """Each name the file uses (called, passed on, looked up as an attribute, imported) -> the lines it is used on."""
+    refs: dict[str, list[int]] = {}
+    for n in static(tree)[0]:
+        if isinstance(n, ast.Name):
+            refs.setdefault(n.id, []).append(n.lineno)
+        elif isinstance(n, ast.Attribute):
+            refs.setdefault(n.attr, []).append(n.lineno)
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):  # a method called by its class
+                refs.setdefault(f"self.{n.attr}", []).append(n.lineno)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            for a in n.names:
+                refs.setdefault(a.name.rsplit(".", 1)[-1], []).append(n.lineno)
+    return refs
 
 
-def _uncalled_spans(tree: ast.Module, called: set[str], methods_only: bool, used_by_file: list[set[str]],
-                    own: set[str]) -> list[tuple[int, int]]:
+def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]],
+                    path: Path) -> list[tuple[int, int]]:
     """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
     the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
-    method counts as called where its class is named too (GPT.from_pretrained, not another library's)."""
-    owner = {id(f): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+    method counts as called where its class is named too (GPT.from_pretrained, not another library's), and not
+    from its own body."""
+    nodes = static(tree)[0]
+    owner = {id(f): c.name for c in nodes if isinstance(c, ast.ClassDef) for f in c.body}
     spans = []
-    for n in ast.walk(tree):
+    for n in nodes:
         if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or (methods_only and id(n) not in owner) or \
                 n.name.startswith("__") or n.name == "forward" or any(  # called by Python, torch, or a registry
                     dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
             continue
+        span = range(n.lineno, (n.end_lineno or n.lineno) + 1)
         if id(n) in owner:
-            inside = range(n.lineno, (n.end_lineno or n.lineno) + 1)  # its own body does not call it
-            here = {x.attr if isinstance(x, ast.Attribute) else x.id for x in ast.walk(tree)
-                    if isinstance(x, (ast.Attribute, ast.Name)) and x.lineno not in inside}
-            if any(n.name in used and owner[id(n)] in used for used in used_by_file if used is not own) or \
-                    (n.name in here and owner[id(n)] in here) or \
-                    any(isinstance(a, ast.Attribute) and a.attr == n.name and dotted(a.value) in ("self", "cls")
-                        for a in ast.walk(tree)):
+            needed = (n.name, owner[id(n)])
+            if any(all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
+                   for p, r in refs.items()) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
                 continue
-        elif n.name in called:
+        elif any(any(line not in span or p != path for line in r.get(n.name, [])) for p, r in refs.items()):
             continue
         spans.append((n.lineno, n.end_lineno or n.lineno))
     return spans
@@ -159,8 +165,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees, project.unread)
-    called = _called_names(project.trees)
-    used_by_file = {p: _called_names({p: t}) for p, t in project.trees.items()}
+    refs = {p: _references(t) for p, t in project.trees.items()}
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None
@@ -170,7 +175,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
-        spans = _uncalled_spans(tree, called, entry, list(used_by_file.values()), used_by_file[path])
+        spans = _uncalled_spans(tree, entry, refs, path)
         for f in checks.findings:
             if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
                 continue

@@ -28,6 +28,7 @@ class MultiGpuChecks(ScriptReader):
         self.check_unreduced_metric()
         self.check_shared_writes()
         self.check_rank0_leaves_loop()
+        self.check_scaled_twice()
 
     # ------------------------------------------------------------------------------------------ --local_rank
 
@@ -38,7 +39,7 @@ class MultiGpuChecks(ScriptReader):
         if not flags or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
             return
         dest = const_str(keyword(flags[0], "dest")) or "local_rank"
-        used = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == dest
+        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr == dest
                 and isinstance(n.ctx, ast.Load) and self._picks_device(n)]
         if used:
             self.add(flags[0], "local-rank-argparse", ERROR,
@@ -49,7 +50,7 @@ class MultiGpuChecks(ScriptReader):
                      why="LOCAL_RANK is read nowhere in the script or its modules")
 
     def _reads_env(self, var: str) -> bool:
-        return any(isinstance(n, ast.Constant) and n.value == var for n in ast.walk(self.tree))
+        return any(isinstance(n, ast.Constant) and n.value == var for n in self.nodes)
 
     def _picks_device(self, node: ast.AST) -> bool:
         """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
@@ -73,7 +74,7 @@ class MultiGpuChecks(ScriptReader):
             assign = self.parent.get(assign)
         if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
             target = dotted(assign.targets[0])
-            return any(into_device(n) for n in ast.walk(self.tree)
+            return any(into_device(n) for n in self.nodes
                        if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
                        and dotted(n) == target)
         return False
@@ -160,9 +161,9 @@ class MultiGpuChecks(ScriptReader):
             return const_str(expr.slice) in GLOBAL_ENV and "environ" in dotted(expr.value)
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
             scope = self.enclosing_function(expr) if isinstance(expr, ast.Name) else None
-            values = [n.value for n in ast.walk(scope or self.tree) if isinstance(n, ast.Assign)
+            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                       and any(dotted(t) == dotted(expr) for t in n.targets)]
-            values += [v for n in ast.walk(scope or self.tree) if isinstance(n, ast.Assign)
+            values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                        for t, v in _pairs(n) if dotted(t) == dotted(expr)]
             return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
         return False
@@ -194,7 +195,10 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        for func in [self.tree, *self.functions.values()]:
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in (
+            "info", "log", "add_scalar", "add_scalars")]
+        scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
+        for func in (self.tree if f is None else f for f in scopes):
             body = func.body
             calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
             reducers = [c for c in calls if any(w in self.callee_last(c).lower() for w in REDUCERS)]
@@ -282,12 +286,63 @@ class MultiGpuChecks(ScriptReader):
             return f"{last(name)}()"
         return None
 
+    # ------------------------------------------------------------------------------------------ scaled twice
+
+    def check_scaled_twice(self) -> None:
+        """lr (or batch size) multiplied (or divided) by the number of ranks, and the result scaled again."""
+        scaled: dict[str, tuple[int, str]] = {}  # name -> (line, up|down)
+
+        def direction(value: ast.AST) -> tuple[str, list[ast.AST]] | None:
+            for b in ast.walk(value):
+                if isinstance(b, ast.BinOp) and isinstance(b.op, (ast.Mult, ast.Div, ast.FloorDiv)):
+                    for side, rest in ((b.right, b.left), (b.left, b.right)):
+                        if _world(self, side) and not (isinstance(b.op, (ast.Div, ast.FloorDiv)) and side is b.left):
+                            return ("up" if isinstance(b.op, ast.Mult) else "down"), [rest]
+            return None
+
+        def report(node: ast.AST, name: str, first: int, way: str) -> None:
+            self.add(node, "world-size-scaled-twice", WARNING,
+                     f"{name} is {'multiplied' if way == 'up' else 'divided'} by the number of ranks here and was "
+                     f"already on line {first}: scaled twice, it is off by a factor of the world size",
+                     "scale once: decide whether the value is per rank or for the whole job, and convert in one place")
+
+        nodes = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
+                       key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        for node in nodes:
+            if isinstance(node, ast.keyword):
+                target, value = node.arg or "", node.value
+            elif isinstance(node, ast.AugAssign):
+                target, value = dotted(node.target), node
+                if not isinstance(node.op, (ast.Mult, ast.Div, ast.FloorDiv)) or not _world(self, node.value):
+                    continue
+                way = "up" if isinstance(node.op, ast.Mult) else "down"
+                if last(target) in scaled and scaled[last(target)][1] == way:
+                    report(node, target, scaled[last(target)][0], way)
+                scaled[last(target)] = (node.lineno, way)
+                continue
+            else:
+                if len(node.targets) != 1:
+                    continue
+                target, value = dotted(node.targets[0]), node.value
+            if not any(w in last(target).lower() for w in SCALED):
+                continue
+            found = direction(value)
+            if found is None:
+                continue
+            way, rest = found
+            again = [last(dotted(n)) for r in rest for n in ast.walk(r) if isinstance(n, (ast.Name, ast.Attribute))
+                     and last(dotted(n)) in scaled and scaled[last(dotted(n))][1] == way]
+            if again:
+                report(node.value if isinstance(node, ast.keyword) else node, again[0], scaled[again[0]][0], way)
+            if not isinstance(node, ast.keyword):
+                scaled[last(target)] = (node.lineno, way)
+
     # ------------------------------------------------------------------------------------------ rank 0 leaves
 
     def check_rank0_leaves_loop(self) -> None:
         """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
-        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             syncs = [c for c in _same_scope(loop.body, loops=True) if isinstance(c, ast.Call) and (
                 self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))]
             if not syncs:
@@ -305,6 +360,20 @@ class MultiGpuChecks(ScriptReader):
                          "they wait for it until the timeout (or crash when it exits)",
                          "decide to stop on every rank: compute the decision on rank 0, broadcast it "
                          "(dist.broadcast_object_list), then break on all ranks together")
+
+
+SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
+
+
+def _world(self: ScriptReader, node: ast.AST) -> bool:
+    """The number of ranks: world_size, nprocs, dist.get_world_size(), os.environ['WORLD_SIZE']."""
+    if isinstance(node, ast.Call):
+        return self.callee_last(node) == "get_world_size" or (self.callee_last(node) == "int" and bool(node.args)
+                                                               and _world(self, node.args[0]))
+    if isinstance(node, ast.Subscript):
+        return const_str(node.slice) == "WORLD_SIZE"
+    name = last(dotted(node)).lower()
+    return bool(name) and ("world_size" in name or name in ("world", "nprocs", "num_gpus", "ngpus", "n_gpus"))
 
 
 def _method(call: ast.Call) -> str:

@@ -77,7 +77,9 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
                 return True
         return False
 
-    for node in ast.walk(tree):
+    from ddplab.diagnose.lint.reading import static
+
+    for node in static(tree)[0]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")

@@ -125,17 +125,33 @@ class _Guard:
     other: list[ast.AST] = field(default_factory=list)  # the other branch: a collective there pairs with ours
 
 
+_STATIC: dict[int, tuple] = {}  # id(tree) -> (tree, nodes, parent): one walk per file, however many readers
+
+
+def static(tree: ast.Module) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
+    """Every node of the tree (one walk) and each node's parent, kept for the next reader of the same tree."""
+    held = _STATIC.get(id(tree))
+    if held is None or held[0] is not tree:
+        nodes = list(ast.walk(tree))
+        parent = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+        if len(_STATIC) > 5000:
+            _STATIC.clear()
+        held = _STATIC[id(tree)] = (tree, nodes, parent)
+    return held[1], held[2]
+
+
 class ScriptReader:
     def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.tree = tree
         self.facts = facts or Facts()
-        self.parent: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[child] = node
+        self.nodes, self.parent = static(tree)
+        self._callees: dict[ast.Call, str] = {}
         self.aliases = self._imports()
-        self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.calls = [n for n in self.nodes if isinstance(n, ast.Call)]
+        self.calls_by_name: dict[str, list[ast.Call]] = {}
+        for c in self.calls:
+            self.calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
+        self.functions = {n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
         self.passed = {last(dotted(a)) for c in self.calls for a in [*c.args, *(k.value for k in c.keywords)]
                        if isinstance(a, (ast.Name, ast.Attribute))}
@@ -147,7 +163,7 @@ class ScriptReader:
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
-        for node in ast.walk(tree):
+        for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
                     self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
                     self.facts.ddp_factories):
@@ -164,11 +180,11 @@ class ScriptReader:
             return True
         return any(isinstance(n, ast.Assign) and any(
             isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
-            for n in ast.walk(self.tree))
+            for n in self.nodes)
 
     def replaces_print_here(self) -> bool:
         """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and t.attr == "print" and
                     self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
@@ -177,21 +193,22 @@ class ScriptReader:
 
     def helper_results(self) -> tuple[dict, dict, set]:
         """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
+        returns: dict[ast.AST, list[ast.AST]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Return) and node.value is not None and (func := self.enclosing_function(node)):
+                returns.setdefault(func, []).append(node.value)
         tests, values, factories = {}, {}, set()
-        for func in self.functions.values():
-            returns = [n.value for n in _walk_same_function(func.body) if isinstance(n, ast.Return) and n.value]
-            if not returns:
-                continue
-            test = self.rank_test(returns[0]) if isinstance(returns[0], (ast.Compare, ast.BoolOp, ast.UnaryOp)) \
-                else None
-            if test and all(self.rank_test(r) == test for r in returns if not isinstance(r, ast.Constant)):
+        for func, values_returned in returns.items():
+            first = values_returned[0]
+            test = self.rank_test(first) if isinstance(first, (ast.Compare, ast.BoolOp, ast.UnaryOp)) else None
+            if test and all(self.rank_test(r) == test for r in values_returned if not isinstance(r, ast.Constant)):
                 tests[func.name] = test
-            elif (kind := self.rank_kind(returns[0])) and func.name not in ("__init__",):
+            elif (kind := self.rank_kind(first)) and func.name != "__init__":
                 values[func.name] = kind
-            wrapped = {dotted(t) for n in _walk_same_function(func.body) if isinstance(n, ast.Assign)
-                       and isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES for t in n.targets}
-            if any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES or dotted(r) in wrapped
-                   for r in returns):
+            if any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES for r in values_returned) or any(
+                    isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in
+                    DDP_NAMES and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
+                    for n in _walk_same_function(func.body)):
                 factories.add(func.name)
         return tests, values, factories
 
@@ -199,7 +216,7 @@ class ScriptReader:
 
     def _imports(self) -> dict[str, str]:
         aliases = {}
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -215,7 +232,10 @@ class ScriptReader:
         return f"{full}.{rest}" if full and rest else (full or name)
 
     def callee(self, call: ast.Call) -> str:
-        return self.resolve(dotted(call.func))
+        name = self._callees.get(call)
+        if name is None:
+            name = self._callees[call] = self.resolve(dotted(call.func))
+        return name
 
     def callee_last(self, call: ast.Call) -> str:
         return last(self.callee(call))
@@ -245,11 +265,11 @@ class ScriptReader:
         self.held_kind: dict = {}  # (scope, name) -> kind
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
         self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
-        assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        assigns = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
         # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
         # one-node mp.spawn script: there the local index is the rank)
         given = {}
-        for call in (c for c in ast.walk(self.tree) if isinstance(c, ast.Call) and
+        for call in (c for c in self.nodes if isinstance(c, ast.Call) and
                      last(dotted(c.func)) == "init_process_group"):
             value = keyword(call, "rank")
             if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
@@ -438,7 +458,7 @@ class ScriptReader:
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
         """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
-        return [c for c in self.calls if last(dotted(c.func)) == func.name and self.enclosing_function(c) is not func]
+        return [c for c in self.calls_by_name.get(func.name, []) if self.enclosing_function(c) is not func]
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
         """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""

@@ -89,8 +89,12 @@ class Checks(MultiGpuChecks):
         def report(node: ast.AST, var: str) -> None:
             if self._skipped_when_launched(node) or self.spawns:
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
-            if var in LAUNCHER_VARS and self._reads_scheduler(self.enclosing_function(node) or self.tree):
-                return  # a setup that reads SLURM_PROCID / OMPI_COMM_WORLD_RANK starts the ranks itself (srun, mpirun)
+            value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
+            value = getattr(node, "value", value)
+            if var in LAUNCHER_VARS and not isinstance(value, ast.Constant) and \
+                    self._reads_scheduler(self.enclosing_function(node) or self.tree):
+                return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun);
+            #         a constant ('127.0.0.1') there is still one address for every node
             if var in LAUNCHER_VARS:
                 self.add(node, "sets-master-env", ERROR,
                          f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
@@ -104,7 +108,7 @@ class Checks(MultiGpuChecks):
                          f"delete the line: the launcher sets {var} for every process")
 
         env_vars = LAUNCHER_VARS | RANK_VARS
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
@@ -162,7 +166,10 @@ class Checks(MultiGpuChecks):
         """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
         if not isinstance(node, (ast.Name, ast.Attribute)):
             return None
-        scope = self.enclosing_function(node) or self.tree
+        scope = self.enclosing_function(node)
+        if scope is None and isinstance(node, ast.Name):
+            return None  # a module-level knob (nanoGPT's `backend = 'nccl'`, overridden by its configurator)
+        scope = scope or self.tree
         values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
                   and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
         return const_str(values[0]) if len(values) == 1 else None
@@ -248,8 +255,10 @@ class Checks(MultiGpuChecks):
         return (full.startswith("torch.") and last(full) in RANDOM_TORCH) or full.startswith("numpy.random.")
 
     def check_random_data(self) -> None:
+        if not any(self._random_call(c) or self.callee_last(c) == "random_split" for c in self.calls):
+            return  # nothing random drawn in this file
         tainted: dict[str, int] = {}  # names holding unseeded random values -> line
-        assigns = [n for n in ast.walk(self.tree) if isinstance(n, ast.Assign)]
+        assigns = [n for n in self.nodes if isinstance(n, ast.Assign)]
         for _ in range(3):  # y = 2 * x + noise: follow a few assignments
             for node in assigns:
                 uses = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
@@ -285,7 +294,7 @@ class Checks(MultiGpuChecks):
         if flagged or not self.distributed:
             return
         # Without a Dataset: random tensors used directly by a training loop (one that calls .backward()).
-        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
                 continue
             used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted})
@@ -340,7 +349,7 @@ class Checks(MultiGpuChecks):
         return False
 
     def _epoch_loop(self) -> ast.For | None:
-        loops = [n for n in ast.walk(self.tree) if isinstance(n, ast.For)]
+        loops = [n for n in self.nodes if isinstance(n, ast.For)]
         for loop in loops:
             if "epoch" in dotted(loop.target).lower():
                 return loop
@@ -405,7 +414,7 @@ class Checks(MultiGpuChecks):
         scope = self.enclosing_function(call)
         return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and
                    last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
-                   for n in ast.walk(scope or self.tree))
+                   for n in (ast.walk(scope) if scope else self.nodes))
 
     def _mentions_rank(self, call: ast.Call) -> bool:
         """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
@@ -567,7 +576,7 @@ class Checks(MultiGpuChecks):
         dataset = call.args[0] if call.args else keyword(call, "dataset")
         if dataset is None:
             return False
-        exprs = [dataset] + [n.value for n in ast.walk(self.tree) if isinstance(n, ast.Assign)
+        exprs = [dataset] + [n.value for n in self.nodes if isinstance(n, ast.Assign)
                              and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)]
         return any(isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
                    for e in exprs for n in ast.walk(e))
@@ -576,9 +585,9 @@ class Checks(MultiGpuChecks):
         """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""
         if not (self.ddp_names or self.facts.ddp) or self.facts.no_sync or any(
                 (isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync"))
-                for n in ast.walk(self.tree)):
+                for n in self.nodes):
             return
-        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
             backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
             if backward is None:
