@@ -217,3 +217,34 @@ def test_a_function_nothing_calls_is_not_linted(tmp_path):
     assert lint_file(script).findings == []
     script.write_text(script.read_text() + "Model.from_pretrained()\n")
     assert [f.rule for f in lint_file(script).findings] == ["unguarded-print"]
+
+
+def test_the_single_process_branch_of_a_launcher_flag():
+    """`ddp = int(os.environ.get("RANK", -1)) != -1`: its else branch (or `if not ddp`) runs without a launcher."""
+    source = textwrap.dedent("""
+        import os
+        import torch.distributed as dist
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        if ddp:
+            dist.init_process_group("gloo")
+        else:
+            print("one process")
+        launched = "WORLD_SIZE" in os.environ
+        if not launched:
+            print("one process too")
+        if ddp:
+            print("every rank")
+        dist.destroy_process_group()
+    """)
+    assert [(f.line, f.rule, f.also) for f in lint_source(source).findings] == [(13, "unguarded-print", [])]
+
+
+def test_a_folder_skips_hidden_folders_and_virtual_environments(tmp_path):
+    write(tmp_path, {"train.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                                 "dist.destroy_process_group()\n",
+                     ".venv/pyvenv.cfg": "home = /usr\n",
+                     ".venv/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
+                     "env/pyvenv.cfg": "home = /usr\n",
+                     "env/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n"})
+    result = lint_file(tmp_path)
+    assert result.files == 1 and result.findings == []

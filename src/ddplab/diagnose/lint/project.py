@@ -6,6 +6,7 @@ named in the result and skipped: it never stops the lint of the rest."""
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def _read(path: Path) -> tuple[ast.Module | None, str | None]:
         return ast.parse(source, filename=str(path)), None
     except SyntaxError as e:
         return None, f"{path}:{e.lineno}: not valid Python ({e.msg})"
-    except ValueError as e:  # null bytes
-        return None, f"{path}: not valid Python ({e})"
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes; nesting too deep for the parser
+        return None, f"{path}: not valid Python ({type(e).__name__}: {e})"
 
 
 def _candidates(base: Path, dotted_name: str) -> list[Path]:
@@ -140,9 +141,14 @@ def of_folder(folder: Path, cache: dict | None = None) -> Project:
     other file imports, or that run something as a script."""
     folder = folder.resolve()
     project = Project(root=folder)
-    files = sorted(p for p in folder.rglob("*.py") if not any(
-        part.startswith(".") or part in SKIP_DIRS or (folder / part / "pyvenv.cfg").exists()
-        for part in p.relative_to(folder).parts[:-1]))[:MAX_FILES]
+    files = []
+    for here, dirs, names in os.walk(folder):  # hidden folders, caches and virtual environments are not the project
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and
+                         not os.path.exists(os.path.join(here, d, "pyvenv.cfg")))
+        files += [Path(here) / n for n in sorted(names) if n.endswith(".py")]
+        if len(files) >= MAX_FILES:
+            break
+    files = files[:MAX_FILES]
     for path in files:
         tree, why = read(path, cache)
         if tree is None:

@@ -439,16 +439,43 @@ class ScriptReader:
             child, parent = parent, self.parent.get(parent)
         return found
 
-    def _launcher_test(self, test: ast.AST) -> bool | None:
+    def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
         """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
         `"RANK" not in os.environ`; None for anything else."""
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-            found = [self._launcher_test(v) for v in test.values]
+            found = [self._launcher_test(v, depth) for v in test.values]
             return True if True in found else None
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and const_str(test.left) in RANK_VARS and \
                 self.resolve(dotted(test.comparators[0])) == "os.environ":
             return {ast.In: True, ast.NotIn: False}.get(type(test.ops[0]))
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._launcher_test(test.operand, depth)
+            return None if inner is None else not inner
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
+            # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
+            op, right = test.ops[0], test.comparators[0]
+            missing = isinstance(right, ast.Constant) and (right.value is None or right.value == -1) or (
+                isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub))
+            if missing and isinstance(op, (ast.NotEq, ast.IsNot)):
+                return True
+            if missing and isinstance(op, (ast.Eq, ast.Is)):
+                return False
+            if isinstance(op, ast.Gt) and isinstance(right, ast.Constant) and right.value == 1:
+                return True
+            return None
+        if isinstance(test, ast.Name) and depth < 2:  # ddp = int(os.environ.get("RANK", -1)) != -1; if ddp: ...
+            scope = self.enclosing_function(test)
+            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+            return self._launcher_test(values[0], depth + 1) if len(values) == 1 else None
         return None
+
+    def _env_read(self, node: ast.AST) -> bool:
+        """os.environ.get("RANK", ...) / os.getenv("WORLD_SIZE") / int(...) of it: a launcher's variable."""
+        if isinstance(node, ast.Call) and last(self.callee(node)) == "int" and node.args:
+            return self._env_read(node.args[0])
+        return isinstance(node, ast.Call) and self.callee(node) in ("os.environ.get", "os.getenv") and \
+            bool(node.args) and const_str(node.args[0]) in RANK_VARS
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
         parent = self.parent.get(node)
