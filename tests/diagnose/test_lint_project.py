@@ -248,3 +248,27 @@ def test_a_folder_skips_hidden_folders_and_virtual_environments(tmp_path):
                      "env/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n"})
     result = lint_file(tmp_path)
     assert result.files == 1 and result.findings == []
+
+
+def test_a_random_tensor_only_rank_0_uses_is_not_the_data():
+    source = textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 4))
+        torch.manual_seed(0)
+        x = torch.randn(8, 4)
+        preview = None
+        for step in range(10):
+            model(x).sum().backward()
+            if dist.get_rank() == 0:
+                print(model.module(preview if preview is not None else x).mean())
+        dist.destroy_process_group()
+    """)
+    assert lint_source(source).findings == []
+    noise = source.replace("torch.manual_seed(0)\n", "").replace("preview = None", "preview = torch.randn(2, 4)")
+    # the data x is now unseeded too: that is the finding; the preview alone would not be one
+    assert [(f.line, f.rule) for f in lint_source(noise).findings] == [(7, "unseeded-random-data")]
+    only_preview = noise.replace("x = torch.randn(8, 4)", "x = torch.randn(8, 4, generator=torch.Generator())")
+    assert lint_source(only_preview).findings == []

@@ -297,7 +297,9 @@ class Checks(MultiGpuChecks):
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
                 continue
-            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted})
+            # a draw only rank 0 uses (a preview, a sample grid) is not the data the ranks train on
+            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted
+                           and not self.runs_on_rank0_only(n, ANY_RANK0)})
             # the data: drawn once before the loop, in its scope (draws in the loop or elsewhere are per-step noise)
             before = {a.lineno for a in assigns if a.lineno < loop.lineno and
                       self.enclosing_function(a) is self.enclosing_function(loop)}
