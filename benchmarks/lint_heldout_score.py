@@ -5,10 +5,12 @@
 The held-out set: 16 public DDP scripts, each with the local modules it imports. They are public code and are not in
 this repository: benchmarks/lint_heldout/sources.json lists, per script, the repository, the commit and the files;
 save each file byte for byte as CORPUS_DIR/<script name>/<path in its repository>. benchmarks/lint_heldout/truth.json
-was written by reading them before lint ever ran on them (what it holds: its "_about"). Judging, the same as benchmarks/lint_precision.py: a finding is right when its (file,
-statement, rule) is a truth mistake (or one of its `alt` forms); an unguarded-print finding is right when every line
-it names is a true print line; a mistake is found when a finding has it; the print mistake is found when the finding
-names at least one true print line. Lines are compared by statement (a finding on line 59 of a call that starts on
+was written by reading them before lint ever ran on them (what it holds: its "_about").
+
+Judging, the same as benchmarks/lint_precision.py: a finding is right when its (file, statement, rule) is a truth
+mistake (or one of its `alt` forms); an unguarded-print finding is right when every line it names is a true print
+line; a mistake is found when a finding has it; the print mistake is found when the finding names at least one true
+print line. Lines are compared by statement (a finding on line 59 of a call that starts on
 line 58 is line 58), so a rule may point at any line of the statement.
 """
 

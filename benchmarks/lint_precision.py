@@ -88,7 +88,8 @@ SCRIPTS = [
     Script("ddiyoung_train.py", "ddiyoung-x4/pytorch-DDP-tutorial train.py @ dd331734", "held-out-3",
            {(131, "loader-without-sampler"), (168, "loader-without-sampler"), (223, "save-ddp-state-dict"),
             (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")},
-           new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"), (336, "global-rank-device-ids"), (380, "global-rank-device-ids")}),
+           new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"),
+                (336, "global-rank-device-ids"), (380, "global-rank-device-ids")}),
     Script("rentainhe_distributed.py", "rentainhe/pytorch-distributed-training distributed.py @ 007b7581",
            "held-out-4", {(42, "nccl-hardcoded"), (42, "no-destroy")}),
     Script("hongxin_ddp_slurm.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "

@@ -39,7 +39,8 @@ def project(folder: Path, files: int) -> Path:
         shutil.copy(src, folder / f"{name}.py")
         names.append(name)
     script = folder / "train.py"
-    script.write_text("".join(f"import {n}\n" for n in names) + (ROOT / "tests" / "scripts" / "lint_bad.py").read_text())
+    bad = (ROOT / "tests" / "scripts" / "lint_bad.py").read_text()
+    script.write_text("".join(f"import {n}\n" for n in names) + bad)
     return script
 
 

@@ -28,8 +28,8 @@ MODULE_RULES = {"sets-master-env", "sets-rank-env", "collective-in-rank-branch",
                 "grad-accum-no-sync", "shared-path-write", "no-set-device", "global-rank-device-ids",
                 "local-rank-argparse", "unreduced-metric", "rank0-early-exit", "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
-GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "collective-in-rank-branch",
-               "rank0-early-exit"}
+GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
+               "collective-in-rank-branch", "rank0-early-exit"}
 # Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
 PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
 
@@ -187,7 +187,8 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 f.confidence, f.why = POSSIBLE, "in a function of an imported module: the guards of its callers in " \
                     "other files are not followed"
             if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
-                f.confidence, f.why = POSSIBLE, f"could not read {facts.unread[0].split(': ')[0]}, which may change this"
+                unread = facts.unread[0].split(": ")[0]
+                f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]

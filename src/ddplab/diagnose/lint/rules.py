@@ -117,8 +117,9 @@ class Checks(MultiGpuChecks):
             for target in targets:
                 if isinstance(target, ast.Subscript) and self.resolve(dotted(target.value)) == "os.environ":
                     var = const_str(target.slice)
-                    if var in env_vars and not (var in RANK_VARS and (self._from_scheduler(node.value) or self._reads_scheduler(
-                            self.enclosing_function(node) or self.tree))):
+                    scheduler = self._from_scheduler(node.value) or self._reads_scheduler(
+                        self.enclosing_function(node) or self.tree)
+                    if var in env_vars and not (var in RANK_VARS and scheduler):
                         report(node, var)
         for call in self.calls:
             name = self.callee(call)
