@@ -30,6 +30,10 @@ class Script:
     group: str  # tuning | held-out-N: when the script was first linted (see docs/lint.md)
     expected: set[tuple[int, str]]
     prints: set[int] = field(default_factory=set)
+    # mistakes of the rules issue 28 added (local-rank-argparse, no-set-device, global-rank-device-ids,
+    # shared-path-write, ...): the truth above was written for the older rules, so these were judged by reading each
+    # line after the new rules first ran on the corpus (docs/lint.md lists them); they count like `expected`
+    new: set[tuple[int, str]] = field(default_factory=set)
 
 
 PE = "pytorch/examples"
@@ -50,22 +54,27 @@ SCRIPTS = [
     Script("nanogpt_train.py", "karpathy/nanoGPT train.py @ e2221318", "tuning",
            set(), {102, 144, 151, 154, 159, 182, 206}),
     Script("yangkky_mnist_distributed.py", "yangkky/distributed_tutorial src/mnist-distributed.py @ 36a7a09b",
-           "tuning", {(56, "nccl-hardcoded"), (56, "no-destroy"), (84, "sampler-no-set-epoch")}),
+           "tuning", {(56, "nccl-hardcoded"), (56, "no-destroy"), (84, "sampler-no-set-epoch")},
+           new={(68, "shared-path-write")}),
     Script("tczhangzhi_distributed.py", "tczhangzhi/pytorch-distributed distributed.py @ 0c40e432", "tuning",
            {(97, "nccl-hardcoded"), (97, "no-destroy"), (283, "local-rank-save")}, {100, 103, 277, 321}),
     Script("lambdalabs_train_llm.py", "LambdaLabsML/distributed-training-guide 02-multi-gpu/train_llm.py @ 03f74de0",
-           "held-out-1", {(45, "no-destroy"), (142, "sampler-no-set-epoch")}),
+           "held-out-1", {(45, "no-destroy"), (142, "sampler-no-set-epoch")},
+           new={(70, "global-rank-device-ids")}),
     Script("jiazhuang_ddp_train.py", "jia-zhuang/pytorch-multi-gpu-training ddp_train.py @ 567d8241", "held-out-1",
-           {(19, "nccl-hardcoded"), (19, "no-destroy")}),
+           {(19, "nccl-hardcoded"), (19, "no-destroy")},
+           new={(14, "local-rank-argparse")}),
     Script("rentainhe_distributed_gradient_accumulation.py",
            "rentainhe/pytorch-distributed-training distributed_gradient_accumulation.py @ 7859d617", "held-out-1",
            {(45, "nccl-hardcoded"), (45, "no-destroy"), (86, "grad-accum-no-sync")}),
     Script("hongxin_ddp_launch.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
            "single-machine-and-multi-GPU-DistributedDataParallel-launch.py @ 595c750f", "held-out-1",
-           {(38, "nccl-hardcoded"), (38, "no-destroy"), (131, "save-ddp-state-dict")}),
+           {(38, "nccl-hardcoded"), (38, "no-destroy"), (131, "save-ddp-state-dict")},
+           new={(95, "shared-path-write"), (96, "shared-path-write")}),
     Script("jayroxis_demo.py", "jayroxis/pytorch-DDP-tutorial demo.py @ 16d99b4f", "held-out-2", set()),
     Script("kaiizhang_mnist_env.py", "KaiiZhang/DDP-Tutorial codes/mnist-env.py @ 4d93af5e", "held-out-2",
-           {(86, "nccl-hardcoded")}),
+           {(86, "nccl-hardcoded")},
+           new={(86, "no-set-device"), (101, "shared-path-write"), (116, "shared-path-write")}),
     Script("rensortino_cifar_example_ddp.py", "rensortino/DDP-Tutorial cifar_example_ddp.py @ 1c78658d",
            "held-out-2", {(59, "sets-master-env"), (60, "sets-master-env"), (61, "nccl-hardcoded"),
                           (61, "no-destroy"), (121, "save-ddp-state-dict"), (121, "unguarded-save")},
@@ -78,12 +87,15 @@ SCRIPTS = [
            {(22, "nccl-hardcoded"), (22, "no-destroy"), (133, "save-ddp-state-dict")}),
     Script("ddiyoung_train.py", "ddiyoung-x4/pytorch-DDP-tutorial train.py @ dd331734", "held-out-3",
            {(131, "loader-without-sampler"), (168, "loader-without-sampler"), (223, "save-ddp-state-dict"),
-            (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")}),
+            (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")},
+           new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"),
+                (336, "global-rank-device-ids"), (380, "global-rank-device-ids")}),
     Script("rentainhe_distributed.py", "rentainhe/pytorch-distributed-training distributed.py @ 007b7581",
            "held-out-4", {(42, "nccl-hardcoded"), (42, "no-destroy")}),
     Script("hongxin_ddp_slurm.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
            "single-machine-and-multi-GPU-DistributedDataParallel-slurm.py @ 860b1eb3", "held-out-4",
-           {(46, "nccl-hardcoded"), (46, "no-destroy"), (139, "save-ddp-state-dict")}),
+           {(46, "nccl-hardcoded"), (46, "no-destroy"), (139, "save-ddp-state-dict")},
+           new={(103, "shared-path-write"), (104, "shared-path-write")}),
 ]
 
 
@@ -92,16 +104,18 @@ def judge(script: Script, path: Path) -> tuple[int, int, int, int, list[str]]:
     findings = lint_file(path).findings
     notes, right = [], 0
     for f in findings:
-        ok = ({f.line, *f.also} <= script.prints) if f.rule == "unguarded-print" else (f.line, f.rule) in script.expected
+        ok = ({f.line, *f.also} <= script.prints) if f.rule == "unguarded-print" else \
+            (f.line, f.rule) in script.expected | script.new
         right += ok
         if not ok:
             notes.append(f"false alarm {f.line} {f.rule}")
+    truth = script.expected | script.new
     got = {(f.line, f.rule) for f in findings}
     printed = {line for f in findings if f.rule == "unguarded-print" for line in (f.line, *f.also)}
-    missed = [f"missed {line} {rule}" for line, rule in sorted(script.expected - got)]
+    missed = [f"missed {line} {rule}" for line, rule in sorted(truth - got)]
     if script.prints and not printed & script.prints:
         missed.append(f"missed unguarded-print {sorted(script.prints)}")
-    expected = len(script.expected) + bool(script.prints)
+    expected = len(truth) + bool(script.prints)
     return len(findings), right, expected, expected - len(missed), notes + missed
 
 

@@ -277,6 +277,7 @@ def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
                 if self.gpu_id == 0:
                     print("done")
                     torch.save({}, "t.pt")
+        T().end()
         """, """
         class T:
             def __init__(self):
@@ -285,6 +286,7 @@ def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
                 if self.gpu_id == 0:
                     print("done")
                     torch.save({}, "t.pt")
+        T().end()
         """)
     assert local == ["local-rank-save"] and global_ == []
 

@@ -175,7 +175,8 @@ def render(con, r) -> None:
 
 def _render_lint(con, findings, title: str) -> None:
     for f in findings:
-        con.print(f"  {title} — line {f.line}: {f.message} [{f.rule}]")
+        where = f"{f.path}:{f.line}" if getattr(f, "path", None) else f"line {f.line}"
+        con.print(f"  {title} — {where}: {f.message} [{f.rule}]")
         con.print(f"      fix: {f.fix}")
 
 

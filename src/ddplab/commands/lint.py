@@ -1,9 +1,11 @@
-"""`ddplab lint SCRIPT [SCRIPT...] [--json]`: which DDP mistakes these scripts make, read from their source (nothing
-is run).
+"""`ddplab lint PATH [PATH...] [--all] [--json]`: which DDP mistakes these scripts (or every script of a folder)
+make, read from their source with the local modules they import (nothing is run).
 
-Each finding: line, rule id, level, message, fix (the rules: ddplab/diagnose/lint/rules.py, docs/lint.md). Exit 1 when any
-finding is an error (the run would hang or crash), 0 when there are only warnings or none, 2 when a script cannot be
-read. --json prints one LintResult; with several scripts, one object with "results" (one LintResult each) and "ok".
+Each finding: file, line, rule id, level, confidence, message, fix (the rules: ddplab/diagnose/lint/rules.py,
+docs/lint.md). The default output shows what lint is sure of; --all adds the possible ones (each saying what lint
+could not see). Exit 1 when a shown finding is an error (the run would hang or crash), 0 when there are only warnings
+or none, 2 when a path cannot be read. --json prints one LintResult; with several paths, one object with "results"
+(one LintResult each) and "ok".
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ class LintResults:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("lint", help="which DDP mistakes this script makes (static checks, nothing is run)")
-    p.add_argument("script", nargs="+", help="the training script(s) to check, e.g. train.py")
+    p = sub.add_parser("lint", help="which DDP mistakes this script makes (static checks, nothing is run)",
+                       description="Read a training script (and the local modules it imports), or every script of "
+                                   "a folder, and report the DDP mistakes found: line, rule, what goes wrong, the fix.")
+    p.add_argument("script", nargs="+", metavar="PATH",
+                   help="a training script (e.g. train.py) or a folder of them")
+    p.add_argument("--all", action="store_true", dest="show_all",
+                   help="also show the findings lint is not sure of (each says what it could not see)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run)
 
@@ -29,7 +36,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ddplab.diagnose.lint import lint_file
 
-    results = [lint_file(script) for script in args.script]
+    results = [lint_file(script, show_all=args.show_all) for script in args.script]
     if len(results) == 1:
         report.emit(results[0], args.json, render)
     else:
@@ -41,9 +48,16 @@ def run(args) -> int:
 def render(con, r) -> None:
     for f in r.findings:
         level = ("error", "bold red") if f.level == "error" else ("warning", "yellow")
-        con.print(report.text(f"{r.script}:{f.line}: ", level, f" [{f.rule}] {f.message}"))
+        maybe = " (possible)" if f.confidence == "possible" else ""
+        con.print(report.text(f"{f.path or r.script}:{f.line}: ", level, f"{maybe} [{f.rule}] {f.message}"))
+        if f.why:
+            con.print(f"    why {'not ' if maybe else ''}sure: {f.why}")
         con.print(f"    fix: {f.fix}")
+    for why in r.unread:
+        con.print(f"{why}: could not read it, so lint did not see what it does")
     if not r.findings:
         con.print(report.text(f"{r.script}: ", report.styled('OK'), " no DDP mistake found"))
     else:
         con.print(f"{r.script}: {r.errors} error(s), {r.warnings} warning(s)")
+    if r.possible:
+        con.print(f"    {r.possible} possible finding(s) not shown: --all shows them")

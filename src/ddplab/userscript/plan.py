@@ -120,7 +120,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
 
         lint_result = lint_file(script)
         for f in lint_result.findings:
-            report.log(f"lint {f.level}: {script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}")
+            report.log(f"lint {f.level}: {f.path or script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}")
     if lint_result is not None and lint_result.backend == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if nproc > gpus:

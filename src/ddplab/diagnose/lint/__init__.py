@@ -10,34 +10,189 @@ right on public scripts.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
-from ddplab.diagnose.lint.result import ERROR, WARNING, Finding, LintResult
+from ddplab.diagnose.lint import project as projects
+from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
+from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import Checks
 from ddplab.errors import DdplabError
 
-__all__ = ["ERROR", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
+__all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
+
+# What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
+# Prints there are left alone (loggers and meters print on purpose; the script decides who calls them).
+MODULE_RULES = {"sets-master-env", "sets-rank-env", "collective-in-rank-branch", "hardcoded-cuda-device",
+                "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save", "load-no-map-location",
+                "grad-accum-no-sync", "shared-path-write", "no-set-device", "global-rank-device-ids",
+                "local-rank-argparse", "unreduced-metric", "rank0-early-exit", "world-size-scaled-twice"}
+# Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
+GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
+               "collective-in-rank-branch", "rank0-early-exit"}
+# Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
+PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
 
 
-def lint_file(path: str | Path) -> LintResult:
+def lint_file(path: str | Path, show_all: bool = False) -> LintResult:
+    """Lint a script with the local modules it imports, or every Python file of a folder."""
     path = Path(path)
-    if not path.is_file():
-        raise DdplabError(f"{path}: no such file: pass the path of a Python training script")
-    try:
-        source = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise DdplabError(f"{path}: cannot read it ({e.strerror}): check its permissions") from None
-    return lint_source(source, str(path))
+    if path.is_dir():
+        return lint_folder(path, show_all)
+    if path.is_file():
+        try:
+            project = projects.of_script(path)
+        except SyntaxError as e:
+            raise DdplabError(f"{e.args[0]}: fix the syntax, then lint again") from None
+        except (OSError, ValueError) as e:
+            raise DdplabError(f"{path}: cannot read it ({e}): check its permissions") from None
+    else:
+        raise DdplabError(f"{path}: no such file or folder: pass the path of a Python training script or its folder")
+    return lint_project(project, str(path), show_all)
 
 
-def lint_source(source: str, script: str = "<script>") -> LintResult:
+def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
+    """Each script of the folder read with its own imports (scripts side by side do not share their setup); a module
+    no script imports is read on its own. One result, every finding naming its file."""
+    cache: dict = {}
+    whole = projects.of_folder(folder, cache)
+    if not whole.trees and not whole.unread:
+        raise DdplabError(f"{folder}: no Python file in this folder: pass a training script or its folder")
+    findings: dict[tuple, Finding] = {}
+    hidden: set[tuple] = set()
+    reached: set[Path] = set()
+    backend = backend_line = None
+    for entry in whole.entries:
+        project = projects.of_script(entry, cache)
+        reached |= set(project.trees)
+        result = lint_project(project, str(folder), show_all=True, shown_from=(folder, whole.root))
+        backend, backend_line = backend or result.backend, backend_line or result.backend_line
+        for f in result.findings:
+            key = (f.path, f.line, f.rule)
+            if f.confidence == SURE or show_all:
+                findings.setdefault(key, f)
+            else:
+                hidden.add(key)
+    ordered = sorted(findings.values(), key=lambda f: (f.path or "", f.line, f.rule))
+    errors = sum(f.level == ERROR for f in ordered)
+    return LintResult(script=str(folder), findings=ordered, errors=errors, warnings=len(ordered) - errors,
+                      backend=backend, backend_line=backend_line, ok=errors == 0, possible=len(hidden - set(findings)),
+                      files=len(whole.trees), unread=whole.unread)
+
+
+def lint_source(source: str, script: str = "<script>", show_all: bool = False) -> LintResult:
     try:
         tree = ast.parse(source, filename=script)
     except SyntaxError as e:
         raise DdplabError(f"{script}:{e.lineno}: not valid Python ({e.msg}): fix the syntax, then lint again") from None
-    linter = Checks(tree)
-    linter.run()
-    findings = sorted(linter.findings, key=lambda f: (f.line, f.rule))
-    errors = sum(f.level == ERROR for f in findings)
-    return LintResult(script=script, findings=findings, errors=errors, warnings=len(findings) - errors,
-                      backend=linter.backend, backend_line=linter.backend_line, ok=errors == 0)
+    entry = Path(script)
+    return lint_project(projects.Project(root=entry.parent, trees={entry: tree}, entries=[entry]), script, show_all)
+
+
+def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
+    """What every file says about the run: read once, used by the checks of each file."""
+    facts = Facts(unread=list(unread))
+    for tree in trees.values():
+        reader = Checks(tree)
+        facts.replaces_print |= reader.replaces_print_here()
+        facts.sets_device |= reader.sets_device_here()
+        facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
+        facts.distributed |= reader.distributed
+        facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
+        facts.spawns |= reader.spawns
+        facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
+                             for n in reader.nodes)
+        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
+        facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
+        reader.check_backend()
+        facts.backend_nccl |= reader.backend == "nccl"
+        tests, values, factories = reader.helper_results()
+        facts.rank_tests.update(tests)
+        facts.rank_values.update(values)
+        facts.ddp_factories |= factories
+    return facts
+
+
+def _references(tree: ast.Module) -> dict[str, list[int]]:
+    """Each name the file uses (called, passed on, looked up as an attribute, imported) -> the lines it is used on."""
+    refs: dict[str, list[int]] = {}
+    for n in static(tree)[0]:
+        if isinstance(n, ast.Name):
+            refs.setdefault(n.id, []).append(n.lineno)
+        elif isinstance(n, ast.Attribute):
+            refs.setdefault(n.attr, []).append(n.lineno)
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):  # a method called by its class
+                refs.setdefault(f"self.{n.attr}", []).append(n.lineno)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            for a in n.names:
+                refs.setdefault(a.name.rsplit(".", 1)[-1], []).append(n.lineno)
+    return refs
+
+
+def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]],
+                    path: Path) -> list[tuple[int, int]]:
+    """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
+    the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
+    method counts as called where its class is named too (GPT.from_pretrained, not another library's), and not
+    from its own body."""
+    nodes = static(tree)[0]
+    owner = {id(f): c.name for c in nodes if isinstance(c, ast.ClassDef) for f in c.body}
+    spans = []
+    for n in nodes:
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or (methods_only and id(n) not in owner) or \
+                n.name.startswith("__") or n.name == "forward" or any(  # called by Python, torch, or a registry
+                    dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
+            continue
+        span = range(n.lineno, (n.end_lineno or n.lineno) + 1)
+        if id(n) in owner:
+            needed = (n.name, owner[id(n)])
+            if any(all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
+                   for p, r in refs.items()) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
+                continue
+        elif any(any(line not in span or p != path for line in r.get(n.name, [])) for p, r in refs.items()):
+            continue
+        spans.append((n.lineno, n.end_lineno or n.lineno))
+    return spans
+
+
+def _in_function(tree: ast.Module, line: int) -> bool:
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
+               for n in ast.walk(tree))
+
+
+def lint_project(project: projects.Project, script: str, show_all: bool = False,
+                 shown_from: tuple[Path, Path] | None = None) -> LintResult:
+    """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
+    the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
+    facts = gather(project.trees, project.unread)
+    refs = {p: _references(t) for p, t in project.trees.items()}
+    typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
+    findings: list[Finding] = []
+    backend = backend_line = None
+    for path, tree in project.trees.items():
+        checks = Checks(tree, facts)
+        checks.run()
+        entry = path in project.entries
+        if entry and backend is None and checks.backend:
+            backend, backend_line = checks.backend, checks.backend_line
+        spans = _uncalled_spans(tree, entry, refs, path)
+        for f in checks.findings:
+            if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
+                continue
+            if shown_from is None and path == project.entries[0]:
+                f.path = None
+            else:
+                f.path = os.path.normpath(typed / os.path.relpath(path, base))
+            if not entry and f.rule in GUARD_RULES and f.confidence == SURE and _in_function(tree, f.line):
+                f.confidence, f.why = POSSIBLE, "in a function of an imported module: the guards of its callers in " \
+                    "other files are not followed"
+            if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
+                unread = facts.unread[0].split(": ")[0]
+                f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
+            findings.append(f)
+    findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
+    shown = findings if show_all else [f for f in findings if f.confidence == SURE]
+    errors = sum(f.level == ERROR for f in shown)
+    return LintResult(script=script, findings=shown, errors=errors, warnings=len(shown) - errors, backend=backend,
+                      backend_line=backend_line, ok=errors == 0, possible=len(findings) - len(shown),
+                      files=len(project.trees), unread=project.unread)

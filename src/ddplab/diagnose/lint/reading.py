@@ -97,6 +97,27 @@ def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
 
 
 @dataclass
+class Facts:
+    """What the other files of the project say about this one's run (project.py reads them): a print filter, the
+    device set, the group destroyed, helpers that test or return the rank, functions that build the DDP wrapper."""
+
+    replaces_print: bool = False
+    sets_device: bool = False
+    destroys: bool = False
+    distributed: bool = False
+    no_sync: bool = False
+    ddp: bool = False
+    spawns: bool = False
+    rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
+    rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
+    ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
+    reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
+    backend_nccl: bool = False  # init_process_group("nccl") somewhere
+    sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    unread: list = field(default_factory=list)  # project files that could not be read
+
+
+@dataclass
 class _Guard:
     kind: str  # global | local | device | single (the parent of mp.spawn workers: one process)
     rank0: bool  # the guarded code runs on rank 0 only (True) or on every rank but 0 (False)
@@ -104,37 +125,98 @@ class _Guard:
     other: list[ast.AST] = field(default_factory=list)  # the other branch: a collective there pairs with ours
 
 
+_STATIC: dict[int, tuple] = {}  # id(tree) -> (tree, nodes, parent): one walk per file, however many readers
+
+
+def static(tree: ast.Module) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
+    """Every node of the tree (one walk) and each node's parent, kept for the next reader of the same tree."""
+    held = _STATIC.get(id(tree))
+    if held is None or held[0] is not tree:
+        nodes = list(ast.walk(tree))
+        parent = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+        if len(_STATIC) > 5000:
+            _STATIC.clear()
+        held = _STATIC[id(tree)] = (tree, nodes, parent)
+    return held[1], held[2]
+
+
 class ScriptReader:
-    def __init__(self, tree: ast.Module):
+    def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.tree = tree
-        self.parent: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[child] = node
+        self.facts = facts or Facts()
+        self.nodes, self.parent = static(tree)
+        self._callees: dict[ast.Call, str] = {}
         self.aliases = self._imports()
-        self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.calls = [n for n in self.nodes if isinstance(n, ast.Call)]
+        self.calls_by_name: dict[str, list[ast.Call]] = {}
+        for c in self.calls:
+            self.calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
+        self.functions = {n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
+        self.passed = {last(dotted(a)) for c in self.calls for a in [*c.args, *(k.value for k in c.keywords)]
+                       if isinstance(a, (ast.Name, ast.Attribute))}
         self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
-                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls)
-        self.sets_device = any(self.callee_last(c) == "set_device" for c in self.calls)
+                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls) \
+            or self.facts.distributed
+        self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                    self.callee_last(node.value) in DDP_NAMES:
+        for node in self.nodes:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
+                    self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
+                    self.facts.ddp_factories):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
 
+    def sets_device_here(self) -> bool:
+        """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
+        (`torch.accelerator.device_index(i)` is a context manager: called alone it sets nothing.)"""
+        if any(self.callee_last(c) in ("set_device", "set_device_index") for c in self.calls):
+            return True
+        return any(isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
+            for n in self.nodes)
+
+    def replaces_print_here(self) -> bool:
+        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
+        for node in self.nodes:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "print" and
+                    self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
+                return True
+        return False
+
+    def helper_results(self) -> tuple[dict, dict, set]:
+        """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
+        returns: dict[ast.AST, list[ast.AST]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Return) and node.value is not None and (func := self.enclosing_function(node)):
+                returns.setdefault(func, []).append(node.value)
+        tests, values, factories = {}, {}, set()
+        for func, values_returned in returns.items():
+            first = values_returned[0]
+            test = self.rank_test(first) if isinstance(first, (ast.Compare, ast.BoolOp, ast.UnaryOp)) else None
+            if test and all(self.rank_test(r) == test for r in values_returned if not isinstance(r, ast.Constant)):
+                tests[func.name] = test
+            elif (kind := self.rank_kind(first)) and func.name != "__init__":
+                values[func.name] = kind
+            if any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES for r in values_returned) or any(
+                    isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in
+                    DDP_NAMES and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
+                    for n in _walk_same_function(func.body)):
+                factories.add(func.name)
+        return tests, values, factories
+
     # --------------------------------------------------------------------------------------- names
 
     def _imports(self) -> dict[str, str]:
         aliases = {}
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -150,7 +232,10 @@ class ScriptReader:
         return f"{full}.{rest}" if full and rest else (full or name)
 
     def callee(self, call: ast.Call) -> str:
-        return self.resolve(dotted(call.func))
+        name = self._callees.get(call)
+        if name is None:
+            name = self._callees[call] = self.resolve(dotted(call.func))
+        return name
 
     def callee_last(self, call: ast.Call) -> str:
         return last(self.callee(call))
@@ -180,7 +265,16 @@ class ScriptReader:
         self.held_kind: dict = {}  # (scope, name) -> kind
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
         self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
-        assigns = [n for n in ast.walk(self.tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        assigns = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+        # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
+        # one-node mp.spawn script: there the local index is the rank)
+        given = {}
+        for call in (c for c in self.nodes if isinstance(c, ast.Call) and
+                     last(dotted(c.func)) == "init_process_group"):
+            value = keyword(call, "rank")
+            if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
+                given[key] = "global"
+        self.held_kind = dict(given)
         for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
             kinds: dict = {}
             tests: dict = {}
@@ -200,7 +294,7 @@ class ScriptReader:
                     derived.add(key)  # computed from the rank: different on every process
                 else:
                     plain.add(key)
-            self.held_kind = {k: v.pop() for k, v in kinds.items() if len(v) == 1}
+            self.held_kind = {**given, **{k: v.pop() for k, v in kinds.items() if len(v) == 1 and k not in given}}
             self.rank_derived = {k: True for k in derived - plain}
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
 
@@ -230,6 +324,8 @@ class ScriptReader:
             name = last(self.callee(expr))
             if name in ("get_rank", "rank"):
                 return "global"
+            if name in self.facts.rank_values:
+                return self.facts.rank_values[name]
             if name in ("get_local_rank", "local_rank", "get_node_local_rank"):
                 return "local"
             if name == "int" and expr.args:
@@ -239,6 +335,8 @@ class ScriptReader:
             return None
         if isinstance(expr, ast.Subscript):
             return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
+            return "local"  # rank % gpus_per_node: the index on this machine
         if not isinstance(expr, (ast.Name, ast.Attribute)):
             return None
         held = self._held(self.held_kind, expr)
@@ -263,6 +361,18 @@ class ScriptReader:
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
             return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.In, ast.NotIn)) \
+                and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set)):
+            # `local_rank in [-1, 0]`: rank 0 (or no launcher); `rank not in (0,)`: every rank but 0
+            kind = self.rank_kind(expr.left)
+            if kind and any(_is_zero(e) for e in expr.comparators[0].elts):
+                return kind, isinstance(expr.ops[0], ast.In)
+            return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Eq, ast.NotEq)) \
+                and not _is_zero(expr.comparators[0]) and not _is_zero(expr.left) and \
+                self._other_rank(expr.comparators[0]) and (kind := self.rank_kind(expr.left)):
+            # `rank == world_size - 1` runs on one rank (a single voice, like rank 0); `rank != 1` on the others
+            return kind, isinstance(expr.ops[0], ast.Eq)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
             left, op, right = expr.left, expr.ops[0], expr.comparators[0]
             if _is_zero(left):
@@ -287,8 +397,17 @@ class ScriptReader:
                 return ("local" if "local" in name else "global"), True
         if isinstance(expr, ast.Call) and last(self.callee(expr)) in MAIN_CALLS:
             return "global", True
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) in self.facts.rank_tests:
+            return self.facts.rank_tests[last(self.callee(expr))]
         kind = self.rank_kind(expr)
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def _other_rank(self, node: ast.AST) -> bool:
+        """A rank other than 0: a positive int, or an expression of the world size (`world - 1`)."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
+                   isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
 
     def guards(self, node: ast.AST) -> list[_Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
@@ -320,16 +439,43 @@ class ScriptReader:
             child, parent = parent, self.parent.get(parent)
         return found
 
-    def _launcher_test(self, test: ast.AST) -> bool | None:
+    def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
         """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
         `"RANK" not in os.environ`; None for anything else."""
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-            found = [self._launcher_test(v) for v in test.values]
+            found = [self._launcher_test(v, depth) for v in test.values]
             return True if True in found else None
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and const_str(test.left) in RANK_VARS and \
                 self.resolve(dotted(test.comparators[0])) == "os.environ":
             return {ast.In: True, ast.NotIn: False}.get(type(test.ops[0]))
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._launcher_test(test.operand, depth)
+            return None if inner is None else not inner
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
+            # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
+            op, right = test.ops[0], test.comparators[0]
+            missing = isinstance(right, ast.Constant) and (right.value is None or right.value == -1) or (
+                isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub))
+            if missing and isinstance(op, (ast.NotEq, ast.IsNot)):
+                return True
+            if missing and isinstance(op, (ast.Eq, ast.Is)):
+                return False
+            if isinstance(op, ast.Gt) and isinstance(right, ast.Constant) and right.value == 1:
+                return True
+            return None
+        if isinstance(test, ast.Name) and depth < 2:  # ddp = int(os.environ.get("RANK", -1)) != -1; if ddp: ...
+            scope = self.enclosing_function(test)
+            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+            return self._launcher_test(values[0], depth + 1) if len(values) == 1 else None
         return None
+
+    def _env_read(self, node: ast.AST) -> bool:
+        """os.environ.get("RANK", ...) / os.getenv("WORLD_SIZE") / int(...) of it: a launcher's variable."""
+        if isinstance(node, ast.Call) and last(self.callee(node)) == "int" and node.args:
+            return self._env_read(node.args[0])
+        return isinstance(node, ast.Call) and self.callee(node) in ("os.environ.get", "os.getenv") and \
+            bool(node.args) and const_str(node.args[0]) in RANK_VARS
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
         parent = self.parent.get(node)
@@ -339,14 +485,14 @@ class ScriptReader:
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
         """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
-        return [c for c in self.calls if last(dotted(c.func)) == func.name and self.enclosing_function(c) is not func]
+        return [c for c in self.calls_by_name.get(func.name, []) if self.enclosing_function(c) is not func]
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
         """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""
         if any(g.kind in kinds and g.rank0 for g in self.guards(node)):
             return True
         func = self.enclosing_function(node)
-        if func is None or depth > 4:
+        if func is None or depth > 4 or func.name in self.passed:
             return False
         sites = self.call_sites(func)
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)

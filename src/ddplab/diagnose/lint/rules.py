@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, ScriptReader, _calls_in,
-                                          _exits, _method, _walk_same_function, const_str, dotted, keyword, last)
-from ddplab.diagnose.lint.result import ERROR, WARNING, Finding
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts, ScriptReader,
+                                          _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
+                                          last)
+from ddplab.diagnose.lint.multigpu import MultiGpuChecks
+from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
@@ -16,17 +18,20 @@ RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 
 
-class Checks(ScriptReader):
-    def __init__(self, tree: ast.Module):
+class Checks(MultiGpuChecks):
+    def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.findings: list[Finding] = []
         self.backend: str | None = None  # the backend init_process_group is given as a literal, if any
         self.backend_line: int | None = None
-        super().__init__(tree)
+        super().__init__(tree, facts)
 
-    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str, also: list[int] | None = None) -> None:
+    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str, also: list[int] | None = None,
+            sure: bool = True, why: str = "") -> None:
+        """A finding; `sure=False` (with `why`: what lint could not see) puts it behind --all."""
         line = getattr(node, "lineno", 0)
         if not any(f.line == line and f.rule == rule for f in self.findings):
-            self.findings.append(Finding(line, rule, level, message, fix, also or []))
+            self.findings.append(Finding(line, rule, level, message, fix, also or [], SURE if sure else POSSIBLE,
+                                         why))
 
     # --------------------------------------------------------------------------------------- rules
 
@@ -44,6 +49,7 @@ class Checks(ScriptReader):
         self.check_rank0_ddp_forward()
         self.check_loader_without_sampler()
         self.check_grad_accumulation()
+        self.run_multigpu()
 
     def _skipped_when_launched(self, node: ast.AST) -> bool:
         """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
@@ -74,10 +80,21 @@ class Checks(ScriptReader):
                 return True
         return False
 
+    def _reads_scheduler(self, scope: ast.AST) -> bool:
+        """Reads the ranks a scheduler or MPI gives (SLURM_PROCID, MPI.COMM_WORLD): it starts the ranks itself."""
+        return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(SCHEDULER_PREFIXES)
+                   or isinstance(n, ast.Attribute) and n.attr == "COMM_WORLD" for n in ast.walk(scope))
+
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
             if self._skipped_when_launched(node) or self.spawns:
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
+            value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
+            value = getattr(node, "value", value)
+            if var in LAUNCHER_VARS and not isinstance(value, ast.Constant) and \
+                    self._reads_scheduler(self.enclosing_function(node) or self.tree):
+                return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun);
+            #         a constant ('127.0.0.1') there is still one address for every node
             if var in LAUNCHER_VARS:
                 self.add(node, "sets-master-env", ERROR,
                          f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
@@ -91,7 +108,7 @@ class Checks(ScriptReader):
                          f"delete the line: the launcher sets {var} for every process")
 
         env_vars = LAUNCHER_VARS | RANK_VARS
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             targets = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
@@ -100,7 +117,9 @@ class Checks(ScriptReader):
             for target in targets:
                 if isinstance(target, ast.Subscript) and self.resolve(dotted(target.value)) == "os.environ":
                     var = const_str(target.slice)
-                    if var in env_vars and not (var in RANK_VARS and self._from_scheduler(node.value)):
+                    scheduler = self._from_scheduler(node.value) or self._reads_scheduler(
+                        self.enclosing_function(node) or self.tree)
+                    if var in env_vars and not (var in RANK_VARS and scheduler):
                         report(node, var)
         for call in self.calls:
             name = self.callee(call)
@@ -123,7 +142,7 @@ class Checks(ScriptReader):
                              "drop init_method (env:// is the default: it reads what the launcher set)")
                 for arg in ("rank", "world_size"):
                     value = keyword(call, arg)
-                    if isinstance(value, ast.Constant):
+                    if isinstance(value, ast.Constant) and not (self.spawns and arg == "world_size"):
                         self.add(call, "sets-rank-env", ERROR,
                                  f"init_process_group({arg}={value.value!r}) hard-codes the {arg}: every process "
                                  "claims the same one, so the group never forms",
@@ -134,7 +153,7 @@ class Checks(ScriptReader):
             if not self.is_(call, "init_process_group"):
                 continue
             backend = keyword(call, "backend") or (call.args[0] if call.args else None)
-            value = const_str(backend) or self._default_never_overridden(backend)
+            value = const_str(backend) or self._default_never_overridden(backend) or self._assigned_literal(backend)
             if value is None:
                 continue
             self.backend, self.backend_line = value.lower(), call.lineno
@@ -143,6 +162,18 @@ class Checks(ScriptReader):
                          "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
                          "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
                          "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+
+    def _assigned_literal(self, node: ast.AST | None) -> str | None:
+        """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        scope = self.enclosing_function(node)
+        if scope is None and isinstance(node, ast.Name):
+            return None  # a module-level knob (nanoGPT's `backend = 'nccl'`, overridden by its configurator)
+        scope = scope or self.tree
+        values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
+                  and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
+        return const_str(values[0]) if len(values) == 1 else None
 
     def _default_never_overridden(self, name: ast.AST | None) -> str | None:
         """`def setup(backend="nccl"): init_process_group(backend=backend)` and no call of setup passes a backend:
@@ -166,6 +197,12 @@ class Checks(ScriptReader):
                 return None
         return value
 
+    def _chain_ends_in_exit(self, node: ast.If) -> bool:
+        """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
+        while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+        return _exits(node.orelse)
+
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and last(dotted(n.func)) in ("is_available", "is_nccl_available",
                                                                          "device_count")
@@ -177,10 +214,13 @@ class Checks(ScriptReader):
             if isinstance(parent, (ast.If, ast.IfExp)) and self._mentions_cuda_check(parent.test):
                 return True
             parent = self.parent.get(parent)
-        for node in ast.walk(self.tree):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
+        scope = self.enclosing_function(call)
+        scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
+        for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
             if isinstance(node, ast.Assert) and self._mentions_cuda_check(node.test):
                 return True
-            if isinstance(node, ast.If) and self._mentions_cuda_check(node.test) and _exits(node.body):
+            if isinstance(node, ast.If) and self._mentions_cuda_check(node.test) and (
+                    _exits(node.body) or _exits(node.orelse) or self._chain_ends_in_exit(node)):
                 return True
         return False
 
@@ -216,8 +256,10 @@ class Checks(ScriptReader):
         return (full.startswith("torch.") and last(full) in RANDOM_TORCH) or full.startswith("numpy.random.")
 
     def check_random_data(self) -> None:
+        if not any(self._random_call(c) or self.callee_last(c) == "random_split" for c in self.calls):
+            return  # nothing random drawn in this file
         tainted: dict[str, int] = {}  # names holding unseeded random values -> line
-        assigns = [n for n in ast.walk(self.tree) if isinstance(n, ast.Assign)]
+        assigns = [n for n in self.nodes if isinstance(n, ast.Assign)]
         for _ in range(3):  # y = 2 * x + noise: follow a few assignments
             for node in assigns:
                 uses = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
@@ -253,10 +295,12 @@ class Checks(ScriptReader):
         if flagged or not self.distributed:
             return
         # Without a Dataset: random tensors used directly by a training loop (one that calls .backward()).
-        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
                 continue
-            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted})
+            # a draw only rank 0 uses (a preview, a sample grid) is not the data the ranks train on
+            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted
+                           and not self.runs_on_rank0_only(n, ANY_RANK0)})
             # the data: drawn once before the loop, in its scope (draws in the loop or elsewhere are per-step noise)
             before = {a.lineno for a in assigns if a.lineno < loop.lineno and
                       self.enclosing_function(a) is self.enclosing_function(loop)}
@@ -308,7 +352,7 @@ class Checks(ScriptReader):
         return False
 
     def _epoch_loop(self) -> ast.For | None:
-        loops = [n for n in ast.walk(self.tree) if isinstance(n, ast.For)]
+        loops = [n for n in self.nodes if isinstance(n, ast.For)]
         for loop in loops:
             if "epoch" in dotted(loop.target).lower():
                 return loop
@@ -323,7 +367,7 @@ class Checks(ScriptReader):
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
                     if owner in self.ddp_names and self.ddp_names[owner] <= call.lineno and \
-                            owner not in self.loaded_into:
+                            owner not in self.loaded_into and not self._handed_to_loader(owner):
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
                                  "the file does not load into the plain model",
@@ -350,8 +394,8 @@ class Checks(ScriptReader):
                          "checkpoint, or N copies)",
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
-        if self._replaces_print():
-            return  # `builtins.print = ...` (setup_for_distributed): every print goes through the script's filter
+        if self.replaces_print_here() or self.facts.replaces_print:
+            return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
         prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
                          and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
                         key=lambda c: c.lineno)
@@ -363,14 +407,6 @@ class Checks(ScriptReader):
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
 
-    def _replaces_print(self) -> bool:
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr == "print" and
-                    self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
-                return True
-        return False
-
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
         target = call.args[1] if len(call.args) > 1 else keyword(call, "f")
@@ -381,7 +417,7 @@ class Checks(ScriptReader):
         scope = self.enclosing_function(call)
         return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and
                    last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
-                   for n in ast.walk(scope or self.tree))
+                   for n in (ast.walk(scope) if scope else self.nodes))
 
     def _mentions_rank(self, call: ast.Call) -> bool:
         """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
@@ -396,9 +432,17 @@ class Checks(ScriptReader):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
+    def _handed_to_loader(self, owner: str) -> bool:
+        """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
+        checkpoints go back into the wrapper."""
+        return any(any(dotted(a) == owner for a in [*c.args, *(k.value for k in c.keywords)]) and
+                   any(w in self.callee_last(c).lower() for w in ("load", "restore", "resume", "restart"))
+                   for c in self.calls)
+
     def check_loading(self) -> None:
         for call in self.calls:
-            if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2:
+            if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
+                    and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
@@ -406,11 +450,22 @@ class Checks(ScriptReader):
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
-        if inits and not any(self.is_(c, "destroy_process_group") for c in self.calls):
+        if inits and not any(self.is_(c, "destroy_process_group") for c in self.calls) and not self.facts.destroys:
+            endless = self._ends_in_endless_loop(inits[0])
             self.add(inits[0], "no-destroy", WARNING,
                      "the process group is never destroyed: on exit or after an error the other ranks may wait for "
                      "this one until the timeout",
-                     "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too")
+                     "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
+                     sure=not endless, why="the run ends in a `while True` loop with no way out but an error: a "
+                     "destroy at the end would never run" if endless else "")
+
+    def _ends_in_endless_loop(self, node: ast.AST) -> bool:
+        """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
+        scope = self.enclosing_function(node) or self.tree
+        return any(isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
+                   and n.lineno > node.lineno and
+                   not any(isinstance(b, (ast.Break, ast.Return)) for b in _walk_same_function(n.body, False))
+                   for n in _walk_same_function(scope.body))
 
     def check_ddp_device_ids(self) -> None:
         gpu = self.backend == "nccl" or self.sets_device or any(
@@ -524,21 +579,32 @@ class Checks(ScriptReader):
         dataset = call.args[0] if call.args else keyword(call, "dataset")
         if dataset is None:
             return False
-        exprs = [dataset] + [n.value for n in ast.walk(self.tree) if isinstance(n, ast.Assign)
+        exprs = [dataset] + [n.value for n in self.nodes if isinstance(n, ast.Assign)
                              and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)]
         return any(isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
                    for e in exprs for n in ast.walk(e))
 
     def check_grad_accumulation(self) -> None:
         """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""
-        if not self.ddp_names or any(
+        if not (self.ddp_names or self.facts.ddp) or self.facts.no_sync or any(
                 (isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync"))
-                for n in ast.walk(self.tree)):
+                for n in self.nodes):
             return
-        for loop in (n for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.While))):
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
             backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
             if backward is None:
+                # loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0): backward every call, the step
+                # every k-th, inside a helper
+                if any(isinstance(c, ast.Call) and any(
+                        isinstance(k.value, ast.Compare) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
+                                                                 for b in ast.walk(k.value)) for k in c.keywords)
+                       and any("loss" in dotted(a).lower() for a in c.args) for c in here):
+                    self.add(loop, "grad-accum-no-sync", WARNING,
+                             "gradient accumulation without no_sync(): the helper runs backward every micro-step and "
+                             "steps every k-th, and DDP all-reduces the gradients in each of those backwards (k-1 of "
+                             "every k all-reduces are wasted)",
+                             "run the micro-steps but the last inside `with model.no_sync():`")
                 continue
             # `if (i + 1) % accum == 0: optimizer.step()` beside a backward on every iteration
             stepped_every_k = any(

@@ -1,0 +1,400 @@
+"""The multi-GPU mistakes users hit most (issue 28), each a crash, a hang or a wrong number: a --local_rank flag
+torchrun never passes, a current device never set, the global rank used as a device index, a metric of one rank's
+shard reported as the whole, one file written by every rank, and rank 0 leaving a loop the others go on with.
+
+Each check reads the script through ScriptReader (reading.py); Checks (rules.py) runs them with the others."""
+
+from __future__ import annotations
+
+import ast
+
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, ScriptReader, _exits, const_str, dotted, keyword, last
+from ddplab.diagnose.lint.result import ERROR, WARNING
+
+GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
+REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
+IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
+                   "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
+COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
+
+
+class MultiGpuChecks(ScriptReader):
+    """Mixed into Checks: uses its add(), backend and helpers."""
+
+    def run_multigpu(self) -> None:
+        self.check_local_rank_flag()
+        self.check_current_device()
+        self.check_global_rank_device()
+        self.check_unreduced_metric()
+        self.check_shared_writes()
+        self.check_rank0_leaves_loop()
+        self.check_scaled_twice()
+
+    # ------------------------------------------------------------------------------------------ --local_rank
+
+    def check_local_rank_flag(self) -> None:
+        """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag."""
+        flags = [c for c in self.calls if _method(c) == "add_argument" and
+                 any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
+        if not flags or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
+            return
+        dest = const_str(keyword(flags[0], "dest")) or "local_rank"
+        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr == dest
+                and isinstance(n.ctx, ast.Load) and self._picks_device(n)]
+        if used:
+            self.add(flags[0], "local-rank-argparse", ERROR,
+                     f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
+                     "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
+                     "default and takes the same GPU (duplicate GPU error or out of memory)",
+                     "local_rank = int(os.environ['LOCAL_RANK']) (set by torchrun and ddplab launch)",
+                     why="LOCAL_RANK is read nowhere in the script or its modules")
+
+    def _reads_env(self, var: str) -> bool:
+        return any(isinstance(n, ast.Constant) and n.value == var for n in self.nodes)
+
+    def _picks_device(self, node: ast.AST) -> bool:
+        """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
+        torch.device or a 'cuda:N' string."""
+        def into_device(n: ast.AST) -> bool:
+            parent = self.parent.get(n)
+            for _ in range(4):
+                if parent is None:
+                    return False
+                if isinstance(parent, ast.Call) and (self.callee_last(parent) in (
+                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids")):
+                    return True
+                if isinstance(parent, ast.JoinedStr):
+                    return any(isinstance(v, ast.Constant) and "cuda" in str(v.value) for v in parent.values)
+                parent = self.parent.get(parent)
+            return False
+        if into_device(node):
+            return True
+        assign = self.parent.get(node)
+        while assign is not None and not isinstance(assign, (ast.Assign, ast.stmt)):
+            assign = self.parent.get(assign)
+        if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
+            target = dotted(assign.targets[0])
+            return any(into_device(n) for n in self.nodes
+                       if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+                       and dotted(n) == target)
+        return False
+
+    # ------------------------------------------------------------------------------------------ current device
+
+    def check_current_device(self) -> None:
+        for call in self.calls:
+            # torch.accelerator.device_index(i) is a context manager: as a plain statement it sets nothing
+            if self.callee_last(call) == "device_index" and isinstance(self.parent.get(call), ast.Expr):
+                self.add(call, "no-set-device", ERROR,
+                         "torch.accelerator.device_index(...) is a context manager: called alone it changes nothing, "
+                         "so every rank stays on GPU 0 for NCCL and for .cuda()",
+                         "torch.accelerator.set_device_index(local_rank) (or torch.cuda.set_device(local_rank))")
+        if self.sets_device:
+            # `.cuda()` on the branch of an `if` whose other branch is the one that sets the device
+            for call in self.calls:
+                if _method(call) == "cuda" and not call.args and not call.keywords and self.distributed and \
+                        self._other_branch_sets_device(call) and self._wraps_in_ddp_here(call):
+                    self.add(call, "no-set-device", ERROR,
+                             ".cuda() on a path where torch.cuda.set_device is not called (only the other branch of "
+                             "the `if` sets it): every rank on this path puts the model on GPU 0",
+                             "set the device on every path: torch.cuda.set_device(local_rank) with local_rank = "
+                             "int(os.environ['LOCAL_RANK']), before init_process_group")
+            return
+        if not self.distributed or not (self.backend == "nccl" or self.facts.backend_nccl):
+            return
+        for call in self.calls:
+            bare = (self.callee(call) == "torch.device" and len(call.args) == 1 and
+                    const_str(call.args[0]) == "cuda" and keyword(call, "index") is None) or \
+                (_method(call) == "to" and call.args and const_str(call.args[0]) == "cuda")
+            if bare:
+                self.add(call, "no-set-device", ERROR,
+                         "'cuda' without an index and no torch.cuda.set_device anywhere: 'cuda' is the current "
+                         "device, GPU 0 on every rank (all ranks on one GPU, NCCL then fails or runs out of memory)",
+                         "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
+                         "int(os.environ['LOCAL_RANK']))")
+        inits = [c for c in self.calls if self.is_(c, "init_process_group") and keyword(c, "device_id") is None]
+        if inits and self.backend == "nccl":
+            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE]
+            self.add(inits[0], "no-set-device", WARNING,
+                     "NCCL with no torch.cuda.set_device in the script or its modules: the current device stays GPU 0 "
+                     "on every rank, so anything that uses it (torch.cuda.synchronize, empty_cache, a GradScaler, "
+                     "barrier) makes a CUDA context on GPU 0 per rank",
+                     "torch.cuda.set_device(local_rank) before init_process_group",
+                     sure=bool(implicit),
+                     why=(f"line {implicit[0].lineno} uses the current device" if implicit else
+                          "nothing in the script uses the current device by itself"))
+
+    def _wraps_in_ddp_here(self, node: ast.AST) -> bool:
+        """The block this line is in builds the DDP wrapper: the path is a distributed one."""
+        block = self.parent.get(node)
+        while block is not None and not isinstance(block, (ast.If, ast.FunctionDef, ast.Module)):
+            block = self.parent.get(block)
+        return block is not None and any(isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES
+                                         for n in ast.walk(block))
+
+    def _other_branch_sets_device(self, node: ast.AST) -> bool:
+        child, parent = node, self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, ast.If):
+                mine, other = (parent.body, parent.orelse) if child in parent.body else (parent.orelse, parent.body)
+                if child in mine and any(isinstance(n, ast.Call) and self.callee_last(n) in (
+                        "set_device", "set_device_index") for s in other for n in ast.walk(s)):
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    # ------------------------------------------------------------------------------------------ global rank as device
+
+    def _global_by_flow(self, expr: ast.AST, depth: int = 0) -> bool:
+        """The value is the global rank by data flow: dist.get_rank(), RANK / SLURM_PROCID from the environment,
+        or a name assigned only from those (not a name that merely says `rank`)."""
+        if isinstance(expr, ast.Call):
+            name = self.callee_last(expr)
+            if name == "get_rank":
+                return True
+            if name in ("int", "str") and expr.args:
+                return self._global_by_flow(expr.args[0], depth)
+            if name in ("get", "getenv") and expr.args:
+                return const_str(expr.args[0]) in GLOBAL_ENV
+            return False
+        if isinstance(expr, ast.Subscript):
+            return const_str(expr.slice) in GLOBAL_ENV and "environ" in dotted(expr.value)
+        if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
+            scope = self.enclosing_function(expr) if isinstance(expr, ast.Name) else None
+            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                      and any(dotted(t) == dotted(expr) for t in n.targets)]
+            values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                       for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+            return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+        return False
+
+    def check_global_rank_device(self) -> None:
+        for call in self.calls:
+            picks = []
+            ids = keyword(call, "device_ids")
+            if self.callee_last(call) in DDP_NAMES and isinstance(ids, (ast.List, ast.Tuple)):
+                picks = list(ids.elts)
+            elif self.callee_last(call) in ("set_device", "set_device_index") and call.args:
+                picks = [call.args[0]]
+            elif _method(call) == "cuda" and call.args:
+                picks = [call.args[0]]
+            elif self.callee(call) == "torch.device" and len(call.args) == 2:
+                picks = [call.args[1]]
+            for pick in picks:
+                if self._global_by_flow(pick):
+                    self.add(call, "global-rank-device-ids", ERROR,
+                             "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
+                             "GPUs are 0-7 (invalid device ordinal)",
+                             "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
+                    break
+
+    # ------------------------------------------------------------------------------------------ unreduced metric
+
+    def check_unreduced_metric(self) -> None:
+        """A count or sum accumulated over this rank's shard, reported under a rank-0 test, never reduced."""
+        if not self.distributed:
+            return
+        sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in (
+            "info", "log", "add_scalar", "add_scalars")]
+        scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
+        for func in (self.tree if f is None else f for f in scopes):
+            body = func.body
+            calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
+            reducers = [c for c in calls if any(w in self.callee_last(c).lower() for w in REDUCERS)]
+            if any(not c.args and not c.keywords for c in reducers):
+                continue  # metric_logger.synchronize_between_processes(): the meters are reduced
+            reduced = self._flows_into(reducers, body)
+            accumulated = {}  # name -> the loop it grows in
+            for node in _same_scope(body):
+                if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
+                    for sub in _same_scope(node.body, loops=True):
+                        if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
+                                isinstance(sub.target, ast.Name):
+                            accumulated.setdefault(sub.target.id, node)
+            if not accumulated:
+                continue
+            for call in calls:
+                if not (self.callee(call) == "print" or _method(call) in ("info", "log", "add_scalar", "add_scalars")):
+                    continue
+                if not self.runs_on_rank0_only(call, frozenset({"global"})):
+                    continue
+                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
+                if names:
+                    name = sorted(names)[0]
+                    loop = accumulated[name]
+                    self.add(call, "unreduced-metric", WARNING,
+                             f"{name} is summed over this rank's batches only (loop on line {loop.lineno}) and "
+                             "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
+                             f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
+                             "dist.all_reduce(t), then report from t",
+                             sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
+                             if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
+                    break
+
+    def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
+        """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
+        dist.all_reduce(t))."""
+        given = {n.id for c in reducers for n in ast.walk(c) if isinstance(n, ast.Name)}
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and any(dotted(t) in given for t in node.targets):
+                given |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        return given
+
+    def _over_batches(self, it: ast.AST) -> bool:
+        """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
+                                                                  "batches" in last(dotted(n)).lower())
+                   for n in ast.walk(it))
+
+    # ------------------------------------------------------------------------------------------ one file, every rank
+
+    def check_shared_writes(self) -> None:
+        if not self.distributed:
+            return
+        for call in self.calls:
+            what = self._writes(call)
+            if what is None or self.runs_on_rank0_only(call, ANY_RANK0) or self._mentions_rank(call):
+                continue
+            scope = self.enclosing_function(call)
+            if scope is not None and any(isinstance(n, ast.Call) and self.callee(n) == "torch.save"
+                                         for n in ast.walk(scope)):
+                continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
+            self.add(call, "shared-path-write", WARNING,
+                     f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
+                     "half-written; with download=True, N downloads into one folder)",
+                     "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
+                     "the rank in the path")
+
+    def _writes(self, call: ast.Call) -> str | None:
+        name, method = self.callee(call), _method(call)
+        if name == "open" or (method == "open" and isinstance(call.func, ast.Attribute) and
+                              not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))):
+            args = call.args[1:] if name == "open" else call.args
+            mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
+            if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
+                return f"open(..., {mode!r})"
+            return None
+        if last(name) == "SummaryWriter":
+            return "a TensorBoard SummaryWriter"
+        if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
+            return f"{last(name)}(download=True)"
+        if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
+                (name.startswith("os.") or method == "mkdir"):
+            return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
+        if name in COPIES or method == "to_csv":
+            return f"{last(name)}()"
+        return None
+
+    # ------------------------------------------------------------------------------------------ scaled twice
+
+    def check_scaled_twice(self) -> None:
+        """lr (or batch size) multiplied (or divided) by the number of ranks, and the result scaled again."""
+        scaled: dict[str, tuple[int, str]] = {}  # name -> (line, up|down)
+
+        def direction(value: ast.AST) -> tuple[str, list[ast.AST]] | None:
+            for b in ast.walk(value):
+                if isinstance(b, ast.BinOp) and isinstance(b.op, (ast.Mult, ast.Div, ast.FloorDiv)):
+                    for side, rest in ((b.right, b.left), (b.left, b.right)):
+                        if _world(self, side) and not (isinstance(b.op, (ast.Div, ast.FloorDiv)) and side is b.left):
+                            return ("up" if isinstance(b.op, ast.Mult) else "down"), [rest]
+            return None
+
+        def report(node: ast.AST, name: str, first: int, way: str) -> None:
+            self.add(node, "world-size-scaled-twice", WARNING,
+                     f"{name} is {'multiplied' if way == 'up' else 'divided'} by the number of ranks here and was "
+                     f"already on line {first}: scaled twice, it is off by a factor of the world size",
+                     "scale once: decide whether the value is per rank or for the whole job, and convert in one place")
+
+        nodes = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
+                       key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        for node in nodes:
+            if isinstance(node, ast.keyword):
+                target, value = node.arg or "", node.value
+            elif isinstance(node, ast.AugAssign):
+                target, value = dotted(node.target), node
+                if not isinstance(node.op, (ast.Mult, ast.Div, ast.FloorDiv)) or not _world(self, node.value):
+                    continue
+                way = "up" if isinstance(node.op, ast.Mult) else "down"
+                if last(target) in scaled and scaled[last(target)][1] == way:
+                    report(node, target, scaled[last(target)][0], way)
+                scaled[last(target)] = (node.lineno, way)
+                continue
+            else:
+                if len(node.targets) != 1:
+                    continue
+                target, value = dotted(node.targets[0]), node.value
+            if not any(w in last(target).lower() for w in SCALED):
+                continue
+            found = direction(value)
+            if found is None:
+                continue
+            way, rest = found
+            again = [last(dotted(n)) for r in rest for n in ast.walk(r) if isinstance(n, (ast.Name, ast.Attribute))
+                     and last(dotted(n)) in scaled and scaled[last(dotted(n))][1] == way]
+            if again:
+                report(node.value if isinstance(node, ast.keyword) else node, again[0], scaled[again[0]][0], way)
+            if not isinstance(node, ast.keyword):
+                scaled[last(target)] = (node.lineno, way)
+
+    # ------------------------------------------------------------------------------------------ rank 0 leaves
+
+    def check_rank0_leaves_loop(self) -> None:
+        """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
+        go on to the next iteration's all-reduce and wait for rank 0 forever."""
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
+            syncs = [c for c in _same_scope(loop.body, loops=True) if isinstance(c, ast.Call) and (
+                self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))]
+            if not syncs:
+                continue
+            for node in _same_scope(loop.body, loops=False):
+                if not (isinstance(node, ast.If) and _exits(node.body) and not node.orelse):
+                    continue
+                test = self.rank_test(node.test)
+                if test is None or isinstance(node.body[-1], ast.Continue):
+                    continue
+                sync = syncs[0]
+                self.add(node.body[-1], "rank0-early-exit", ERROR,
+                         f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
+                         f"{node.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
+                         "they wait for it until the timeout (or crash when it exits)",
+                         "decide to stop on every rank: compute the decision on rank 0, broadcast it "
+                         "(dist.broadcast_object_list), then break on all ranks together")
+
+
+SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
+
+
+def _world(self: ScriptReader, node: ast.AST) -> bool:
+    """The number of ranks: world_size, nprocs, dist.get_world_size(), os.environ['WORLD_SIZE']."""
+    if isinstance(node, ast.Call):
+        return self.callee_last(node) == "get_world_size" or (self.callee_last(node) == "int" and bool(node.args)
+                                                               and _world(self, node.args[0]))
+    if isinstance(node, ast.Subscript):
+        return const_str(node.slice) == "WORLD_SIZE"
+    name = last(dotted(node)).lower()
+    return bool(name) and ("world_size" in name or name in ("world", "nprocs", "num_gpus", "ngpus", "n_gpus"))
+
+
+def _method(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def _pairs(assign: ast.Assign):
+    """(target, value) of `a, b = x, y`."""
+    for target in assign.targets:
+        if isinstance(target, ast.Tuple) and isinstance(assign.value, ast.Tuple) and \
+                len(target.elts) == len(assign.value.elts):
+            yield from zip(target.elts, assign.value.elts)
+
+
+def _same_scope(body: list[ast.stmt], loops: bool = True):
+    """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
+    stack = list(body)
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
+        (() if loops else (ast.For, ast.While, ast.AsyncFor))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, skip):
+            stack.extend(ast.iter_child_nodes(node))
