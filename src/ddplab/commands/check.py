@@ -31,6 +31,7 @@ class CheckResult:
     nnodes: int = 1
     ranks: list[int] = field(default_factory=list)  # the global ranks that ran on this node
     flight: object = None  # a hung or failed run: which collective each rank last called (diagnose.flight)
+    kept: str = ""  # a failed or hung run: the folder that keeps every rank's whole output
 
 
 def _fraction(text: str) -> float:
@@ -86,7 +87,7 @@ def run(args) -> int:
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
         pre = preflight.run(nproc, device, backend, port_finding)
-        stages, problems, seconds, run_ranks, flight = [pre], [], pre.seconds, [], None
+        stages, problems, seconds, run_ranks, flight, kept = [pre], [], pre.seconds, [], None, ""
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
         elif worker_stages:
@@ -94,12 +95,12 @@ def run(args) -> int:
                        "mem_fraction": args.mem_fraction,
                        # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
                        "pg_timeout": args.timeout + 30}
-            workers, problems, seconds, run_ranks, flight = _run_workers(args, ranks.get(nproc), payload)
+            workers, problems, seconds, run_ranks, flight, kept = _run_workers(args, ranks.get(nproc), payload)
             stages += workers
     result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
                          verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
                          stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks,
-                         flight=flight)
+                         flight=flight, kept=kept)
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
@@ -131,7 +132,7 @@ def _run_workers(args, pending, payload):
         else:
             cause = "not run: an earlier stage did not pass" if blamed else "no result (see the problems below)"
             stages.append(StageResult(name, SKIP if blamed else FAIL, cause=cause))
-    return stages, problems, run.seconds, [r.rank for r in run.ranks], run.flight
+    return stages, problems, run.seconds, [r.rank for r in run.ranks], run.flight, run.run_dir
 
 
 def _blame(stage: str, run) -> StageResult:
@@ -203,4 +204,6 @@ def render(con, r: CheckResult) -> None:
         from ddplab.diagnose.flight import render as render_flight
 
         con.print("\n" + render_flight(r.flight))
+    if r.kept:
+        con.print(f"\nkept: every rank's whole output in {r.kept} (delete it when done)", soft_wrap=True)
     con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red", soft_wrap=True)

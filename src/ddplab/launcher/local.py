@@ -148,9 +148,16 @@ class PendingRun:
                 time.sleep(POLL_S)
         except BrokenPipeError:  # the agent died before it was told to go; collect() reports its log
             pass
-        finally:  # any path, Ctrl-C and SIGTERM (the CLI turns it into SystemExit) included
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the CLI turns it into SystemExit)
+            status = "interrupted"
+            raise
+        finally:  # any path
             end_all(proc, run_dir, nproc)
             follow.poll()
+            if status == "interrupted" and not keep_dir:
+                # The user stopped a run that had not failed: nothing of it stays in /tmp (a hang or a failure
+                # keeps the ranks' logs and says where).
+                shutil.rmtree(run_dir, ignore_errors=True)
         agent_rc = 0 if status == "done" else proc.returncode
         result = collect(run_dir, nproc, self.master_port, "ok" if status == "done" else status, reason,
                          time.monotonic() - start, agent_rc)
