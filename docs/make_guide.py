@@ -2,9 +2,9 @@
 
 A block in the guide looks like this (the output between the fences is rewritten on every run):
 
-    <!-- run exit=3 shows="verdict: NOT READY": DDPLAB_FAULT=... ddplab check --timeout 5 -->
+    <!-- run exit=3 shows="verdict: NOT READY": DDPLAB_FAULT=... ddplab check --hang-timeout 5 -->
     ```console
-    $ DDPLAB_FAULT=... ddplab check --timeout 5
+    $ DDPLAB_FAULT=... ddplab check --hang-timeout 5
     ...output...
     ```
 

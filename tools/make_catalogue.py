@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import gzip
-import json
 import os
 import re
 import signal

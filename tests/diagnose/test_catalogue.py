@@ -132,3 +132,14 @@ def test_trie_regex_matches_exactly_its_words():
     for other in ("a", "abcd", "axb (x)", "xy", ""):
         assert not pattern.fullmatch(other), other
     assert pattern.search("... abd ...").group() == "abd"
+
+
+def test_closest_names_the_template_a_line_was_printed_from_and_nothing_for_foreign_text():
+    from ddplab.diagnose import catalogue
+
+    template = next(t for t in catalogue.load("torch-python")["templates"]
+                    if t["kind"] == "raise" and len(catalogue.chunks(t["text"])) >= 2)
+    line = f"[rank1]: {template.get('exc') or 'RuntimeError'}: {catalogue.render(template['text'])}"
+    found = catalogue.closest(line)
+    assert found is not None and found.startswith(template["text"]) and template["file"] in found
+    assert catalogue.closest("ValueError: my own thing went wrong") is None

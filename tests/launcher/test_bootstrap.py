@@ -52,6 +52,20 @@ def test_a_failing_script_exits_as_it_would_alone(tmp_path):
     script.write_text("raise ValueError('bad batch')\n")
     out = subprocess.run([sys.executable, str(BOOTSTRAP), str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "ValueError: bad batch" in out.stderr
+    # the traceback starts in the user's script: no frame of the bootstrap or runpy before it
+    frames = [line for line in out.stderr.splitlines() if line.strip().startswith("File ")]
+    assert frames and str(script) in frames[0] and "bootstrap" not in out.stderr and "runpy" not in out.stderr
+
+
+def test_a_failing_module_traceback_starts_in_the_module(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text("def step():\n    raise KeyError('labels')\n\nstep()\n")
+    out = subprocess.run([sys.executable, str(BOOTSTRAP), "-m", "pkg.train"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=60)
+    frames = [line for line in out.stderr.splitlines() if line.strip().startswith("File ")]
+    assert out.returncode == 1 and "KeyError: 'labels'" in out.stderr
+    assert "pkg/train.py" in frames[0] and len(frames) == 2 and "runpy" not in out.stderr
 
 
 def test_the_rank_dies_with_its_parent_even_in_a_session_of_its_own(tmp_path, no_leftover_workers):

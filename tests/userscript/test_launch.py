@@ -103,7 +103,12 @@ def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
     diagnosis = out[out.index("diagnosis"):]
     assert "[module-prefix]" in diagnosis.split("\n")[1] and "(root cause)" in diagnosis.split("\n")[1]
     assert out.strip().splitlines()[-1].strip() == f"logs: {tmp_path}"  # a folder `ddplab explain` reads
-    assert "module.weight" in next(tmp_path.glob("*/attempt_0/1/stderr.log")).read_text()
+    rank_log = next(tmp_path.glob("*/attempt_0/1/stderr.log")).read_text()
+    assert "module.weight" in rank_log
+    # what the user reads names their script: torchrun's summary, and a traceback that starts in it (issue 27)
+    launcher_text = ran.err + "".join(p.read_text() for p in tmp_path.glob("launcher.log"))
+    assert "crash_ddp.py FAILED" in launcher_text and "bootstrap.py FAILED" not in launcher_text
+    assert "bootstrap.py" not in rank_log and "runpy" not in rank_log
     # the lint warnings came first, and did not stop the run
     assert "[save-ddp-state-dict]" in ran.err
     assert_nothing_left("crash_ddp.py")

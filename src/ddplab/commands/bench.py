@@ -160,6 +160,8 @@ def _run_failed(run) -> int:
             err.print(f"rank {r.rank} stack (last phase {r.phase}):\n{r.stack}", markup=False, soft_wrap=True)
         elif run.root_cause == r.rank and (r.traceback or r.output_tail):
             err.print(f"rank {r.rank} traceback:\n{r.traceback or r.output_tail}", markup=False, soft_wrap=True)
+    if run.run_dir:
+        err.print(f"kept: every rank's whole output in {run.run_dir} (delete it when done)", soft_wrap=True)
     return 3 if run.status == "hang" else 130 if run.status == "interrupted" else 1
 
 

@@ -1,7 +1,7 @@
 """`ddplab check`: does distributed training work here, stage by stage, and if not, why.
 
 Stages: preflight (before any worker), then on N ranks started by the elastic launcher: devices, collectives, ddp.
-A rank that crashes fails its stage by name; a rank that makes no progress for --timeout seconds is a hang: the
+A rank that crashes fails its stage by name; a rank that makes no progress for --hang-timeout seconds is a hang: the
 stuck ranks are named with the operation and their Python stacks, every worker is ended, and the exit code is 3.
 """
 

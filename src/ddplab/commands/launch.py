@@ -144,8 +144,7 @@ def render(con, r) -> None:
     if r.status == "hang":
         for rank in r.ranks:
             who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
-            con.print(f"  {who} (pid {rank.pid}): " + f"in {rank.stuck_in or 'no distributed call'} at "
-                                                            f"{rank.where or '?'}")
+            con.print(f"  {who} (pid {rank.pid}): in {rank.stuck_in or 'no distributed call'} at {rank.where or '?'}")
             if rank.stack:
                 con.print(_brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
@@ -158,8 +157,7 @@ def render(con, r) -> None:
             con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
         for rank in r.ranks:
             if rank is not root:
-                con.print(f"  rank {rank.rank}: exit code {rank.exitcode}"
-                                 + (f": {rank.error}" if rank.error else ""))
+                con.print(f"  rank {rank.rank}: exit code {rank.exitcode}" + (f": {rank.error}" if rank.error else ""))
         _render_flight(con, r.flight)
         if r.cause is not None:
             con.print(f"  cause: {r.cause.text}:")

@@ -50,7 +50,8 @@ COLUMNS = """columns of the ranks table:
             GPU %: that GPU's utilisation; GPU MiB: the rank's memory on it
   marks     progress marks made so far (ddplab's own runs); phase: the last one
   flags     idle: under 10 % of a core (or of its GPU); behind: far fewer marks than the leader, the straggler;
-            waiting: far less CPU time than the busiest rank, which it likely waits for; exited
+            waiting: far less CPU time than the busiest rank, which it likely waits for; quiet: no progress mark
+            for 60 s or more (a long step, a checkpoint, or a hang: a GPU waiting in NCCL still reads busy); exited
 the GPU table: util % (nvidia-smi's), memory MiB used/total, power W used/limit, and the processes as pid:rank"""
 
 

@@ -6,10 +6,9 @@ consequences (a rank that lost its peer reports it after the peer died), errors 
 throwing ... what(): ...` names before others (that rank aborted first; its peers' Python tracebacks follow), specific
 messages before generic wrappers (NCCL's "invalid usage" before its "Last error: Duplicate GPU ..."), warnings last;
 within each tier, in the order each error first appears in the log.
-Before all of these, by mechanism, when a rule says what kind of failure it is (`Rule.mechanism`): a difference
-between machines (versions, drivers, interfaces) before a resource limit, before an error of no stated kind, before a
-transport error, before a consequence; a rule without the field is of no stated kind, so without it the order is the
-one above.
+Before these, but after the warnings, by mechanism (`Rule.mechanism`, rules.MECHANISMS): a difference between machines
+(versions, drivers, interfaces) first, then a resource limit, then the rest; and a family rule (a whole layer's
+messages, `Rule.covers`) after the specific ones.
 Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
 `[default1]:` (torchrun --tee: role and local rank); other launchers' prefixes are rewritten to these when the log is
 read (ddplab/diagnose/logread.py). ddplab's own hang reports are findings too (ownreport.py), and every answer carries

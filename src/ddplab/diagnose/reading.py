@@ -132,7 +132,7 @@ def _closest(error: str | None) -> str | None:
     if not error:
         return None
     try:
-        from ddplab.diagnose import catalogue  # optional: built by the catalogue work (issue 27 part A)
+        from ddplab.diagnose import catalogue
     except ImportError:
         return None
     closest = getattr(catalogue, "closest", None)

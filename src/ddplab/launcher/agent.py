@@ -77,12 +77,20 @@ def main(spec_path: str) -> int:
         failures = {str(rank): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode,
                                 "time": f.timestamp, "message": f.message}
                     for rank, f in e.failures.items()}
+        if spec["kind"] == "script":  # torchrun names the first argument, bootstrap.py: say the user's script
+            e = ChildFailedError(_user_entry(args), e.failures)
         print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
     except Exception as e:  # a rendezvous that never completed, a bad option torch found late
         launcher_error = _one_line(e)
         traceback.print_exc()
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
     return 1 if failures or launcher_error else 0
+
+
+def _user_entry(args) -> str:
+    """What the user asked to run, from a rank's command `-u BOOTSTRAP [-m MODULE | --exec PROGRAM | SCRIPT] ...`."""
+    rest = list(args[list(args).index(BOOTSTRAP) + 1:])
+    return rest[1] if rest[:1] in (["-m"], ["--exec"]) and len(rest) > 1 else (rest[0] if rest else BOOTSTRAP)
 
 
 def _one_line(e: BaseException) -> str:

@@ -31,14 +31,28 @@ def main(argv: list) -> None:
     if argv[0] == "--exec":
         os.execvp(argv[1], argv[1:])  # the kernel keeps the parent-death signal across exec
     sys.path.pop(0)  # this file's folder: the script must see the path it would have seen
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        sys.path.insert(0, os.getcwd())
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
-        runpy.run_path(argv[0], run_name="__main__")
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    except Exception as e:  # SystemExit and Ctrl-C go on as Python's own
+        # What Python prints for an uncaught error, less the frames of this file and runpy: the user's traceback
+        # starts in the user's script, as under plain torchrun (and a hook the script set still gets it).
+        tb = _without_launcher_frames(e.__traceback__)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)  # Python 3.11+ prints e.__traceback__, older ones tb
+        sys.exit(1)
+
+
+def _without_launcher_frames(tb):
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+                              or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)):
+        tb = tb.tb_next
+    return tb
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
         start = time.monotonic()
         res = start_ranks(nproc).run({"recipe": name, "config": cfg.to_dict()}, stall_timeout=STALL_S)
         if not res.ok:
-            raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}",
+            kept = f" (every rank's whole output kept in {res.run_dir})" if res.run_dir else ""
+            raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}{kept}",
                               exit_code=3 if res.status == "hang" else 1)
         result = next(r.result for r in res.ranks if isinstance(r.result, dict) and "ranks" in r.result)
         result["steady"] = steady(Path(tmp) / "metrics.jsonl")

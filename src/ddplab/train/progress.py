@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.text import Text
 
 from ddplab import report
 from ddplab.launcher.progress import mark

@@ -167,7 +167,7 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
         f": {root.error}" if root.error else "")
     linted = plan.script is not None and path.resolve() == Path(plan.script).resolve()
     findings = plan.lint.findings if plan.lint and linted else []
-    result.related_lint = [f for f in findings if f.line == line] or [
+    result.related_lint = [f for f in findings if f.line == line and not getattr(f, "path", None)] or [
         f for f in findings if f.rule in RELATED_RULES["collective"]]
     if result.explanation is not None:
         # explain's rule for this text says "a consequence: find the rank that failed first"; here that rank is

@@ -44,3 +44,22 @@ def render(text: str) -> str:
 def chunks(text: str) -> list[str]:
     """The literal parts of a template, between its fields."""
     return [c.strip() for c in FIELD.split(text) if c.strip()]
+
+
+def closest(error: str, shortest: int = 12) -> str | None:
+    """The catalogue entry whose literal parts the error line contains most of (parts of `shortest` characters and
+    more: short ones match anything), said with where it comes from; None when no entry shares such a part."""
+    best, best_score = None, 0.0
+    for source in SOURCES:
+        data = load(source)
+        for t in (data or {}).get("templates", ()):
+            parts = [c for c in chunks(t["text"]) if len(c) >= shortest]
+            found = sum(len(c) for c in parts if c in error)
+            score = found / max(1, sum(len(c) for c in chunks(t["text"])))
+            if found and score > best_score:
+                best, best_score = (data, t), score
+    if best is None:
+        return None
+    data, t = best
+    where = f"{t['file']}:{t['line']}" if t.get("line") else t["file"]
+    return f"{t['text']} ({data['source']} {data['version']}, {where})"

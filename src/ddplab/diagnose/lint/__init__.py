@@ -60,11 +60,9 @@ def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
         raise DdplabError(f"{folder}: no Python file in this folder: pass a training script or its folder")
     findings: dict[tuple, Finding] = {}
     hidden: set[tuple] = set()
-    reached: set[Path] = set()
     backend = backend_line = None
     for entry in whole.entries:
         project = projects.of_script(entry, cache)
-        reached |= set(project.trees)
         result = lint_project(project, str(folder), show_all=True, shown_from=(folder, whole.root))
         backend, backend_line = backend or result.backend, backend_line or result.backend_line
         for f in result.findings:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, ScriptReader, _exits, const_str, dotted, keyword, last
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
+                                         keyword, last)
+from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
@@ -208,7 +210,7 @@ class MultiGpuChecks(ScriptReader):
             accumulated = {}  # name -> the loop it grows in
             for node in _same_scope(body):
                 if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
-                    for sub in _same_scope(node.body, loops=True):
+                    for sub in _same_scope(node.body):
                         if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                                 isinstance(sub.target, ast.Name):
                             accumulated.setdefault(sub.target.id, node)
@@ -343,11 +345,11 @@ class MultiGpuChecks(ScriptReader):
         """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
-            syncs = [c for c in _same_scope(loop.body, loops=True) if isinstance(c, ast.Call) and (
+            syncs = [c for c in _same_scope(loop.body, into_loops=True) if isinstance(c, ast.Call) and (
                 self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))]
             if not syncs:
                 continue
-            for node in _same_scope(loop.body, loops=False):
+            for node in _same_scope(loop.body, into_loops=False):
                 if not (isinstance(node, ast.If) and _exits(node.body) and not node.orelse):
                     continue
                 test = self.rank_test(node.test)
@@ -376,25 +378,9 @@ def _world(self: ScriptReader, node: ast.AST) -> bool:
     return bool(name) and ("world_size" in name or name in ("world", "nprocs", "num_gpus", "ngpus", "n_gpus"))
 
 
-def _method(call: ast.Call) -> str:
-    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
-
-
 def _pairs(assign: ast.Assign):
     """(target, value) of `a, b = x, y`."""
     for target in assign.targets:
         if isinstance(target, ast.Tuple) and isinstance(assign.value, ast.Tuple) and \
                 len(target.elts) == len(assign.value.elts):
             yield from zip(target.elts, assign.value.elts)
-
-
-def _same_scope(body: list[ast.stmt], loops: bool = True):
-    """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
-    stack = list(body)
-    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
-        (() if loops else (ast.For, ast.While, ast.AsyncFor))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, skip):
-            stack.extend(ast.iter_child_nodes(node))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts, ScriptReader,
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts,
                                           _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
