@@ -2,6 +2,7 @@
 
     python benchmarks/explain_heldout.py           # one line per log, then k/n
     python benchmarks/explain_heldout.py --json    # the same as one object
+    python benchmarks/explain_heldout.py --set benchmarks/explain_heldout2   # another held-out set, same format
 
 Each log there is copied verbatim from a public thread; truth.json gives its source, the cause the thread confirms and
 the cause ids that count as right (`expect`), written before explain was run on it. A log counts as right when the
@@ -20,10 +21,10 @@ from ddplab.diagnose.explain import explain_text
 HELDOUT = Path(__file__).resolve().parent / "explain_heldout"
 
 
-def score() -> list[dict]:
+def score(heldout: Path = HELDOUT) -> list[dict]:
     rows = []
-    for item in json.loads((HELDOUT / "truth.json").read_text()):
-        text = (HELDOUT / item["log"]).read_text(encoding="utf-8", errors="replace")
+    for item in json.loads((heldout / "truth.json").read_text()):
+        text = (heldout / item["log"]).read_text(encoding="utf-8", errors="replace")
         e = explain_text(text)
         got = e.matches[0].rule if e.matches else None
         rows.append({"log": item["log"], "expect": item["expect"], "got": got, "right": got in item["expect"]})
@@ -33,8 +34,10 @@ def score() -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--set", type=Path, default=HELDOUT, metavar="DIR",
+                        help="folder with the logs and truth.json (default: benchmarks/explain_heldout)")
     args = parser.parse_args(argv)
-    rows = score()
+    rows = score(args.set)
     right = sum(r["right"] for r in rows)
     if args.json:
         print(json.dumps({"right": right, "total": len(rows), "logs": rows}, indent=1))
