@@ -1,6 +1,10 @@
 """Precision and recall of `ddplab lint`'s default output on the held-out scripts in benchmarks/lint_heldout/.
 
     python benchmarks/lint_heldout_score.py [CORPUS_DIR]     (default /tmp/lint_heldout)
+    python benchmarks/lint_heldout_score.py --set lint_heldout2 [CORPUS_DIR]   (default /tmp/lint_heldout2)
+
+--set names the folder under benchmarks/ that holds the set's truth.json and sources.json (default lint_heldout, the
+first set; lint_heldout2 is the second, measured at first sight). The scoring is the same for every set.
 
 The held-out set: 16 public DDP scripts, each with the local modules it imports. They are public code and are not in
 this repository: benchmarks/lint_heldout/sources.json lists, per script, the repository, the commit and the files;
@@ -61,7 +65,8 @@ def judge(name: str, truth: dict, entry: Path) -> tuple[int, int, int, int, list
     for m in truth.get("mistakes", []):
         forms = [m] + m.get("alt", [])
         mistakes.append({key(x.get("file", m.get("file", rel_entry)), x["line"], x["rule"]) for x in forms})
-    prints = {key(rel_entry, line, "unguarded-print")[:2] for line in truth.get("prints", [])}
+    prints = {key(p["file"], p["line"], "unguarded-print")[:2] if isinstance(p, dict)  # a print in an imported module
+              else key(rel_entry, p, "unguarded-print")[:2] for p in truth.get("prints", [])}
 
     findings = lint_file(entry).findings
     notes, right, got = [], 0, set()
@@ -88,14 +93,19 @@ def judge(name: str, truth: dict, entry: Path) -> tuple[int, int, int, int, list
 
 
 def main() -> int:
-    global ROOT
-    ROOT = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
+    global ROOT, HERE
+    argv = sys.argv[1:]
+    if argv[:1] == ["--set"] and len(argv) > 1:
+        HERE = HERE.parent / argv[1]
+        ROOT = Path("/tmp") / argv[1]
+        argv = argv[2:]
+    ROOT = Path(argv[0]) if argv else ROOT
     truth = json.loads((HERE / "truth.json").read_text())
     sources = json.loads((HERE / "sources.json").read_text())
     missing = [f"{name}/{f}" for name, s in sources.items() for f in s["files"] if not (ROOT / name / f).is_file()]
     if missing:
         print(f"{ROOT}: missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}: copy them from the "
-              "repositories and commits in benchmarks/lint_heldout/sources.json", file=sys.stderr)
+              f"repositories and commits in {HERE / 'sources.json'}", file=sys.stderr)
         return 2
     n = right = expected = found = 0
     print(f"{'script':24} {'findings':>8} {'right':>5} {'expected':>8} {'found':>5}  notes")
@@ -106,7 +116,7 @@ def main() -> int:
         a, b, c, d, notes = judge(name, t, entry)
         print(f"{name:24} {a:8} {b:5} {c:8} {d:5}  {'; '.join(notes)}")
         n, right, expected, found = n + a, right + b, expected + c, found + d
-    print(f"held-out ({len(truth) - 1} scripts): precision {right}/{n} = {right / max(n, 1):.1%}   "
+    print(f"{HERE.name} ({len(truth) - 1} scripts): precision {right}/{n} = {right / max(n, 1):.1%}   "
           f"recall {found}/{expected} = {found / max(expected, 1):.1%}")
     return 0
 
