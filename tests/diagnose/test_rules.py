@@ -180,10 +180,20 @@ def test_errno_texts_of_the_os_name_their_rules():
         assert first_rule(text) == rule, (number, os.strerror(number), first_rule(text))
 
 
+def _default_signals() -> None:
+    # A suite started under nohup (or by a parent that ignores them) hands bash SIGHUP ignored, and bash keeps a signal
+    # ignored at entry ignored for its children: `kill -HUP` would then do nothing.
+    import signal
+
+    for sig in (signal.SIGILL, signal.SIGFPE, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def test_signals_as_the_shell_reports_them():
     # bash reports a child's death by signal in its own words (strsignal); each names its rule
     script = "; ".join(f"bash -c 'kill -{sig} $$'" for sig in ("ILL", "FPE", "HUP", "TERM")) + "; true"
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30).stderr
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         preexec_fn=_default_signals).stderr
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 4, out
     assert first_rule(lines[0]) == "worker-illegal-instruction", lines[0]
