@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +29,12 @@ def pytest_configure(config):
     # NCCL for every test, and the tests are about the CPU/gloo path (their sizes, their gloo-only faults).
     # Set in this process's environment before torch initialises CUDA, so every subprocess inherits it too; a
     # test that is about CUDA_VISIBLE_DEVICES sets its own value.
-    global PINNED_TO_CPU
+    global PINNED_TO_CPU, SUITE_TMP
+    # Every temporary folder of the run (failed runs keep their ranks' logs there, as a user is told) in one folder
+    # of the suite's own, removed at the end: the suite leaves nothing in /tmp. Subprocesses inherit TMPDIR.
+    SUITE_TMP = tempfile.mkdtemp(prefix="ddplab-tests-")
+    os.environ["TMPDIR"] = SUITE_TMP
+    tempfile.tempdir = None
     if not gpu_group_asked(config):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         PINNED_TO_CPU = True
@@ -40,6 +47,14 @@ def pytest_collectreport(report):
     global _gpu_group_skipped
     if report.skipped and report.nodeid.replace("\\", "/").startswith("tests/gpu/"):
         _gpu_group_skipped = True
+
+
+SUITE_TMP = ""
+
+
+def pytest_unconfigure(config):
+    if SUITE_TMP:
+        shutil.rmtree(SUITE_TMP, ignore_errors=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
