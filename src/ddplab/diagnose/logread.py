@@ -157,6 +157,7 @@ class Prefilter:
         except ImportError:  # pragma: no cover - numpy comes with matplotlib; the plain scan is correct, slower
             numpy = None
         self.np = numpy
+        self._pairs = None  # (table, wanted, short), from the first chunk read
 
     def lines(self, buf: bytes) -> list[int]:
         """Sorted start offsets of the candidate lines of `buf`."""
@@ -176,12 +177,11 @@ class Prefilter:
                 starts.add(buf.rfind(b"\n", 0, m.start()) + 1)
         return sorted(starts)
 
-    def _by_pairs(self, buf: bytes) -> set[int]:
-        # A literal of 3+ bytes has, at an even offset of the buffer, either its pair (i, i+1) or (i+1, i+2):
-        # marking both lets one look-up per even offset find it. Shorter literals are looked for at odd ones too.
+    def _choose_pairs(self, buf: bytes):
+        """For each literal, the two adjacent byte pairs rarest in a sample of `buf`: a look-up table of the pairs,
+        the literals each pair stands for, and whether a literal is too short for two pairs."""
         np = self.np
-        view = memoryview(buf)
-        sample = np.frombuffer(view[:min(len(buf), 1 << 18) & ~1], dtype="<u2")
+        sample = np.frombuffer(memoryview(buf)[:min(len(buf), 1 << 18) & ~1], dtype="<u2")
         counts = np.bincount(sample, minlength=1 << 16)
         table = np.zeros(1 << 16, dtype=np.uint8)
         wanted: dict[int, list[bytes]] = collections.defaultdict(list)
@@ -197,6 +197,16 @@ class Prefilter:
             for p in chosen:
                 table[p] = 1
                 wanted[p].append(lit)
+        return table, wanted, short
+
+    def _by_pairs(self, buf: bytes) -> set[int]:
+        # A literal of 3+ bytes has, at an even offset of the buffer, either its pair (i, i+1) or (i+1, i+2):
+        # marking both lets one look-up per even offset find it. Shorter literals are looked for at odd ones too.
+        np = self.np
+        view = memoryview(buf)
+        if self._pairs is None:  # chosen once, from the first chunk (any pair of a literal finds it: only speed differs)
+            self._pairs = self._choose_pairs(buf)
+        table, wanted, short = self._pairs
         starts: set[int] = set()
         newlines = None
         for shift in (0, 1) if short else (0,):
