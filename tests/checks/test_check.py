@@ -22,7 +22,7 @@ def test_full_check_passes(nproc, no_leftover_workers):
     assert result["ok"] is True and result["nproc"] == nproc and result["backend"] == "gloo"
     assert [s["name"] for s in result["stages"]] == STAGE_NAMES
     assert all(s["status"] == "PASS" for s in result["stages"]), result["stages"]
-    assert result["verdict"].startswith("READY")
+    assert result["verdict"].startswith("READY") and result["kept"] == ""  # a run that passed keeps nothing
     collectives = result["stages"][2]["details"]
     assert sum(collectives["wrong"].values()) == 0 and len(collectives["wrong"]) >= 10 - (nproc == 1)
     ddp = result["stages"][3]["details"]

@@ -163,6 +163,7 @@ class PendingRun:
                          time.monotonic() - start, agent_rc)
         if not keep_dir and result.ok:
             shutil.rmtree(run_dir, ignore_errors=True)
+            result.run_dir = ""  # nothing kept
         elif not keep_dir:
             result.run_dir = _keep_for_user(run_dir)
         return result
