@@ -14,16 +14,14 @@ ddplab/torchrun with a 95 % sign-test interval (issue 31 point 4: 1.51x before t
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_raw import median_interval  # noqa: E402
+from train_wall import wall_seconds  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 TRIVIAL = """import torch
@@ -34,16 +32,6 @@ t = torch.ones(4)
 dist.all_reduce(t)
 dist.destroy_process_group()
 """
-
-
-def wall(argv: list[str], src: str, cwd: str) -> float:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": src, "OMP_NUM_THREADS": "1", "TMPDIR": cwd}
-    start = time.monotonic()
-    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-    seconds = time.monotonic() - start
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
-    return seconds
 
 
 def main() -> int:
@@ -59,10 +47,10 @@ def main() -> int:
     got: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as folder:
         Path(folder, "trivial.py").write_text(TRIVIAL)
-        wall(variants["torchrun"][0], SRC, folder)  # warm the page cache for both
+        wall_seconds(variants["torchrun"][0], SRC, folder)  # warm the page cache for both
         for r in range(args.rounds):
             for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
-                got[name].append(wall(*variants[name], folder))
+                got[name].append(wall_seconds(*variants[name], folder))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in got.items()), file=sys.stderr,
                   flush=True)
     print(f"\ntrivial 2-rank script, {args.rounds} rounds, wall seconds (median): " +

@@ -29,10 +29,11 @@ from bench_vs_raw import median_interval  # noqa: E402
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 
-def wall_seconds(argv: list[str], src: str, timeout: float = 600) -> float:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+def wall_seconds(argv: list[str], src: str, cwd: str | None = None, timeout: float = 600) -> float:
+    """Wall time of `python ARGV` with `src` on PYTHONPATH; with `cwd`, run there with its temporary files there too."""
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": src, "OMP_NUM_THREADS": "1", **({"TMPDIR": cwd} if cwd else {})}
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=timeout)
+    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stderr[-2000:]}")

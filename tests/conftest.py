@@ -202,3 +202,15 @@ def busy_port():
         busy.bind(("", 0))
         busy.listen()
         yield busy.getsockname()[1]
+
+
+@pytest.fixture
+def one_process_group():
+    """A real 1-process gloo group in this process (no port needed), always destroyed."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

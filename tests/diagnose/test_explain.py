@@ -46,16 +46,6 @@ def first_rule(text: str) -> str | None:
     return e.matches[0].rule if e.matches else None
 
 
-@pytest.fixture
-def one_process_group():
-    """A real 1-process gloo group (no port needed), always destroyed."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 # ----------------------------------------------------------------------------------------------- in this process
 
 

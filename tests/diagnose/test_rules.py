@@ -4,7 +4,6 @@ tests/logs/ (asserted by test_explain_corpus.py). Also: the peer-closed text (is
 
 from __future__ import annotations
 
-import datetime
 import os
 import re
 import subprocess
@@ -14,7 +13,6 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ddplab.diagnose.explain import explain_text
@@ -53,15 +51,6 @@ def child(code: str, env: dict | None = None, timeout: float = 60) -> str:
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **(env or {})})
     return ran.stdout + ran.stderr
-
-
-@pytest.fixture
-def one_process_group():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------------------------- DDP, FSDP, mesh
