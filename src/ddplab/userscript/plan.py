@@ -7,9 +7,7 @@ import argparse
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,16 +157,9 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
         ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
     if not _given(argv, "-t", "--tee"):
         ns.tee = "3"  # ... and on the console too, as plain torchrun shows them
-    ours = ns.log_dir is None
-    if ours:
-        ns.log_dir = tempfile.mkdtemp(prefix="ddplab-launch-")
+    # The caller gives the log folder (the user's --log-dir, or the early agent's run folder, which it removes itself)
     Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
-    try:
-        _validate(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
-    except DdplabError:
-        if ours:
-            shutil.rmtree(ns.log_dir, ignore_errors=True)
-        raise
+    _validate(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
     return Plan(script, nproc, endpoint, Path(ns.log_dir), notes, lint_result)
 
 
