@@ -1,0 +1,526 @@
+"""Cross-node preflight: what stops several machines from meeting, named in seconds instead of after a timeout.
+
+1. Locally (about a second): how the own hostname and the rendezvous host resolve (a hostname mapped to 127.x makes
+   gloo advertise loopback), which node hosts the store, the interface on the route to the endpoint against
+   GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, stale NODE_RANK / MASTER_ADDR / MASTER_PORT; then whether the store port
+   answers: "refused" means nothing listens yet (node 0 not started) and is waited for; no host at the address, or
+   no answer at all within a few seconds (a firewall that drops packets), is named at once.
+2. Through a small TCPStore on the rendezvous port itself (node 0 serves it before the real rendezvous, so the
+   exchange also proves the port passes): every node publishes its facts (hostname, advertised address, interface,
+   node rank, --nnodes, nproc, rdzv id/backend, versions, clock, its own local failures) and opens a listening socket
+   on its advertised address; every node reads the others', compares them, and connects to every other node's
+   advertised address (the collectives need the full mesh, not only the store).
+3. One verdict per node and for the job: each finding names the node, the fact and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from ddplab import faults
+from ddplab.checks.preflight import Finding, interface_matches
+from ddplab.launcher.nodes import Nodes
+
+PREFIX = "ddplab-preflight/"
+CONNECT_S = 3.0  # one connect attempt: a LAN answers in milliseconds, a dropping firewall never
+UNANSWERED_S = 6.0  # no host / no answer this long: named (a refused port is waited for: node 0 may start later)
+CLOCK_SKEW_S = 5.0
+IFNAME_VARS = (("GLOO_SOCKET_IFNAME", "gloo"), ("NCCL_SOCKET_IFNAME", "nccl"))
+
+
+@dataclass
+class CrossNodeResult:
+    findings: list[Finding]  # every node's problems, each naming its node, with the fix
+    nodes: list[dict] = field(default_factory=list)  # per node: its facts and its verdict
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "fail"]
+
+
+def _ipv4(name: str) -> list[str]:
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)})
+    except (OSError, UnicodeError):
+        return []
+
+
+def _local_addresses() -> dict[str, str]:
+    """IPv4 address -> interface name."""
+    return {a.address: name for name, addrs in psutil.net_if_addrs().items() for a in addrs
+            if a.family == socket.AF_INET}
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Local:
+    """This node as the preflight sees it."""
+
+    nodes: Nodes
+    backend: str  # gloo | nccl | "" (a user's script: either)
+    nproc: int
+    sets_interface: bool  # ddplab's own ranks get GLOO/NCCL_SOCKET_IFNAME = the route's interface
+    is_host: bool  # this node serves the store
+    rdzv_backend: str = "c10d"
+    node_rank: int | None = None  # None where the rendezvous assigns ranks (torchrun's c10d under `ddplab launch`)
+    hostname: str = ""
+    address: str = ""  # what the collectives advertise to the other nodes
+    interface: str = ""
+
+    def label(self) -> str:
+        return _label({"node_rank": self.node_rank, "hostname": self.hostname, "address": self.address})
+
+
+def _label(facts: dict) -> str:
+    who = f"{facts['hostname']}, {facts['address']}"
+    return f"node {facts['node_rank']} ({who})" if facts.get("node_rank") is not None else f"node {who}"
+
+
+def local_findings(me: Local, environ=None) -> list[Finding]:
+    """Everything this node can know alone; fills in me.hostname/address/interface."""
+    env = os.environ if environ is None else environ
+    nodes, found = me.nodes, []
+    mine = _local_addresses()
+    me.hostname = socket.gethostname()
+    own = _ipv4(me.hostname)
+    route_if = nodes.interface
+    # what the collectives advertise: the interface variable's address, else (ddplab's ranks) the route's, else
+    # (gloo's default device, a user's script) what the hostname resolves to
+    chosen = _chosen_interface(me, env, mine)
+    if chosen:
+        me.interface = chosen
+        me.address = next((a for a, n in mine.items() if n == chosen), nodes.local_addr)
+    elif me.sets_interface or not own:
+        me.interface, me.address = route_if, nodes.local_addr
+    else:
+        me.address = own[0]
+        me.interface = mine.get(own[0], "")
+
+    # the loopback trap
+    if not own:
+        found.append(Finding("warn" if me.sets_interface else "fail",
+                             f"{me.label()}: hostname {me.hostname!r} does not resolve on this node: gloo's default "
+                             "device and torchrun name this machine by it",
+                             f"add '{nodes.local_addr} {me.hostname}' to /etc/hosts, or export "
+                             f"GLOO_SOCKET_IFNAME={route_if}"))
+    elif all(_is_loopback(a) for a in own):
+        set_vars = [v for v, _ in IFNAME_VARS if env.get(v)]
+        level = "warn" if me.sets_interface or "GLOO_SOCKET_IFNAME" in set_vars else "fail"
+        why = ("ddplab's own ranks get GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME set, but a script started by another "
+               "launcher would advertise it" if me.sets_interface else
+               "gloo advertises that address to the other nodes (they then connect to themselves) and the run hangs "
+               "or fails at the first collective")
+        found.append(Finding(level, f"{me.label()}: hostname {me.hostname!r} resolves to loopback "
+                                    f"{', '.join(own)} (/etc/hosts): {why}",
+                             f"on this node: export GLOO_SOCKET_IFNAME={route_if} NCCL_SOCKET_IFNAME={route_if}, or "
+                             f"map {me.hostname} to {nodes.local_addr} in /etc/hosts"))
+
+    # who hosts the store
+    host_addrs = _ipv4(nodes.host)
+    here = [a for a in host_addrs if a in mine and not _is_loopback(a)]
+    if me.rdzv_backend == "c10d":
+        if me.is_host and not here and not all(_is_loopback(a) for a in host_addrs):
+            found.append(Finding("fail", f"{me.label()} would serve the rendezvous store, but --rdzv-endpoint "
+                                         f"{nodes.host} ({', '.join(host_addrs) or 'unresolved'}) is not an address "
+                                         "of this machine: the store is served where nobody looks for it",
+                                 f"run --node-rank 0 on the machine at {nodes.host}, and another --node-rank here"
+                                 if me.node_rank is not None else
+                                 f"drop is_host from --rdzv-conf here; start the node at {nodes.host} too"))
+        elif here and not me.is_host:
+            fix = ("give this machine --node-rank 0 (it hosts the store), and the others 1.." if me.node_rank is not None
+                   else "add --rdzv-conf is_host=1 on this node, or give its hostname in --rdzv-endpoint on every node")
+            why = ("" if me.node_rank is not None else
+                   f": torch decides by hostname ({me.hostname} -> {', '.join(own) or 'unresolved'}) which node hosts "
+                   f"it, and {nodes.host} does not match")
+            found.append(Finding("fail", f"{me.label()}: --rdzv-endpoint {nodes.host} is this machine, but it will "
+                                         f"not serve the rendezvous store{why}; every node would wait for it", fix))
+
+    found += _interface_findings(me, env, mine)
+    found += _stale_environment(me, env, host_addrs)
+    return found
+
+
+def _chosen_interface(me: Local, env, mine: dict[str, str]) -> str:
+    """The interface the running library takes from its variable (the first that exists), or ""."""
+    present = sorted(set(mine.values()))
+    for var, library in IFNAME_VARS:
+        if env.get(var) and (library == me.backend or (not me.backend and library == "gloo")):
+            used, _ = interface_matches(var, env[var], present)
+            return used[0] if used else ""
+    return ""
+
+
+def _interface_findings(me: Local, env, mine: dict[str, str]) -> list[Finding]:
+    """An interface variable that names an interface that exists (preflight checks that) but does not reach the
+    endpoint: loopback, or off the endpoint's network while the route goes elsewhere."""
+    found, route_if = [], me.nodes.interface
+    present = sorted(set(mine.values()) | set(psutil.net_if_addrs()))
+    try:
+        target = ipaddress.ip_address(_ipv4(me.nodes.host)[0])
+    except (IndexError, ValueError):
+        return found
+    for var, library in IFNAME_VARS:
+        value = env.get(var)
+        if not value:
+            continue
+        used, _ = interface_matches(var, value, present)
+        if not used:
+            continue  # nothing here matches: preflight's own finding names it
+        stats = psutil.net_if_addrs()
+        reaching = [n for n in used if n == route_if or any(
+            a.family == socket.AF_INET and a.netmask and
+            target in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False) for a in stats.get(n, []))]
+        if reaching:
+            continue
+        running = library == me.backend or (not me.backend and library == "gloo")
+        addrs = [a.address for n in used for a in stats.get(n, []) if a.family == socket.AF_INET]
+        found.append(Finding("fail" if running else "warn",
+                             f"{me.label()}: {var}={value} selects {', '.join(used)} "
+                             f"({', '.join(addrs) or 'no IPv4 address'}), which does not reach {me.nodes.host}: the "
+                             f"route there goes through {route_if}; {library} would advertise an address the other "
+                             "nodes cannot connect to",
+                             f"on this node: export {var}={route_if}"))
+    return found
+
+
+def _stale_environment(me: Local, env, host_addrs: list[str]) -> list[Finding]:
+    """Launcher variables left in the shell that disagree with the flags: scripts and other launchers read them."""
+    found, label = [], me.label()
+    checks = [("NODE_RANK", str(me.node_rank) if me.node_rank is not None else None, "--node-rank"),
+              ("MASTER_PORT", str(me.nodes.port), "--rdzv-endpoint's port"),
+              ("MASTER_ADDR", None, "--rdzv-endpoint's host")]
+    for var, expected, flag in checks:
+        value = env.get(var)
+        if value is None or value == "":
+            continue
+        if var == "MASTER_ADDR":
+            if value == me.nodes.host or set(_ipv4(value)) & set(host_addrs):
+                continue
+        elif expected is None or value.strip() == expected:
+            continue
+        found.append(Finding("fail", f"{label}: {var}={value} in the environment disagrees with {flag} "
+                                     f"({expected or me.nodes.host}): a script or launcher that reads {var} "
+                                     "joins another job or the wrong port",
+                             f"on this node: unset {var} (or export {var}={expected or me.nodes.host})"))
+    return found
+
+
+# ---- the store and the exchange -------------------------------------------------------------------------------
+
+
+def probe_store(me: Local, wait: float, say=None) -> Finding | None:
+    """None once HOST:PORT accepts a connection; else the finding. Refused is waited for up to `wait` s."""
+    nodes, start = me.nodes, time.monotonic()
+    unanswered_since, said = None, False
+    while True:
+        try:
+            with socket.create_connection((nodes.host, nodes.port), timeout=CONNECT_S):
+                return None
+        except OSError as e:
+            err = e
+        now = time.monotonic()
+        refused = isinstance(err, ConnectionRefusedError)
+        if refused:
+            unanswered_since = None
+        else:
+            unanswered_since = unanswered_since or start
+        if not refused and now - unanswered_since >= UNANSWERED_S:
+            return _unanswered(me, err, now - start)
+        if now - start >= wait:
+            return Finding("fail", f"{me.label()}: nothing listens on {nodes.host}:{nodes.port} after {wait:.0f} s "
+                                   "(connection refused): node 0 is not running, or --rdzv-endpoint names another "
+                                   "machine or port",
+                           f"start node 0 (the machine at {nodes.host}) with the same --rdzv-endpoint "
+                           f"{nodes.host}:{nodes.port}")
+        if say and not said:
+            say(f"waiting for the rendezvous store on {nodes.host}:{nodes.port} "
+                f"({'connection refused: node 0 not started yet?' if refused else _why(err)})")
+            said = True
+        time.sleep(0.5 if refused else 0.2)
+
+
+def _why(err: OSError) -> str:
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return "no answer"
+    return err.strerror or str(err)
+
+
+def _unanswered(me: Local, err: OSError, seconds: float) -> Finding:
+    nodes = me.nodes
+    if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        what = f"no host answers at {nodes.host} ({err.strerror}, for {seconds:.0f} s)"
+    else:  # a silent drop: connect gets neither an answer nor a refusal
+        what = (f"{nodes.host}:{nodes.port} gives no answer at all (each connect timed out after {CONNECT_S:.0f} s, "
+                f"for {seconds:.0f} s): a firewall or security group drops the port, or no machine has that address")
+    return Finding("fail", f"{me.label()}: cannot reach the rendezvous store: {what}",
+                   f"check --rdzv-endpoint (node 0's address as this node reaches it) and open TCP port {nodes.port} "
+                   "and the ephemeral ports between the nodes")
+
+
+def _versions(node_rank) -> dict:
+    import torch
+
+    from ddplab import envinfo
+
+    nccl = None
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # a build without NCCL
+            nccl = None
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+                "driver": envinfo.nvidia_driver()}
+    for name in faults.planted_versions(node_rank):  # tests: a node that differs, for real through the exchange
+        versions[name] = f"{versions.get(name) or '0'}+planted"
+    return versions
+
+
+class _Listener:
+    """A socket on the advertised address: others connect to it as the collectives will; it answers with its slot
+    so that a connection that lands elsewhere (127.x: the other node itself) is seen for what it is."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.slot = 0
+        self.error = ""
+        try:
+            self.sock.bind((address, 0))
+            self.sock.listen(16)
+            self.port = self.sock.getsockname()[1]
+        except OSError as e:
+            self.port, self.error = 0, e.strerror or str(e)
+            return
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.sendall(f"ddplab {self.slot}\n".encode())
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _connect(facts: dict) -> str:
+    """"" when the node at facts' advertised address answers as itself; else why not."""
+    if not facts.get("listen_port"):
+        return f"it has no listening socket ({facts.get('listen_error') or 'none'})"
+    try:
+        with socket.create_connection((facts["address"], facts["listen_port"]), timeout=CONNECT_S) as s:
+            s.settimeout(CONNECT_S)
+            got = s.recv(64).decode(errors="replace").split()
+    except OSError as e:
+        return _why(e)
+    if got[-1:] != [str(facts["slot"])]:
+        return "the connection reached another process (not that node)"
+    return ""
+
+
+def exchange(me: Local, local: list[Finding], wait: float, say=None) -> CrossNodeResult:
+    """Publish this node's facts through a store on the rendezvous port, compare with every other node's, test the
+    mesh. Node 0 serves the store for as long as the others read it."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    nodes = me.nodes
+    try:
+        store = TCPStore(nodes.host, nodes.port, is_master=me.is_host, wait_for_workers=False,
+                         timeout=timedelta(seconds=max(5.0, wait)))
+    except Exception as e:  # bind refused on the host, or the store vanished between probe and connect
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return CrossNodeResult([Finding("fail", f"{me.label()}: the preflight store on {nodes.host}:{nodes.port} "
+                                                f"failed: {first}",
+                                        "choose a free port in --rdzv-endpoint, the same on every node"), *local])
+    listener = _Listener(me.address)
+    try:
+        return _exchange(store, me, local, listener, wait, say)
+    finally:
+        listener.close()
+        del store  # node 0: the server goes with it, and the rendezvous takes the port
+
+
+def _exchange(store, me: Local, local: list[Finding], listener: _Listener, wait: float, say) -> CrossNodeResult:
+    nodes = me.nodes
+    slot = int(store.add(PREFIX + "arrivals", 1))
+    listener.slot = slot
+    facts = {"slot": slot, "node_rank": me.node_rank, "hostname": me.hostname, "address": me.address,
+             "interface": me.interface, "nnodes": nodes.count, "nproc": me.nproc, "rdzv_id": nodes.rdzv_id,
+             "rdzv_backend": me.rdzv_backend, "backend": me.backend, "versions": _versions(me.node_rank),
+             "clock": time.time(), "listen_port": listener.port, "listen_error": listener.error,
+             "is_host": me.is_host, "failures": [vars(f) for f in local if f.level == "fail"]}
+    store.set(PREFIX + f"facts/{slot}", json.dumps(facts))
+    every = {slot: facts}
+    deadline, said = time.monotonic() + wait, False
+    while True:
+        arrived = int(store.add(PREFIX + "arrivals", 0))
+        for other in range(1, arrived + 1):
+            if other not in every:
+                store.wait([PREFIX + f"facts/{other}"], timedelta_s(5))
+                every[other] = json.loads(store.get(PREFIX + f"facts/{other}"))
+                every[other]["clock_seen"] = time.time()
+        if len(every) >= nodes.count or any(f["nnodes"] != nodes.count for f in every.values()):
+            break  # all here, or one disagrees on how many to wait for: waiting longer would wait forever
+        if time.monotonic() >= deadline:
+            break
+        if say and not said:
+            say(f"{len(every)} of {nodes.count} nodes at the preflight; waiting for the others")
+            said = True
+        time.sleep(0.2)
+
+    mesh = {str(s): _connect(f) for s, f in every.items() if s != slot}
+    store.set(PREFIX + f"mesh/{slot}", json.dumps(mesh))
+    meshes = {slot: mesh}
+    for other in every:  # every node's view of the mesh, so each node can give the job's verdict
+        if other != slot:
+            try:
+                store.wait([PREFIX + f"mesh/{other}"], timedelta_s(2 * CONNECT_S * len(every) + 5))
+                meshes[other] = json.loads(store.get(PREFIX + f"mesh/{other}"))
+            except Exception:  # that node left early: its own connections are unknown
+                meshes[other] = {}
+    store.add(PREFIX + "done", 1)
+    if me.is_host:  # the others still read from this store: it goes only once every node is done with it
+        until = time.monotonic() + 2 * CONNECT_S * len(every) + 10
+        while int(store.add(PREFIX + "done", 0)) < int(store.add(PREFIX + "arrivals", 0)) and time.monotonic() < until:
+            time.sleep(0.1)
+    return _compare(me, slot, every, meshes)
+
+
+def timedelta_s(seconds: float):
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dict]) -> CrossNodeResult:
+    """The job's findings, each naming its node, and one verdict per node."""
+    nodes = me.nodes
+    facts = [every[s] for s in sorted(every)]
+    problems: dict[int, list[Finding]] = {s: [] for s in every}
+
+    def blame(slot: int, level: str, what: str, fix: str) -> None:
+        problems[slot].append(Finding(level, what, fix))
+
+    for f in facts:  # each node's own local failures, as it found them
+        for failure in f["failures"]:
+            blame(f["slot"], "fail", failure["what"] if failure["what"].startswith("node ")
+                  else f"{_label(f)}: {failure['what']}", failure["fix"])
+    counts = sorted({f["nnodes"] for f in facts})
+    if len(counts) > 1 or len(facts) < nodes.count:
+        arrived = len(facts)
+        for f in facts:
+            if f["nnodes"] != arrived:
+                blame(f["slot"], "fail",
+                      f"{_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came "
+                      f"({', '.join(_label(o) for o in facts)})"
+                      + (f"; the others say --nnodes {', '.join(str(c) for c in counts if c != f['nnodes'])}"
+                         if len(counts) > 1 else "") + f": it waits for {f['nnodes'] - arrived} node(s) that never come"
+                      if f["nnodes"] > arrived else
+                      f"{_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came",
+                      "start every node with the same --nnodes, the number of machines "
+                      f"(here --nnodes {arrived}, or start the missing node(s))")
+    for key, flag in (("rdzv_id", "--rdzv-id"), ("rdzv_backend", "--rdzv-backend"), ("backend", "the backend")):
+        values = {f[key] for f in facts}
+        if len(values) > 1:
+            ref = every[min(every)][key]
+            for f in facts:
+                if f[key] != ref:
+                    blame(f["slot"], "fail", f"{_label(f)} has {flag} {f[key]!r}, {_label(every[min(every)])} "
+                                             f"has {ref!r}: the nodes would not meet in one job",
+                          f"use the same {flag} on every node ({ref!r})")
+    seen: dict[tuple, dict] = {}
+    for f in facts:
+        for key, what, fix in ((("node_rank", f["node_rank"]), f"--node-rank {f['node_rank']}",
+                                "give each node its own --node-rank, 0..--nnodes-1"),
+                               (("address", f["address"]), f"the advertised address {f['address']}",
+                                "each node must advertise its own address: set GLOO_SOCKET_IFNAME / "
+                                "NCCL_SOCKET_IFNAME to the interface on the nodes' network")):
+            if key[1] is None:
+                continue
+            if key in seen:
+                blame(f["slot"], "fail", f"{_label(f)} and {_label(seen[key])} both have {what}", fix)
+            else:
+                seen[key] = f
+    ref = every[min(every)]
+    for name in ("torch", "cuda", "nccl", "driver"):
+        for f in facts:
+            a, b = f["versions"].get(name), ref["versions"].get(name)
+            if a != b:
+                strict = name == "torch" or (name in ("cuda", "nccl") and "nccl" in (me.backend, f["backend"]))
+                blame(f["slot"], "fail" if strict else "warn",
+                      f"{_label(f)} has {name} {a}, {_label(ref)} has {name} {b}",
+                      f"install the same {name} on every node (pip install torch=={b} where it differs)"
+                      if name == "torch" else f"install the same {name} on every node")
+    for f in facts:
+        if f["nproc"] != ref["nproc"]:
+            blame(f["slot"], "warn", f"{_label(f)} starts {f['nproc']} rank(s), {_label(ref)} {ref['nproc']}: "
+                                     "the world size is not nnodes x nproc",
+                  "give every node the same --nproc-per-node unless that is intended")
+        skew = abs((f["clock"] - f["clock_seen"]) if "clock_seen" in f else 0.0)
+        if skew > CLOCK_SKEW_S:
+            blame(f["slot"], "warn", f"{_label(f)}'s clock is {skew:.0f} s off this node's: logs will not line up",
+                  "run NTP (chrony/systemd-timesyncd) on every node")
+    for src, mesh in meshes.items():
+        for dst, why in mesh.items():
+            if why and int(dst) in every:
+                target = every[int(dst)]
+                blame(int(dst), "fail", f"{_label(every[src])} cannot connect to {_label(target)} at its advertised "
+                                        f"address {target['address']} ({why}): the collectives need every pair "
+                                        "of nodes to connect, not only the store",
+                      f"on {target['hostname']}: export GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface on "
+                      "the nodes' network, and let the nodes reach each other on every TCP port")
+    findings, verdicts = [], []
+    for s in sorted(every):
+        unique = []
+        for p in problems[s]:
+            if all(p.what != q.what for q in unique):
+                unique.append(p)
+        findings += unique
+        fails = [p for p in unique if p.level == "fail"]
+        f = every[s]
+        verdicts.append({"node": _label(f), "node_rank": f["node_rank"], "hostname": f["hostname"],
+                         "address": f["address"], "interface": f["interface"], "nnodes": f["nnodes"],
+                         "nproc": f["nproc"], "versions": f["versions"], "this_node": s == slot,
+                         "verdict": "READY" if not fails else "NOT READY",
+                         "problems": [vars(p) for p in unique]})
+    return CrossNodeResult(findings, verdicts)
+
+
+def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say=None) -> CrossNodeResult:
+    """The whole cross-node preflight for this node: local findings, the store, the exchange."""
+    start = time.monotonic()
+    wait = float(me.nodes.join_timeout if wait is None else wait)
+    local = local_findings(me)
+    shared = [*local, *[f for f in env_fails if f.level == "fail"]]
+    unreachable = None if me.is_host else probe_store(me, wait, say)
+    if unreachable is not None:
+        result = CrossNodeResult([*local, unreachable])
+    else:
+        result = exchange(me, shared, wait, say)
+        mine = [f for f in local if f.level == "warn"]  # the fails went through the exchange, named with the node
+        result.findings = [*result.findings, *mine]
+    result.seconds = time.monotonic() - start
+    return result
