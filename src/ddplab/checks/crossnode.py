@@ -89,7 +89,9 @@ class Local:
 
 def _label(facts: dict) -> str:
     who = f"{facts['hostname']}, {facts['address']}"
-    return f"node {facts['node_rank']} ({who})" if facts.get("node_rank") is not None else f"node {who}"
+    if facts.get("node_rank") is not None:
+        return f"node {facts['node_rank']} ({who})"
+    return f"node {facts['hostname']} ({facts['address']})"
 
 
 def local_findings(me: Local, environ=None) -> list[Finding]:
@@ -402,10 +404,17 @@ def _exchange(store, me: Local, local: list[Finding], listener: _Listener, wait:
             except Exception:  # that node left early: its own connections are unknown
                 meshes[other] = {}
     store.add(PREFIX + "done", 1)
+    until = time.monotonic() + 2 * CONNECT_S * len(every) + 10
     if me.is_host:  # the others still read from this store: it goes only once every node is done with it
-        until = time.monotonic() + 2 * CONNECT_S * len(every) + 10
         while int(store.add(PREFIX + "done", 0)) < int(store.add(PREFIX + "arrivals", 0)) and time.monotonic() < until:
             time.sleep(0.1)
+    else:  # the real rendezvous must not meet node 0's preflight store (it goes away under it): wait until it is gone
+        try:
+            while time.monotonic() < until:
+                store.check([PREFIX + "done"])
+                time.sleep(0.1)
+        except Exception:  # the server closed: node 0 is done
+            pass
     return _compare(me, slot, every, meshes)
 
 
@@ -428,6 +437,7 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
         for failure in f["failures"]:
             blame(f["slot"], "fail", failure["what"] if failure["what"].startswith("node ")
                   else f"{_label(f)}: {failure['what']}", failure["fix"])
+    ref = every[next((s for s in sorted(every) if every[s]["is_host"]), min(every))]  # the host's facts count
     counts = sorted({f["nnodes"] for f in facts})
     if len(counts) > 1 or len(facts) < nodes.count:
         arrived = len(facts)
@@ -445,12 +455,11 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
     for key, flag in (("rdzv_id", "--rdzv-id"), ("rdzv_backend", "--rdzv-backend"), ("backend", "the backend")):
         values = {f[key] for f in facts}
         if len(values) > 1:
-            ref = every[min(every)][key]
             for f in facts:
-                if f[key] != ref:
-                    blame(f["slot"], "fail", f"{_label(f)} has {flag} {f[key]!r}, {_label(every[min(every)])} "
-                                             f"has {ref!r}: the nodes would not meet in one job",
-                          f"use the same {flag} on every node ({ref!r})")
+                if f[key] != ref[key]:
+                    blame(f["slot"], "fail", f"{_label(f)} has {flag} {f[key]!r}, {_label(ref)} "
+                                             f"has {ref[key]!r}: the nodes would not meet in one job",
+                          f"use the same {flag} on every node ({ref[key]!r})")
     seen: dict[tuple, dict] = {}
     for f in facts:
         for key, what, fix in ((("node_rank", f["node_rank"]), f"--node-rank {f['node_rank']}",
@@ -464,7 +473,6 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
                 blame(f["slot"], "fail", f"{_label(f)} and {_label(seen[key])} both have {what}", fix)
             else:
                 seen[key] = f
-    ref = every[min(every)]
     for name in ("torch", "cuda", "nccl", "driver"):
         for f in facts:
             a, b = f["versions"].get(name), ref["versions"].get(name)
@@ -524,3 +532,50 @@ def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say
         result.findings = [*result.findings, *mine]
     result.seconds = time.monotonic() - start
     return result
+
+
+def own_ranks(nodes: Nodes, backend: str, nproc: int) -> Local:
+    """This node for ddplab's own ranks (check, train): they get the route's interface; node rank 0 hosts."""
+    return Local(nodes, backend, nproc, sets_interface=True, is_host=nodes.rank == 0, node_rank=nodes.rank)
+
+
+def require(me: Local, env_fails: list[Finding] = ()) -> CrossNodeResult:
+    """`ddplab train` / `ddplab launch` with several nodes: the same preflight; warnings are said, the first failure
+    is a one-line error naming the node, the fact and the fix (the others are said before it)."""
+    from ddplab.errors import DdplabError
+    from ddplab.report import log
+
+    result = run(me, env_fails, say=log)
+    first = result.failed[0] if result.failed else None
+    for f in result.findings:
+        if f.level != "ok" and f is not first:
+            log(f"preflight {f.level}: {f.what}\n      fix: {f.fix}")
+    if first is not None:
+        raise DdplabError(f"{first.what}: {first.fix}")
+    return result
+
+
+def for_launch(ns) -> CrossNodeResult | None:
+    """The preflight for torchrun's options (`ddplab launch`) when they name several nodes; None for one node."""
+    from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname, parse_rendezvous_endpoint
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    from ddplab.launcher.nodes import route_to
+
+    _, max_nodes = parse_min_max_nnodes(ns.nnodes)
+    if max_nodes < 2 or ns.standalone or not ns.rdzv_endpoint:
+        return None
+    host, port = parse_rendezvous_endpoint(ns.rdzv_endpoint, default_port=29400)
+    static = ns.rdzv_backend == "static"
+    conf = dict(item.split("=", 1) for item in (ns.rdzv_conf or "").split(",") if "=" in item)
+    if static:
+        is_host = ns.node_rank == 0
+    elif "is_host" in conf:  # torch's RendezvousParameters.get_as_bool
+        is_host = conf["is_host"].strip().lower() in ("1", "true", "t", "yes", "y")
+    else:  # what torch's c10d backend does without it (c10d_rendezvous_backend.py, _create_tcp_store)
+        is_host = _matches_machine_hostname(host)
+    nodes = Nodes(max_nodes, ns.node_rank if static else 0, host, port, ns.rdzv_id or "none")
+    nodes.local_addr, nodes.interface = route_to(host)
+    me = Local(nodes, "", determine_local_world_size(ns.nproc_per_node), sets_interface=False, is_host=is_host,
+               rdzv_backend=ns.rdzv_backend, node_rank=ns.node_rank if static else None)
+    return require(me)

@@ -115,8 +115,7 @@ def _cross(nodes, backend: str, nproc: int):
         return None
     from ddplab.checks import crossnode
 
-    me = crossnode.Local(nodes, backend, nproc, sets_interface=True, is_host=nodes.rank == 0, node_rank=nodes.rank)
-    return lambda findings: crossnode.run(me, findings, say=report.log)
+    return lambda findings: crossnode.run(crossnode.own_ranks(nodes, backend, nproc), findings, say=report.log)
 
 
 def _run_workers(args, pending, payload):
