@@ -131,3 +131,16 @@ def test_launch_names_a_hostname_mapped_to_loopback(no_leftover_workers):
         last = err.strip().splitlines()[-1]
         assert f"node {hs[1].name} (127.0.1.1)" in last and "resolves to loopback" in last, err[-3000:]
         assert f"GLOO_SOCKET_IFNAME={hs[1].interface}" in last and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_launch_names_a_host_node_torch_would_not_recognise(no_leftover_workers):
+    """--rdzv-endpoint is node 0's address, but its hostname resolves to loopback: torch's c10d backend decides by
+    hostname who serves the store, so nobody would; named on node 0 with --rdzv-conf is_host=1 as the fix."""
+    with hosts(2, loopback=(0,)) as hs:
+        [(code, out, err)] = _run_all(hs[:1], lambda i, h: [
+            sys.executable, "-m", "ddplab", "launch", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+            "c10d", "--rdzv-endpoint", f"{hs[0].addr}:29586", "--no-lint", str(SCRIPTS / "good_ddp.py")])
+    assert code == 2, err[-3000:]
+    assert "will not serve the rendezvous store" in err and "--rdzv-conf is_host=1" in err, err[-3000:]
+    assert "Traceback" not in err

@@ -523,9 +523,11 @@ def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say
     wait = float(me.nodes.join_timeout if wait is None else wait)
     local = local_findings(me)
     shared = [*local, *[f for f in env_fails if f.level == "fail"]]
-    unreachable = None if me.is_host else probe_store(me, wait, say)
+    # a node that already fails waits only briefly for the store: long enough to tell the others, not the join window
+    probe_wait = min(wait, UNANSWERED_S + CONNECT_S) if any(f.level == "fail" for f in shared) else wait
+    unreachable = None if me.is_host else probe_store(me, probe_wait, say)
     if unreachable is not None:
-        result = CrossNodeResult([*local, unreachable])
+        result = CrossNodeResult([*local, unreachable] if not any(f.level == "fail" for f in shared) else local)
     else:
         result = exchange(me, shared, wait, say)
         mine = [f for f in local if f.level == "warn"]  # the fails went through the exchange, named with the node
