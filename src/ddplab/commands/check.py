@@ -174,8 +174,8 @@ def _problems(run) -> list[dict]:
 def _verdict(result: CheckResult) -> str:
     where = f"{result.nproc} rank(s), {result.backend} on {result.device}"
     if result.nnodes > 1:
-        where = f"{result.nproc} rank(s) here ({', '.join(map(str, result.ranks))}) of {result.nnodes} nodes, " \
-                f"{result.backend} on {result.device}"
+        ranks = f" ({', '.join(map(str, result.ranks))})" if result.ranks else ""
+        where = f"{result.nproc} rank(s) here{ranks} of {result.nnodes} nodes, {result.backend} on {result.device}"
     if result.ok:
         sim = " (simulated devices: CPU processes)" if result.device == "cpu" else ""
         return f"READY: distributed training works here with {where}{sim}"
