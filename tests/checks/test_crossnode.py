@@ -60,20 +60,23 @@ def test_three_healthy_hosts_are_ready_and_every_pair_connects(no_leftover_worke
         assert sum(n["this_node"] for n in nodes) == 1
 
 
-# (what is planted on node 1 of 2: environment, its flags) -> (what each node must name, the fix)
+# what is planted on node 1 of 2 (environment, its flags) -> what every node must name, the fix, and its level:
+# stale launcher variables are warnings (torchrun gives its ranks their own; plain torchrun trains with them, see
+# docs/multinode.md), the rest stop the job
 FAULTS = {
-    "wrong interface": ({"GLOO_SOCKET_IFNAME": "lo"}, [], "GLOO_SOCKET_IFNAME=lo", "export GLOO_SOCKET_IFNAME=dl"),
-    "stale NODE_RANK": ({"NODE_RANK": "0"}, [], "NODE_RANK=0", "unset NODE_RANK"),
-    "stale MASTER_PORT": ({"MASTER_PORT": "29400"}, [], "MASTER_PORT=29400", "unset MASTER_PORT"),
+    "wrong interface": ({"GLOO_SOCKET_IFNAME": "lo"}, [], "GLOO_SOCKET_IFNAME=lo", "export GLOO_SOCKET_IFNAME=dl",
+                        "fail"),
+    "stale NODE_RANK": ({"NODE_RANK": "0"}, [], "NODE_RANK=0", "unset NODE_RANK", "warn"),
+    "stale MASTER_PORT": ({"MASTER_PORT": "29400"}, [], "MASTER_PORT=29400", "unset MASTER_PORT", "warn"),
     "nnodes disagree": ({}, ["--nnodes", "3"], "was started with --nnodes 3, but 2 node(s) came",
-                        "same --nnodes"),
-    "torch differs": ({"DDPLAB_FAULT": "version:1:torch"}, [], "+planted", "install the same torch"),
+                        "same --nnodes", "fail"),
+    "torch differs": ({"DDPLAB_FAULT": "version:1:torch"}, [], "+planted", "install the same torch", "fail"),
 }
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_fault_on_one_node_is_named_on_every_node(fault, no_leftover_workers):
-    env, flags, what, fix = FAULTS[fault]
+    env, flags, what, fix, level = FAULTS[fault]
     with hosts(2) as hs:
         endpoint = f"{hs[0].addr}:29582"
 
@@ -85,14 +88,18 @@ def test_a_fault_on_one_node_is_named_on_every_node(fault, no_leftover_workers):
 
         ran = _run_all(hs, argv, lambda i: env if i == 1 else {})
     for i, (code, out, err) in enumerate(ran):
-        assert code == 1, err[-3000:] + out[-3000:]
+        assert code == (1 if level == "fail" else 0), err[-3000:] + out[-3000:]
         seen = _preflight(out)
-        named = [f for f in seen["failed"] if what in f["what"]]
-        assert named and named[0]["what"].startswith(f"node 1 ({hs[1].name}"), seen["failed"]
-        assert fix in named[0]["fix"]
-        assert "NOT READY" in seen["result"]["verdict"] and "node 1" in seen["result"]["verdict"]
+        findings = seen["stage"]["details"]["findings"]
+        named = [f for f in findings if what in f["what"] and f["level"] != "ok"]
+        assert named and named[0]["what"].startswith(f"node 1 ({hs[1].name}"), findings
+        assert named[0]["level"] == level and fix in named[0]["fix"]
         verdicts = {n["node_rank"]: n["verdict"] for n in seen["result"]["nodes"]}
-        assert verdicts[1] == "NOT READY"
+        if level == "fail":
+            assert "NOT READY" in seen["result"]["verdict"] and "node 1" in seen["result"]["verdict"]
+            assert verdicts[1] == "NOT READY"
+        else:
+            assert seen["result"]["ok"] and verdicts == {0: "READY", 1: "READY"}
         if fault != "nnodes disagree":  # node 0 waits for 2 and 2 came: its own facts are right
             assert verdicts[0] == "READY"
 

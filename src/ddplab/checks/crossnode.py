@@ -132,6 +132,12 @@ def local_findings(me: Local, environ=None) -> list[Finding]:
                                     f"{', '.join(own)} (/etc/hosts): {why}",
                              f"on this node: export GLOO_SOCKET_IFNAME={route_if} NCCL_SOCKET_IFNAME={route_if}, or "
                              f"map {me.hostname} to {nodes.local_addr} in /etc/hosts"))
+    elif not me.sets_interface and not chosen and not any(a in mine for a in own):
+        found.append(Finding("fail", f"{me.label()}: hostname {me.hostname!r} resolves to {', '.join(own)}, which "
+                                     "is not an address of this machine (a stale /etc/hosts entry): gloo cannot "
+                                     "bind it",
+                             f"map {me.hostname} to {nodes.local_addr} in /etc/hosts, or export "
+                             f"GLOO_SOCKET_IFNAME={route_if}"))
 
     # who hosts the store
     host_addrs = _ipv4(nodes.host)
@@ -216,9 +222,11 @@ def _stale_environment(me: Local, env, host_addrs: list[str]) -> list[Finding]:
                 continue
         elif expected is None or value.strip() == expected:
             continue
-        found.append(Finding("fail", f"{label}: {var}={value} in the environment disagrees with {flag} "
-                                     f"({expected or me.nodes.host}): a script or launcher that reads {var} "
-                                     "joins another job or the wrong port",
+        # torchrun overwrites it in every rank's environment (its agent sets MASTER_*; NODE_RANK it never reads), so
+        # the run itself starts; a script or launcher that reads it from the shell (Lightning reads NODE_RANK) does not
+        found.append(Finding("warn", f"{label}: {var}={value} in the environment disagrees with {flag} "
+                                     f"({expected or me.nodes.host}): torchrun's ranks get their own, but a script "
+                                     f"or launcher that reads {var} from this shell joins the wrong node or port",
                              f"on this node: unset {var} (or export {var}={expected or me.nodes.host})"))
     return found
 
@@ -373,7 +381,7 @@ def _exchange(store, me: Local, local: list[Finding], listener: _Listener, wait:
              "interface": me.interface, "nnodes": nodes.count, "nproc": me.nproc, "rdzv_id": nodes.rdzv_id,
              "rdzv_backend": me.rdzv_backend, "backend": me.backend, "versions": _versions(me.node_rank),
              "clock": time.time(), "listen_port": listener.port, "listen_error": listener.error,
-             "is_host": me.is_host, "failures": [vars(f) for f in local if f.level == "fail"]}
+             "is_host": me.is_host, "problems": [vars(f) for f in local if f.level in ("fail", "warn")]}
     store.set(PREFIX + f"facts/{slot}", json.dumps(facts))
     every = {slot: facts}
     deadline, said = time.monotonic() + wait, False
@@ -433,10 +441,10 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
     def blame(slot: int, level: str, what: str, fix: str) -> None:
         problems[slot].append(Finding(level, what, fix))
 
-    for f in facts:  # each node's own local failures, as it found them
-        for failure in f["failures"]:
-            blame(f["slot"], "fail", failure["what"] if failure["what"].startswith("node ")
-                  else f"{_label(f)}: {failure['what']}", failure["fix"])
+    for f in facts:  # each node's own local failures and warnings, as it found them
+        for found in f["problems"]:
+            blame(f["slot"], found["level"], found["what"] if found["what"].startswith("node ")
+                  else f"{_label(f)}: {found['what']}", found["fix"])
     ref = every[next((s for s in sorted(every) if every[s]["is_host"]), min(every))]  # the host's facts count
     counts = sorted({f["nnodes"] for f in facts})
     if len(counts) > 1 or len(facts) < nodes.count:
@@ -522,7 +530,7 @@ def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say
     start = time.monotonic()
     wait = float(me.nodes.join_timeout if wait is None else wait)
     local = local_findings(me)
-    shared = [*local, *[f for f in env_fails if f.level == "fail"]]
+    shared = [*local, *[f for f in env_fails if f.level == "fail"]]  # said to every node, with this node's name
     # a node that already fails waits only briefly for the store: long enough to tell the others, not the join window
     probe_wait = min(wait, UNANSWERED_S + CONNECT_S) if any(f.level == "fail" for f in shared) else wait
     unreachable = None if me.is_host else probe_store(me, probe_wait, say)
@@ -530,8 +538,6 @@ def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say
         result = CrossNodeResult([*local, unreachable] if not any(f.level == "fail" for f in shared) else local)
     else:
         result = exchange(me, shared, wait, say)
-        mine = [f for f in local if f.level == "warn"]  # the fails went through the exchange, named with the node
-        result.findings = [*result.findings, *mine]
     result.seconds = time.monotonic() - start
     return result
 
