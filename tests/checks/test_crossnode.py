@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_tree
+from conftest import cli, kill_tree
 from netns import hosts, popen_in
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -151,3 +151,10 @@ def test_launch_names_a_host_node_torch_would_not_recognise(no_leftover_workers)
     assert code == 2, err[-3000:]
     assert "will not serve the rendezvous store" in err and "--rdzv-conf is_host=1" in err, err[-3000:]
     assert "Traceback" not in err
+
+
+def test_an_endpoint_host_that_does_not_resolve_is_one_line():
+    ran = cli("check", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "no-such-host.invalid:29587")
+    assert ran.code == 2 and "Traceback" not in ran.err
+    [line] = ran.err.strip().splitlines()
+    assert "'no-such-host.invalid' does not resolve on this node" in line and "/etc/hosts" in line
