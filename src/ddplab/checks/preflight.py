@@ -204,12 +204,23 @@ def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices
     return [f for f in found if f is not None]
 
 
-def run(nproc: int, device: str, backend: str, port: Finding) -> StageResult:
+def run(nproc: int, device: str, backend: str, port: Finding, cross=None) -> StageResult:
+    """cross: several nodes' preflight (checks/crossnode.py), given this node's findings to share; returns the job's."""
     start = time.perf_counter()
     findings = [port, *environment_findings(nproc, device, backend)]
+    nodes = []
+    if cross is not None:
+        shared = cross(findings)
+        findings += shared.findings
+        nodes = shared.nodes
+        if not shared.failed:
+            findings.append(Finding("ok", f"{len(nodes)} node(s) met at the preflight in {shared.seconds:.1f} s, "
+                                          "every pair connects"))
     findings.append(Finding("ok", f"torch build has {backend}"))  # choose_backend refused the command otherwise
     seconds = time.perf_counter() - start
     details = {"findings": [vars(f) for f in findings]}
+    if nodes:
+        details["nodes"] = nodes
     failed = [f for f in findings if f.level == "fail"]
     warned = [f for f in findings if f.level == "warn"]
     figure = "; ".join(f.what for f in findings if f.level == "ok" and not f.what.startswith("torch build"))

@@ -92,6 +92,9 @@ def run(args) -> int:
         from ddplab.userscript.plan import preflight
 
         plan = preflight(ns, argv[:script_pos], lint)
+        from ddplab.checks.crossnode import for_launch
+
+        for_launch(ns)  # several nodes: the cross-node preflight, before any rank
     except BaseException:  # bad input, --help after other options, Ctrl-C: the early agent must not outlive this
         early.cancel()
         raise
