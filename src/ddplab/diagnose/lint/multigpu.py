@@ -102,13 +102,12 @@ class MultiGpuChecks(ScriptReader):
                              "set the device on every path: torch.cuda.set_device(local_rank) with local_rank = "
                              "int(os.environ['LOCAL_RANK']), before init_process_group")
             return
-        if not self.distributed or not (self.backend == "nccl" or self.facts.backend_nccl):
+        if not self.distributed:
             return
+        ddp = self.facts.ddp or any(self.callee_last(c) in DDP_NAMES for c in self.calls)
         for call in self.calls:
-            bare = (self.callee(call) == "torch.device" and len(call.args) == 1 and
-                    const_str(call.args[0]) == "cuda" and keyword(call, "index") is None) or \
-                (_method(call) == "to" and call.args and const_str(call.args[0]) == "cuda")
-            if bare:
+            # 'cuda' is the current device whatever the backend: under gloo too, every rank's model on GPU 0
+            if self._bare_cuda(call) and (ddp or self.backend == "nccl" or self.facts.backend_nccl):
                 self.add(call, "no-set-device", ERROR,
                          "'cuda' without an index and no torch.cuda.set_device anywhere: 'cuda' is the current "
                          "device, GPU 0 on every rank (all ranks on one GPU, NCCL then fails or runs out of memory)",
@@ -125,6 +124,17 @@ class MultiGpuChecks(ScriptReader):
                      sure=bool(implicit),
                      why=(f"line {implicit[0].lineno} uses the current device" if implicit else
                           "nothing in the script uses the current device by itself"))
+
+    def _bare_cuda(self, call: ast.Call) -> bool:
+        """torch.device("cuda") or .to("cuda"), also as a branch of `"cuda" if available else "cpu"`: the current
+        device, with no index."""
+        def cuda(arg: ast.AST) -> bool:
+            if isinstance(arg, ast.IfExp):
+                return cuda(arg.body) or cuda(arg.orelse)
+            return const_str(arg) == "cuda"
+        return bool(call.args) and cuda(call.args[0]) and (
+            self.callee(call) == "torch.device" and len(call.args) == 1 and keyword(call, "index") is None
+            or _method(call) == "to")
 
     def _wraps_in_ddp_here(self, node: ast.AST) -> bool:
         """The block this line is in builds the DDP wrapper: the path is a distributed one."""

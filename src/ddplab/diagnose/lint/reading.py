@@ -243,6 +243,12 @@ class ScriptReader:
     def is_(self, call: ast.Call, name: str) -> bool:
         return self.callee_last(call) == name
 
+    def is_torch_ddp(self, call: ast.Call) -> bool:
+        """torch's DistributedDataParallel (through any import), not a namesake of another library (apex.parallel,
+        fairscale) with another signature."""
+        full = self.callee(call)
+        return "." not in full or full.split(".")[0] in ("torch", "nn")
+
     def is_collective(self, call: ast.Call) -> bool:
         full = self.callee(call)
         return last(full) in COLLECTIVES and (full.startswith("torch.distributed.") or ".dist." in f".{full}"

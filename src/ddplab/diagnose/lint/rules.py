@@ -153,7 +153,7 @@ class Checks(MultiGpuChecks):
             if not self.is_(call, "init_process_group"):
                 continue
             backend = keyword(call, "backend") or (call.args[0] if call.args else None)
-            value = const_str(backend) or self._default_never_overridden(backend) or self._assigned_literal(backend)
+            value = self._backend_value(backend)
             if value is None:
                 continue
             self.backend, self.backend_line = value.lower(), call.lineno
@@ -162,6 +162,38 @@ class Checks(MultiGpuChecks):
                          "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
                          "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
                          "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+
+    def _backend_value(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """What the backend expression evaluates to, when the script decides it: a literal, the enum
+        (`Backend.NCCL`, `dist.Backend("nccl")`), a module constant, a parameter default no caller overrides, or a
+        value assigned once in the same function. An argparse option or a config file is the user's choice: None."""
+        if depth > 3 or node is None:
+            return None
+        if (text := const_str(node)) is not None:
+            return text
+        if isinstance(node, ast.Attribute) and node.attr.upper() in ("NCCL", "GLOO", "MPI", "UCC") and \
+                last(dotted(node.value)) == "Backend":
+            return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
+        if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
+            return self._backend_value(node.args[0], depth + 1)
+        value = self._default_never_overridden(node) or self._assigned_literal(node)
+        if value is None and isinstance(node, ast.Name):
+            held = self._module_constant(node.id)
+            value = self._backend_value(held, depth + 1) if held is not None else None
+        return value
+
+    def _module_constant(self, name: str) -> ast.AST | None:
+        """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
+        module's names, as nanoGPT's configurator does)."""
+        if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
+            return None
+        values = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+            isinstance(t, ast.Name) and t.id == name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
+            return None
+        if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
+            return values[0].value
+        return None
 
     def _assigned_literal(self, node: ast.AST | None) -> str | None:
         """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
@@ -468,15 +500,21 @@ class Checks(MultiGpuChecks):
                    for n in _walk_same_function(scope.body))
 
     def check_ddp_device_ids(self) -> None:
-        gpu = self.backend == "nccl" or self.sets_device or any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" for c in self.calls)
+        """torch's DDP on a GPU with no device_ids: fine when the current device was set (a single-device module on
+        this process's GPU needs none), a mistake when the model sits on the default GPU. Wrappers of other
+        libraries (apex, fairscale) have their own signatures: apex's DDP takes no device_ids at all."""
+        gpu = self.backend == "nccl" or any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" or self._bare_cuda(c) for c in self.calls)
         if not gpu:
             return
         for call in self.calls:
-            if self.callee_last(call) in DDP_NAMES and keyword(call, "device_ids") is None and len(call.args) < 2:
+            if self.sets_device and not self._other_branch_sets_device(call):
+                continue  # the device is set on this path (not only on the other branch of an `if`)
+            if self.callee_last(call) in DDP_NAMES and self.is_torch_ddp(call) and \
+                    keyword(call, "device_ids") is None and len(call.args) < 2:
                 self.add(call, "ddp-no-device-ids", WARNING,
-                         "DistributedDataParallel without device_ids on GPUs: DDP cannot tell which single GPU this "
-                         "process drives",
+                         "DistributedDataParallel without device_ids, and the current device is not set on this path: "
+                         "the model sits on the default GPU, GPU 0 on every rank",
                          "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
 
     def check_collectives_in_rank_branches(self) -> None:

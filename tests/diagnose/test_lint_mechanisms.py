@@ -1,0 +1,93 @@
+"""Issue 28's second held-out set: each miss or false alarm fixed as a mechanism, with a minimal script that shows
+it and its twin that must stay quiet (the backend as any expression that is "nccl", third-party DDP wrappers judged
+by their own signature, the device set on this path, print filters installed on some launcher paths only, callers
+in other files, and the rest)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from ddplab.diagnose.lint import lint_file, lint_source
+
+HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
+
+
+def rules(source: str, show_all: bool = False) -> list[tuple[int, str]]:
+    """(line, rule) of each finding; the source after HEAD is dedented (HEAD + an indented block)."""
+    head = HEAD if source.startswith(HEAD) else ""
+    source = head + textwrap.dedent(source[len(head):])
+    return sorted((f.line, f.rule) for f in lint_source(source, show_all=show_all).findings)
+
+
+def names(source: str, show_all: bool = False) -> list[str]:
+    return sorted(r for _, r in rules(source, show_all))
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return folder / next(iter(files))
+
+
+def found(path: Path, show_all: bool = False) -> set[tuple[str | None, int, str]]:
+    return {(f.path and Path(f.path).name, f.line, f.rule) for f in lint_file(path, show_all).findings}
+
+
+# ------------------------------------------------------------------------------------------- the backend
+
+
+def test_the_backend_is_any_expression_that_is_nccl():
+    for backend, setup in [("dist.Backend.NCCL", ""), ("Backend.NCCL", "from torch.distributed import Backend\n"),
+                           ('dist.Backend("nccl")', ""), ("BACKEND", 'BACKEND = "nccl"\n')]:
+        source = HEAD + setup + f"dist.init_process_group(backend={backend})\ndist.destroy_process_group()\n"
+        assert "nccl-hardcoded" in names(source), backend
+    # the user's choice (a module name the script rewrites through exec, an option) is not hard-coded
+    assert "nccl-hardcoded" not in names(HEAD + 'backend = "nccl"\nexec(open("config.py").read())\n'
+                                         "dist.init_process_group(backend=backend)\ndist.destroy_process_group()\n")
+    assert "nccl-hardcoded" not in names(HEAD + "dist.init_process_group(backend=dist.Backend.GLOO)\n"
+                                         "dist.destroy_process_group()\n")
+
+
+# ------------------------------------------------------------------------------------------- DDP's device
+
+
+def test_ddp_without_device_ids_only_where_the_model_is_on_the_default_gpu():
+    on_default = HEAD + """\
+        dist.init_process_group("gloo")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(device))
+        dist.destroy_process_group()
+    """
+    assert rules(on_default) == [(5, "no-set-device"), (6, "ddp-no-device-ids")]
+    device_set = HEAD + """\
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda())
+        dist.destroy_process_group()
+    """
+    assert rules(device_set) == []  # a single-device module on this process's GPU needs no device_ids
+    one_path = HEAD + """\
+        dist.init_process_group("gloo")
+        if os.environ.get("GPU"):
+            torch.cuda.set_device(int(os.environ["GPU"]))
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[0])
+        else:
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda())
+        dist.destroy_process_group()
+    """
+    assert (9, "ddp-no-device-ids") in rules(one_path)
+
+
+def test_a_third_party_ddp_wrapper_is_judged_by_its_own_signature():
+    apex = HEAD + """\
+        from apex.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(2, 2).cuda())
+        dist.destroy_process_group()
+    """
+    assert "ddp-no-device-ids" not in names(apex)  # apex's DDP has no device_ids
+    torch_ddp = apex.replace("from apex.parallel import", "from torch.nn.parallel import")
+    assert "ddp-no-device-ids" in names(torch_ddp)
