@@ -91,3 +91,43 @@ def test_a_third_party_ddp_wrapper_is_judged_by_its_own_signature():
     assert "ddp-no-device-ids" not in names(apex)  # apex's DDP has no device_ids
     torch_ddp = apex.replace("from apex.parallel import", "from torch.nn.parallel import")
     assert "ddp-no-device-ids" in names(torch_ddp)
+
+
+# ------------------------------------------------------------------------------------------- names and their values
+
+
+def test_a_sampler_set_on_the_distributed_path_is_not_none():
+    source = HEAD + """\
+        dist.init_process_group("gloo")
+        data = list(range(8))
+        sampler = None
+        if dist.is_initialized():
+            sampler = torch.utils.data.distributed.DistributedSampler(data)
+        loader = torch.utils.data.DataLoader(data, shuffle=(sampler is None), sampler=sampler)
+        for epoch in range(2):
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+        dist.destroy_process_group()
+    """
+    assert rules(source) == []
+    never_set = source.replace("sampler = torch.utils.data.distributed.DistributedSampler(data)", "pass")
+    assert (9, "loader-without-sampler") in rules(never_set)
+
+
+def test_the_wrapper_is_a_local_of_the_function_that_built_it():
+    source = HEAD + """\
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def train(model):
+            model = DDP(model)
+            return model.module
+
+        dist.init_process_group("gloo")
+        model = train(torch.nn.Linear(2, 2))
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "model.pt")
+        dist.destroy_process_group()
+    """
+    assert "save-ddp-state-dict" not in names(source)  # `model` here is what train() returned: the plain module
+    wrapper_saved = source.replace("return model.module", "torch.save(model.state_dict(), 'm.pt')")
+    assert (8, "save-ddp-state-dict") in rules(wrapper_saved)

@@ -163,15 +163,24 @@ class ScriptReader:
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
+        self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
         for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
                     self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
                     self.facts.ddp_factories):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
+                    self.ddp_scopes.setdefault(dotted(target), set()).add(
+                        self.enclosing_function(node) if isinstance(target, ast.Name) else None)
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    def holds_ddp(self, owner: str, node: ast.AST) -> bool:
+        """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
+        name in another function, `model = main(...)` returning `model.module`, is another variable)."""
+        scopes = self.ddp_scopes.get(owner)
+        return bool(scopes) and (None in scopes or "." in owner or self.enclosing_function(node) in scopes)
 
     def sets_device_here(self) -> bool:
         """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.

@@ -398,7 +398,7 @@ class Checks(MultiGpuChecks):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if owner in self.ddp_names and self.ddp_names[owner] <= call.lineno and \
+                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
                             owner not in self.loaded_into and not self._handed_to_loader(owner):
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
@@ -548,7 +548,7 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             name = dotted(call.func)
             owner = name[: -len(".forward")] if name.endswith(".forward") else name
-            if owner not in self.ddp_names or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+            if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                 continue
             self.add(call, "rank0-ddp-forward", ERROR,
                      f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
@@ -599,6 +599,10 @@ class Checks(MultiGpuChecks):
                         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
                                                                 for t in stmt.targets):
                             return stmt.value
+                        if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
+                                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                                for n in _walk_same_function([stmt])):
+                            return None  # set on some path only: not one value
             child, parent = parent, self.parent.get(parent)
         return None
 
