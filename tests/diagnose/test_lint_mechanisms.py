@@ -131,3 +131,107 @@ def test_the_wrapper_is_a_local_of_the_function_that_built_it():
     assert "save-ddp-state-dict" not in names(source)  # `model` here is what train() returned: the plain module
     wrapper_saved = source.replace("return model.module", "torch.save(model.state_dict(), 'm.pt')")
     assert (8, "save-ddp-state-dict") in rules(wrapper_saved)
+
+
+# ------------------------------------------------------------------------------------------- callers in other files
+
+TRAIN_MODULE = """\
+    import torch
+    from torchvision.datasets import MNIST
+
+    def train(args):
+        data = MNIST(root=args.data, download=True)
+        print("training")
+        model = torch.nn.Linear(2, 2)
+        if args.local_rank == 0:
+            torch.save(model.state_dict(), "best.pt")
+"""
+
+
+def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_path):
+    script = write(tmp_path, {"run.py": """\
+        import os
+        import torch.distributed as dist
+        from utils.train import train
+
+        def main(args):
+            dist.init_process_group("gloo")
+            train(args)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main(None)
+    """, "utils/__init__.py": "", "utils/train.py": TRAIN_MODULE})
+    assert found(script) == {("train.py", 5, "shared-path-write"), ("train.py", 6, "unguarded-print"),
+                             ("train.py", 9, "local-rank-save")}
+    guarded = script.read_text().replace("    train(args)", "    if dist.get_rank() == 0:\n        train(args)")
+    script.write_text(guarded)
+    assert found(script) == set()  # only rank 0 calls it
+    assert {(f, line, rule) for f, line, rule in found(script, show_all=True)} >= {("train.py", 5, "shared-path-write")}
+
+
+def test_a_branch_no_caller_takes_is_not_run(tmp_path):
+    script = write(tmp_path, {"train.py": """\
+        import torch.distributed as dist
+        from data import create_dataset
+        dist.init_process_group("gloo")
+        train = create_dataset("coco", {"root": "ann"})
+        dist.destroy_process_group()
+    """, "data/__init__.py": """\
+        from data.datasets import Coco, Flickr
+
+        def create_dataset(name, config):
+            if name == "flickr":
+                return Flickr(config["root"])
+            elif name == "coco":
+                return Coco(config["root"])
+    """, "data/datasets.py": """\
+        from torchvision.datasets.utils import download_url
+
+        class Coco:
+            def __init__(self, root):
+                download_url("https://example.org/coco.json", root)
+
+        class Flickr:
+            def __init__(self, root):
+                download_url("https://example.org/flickr.json", root)
+    """})
+    assert found(script) == {("datasets.py", 5, "shared-path-write")}
+
+
+def test_a_path_the_caller_builds_is_the_callers_to_decide(tmp_path):
+    script = write(tmp_path, {"train.py": """\
+        import torch.distributed as dist
+        from logs import Writer
+        dist.init_process_group("gloo")
+        suffix = "-rank%d" % dist.get_rank()
+        name = "log" + suffix + ".txt"
+        Writer(name).write("start")
+        dist.destroy_process_group()
+    """, "logs.py": """\
+        class Writer:
+            def __init__(self, path):
+                self.path = path
+
+            def write(self, text):
+                with open(self.path, "a") as f:
+                    f.write(text)
+    """})
+    assert found(script) == set()
+    assert ("logs.py", 6, "shared-path-write") in found(script, show_all=True)
+    script.write_text(script.read_text().replace("Writer(name)", 'Writer("log.txt")'))
+    assert found(script) == {("logs.py", 6, "shared-path-write")}
+
+
+def test_a_path_with_the_rank_formatted_in_is_per_rank():
+    source = HEAD + """\
+        dist.init_process_group("gloo")
+        result_file = os.path.join("out", "%s_rank%d.json" % ("val", dist.get_rank()))
+        with open(result_file, "w") as f:
+            f.write("{}")
+        with open("out/" + str(dist.get_rank()) + ".txt", "w") as f:
+            f.write("")
+        dist.destroy_process_group()
+    """
+    assert rules(source) == []
+    assert rules(source.replace(', dist.get_rank()))', ', 0))')) == [(6, "shared-path-write")]

@@ -17,13 +17,19 @@ GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
 IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
                    "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
+# calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
+DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
+DOWNLOAD_MODULES = ("gdown.", "wget.")
 COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
 
 
 class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
+    path_params: dict  # line -> (function, parameter): a write whose path a caller gives
+
     def run_multigpu(self) -> None:
+        self.path_params = {}
         self.check_local_rank_flag()
         self.check_current_device()
         self.check_global_rank_device()
@@ -269,14 +275,47 @@ class MultiGpuChecks(ScriptReader):
             if what is None or self.runs_on_rank0_only(call, ANY_RANK0) or self._mentions_rank(call):
                 continue
             scope = self.enclosing_function(call)
-            if scope is not None and any(isinstance(n, ast.Call) and self.callee(n) == "torch.save"
-                                         for n in ast.walk(scope)):
+            if scope is not None and any(w in scope.name.lower() for w in ("save", "checkpoint", "ckpt")) and any(
+                    isinstance(n, ast.Call) and self.callee(n) == "torch.save" for n in ast.walk(scope)):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
+            if (param := self._path_parameter(call)) is not None:
+                self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
             self.add(call, "shared-path-write", WARNING,
                      f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
                      "half-written; with download=True, N downloads into one folder)",
                      "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
                      "the rank in the path")
+
+    def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
+        """(function, parameter) when the written path is built from a bare parameter of the enclosing function
+        (`open(filename, "w")`, `download_url(url, root)`), not from a config object's field (`args.root`)."""
+        func = self.enclosing_function(call)
+        if func is None:
+            return None
+        params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} - {"self", "cls"}
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            for n in ast.walk(arg):
+                if isinstance(n, ast.Name) and n.id in params and \
+                        not isinstance(self.parent.get(n), (ast.Attribute, ast.Subscript)):
+                    return func, n.id
+                if isinstance(n, ast.Attribute) and dotted(n.value) == "self" and \
+                        (given := self._set_by_constructor(func, n.attr)) is not None:
+                    return given  # self.path = path in __init__: whoever builds the object chooses the path
+        return None
+
+    def _set_by_constructor(self, method: ast.AST, attr: str) -> tuple[ast.AST, str] | None:
+        """(__init__, parameter) when the class of `method` sets self.<attr> from a parameter of its __init__."""
+        cls = self.parent.get(method)
+        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"),
+                    None)
+        if init is None:
+            return None
+        params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]} - {"self"}
+        for n in ast.walk(init):
+            if isinstance(n, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in n.targets) and \
+                    isinstance(n.value, ast.Name) and n.value.id in params:
+                return init, n.value.id
+        return None
 
     def _writes(self, call: ast.Call) -> str | None:
         name, method = self.callee(call), _method(call)
@@ -294,6 +333,8 @@ class MultiGpuChecks(ScriptReader):
         if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
                 (name.startswith("os.") or method == "mkdir"):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
+        if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
+            return f"{last(name)}()"
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
         return None

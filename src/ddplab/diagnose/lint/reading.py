@@ -320,8 +320,13 @@ class ScriptReader:
             return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
         if isinstance(value, ast.Subscript):  # devices[rank]
             return bool(self.rank_kind(value.slice))
-        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
+        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str", "join"):
             return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and const_str(value.left) is not None:
+            parts = value.right.elts if isinstance(value.right, ast.Tuple) else [value.right]
+            return any(self.rank_kind(a) or self._labels_rank(a) for a in parts)  # "%s_rank%d.json" % (f, rank)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+            return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank)
         return False
 
     def _held(self, table: dict, node: ast.AST):
