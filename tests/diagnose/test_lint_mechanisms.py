@@ -235,3 +235,29 @@ def test_a_path_with_the_rank_formatted_in_is_per_rank():
     """
     assert rules(source) == []
     assert rules(source.replace(', dist.get_rank()))', ', 0))')) == [(6, "shared-path-write")]
+
+
+# ------------------------------------------------------------------------------------------- print filters
+
+
+def test_a_print_filter_installed_on_the_spawn_path_only_leaves_torchrun_printing():
+    source = HEAD + """\
+        import builtins
+        import torch.multiprocessing as mp
+
+        def worker(gpu, args):
+            if args.multiprocessing_distributed and gpu != 0:
+                builtins.print = lambda *a, **k: None
+            dist.init_process_group("gloo")
+            print("training")
+            dist.destroy_process_group()
+
+        def main(args):
+            if args.multiprocessing_distributed:
+                mp.spawn(worker, nprocs=2, args=(args,))
+            else:
+                worker(int(os.environ.get("LOCAL_RANK", 0)), args)
+    """
+    assert rules(source) == [(11, "unguarded-print")]
+    everywhere = source.replace("args.multiprocessing_distributed and gpu != 0", "gpu != 0")
+    assert rules(everywhere) == []  # installed on every path: the filter holds

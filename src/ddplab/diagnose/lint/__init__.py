@@ -91,9 +91,10 @@ def lint_source(source: str, script: str = "<script>", show_all: bool = False) -
 def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
     facts = Facts(unread=list(unread))
-    for tree in trees.values():
-        reader = Checks(tree)
-        facts.replaces_print |= reader.replaces_print_here()
+    readers = [Checks(tree) for tree in trees.values()]
+    spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
+    for reader in readers:
+        facts.replaces_print |= reader.replaces_print_here(spawn_flags)
         facts.sets_device |= reader.sets_device_here()
         facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
         facts.distributed |= reader.distributed

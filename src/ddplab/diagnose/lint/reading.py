@@ -191,14 +191,35 @@ class ScriptReader:
             isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
             for n in self.nodes)
 
-    def replaces_print_here(self) -> bool:
-        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
+    def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
+        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter. Not when
+        it is installed only on the path a flag chooses that also chooses mp.spawn (`if args.multiprocessing_
+        distributed and gpu != 0:` in the pytorch/examples imagenet template): under torchrun every rank prints."""
+        spawn_flags = self.spawn_flags() if spawn_flags is None else spawn_flags
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and t.attr == "print" and
                     self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
-                return True
+                if not self._conditions(node) & spawn_flags:
+                    return True
         return False
+
+    def _conditions(self, node: ast.AST) -> set[str]:
+        """The flags (names, attributes) the enclosing `if` tests require for `node` to run."""
+        found, child, parent = set(), node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and child in parent.body:
+                tests = parent.test.values if isinstance(parent.test, ast.BoolOp) and \
+                    isinstance(parent.test.op, ast.And) else [parent.test]
+                found |= {dotted(t) for t in tests if isinstance(t, (ast.Name, ast.Attribute))}
+            child, parent = parent, self.parent.get(parent)
+        return found
+
+    def spawn_flags(self) -> set[str]:
+        """Flags whose `if` starts the workers with mp.spawn: the path they choose is one launcher among others."""
+        return {dotted(n.test) for n in self.nodes if isinstance(n, ast.If) and isinstance(n.test, (
+            ast.Name, ast.Attribute)) and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS
+                                             for s in n.body for c in ast.walk(s))}
 
     def helper_results(self) -> tuple[dict, dict, set]:
         """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
