@@ -261,3 +261,36 @@ def test_a_print_filter_installed_on_the_spawn_path_only_leaves_torchrun_printin
     assert rules(source) == [(11, "unguarded-print")]
     everywhere = source.replace("args.multiprocessing_distributed and gpu != 0", "gpu != 0")
     assert rules(everywhere) == []  # installed on every path: the filter holds
+
+
+# ------------------------------------------------------------------------------------------- metrics
+
+
+def test_a_sum_returned_by_a_helper_and_reported_once_per_node_is_unreduced(tmp_path):
+    script = write(tmp_path, {"train.py": """\
+        import os
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+        from loop import run_epoch
+        dist.init_process_group("gloo")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        data = list(range(8))
+        loader = DataLoader(data, sampler=DistributedSampler(data))
+        loss, acc = run_epoch(loader)
+        if local_rank == 0:
+            print(f"accuracy {acc}")
+        dist.destroy_process_group()
+    """, "loop.py": """\
+        def run_epoch(loader):
+            total, correct, n = 0.0, 0, 0
+            for x in loader:
+                total += float(x)
+                correct += 1
+                n += 1
+            return total / n, correct / n
+    """})
+    assert found(script) == {(None, 11, "unreduced-metric")}
+    reduced = (tmp_path / "loop.py").read_text().replace(
+        "    return", "    correct = reduce_mean(correct)\n    return")
+    (tmp_path / "loop.py").write_text(reduced)
+    assert found(script) == set()

@@ -110,6 +110,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_tests.update(tests)
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
+        facts.sum_returners.update(reader.sum_returners())
     return facts
 
 

@@ -208,8 +208,36 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
+    def sum_returners(self) -> dict[str, int]:
+        """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
+        += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
+        found = {}
+        for func in (n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            body = func.body
+            if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in _same_scope(body)
+                   if isinstance(c, ast.Call)):
+                continue
+            summed = self._summed_over_batches(body)
+            returned = {n.id for r in _same_scope(body) if isinstance(r, ast.Return) and r.value is not None
+                        for n in ast.walk(r.value) if isinstance(n, ast.Name)}
+            if summed.keys() & returned:
+                found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
+        return found
+
+    def _summed_over_batches(self, body: list[ast.stmt]) -> dict[str, ast.AST]:
+        """Names grown with += in a loop over a loader in this scope -> the loop."""
+        accumulated: dict[str, ast.AST] = {}
+        for node in _same_scope(body):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
+                for sub in _same_scope(node.body):
+                    if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
+                            isinstance(sub.target, ast.Name):
+                        accumulated.setdefault(sub.target.id, node)
+        return accumulated
+
     def check_unreduced_metric(self) -> None:
-        """A count or sum accumulated over this rank's shard, reported under a rank-0 test, never reduced."""
+        """A count or sum accumulated over this rank's shard (here, or by a function that returns it), reported
+        under a rank-0 test (global, or one per node), never reduced."""
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
@@ -223,26 +251,29 @@ class MultiGpuChecks(ScriptReader):
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
-            accumulated = {}  # name -> the loop it grows in
-            for node in _same_scope(body):
-                if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
-                    for sub in _same_scope(node.body):
-                        if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                                isinstance(sub.target, ast.Name):
-                            accumulated.setdefault(sub.target.id, node)
+            accumulated = self._summed_over_batches(body)  # name -> the loop it grows in
+            for node in _same_scope(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                        self.callee_last(node.value) in self.facts.sum_returners:
+                    for target in node.targets:
+                        for n in ast.walk(target):
+                            if isinstance(n, ast.Name):
+                                accumulated.setdefault(n.id, node)
             if not accumulated:
                 continue
             for call in calls:
                 if not (self.callee(call) == "print" or _method(call) in ("info", "log", "add_scalar", "add_scalars")):
                     continue
-                if not self.runs_on_rank0_only(call, frozenset({"global"})):
+                if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
                     continue
                 names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
+                    where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
+                        f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
                     self.add(call, "unreduced-metric", WARNING,
-                             f"{name} is summed over this rank's batches only (loop on line {loop.lineno}) and "
+                             f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
                              f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
                              "dist.all_reduce(t), then report from t",

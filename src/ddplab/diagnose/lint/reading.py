@@ -114,6 +114,7 @@ class Facts:
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     unread: list = field(default_factory=list)  # project files that could not be read
 
 
