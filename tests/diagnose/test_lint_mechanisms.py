@@ -294,3 +294,21 @@ def test_a_sum_returned_by_a_helper_and_reported_once_per_node_is_unreduced(tmp_
         "    return", "    correct = reduce_mean(correct)\n    return")
     (tmp_path / "loop.py").write_text(reduced)
     assert found(script) == set()
+
+
+def test_a_save_helper_called_once_per_node_is_reported_at_that_call():
+    source = HEAD + """\
+        dist.init_process_group("gloo")
+        rank, gpus = dist.get_rank(), 8
+
+        def save_checkpoint(state, filename="checkpoint.pt"):
+            torch.save(state, filename)
+
+        if rank % gpus == 0:
+            save_checkpoint({"epoch": 1})
+        if os.environ.get("DONE"):
+            save_checkpoint({"epoch": 2})
+        dist.destroy_process_group()
+    """
+    assert rules(source) == [(8, "unguarded-save"), (11, "local-rank-save")]
+    assert rules(source.replace("rank % gpus == 0", "rank == 0")) == [(8, "unguarded-save")]

@@ -425,6 +425,7 @@ class Checks(MultiGpuChecks):
                          "torch.save runs on every rank: all processes write the same file at once (a corrupt "
                          "checkpoint, or N copies)",
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
+        self._save_helper_sites()
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
@@ -438,6 +439,23 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _save_helper_sites(self) -> None:
+        """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
+        torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
+        for func in self.functions.values():
+            saves = [c for c in _calls_in(func.body) if self.callee(c) == "torch.save" and not self._in_memory(c)
+                     and not self._mentions_rank(c)]
+            if not saves or any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
+                continue
+            for site in self.call_sites(func):
+                if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and \
+                        self.runs_on_rank0_only(site, frozenset({"global", "single", "local"})):
+                    self.add(site, "local-rank-save", WARNING,
+                             f"{func.name}() saves (torch.save on line {saves[0].lineno}) when local_rank == 0: there "
+                             "is a local rank 0 on every machine, so every node writes the same file",
+                             "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = "
+                             "int(os.environ['RANK']))")
 
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
