@@ -312,3 +312,16 @@ def test_a_save_helper_called_once_per_node_is_reported_at_that_call():
     """
     assert rules(source) == [(8, "unguarded-save"), (11, "local-rank-save")]
     assert rules(source.replace("rank % gpus == 0", "rank == 0")) == [(8, "unguarded-save")]
+
+
+def test_a_world_size_that_already_counts_the_gpus_per_node_scaled_by_them_again():
+    source = HEAD + """\
+        def main(args):
+            args.world_size = args.ngpus_per_node * args.world_size
+            dist.init_process_group("gloo", world_size=args.world_size)
+            args.lr = args.lr * float(args.batch_size * args.ngpus_per_node * args.world_size) / 256.
+            dist.destroy_process_group()
+    """
+    assert rules(source) == [(7, "world-size-scaled-twice")]
+    once = source.replace(" * args.ngpus_per_node * args.world_size", " * args.world_size")
+    assert rules(once) == []

@@ -392,7 +392,23 @@ class MultiGpuChecks(ScriptReader):
 
         nodes = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
                        key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        # world_size = ngpus_per_node * world_size (nodes): the world size already counts the GPUs per node
+        composed = {last(dotted(n.targets[0])): _factors(n.value) - {last(dotted(n.targets[0]))} for n in nodes
+                    if isinstance(n, ast.Assign) and len(n.targets) == 1 and _world(self, n.targets[0])
+                    and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Mult)}
         for node in nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    any(w in last(dotted(node.targets[0])).lower() for w in SCALED):
+                factors = _factors(node.value)
+                twice = next((f"{w} (= {' * '.join(sorted(composed[w]))} * ...) and {f}" for w in sorted(factors)
+                              if w in composed for f in sorted(composed[w] & factors)), None)
+                if twice:
+                    self.add(node, "world-size-scaled-twice", WARNING,
+                             f"{last(dotted(node.targets[0]))} is multiplied by {twice}: the world size already "
+                             "counts those, so the value is off by that factor",
+                             "scale once: decide whether the value is per rank or for the whole job, and convert "
+                             "in one place")
+                    continue
             if isinstance(node, ast.keyword):
                 target, value = node.arg or "", node.value
             elif isinstance(node, ast.AugAssign):
@@ -458,6 +474,19 @@ def _world(self: ScriptReader, node: ast.AST) -> bool:
         return const_str(node.slice) == "WORLD_SIZE"
     name = last(dotted(node)).lower()
     return bool(name) and ("world_size" in name or name in ("world", "nprocs", "num_gpus", "ngpus", "n_gpus"))
+
+
+def _factors(expr: ast.AST) -> set[str]:
+    """The names a product multiplies by: `lr * float(bs * ngpus * world_size) / 256` -> lr, bs, ngpus, world_size."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        return _factors(expr.left) | _factors(expr.right)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Div, ast.FloorDiv)):
+        return _factors(expr.left)
+    if isinstance(expr, ast.Call) and last(dotted(expr.func)) in ("float", "int") and len(expr.args) == 1:
+        return _factors(expr.args[0])
+    if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr):
+        return {last(dotted(expr))}
+    return set()
 
 
 def _pairs(assign: ast.Assign):
