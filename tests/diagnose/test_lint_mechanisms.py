@@ -325,3 +325,17 @@ def test_a_world_size_that_already_counts_the_gpus_per_node_scaled_by_them_again
     assert rules(source) == [(7, "world-size-scaled-twice")]
     once = source.replace(" * args.ngpus_per_node * args.world_size", " * args.world_size")
     assert rules(once) == []
+
+
+def test_a_torchvision_network_with_batchnorm_evaluated_through_the_wrapper_on_rank_0():
+    source = HEAD + """\
+        import torchvision.models as models
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(models.resnet50())
+        if dist.get_rank() == 0:
+            with torch.no_grad():
+                out = model(torch.zeros(1, 3, 224, 224))
+        dist.destroy_process_group()
+    """
+    assert rules(source) == [(10, "rank0-ddp-forward")]
+    assert rules(source.replace("resnet50", "vit_b_16")) == []  # LayerNorm only: no buffers to broadcast

@@ -16,6 +16,9 @@ LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
+# torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
+BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
+                              r"|googlenet|shufflenet|mnasnet|vgg\d+_bn)\w*")
 
 
 class Checks(MultiGpuChecks):
@@ -560,7 +563,8 @@ class Checks(MultiGpuChecks):
         syncs = [c for c in wrappers if not any(
             isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
             for k in ("broadcast_buffers", "forward_sync_buffers"))]
-        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) for c in self.calls)
+        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
+            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) for c in self.calls)
         if not syncs or not has_buffers:
             return
         for call in self.calls:
