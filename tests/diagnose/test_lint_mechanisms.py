@@ -337,5 +337,5 @@ def test_a_torchvision_network_with_batchnorm_evaluated_through_the_wrapper_on_r
                 out = model(torch.zeros(1, 3, 224, 224))
         dist.destroy_process_group()
     """
-    assert rules(source) == [(10, "rank0-ddp-forward")]
+    assert rules(source) == [(9, "rank0-ddp-forward")]
     assert rules(source.replace("resnet50", "vit_b_16")) == []  # LayerNorm only: no buffers to broadcast
