@@ -212,7 +212,9 @@ class MultiGpuChecks(ScriptReader):
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
         += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
         found = {}
-        for func in (n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        candidates = {self.enclosing_function(n) for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor))
+                      and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
+        for func in candidates:
             body = func.body
             if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in _same_scope(body)
                    if isinstance(c, ast.Call)):

@@ -446,10 +446,13 @@ class Checks(MultiGpuChecks):
     def _save_helper_sites(self) -> None:
         """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
         torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
-        for func in self.functions.values():
-            saves = [c for c in _calls_in(func.body) if self.callee(c) == "torch.save" and not self._in_memory(c)
-                     and not self._mentions_rank(c)]
-            if not saves or any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
+        by_function: dict[ast.AST, list[ast.Call]] = {}
+        for c in self.calls:
+            if self.callee(c) == "torch.save" and (func := self.enclosing_function(c)) is not None and \
+                    not self._in_memory(c) and not self._mentions_rank(c):
+                by_function.setdefault(func, []).append(c)
+        for func, saves in by_function.items():
+            if any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
                 continue
             for site in self.call_sites(func):
                 if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and \
