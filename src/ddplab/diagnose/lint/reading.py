@@ -218,6 +218,8 @@ class ScriptReader:
 
     def spawn_flags(self) -> set[str]:
         """Flags whose `if` starts the workers with mp.spawn: the path they choose is one launcher among others."""
+        if not self.spawns:
+            return set()
         return {dotted(n.test) for n in self.nodes if isinstance(n, ast.If) and isinstance(n.test, (
             ast.Name, ast.Attribute)) and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS
                                              for s in n.body for c in ast.walk(s))}
