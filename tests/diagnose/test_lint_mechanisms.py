@@ -339,3 +339,20 @@ def test_a_torchvision_network_with_batchnorm_evaluated_through_the_wrapper_on_r
     """
     assert rules(source) == [(9, "rank0-ddp-forward")]
     assert rules(source.replace("resnet50", "vit_b_16")) == []  # LayerNorm only: no buffers to broadcast
+
+
+def test_a_file_opened_for_torch_save_is_left_to_the_save_rules():
+    source = HEAD + """\
+        dist.init_process_group("gloo")
+
+        def write(obj, path):
+            with open(path, "wb") as f:
+                torch.save(obj, f)
+
+        if dist.get_rank() == 0:
+            write({}, "model.pt")
+        with open("notes.txt", "w") as notes:
+            notes.write("")
+        dist.destroy_process_group()
+    """
+    assert rules(source, show_all=True) == [(12, "shared-path-write")]  # the notes, not the checkpoint

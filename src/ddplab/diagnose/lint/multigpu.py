@@ -307,9 +307,7 @@ class MultiGpuChecks(ScriptReader):
             what = self._writes(call)
             if what is None or self.runs_on_rank0_only(call, ANY_RANK0) or self._mentions_rank(call):
                 continue
-            scope = self.enclosing_function(call)
-            if scope is not None and any(w in scope.name.lower() for w in ("save", "checkpoint", "ckpt")) and any(
-                    isinstance(n, ast.Call) and self.callee(n) == "torch.save" for n in ast.walk(scope)):
+            if self._checkpoint_write(call):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
@@ -318,6 +316,22 @@ class MultiGpuChecks(ScriptReader):
                      "half-written; with download=True, N downloads into one folder)",
                      "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
                      "the rank in the path")
+
+    def _checkpoint_write(self, call: ast.Call) -> bool:
+        """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
+        by a save helper (a function named save/checkpoint that calls torch.save)."""
+        scope = self.enclosing_function(call)
+        saves = [n for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Call)
+                 and self.callee(n) == "torch.save"]
+        if not saves:
+            return False
+        if scope is not None and any(w in scope.name.lower() for w in ("save", "checkpoint", "ckpt")):
+            return True
+        holder = self.parent.get(call)
+        handle = dotted(holder.optional_vars) if isinstance(holder, ast.withitem) and holder.optional_vars else \
+            dotted(holder.targets[0]) if isinstance(holder, ast.Assign) and len(holder.targets) == 1 else ""
+        return bool(handle) and any(dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in
+                                                                                              s.keywords)])
 
     def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
         """(function, parameter) when the written path is built from a bare parameter of the enclosing function
