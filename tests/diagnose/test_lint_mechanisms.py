@@ -345,12 +345,12 @@ def test_a_file_opened_for_torch_save_is_left_to_the_save_rules():
     source = HEAD + """\
         dist.init_process_group("gloo")
 
-        def write(obj, path):
+        def store(obj, path):
             with open(path, "wb") as f:
                 torch.save(obj, f)
 
         if dist.get_rank() == 0:
-            write({}, "model.pt")
+            store({}, "model.pt")
         with open("notes.txt", "w") as notes:
             notes.write("")
         dist.destroy_process_group()
