@@ -356,3 +356,28 @@ def test_a_file_opened_for_torch_save_is_left_to_the_save_rules():
         dist.destroy_process_group()
     """
     assert rules(source, show_all=True) == [(12, "shared-path-write")]  # the notes, not the checkpoint
+
+
+def test_any_call_that_writes_a_path_on_every_rank():
+    source = HEAD + """\
+        from pathlib import Path
+        import matplotlib.pyplot as plt
+        from torchvision.datasets.utils import download_url
+        from torchvision.utils import save_image
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        download_url("https://example.org/labels.json", "data")
+        Path("run/config.json").write_text("{}")
+        plt.savefig("loss.png")
+        save_image(torch.zeros(3, 8, 8), "sample.png")
+        save_image(torch.zeros(3, 8, 8), f"sample_{rank}.png")
+        if rank == 0:
+            plt.savefig("loss.png")
+        dist.destroy_process_group()
+    """
+    assert rules(source) == [(10, "shared-path-write"), (11, "shared-path-write"), (12, "shared-path-write"),
+                             (13, "shared-path-write")]
+    # a name made from the process id (or the rank) with pathlib's / is a per-process path
+    per_process = source.replace('Path("run/config.json").write_text("{}")',
+                                 'probe = Path("run") / f"probe-{os.getpid()}"; probe.write_text("{}")')
+    assert (11, "shared-path-write") not in rules(per_process) and len(rules(per_process)) == 3

@@ -20,6 +20,7 @@ IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_alloc
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
+IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
 COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
 
 
@@ -382,6 +383,8 @@ class MultiGpuChecks(ScriptReader):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
+        if method in ("write_text", "write_bytes") or last(name) in IMAGE_WRITES:
+            return f"{last(name)}()"  # Path(...).write_text, plt.savefig, torchvision's save_image
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
         return None

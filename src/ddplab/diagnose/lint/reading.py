@@ -340,8 +340,9 @@ class ScriptReader:
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
         (a loss computed on this rank's device is not one: only names, strings and devices count)."""
-        if isinstance(value, ast.JoinedStr):
-            return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
+            return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
+                v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
         if isinstance(value, ast.Subscript):  # devices[rank]
             return bool(self.rank_kind(value.slice))
         if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str", "join"):
@@ -349,8 +350,8 @@ class ScriptReader:
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and const_str(value.left) is not None:
             parts = value.right.elts if isinstance(value.right, ast.Tuple) else [value.right]
             return any(self.rank_kind(a) or self._labels_rank(a) for a in parts)  # "%s_rank%d.json" % (f, rank)
-        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-            return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Div)):
+            return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank), dir / f"{rank}"
         return False
 
     def _held(self, table: dict, node: ast.AST):
