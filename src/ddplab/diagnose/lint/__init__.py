@@ -24,10 +24,11 @@ __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lin
 
 # What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
 # Prints there count only in functions some caller runs on every rank (callers.py).
-MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collective-in-rank-branch", "hardcoded-cuda-device",
-                "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save", "load-no-map-location",
-                "grad-accum-no-sync", "shared-path-write", "no-set-device", "global-rank-device-ids",
-                "local-rank-argparse", "unreduced-metric", "rank0-early-exit", "world-size-scaled-twice"}
+MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collective-in-rank-branch",
+                "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
+                "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
+                "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
+                "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
                "collective-in-rank-branch", "rank0-early-exit"}
