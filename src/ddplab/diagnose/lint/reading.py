@@ -114,6 +114,7 @@ class Facts:
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     unread: list = field(default_factory=list)  # project files that could not be read
 
 
@@ -163,15 +164,24 @@ class ScriptReader:
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
+        self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
         for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
                     self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
                     self.facts.ddp_factories):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
+                    self.ddp_scopes.setdefault(dotted(target), set()).add(
+                        self.enclosing_function(node) if isinstance(target, ast.Name) else None)
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    def holds_ddp(self, owner: str, node: ast.AST) -> bool:
+        """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
+        name in another function, `model = main(...)` returning `model.module`, is another variable)."""
+        scopes = self.ddp_scopes.get(owner)
+        return bool(scopes) and (None in scopes or "." in owner or self.enclosing_function(node) in scopes)
 
     def sets_device_here(self) -> bool:
         """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
@@ -182,14 +192,37 @@ class ScriptReader:
             isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
             for n in self.nodes)
 
-    def replaces_print_here(self) -> bool:
-        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
+    def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
+        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter. Not when
+        it is installed only on the path a flag chooses that also chooses mp.spawn (`if args.multiprocessing_
+        distributed and gpu != 0:` in the pytorch/examples imagenet template): under torchrun every rank prints."""
+        spawn_flags = self.spawn_flags() if spawn_flags is None else spawn_flags
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and t.attr == "print" and
                     self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
-                return True
+                if not self._conditions(node) & spawn_flags:
+                    return True
         return False
+
+    def _conditions(self, node: ast.AST) -> set[str]:
+        """The flags (names, attributes) the enclosing `if` tests require for `node` to run."""
+        found, child, parent = set(), node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and child in parent.body:
+                tests = parent.test.values if isinstance(parent.test, ast.BoolOp) and \
+                    isinstance(parent.test.op, ast.And) else [parent.test]
+                found |= {dotted(t) for t in tests if isinstance(t, (ast.Name, ast.Attribute))}
+            child, parent = parent, self.parent.get(parent)
+        return found
+
+    def spawn_flags(self) -> set[str]:
+        """Flags whose `if` starts the workers with mp.spawn: the path they choose is one launcher among others."""
+        if not self.spawns:
+            return set()
+        return {dotted(n.test) for n in self.nodes if isinstance(n, ast.If) and isinstance(n.test, (
+            ast.Name, ast.Attribute)) and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS
+                                             for s in n.body for c in ast.walk(s))}
 
     def helper_results(self) -> tuple[dict, dict, set]:
         """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
@@ -242,6 +275,12 @@ class ScriptReader:
 
     def is_(self, call: ast.Call, name: str) -> bool:
         return self.callee_last(call) == name
+
+    def is_torch_ddp(self, call: ast.Call) -> bool:
+        """torch's DistributedDataParallel (through any import), not a namesake of another library (apex.parallel,
+        fairscale) with another signature."""
+        full = self.callee(call)
+        return "." not in full or full.split(".")[0] in ("torch", "nn")
 
     def is_collective(self, call: ast.Call) -> bool:
         full = self.callee(call)
@@ -301,12 +340,18 @@ class ScriptReader:
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
         (a loss computed on this rank's device is not one: only names, strings and devices count)."""
-        if isinstance(value, ast.JoinedStr):
-            return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
+            return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
+                v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
         if isinstance(value, ast.Subscript):  # devices[rank]
             return bool(self.rank_kind(value.slice))
-        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
+        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str", "join"):
             return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and const_str(value.left) is not None:
+            parts = value.right.elts if isinstance(value.right, ast.Tuple) else [value.right]
+            return any(self.rank_kind(a) or self._labels_rank(a) for a in parts)  # "%s_rank%d.json" % (f, rank)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Div)):
+            return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank), dir / f"{rank}"
         return False
 
     def _held(self, table: dict, node: ast.AST):
