@@ -382,3 +382,11 @@ def test_the_kernels_oom_killer_is_a_killed_worker():
     # mm/oom_kill.c as dmesg shows it (kernel >= 5.0; "Kill process" before)
     assert first_rule("[12345.678] Out of memory: Killed process 4242 (python) total-vm:123kB") == "worker-killed"
     assert first_rule("Out of memory: Kill process 4242 (python) score 900 or sacrifice child") == "worker-killed"
+
+
+def test_a_wrapped_nccl_truncated_line_is_still_read():
+    # NCCL's net_socket.cc WARN, "message truncated : receiving %d bytes instead of %d", wrapped as a terminal does
+    line = "transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 10.0.0.2<5921> message truncated : receiving " \
+           "1048576 bytes instead of 65536"
+    assert first_rule(line) == "nccl-message-truncated"
+    assert first_rule(line.replace("truncated : ", "truncated :\n")) == "nccl-message-truncated"

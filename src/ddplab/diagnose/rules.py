@@ -568,7 +568,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-message-truncated", "NCCL received more bytes than the collective expected",
         # net_socket.cc / net_ib.cc / bootstrap.cc: "message truncated : receiving %d bytes instead of %d"
-        (r"[Mm]essage truncated ?: (?:receiving|received) \d+ bytes instead of \d+",),
+        # \s+: a terminal or a paste wraps this long WARN line, often right after the colon
+        (r"[Mm]essage truncated ?:\s+(?:receiving|received)\s+\d+\s+bytes\s+instead\s+of\s+\d+",),
         "A rank received a message larger than the one it posted: the ranks issued different collectives or sizes "
         "at the same point (rank-dependent shapes or order), or they run with different NCCL settings or versions "
         "(NCCL_PROTO, NCCL_ALGO, another NCCL build on one node), so the two sides cut the data differently.",
