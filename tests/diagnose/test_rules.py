@@ -23,7 +23,7 @@ from ddplab.ports import free_port
 TESTED_HERE = {"ddp-ready-twice", "ddp-static-graph", "ddp-grad-strides", "fsdp-flat-param", "device-mesh-size",
                "store-hostname", "gloo-address", "port-privileged", "too-many-open-files", "host-out-of-memory",
                "worker-illegal-instruction", "worker-signal", "worker-terminated", "address-not-available",
-               "connect-timed-out", "network-unreachable", "nccl-version-mismatch"}
+               "connect-timed-out", "network-unreachable", "nccl-version-mismatch", "local-rank-argument"}
 
 
 def raised(make_error) -> str:
@@ -390,3 +390,20 @@ def test_a_wrapped_nccl_truncated_line_is_still_read():
            "1048576 bytes instead of 65536"
     assert first_rule(line) == "nccl-message-truncated"
     assert first_rule(line.replace("truncated : ", "truncated :\n")) == "nccl-message-truncated"
+
+
+def test_local_rank_argument_the_script_does_not_accept_made_here(tmp_path):
+    # torch.distributed.launch passes --local-rank=0 to a script whose argparse knows only --local_rank: its real log
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n"
+                      "p.parse_args()\n")
+    env = {**_no_launcher_env(), "OMP_NUM_THREADS": "1"}
+    ran = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "1",
+                          "--master-port", str(free_port()), str(script)],
+                         capture_output=True, text=True, timeout=120, env=env, start_new_session=True)
+    out = ran.stdout + ran.stderr
+    assert "unrecognized arguments: --local-rank=0" in out, out[-3000:]
+    assert first_rule(out) == "local-rank-argument", out[-3000:]
+    # torch < 2.0 passed the underscored form
+    assert first_rule("train.py: error: unrecognized arguments: --local_rank=1") == "local-rank-argument"
+    assert first_rule("train.py: error: unrecognized arguments: --lr=1") != "local-rank-argument"

@@ -117,6 +117,18 @@ _SPECIFIC: tuple[Rule, ...] = (
         "run it alone too, read them with defaults: int(os.environ.get('LOCAL_RANK', 0)).",
         f"{DOCS}/elastic/run.html#environment-variables"),
     Rule(
+        "local-rank-argument", "the launcher passed --local-rank, the script does not accept it",
+        # torch/distributed/launch.py passes "--local-rank=N" to the script (torch >= 2.0; "--local_rank=N" before);
+        # argparse: "error: unrecognized arguments: --local-rank=0"
+        (r"unrecognized arguments?:[^\n]*--local[-_]rank",),
+        "`python -m torch.distributed.launch` (and deepspeed's launcher) pass the local rank as a command-line "
+        "argument, `--local-rank=N` since torch 2.0 (`--local_rank=N` before), and the script's argument parser does "
+        "not know that spelling (or has no such argument: it was written for torchrun, which passes LOCAL_RANK in "
+        "the environment).",
+        "Start it with torchrun (or `ddplab launch`) and read int(os.environ['LOCAL_RANK']); or accept both "
+        "spellings: parser.add_argument('--local-rank', '--local_rank', type=int, default=0).",
+        f"{DOCS}/distributed.html#launch-utility"),
+    Rule(
         "rank-out-of-range", "RANK is not below WORLD_SIZE",
         (r"rank < size\. \d+ vs \d+", r"RANK=\d+ is outside 0\.\.WORLD_SIZE"),
         "A process was given a rank outside 0..WORLD_SIZE-1: RANK or WORLD_SIZE was set by hand, or passed to "
