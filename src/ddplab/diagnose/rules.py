@@ -49,12 +49,38 @@ class Rule:
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
 
+# The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
+LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
+
+
+def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
+    """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its SIGXXX name,
+    `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
+    fault"); otherwise ("Killed", "Aborted", "Bus error") only where a shell or launcher puts it."""
+    t = re.escape(text)
+    where = t if anywhere else (rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
+                                rf"(?:\s|$))")
+    return (
+        rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
+        rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
+        rf"Signals\.{name}\b",  # Python's enum: "died with <Signals.SIGBUS: 7>"
+        rf"signal {name}\b",  # "received signal SIGBUS", "killed by signal SIGBUS"
+        rf"\*\*\* {name}\b",  # glog/absl failure handlers: "*** SIGBUS received at time=", "*** SIGSEGV (@0x0) ..."
+        rf"Caught signal {number} \(",  # UCX (ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
+        rf"Signal: {t} \({number}\)",  # Open MPI's handler: "Signal: Bus error (7)"
+        rf"exited on signal {number}\b",  # mpirun: "exited on signal 7 (Bus error)"
+        rf"Fatal Python error: {t}",  # faulthandler (PYTHONFAULTHANDLER=1, -X faulthandler)
+        where,  # a shell ("Bus error (core dumped)", bash's "line 1: 42 Bus error   python x.py"), srun ("task 3: ")
+        rf"exit(?:ed with)? (?:code|status):? {128 + number}\b",  # a shell's 128 + N
+    )
+
 
 _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ start-up: backend, launcher, rendezvous
     Rule(
         "nccl-not-built", "nccl backend on a torch build without NCCL",
-        (r"Distributed package doesn't have NCCL built in",),
+        # distributed_c10d.py; matched without its last words, which source pastes often split into another literal
+        (r"Distributed package doesn't have NCCL\b",),
         "init_process_group asked for the nccl backend, but this torch build has no NCCL (a CPU-only or macOS build).",
         "Pick the backend from the hardware: backend = 'nccl' if torch.cuda.is_available() else 'gloo' "
         "(gloo runs the same collectives between CPU processes), or install a CUDA build of torch.",
@@ -75,12 +101,33 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#torch.distributed.is_initialized"),
     Rule(
         "launcher-env-missing", "started without a launcher",
-        (r"environment variable (?:RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT) expected, but not set",
-         r"MASTER_ADDR/MASTER_PORT are not set"),
-        "init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment (env://); "
-        "the script was started with plain `python`, so nobody set them.",
-        "Start it with `torchrun --nproc-per-node N script.py` or `ddplab launch --nproc-per-node N script.py`.",
+        # However it surfaces: torch's ValueError (rendezvous.py `_env_error`), the source line of that raise when
+        # a paste stops there, the script's own os.environ["RANK"] (KeyError), or int(os.environ.get("RANK")) (None).
+        (rf"environment variable {LAUNCHER_ENV} expected, but not set",
+         r"MASTER_ADDR/MASTER_PORT are not set",
+         rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
+         rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
+         rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
+         r"TypeError: int\(\) argument must be"),
+        "The process reads the variables a launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
+        "init_process_group's env:// reads them too), and none was set: the script was started with plain `python`, "
+        "or with the old `python -m torch.distributed.launch` without --use_env (before torch 1.10 it passed "
+        "--local_rank as an argument instead of LOCAL_RANK in the environment).",
+        "Start it with `torchrun --nproc-per-node N script.py` or `ddplab launch --nproc-per-node N script.py`; to "
+        "run it alone too, read them with defaults: int(os.environ.get('LOCAL_RANK', 0)).",
         f"{DOCS}/elastic/run.html#environment-variables"),
+    Rule(
+        "local-rank-argument", "the launcher passed --local-rank, the script does not accept it",
+        # torch/distributed/launch.py passes "--local-rank=N" to the script (torch >= 2.0; "--local_rank=N" before);
+        # argparse: "error: unrecognized arguments: --local-rank=0"
+        (r"unrecognized arguments?:[^\n]*--local[-_]rank",),
+        "`python -m torch.distributed.launch` (and deepspeed's launcher) pass the local rank as a command-line "
+        "argument, `--local-rank=N` since torch 2.0 (`--local_rank=N` before), and the script's argument parser does "
+        "not know that spelling (or has no such argument: it was written for torchrun, which passes LOCAL_RANK in "
+        "the environment).",
+        "Start it with torchrun (or `ddplab launch`) and read int(os.environ['LOCAL_RANK']); or accept both "
+        "spellings: parser.add_argument('--local-rank', '--local_rank', type=int, default=0).",
+        f"{DOCS}/distributed.html#launch-utility"),
     Rule(
         "rank-out-of-range", "RANK is not below WORLD_SIZE",
         (r"rank < size\. \d+ vs \d+", r"RANK=\d+ is outside 0\.\.WORLD_SIZE"),
@@ -150,8 +197,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#debugging-torch-distributed-applications", consequence=True),
     Rule(
         "worker-killed", "a worker was killed (SIGKILL)",
-        (r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"exitcode: -9\)", r"Killed\s*$",
-         r"Signals\.SIGKILL: 9", r"killed by signal: Killed", r"exit(?:ed with)? code:? 137\b"),
+        # the kernel's OOM killer (mm/oom_kill.c): "Out of memory: Killed process 42 (python)" ("Kill process" before 5.0)
+        _signal_patterns(9, "SIGKILL", "Killed") + (r"Killed\s*$", r"killed by signal: Killed",
+                                                   r"Out of memory: Kill(?:ed)? process \d+"),
         "The process got SIGKILL (exit code -9, or 137 from a shell): on a host that is usually the kernel's "
         "out-of-memory killer (host RAM, not GPU memory), or the scheduler (Slurm time or memory limit).",
         "Check `dmesg | grep -i oom` or the job's accounting; lower host memory per rank (DataLoader num_workers, "
@@ -186,7 +234,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/notes/ddp.html"),
     Rule(
         "ddp-device-ids-cpu", "device_ids given for a CPU model",
-        (r"device_ids and output_device arguments only work with single-device/multiple-device GPU modules",),
+        # torch >= 1.8: "... only work with single-device/multiple-device GPU modules or CPU modules"; torch 1.x's
+        # nn/parallel/distributed.py asserted "... only work with single-device CUDA modules" (AssertionError)
+        (r"device_ids and output_device arguments only work with single-device",),
         "DistributedDataParallel got device_ids, but the model's parameters are on the CPU.",
         "Pass device_ids=[local_rank] only for a model on cuda:local_rank; on CPU leave device_ids=None.",
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
@@ -415,9 +465,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "worker-bus-error", "a worker died of SIGBUS (bus error)",
         # torch/distributed/elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID"
-        (r"exitcode\s*:\s*-7\b", r"Signal 7 \(SIGBUS\)", r"Signals\.SIGBUS", r"signal SIGBUS",
-         r"^\s*Bus error(?: \(core dumped\))?\s*$",
-         r"exit(?:ed with)? code:? 135\b"),
+        _signal_patterns(7, "SIGBUS", "Bus error"),
         "The process touched memory-mapped memory that could not be backed: almost always /dev/shm (shared "
         "memory) is full: NCCL's shared-memory transport or DataLoader workers in a container with Docker's "
         "64 MB default.",
@@ -426,9 +474,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True, mechanism="resource"),
     Rule(
         "worker-abort", "a worker aborted (SIGABRT)",
-        (r"exitcode\s*:\s*-6\b", r"Signal 6 \(SIGABRT\)", r"Signals\.SIGABRT", r"signal SIGABRT",
-         r"^\s*Aborted(?: \(core dumped\))?\s*$",
-         r"exit(?:ed with)? code:? 134\b"),
+        _signal_patterns(6, "SIGABRT", "Aborted"),
         "The process called abort(): a C++ exception nobody caught (`terminate called after throwing ...`, e.g. "
         "the NCCL watchdog taking the process down after a failed or timed-out collective) or a failed assertion "
         "in native code. The real error is the `what():` or assertion text that rank printed just before.",
@@ -437,8 +483,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True),
     Rule(
         "worker-segfault", "a worker crashed (SIGSEGV)",
-        (r"exitcode\s*:\s*-11\b", r"Signal 11 \(SIGSEGV\)", r"Signals\.SIGSEGV", r"signal SIGSEGV",
-         r"Segmentation fault", r"exit(?:ed with)? code:? 139\b"),
+        _signal_patterns(11, "SIGSEGV", "Segmentation fault", anywhere=True),
         "The process crashed in native code (a segmentation fault): a C/C++/CUDA extension built for another "
         "torch or CUDA version, a library bug on this GPU or driver, or a stack overflow.",
         "Rerun the failing rank with `python -X faulthandler` (or PYTHONFAULTHANDLER=1) to see the Python frame; "
@@ -535,7 +580,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-message-truncated", "NCCL received more bytes than the collective expected",
         # net_socket.cc / net_ib.cc / bootstrap.cc: "message truncated : receiving %d bytes instead of %d"
-        (r"[Mm]essage truncated ?: (?:receiving|received) \d+ bytes instead of \d+",),
+        # \s+: a terminal or a paste wraps this long WARN line, often right after the colon
+        (r"[Mm]essage truncated ?:\s+(?:receiving|received)\s+\d+\s+bytes\s+instead\s+of\s+\d+",),
         "A rank received a message larger than the one it posted: the ranks issued different collectives or sizes "
         "at the same point (rank-dependent shapes or order), or they run with different NCCL settings or versions "
         "(NCCL_PROTO, NCCL_ALGO, another NCCL build on one node), so the two sides cut the data differently.",
@@ -651,8 +697,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/notes/faq.html", mechanism="resource"),
     Rule(
         "worker-terminated", "a worker was stopped (SIGTERM)",
-        (r"exitcode\s*:\s*-15\b", r"Signal 15 \(SIGTERM\)", r"Signals\.SIGTERM", r"^\s*Terminated\s*$",
-         r"exit(?:ed with)? code:? 143\b"),
+        _signal_patterns(15, "SIGTERM", "Terminated"),
         "The process was asked to stop from outside: torchrun stops the other ranks after one fails (then this is a "
         "consequence), or the scheduler ended the job (Slurm time limit, preemption, a spot instance reclaimed).",
         "If another rank failed, read its error first; otherwise check the scheduler's record (sacct -j JOB, the "
@@ -660,8 +705,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", consequence=True),
     Rule(
         "worker-illegal-instruction", "a worker died of SIGILL (illegal instruction)",
-        (r"exitcode\s*:\s*-4\b", r"Signal 4 \(SIGILL\)", r"Signals\.SIGILL", r"Illegal instruction",
-         r"exit(?:ed with)? code:? 132\b"),
+        _signal_patterns(4, "SIGILL", "Illegal instruction", anywhere=True),
         "The CPU met an instruction it does not have: a binary (torch, numpy, an extension, a container image) "
         "built for a newer CPU (AVX-512, AVX2) than this machine's - often one node of a mixed cluster.",
         "Run the same image on a machine with the CPU it was built for, or install builds for this CPU; compare "
