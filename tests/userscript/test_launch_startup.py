@@ -2,7 +2,7 @@
 agent imports it, parses torchrun's options and checks their values; the CLI lints, runs the preflight, watches and
 reports. These tests run the real CLI on real ranks and read which modules the CLI process loaded, so a module-level
 `import torch` anywhere on the launch path (a command module, the plan, the analysis, the rendering) fails here.
-(The figure itself: benchmarks/launch_vs_torchrun.py; no timing in tests.)"""
+An agent that dies before it answers leaves the reading of the options to the CLI. (The figure itself: benchmarks/launch_vs_torchrun.py; no timing in tests.)"""
 
 from __future__ import annotations
 
@@ -68,6 +68,28 @@ def test_help_after_options_is_the_agents_parser_help(tmp_path, no_leftover_work
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "--rdzv-endpoint" in ran.stdout and "--hang-timeout" in ran.stdout
     assert json.loads(loaded.read_text()) == []
+
+
+def test_an_agent_that_died_before_answering_leaves_the_options_to_this_process(tmp_path, monkeypatch):
+    """The agent killed before it answered (as if its torch import crashed): the options are read here, with
+    torchrun's own functions; the check is left to the run, which reports how the agent ended."""
+    import signal
+
+    from ddplab.commands.launch import build_parser
+    from ddplab.launcher.script import EarlyAgent
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    early = EarlyAgent()
+    try:
+        os.kill(early.proc.pid, signal.SIGKILL)
+        early.proc.wait(timeout=30)
+        ns = early.parser(build_parser).parse_args(["--nproc-per-node", "3", "--nnodes", "1:2", "train.py", "-x"])
+        assert (ns.nproc_per_node, ns.training_script, ns.training_script_args) == ("3", "train.py", ["-x"])
+        assert early.counts(ns) == (3, 2)
+        assert early.check(ns) is None
+    finally:
+        early.cancel()
+    assert not list(tmp_path.glob("ddplab-*"))
 
 
 @pytest.mark.slow
