@@ -70,6 +70,20 @@ def test_help_after_options_is_the_agents_parser_help(tmp_path, no_leftover_work
     assert json.loads(loaded.read_text()) == []
 
 
+def test_the_torch_build_is_read_without_importing_torch():
+    """envinfo.cuda_possible (the launch CLI's answer to "could there be a GPU?") reads torch.version's cuda and hip
+    from torch/version.py as text; they must be what torch.version says once imported."""
+    code = ("import sys; from ddplab import envinfo; fields = envinfo.torch_build_fields(); "
+            "possible = envinfo.cuda_possible(); assert 'torch' not in sys.modules; import torch; "
+            "print(fields == {'cuda': torch.version.cuda, 'hip': torch.version.hip}, possible, "
+            "torch.cuda.is_available())")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    same, possible, available = ran.stdout.split()
+    assert same == "True"
+    assert possible == "True" or available == "False"  # "no GPU possible" is never wrong
+
+
 def test_an_agent_that_died_before_answering_leaves_the_options_to_this_process(tmp_path, monkeypatch):
     """The agent killed before it answered (as if its torch import crashed): the options are read here, with
     torchrun's own functions; the check is left to the run, which reports how the agent ended."""
