@@ -318,14 +318,13 @@ def require(me: Local, env_fails: list[Finding] = ()) -> CrossNodeResult:
     return result
 
 
-def for_launch(ns) -> CrossNodeResult | None:
-    """The preflight for torchrun's options (`ddplab launch`) when they name several nodes; None for one node."""
+def for_launch(ns, nproc: int, max_nodes: int) -> CrossNodeResult | None:
+    """The preflight for torchrun's options (`ddplab launch`) when they name several nodes; None for one node.
+    nproc, max_nodes: torchrun's reading of --nproc-per-node and --nnodes (userscript.plan.Plan)."""
     from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname, parse_rendezvous_endpoint
-    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
     from ddplab.launcher.nodes import route_to
 
-    _, max_nodes = parse_min_max_nnodes(ns.nnodes)
     if max_nodes < 2 or ns.standalone or not ns.rdzv_endpoint:
         return None
     host, port = parse_rendezvous_endpoint(ns.rdzv_endpoint, default_port=29400)
@@ -339,6 +338,6 @@ def for_launch(ns) -> CrossNodeResult | None:
         is_host = _matches_machine_hostname(host)
     nodes = Nodes(max_nodes, ns.node_rank if static else 0, host, port, ns.rdzv_id or "none")
     nodes.local_addr, nodes.interface = route_to(host)
-    me = Local(nodes, "", determine_local_world_size(ns.nproc_per_node), sets_interface=False, is_host=is_host,
+    me = Local(nodes, "", nproc, sets_interface=False, is_host=is_host,
                rdzv_backend=ns.rdzv_backend, node_rank=ns.node_rank if static else None)
     return require(me)

@@ -72,11 +72,12 @@ def _shm(backend: str) -> Finding | None:
 def _unusable_gpus(device: str) -> Finding | None:
     """CPU ranks on a machine whose driver sees GPUs torch cannot use: a failure with its fix, not a silent fallback
     (to run on CPU on purpose there, CUDA_VISIBLE_DEVICES=-1 hides the GPUs)."""
-    if device != "cpu":
+    gpus = envinfo.nvml_gpu_count() if device == "cpu" and envinfo.cuda_possible() else 0
+    if not gpus:  # torch could use none, or the driver sees none: nothing to ask torch, whose import takes seconds
         return None
     import torch
 
-    unusable = envinfo.unusable_gpus(torch)
+    unusable = envinfo.unusable_gpus(torch, gpus=gpus)
     return Finding("fail", unusable.problem, unusable.fix) if unusable else None
 
 
@@ -120,11 +121,10 @@ def _threads(nproc: int) -> Finding:
 
 
 def _launcher_leftovers() -> Finding | None:
-    from ddplab import dist as ddist
-
     set_here = [v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if v in os.environ]
     if not set_here:
         return None
+    from ddplab import dist as ddist  # imports torch: only when there is something to read
     try:
         ddist.read_launcher_env()
     except DdplabError as e:
