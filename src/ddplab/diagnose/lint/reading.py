@@ -29,6 +29,11 @@ DDP_NAMES = {"DistributedDataParallel", "DDP"}
 # ----------------------------------------------------------------------------------------------- ast helpers
 
 
+# Calls that give each process its own name: a path built from one is not shared (os.replace(tmp, final) after it).
+UNIQUE_NAMES = {"getpid", "uuid1", "uuid4", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory",
+                "token_hex", "token_urlsafe"}
+
+
 def dotted(node: ast.AST | None) -> str:
     """`torch.distributed.all_reduce` for the callee or value expression; '' when it is not a plain name chain."""
     if isinstance(node, ast.Name):
@@ -339,7 +344,10 @@ class ScriptReader:
 
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
-        (a loss computed on this rank's device is not one: only names, strings and devices count)."""
+        (a loss computed on this rank's device is not one: only names, strings and devices count). A name drawn
+        fresh in each process (uuid4, the process id, mkstemp) is as per-process as the rank."""
+        if any(isinstance(n, ast.Call) and last(self.callee(n)) in UNIQUE_NAMES for n in ast.walk(value)):
+            return True
         if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
             return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
                 v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts,
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
                                           _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
@@ -480,7 +480,7 @@ class Checks(MultiGpuChecks):
         for node in ast.walk(call):
             if node is call:
                 continue
-            if isinstance(node, ast.Call) and last(self.callee(node)) == "getpid":
+            if isinstance(node, ast.Call) and last(self.callee(node)) in UNIQUE_NAMES:
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
@@ -548,7 +548,8 @@ class Checks(MultiGpuChecks):
             name = self.callee_last(call)
             for guard in (g for g in self.guards(call) if g.kind != "single"):
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
-                             for branch in guard.other for n in ast.walk(branch))
+                             for branch in guard.other for n in ast.walk(branch)) or \
+                    self._paired_elsewhere(call, name, guard)
                 if not paired:
                     who = "rank 0" if guard.rank0 else "every rank but 0"
                     self.add(call, "collective-in-rank-branch", ERROR,
@@ -556,6 +557,14 @@ class Checks(MultiGpuChecks):
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
+        """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
+        same collective under the opposite test of the same kind: every rank reaches it once."""
+        scope = self.enclosing_function(call)
+        return any(other is not call and self.callee_last(other) == name and self.enclosing_function(other) is scope
+                   and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
+                   for other in self.calls)
 
     def check_rank0_ddp_forward(self) -> None:
         """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
