@@ -4,8 +4,9 @@ it and its twin that must behave the other way."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
-from ddplab.diagnose.lint import lint_source
+from ddplab.diagnose.lint import lint_file, lint_source
 
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 
@@ -55,3 +56,69 @@ def test_temp_file_named_by_uuid_is_per_process():
     assert "shared-path-write" not in names(own, show_all=True)
     fixed = own.replace('"tmp_" + uuid.uuid4().hex + "_blob"', '"tmp_blob"')
     assert "shared-path-write" in names(fixed)
+
+
+# ------------------------------------------------------------------------------------------- its own launcher
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder / next(iter(files))
+
+
+def found(path: Path) -> set[tuple[str, str]]:
+    return {(Path(f.path).name if f.path else path.name, f.rule) for f in lint_file(path).findings}
+
+
+MP_MAIN = """
+import os
+import torch.multiprocessing as mp
+from dist_utils import init_distributed
+
+def worker(rank, world_size):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)
+    init_distributed(rank, world_size)
+    device = torch.device("cuda:0")
+    torch.cuda.set_device(device)
+
+if __name__ == "__main__":
+    for rank in range(2):
+        mp.Process(target=worker, args=(rank, 2)).start()
+"""
+MP_UTILS = """
+import os
+import torch.distributed as dist
+
+def init_distributed(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "40112"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+"""
+
+
+def test_rendezvous_set_in_a_module_of_a_script_that_starts_its_workers(tmp_path):
+    """The script starts its own workers (multiprocessing.Process): the MASTER_ADDR its setup module writes is its
+    own rendezvous; the same module under a script run by torchrun overrides the launcher's."""
+    (tmp_path / "own").mkdir()
+    own = write(tmp_path / "own", {"main.py": "import torch\n" + MP_MAIN, "dist_utils.py": MP_UTILS})
+    assert ("dist_utils.py", "sets-master-env") not in found(own)
+    torchrun = MP_MAIN.split("if __name__")[0] + "worker(int(os.environ['RANK']), int(os.environ['WORLD_SIZE']))\n"
+    (tmp_path / "run").mkdir()
+    launched = write(tmp_path / "run", {"main.py": "import torch\n" + torchrun, "dist_utils.py": MP_UTILS})
+    assert ("dist_utils.py", "sets-master-env") in found(launched)
+
+
+def test_cuda0_when_each_process_sees_one_gpu():
+    """CUDA_VISIBLE_DEVICES chosen from the rank: every process sees only its own GPU, and that GPU is cuda:0;
+    with CUDA_VISIBLE_DEVICES fixed for all, cuda:0 is one GPU for every rank."""
+    own = """
+    def worker(rank):
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        model = torch.nn.Linear(2, 2).to("cuda:0")
+        dist.destroy_process_group()
+    worker(int(os.environ["LOCAL_RANK"]))
+    """
+    assert "hardcoded-cuda-device" not in names(own, show_all=True)
+    assert "hardcoded-cuda-device" in names(own.replace("str(rank)", '"0,1"'))

@@ -101,6 +101,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
+        facts.visible_per_process |= reader.visible_per_process_here()
         facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
                              for n in reader.nodes)
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)

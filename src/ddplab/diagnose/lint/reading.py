@@ -113,6 +113,7 @@ class Facts:
     no_sync: bool = False
     ddp: bool = False
     spawns: bool = False
+    visible_per_process: bool = False  # CUDA_VISIBLE_DEVICES chosen from the rank: each process sees one GPU, cuda:0
     rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
@@ -196,6 +197,13 @@ class ScriptReader:
         return any(isinstance(n, ast.Assign) and any(
             isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
             for n in self.nodes)
+
+    def visible_per_process_here(self) -> bool:
+        """`os.environ["CUDA_VISIBLE_DEVICES"] = str(devices[rank])`: each process sees its own GPU, as cuda:0."""
+        return any(isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets) and any(
+            isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
+            for v in ast.walk(n.value)) for n in self.nodes)
 
     def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
         """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter. Not when

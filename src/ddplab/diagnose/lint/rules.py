@@ -90,7 +90,7 @@ class Checks(MultiGpuChecks):
 
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
-            if self._skipped_when_launched(node) or self.spawns:
+            if self._skipped_when_launched(node) or self.spawns or self.facts.spawns:
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
@@ -278,6 +278,9 @@ class Checks(MultiGpuChecks):
                 text = const_str(arg)
                 if text and re.fullmatch(r"cuda:\d+", text):
                     fixed = repr(text)
+            if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
+                                                        self.visible_per_process_here()):
+                fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
             if fixed and self.distributed:
                 self.add(call, "hardcoded-cuda-device", ERROR,
                          f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
