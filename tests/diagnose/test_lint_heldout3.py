@@ -122,3 +122,43 @@ def test_cuda0_when_each_process_sees_one_gpu():
     """
     assert "hardcoded-cuda-device" not in names(own, show_all=True)
     assert "hardcoded-cuda-device" in names(own.replace("str(rank)", '"0,1"'))
+
+
+# ------------------------------------------------------------------------------------------- prints, forwards
+
+def test_print_of_a_device_that_names_the_rank_when_ddp_is_on():
+    """`device = f"cuda:{local_rank}"` under DDP, "cuda" on the one-process path: printing it says which process
+    speaks wherever there are several; a device that never names the rank does not."""
+    labelled = """
+    if int(os.environ.get("RANK", -1)) != -1:
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+    else:
+        device = "cuda"
+    print(f"using device: {device}")
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(labelled, show_all=True)
+    assert "unguarded-print" in names(labelled.replace('f"cuda:{local_rank}"', '"cuda"'))
+
+
+def test_rank0_forward_before_the_ddp_wrap_is_the_bare_module():
+    """A rank-0-only forward through `model` before `model = DDP(model)` is no broadcast; the same after the wrap
+    hangs the others (docs/lint.md: rank0-ddp-forward)."""
+    before = """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    if dist.get_rank() == 0:
+        model(torch.ones(4, 2))
+    model = DDP(model)
+    model(torch.ones(4, 2)).sum().backward()
+    dist.destroy_process_group()
+    """
+    assert "rank0-ddp-forward" not in names(before, show_all=True)
+    lines = before.splitlines()
+    wrap = lines.index("    model = DDP(model)")
+    after = "\n".join(lines[:wrap - 2] + [lines[wrap]] + lines[wrap - 2:wrap] + lines[wrap + 1:])
+    assert "rank0-ddp-forward" in names(after)

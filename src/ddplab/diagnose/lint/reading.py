@@ -317,6 +317,7 @@ class ScriptReader:
         self.held_kind: dict = {}  # (scope, name) -> kind
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
         self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
+        self.rank_labelled: dict = {}  # the same, for names also assigned something else elsewhere
         assigns = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
         # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
         # one-node mp.spawn script: there the local index is the rank)
@@ -348,6 +349,7 @@ class ScriptReader:
                     plain.add(key)
             self.held_kind = {**given, **{k: v.pop() for k, v in kinds.items() if len(v) == 1 and k not in given}}
             self.rank_derived = {k: True for k in derived - plain}
+            self.rank_labelled = {k: True for k in derived}  # on some path at least
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
 
     def _labels_rank(self, value: ast.AST) -> bool:

@@ -436,7 +436,7 @@ class Checks(MultiGpuChecks):
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
         prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
-                         and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
+                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -478,8 +478,11 @@ class Checks(MultiGpuChecks):
                    last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
                    for n in (ast.walk(scope) if scope else self.nodes))
 
-    def _mentions_rank(self, call: ast.Call) -> bool:
-        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
+    def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
+        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file.
+        `sometimes`: a name the rank labels on some path counts (`device = "cuda"`, then `device = f"cuda:{rank}"`
+        when DDP is on: printed, it says which process speaks wherever there are several)."""
+        held = self.rank_labelled if sometimes else self.rank_derived
         for node in ast.walk(call):
             if node is call:
                 continue
@@ -487,7 +490,7 @@ class Checks(MultiGpuChecks):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
-            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(self.rank_derived, node):
+            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
@@ -587,6 +590,8 @@ class Checks(MultiGpuChecks):
             owner = name[: -len(".forward")] if name.endswith(".forward") else name
             if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                 continue
+            if self.ddp_names.get(owner, 0) > call.lineno:
+                continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
             self.add(call, "rank0-ddp-forward", ERROR,
                      f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
                      "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
