@@ -162,3 +162,34 @@ def test_rank0_forward_before_the_ddp_wrap_is_the_bare_module():
     wrap = lines.index("    model = DDP(model)")
     after = "\n".join(lines[:wrap - 2] + [lines[wrap]] + lines[wrap - 2:wrap] + lines[wrap + 1:])
     assert "rank0-ddp-forward" in names(after)
+
+
+# ------------------------------------------------------------------------------------------- metrics
+
+def test_metric_over_a_loader_built_without_sampler_is_the_whole():
+    """The test loader is built without a sampler (its kwargs too): each rank, rank 0 included, reads the whole
+    test set, so rank 0's sum is the whole; the same loader given a DistributedSampler is 1/N of it."""
+    whole = """
+    from torch.utils.data import DataLoader, DistributedSampler
+    def test(model, loader):
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+        print("accuracy", correct)
+    dist.init_process_group("gloo")
+    train_set = test_set = torch.utils.data.TensorDataset(torch.ones(8, 2), torch.zeros(8).long())
+    train_loader = DataLoader(train_set, batch_size=2, sampler=DistributedSampler(train_set))
+    test_kwargs = {"batch_size": 2}
+    extra = {"num_workers": 1}
+    test_kwargs.update(extra)
+    test_loader = DataLoader(test_set, **test_kwargs)
+    model = torch.nn.Linear(2, 2)
+    if dist.get_rank() == 0:
+        test(model, test_loader)
+    dist.destroy_process_group()
+    """
+    assert "unreduced-metric" not in names(whole, show_all=True)
+    assert "unreduced-metric" in names(whole.replace('extra = {"num_workers": 1}',
+                                                     'extra = {"sampler": DistributedSampler(test_set)}'))
+    assert "unreduced-metric" in names(whole.replace("DataLoader(test_set, **test_kwargs)",
+                                                     "DataLoader(test_set, sampler=DistributedSampler(test_set))"))

@@ -270,6 +270,7 @@ class MultiGpuChecks(ScriptReader):
                 if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
                     continue
                 names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
+                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
@@ -283,6 +284,76 @@ class MultiGpuChecks(ScriptReader):
                              sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
                              if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
+
+    def _reads_whole_dataset(self, loop: ast.AST) -> bool:
+        """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
+        **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
+        whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
+                   and "loader" in last(dotted(n)).lower()]
+        if not loaders:
+            return False
+        func = self.enclosing_function(loop)
+        params = [a.arg for a in func.args.args] if func is not None else []
+        origins: list[ast.AST] = []
+        for loader in loaders[:1]:
+            if isinstance(loader, ast.Name) and loader.id in params:
+                at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
+                sites = self.call_sites(func)
+                if not sites:
+                    return False
+                for site in sites:
+                    given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    if given is None:
+                        return False
+                    origins.append(given)
+            else:
+                origins.append(loader)
+        return all(self._built_without_sampler(o) for o in origins)
+
+    def _built_without_sampler(self, name: ast.AST) -> bool:
+        if not isinstance(name, (ast.Name, ast.Attribute)):
+            return False
+        built = [n.value for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and dotted(n.targets[0]) == dotted(name)]
+        if not built:
+            return False
+        for value in built:
+            if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
+                return False
+            for k in value.keywords:
+                if k.arg in ("sampler", "batch_sampler"):
+                    return False
+                if k.arg is None and self._may_hold_sampler(k.value):
+                    return False
+        return True
+
+    def _may_hold_sampler(self, kwargs: ast.AST, depth: int = 0) -> bool:
+        """`**test_kwargs`: a dict whose every assignment and update is seen and none names a sampler (an update
+        from another such dict, `test_kwargs.update(cuda_kwargs)`, is followed)."""
+        if not isinstance(kwargs, ast.Name) or depth > 2:
+            return True
+        seen = False
+        for n in self.nodes:
+            value = None
+            if isinstance(n, ast.Assign) and any(dotted(t) == kwargs.id for t in n.targets):
+                value = n.value
+            elif isinstance(n, ast.Call) and dotted(n.func) == f"{kwargs.id}.update" and n.args:
+                value = n.args[0]
+            if value is None:
+                continue
+            if isinstance(value, ast.Name) and value.id != kwargs.id:
+                if self._may_hold_sampler(value, depth + 1):
+                    return True
+                seen = True
+                continue
+            if not isinstance(value, ast.Dict) or any(k is None or const_str(k) in ("sampler", "batch_sampler")
+                                                     for k in value.keys):
+                return True
+            seen = True
+        return not seen
 
     def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
