@@ -11,6 +11,8 @@ import ast
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
                                          keyword, last)
 from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
+
+CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
@@ -383,11 +385,14 @@ class MultiGpuChecks(ScriptReader):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
+            stamped = self._time_stamped(call)
             self.add(call, "shared-path-write", WARNING,
                      f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
                      "half-written; with download=True, N downloads into one folder)",
                      "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
-                     "the rank in the path")
+                     "the rank in the path", sure=not stamped,
+                     why="the path holds the clock time it was made: ranks that start in the same second share it, "
+                     "ranks started apart (by hand, on other machines) do not" if stamped else "")
 
     def _checkpoint_write(self, call: ast.Call) -> bool:
         """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
@@ -404,6 +409,26 @@ class MultiGpuChecks(ScriptReader):
             dotted(holder.targets[0]) if isinstance(holder, ast.Assign) and len(holder.targets) == 1 else ""
         return bool(handle) and any(dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in
                                                                                               s.keywords)])
+
+    def _time_stamped(self, call: ast.Call) -> bool:
+        """The path is built from the clock (`datetime.now().strftime(...)`, `time.time()`), here or through the
+        names it is assigned to in this function: whether ranks share it depends on when each started."""
+        scope = self.enclosing_function(call)
+        body = scope.body if scope is not None else self.tree.body
+        assigned: dict[str, list[ast.AST]] = {}
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
+        todo, seen = [*call.args, *(k.value for k in call.keywords)], set()
+        while todo:
+            expr = todo.pop()
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS:
+                    return True
+                if isinstance(n, (ast.Name, ast.Attribute)) and (key := dotted(n)) not in seen:
+                    seen.add(key)
+                    todo.extend(assigned.get(key, []))
+        return False
 
     def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
         """(function, parameter) when the written path is built from a bare parameter of the enclosing function

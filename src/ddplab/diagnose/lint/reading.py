@@ -308,6 +308,9 @@ class ScriptReader:
             return self.enclosing_function(node), node.id
         if isinstance(node, ast.Attribute):
             return None, node.attr
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)) and \
+                (slot := const_str(node.slice)) is not None:
+            return None, f"{last(dotted(node.value))}[{slot!r}]"  # self.metric["path"]: a slot of a dict
         return None
 
     def _learn_assignments(self) -> None:
@@ -328,7 +331,8 @@ class ScriptReader:
             if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
                 given[key] = "global"
         self.held_kind = dict(given)
-        for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
+        for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (three:
+            #                 path = join(d, f"rank{rank}"); self.meta["path"] = path; p = join(self.meta["path"], f))
             kinds: dict = {}
             tests: dict = {}
             derived: set = set()
@@ -361,6 +365,8 @@ class ScriptReader:
         if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
             return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
                 v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
+        if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(self.rank_derived, value):
+            return True  # a name (or dict slot) an earlier pass saw assigned a per-process label
         if isinstance(value, ast.Subscript):  # devices[rank]
             return bool(self.rank_kind(value.slice))
         if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str", "join"):

@@ -436,7 +436,8 @@ class Checks(MultiGpuChecks):
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
         prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
-                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)),
+                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
+                         and not self._stdout_redirected(c)),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -445,6 +446,15 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _stdout_redirected(self, call: ast.Call) -> bool:
+        """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
+        the console."""
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and n.lineno < call.lineno and self.enclosing_function(n) is scope and
+                   any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets) and
+                   not self.resolve(dotted(n.value)).startswith("sys.__")
+                   for n in self.nodes)
 
     def _save_helper_sites(self) -> None:
         """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
@@ -490,7 +500,7 @@ class Checks(MultiGpuChecks):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
-            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(held, node):
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
