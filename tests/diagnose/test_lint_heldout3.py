@@ -250,3 +250,31 @@ def test_path_stamped_with_the_clock_is_possible():
     assert "shared-path-write" not in names(stamped)
     assert "shared-path-write" in names(stamped, show_all=True)
     assert "shared-path-write" in names(stamped.replace('os.path.join("Log", stamp)', '"Log"'))
+
+
+# ------------------------------------------------------------------------------------------- setup the script runs
+
+SETUPS = """
+import torch
+import torch.distributed as dist
+
+def init_env():
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+def init_mpi():
+    dist.init_process_group(backend="nccl", init_method="env://")
+
+def init_on_cluster():  # names init_mpi; nothing calls it
+    init_mpi()
+"""
+
+
+def test_setup_function_no_call_reaches_is_possible(tmp_path):
+    """A module with one setup per launcher: the nccl literal in the one the script never reaches is possible
+    (--all); called from the script, it is sure."""
+    script = "import dist_utils\ndist_utils.init_env()\ndist_utils.dist.destroy_process_group()\n"
+    entry = write(tmp_path, {"train.py": script, "dist_utils.py": SETUPS})
+    assert ("dist_utils.py", "nccl-hardcoded") not in found(entry)
+    assert any(f.rule == "nccl-hardcoded" for f in lint_file(entry, show_all=True).findings)
+    (tmp_path / "train.py").write_text(script.replace("init_env()", "init_mpi()"))
+    assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
