@@ -222,6 +222,9 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 else:
                     where = callers.where(site)
                     f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
+            if not entry and f.rule == "nccl-hardcoded" and (func := _function_at(checks, f.line)) is not None and (
+                    sites := callers.sites(path, func)) and all(readers[w]._cuda_checked(c) for w, c in sites):
+                continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
             if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
                     func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
                 f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches (another " \
