@@ -278,3 +278,17 @@ def test_setup_function_no_call_reaches_is_possible(tmp_path):
     assert any(f.rule == "nccl-hardcoded" for f in lint_file(entry, show_all=True).findings)
     (tmp_path / "train.py").write_text(script.replace("init_env()", "init_mpi()"))
     assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
+
+
+def test_nccl_in_a_module_after_the_callers_cuda_check(tmp_path):
+    """The script raises without CUDA before calling the module's setup: its nccl literal has a CUDA check (in the
+    caller); without that check it is reported."""
+    utils = "import torch.distributed as dist\n\ndef setup():\n    dist.init_process_group(backend='nccl')\n"
+    script = ("import torch\nfrom dist_utils import setup, dist\n\ndef main():\n"
+              "    if torch.cuda.is_available() is False:\n        raise EnvironmentError('no GPU')\n"
+              "    setup()\n    dist.destroy_process_group()\n\nmain()\n")
+    entry = write(tmp_path, {"train.py": script, "dist_utils.py": utils})
+    assert ("dist_utils.py", "nccl-hardcoded") not in found(entry)
+    (tmp_path / "train.py").write_text(script.replace("    if torch.cuda.is_available() is False:\n"
+                                                      "        raise EnvironmentError('no GPU')\n", ""))
+    assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
