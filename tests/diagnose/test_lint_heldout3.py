@@ -292,3 +292,31 @@ def test_nccl_in_a_module_after_the_callers_cuda_check(tmp_path):
     (tmp_path / "train.py").write_text(script.replace("    if torch.cuda.is_available() is False:\n"
                                                       "        raise EnvironmentError('no GPU')\n", ""))
     assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
+
+
+# ------------------------------------------------------------------------------------------- rank tests
+
+def test_rank_tests_stored_from_a_helper_or_chosen_by_a_flag():
+    """`with_tb = is_master()` (a helper returning `__rank == 0`, a module's private rank) then `if with_tb:`, and
+    `if (is_master() if only_master else is_local_master()):` are rank-0 tests; a flag that is no rank test is not."""
+    guarded = """
+    from torch.utils.tensorboard import SummaryWriter
+    __rank = 0
+    def is_master():
+        return __rank == 0
+    def is_local_master():
+        return int(os.environ["LOCAL_RANK"]) == 0
+    dist.init_process_group("gloo")
+    with_tb = is_master()
+    if with_tb:
+        writer = SummaryWriter("runs")
+    only_master = True
+    if (is_master() if only_master else is_local_master()):
+        log = open("stdout.txt", "a")
+    dist.destroy_process_group()
+    """
+    assert "shared-path-write" not in names(guarded, show_all=True)
+    assert names(guarded.replace("with_tb = is_master()", "with_tb = bool(os.environ.get('TB'))")).count(
+        "shared-path-write") == 1
+    assert names(guarded.replace("(is_master() if only_master else is_local_master())",
+                                 "(is_master() if only_master else True)")).count("shared-path-write") == 1

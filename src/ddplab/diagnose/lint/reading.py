@@ -341,7 +341,8 @@ class ScriptReader:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
                     continue
-                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute)) \
+                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute,
+                                                  ast.Call, ast.IfExp)) \
                     and not self.rank_kind(node.value)
                 if is_test and (test := self.rank_test(node.value)) is not None:
                     tests.setdefault(key, set()).add(test)
@@ -411,7 +412,7 @@ class ScriptReader:
         held = self._held(self.held_kind, expr)
         if held:
             return held
-        name = last(dotted(expr)).lower()
+        name = last(dotted(expr)).lower().lstrip("_")  # a module's private `__rank` is the rank too
         if "local" in name and "rank" in name:
             return "local"
         if name in GLOBAL_RANK_NAMES:
@@ -423,6 +424,11 @@ class ScriptReader:
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             inner = self.rank_test(expr.operand, follow_names)
             return (inner[0], not inner[1]) if inner else None
+        if isinstance(expr, ast.IfExp):  # `is_master() if only_master else is_local_master()`: rank 0 either way
+            body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
+            if body and orelse and body[1] == orelse[1]:
+                return ("local" if "local" in (body[0], orelse[0]) else body[0]), body[1]
+            return None
         if isinstance(expr, ast.BoolOp):
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
