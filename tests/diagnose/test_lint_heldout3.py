@@ -320,3 +320,19 @@ def test_rank_tests_stored_from_a_helper_or_chosen_by_a_flag():
         "shared-path-write") == 1
     assert names(guarded.replace("(is_master() if only_master else is_local_master())",
                                  "(is_master() if only_master else True)")).count("shared-path-write") == 1
+
+
+def test_load_of_a_per_rank_file_is_possible():
+    """torch.load without map_location of `queue{rank}.pth` (saved by this rank from its own GPU) goes back to
+    that GPU: possible; a file shared by every rank lands on the saver's GPU: sure."""
+    own = """
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    queue_path = os.path.join("dump", "queue" + str(rank) + ".pth")
+    if os.path.isfile(queue_path):
+        queue = torch.load(queue_path)["queue"]
+    dist.destroy_process_group()
+    """
+    assert "load-no-map-location" not in names(own)
+    assert "load-no-map-location" in names(own, show_all=True)
+    assert "load-no-map-location" in names(own.replace('"queue" + str(rank) + ".pth"', '"queue.pth"'))

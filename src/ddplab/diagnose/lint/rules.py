@@ -515,10 +515,13 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
                     and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
-                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')")
+                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
+                         why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
+                         "goes back there unless the GPU layout changed between runs" if own else "")
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
