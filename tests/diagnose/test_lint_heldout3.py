@@ -336,3 +336,19 @@ def test_load_of_a_per_rank_file_is_possible():
     assert "load-no-map-location" not in names(own)
     assert "load-no-map-location" in names(own, show_all=True)
     assert "load-no-map-location" in names(own.replace('"queue" + str(rank) + ".pth"', '"queue.pth"'))
+
+
+def test_dist_is_available_is_no_cuda_check():
+    """`if dist.is_available() and dist.is_initialized(): return` says nothing about GPUs: the nccl literal after it
+    has no CUDA check; `torch.cuda.is_available()` there is one."""
+    setup = """
+    def init_distributed():
+        if dist.is_available() and dist.is_initialized():
+            return
+        dist.init_process_group(backend="nccl")
+    init_distributed()
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" in names(setup)
+    assert "nccl-hardcoded" not in names(setup.replace("dist.is_available() and dist.is_initialized()",
+                                                       "not torch.cuda.is_available()"), show_all=True)

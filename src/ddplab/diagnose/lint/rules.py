@@ -239,9 +239,11 @@ class Checks(MultiGpuChecks):
         return _exits(node.orelse)
 
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and last(dotted(n.func)) in ("is_available", "is_nccl_available",
-                                                                         "device_count")
-                   for n in ast.walk(node))
+        """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
+        whether torch was built with distributed support, GPUs or not)."""
+        return any(isinstance(n, ast.Call) and (last(dotted(n.func)) == "is_nccl_available" or last(dotted(
+            n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
+            "distributed"]) for n in ast.walk(node))
 
     def _cuda_checked(self, call: ast.Call) -> bool:
         parent = self.parent.get(call)
