@@ -352,3 +352,19 @@ def test_dist_is_available_is_no_cuda_check():
     assert "nccl-hardcoded" in names(setup)
     assert "nccl-hardcoded" not in names(setup.replace("dist.is_available() and dist.is_initialized()",
                                                        "not torch.cuda.is_available()"), show_all=True)
+
+
+def test_pprint_prints():
+    """pprint (the module function or a PrettyPrinter's method) writes stdout on every rank like print; given a
+    stream it writes that stream."""
+    pretty = """
+    import pprint
+    dist.init_process_group("gloo")
+    pp = pprint.PrettyPrinter(indent=4)
+    pp.pprint({"lr": 0.1})
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" in names(pretty)
+    assert "unguarded-print" not in names(pretty.replace('pp.pprint({"lr": 0.1})',
+                                                         'pp.pprint({"lr": 0.1}, stream=open("p.txt", "w"))'),
+                                          show_all=True)

@@ -437,7 +437,7 @@ class Checks(MultiGpuChecks):
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
-        prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
+        prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
                          and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
                          and not self._stdout_redirected(c)),
                         key=lambda c: c.lineno)
@@ -448,6 +448,10 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _prints(self, call: ast.Call) -> bool:
+        """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
+        return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
 
     def _stdout_redirected(self, call: ast.Call) -> bool:
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
