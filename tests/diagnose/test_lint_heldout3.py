@@ -368,3 +368,32 @@ def test_pprint_prints():
     assert "unguarded-print" not in names(pretty.replace('pp.pprint({"lr": 0.1})',
                                                          'pp.pprint({"lr": 0.1}, stream=open("p.txt", "w"))'),
                                           show_all=True)
+
+
+def test_metric_over_a_loader_known_by_its_sampler_logged_as_an_average():
+    """`for x in self.train_data` (a loader: its .sampler.set_epoch is called), `avg = total / len(...)` logged by
+    mlflow.log_metric on rank 0: 1/N of the data; the total all-reduced first is the whole."""
+    shard = """
+    import mlflow
+    from torch.utils.data import DataLoader, DistributedSampler
+    class Trainer:
+        def __init__(self, data):
+            self.rank = dist.get_rank()
+            self.train_data = DataLoader(data, sampler=DistributedSampler(data))
+        def run_epoch(self, epoch):
+            self.train_data.sampler.set_epoch(epoch)
+            total = 0
+            for x, y in self.train_data:
+                total += float(x.sum())
+            avg = total / len(self.train_data)
+            if self.rank == 0:
+                mlflow.log_metric("train_loss", avg, step=epoch)
+    dist.init_process_group("gloo")
+    Trainer(torch.utils.data.TensorDataset(torch.ones(4, 2), torch.ones(4))).run_epoch(0)
+    dist.destroy_process_group()
+    """
+    assert "unreduced-metric" in names(shard)
+    reduced = shard.replace("            avg = total / len(self.train_data)\n",
+                            "            t = torch.tensor([total])\n            dist.all_reduce(t)\n"
+                            "            avg = t.item() / len(self.train_data)\n")
+    assert "unreduced-metric" not in names(reduced, show_all=True)

@@ -12,6 +12,7 @@ from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _e
                                          keyword, last)
 from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
+REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
@@ -238,6 +239,13 @@ class MultiGpuChecks(ScriptReader):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                             isinstance(sub.target, ast.Name):
                         accumulated.setdefault(sub.target.id, node)
+        for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
+            if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
+                        ast.For, ast.AsyncFor)):
+                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated]
+                if grown and not isinstance(node.value, ast.Call):
+                    accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
 
     def check_unreduced_metric(self) -> None:
@@ -246,8 +254,7 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in (
-            "info", "log", "add_scalar", "add_scalars")]
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
@@ -267,7 +274,7 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in ("info", "log", "add_scalar", "add_scalars")):
+                if not (self.callee(call) == "print" or _method(call) in REPORTS):
                     continue
                 if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
                     continue
@@ -369,8 +376,17 @@ class MultiGpuChecks(ScriptReader):
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
         return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
-                                                                  "batches" in last(dotted(n)).lower())
+                                                                  "batches" in last(dotted(n)).lower() or
+                                                                  dotted(n) in self._with_sampler)
                    for n in ast.walk(it))
+
+    @property
+    def _with_sampler(self) -> set[str]:
+        """Names whose `.sampler` is used (`self.train_data.sampler.set_epoch(epoch)`): data loaders."""
+        if not hasattr(self, "_sampler_owners"):
+            self._sampler_owners = {dotted(n.value) for n in self.nodes
+                                    if isinstance(n, ast.Attribute) and n.attr == "sampler"} - {""}
+        return self._sampler_owners
 
     # ------------------------------------------------------------------------------------------ one file, every rank
 
