@@ -230,8 +230,9 @@ class MultiGpuChecks(ScriptReader):
                 found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
         return found
 
-    def _summed_over_batches(self, body: list[ast.stmt]) -> dict[str, ast.AST]:
-        """Names grown with += in a loop over a loader in this scope -> the loop."""
+    def _summed_over_batches(self, body: list[ast.stmt], reduced: frozenset | set = frozenset()) -> dict[str, ast.AST]:
+        """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
+        from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
         for node in _same_scope(body):
             if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
@@ -243,7 +244,8 @@ class MultiGpuChecks(ScriptReader):
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
                         ast.For, ast.AsyncFor)):
-                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated]
+                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
+                         and n.id not in reduced]
                 if grown and not isinstance(node.value, ast.Call):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
@@ -263,7 +265,7 @@ class MultiGpuChecks(ScriptReader):
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
-            accumulated = self._summed_over_batches(body)  # name -> the loop it grows in
+            accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
             for node in _same_scope(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                         self.callee_last(node.value) in self.facts.sum_returners:
