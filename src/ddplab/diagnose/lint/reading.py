@@ -331,6 +331,8 @@ class ScriptReader:
             if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
                 given[key] = "global"
         self.held_kind = dict(given)
+        fresh = {id(n) for n in assigns if self._fresh_name(n.value)} if any(
+            getattr(c.func, "attr", getattr(c.func, "id", None)) in UNIQUE_NAMES for c in self.calls) else set()
         for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (three:
             #                 path = join(d, f"rank{rank}"); self.meta["path"] = path; p = join(self.meta["path"], f))
             kinds: dict = {}
@@ -348,7 +350,7 @@ class ScriptReader:
                     tests.setdefault(key, set()).add(test)
                 elif (kind := self.rank_kind(node.value)) is not None:
                     kinds.setdefault(key, set()).add(kind)
-                elif self._labels_rank(node.value):
+                elif self._labels_rank(node.value) or id(node) in fresh:
                     derived.add(key)  # computed from the rank: different on every process
                 else:
                     plain.add(key)
@@ -360,9 +362,7 @@ class ScriptReader:
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
         (a loss computed on this rank's device is not one: only names, strings and devices count). A name drawn
-        fresh in each process (uuid4, the process id, mkstemp) is as per-process as the rank."""
-        if any(isinstance(n, ast.Call) and last(self.callee(n)) in UNIQUE_NAMES for n in ast.walk(value)):
-            return True
+        fresh in each process (uuid4, the process id, mkstemp) is as per-process as the rank: _fresh_name."""
         if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
             return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
                 v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
@@ -378,6 +378,12 @@ class ScriptReader:
         if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Div)):
             return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank), dir / f"{rank}"
         return False
+
+    @staticmethod
+    def _fresh_name(value: ast.AST) -> bool:
+        """A call in `value` gives each process its own name (uuid4(), os.getpid(), tempfile.mkstemp())."""
+        return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in UNIQUE_NAMES
+                   for n in ast.walk(value))
 
     def _held(self, table: dict, node: ast.AST):
         key = self._scope_key(node)
