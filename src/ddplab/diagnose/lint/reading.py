@@ -333,7 +333,8 @@ class ScriptReader:
         self.held_kind = dict(given)
         fresh = {id(n) for n in assigns if self._fresh_name(n.value)} if any(
             getattr(c.func, "attr", getattr(c.func, "id", None)) in UNIQUE_NAMES for c in self.calls) else set()
-        for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (three:
+        learnt = None
+        for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (up to three:
             #                 path = join(d, f"rank{rank}"); self.meta["path"] = path; p = join(self.meta["path"], f))
             kinds: dict = {}
             tests: dict = {}
@@ -358,6 +359,10 @@ class ScriptReader:
             self.rank_derived = {k: True for k in derived - plain}
             self.rank_labelled = {k: True for k in derived}  # on some path at least
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+            now = (self.held_kind, self.rank_derived, self.rank_labelled, self.held_test)
+            if now == learnt:
+                break  # nothing new: another pass would learn nothing either
+            learnt = now
 
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
