@@ -227,8 +227,8 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
             if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
                     func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
-                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches (another " \
-                    "launcher's setup, or one called in a way lint does not follow)"
+                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches " \
+                    "(another launcher's setup, or one called in a way lint does not follow)"
             if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
