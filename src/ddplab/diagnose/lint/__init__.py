@@ -32,6 +32,9 @@ MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collecti
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
                "collective-in-rank-branch", "rank0-early-exit"}
+# Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
+# launcher: init_process_group_mpi next to the env:// one the script calls).
+SETUP_RULES = {"nccl-hardcoded", "no-destroy", "sets-master-env", "sets-rank-env"}
 # Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
 PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
 
@@ -101,6 +104,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
+        facts.visible_per_process |= reader.visible_per_process_here()
         facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
                              for n in reader.nodes)
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
@@ -218,6 +222,13 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 else:
                     where = callers.where(site)
                     f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
+            if not entry and f.rule == "nccl-hardcoded" and (func := _function_at(checks, f.line)) is not None and (
+                    sites := callers.sites(path, func)) and all(readers[w]._cuda_checked(c) for w, c in sites):
+                continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
+            if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
+                    func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
+                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches " \
+                    "(another launcher's setup, or one called in a way lint does not follow)"
             if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"

@@ -39,6 +39,19 @@ class Callers:
         return next((site for where, site in self.sites(path, func)
                      if where in self.entries and self._site_every_rank(where, site, 0)), None)
 
+    def reached(self, path: Path, func: ast.AST, depth: int = 0) -> bool:
+        """Some chain of calls from the script (or from a module's top level, or a function handed to another
+        call) reaches `func`, on any rank: the code runs at all."""
+        if depth > MAX_DEPTH:
+            return False
+        for where, site in self.sites(path, func):
+            reader = self.readers[where]
+            outer = reader.enclosing_function(site)
+            if where in self.entries or outer is None or outer.name in reader.passed or \
+                    self.reached(where, outer, depth + 1):
+                return True
+        return False
+
     def passed_per_rank(self, path: Path, func: ast.AST, param: str) -> bool | None:
         """What the callers of `func` give for `param`: False when every call passes a value that is the same on
         every rank (a constant, a config lookup: `config["ann_root"]`, `args.root`), True when one passes something

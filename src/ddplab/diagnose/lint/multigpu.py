@@ -11,6 +11,9 @@ import ast
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
                                          keyword, last)
 from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
+
+REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
+CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
@@ -227,8 +230,9 @@ class MultiGpuChecks(ScriptReader):
                 found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
         return found
 
-    def _summed_over_batches(self, body: list[ast.stmt]) -> dict[str, ast.AST]:
-        """Names grown with += in a loop over a loader in this scope -> the loop."""
+    def _summed_over_batches(self, body: list[ast.stmt], reduced: frozenset | set = frozenset()) -> dict[str, ast.AST]:
+        """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
+        from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
         for node in _same_scope(body):
             if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
@@ -236,6 +240,14 @@ class MultiGpuChecks(ScriptReader):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                             isinstance(sub.target, ast.Name):
                         accumulated.setdefault(sub.target.id, node)
+        for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
+            if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
+                        ast.For, ast.AsyncFor)):
+                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
+                         and n.id not in reduced]
+                if grown and not isinstance(node.value, ast.Call):
+                    accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
 
     def check_unreduced_metric(self) -> None:
@@ -244,8 +256,7 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in (
-            "info", "log", "add_scalar", "add_scalars")]
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
@@ -254,7 +265,7 @@ class MultiGpuChecks(ScriptReader):
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
-            accumulated = self._summed_over_batches(body)  # name -> the loop it grows in
+            accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
             for node in _same_scope(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                         self.callee_last(node.value) in self.facts.sum_returners:
@@ -265,11 +276,12 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in ("info", "log", "add_scalar", "add_scalars")):
+                if not (self.callee(call) == "print" or _method(call) in REPORTS):
                     continue
                 if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
                     continue
                 names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
+                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
@@ -284,6 +296,76 @@ class MultiGpuChecks(ScriptReader):
                              if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
 
+    def _reads_whole_dataset(self, loop: ast.AST) -> bool:
+        """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
+        **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
+        whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
+                   and "loader" in last(dotted(n)).lower()]
+        if not loaders:
+            return False
+        func = self.enclosing_function(loop)
+        params = [a.arg for a in func.args.args] if func is not None else []
+        origins: list[ast.AST] = []
+        for loader in loaders[:1]:
+            if isinstance(loader, ast.Name) and loader.id in params:
+                at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
+                sites = self.call_sites(func)
+                if not sites:
+                    return False
+                for site in sites:
+                    given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    if given is None:
+                        return False
+                    origins.append(given)
+            else:
+                origins.append(loader)
+        return all(self._built_without_sampler(o) for o in origins)
+
+    def _built_without_sampler(self, name: ast.AST) -> bool:
+        if not isinstance(name, (ast.Name, ast.Attribute)):
+            return False
+        built = [n.value for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and dotted(n.targets[0]) == dotted(name)]
+        if not built:
+            return False
+        for value in built:
+            if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
+                return False
+            for k in value.keywords:
+                if k.arg in ("sampler", "batch_sampler"):
+                    return False
+                if k.arg is None and self._may_hold_sampler(k.value):
+                    return False
+        return True
+
+    def _may_hold_sampler(self, kwargs: ast.AST, depth: int = 0) -> bool:
+        """`**test_kwargs`: a dict whose every assignment and update is seen and none names a sampler (an update
+        from another such dict, `test_kwargs.update(cuda_kwargs)`, is followed)."""
+        if not isinstance(kwargs, ast.Name) or depth > 2:
+            return True
+        seen = False
+        for n in self.nodes:
+            value = None
+            if isinstance(n, ast.Assign) and any(dotted(t) == kwargs.id for t in n.targets):
+                value = n.value
+            elif isinstance(n, ast.Call) and dotted(n.func) == f"{kwargs.id}.update" and n.args:
+                value = n.args[0]
+            if value is None:
+                continue
+            if isinstance(value, ast.Name) and value.id != kwargs.id:
+                if self._may_hold_sampler(value, depth + 1):
+                    return True
+                seen = True
+                continue
+            if not isinstance(value, ast.Dict) or any(k is None or const_str(k) in ("sampler", "batch_sampler")
+                                                     for k in value.keys):
+                return True
+            seen = True
+        return not seen
+
     def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
         dist.all_reduce(t))."""
@@ -296,8 +378,17 @@ class MultiGpuChecks(ScriptReader):
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
         return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
-                                                                  "batches" in last(dotted(n)).lower())
+                                                                  "batches" in last(dotted(n)).lower() or
+                                                                  dotted(n) in self._with_sampler)
                    for n in ast.walk(it))
+
+    @property
+    def _with_sampler(self) -> set[str]:
+        """Names whose `.sampler` is used (`self.train_data.sampler.set_epoch(epoch)`): data loaders."""
+        if not hasattr(self, "_sampler_owners"):
+            self._sampler_owners = {dotted(n.value) for n in self.nodes
+                                    if isinstance(n, ast.Attribute) and n.attr == "sampler"} - {""}
+        return self._sampler_owners
 
     # ------------------------------------------------------------------------------------------ one file, every rank
 
@@ -312,11 +403,14 @@ class MultiGpuChecks(ScriptReader):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
+            stamped = self._time_stamped(call)
             self.add(call, "shared-path-write", WARNING,
                      f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
                      "half-written; with download=True, N downloads into one folder)",
                      "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
-                     "the rank in the path")
+                     "the rank in the path", sure=not stamped,
+                     why="the path holds the clock time it was made: ranks that start in the same second share it, "
+                     "ranks started apart (by hand, on other machines) do not" if stamped else "")
 
     def _checkpoint_write(self, call: ast.Call) -> bool:
         """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
@@ -333,6 +427,26 @@ class MultiGpuChecks(ScriptReader):
             dotted(holder.targets[0]) if isinstance(holder, ast.Assign) and len(holder.targets) == 1 else ""
         return bool(handle) and any(dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in
                                                                                               s.keywords)])
+
+    def _time_stamped(self, call: ast.Call) -> bool:
+        """The path is built from the clock (`datetime.now().strftime(...)`, `time.time()`), here or through the
+        names it is assigned to in this function: whether ranks share it depends on when each started."""
+        scope = self.enclosing_function(call)
+        body = scope.body if scope is not None else self.tree.body
+        assigned: dict[str, list[ast.AST]] = {}
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
+        todo, seen = [*call.args, *(k.value for k in call.keywords)], set()
+        while todo:
+            expr = todo.pop()
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS:
+                    return True
+                if isinstance(n, (ast.Name, ast.Attribute)) and (key := dotted(n)) not in seen:
+                    seen.add(key)
+                    todo.extend(assigned.get(key, []))
+        return False
 
     def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
         """(function, parameter) when the written path is built from a bare parameter of the enclosing function

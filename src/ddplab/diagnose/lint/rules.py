@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts,
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
                                           _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
@@ -90,7 +90,7 @@ class Checks(MultiGpuChecks):
 
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
-            if self._skipped_when_launched(node) or self.spawns:
+            if self._skipped_when_launched(node) or self.spawns or self.facts.spawns:
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
@@ -239,9 +239,11 @@ class Checks(MultiGpuChecks):
         return _exits(node.orelse)
 
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and last(dotted(n.func)) in ("is_available", "is_nccl_available",
-                                                                         "device_count")
-                   for n in ast.walk(node))
+        """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
+        whether torch was built with distributed support, GPUs or not)."""
+        return any(isinstance(n, ast.Call) and (last(dotted(n.func)) == "is_nccl_available" or last(dotted(
+            n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
+            "distributed"]) for n in ast.walk(node))
 
     def _cuda_checked(self, call: ast.Call) -> bool:
         parent = self.parent.get(call)
@@ -278,6 +280,9 @@ class Checks(MultiGpuChecks):
                 text = const_str(arg)
                 if text and re.fullmatch(r"cuda:\d+", text):
                     fixed = repr(text)
+            if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
+                                                        self.visible_per_process_here()):
+                fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
             if fixed and self.distributed:
                 self.add(call, "hardcoded-cuda-device", ERROR,
                          f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
@@ -432,8 +437,9 @@ class Checks(MultiGpuChecks):
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
-        prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
-                         and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
+        prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
+                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
+                         and not self._stdout_redirected(c)),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -442,6 +448,19 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _prints(self, call: ast.Call) -> bool:
+        """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
+        return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
+
+    def _stdout_redirected(self, call: ast.Call) -> bool:
+        """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
+        the console."""
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and n.lineno < call.lineno and self.enclosing_function(n) is scope and
+                   any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets) and
+                   not self.resolve(dotted(n.value)).startswith("sys.__")
+                   for n in self.nodes)
 
     def _save_helper_sites(self) -> None:
         """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
@@ -475,16 +494,19 @@ class Checks(MultiGpuChecks):
                    last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
                    for n in (ast.walk(scope) if scope else self.nodes))
 
-    def _mentions_rank(self, call: ast.Call) -> bool:
-        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
+    def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
+        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file.
+        `sometimes`: a name the rank labels on some path counts (`device = "cuda"`, then `device = f"cuda:{rank}"`
+        when DDP is on: printed, it says which process speaks wherever there are several)."""
+        held = self.rank_labelled if sometimes else self.rank_derived
         for node in ast.walk(call):
             if node is call:
                 continue
-            if isinstance(node, ast.Call) and last(self.callee(node)) == "getpid":
+            if isinstance(node, ast.Call) and last(self.callee(node)) in UNIQUE_NAMES:
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
-            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(self.rank_derived, node):
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
@@ -499,10 +521,13 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
                     and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
-                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')")
+                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
+                         why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
+                         "goes back there unless the GPU layout changed between runs" if own else "")
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
@@ -548,7 +573,8 @@ class Checks(MultiGpuChecks):
             name = self.callee_last(call)
             for guard in (g for g in self.guards(call) if g.kind != "single"):
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
-                             for branch in guard.other for n in ast.walk(branch))
+                             for branch in guard.other for n in ast.walk(branch)) or \
+                    self._paired_elsewhere(call, name, guard)
                 if not paired:
                     who = "rank 0" if guard.rank0 else "every rank but 0"
                     self.add(call, "collective-in-rank-branch", ERROR,
@@ -556,6 +582,14 @@ class Checks(MultiGpuChecks):
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
+        """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
+        same collective under the opposite test of the same kind: every rank reaches it once."""
+        scope = self.enclosing_function(call)
+        return any(other is not call and self.callee_last(other) == name and self.enclosing_function(other) is scope
+                   and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
+                   for other in self.calls)
 
     def check_rank0_ddp_forward(self) -> None:
         """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
@@ -575,6 +609,8 @@ class Checks(MultiGpuChecks):
             owner = name[: -len(".forward")] if name.endswith(".forward") else name
             if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                 continue
+            if self.ddp_names.get(owner, 0) > call.lineno:
+                continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
             self.add(call, "rank0-ddp-forward", ERROR,
                      f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
                      "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
