@@ -23,7 +23,8 @@ from ddplab.ports import free_port
 TESTED_HERE = {"ddp-ready-twice", "ddp-static-graph", "ddp-grad-strides", "fsdp-flat-param", "device-mesh-size",
                "store-hostname", "gloo-address", "port-privileged", "too-many-open-files", "host-out-of-memory",
                "worker-illegal-instruction", "worker-signal", "worker-terminated", "address-not-available",
-               "connect-timed-out", "network-unreachable", "nccl-version-mismatch", "local-rank-argument"}
+               "connect-timed-out", "network-unreachable", "nccl-version-mismatch", "local-rank-argument",
+               "checkpoint-missing-keys"}
 
 
 def raised(make_error) -> str:
@@ -499,3 +500,21 @@ def test_nccl_unhandled_cuda_error_is_a_failed_cuda_call():
                       "NCCL version 2.14.3") == "nccl-cuda"
     assert first_rule("Test NCCL failure common.cu:777 'unhandled cuda error'") == "nccl-cuda"
     assert first_rule("ncclUnhandledCudaError: Call to CUDA function failed.") == "nccl-cuda"
+
+
+class _Wrapped(nn.Module):  # the keys a DDP-wrapped model has ("module."), without a process group
+    def __init__(self, layers: int):
+        super().__init__()
+        self.module = nn.Sequential(*[nn.Linear(2, 2) for _ in range(layers)])
+
+
+def test_a_checkpoint_without_the_new_layers_is_not_a_prefix_made_here():
+    # the model gained a layer after the checkpoint was saved: missing "module." keys and nothing unexpected
+    log = raised(lambda: _Wrapped(2).load_state_dict(_Wrapped(1).state_dict()))
+    assert 'Missing key(s) in state_dict: "module.1.weight"' in log and "Unexpected" not in log, log
+    assert first_rule(log) == "checkpoint-missing-keys", log
+    # a plain checkpoint into the wrapped model: missing "module." keys AND unexpected plain ones - the prefix
+    plain = nn.Sequential(nn.Linear(2, 2)).state_dict()
+    log = raised(lambda: _Wrapped(1).load_state_dict(plain))
+    assert "Unexpected key(s)" in log, log
+    assert first_rule(log) == "module-prefix", log

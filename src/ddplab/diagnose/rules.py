@@ -265,14 +265,32 @@ _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
-        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'
-        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
-         r"[Mm]issing keys? in state_dict: \"module\."),
+        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'. A prefix
+        # that differs leaves every key of one side unmatched, so missing "module." keys come with unexpected ones
+        # (nn.Module.load_state_dict puts "Missing key(s)" first, then "Unexpected key(s)" on the next line);
+        # missing keys alone are checkpoint-missing-keys.
+        (r"Unexpected key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
+         r"Missing key\(s\) in state_dict: \"module\.[^\n]*\n?[^\n]*Unexpected key\(s\) in state_dict: \""),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
         "{k.removeprefix('module.'): v for k, v in state.items()}.",
         "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints"),
+    Rule(
+        "checkpoint-missing-keys", "the checkpoint has no weights for some of the model's parameters",
+        # nn.Module.load_state_dict (torch/nn/modules/module.py): "Missing key(s) in state_dict: ..." and no
+        # "Unexpected key(s)" line after it: nothing in the file was left over, so the keys are not renamed - absent
+        (r"Missing key\(s\) in state_dict: (?![^\n]*Unexpected key\(s\))[^\n]*$"
+         r"(?!\n[^\n]*Unexpected key\(s\) in state_dict)",),
+        "load_state_dict(strict=True) found parameters or buffers of the model that the checkpoint does not hold, "
+        "and nothing in the checkpoint left over: not a renamed prefix but layers the checkpoint never had (the "
+        "model gained layers after it was saved, or the file is of a smaller model).",
+        "If the missing keys are exactly the new layers, load with load_state_dict(state, strict=False) and check "
+        "the returned missing_keys (those layers keep their initialisation); otherwise load the checkpoint that "
+        "matches this model.",
+        # generic: when ranks' lines interleave, the "Unexpected key(s)" line may not follow its "Missing" line; a
+        # prefix rule (module-prefix, compile-prefix) found in the same log explains the keys better
+        f"{DOCS}/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict", generic=True),
     Rule(
         "compile-prefix", "state_dict keys with torch.compile's '_orig_mod.' prefix",
         (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"_orig_mod\.",),
