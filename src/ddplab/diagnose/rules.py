@@ -53,6 +53,17 @@ class Rule:
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
 
 
+# What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
+# the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
+# a mapped page that cannot be backed: a full /dev/shm). Matched after the signal's text, in any case.
+_SI_CODES = {
+    7: ("invalid address alignment", "nonexistent physical address", "object-specific hardware error"),
+    11: ("address not mapped to object", "invalid permissions for mapped object"),
+    4: ("illegal opcode", "illegal operand", "illegal addressing mode", "illegal trap", "privileged opcode",
+        "privileged register", "coprocessor error", "internal stack error"),
+}
+
+
 def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
     """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its SIGXXX name,
     `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
@@ -72,7 +83,7 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
         rf"Fatal Python error: {t}",  # faulthandler (PYTHONFAULTHANDLER=1, -X faulthandler)
         where,  # a shell ("Bus error (core dumped)", bash's "line 1: 42 Bus error   python x.py"), srun ("task 3: ")
         rf"exit(?:ed with)? (?:code|status):? {128 + number}\b",  # a shell's 128 + N
-    )
+    ) + ((rf"{t}: (?i:{'|'.join(map(re.escape, _SI_CODES[number]))})",) if number in _SI_CODES else ())
 
 
 _SPECIFIC: tuple[Rule, ...] = (
@@ -140,13 +151,17 @@ _SPECIFIC: tuple[Rule, ...] = (
         "rendezvous-incomplete", "not every rank joined the process group",
         (r"waiting for clients\. \d+/\d+ clients joined",
          r"wait timeout after \d+ms, keys: ",
-         r"RendezvousTimeoutError"),
+         r"RendezvousTimeoutError",
+         # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
+         # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
+         # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
+         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b"),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
         "Check that nnodes x nproc-per-node processes start and none of them sets RANK/WORLD_SIZE itself; look at "
         "the other ranks' logs for an earlier error; on several machines, start every node with the same "
         "--nnodes and --rdzv-endpoint.",
-        f"{DOCS}/elastic/run.html"),
+        f"{DOCS}/elastic/run.html", consequence=True),
     Rule(
         "port-in-use", "the rendezvous port is already in use",
         (r"EADDRINUSE", r"[Aa]ddress already in use", r"port:? \S+ already in use"),
@@ -250,14 +265,32 @@ _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
-        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'
-        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
-         r"[Mm]issing keys? in state_dict: \"module\."),
+        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'. A prefix
+        # that differs leaves every key of one side unmatched, so missing "module." keys come with unexpected ones
+        # (nn.Module.load_state_dict puts "Missing key(s)" first, then "Unexpected key(s)" on the next line);
+        # missing keys alone are checkpoint-missing-keys.
+        (r"Unexpected key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
+         r"Missing key\(s\) in state_dict: \"module\.[^\n]*\n?[^\n]*Unexpected key\(s\) in state_dict: \""),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
         "{k.removeprefix('module.'): v for k, v in state.items()}.",
         "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints"),
+    Rule(
+        "checkpoint-missing-keys", "the checkpoint has no weights for some of the model's parameters",
+        # nn.Module.load_state_dict (torch/nn/modules/module.py): "Missing key(s) in state_dict: ..." and no
+        # "Unexpected key(s)" line after it: nothing in the file was left over, so the keys are not renamed - absent
+        (r"Missing key\(s\) in state_dict: (?![^\n]*Unexpected key\(s\))[^\n]*$"
+         r"(?!\n[^\n]*Unexpected key\(s\) in state_dict)",),
+        "load_state_dict(strict=True) found parameters or buffers of the model that the checkpoint does not hold, "
+        "and nothing in the checkpoint left over: not a renamed prefix but layers the checkpoint never had (the "
+        "model gained layers after it was saved, or the file is of a smaller model).",
+        "If the missing keys are exactly the new layers, load with load_state_dict(state, strict=False) and check "
+        "the returned missing_keys (those layers keep their initialisation); otherwise load the checkpoint that "
+        "matches this model.",
+        # generic: when ranks' lines interleave, the "Unexpected key(s)" line may not follow its "Missing" line; a
+        # prefix rule (module-prefix, compile-prefix) found in the same log explains the keys better
+        f"{DOCS}/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict", generic=True),
     Rule(
         "compile-prefix", "state_dict keys with torch.compile's '_orig_mod.' prefix",
         (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"_orig_mod\.",),
@@ -442,7 +475,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-socket-ifname", "NCCL found no usable network interface (NCCL_SOCKET_IFNAME)",
         # NCCL src/misc/socket.cc / bootstrap.cc
         (r"Bootstrap : no socket interface found", r"no NCCL_SOCKET_IFNAME interface found",
-         r"is neither AF_INET\(2\) nor AF_INET6\(10\)"),
+         r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+         # NCCL < 2.12 include/socket.h: WARN("Socket creation failed : %s", strerror(errno)) from socket(family, ..)
+         # with the family of the address NCCL chose; EAFNOSUPPORT: that address has none - no interface was found
+         # (newer NCCL says so with the "neither AF_INET nor AF_INET6" text above)
+         r"Socket creation failed\s*:\s*Address family not supported"),
         "NCCL's bootstrap needs an IP interface: NCCL_SOCKET_IFNAME names one that does not exist on this "
         "machine (interface names differ between machines and containers), or the container has none but lo. "
         "'connecting to address ... is neither AF_INET nor AF_INET6' means the address a peer sent could not be "
@@ -548,7 +585,11 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "gloo-address", "gloo could not pick a usable network address",
         # gloo/transport/tcp/device.cc: "Unable to find address for: X" (GLOO_SOCKET_IFNAME or the hostname)
-        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b"),
+        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b",
+         # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
+         # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
+         # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
+         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]"),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
@@ -623,7 +664,15 @@ _SPECIFIC: tuple[Rule, ...] = (
         NCCL_TROUBLESHOOTING, mechanism="resource"),
     Rule(
         "too-many-open-files", "too many open files",
-        (r"Too many open files", r"EMFILE"),
+        (r"Too many open files", r"EMFILE",
+         # CPython multiprocessing/reduction.py recvfds(): a tensor (DataLoader worker, torch.multiprocessing queue)
+         # arrives as a file descriptor over a Unix socket (SCM_RIGHTS); at the limit the kernel drops it and no
+         # ancillary data arrives
+         r"received 0 items of ancdata",
+         # ATen MapAllocator.cpp: "unable to open shared memory object <NAME> in read-write mode: STRERROR (ERRNO)":
+         # shm_open needs a descriptor; a paste cut before the errno text is read as the usual EMFILE, any other
+         # errno text that follows is that errno's
+         r"unable to open shared memory object\b[^\n]*? in read-write mode(?!\s*:\s*(?!Too many open files))"),
         "The process reached its open-file limit (ulimit -n): every rank's sockets, DataLoader workers passing "
         "tensors through file descriptors, and NCCL/gloo connections each hold descriptors.",
         "Raise the limit (`ulimit -n 65536`, docker --ulimit nofile=65536); for DataLoader workers also "
@@ -850,13 +899,15 @@ _FAMILIES: tuple[Rule, ...] = (
             NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
     _family("nccl-cuda", "NCCL: a CUDA call failed",
             (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
-            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)"),
+            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
+             # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
+             r"unhandled cuda error", r"ncclUnhandledCudaError"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
             "Read the quoted CUDA error; compare the driver (nvidia-smi) with torch's CUDA; NCCL_CUMEM_ENABLE=0 "
             "when cuMem calls fail; CUDA_LAUNCH_BLOCKING=1 to find an earlier kernel error.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure')),
+            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure', 'ncclUnhandledCudaError')),
     _family("nccl-call", "NCCL rejected a call or failed inside it",
             (r"nccl:(enqueue|misc/argcheck|group|collectives|include/comm|include/info|include/enqueue|scheduler|"
              r"tuning|channel|register|sym|rma|gin|devcomm|dev_runtime|ce_coll|init|include/utils|misc/utils|"
