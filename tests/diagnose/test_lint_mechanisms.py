@@ -6,9 +6,9 @@ in other files, and the rest)."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
-from ddplab.diagnose.lint import lint_file, lint_source
+from ddplab.diagnose.lint import lint_source
+from test_lint_project import found, write  # one copy of the project-folder helpers
 
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 
@@ -22,18 +22,6 @@ def rules(source: str, show_all: bool = False) -> list[tuple[int, str]]:
 
 def names(source: str, show_all: bool = False) -> list[str]:
     return sorted(r for _, r in rules(source, show_all))
-
-
-def write(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return folder / next(iter(files))
-
-
-def found(path: Path, show_all: bool = False) -> set[tuple[str | None, int, str]]:
-    return {(f.path and Path(f.path).name, f.line, f.rule) for f in lint_file(path, show_all).findings}
 
 
 # ------------------------------------------------------------------------------------------- the backend

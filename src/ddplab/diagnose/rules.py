@@ -65,7 +65,7 @@ _SI_CODES = {
 
 
 def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
-    """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its SIGXXX name,
+    """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its signal name (SIGBUS),
     `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
     fault"); otherwise ("Killed", "Aborted", "Bus error") only where a shell or launcher puts it."""
     t = re.escape(text)
