@@ -244,11 +244,7 @@ class Checkpointer:
         if self.rank != 0:
             return
         print(f"preempted, state saved at step {self.step} ({path})", file=sys.stderr, flush=True)
-        note = os.environ.get(NOTE_VAR)
-        if note:
-            tmp = Path(f"{note}.tmp")
-            tmp.write_text(json.dumps({"step": self.step, "path": str(path)}))
-            os.replace(tmp, note)
+        _note({"step": self.step, "path": os.path.abspath(path)})
 
 
 def _plain_epoch(state):
@@ -292,6 +288,16 @@ def _refuse(message: str, everyone: bool = False) -> None:
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     if rank == 0 or everyone:
         print(f"ddplab.resume: error: {message}", file=sys.stderr, flush=True)
+        _note({"refused": message})
     raise SystemExit(2)
+
+
+def _note(what: dict) -> None:
+    """Tell the launcher (`ddplab launch`/`train` set NOTE_VAR) what happened: it says so in one line."""
+    note = os.environ.get(NOTE_VAR)
+    if note:
+        tmp = Path(f"{note}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(what))
+        os.replace(tmp, note)
 
 

@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     cliargs.add_hang_timeout(group, "launch", off=True,
                              extra="; a script's progress is its output, and its silence counts only once idle "
                                    "CPU or every rank seen in the same distributed wait twice confirms it")
+    cliargs.add_grace(group)
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
@@ -84,7 +85,7 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json = _options(build_parser(), argv)
+        ns, hang_timeout, lint, as_json, grace = _options(build_parser(), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -102,7 +103,17 @@ def run(args) -> int:
     if hang_timeout is None:
         report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
-                     output=sys.stderr if as_json else sys.stdout)
+                     output=sys.stderr if as_json else sys.stdout, grace=grace)
+    if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
+        from ddplab.launcher.preempt import outcome
+
+        stopped = outcome(ran.preempted["signal"], grace, ran.note)
+        _clean(plan.log_dir, asked_logs, keep=False)
+        report.emit(stopped, as_json, lambda con, r: con.print(f"ddplab launch: {r.line()}", markup=False))
+        return stopped.exit_code
+    if ran.status == "failed" and ran.note.get("refused"):  # ddplab.resume stopped every rank on bad input
+        _clean(plan.log_dir, asked_logs, keep=False)
+        raise DdplabError(ran.note["refused"])
     result = analyse(ns, plan, ran, hang_timeout)
     # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
     if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
@@ -116,14 +127,14 @@ def run(args) -> int:
 def _options(parser, argv: list[str]):
     """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
     ns = parser.parse_args(argv)
-    hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
-    for name in ("hang_timeout", "no_lint", "json"):
+    hang_timeout, lint, as_json, grace = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace
+    for name in ("hang_timeout", "no_lint", "json", "grace"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         import torch
 
         ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
-    return ns, hang_timeout, lint, as_json
+    return ns, hang_timeout, lint, as_json, grace
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
