@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -97,12 +98,14 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, 5 + 15)  # the 5 s grace, and the machine's load
     assert code == 4, err[-3000:]
-    saved = int(err.split("state saved at step ")[1].split(":")[0])
+    said = re.search(r"^ddplab launch: preempted \(SIGTERM\), state saved at step (\d+): ", out, re.M)
+    assert said, out
+    saved = int(said.group(1))
     assert saved >= done_at_signal, f"signal after step {done_at_signal}, saved at {saved}: work lost"
     assert not (tmp_path / "o").exists() and len(list(ckpt.glob("step-*.pt"))) == 1
 
     ran = run_script(tmp_path, "run")
-    assert f"resumed at step {saved} " in ran.err
+    assert f"resumed at step {saved} " in ran.out
     assert losses(log) == ref_losses  # the whole curve, bitwise, the steps after the resume included
     assert (tmp_path / "run.out").read_text() == ref_out
 
@@ -126,7 +129,7 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(ref
     assert complete and list(ckpt.glob(".step-*.tmp")), "the kill did not land during a save"
 
     ran = run_script(tmp_path, "run", "--every", "6", "--big", "64")
-    assert f"resumed at step {complete[-1]} " in ran.err
+    assert f"resumed at step {complete[-1]} " in ran.out
     assert losses(log) == reference[0] and (tmp_path / "run.out").read_text() == reference[1]
     assert not list(ckpt.glob(".step-*.tmp"))  # the next save cleared the torn one
 
