@@ -8,7 +8,9 @@ files, so this process draws rank 0's progress bar from the events the workers s
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
@@ -174,6 +176,11 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
 
         stopped = Preempted(**outcome.rank(0).result["preempted"])
         report.emit(stopped, cfg.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
+        if not predicting.done():  # its thread, inside torch's C++ at interpreter exit, would abort the process
+            sys.stdout.flush()     # ("terminate called without an active exception"): the machine is going away,
+            sys.stderr.flush()     # every rank has ended, nothing is left to wait for
+            predicting.cancel()
+            os._exit(stopped.exit_code)
         return stopped.exit_code
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
