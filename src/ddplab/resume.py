@@ -44,12 +44,18 @@ NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at whi
 
 
 class StopFlag:
-    """A stop request from a signal, agreed by all ranks at the same step (one all-reduce of one integer)."""
+    """A stop request from a signal, agreed by all ranks at the same step (one all-reduce of one integer).
+
+    The all-reduce runs in the background while the next step computes (async_op): agreed() at step k returns what
+    every rank had seen by the end of step k-1, so the ranks still stop together, one step after the notice, and
+    the check costs next to nothing (a blocking one cost ~5 % of a `train mlp` step on gloo)."""
 
     def __init__(self, signals: Iterable[str] = SIGNALS, device: torch.device | None = None):
         self.signal: int | None = None
         self._previous = {}
-        self._tensor = torch.zeros(1, dtype=torch.int32, device=device or _collective_device())
+        device = device or _collective_device()
+        self._tensors = [torch.zeros(1, dtype=torch.int32, device=device) for _ in range(2)]
+        self._work = None  # the all-reduce in flight, on self._tensors[0]
         if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
             for name in signals:
                 sig = getattr(signal, name)
@@ -59,14 +65,28 @@ class StopFlag:
         self.signal = signum  # only a flag: the step in progress finishes, then every rank agrees
 
     def agreed(self) -> bool:
-        """True on every rank once any rank has seen a signal. A collective: every rank calls it at every step."""
+        """True on every rank, at the same call, once any rank has seen a signal. A collective: every rank calls it
+        once per step."""
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return self.signal is not None
-        self._tensor.fill_(1 if self.signal is not None else 0)
-        dist.all_reduce(self._tensor, op=dist.ReduceOp.MAX)
-        return bool(self._tensor.item())
+        previous = None
+        if self._work is not None:
+            self._work.wait()
+            previous = bool(self._tensors[0].item())
+        if previous:  # agreed: nothing more in flight, every rank stops here
+            self._work = None
+            return True
+        self._tensors.reverse()
+        self._tensors[0].fill_(1 if self.signal is not None else 0)
+        self._work = dist.all_reduce(self._tensors[0], op=dist.ReduceOp.MAX, async_op=True)
+        return False
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Finish the all-reduce in flight (every rank has one: they called agreed() as often), restore handlers.
+        wait=False after an error: another rank may never finish it."""
+        if self._work is not None and wait:
+            self._work.wait()
+            self._work = None
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous = {}
@@ -162,6 +182,7 @@ class Checkpointer:
                 self.sampler.set_epoch(epoch)
             yield epoch
         self.epoch, self.batch = count, 0
+        self.flag.close()  # the stop check in flight is finished on every rank before anything else
 
     def batches(self, loader: Iterable) -> Iterator[Any]:
         """The epoch's batches after those already done. The RNG states are set to the epoch's start before iter()

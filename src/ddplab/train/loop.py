@@ -134,6 +134,9 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
+NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
+
+
 @dataclass
 class Preempted:
     """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
@@ -161,11 +164,16 @@ def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: f
     preflight(cfg)
     with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
-        stop = resume.StopFlag(signals, ctx.device)
+        stop = resume.StopFlag(signals, ctx.device) if os.environ.get(NO_STOP_CHECK) != "1" else None
         try:
-            return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory, stop)
-        finally:
+            result = _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory, stop)
+        except BaseException:
+            if stop is not None:
+                stop.close(wait=False)
+            raise
+        if stop is not None:
             stop.close()
+        return result
 
 
 def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
