@@ -13,7 +13,10 @@ Around torchrun it adds:
 - when a rank fails: the first failure (rank, exit code, traceback tail), then `ddplab explain`'s diagnosis, exit 1;
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
-  is stuck, related lint findings, every worker ended, exit 3.
+  is stuck, related lint findings, every worker ended, exit 3;
+- the machine taken away: SIGTERM/SIGUSR1/SIGUSR2 to ddplab is passed to every rank as SIGTERM; a script using
+  ddplab.resume saves at the same step on every rank within --grace S (default 30), then everything is ended:
+  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1).
 
 The agent (torchrun) runs in a process group of its own, so that every worker can always be ended.
 """
