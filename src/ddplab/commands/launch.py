@@ -85,17 +85,22 @@ def run(args) -> int:
         return 0 if argv else 2
     from ddplab.launcher.script import EarlyAgent, run_script
 
-    # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
+    # The agent first: it imports torch (seconds) and reads the options with torchrun's parser; this process never
+    # imports torch.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json, grace = _options(build_parser(), argv)
+        ns, hang_timeout, lint, as_json, grace = _options(early.parser(build_parser), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
         script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
         from ddplab.userscript.plan import preflight
 
-        plan = preflight(ns, argv[:script_pos], lint)
+        plan = preflight(ns, argv[:script_pos], lint, early)
+        if plan.max_nodes > 1:  # several nodes: the cross-node preflight, before any rank (imports torch)
+            from ddplab.checks.crossnode import for_launch
+
+            for_launch(ns, plan.nproc, plan.max_nodes)
     except BaseException:  # bad input, --help after other options, Ctrl-C: the early agent must not outlive this
         early.cancel()
         raise
@@ -134,9 +139,9 @@ def _options(parser, argv: list[str]):
     for name in ("hang_timeout", "no_lint", "json", "grace"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
-        import torch
+        from ddplab.envinfo import cuda_available
 
-        ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
+        ns.nproc_per_node = "gpu" if cuda_available() else "2"
     return ns, hang_timeout, lint, as_json, grace
 
 
@@ -151,8 +156,6 @@ def _clean(log_dir, asked: bool, keep: bool) -> bool:
 
 
 def render(con, r) -> None:
-    from ddplab.diagnose.explain import render as render_explanation
-
     status = {"ok": "PASS", "failed": "FAIL", "hang": "TIMEOUT", "interrupted": "WARN"}[r.status]
     con.print(report.text("ddplab launch: ", report.styled(status), f" {r.summary}"))
     if r.status == "hang":
@@ -178,6 +181,8 @@ def render(con, r) -> None:
             con.print(f"    {r.cause.code}", markup=False)
             _render_lint(con, r.related_lint, "lint saw it before the run")
         if r.explanation is not None:
+            from ddplab.diagnose.explain import render as render_explanation  # 0.3 s: only when there is one
+
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
     # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.

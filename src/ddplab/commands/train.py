@@ -86,7 +86,12 @@ def run(args) -> int:
         cfg, ns, nproc, device = _checked(args)
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
-        from ddplab.perf.memory import PredictElsewhere, PredictHere
+        if launch.nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
+            from ddplab.checks import crossnode
+
+            crossnode.require(crossnode.own_ranks(launch.nodes, "nccl" if device == "cuda" else "gloo", nproc))
+        from ddplab.perf.memory import PredictHere
+        from ddplab.train.memory import PredictElsewhere
 
         # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
         # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in

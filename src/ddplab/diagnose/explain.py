@@ -92,6 +92,59 @@ def clean(text: str) -> str:
     return normalise(text)
 
 
+# A pasted source line holds a message split across string literals: Python's adjacent literals and `+`
+# ("Distributed package doesn't have NCCL " "built in"), C++'s `"a" "b"` and `<< "a" << "b"`, and in a macro call
+# (TORCH_CHECK(cond, "a", "b"), c10::str("a", "b")) literals given as separate arguments. Joined (join_literals),
+# the rules' patterns see the message as it prints; the line count stays the same.
+_PREFIX = r"[rRfFbBuU]{0,2}"  # Python's string prefixes (r"", f"", b"")
+
+
+def _joiners(q: str) -> tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern]:
+    lit = q + r"((?:[^" + q + r"\\\n]|\\.)*)" + q
+    return (re.compile(lit + r"\s*(?:\+|<<)?\s*" + _PREFIX + lit),  # "a" "b", "a" + "b", "a" << "b"
+            re.compile(lit + r"\s*(?:\+|<<|,)?\s*" + _PREFIX + lit),  # also "a", "b" inside a macro call
+            re.compile(lit + r"\s*(?:\+|<<|,|\\)?\s*$"),  # a line that ends in a literal
+            re.compile(r"^\s*(?:\+|<<)?\s*" + _PREFIX + lit))  # a line that goes on with one
+
+
+_JOINERS = {q: _joiners(q) for q in "\"'"}
+_MACRO_CALL = re.compile(r"\b(?:[A-Z][A-Z0-9_]{2,}|c10::str)\(")
+_SPLIT_HINT = re.compile(r"""(["'])\s*(?:\+|<<|,)?\s*(?:\\\s*)?(?:\n\s*(?:\+|<<)?\s*)?[rRfFbBuU]{0,2}\1""")
+
+
+def _unescape(body: str) -> str:
+    """A literal's escaped quotes as the message prints them (`doesn\\'t` -> `doesn't`)."""
+    return body.replace("\\'", "'").replace('\\"', '"')
+
+
+def join_literals(text: str) -> str:
+    """Each source line that splits a message across string literals, with the literals joined; a statement
+    continued on the next lines (a literal ending one line, the next starting with one) is joined onto its first
+    line, and the continuation lines stay as they are. Text without such a line comes back unchanged."""
+    if not _SPLIT_HINT.search(text):
+        return text
+    lines = text.split("\n")
+    changed = False
+    for i, line in enumerate(lines):
+        joined = line
+        for q, (adjacent, adjacent_args, ends, starts) in _JOINERS.items():
+            if q not in joined:
+                continue
+            k = i + 1
+            while k < len(lines) and k <= i + 4 and ends.search(joined) and starts.match(lines[k]):
+                joined = re.sub(r"\s*\\?\s*$", "", joined) + " " + lines[k].strip()
+                k += 1
+            rx = adjacent_args if _MACRO_CALL.search(joined) else adjacent
+            while True:
+                merged = rx.sub(lambda m: q + _unescape(m.group(1) + m.group(2)) + q, joined)
+                if merged == joined:
+                    break
+                joined = merged
+        if joined != line:
+            lines[i], changed = joined, True
+    return "\n".join(lines) if changed else text
+
+
 def _line_owner(line: str) -> tuple[int | None, int | None]:
     """(global rank, local rank) that printed this line, from torch's prefixes."""
     tag = GLOBAL_TAG.search(line[:48])
@@ -198,7 +251,7 @@ def explain_log(log: LogText, root: RootCause | None = None) -> Explanation:
 def explain_text(text: str, source: str = "-", root: RootCause | None = None,
                  normalised: bool = False) -> Explanation:
     """Every rule that matches `text`, root cause first. `root` overrides the summary parsed from the text."""
-    text = text if normalised else clean(text)
+    text = join_literals(text if normalised else clean(text))
     lines = text.split("\n")
     starts = [0]
     for line in lines[:-1]:

@@ -41,10 +41,10 @@ import ddplab.dist as dd
 from ddplab import report, resume
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab.perf.memory import AllocatorPeak, PredictElsewhere
 from ddplab.train import checkpoint, metrics, strategy
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
+from ddplab.train.memory import AllocatorPeak, PredictElsewhere
 from ddplab.train.progress import Reporter
 from ddplab.train.result import RankStats, TrainResult, rank_warnings, render
 
@@ -591,7 +591,7 @@ def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
          device: torch.device) -> tuple[float | None, str]:
     if device.type != "cuda":
         return None, "not applicable on CPU: MFU compares with a GPU's tensor-core peak"
-    from ddplab.perf.cost import device_peak, gpu_of_device
+    from ddplab.train.peaks import device_peak, gpu_of_device
 
     per_device = result.samples_per_sec / result.world_size
     name = torch.cuda.get_device_name(device)
