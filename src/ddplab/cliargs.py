@@ -137,3 +137,24 @@ def nodes_from(args):
         log(f"warning: the c10d rendezvous store on {nodes.host}:{nodes.port} is unauthenticated: anyone who can "
             "reach that port can join or disturb the job, so keep it on a private network")
     return nodes
+
+
+GRACE_S = 30.0  # = ddplab.launcher.preempt.DEFAULT_GRACE_S (not imported here: cliargs stays light)
+
+
+def add_grace(parser) -> None:
+    """--grace S: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks may take to save before they are ended."""
+    parser.add_argument("--grace", metavar="S", type=_seconds, default=GRACE_S,
+                        help="on SIGTERM/SIGUSR1/SIGUSR2 (a preemption notice) every rank is sent SIGTERM and has "
+                             "this long to save (ddplab.resume) before it is ended; exit code 4 once the state is "
+                             f"saved (default {GRACE_S:g})")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 30")
+    return value

@@ -13,7 +13,10 @@ Around torchrun it adds:
 - when a rank fails: the first failure (rank, exit code, traceback tail), then `ddplab explain`'s diagnosis, exit 1;
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
-  is stuck, related lint findings, every worker ended, exit 3.
+  is stuck, related lint findings, every worker ended, exit 3;
+- the machine taken away: SIGTERM/SIGUSR1/SIGUSR2 to ddplab is passed to every rank as SIGTERM; a script using
+  ddplab.resume saves at the same step on every rank within --grace S (default 30), then everything is ended:
+  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1).
 
 The agent (torchrun) runs in a process group of its own, so that every worker can always be ended.
 """
@@ -56,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     cliargs.add_hang_timeout(group, "launch", off=True,
                              extra="; a script's progress is its output, and its silence counts only once idle "
                                    "CPU or every rank seen in the same distributed wait twice confirms it")
+    cliargs.add_grace(group)
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
@@ -85,7 +89,7 @@ def run(args) -> int:
     # imports torch.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json = _options(early.parser(build_parser), argv)
+        ns, hang_timeout, lint, as_json, grace = _options(early.parser(build_parser), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -107,7 +111,17 @@ def run(args) -> int:
     if hang_timeout is None:
         report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
-                     output=sys.stderr if as_json else sys.stdout)
+                     output=sys.stderr if as_json else sys.stdout, grace=grace)
+    if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
+        from ddplab.launcher.preempt import outcome
+
+        stopped = outcome(ran.preempted["signal"], grace, ran.note)
+        _clean(plan.log_dir, asked_logs, keep=False)
+        report.emit(stopped, as_json, lambda con, r: con.print(f"ddplab launch: {r.line()}", markup=False))
+        return stopped.exit_code
+    if ran.status == "failed" and ran.note.get("refused"):  # ddplab.resume stopped every rank on bad input
+        _clean(plan.log_dir, asked_logs, keep=False)
+        raise DdplabError(ran.note["refused"])
     result = analyse(ns, plan, ran, hang_timeout)
     # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
     if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
@@ -121,14 +135,14 @@ def run(args) -> int:
 def _options(parser, argv: list[str]):
     """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
     ns = parser.parse_args(argv)
-    hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
-    for name in ("hang_timeout", "no_lint", "json"):
+    hang_timeout, lint, as_json, grace = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace
+    for name in ("hang_timeout", "no_lint", "json", "grace"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         from ddplab.envinfo import cuda_available
 
         ns.nproc_per_node = "gpu" if cuda_available() else "2"
-    return ns, hang_timeout, lint, as_json
+    return ns, hang_timeout, lint, as_json, grace
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:

@@ -8,7 +8,9 @@ files, so this process draws rank 0's progress bar from the events the workers s
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
@@ -38,6 +40,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
                              "it resumes from the latest checkpoint, without one it starts over")
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
+    cliargs.add_grace(launch)
     cliargs.add_nodes(p)
 
 
@@ -167,12 +170,23 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
                                "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
                                "predict_memory": False},
                               stall_timeout=ns.stall_timeout,
-                              on_event=on_event)
+                              on_event=on_event, grace=ns.grace)
     finally:
         view.close()
     if outcome.ok and all(r.rank != 0 for r in outcome.ranks):  # another node holds rank 0 and its result
         report.emit(NodeDone([r.rank for r in outcome.ranks], outcome.seconds), cfg.json, render_node)
         return 0
+    if outcome.ok and "preempted" in outcome.rank(0).result:  # every rank stopped after the same step, saved
+        from ddplab.train.loop import Preempted
+
+        stopped = Preempted(**outcome.rank(0).result["preempted"])
+        report.emit(stopped, cfg.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
+        if not predicting.done():  # its thread, inside torch's C++ at interpreter exit, would abort the process
+            sys.stdout.flush()     # ("terminate called without an active exception"): the machine is going away,
+            sys.stderr.flush()     # every rank has ended, nothing is left to wait for
+            predicting.cancel()
+            os._exit(stopped.exit_code)
+        return stopped.exit_code
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         _add_prediction(result, predicting)

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from ddplab.diagnose import flight
 from ddplab.errors import DdplabError
-from ddplab.launcher import agent
+from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
@@ -29,7 +28,7 @@ from ddplab.launcher.stacks import RankStack
 
 @dataclass
 class ScriptRun:
-    status: str  # ok | failed | hang | interrupted
+    status: str  # ok | failed | hang | interrupted | preempted
     seconds: float
     failures: dict  # global rank -> {local_rank, pid, exitcode, time}
     launcher_error: str | None
@@ -37,6 +36,8 @@ class ScriptRun:
     stacks: list[RankStack] | None = None  # hang: every rank's stack
     reason: str = ""  # hang: why it was declared
     dumps: dict | None = None  # each rank's Flight Recorder record: asked for on a hang, written at exit otherwise
+    preempted: dict | None = None  # preempted: the signal and the grace
+    note: dict | None = None  # ddplab.resume's word from rank 0: {"step", "path"} saved, {"refused": LINE} bad input
 
 
 class EarlyAgent:
@@ -48,7 +49,8 @@ class EarlyAgent:
     def __init__(self):
         self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
-        env = {**os.environ, **flight.worker_env(self.folder / "flight")}
+        env = {**os.environ, **flight.worker_env(self.folder / "flight"),
+               preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE)}  # where ddplab.resume says it saved
         reply, reply_to = os.pipe()
         try:
             self.proc = agent.spawn({"kind": "script", "torchrun": None, "reply_fd": reply_to}, self.folder,
@@ -131,9 +133,10 @@ class AgentParser:
 
 
 def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float,
-               output) -> ScriptRun:
+               output, grace: float = preempt.DEFAULT_GRACE_S) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
-    since: when the user's command began (time.time()): start-up counts toward a hang."""
+    since: when the user's command began (time.time()): start-up counts toward a hang.
+    grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end."""
     start = time.monotonic()
     flight_dir = early.folder / "flight"
     proc = early.go(torchrun, log_dir)
@@ -146,9 +149,15 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     pumps = [_pump(proc.stdout, output, launcher_log, progress),
              _pump(proc.stderr, sys.stderr, launcher_log, progress)]
     status, stacks, dumps = "ok", None, None
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` of ddplab must not orphan the workers
+    notice = preempt.Forwarder(grace).__enter__()  # `kill` of ddplab: the ranks save, then nothing is orphaned
     try:
         while proc.poll() is None:
+            if notice.requested:  # no hang watch in the grace: saving is silent
+                notice.forward(p.pid for p in watch.workers())
+                if notice.expired() or notice.ranks_gone():
+                    break
+                time.sleep(0.05)
+                continue
             stacks = watch.poll()
             if stacks is not None:
                 status = "hang"
@@ -161,13 +170,18 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
         status = "interrupted"
     finally:
         end_tree(proc, watch.seen.values())
-        signal.signal(signal.SIGTERM, previous)
+        notice.__exit__()
         for pump in pumps:
             pump.join(timeout=5)
     outcome = read_json(log_dir / "ddplab-outcome.json", None)
     if outcome is None:
         outcome = {"failures": {}, "launcher_error": None if status != "ok" else
                    "the launcher exited without a result"}
+    preempted = None
+    if notice.requested and status == "ok":
+        status = "preempted"
+        preempted = {"signal": notice.name, "grace": grace}
+    note = preempt.read_note(early.folder)
     if status == "ok" and (outcome["failures"] or outcome.get("launcher_error")):
         status = "failed"
     if dumps is None and status == "failed":
@@ -177,11 +191,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
             shutil.move(str(flight_dir), str(log_dir / "flight"))
         shutil.rmtree(early.folder, ignore_errors=True)
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
-                     launcher_log, stacks, watch.reason, dumps)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+                     launcher_log, stacks, watch.reason, dumps, preempted, note)
 
 
 def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import ddplab.dist as dd
-from ddplab import report
+from ddplab import report, resume
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
 from ddplab.train import checkpoint, metrics, strategy
@@ -76,10 +76,14 @@ class Recipe:
                 print(f"{prog}: error: {e}", file=sys.stderr)
             return e.exit_code
         try:
-            result = fit(self, cfg)
+            result = fit(self, cfg, signals=resume.SIGNALS)
         except DdplabError as e:
             print(f"{prog}: error (rank {rank}): {e}", file=sys.stderr)
             return e.exit_code
+        if isinstance(result, Preempted):
+            if rank == "0":
+                print(f"{prog}: {result.line()}", file=sys.stderr, flush=True)
+            return result.exit_code
         if result is None:  # not rank 0
             return 0
         report.emit(result, cfg.json, render)
@@ -96,12 +100,15 @@ def run_worker(payload: dict) -> dict:
     """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
-        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True,
+        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True, signals=("SIGTERM",),
                      group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
                      predict_memory=payload.get("predict_memory", True))
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
+    if isinstance(result, Preempted):
+        mark("train.preempted", step=result.step)
+        return {"rank": int(os.environ.get("RANK", "0")), "preempted": dataclasses.asdict(result)}
     return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
 
 
@@ -127,20 +134,50 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
+NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
+
+
+@dataclass
+class Preempted:
+    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
+
+    step: int
+    checkpoint: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return resume.PREEMPTED_EXIT if self.checkpoint else 1
+
+    def line(self) -> str:
+        if self.checkpoint:
+            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
+        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
+
+
 def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
-        predict_memory: bool = True) -> TrainResult | None:
+        predict_memory: bool = True, signals=("SIGTERM",)) -> TrainResult | Preempted | None:
     """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
     may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first).
     predict_memory: rank 0 has `ddplab memory`'s prediction traced in another process (`ddplab train` traces it
-    itself, while the ranks start, and fills it in)."""
+    itself, while the ranks start, and fills it in). signals: those that stop every rank after the same step, saved
+    (ddplab.resume.StopFlag); ddplab's own ranks keep SIGUSR1 for their stacks."""
     preflight(cfg)
     with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
-        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory)
+        stop = resume.StopFlag(signals, ctx.device) if os.environ.get(NO_STOP_CHECK) != "1" else None
+        try:
+            result = _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory, stop)
+        except BaseException:
+            if stop is not None:
+                stop.close(wait=False)
+            raise
+        if stop is not None:
+            stop.close()
+        return result
 
 
 def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
-         predict_memory: bool = True) -> TrainResult | None:
+         predict_memory: bool = True, stop: resume.StopFlag | None = None) -> TrainResult | Preempted | None:
     device, world = ctx.device, ctx.world_size
 
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
@@ -218,7 +255,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved, predicting = 0, None, None
+    run_steps, saved, predicting, preempted, saved_step = 0, None, None, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
     timer, warm_wait = Steady(log_t), None
 
@@ -282,9 +319,22 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
             if directory and (done or end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
                 saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
                                          s + 1, step, global_batch)
+                saved_step = step
+            # A signal seen by any rank stops every rank here, after the same step (one all-reduce of one integer).
+            if not done and stop is not None and stop.agreed():
+                if directory and saved_step != step:
+                    saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
+                                             s + 1, step, global_batch)
+                preempted = Preempted(step, (str(saved) if saved else str(directory)) if directory else None)
+                break
             if done:
                 break
+        if preempted is not None:
+            break
         epoch, step_in_epoch = epoch + 1, 0
+    if preempted is not None:
+        out.end()
+        return preempted
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -502,7 +552,8 @@ def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: n
         torch.set_rng_state(state["rng_torch"][ctx.rank])
         if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
             torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
-        note(f"resumed from {name}: step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of the epoch")
+        note(f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
+             "the epoch")
     else:
         # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
         # samples seen so far are a prefix of it: continue after the same number of samples.
