@@ -111,7 +111,8 @@ def _checked(args):
     """Every check that needs no worker: flags, device, checkpoint directory, a --resume that cannot fit."""
     import torch
 
-    from ddplab.train import checkpoint, loop
+    from ddplab import ckptfile
+    from ddplab.train import loop
     from ddplab.train.config import from_arguments, parser
 
     recipe = loop.load_recipe(args.recipe)
@@ -131,8 +132,8 @@ def _checked(args):
     cfg.check_device(device)
     _environment(nproc, device)
     if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
-        newest = checkpoint.listed(cfg.checkpoint_path)[0][1]
-        state = checkpoint.peek(newest)
+        newest = ckptfile.listed(cfg.checkpoint_path)[0][1]
+        state = ckptfile.peek(newest)
         if state is not None:
             loop.check_compatible(state, args.recipe, cfg, newest)
     return cfg, ns, nproc, device

@@ -13,7 +13,7 @@ for all of them:
     synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
     or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
  5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
- 6. Checkpoints by rank 0 (ddplab.train.checkpoint) with the sampler position and every rank's RNG state, so that
+ 6. Checkpoints by rank 0 (ddplab.ckptfile) with the sampler position and every rank's RNG state, so that
     --resume takes exactly the batch an uninterrupted run would have taken next.
  7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
     first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
@@ -41,7 +41,8 @@ import ddplab.dist as dd
 from ddplab import report, resume
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab.train import checkpoint, metrics, strategy
+from ddplab import ckptfile
+from ddplab.train import metrics, strategy
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.memory import AllocatorPeak, PredictElsewhere
@@ -122,8 +123,8 @@ def preflight(cfg: TrainConfig) -> None:
     cfg.check()
     if cfg.checkpoint_path is None:
         return
-    directory = checkpoint.prepare(cfg.checkpoint_path)
-    existing = checkpoint.listed(directory)
+    directory = ckptfile.prepare(cfg.checkpoint_path)
+    existing = ckptfile.listed(directory)
     if cfg.resume and not existing and not restarting():
         raise DdplabError(f"--resume: {directory} holds no checkpoint: run once without --resume to create one")
     if not cfg.resume and existing and not restarting():  # never overwrite another run's good checkpoints
@@ -360,7 +361,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     model_file = None
     if directory and ctx.is_main:
         model_file = directory / "model.pt"
-        checkpoint.atomic_save(final_weights, model_file)
+        ckptfile.atomic_save(final_weights, model_file)
     out.end()
     if not ctx.is_main:
         return None
@@ -470,7 +471,7 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     return [r.tolist() for r in rows]
 
 
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> checkpoint.Found | None:
+def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> ckptfile.Found | None:
     if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
         return None
     # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
@@ -479,7 +480,7 @@ def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.Dist
     found = None
     if ctx.is_main:
         try:
-            found = checkpoint.latest(cfg.checkpoint_path, warn=note)
+            found = ckptfile.latest(cfg.checkpoint_path, warn=note)
             chosen[0] = (str(found.path) if found else None, None)
         except DdplabError as e:
             chosen[0] = (None, str(e))
@@ -496,11 +497,11 @@ def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.Dist
         return found
     path = Path(name)
     try:
-        state = checkpoint.load(path, verified=True)
+        state = ckptfile.load(path, verified=True)
     except (ValueError, OSError) as e:
         raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
                           "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
-    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), state)
+    return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
 
 
 def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
@@ -525,10 +526,10 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
         "world_size": ctx.world_size, "global_batch": global_batch,
         "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
     }
-    return checkpoint.save(directory, state, step, cfg.keep)
+    return ckptfile.save(directory, state, step, cfg.keep)
 
 
-def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
+def _restore(found: ckptfile.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
              ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
              note: Callable[[str], None]) -> tuple[int, int]:
     """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
