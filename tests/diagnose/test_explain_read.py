@@ -167,7 +167,7 @@ def test_a_truncated_two_line_paste(crash_console, tmp_path):
 @pytest.mark.timeout(420)
 def test_several_elastic_attempts_in_one_log(tmp_path):
     # two attempts of a 2-rank run: twice the start-up of one, which took over 180 s on this shared machine at load 10
-    console = run_torchrun("crash_ddp.py", tmp_path, "--max-restarts", "1", deadline_s=400)
+    console = run_torchrun("crash_restart.py", tmp_path, "--max-restarts", "1", deadline_s=400)
     e = explain_file(tmp_path, console)
     assert e.reading.attempts == 2, console[-3000:]
     assert ("module-prefix", 1) in {(m.rule, m.rank) for m in e.matches}
