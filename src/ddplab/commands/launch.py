@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
+    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=5, default=None, metavar="STEPS",
+                       help="torch.profiler over STEPS optimizer steps (default 5) in every rank, after 3 warm-up "
+                            "steps: per-rank breakdown, the causes of lost speed ranked, Chrome traces and a PNG "
+                            "kept in the run's folder (docs/profile.md)")
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
@@ -84,7 +89,7 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json = _options(build_parser(), argv)
+        ns, hang_timeout, lint, as_json, profile_steps = _options(build_parser(), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -101,9 +106,16 @@ def run(args) -> int:
         report.log(f"ddplab launch: {note}")
     if hang_timeout is None:
         report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
+    if profile_steps:
+        from ddplab.perf import profile
+
+        profile.request(early.folder / "profile", profile_steps)
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
                      output=sys.stderr if as_json else sys.stdout)
     result = analyse(ns, plan, ran, hang_timeout)
+    if profile_steps:  # the traces and the picture are the point of the run: its folder is kept
+        result.profile, asked_logs = profile.analyse(Path(plan.log_dir) / "profile"), True
+        result.log_dir = str(plan.log_dir)
     # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
     if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
         result.log_dir = None
@@ -115,15 +127,24 @@ def run(args) -> int:
 
 def _options(parser, argv: list[str]):
     """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
-    ns = parser.parse_args(argv)
-    hang_timeout, lint, as_json = ns.hang_timeout, not ns.no_lint, ns.json
-    for name in ("hang_timeout", "no_lint", "json"):
+    ns = parser.parse_args(_bare_profile(argv, len(argv)))
+    if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
+        ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
+    hang_timeout, lint, as_json, profile = ns.hang_timeout, not ns.no_lint, ns.json, ns.profile
+    for name in ("hang_timeout", "no_lint", "json", "profile"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         import torch
 
         ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
-    return ns, hang_timeout, lint, as_json
+    return ns, hang_timeout, lint, as_json, profile
+
+
+def _bare_profile(argv: list[str], end: int) -> list[str]:
+    """`--profile` takes an optional STEPS: a bare one followed by anything but a number means the default (argparse
+    would read the script's path as STEPS)."""
+    return [f"--profile={5}" if i < end and a == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
+            else a for i, a in enumerate(argv)]
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
@@ -166,6 +187,10 @@ def render(con, r) -> None:
         if r.explanation is not None:
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
+    if r.profile is not None:
+        from ddplab.perf.profile import render as render_profile
+
+        render_profile(con, r.profile)
     # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.
     con.print(f"  logs: {r.log_dir}" if r.log_dir else
               "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)")
