@@ -122,6 +122,19 @@ def _start() -> None:
     s["rusage0"] = resource.getrusage(resource.RUSAGE_SELF)
     s["t0"] = time.perf_counter()
     s["prof"].start()
+    import atexit
+
+    atexit.register(_abandon, os.getpid())
+
+
+def _abandon(owner: int) -> None:
+    """The script ended inside the window: stop the profiler before torch shuts down (a profiler still running at
+    interpreter exit crashes it: SIGSEGV) and write no trace; the caller says the window was not reached."""
+    prof = _state.get("prof")
+    if prof is not None and os.getpid() == owner:
+        _state["prof"] = None
+        prof.stop()
+        _mark_post_forward(False)
 
 
 def _finish() -> None:

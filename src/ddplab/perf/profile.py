@@ -34,6 +34,7 @@ LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP af
           "host_sync": "host syncs", "other": "other"}
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+CONSISTENT = 0.8  # a straggler is the busiest rank in at least this share of the profiled steps
 MIN_SHARE = 0.05  # a cause worth less than this share of the step is not listed: below the run-to-run noise
 
 
@@ -46,6 +47,7 @@ class RankBreakdown:
     allreduces_per_step: float
     forwards_per_step: float
     trace: str
+    busy_ms: list = field(default_factory=list)  # each step's time less its exposed communication
 
 
 @dataclass
@@ -111,10 +113,10 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     if not steps:
         raise KeyError("no ProfilerStep ranges")
     main = steps[0]["tid"]
-    names = {
+    names = {  # in the order they are taken: _post_forward runs inside DDP's forward range
         "data": lambda e: e["name"].startswith("enumerate(DataLoader)"),
-        "forward": lambda e: e["name"] == "DistributedDataParallel.forward",
         "ddp_post_forward": lambda e: e["name"] == "DistributedDataParallel._post_forward",
+        "forward": lambda e: e["name"] == "DistributedDataParallel.forward",
         "backward": lambda e: e["name"].startswith("autograd::engine::evaluate_function"),
         "optimizer": lambda e: e["name"].startswith(("Optimizer.step#", "Optimizer.zero_grad#")),
     }
@@ -122,6 +124,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     comm = [_span(e) for e in events if e["name"].startswith(("gloo:", "nccl:")) and e["tid"] != main]
     syncs = [_span(e) for e in events if e["tid"] == main and _is_sync(e)]
     totals = dict.fromkeys(PARTS, 0.0)
+    busy = []
     for step in steps:
         window = [_span(step)]
         taken: list = []
@@ -131,6 +134,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
             taken = _union(taken + mine)
         exposed = _subtract(_clip(comm, window), taken)
         totals["comm_exposed"] += _length(exposed)
+        busy.append((step["dur"] - _length(exposed)) / 1000)
         taken = _union(taken + exposed)
         gaps = _subtract(window, taken)
         host = [g for g in gaps if any(s[0] < g[1] and s[1] > g[0] for s in syncs)]
@@ -142,7 +146,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     calls = sum(1 for e in events if e["name"] == "c10d::allreduce_" and in_steps(e))
     forwards = sum(1 for e in events if names["forward"](e) and in_steps(e))
     return RankBreakdown(rank=rank, steps=n, step_ms=step_ms, parts={k: v / n / 1000 for k, v in totals.items()},
-                         allreduces_per_step=calls / n, forwards_per_step=forwards / n, trace=path)
+                         allreduces_per_step=calls / n, forwards_per_step=forwards / n, trace=path, busy_ms=busy)
 
 
 def _is_sync(e: dict) -> bool:
@@ -195,10 +199,17 @@ def _length(spans: list) -> float:
 
 
 def straggler(ranks: list[RankBreakdown]) -> int | None:
-    """The rank the others wait for: the one that spends the most of its step busy (not in exposed comm)."""
+    """The rank the others wait for: the one busiest (its step less its exposed communication) in most steps.
+    A rank slowed by its own work is the busiest in (nearly) every step; one that the OS happened to deschedule
+    once is not: a rank busiest in fewer than CONSISTENT of the steps is no straggler, whatever its mean."""
     if len(ranks) < 2:
         return None
-    return max(ranks, key=lambda r: r.step_ms - r.parts["comm_exposed"]).rank
+    n = min(len(r.busy_ms) for r in ranks)
+    if n == 0:
+        return None
+    firsts = [max(ranks, key=lambda r: r.busy_ms[i]).rank for i in range(n)]
+    top = max(set(firsts), key=firsts.count)
+    return top if firsts.count(top) >= CONSISTENT * n else None
 
 
 def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Cause]:
@@ -230,7 +241,11 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         mine = next(r for r in ranks if r.rank == slow)
         extra = max(((p, mine.parts[p] - statistics.median(r.parts[p] for r in others))
                      for p in PARTS if p != "comm_exposed"), key=lambda kv: kv[1])
-        gain = max(wait - mine.parts["comm_exposed"], 0.0)
+        # What the others wait per step: the straggler's excess over the others' median, step by step, and its
+        # median (one step the OS took from a rank does not make a cause).
+        n = min(len(r.busy_ms) for r in ranks)
+        excess = [mine.busy_ms[i] - statistics.median(r.busy_ms[i] for r in others) for i in range(n)]
+        gain = max(statistics.median(excess), 0.0) if excess else 0.0
         add("straggler", f"rank {slow} is slower than the others",
             f"the other rank(s) wait {wait:.2f} ms per step in communication for rank {slow}, whose "
             f"{LABELS[extra[0]]} takes {extra[1]:.2f} ms more than theirs",
