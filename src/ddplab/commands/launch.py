@@ -11,6 +11,9 @@ Around torchrun it adds:
   folder that is removed when the run passes and kept when it fails; the last line says which (`logs: PATH`, a
   folder `ddplab explain PATH` reads);
 - when a rank fails: the first failure (rank, exit code, traceback tail), then `ddplab explain`'s diagnosis, exit 1;
+- `--profile [STEPS]`: torch.profiler over STEPS optimizer steps in every rank (no change to the script): each
+  rank's step split into its parts, the straggler, the causes of lost speed ranked with fix and expected gain,
+  Chrome traces and a PNG in the run's folder, which is kept (docs/profile.md);
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
   is stuck, related lint findings, every worker ended, exit 3.
@@ -30,13 +33,16 @@ from pathlib import Path
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
+PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
+
 
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
     # must not pay. A NUL prefix char means argparse sees no option here and hands every argument over untouched.
     p = sub.add_parser("launch", help="run any script under torchrun with preflight checks and a hang watchdog",
                        add_help=False, prefix_chars="\0",
-                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [torchrun options] SCRIPT [args]")
+                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] [torchrun options] "
+                             "SCRIPT [args]")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -60,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
-    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=5, default=None, metavar="STEPS",
+    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=PROFILE_STEPS, default=None, metavar="STEPS",
                        help="torch.profiler over STEPS optimizer steps (default 5) in every rank, after 3 warm-up "
                             "steps: per-rank breakdown, the causes of lost speed ranked, Chrome traces and a PNG "
                             "kept in the run's folder (docs/profile.md)")
@@ -143,7 +149,7 @@ def _options(parser, argv: list[str]):
 def _bare_profile(argv: list[str], end: int) -> list[str]:
     """`--profile` takes an optional STEPS: a bare one followed by anything but a number means the default (argparse
     would read the script's path as STEPS)."""
-    return [f"--profile={5}" if i < end and a == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
+    return [f"--profile={PROFILE_STEPS}" if i < end and a == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
             else a for i, a in enumerate(argv)]
 
 

@@ -149,11 +149,13 @@ def _finish() -> None:
     base = os.path.join(s["folder"], f"rank{s['rank']}")
     prof.export_chrome_trace(base + ".trace.json.tmp")
     os.replace(base + ".trace.json.tmp", base + ".trace.json")
+    exported = time.perf_counter()
     facts = {"rank": s["rank"], "world_size": int(os.environ.get("WORLD_SIZE", "1")),
              "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "pid": os.getpid(),
              "skip": s["skip"], "steps": s["steps"], "window_s": wall,
              "cpu_s": (usage.ru_utime - r0.ru_utime) + (usage.ru_stime - r0.ru_stime),
              "involuntary_switches": usage.ru_nivcsw - r0.ru_nivcsw, **_environment(), **_objects()}
+    facts["export_s"] = time.perf_counter() - exported + (exported - s["t0"] - wall)  # the step that pays for it
     with open(base + ".json.tmp", "w", encoding="utf-8") as f:
         json.dump(facts, f)
     os.replace(base + ".json.tmp", base + ".json")

@@ -8,8 +8,9 @@ the same for every rank and every part, so that the parts stay within the whole:
   `evaluate_function` ranges; optimizer: `Optimizer.step#` and `Optimizer.zero_grad#`;
 - exposed communication: the time a collective was running (`gloo:`/`nccl:` ranges, on the backend's threads)
   while this rank computed none of the above: what the rank sat waiting for, slower ranks included;
-- host syncs: main-thread time outside those parts in a stretch that holds a synchronising op (`.item()`,
-  `aten::_local_scalar_dense`, a copy to the CPU from a device): on a GPU the host waits there for the device;
+- host syncs: main-thread time outside those parts in a stretch that holds a synchronising op (`.item()`:
+  `aten::_local_scalar_dense`; on a GPU the CUDA runtime's synchronising calls, behind `.cpu()` and printing a
+  tensor): a GPU's host waits there for the device, a CPU's spends it formatting and converting;
 - other: the rest of the step (Python between the parts, the loss, logging).
 Each part is a union of intervals clipped to the step, and the parts are taken in that order, each minus the
 ones before it: they sum to the step exactly.
@@ -33,6 +34,7 @@ LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP af
           "backward": "backward", "optimizer": "optimizer", "comm_exposed": "exposed comm",
           "host_sync": "host syncs", "other": "other"}
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
+CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 CONSISTENT = 0.8  # a straggler is the busiest rank in at least this share of the profiled steps
 MIN_SHARE = 0.05  # a cause worth less than this share of the step is not listed: below the run-to-run noise
@@ -150,10 +152,9 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
 
 
 def _is_sync(e: dict) -> bool:
-    if e["name"] in SYNC_OPS:
-        return True
-    # A copy to the host from a device: the host waits for the device (CPU-only traces have no such copy).
-    return e["name"] in ("aten::_to_copy", "aten::copy_") and "Memcpy" in str(e.get("args", {}))
+    # .item() is aten::_local_scalar_dense; .cpu() of a device tensor and printing one end in a CUDA runtime call
+    # that blocks the host until the device is done (CPU-only traces have none of those).
+    return e["name"] in SYNC_OPS or (e.get("cat") == "cuda_runtime" and e["name"] in CUDA_SYNCS)
 
 
 def _span(e: dict) -> tuple[float, float]:
