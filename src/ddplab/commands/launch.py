@@ -41,8 +41,8 @@ def add_parser(sub) -> None:
     # must not pay. A NUL prefix char means argparse sees no option here and hands every argument over untouched.
     p = sub.add_parser("launch", help="run any script under torchrun with preflight checks and a hang watchdog",
                        add_help=False, prefix_chars="\0",
-                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] [torchrun options] "
-                             "SCRIPT [args]")
+                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
+                             "[torchrun options] SCRIPT [args]")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
-    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=PROFILE_STEPS, default=None, metavar="STEPS",
+    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=PROFILE_STEPS, default=None,
+                       metavar="STEPS",
                        help="torch.profiler over STEPS optimizer steps (default 5) in every rank, after 3 warm-up "
                             "steps: per-rank breakdown, the causes of lost speed ranked, Chrome traces and a PNG "
                             "kept in the run's folder (docs/profile.md)")
@@ -149,8 +150,10 @@ def _options(parser, argv: list[str]):
 def _bare_profile(argv: list[str], end: int) -> list[str]:
     """`--profile` takes an optional STEPS: a bare one followed by anything but a number means the default (argparse
     would read the script's path as STEPS)."""
-    return [f"--profile={PROFILE_STEPS}" if i < end and a == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
-            else a for i, a in enumerate(argv)]
+    def bare(i: int) -> bool:
+        return i < end and argv[i] == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
+
+    return [f"--profile={PROFILE_STEPS}" if bare(i) else a for i, a in enumerate(argv)]
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
