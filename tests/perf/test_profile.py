@@ -97,3 +97,23 @@ def test_script_arguments_named_profile_stay_the_scripts(tmp_path, no_leftover_w
     ran = cli("launch", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "--profile", timeout=300)
     assert ran.code == 1  # the plant script has no --profile option: argparse in the rank says so
     assert ran.json()["profile"] is None
+
+
+def _rank(rank, busy, wait=1.0):
+    from ddplab.perf.profile import PARTS, RankBreakdown
+
+    parts = dict.fromkeys(PARTS, 0.0)
+    parts["backward"], parts["comm_exposed"] = sum(busy) / len(busy), wait
+    return RankBreakdown(rank=rank, steps=len(busy), step_ms=sum(parts.values()), parts=parts,
+                         allreduces_per_step=1, forwards_per_step=1, trace="", busy_ms=busy)
+
+
+def test_a_straggler_is_busiest_in_most_steps_not_in_one():
+    from ddplab.perf.profile import causes, straggler
+
+    # Rank 1's mean is higher only because the OS took one step from it: no straggler.
+    assert straggler([_rank(0, [5, 4, 6, 4, 5]), _rank(1, [4, 5, 40, 5, 4])]) is None
+    ranks = [_rank(0, [5, 6, 5, 6, 5], wait=20), _rank(1, [25, 26, 60, 25, 24])]
+    assert straggler(ranks) == 1
+    found = causes(ranks, {0: {}, 1: {}}, 1)
+    assert found[0].key == "straggler" and found[0].gain_ms == pytest.approx(20)  # the median excess, not the mean
