@@ -34,7 +34,7 @@ def check_whole(result: dict, tmp_path: Path) -> dict:
     return p
 
 
-def check_chrome_trace(path: Path) -> None:
+def check_chrome_trace(path: Path, steps: int = 5) -> None:
     """The Trace Event Format (the JSON form chrome://tracing, Perfetto and TensorBoard's profiler read): an object
     with traceEvents; complete events carry name, ph, ts, dur, pid, tid; steps are marked."""
     trace = json.loads(path.read_text())
@@ -44,7 +44,7 @@ def check_chrome_trace(path: Path) -> None:
     for e in complete:
         assert isinstance(e["name"], str) and isinstance(e["ts"], (int, float)) and e["dur"] >= 0
         assert "pid" in e and "tid" in e
-    assert sum(e["name"].startswith("ProfilerStep#") for e in complete) == 5
+    assert sum(e["name"].startswith("ProfilerStep#") for e in complete) == steps
     assert {e["ph"] for e in events} <= set("BEXiIPCMbnesftsO")  # the phases the format defines
 
 
@@ -117,3 +117,20 @@ def test_a_straggler_is_busiest_in_most_steps_not_in_one():
     assert straggler(ranks) == 1
     found = causes(ranks, {0: {}, 1: {}}, 1)
     assert found[0].key == "straggler" and found[0].gain_ms == pytest.approx(20)  # the median excess, not the mean
+
+
+def test_train_profile_breaks_down_the_recipes_steps(no_leftover_workers):
+    import shutil
+
+    ran = cli("train", "mlp", "--nproc", "2", "--profile", "4", "--max-steps", "12", "--samples", "4000", "--json",
+              timeout=300)
+    assert ran.code == 0, ran.err[-3000:]
+    p = ran.json()["profile"]
+    try:
+        assert p["problem"] is None and [r["rank"] for r in p["ranks"]] == [0, 1]
+        for r in p["ranks"]:
+            assert r["steps"] == 4 and sum(r["parts"].values()) == pytest.approx(r["step_ms"], rel=1e-6)
+            assert r["parts"]["forward"] > 0 and r["parts"]["backward"] > 0  # DDP's and autograd's own ranges
+            check_chrome_trace(Path(r["trace"]), steps=4)
+    finally:
+        shutil.rmtree(p["folder"], ignore_errors=True)

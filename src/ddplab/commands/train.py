@@ -8,7 +8,11 @@ files, so this process draws rank 0's progress bar from the events the workers s
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import tempfile
+import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
@@ -38,6 +42,9 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
                              "it resumes from the latest checkpoint, without one it starts over")
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
+    launch.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=5, default=None, metavar="STEPS",
+                        help="torch.profiler over STEPS steps (default 5) after 3 warm-up steps in every rank: the "
+                             "per-rank breakdown, causes ranked, Chrome traces and a PNG kept (docs/profile.md)")
     cliargs.add_nodes(p)
 
 
@@ -72,15 +79,23 @@ class TrainFailure:
 
 def run(args) -> int:
     from ddplab.launcher import startup
+    from ddplab.diagnose import profhook
+    from ddplab.perf import profile
     from ddplab.train.ranks import start_ranks
 
     early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
+    # Where the ranks look for --profile's request (they start before the flags are read): made only if asked.
+    args.profile_dir = Path(tempfile.gettempdir()) / f"ddplab-profile-{os.getpid()}-{time.time_ns()}"
 
     def start(nproc: int):
-        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True)
+        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True,
+                           env={profhook.DIR_ENV: str(args.profile_dir)})
 
     with startup.early(start, early.nproc if early else None) as ranks:
         cfg, ns, nproc, device = _checked(args)
+        if ns.profile:
+            profile.request(args.profile_dir, ns.profile)
+        ns.profile_dir = args.profile_dir
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
         from ddplab.perf.memory import PredictElsewhere, PredictHere
@@ -171,6 +186,10 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         _add_prediction(result, predicting)
+        if ns.profile:
+            from ddplab.perf import profile
+
+            result.profile = profile.analyse(ns.profile_dir)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input

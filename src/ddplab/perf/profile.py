@@ -36,6 +36,7 @@ LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP af
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
 CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+_COMPUTE_EXCESS = " (compute)"
 CONSISTENT = 0.8  # a straggler is the busiest rank in at least this share of the profiled steps
 MIN_SHARE = 0.05  # a cause worth less than this share of the step is not listed: below the run-to-run noise
 
@@ -70,6 +71,9 @@ class Profile:
     causes: list[Cause] = field(default_factory=list)
     plot: str | None = None
     problem: str | None = None  # why there is nothing to show
+
+    def show(self, con) -> None:
+        render(con, self)
 
 
 def request(folder: Path, steps: int, skip: int = profhook.DEFAULT_SKIP) -> None:
@@ -249,7 +253,8 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         gain = max(statistics.median(excess), 0.0) if excess else 0.0
         add("straggler", f"rank {slow} is slower than the others",
             f"the other rank(s) wait {wait:.2f} ms per step in communication for rank {slow}, whose "
-            f"{LABELS[extra[0]]} takes {extra[1]:.2f} ms more than theirs",
+            f"{LABELS[extra[0]]} takes {extra[1]:.2f} ms more than theirs"
+            + (_COMPUTE_EXCESS if extra[0] in ("forward", "backward", "optimizer") else ""),
             f"find what rank {slow} does that the others do not (code under `if rank == {slow}`, uneven data, "
             "logging or checkpointing on one rank, another process on its core or GPU) and spread or remove it",
             gain)
@@ -292,6 +297,15 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
             f"cores ({over:.1f}x oversubscribed): threads wait for each other and for the core",
             f"OMP_NUM_THREADS={max(cores // local, 1)} (cores / ranks on this machine) or "
             f"torch.set_num_threads({max(cores // local, 1)})", busy * (1 - 1 / over))
+    by_key = {c.key: c for c in out}
+    if "threads" in by_key and "straggler" in by_key and by_key["straggler"].evidence.endswith(_COMPUTE_EXCESS):
+        # A rank slower in its own compute on an oversubscribed machine: the OS shares the cores unevenly between
+        # the ranks' threads; one cause, not two.
+        lagging, threads_cause = by_key["straggler"], by_key["threads"]
+        out.remove(lagging)
+        threads_cause.evidence += f"; it also makes {lagging.title} ({lagging.gain_ms:.2f} ms per step)"
+        threads_cause.gain_ms = max(threads_cause.gain_ms, lagging.gain_ms)
+        threads_cause.gain_share = threads_cause.gain_ms / step if step else 0.0
     out = [c for c in out if c.gain_share >= MIN_SHARE]
     return sorted(out, key=lambda c: -c.gain_ms)
 

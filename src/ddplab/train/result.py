@@ -72,6 +72,7 @@ class TrainResult:
     metrics_file: str | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    profile: object = None  # `--profile`: perf.profile.Profile, added by the caller
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainResult:
@@ -149,6 +150,8 @@ def render(con, r: TrainResult) -> None:
         con.print(f"metrics: {r.metrics_file}")
     for w in r.warnings:
         con.print(report.text(report.styled('WARN'), f" {w}"))
+    if r.profile is not None:
+        r.profile.show(con)
 
 
 def _mib(value: float | None) -> str:
