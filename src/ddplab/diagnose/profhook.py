@@ -7,7 +7,7 @@ still gets one step per iteration. The profiler starts at the end of step SKIP (
 DDP's bucket rebuild, a compile), calls profiler.step() at the end of each of the next STEPS steps (each step is a
 `ProfilerStep#N` range in the trace: from one optimizer step's end to the next's), then stops and writes
 DIR/rank<RANK>.trace.json (Chrome/Perfetto format, the profiler's export_chrome_trace) and DIR/rank<RANK>.json
-(what the trace cannot say: DDP's settings, data loaders, threads, cores, step times outside the window).
+(what the trace cannot say: DDP's settings, data loaders, threads, cores).
 
 Installed through frboot/sitecustomize.py like the Flight Recorder's dump thread: it imports nothing heavy at
 start-up; the hook is attached the moment the script's `import torch` loads torch.optim. Outside the window it
@@ -43,7 +43,7 @@ def install() -> bool:
     except (OSError, ValueError):
         return False
     _state.update(folder=folder, rank=int(os.environ.get("RANK", "0")), steps=int(config.get("steps", DEFAULT_STEPS)),
-                  skip=int(config.get("skip", DEFAULT_SKIP)), count=0, optimizer=None, prof=None, ends=[],
+                  skip=int(config.get("skip", DEFAULT_SKIP)), count=0, optimizer=None, prof=None,
                   pid=os.getpid())
     if "torch.optim.optimizer" in sys.modules:  # torch already loaded (a ddplab worker calls install() late)
         _attach(sys.modules["torch.optim.optimizer"])
@@ -90,8 +90,6 @@ def _after_step(optimizer, args, kwargs) -> None:
     elif s["optimizer"] != id(optimizer):
         return
     s["count"] += 1
-    now = time.perf_counter()
-    s["ends"].append(now)
     n = s["count"] - s["skip"]
     try:
         if n == 0:
@@ -160,9 +158,6 @@ def _finish() -> None:
         json.dump(facts, f)
     os.replace(base + ".json.tmp", base + ".json")
     s["prof"] = None
-    import atexit
-
-    atexit.register(_write_ends, base + ".steps.json", os.getpid())
 
 
 def _mark_post_forward(on: bool) -> None:
@@ -180,13 +175,6 @@ def _mark_post_forward(on: bool) -> None:
         DDP._post_forward = _post_forward
     elif not on and "ddplab" in _state:
         DDP._post_forward = _state.pop("ddplab")
-
-
-def _write_ends(path: str, owner: int) -> None:
-    """Every step's end time, written at exit: the throughput outside the window (what --profile costs there)."""
-    if os.getpid() == owner:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"ends": _state["ends"], "skip": _state["skip"], "steps": _state["steps"]}, f)
 
 
 def _environment() -> dict:
