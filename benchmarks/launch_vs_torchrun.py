@@ -8,12 +8,14 @@ Per round, back to back with the order alternated, the same options for both:
   ddplab    `python -m ddplab launch --standalone --nproc-per-node 2 trivial.py` (lint, preflight, watchdog on)
   baseline  (with --baseline-src) `ddplab launch` of another checkout, e.g. the commit before a start-up change
 trivial.py joins a gloo group, all-reduces once and leaves. Printed: the median of the per-round ratios
-ddplab/torchrun with a 95 % sign-test interval (issue 31 point 4: 1.51x before the agent started first).
+ddplab/torchrun (and baseline/torchrun, ddplab/baseline) with a 95 % sign-test interval, and the machine's load
+average before and after (issue 31 point 4: target <= 1.1x; 1.51x before the agent started first).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -45,6 +47,7 @@ def main() -> int:
     if args.baseline_src:
         variants["baseline"] = (variants["ddplab"][0], str(Path(args.baseline_src).resolve()))
     got: dict[str, list[float]] = {name: [] for name in variants}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as folder:
         Path(folder, "trivial.py").write_text(TRIVIAL)
         wall_seconds(variants["torchrun"][0], SRC, folder)  # warm the page cache for both
@@ -54,10 +57,12 @@ def main() -> int:
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in got.items()), file=sys.stderr,
                   flush=True)
     print(f"\ntrivial 2-rank script, {args.rounds} rounds, wall seconds (median): " +
-          ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in got.items()))
-    for other in [k for k in got if k != "torchrun"]:
-        med, lo, hi = median_interval([a / b for a, b in zip(got[other], got["torchrun"])])
-        print(f"  {other}/torchrun: median {med:.2f}x (95 % {lo:.2f}..{hi:.2f})")
+          ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in got.items()) +
+          f"; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+    pairs = [(other, "torchrun") for other in got if other != "torchrun"]
+    for a, b in pairs + ([("ddplab", "baseline")] if "baseline" in got else []):
+        med, lo, hi = median_interval([x / y for x, y in zip(got[a], got[b])])
+        print(f"  {a}/{b}: median {med:.2f}x (95 % {lo:.2f}..{hi:.2f})")
     return 0
 
 

@@ -4,7 +4,8 @@ Layers, lowest first; a module may import from its own layer or a lower one, nev
   runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo: what every process may need
   diagnose   explain's rules, lint, exit codes: knowledge about failures, no processes
   launcher   starting, watching and ending ranks (uses diagnose to name a root cause)
-  library    checks, train, recipes, perf, observe, userscript: what the commands do
+  library    checks, train, recipes, perf, observe, userscript: what the commands do; inside it, perf predicts and
+             measures train's runs, so perf may import train and train never imports perf (ONE_WAY)
   commands   one module per subcommand, and cliargs (the CLI's shared argument types)
   cli        the entry point
 """
@@ -24,6 +25,8 @@ LAYERS = {
     "cli": ["ddplab.cli", "ddplab.__main__"],
 }
 ORDER = list(LAYERS)
+# Packages of one layer whose dependency points one way: (package, the package it never imports).
+ONE_WAY = [("ddplab.train", "ddplab.perf")]
 COMMAND_MAX_LINES = 250
 
 
@@ -70,6 +73,18 @@ def test_imports_point_downward():
         for imported in _imports(tree, name):
             if ORDER.index(_layer(imported)) > mine:
                 wrong.append(f"{name} ({_layer(name)}) imports {imported} ({_layer(imported)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_library_packages_depend_one_way():
+    """train's loop measures its own memory (train/memory.py) and MFU (train/peaks.py); perf's cost, memory and scale
+    models import those, and train imports nothing of perf, not even lazily inside a function."""
+    wrong = [f"{name} imports {imported}" for name, tree, _ in _modules() for package, never in ONE_WAY
+             if _within(name, package) for imported in _imports(tree, name) if _within(imported, never)]
     assert not wrong, "\n".join(wrong)
 
 

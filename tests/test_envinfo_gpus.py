@@ -76,6 +76,9 @@ def test_preflight_fails_cpu_ranks_where_the_driver_sees_unusable_gpus(monkeypat
         return envinfo.Warning_("NVIDIA driver 470.57.02 is older than torch's CUDA 12.6 needs", "update the driver")
 
     monkeypatch.setattr(envinfo, "unusable_gpus", unusable)
+    # A CUDA build whose driver sees 2 GPUs: only then is torch imported and asked (launch's CLI imports no torch).
+    monkeypatch.setattr(envinfo, "cuda_possible", lambda: True)
+    monkeypatch.setattr(envinfo, "nvml_gpu_count", lambda: 2)
     for ranks_vs_devices in (True, False):  # train asks without the ranks-vs-devices finding
         found = preflight.environment_findings(2, "cpu", "gloo", ranks_vs_devices=ranks_vs_devices)
         assert [(f.level, f.fix) for f in found if "driver" in f.what] == [("fail", "update the driver")]

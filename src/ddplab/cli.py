@@ -1,7 +1,8 @@
 """`ddplab COMMAND ...`: registers the subcommands and maps ddplab errors to exit codes (see docs/guide.md).
 
 Exit codes: 0 pass, 1 a check or run failed, 2 bad input or usage, 3 timeout or hang, 130 Ctrl-C.
-Command modules keep heavy imports (torch) inside run(), so `ddplab --help` stays instant.
+Command modules keep heavy imports (torch) inside run(), so `ddplab --help` stays instant; `ddplab COMMAND ...`
+imports that command's module alone (`ddplab launch` starts its agent sooner).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ def command_names() -> list[str]:
     return discover.modules(ddplab.commands.__path__, ORDER)
 
 
-def build_parser() -> Parser:
+def build_parser(argv: list[str] | None = None) -> Parser:
+    """Every command's parser; only COMMAND's when argv starts with a command's name (the others' modules import
+    rich, psutil, the perf models...: a tenth of a second that every start of a command would pay)."""
     parser = Parser(prog="ddplab", description="Check, practise, run, measure and debug PyTorch DDP training.")
     parser.add_argument("--version", action="version", version=f"ddplab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in command_names():
+    names = command_names()
+    for name in argv[:1] if argv and argv[0] in names else names:
         importlib.import_module(f"ddplab.commands.{name}").add_parser(sub)
     _describe(sub)
     return parser
@@ -51,7 +55,8 @@ def _terminate(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)

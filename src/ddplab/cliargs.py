@@ -137,3 +137,36 @@ def nodes_from(args):
         log(f"warning: the c10d rendezvous store on {nodes.host}:{nodes.port} is unauthenticated: anyone who can "
             "reach that port can join or disturb the job, so keep it on a private network")
     return nodes
+
+
+GRACE_S = 30.0  # = ddplab.launcher.preempt.DEFAULT_GRACE_S (not imported here: cliargs stays light)
+
+
+def add_grace(parser) -> None:
+    """--grace S: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks may take to save before they are ended."""
+    parser.add_argument("--grace", metavar="S", type=_seconds, default=GRACE_S,
+                        help="on SIGTERM/SIGUSR1/SIGUSR2 (a preemption notice) every rank is sent SIGTERM and has "
+                             "this long to save (ddplab.resume) before it is ended; exit code 4 once the state is "
+                             f"saved (default {GRACE_S:g})")
+
+
+PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
+
+
+def add_profile(parser) -> None:
+    """--profile [STEPS]: torch.profiler in every rank (ddplab.diagnose.profhook), the breakdown after the run."""
+    parser.add_argument("--profile", nargs="?", type=positive_int, const=PROFILE_STEPS, default=None,
+                        metavar="STEPS",
+                        help=f"torch.profiler over STEPS optimizer steps (default {PROFILE_STEPS}) in every rank, "
+                             "after 3 warm-up steps: per-rank breakdown, the causes of lost speed ranked, Chrome "
+                             "traces and a PNG kept in the run's folder (docs/profile.md)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 30")
+    return value

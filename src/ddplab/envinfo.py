@@ -8,6 +8,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -89,7 +90,56 @@ def cuda_devices(torch) -> list[dict]:
 def early_nproc(asked: int | None, device: str | None) -> int | None:
     """The rank count known before torch is imported, so that an agent can start importing it meanwhile: the one
     asked for, or the default 2 CPU ranks where no GPU can be; None when only torch can tell (a driver is here)."""
-    return asked or (2 if device == "cpu" or nvidia_driver() is None else None)
+    return asked or (2 if device == "cpu" or not cuda_possible() else None)
+
+
+def cuda_possible() -> bool:
+    """Whether torch.cuda could see a GPU here, known without importing torch (seconds): not with a CPU-only build
+    of torch, nor with a CUDA build and no NVIDIA driver. True: only torch can tell (a driver is here, a ROCm build,
+    a torch whose version file could not be read)."""
+    build = torch_build_fields()
+    if build is None:
+        return True
+    return build["hip"] is not None or (build["cuda"] is not None and nvidia_driver() is not None)
+
+
+def cuda_available() -> bool:
+    """torch.cuda.is_available(), importing torch only where a GPU is possible."""
+    if not cuda_possible():
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cuda_device_count() -> int:
+    """The GPUs torch can use (0 when it can use none), importing torch only where a GPU is possible."""
+    if not cuda_available():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def torch_build_fields() -> dict[str, str | None] | None:
+    """torch.version.cuda and .hip, read from torch/version.py as text (torch writes them there as plain
+    assignments when it is built), so that nothing of torch is imported; None when the file says otherwise."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")  # a top-level name: found, not imported
+        folder = spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
+        tree = ast.parse((Path(folder) / "version.py").read_text()) if folder else None
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return None
+    fields = {}
+    for node in (tree.body if tree else []):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        target = targets[0] if len(targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and isinstance(node.value, ast.Constant):
+            fields[target.id] = node.value.value
+    return fields if set(fields) == {"cuda", "hip"} else None
 
 
 def nvidia_driver() -> str | None:

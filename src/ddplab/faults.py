@@ -6,6 +6,8 @@ Set DDPLAB_FAULT to KIND:RANK:PHASE (several separated by commas):
     exit:0:ddp                     rank 0 exits at once with code 17 (no Python exception, like a killed process)
     corrupt:1:collectives.broadcast  rank 1 feeds one wrong element into that collective (a broken transport's
                                    effect: every rank that receives it must count it as wrong)
+    version:1:torch                node rank 1 reports its torch (cuda, nccl, driver) version with "+planted" to the
+                                   cross-node preflight: two machines whose versions differ, on one machine
 Phases are the names workers pass to ddplab.launcher.progress.mark(); `ddplab check --json` lists them per stage.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 
-KINDS = ("crash", "hang", "exit", "corrupt")
+KINDS = ("crash", "hang", "exit", "corrupt", "version")
 
 
 def parse(spec: str) -> list[tuple[str, int, str]]:
@@ -65,3 +67,11 @@ def feed(phase: str):
         tensor.view(-1)[0] += 1
         return tensor
     return corrupt
+
+
+def planted_versions(node_rank: int | None) -> set[str]:
+    """The version names a `version:NODE_RANK:NAME` fault plants on this node (checks/crossnode.py)."""
+    spec = os.environ.get("DDPLAB_FAULT")
+    if not spec or node_rank is None:
+        return set()
+    return {phase for kind, rank, phase in parse(spec) if kind == "version" and rank == node_rank}

@@ -32,7 +32,7 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 TORCH_PREFIX = re.compile(r"^(?:\[default(\d+)\]:)?(?:\[rank(\d+)\]:)? ?")
 
 
-def run_torchrun(script: str, tmp: Path, *options: str) -> str:
+def run_torchrun(script: str, tmp: Path, *options: str, deadline_s: float = 170) -> str:
     """The console of a real 2-rank torchrun run (--tee 3: every rank's lines with `[defaultN]:`), which fails."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "--log-dir", str(tmp), "--tee", "3", *options, str(SCRIPTS / script)]
@@ -43,10 +43,10 @@ def run_torchrun(script: str, tmp: Path, *options: str) -> str:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=180)
+        out, _ = proc.communicate(timeout=deadline_s)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
-        raise AssertionError(f"{script} overstayed 180s")
+        raise AssertionError(f"{script} overstayed {deadline_s}s")
     deadline = time.monotonic() + 5
     while (left := tagged(tag)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -164,8 +164,10 @@ def test_a_truncated_two_line_paste(crash_console, tmp_path):
     assert e.reading.exception.startswith("RuntimeError: Error(s) in loading")
 
 
+@pytest.mark.timeout(420)
 def test_several_elastic_attempts_in_one_log(tmp_path):
-    console = run_torchrun("crash_ddp.py", tmp_path, "--max-restarts", "1")
+    # two attempts of a 2-rank run: twice the start-up of one, which took over 180 s on this shared machine at load 10
+    console = run_torchrun("crash_ddp.py", tmp_path, "--max-restarts", "1", deadline_s=400)
     e = explain_file(tmp_path, console)
     assert e.reading.attempts == 2, console[-3000:]
     assert ("module-prefix", 1) in {(m.rule, m.rank) for m in e.matches}
@@ -312,6 +314,31 @@ def test_a_plain_python_error_is_read_when_no_rule_knows_it(tmp_path):
     assert "a plain Python error in your own code: NameError" in ran.out
     assert "name_error.py:11 in evaluate" in ran.out
 
+
+def tied_summary(script: str, first: int, other: int, exitcode: int = 1) -> str:
+    """torchrun's own failure summary (torch's ChildFailedError) when both ranks exited in the same second: it orders
+    failures by whole-second timestamps, and a tie goes to the rank listed first."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failures = {rank: ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file="<N/A>")
+                for rank in (first, other)}
+    for failure in failures.values():
+        failure.timestamp = 1764800000
+    return ChildFailedError(script, failures).format_msg()
+
+
+def test_a_tie_in_torchruns_summary_goes_to_the_rank_with_its_own_error(tmp_path):
+    """Seen in CI: rank 1 raised a NameError, rank 0 then lost its peer in a barrier; both exited within one second
+    and torchrun named rank 0 first. The rank whose error is its own failed first."""
+    console = run_torchrun("name_error.py", tmp_path)
+    ranks = "\n".join(line for line in console.splitlines() if line.startswith("[default"))
+    e = explain_file(tmp_path, ranks + "\n" + tied_summary("name_error.py", first=0, other=1))
+    assert e.root_cause.rank == 1 and e.reading.rank == 1, (e.root_cause, ranks)
+    assert e.reading.exception == "NameError: name 'compute_accuracy' is not defined"
+    assert ("peer-closed", 0) in {(m.rule, m.rank) for m in e.matches if not m.root_cause}
+    # a second apart, torchrun's order stands (the ranks' own order is its word, not a guess)
+    apart = tied_summary("name_error.py", first=0, other=1).replace("time      : ", "time      : X", 1)
+    assert explain_file(tmp_path, ranks + "\n" + apart).root_cause.rank == 0
 
 def test_the_rank_that_failed_first_lost_its_peer(tmp_path):
     """Issue 32: rank 0 alone evaluates through the DDP model (tests/scripts/rank0_eval.py) and is the root cause

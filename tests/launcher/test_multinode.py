@@ -4,11 +4,11 @@ import json
 import sys
 
 from conftest import kill_tree
-from netns import popen_in, two_hosts
+from netns import hosts, popen_in
 
 
 def _both(hosts, argv_for, timeout=120):
-    procs = [popen_in(ns, argv_for(rank, addr)) for rank, (ns, addr) in enumerate(hosts)]
+    procs = [popen_in(host, argv_for(rank, host.addr)) for rank, host in enumerate(hosts)]
     try:
         outs = [p.communicate(timeout=timeout) for p in procs]
     finally:
@@ -18,9 +18,9 @@ def _both(hosts, argv_for, timeout=120):
 
 
 def test_check_across_two_hosts(no_leftover_workers):
-    with two_hosts() as hosts:
-        endpoint = f"{hosts[0][1]}:29561"
-        ran = _both(hosts, lambda rank, addr: [
+    with hosts(2) as made:
+        endpoint = f"{made[0].addr}:29561"
+        ran = _both(made, lambda rank, addr: [
             sys.executable, "-m", "ddplab", "check", "--json", "--nproc", "1", "--device", "cpu",
             "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
     for code, out, err in ran:
@@ -30,6 +30,7 @@ def test_check_across_two_hosts(no_leftover_workers):
         stages = {s["name"]: s for s in result["stages"]}
         assert "c10d rendezvous on " + endpoint in stages["preflight"]["figure"]
         assert stages["collectives"]["status"] == "PASS" and stages["ddp"]["status"] == "PASS"
+        assert [n["verdict"] for n in result["nodes"]] == ["READY", "READY"]  # the cross-node preflight passed
     ranks = sorted(r for code, out, err in ran for r in json.loads(out)["ranks"])
     assert ranks == [0, 1]  # the two hosts formed one group of two
 
@@ -38,9 +39,9 @@ def test_training_across_two_hosts_equals_one_host_with_the_same_world_size(no_l
     from conftest import cli
 
     flags = ["--epochs", "1", "--json", "--device", "cpu"]
-    with two_hosts() as hosts:
-        endpoint = f"{hosts[0][1]}:29562"
-        ran = _both(hosts, lambda rank, addr: [
+    with hosts(2) as made:
+        endpoint = f"{made[0].addr}:29562"
+        ran = _both(made, lambda rank, addr: [
             sys.executable, "-m", "ddplab", "train", "linear", "--nproc", "1", *flags,
             "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
     for code, out, err in ran:

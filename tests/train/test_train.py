@@ -328,7 +328,7 @@ def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(tmp_path
 def test_the_prediction_child_says_when_it_is_done_and_ends_when_cancelled(no_leftover_workers):
     """On GPUs `ddplab train` traces its memory prediction in a child (a tracer holds a CUDA context); a run that
     fails cancels it: no process is left."""
-    from ddplab.perf.memory import PredictElsewhere
+    from ddplab.train.memory import PredictElsewhere
 
     predicting = PredictElsewhere("linear", {}, "ddp", 2)
     assert not predicting.done()  # importing torch alone takes longer than this line

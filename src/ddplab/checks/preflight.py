@@ -72,11 +72,12 @@ def _shm(backend: str) -> Finding | None:
 def _unusable_gpus(device: str) -> Finding | None:
     """CPU ranks on a machine whose driver sees GPUs torch cannot use: a failure with its fix, not a silent fallback
     (to run on CPU on purpose there, CUDA_VISIBLE_DEVICES=-1 hides the GPUs)."""
-    if device != "cpu":
+    gpus = envinfo.nvml_gpu_count() if device == "cpu" and envinfo.cuda_possible() else 0
+    if not gpus:  # torch could use none, or the driver sees none: nothing to ask torch, whose import takes seconds
         return None
     import torch
 
-    unusable = envinfo.unusable_gpus(torch)
+    unusable = envinfo.unusable_gpus(torch, gpus=gpus)
     return Finding("fail", unusable.problem, unusable.fix) if unusable else None
 
 
@@ -120,11 +121,10 @@ def _threads(nproc: int) -> Finding:
 
 
 def _launcher_leftovers() -> Finding | None:
-    from ddplab import dist as ddist
-
     set_here = [v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if v in os.environ]
     if not set_here:
         return None
+    from ddplab import dist as ddist  # imports torch: only when there is something to read
     try:
         ddist.read_launcher_env()
     except DdplabError as e:
@@ -204,12 +204,23 @@ def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices
     return [f for f in found if f is not None]
 
 
-def run(nproc: int, device: str, backend: str, port: Finding) -> StageResult:
+def run(nproc: int, device: str, backend: str, port: Finding, cross=None) -> StageResult:
+    """cross: several nodes' preflight (checks/crossnode.py), given this node's findings to share; returns the job's."""
     start = time.perf_counter()
     findings = [port, *environment_findings(nproc, device, backend)]
+    nodes = []
+    if cross is not None:
+        shared = cross(findings)
+        findings += shared.findings
+        nodes = shared.nodes
+        if not shared.failed:
+            findings.append(Finding("ok", f"{len(nodes)} node(s) met at the preflight in {shared.seconds:.1f} s, "
+                                          "every pair connects"))
     findings.append(Finding("ok", f"torch build has {backend}"))  # choose_backend refused the command otherwise
     seconds = time.perf_counter() - start
     details = {"findings": [vars(f) for f in findings]}
+    if nodes:
+        details["nodes"] = nodes
     failed = [f for f in findings if f.level == "fail"]
     warned = [f for f in findings if f.level == "warn"]
     figure = "; ".join(f.what for f in findings if f.level == "ok" and not f.what.startswith("torch build"))

@@ -31,6 +31,7 @@ class CheckResult:
     nnodes: int = 1
     ranks: list[int] = field(default_factory=list)  # the global ranks that ran on this node
     flight: object = None  # a hung or failed run: which collective each rank last called (diagnose.flight)
+    nodes: list[dict] = field(default_factory=list)  # several nodes: each one's facts and verdict (crossnode)
     kept: str = ""  # a failed or hung run: the folder that keeps every rank's whole output
 
 
@@ -86,7 +87,7 @@ def run(args) -> int:
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
-        pre = preflight.run(nproc, device, backend, port_finding)
+        pre = preflight.run(nproc, device, backend, port_finding, cross=_cross(nodes, backend, nproc))
         stages, problems, seconds, run_ranks, flight, kept = [pre], [], pre.seconds, [], None, ""
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
@@ -100,12 +101,21 @@ def run(args) -> int:
     result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
                          verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
                          stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks,
-                         flight=flight, kept=kept)
+                         flight=flight, kept=kept, nodes=pre.details.get("nodes", []))
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
         return 3
     return 0 if result.ok else 1
+
+
+def _cross(nodes, backend: str, nproc: int):
+    """Several nodes: the cross-node preflight (ddplab's ranks get the route's interface; node 0 hosts the store)."""
+    if nodes is None:
+        return None
+    from ddplab.checks import crossnode
+
+    return lambda findings: crossnode.run(crossnode.own_ranks(nodes, backend, nproc), findings, say=report.log)
 
 
 def _run_workers(args, pending, payload):
@@ -164,13 +174,15 @@ def _problems(run) -> list[dict]:
 def _verdict(result: CheckResult) -> str:
     where = f"{result.nproc} rank(s), {result.backend} on {result.device}"
     if result.nnodes > 1:
-        where = f"{result.nproc} rank(s) here ({', '.join(map(str, result.ranks))}) of {result.nnodes} nodes, " \
-                f"{result.backend} on {result.device}"
+        ranks = f" ({', '.join(map(str, result.ranks))})" if result.ranks else ""
+        where = f"{result.nproc} rank(s) here{ranks} of {result.nnodes} nodes, {result.backend} on {result.device}"
     if result.ok:
         sim = " (simulated devices: CPU processes)" if result.device == "cpu" else ""
         return f"READY: distributed training works here with {where}{sim}"
     first = next(s for s in result.stages if s.status in (FAIL, TIMEOUT))
     verb = "timed out" if first.status == TIMEOUT else "failed"
+    if result.nnodes > 1 and first.name == "preflight":  # the node and the fact, then the fix
+        return f"NOT READY ({where}): {first.cause} — fix: {first.fix}"
     return f"NOT READY ({where}): {first.name} {verb} — fix first: {first.fix or first.cause}"
 
 
@@ -184,6 +196,14 @@ def render(con, r: CheckResult) -> None:
         table.add_row(s.name, report.styled(s.status), f"{s.seconds:.1f}s" if s.seconds else "",
                       s.figure or s.cause)
     con.print(table)
+    if r.nodes:
+        nodes = Table(box=None, pad_edge=False, show_edge=False)
+        for col in ("node", "interface", "torch", "verdict"):
+            nodes.add_column(col, overflow="fold")
+        for n in r.nodes:
+            nodes.add_row(n["node"] + (" (this one)" if n["this_node"] else ""), n["interface"],
+                          str(n["versions"].get("torch")), report.styled("PASS" if n["verdict"] == "READY" else "FAIL"))
+        con.print(nodes)
     for s in r.stages:
         findings = [f for f in s.details.get("findings", []) if f["level"] != "ok"]
         if findings:  # every warning and failure counted in the table, each with its fix

@@ -16,7 +16,10 @@ Around torchrun it adds:
   Chrome traces and a PNG in the run's folder, which is kept (docs/profile.md);
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
-  is stuck, related lint findings, every worker ended, exit 3.
+  is stuck, related lint findings, every worker ended, exit 3;
+- the machine taken away: SIGTERM/SIGUSR1/SIGUSR2 to ddplab is passed to every rank as SIGTERM; a script using
+  ddplab.resume saves at the same step on every rank within --grace S (default 30), then everything is ended:
+  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1).
 
 The agent (torchrun) runs in a process group of its own, so that every worker can always be ended.
 """
@@ -32,9 +35,6 @@ from pathlib import Path
 
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
-
-PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
-
 
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
@@ -63,14 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     cliargs.add_hang_timeout(group, "launch", off=True,
                              extra="; a script's progress is its output, and its silence counts only once idle "
                                    "CPU or every rank seen in the same distributed wait twice confirms it")
+    cliargs.add_grace(group)
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
-    group.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=PROFILE_STEPS, default=None,
-                       metavar="STEPS",
-                       help="torch.profiler over STEPS optimizer steps (default 5) in every rank, after 3 warm-up "
-                            "steps: per-rank breakdown, the causes of lost speed ranked, Chrome traces and a PNG "
-                            "kept in the run's folder (docs/profile.md)")
+    cliargs.add_profile(group)
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
@@ -93,17 +90,22 @@ def run(args) -> int:
         return 0 if argv else 2
     from ddplab.launcher.script import EarlyAgent, run_script
 
-    # The agent first: it imports torch (seconds) while this process imports torch's parser and checks the options.
+    # The agent first: it imports torch (seconds) and reads the options with torchrun's parser; this process never
+    # imports torch.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json, profile_steps = _options(build_parser(), argv)
+        ns, hang_timeout, lint, as_json, grace, profile_steps = _options(early.parser(build_parser), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
         script_pos = argv.index(ns.training_script) if ns.training_script in argv else len(argv)
         from ddplab.userscript.plan import preflight
 
-        plan = preflight(ns, argv[:script_pos], lint)
+        plan = preflight(ns, argv[:script_pos], lint, early)
+        if plan.max_nodes > 1:  # several nodes: the cross-node preflight, before any rank (imports torch)
+            from ddplab.checks.crossnode import for_launch
+
+            for_launch(ns, plan.nproc, plan.max_nodes)
     except BaseException:  # bad input, --help after other options, Ctrl-C: the early agent must not outlive this
         early.cancel()
         raise
@@ -118,7 +120,17 @@ def run(args) -> int:
 
         profile.request(early.folder / "profile", profile_steps)
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
-                     output=sys.stderr if as_json else sys.stdout)
+                     output=sys.stderr if as_json else sys.stdout, grace=grace)
+    if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
+        from ddplab.launcher.preempt import outcome
+
+        stopped = outcome(ran.preempted["signal"], grace, ran.note)
+        _clean(plan.log_dir, asked_logs, keep=False)
+        report.emit(stopped, as_json, lambda con, r: con.print(f"ddplab launch: {r.line()}", markup=False))
+        return stopped.exit_code
+    if ran.status == "failed" and ran.note.get("refused"):  # ddplab.resume stopped every rank on bad input
+        _clean(plan.log_dir, asked_logs, keep=False)
+        raise DdplabError(ran.note["refused"])
     result = analyse(ns, plan, ran, hang_timeout)
     if profile_steps:  # the traces and the picture are the point of the run: its folder is kept
         result.profile, asked_logs = profile.analyse(Path(plan.log_dir) / "profile"), True
@@ -137,14 +149,14 @@ def _options(parser, argv: list[str]):
     ns = parser.parse_args(_bare_profile(argv, len(argv)))
     if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
         ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
-    hang_timeout, lint, as_json, profile = ns.hang_timeout, not ns.no_lint, ns.json, ns.profile
-    for name in ("hang_timeout", "no_lint", "json", "profile"):
+    hang_timeout, lint, as_json, grace, profile = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile
+    for name in ("hang_timeout", "no_lint", "json", "grace", "profile"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
-        import torch
+        from ddplab.envinfo import cuda_available
 
-        ns.nproc_per_node = "gpu" if torch.cuda.is_available() else "2"
-    return ns, hang_timeout, lint, as_json, profile
+        ns.nproc_per_node = "gpu" if cuda_available() else "2"
+    return ns, hang_timeout, lint, as_json, grace, profile
 
 
 def _bare_profile(argv: list[str], end: int) -> list[str]:
@@ -153,7 +165,7 @@ def _bare_profile(argv: list[str], end: int) -> list[str]:
     def bare(i: int) -> bool:
         return i < end and argv[i] == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
 
-    return [f"--profile={PROFILE_STEPS}" if bare(i) else a for i, a in enumerate(argv)]
+    return [f"--profile={cliargs.PROFILE_STEPS}" if bare(i) else a for i, a in enumerate(argv)]
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
@@ -167,8 +179,6 @@ def _clean(log_dir, asked: bool, keep: bool) -> bool:
 
 
 def render(con, r) -> None:
-    from ddplab.diagnose.explain import render as render_explanation
-
     status = {"ok": "PASS", "failed": "FAIL", "hang": "TIMEOUT", "interrupted": "WARN"}[r.status]
     con.print(report.text("ddplab launch: ", report.styled(status), f" {r.summary}"))
     if r.status == "hang":
@@ -194,6 +204,8 @@ def render(con, r) -> None:
             con.print(f"    {r.cause.code}", markup=False)
             _render_lint(con, r.related_lint, "lint saw it before the run")
         if r.explanation is not None:
+            from ddplab.diagnose.explain import render as render_explanation  # 0.3 s: only when there is one
+
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
     if r.profile is not None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
-from dataclasses import dataclass, field
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
@@ -42,9 +42,8 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
                              "it resumes from the latest checkpoint, without one it starts over")
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
-    launch.add_argument("--profile", nargs="?", type=cliargs.positive_int, const=5, default=None, metavar="STEPS",
-                        help="torch.profiler over STEPS steps (default 5) after 3 warm-up steps in every rank: the "
-                             "per-rank breakdown, causes ranked, Chrome traces and a PNG kept (docs/profile.md)")
+    cliargs.add_profile(launch)
+    cliargs.add_grace(launch)
     cliargs.add_nodes(p)
 
 
@@ -63,18 +62,6 @@ def _guess(argv: list[str]):
     if launch.nproc is None or launch.nproc < 1 or launch.max_restarts < 0:
         return None
     return launch
-
-
-@dataclass
-class TrainFailure:
-    """What --json prints when the run itself failed (bad input is a one-line error instead)."""
-
-    status: str  # failed | hang | interrupted
-    summary: str
-    root_cause: int | None
-    ranks: list[dict] = field(default_factory=list)
-    flight: object = None  # which collective each rank last called (diagnose.flight)
-    kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
 
 
 def run(args) -> int:
@@ -98,7 +85,12 @@ def run(args) -> int:
         ns.profile_dir = args.profile_dir
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
-        from ddplab.perf.memory import PredictElsewhere, PredictHere
+        if launch.nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
+            from ddplab.checks import crossnode
+
+            crossnode.require(crossnode.own_ranks(launch.nodes, "nccl" if device == "cuda" else "gloo", nproc))
+        from ddplab.perf.memory import PredictHere
+        from ddplab.train.memory import PredictElsewhere
 
         # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
         # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in
@@ -118,7 +110,8 @@ def _checked(args):
     """Every check that needs no worker: flags, device, checkpoint directory, a --resume that cannot fit."""
     import torch
 
-    from ddplab.train import checkpoint, loop
+    from ddplab import ckptfile
+    from ddplab.train import loop
     from ddplab.train.config import from_arguments, parser
 
     recipe = loop.load_recipe(args.recipe)
@@ -138,8 +131,8 @@ def _checked(args):
     cfg.check_device(device)
     _environment(nproc, device)
     if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
-        newest = checkpoint.listed(cfg.checkpoint_path)[0][1]
-        state = checkpoint.peek(newest)
+        newest = ckptfile.listed(cfg.checkpoint_path)[0][1]
+        state = ckptfile.peek(newest)
         if state is not None:
             loop.check_compatible(state, args.recipe, cfg, newest)
     return cfg, ns, nproc, device
@@ -160,7 +153,7 @@ def _environment(nproc: int, device: str) -> None:
 def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
-    from ddplab.train.result import TrainResult, render
+    from ddplab.train.result import NodeDone, TrainFailure, TrainResult, render, render_failure, render_node
 
     view = ProgressView()
     errors: dict[int, tuple[str, int]] = {}
@@ -177,12 +170,23 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
                                "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
                                "predict_memory": False},
                               stall_timeout=ns.stall_timeout,
-                              on_event=on_event)
+                              on_event=on_event, grace=ns.grace)
     finally:
         view.close()
     if outcome.ok and all(r.rank != 0 for r in outcome.ranks):  # another node holds rank 0 and its result
         report.emit(NodeDone([r.rank for r in outcome.ranks], outcome.seconds), cfg.json, render_node)
         return 0
+    if outcome.ok and "preempted" in outcome.rank(0).result:  # every rank stopped after the same step, saved
+        from ddplab.train.loop import Preempted
+
+        stopped = Preempted(**outcome.rank(0).result["preempted"])
+        report.emit(stopped, cfg.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
+        if not predicting.done():  # its thread, inside torch's C++ at interpreter exit, would abort the process
+            sys.stdout.flush()     # ("terminate called without an active exception"): the machine is going away,
+            sys.stderr.flush()     # every rank has ended, nothing is left to wait for
+            predicting.cancel()
+            os._exit(stopped.exit_code)
+        return stopped.exit_code
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         _add_prediction(result, predicting)
@@ -218,32 +222,3 @@ def _add_prediction(result, predicting) -> None:
         return
     for r in result.ranks:
         r.predicted_peak_mb = mib
-
-
-@dataclass
-class NodeDone:
-    """What a node other than node 0 prints: its ranks finished; rank 0's node prints the training's result."""
-
-    ranks: list[int]
-    seconds: float
-    status: str = "PASS"
-
-
-def render_node(con, r: NodeDone) -> None:
-    con.print(f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
-              "the training's result")
-
-
-def render_failure(con, f: TrainFailure) -> None:
-    con.print(report.text(report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL'), f" {f.summary}"))
-    for r in f.ranks:
-        detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
-        if detail:
-            con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
-            con.print(detail, markup=False, highlight=False)
-    if f.flight is not None and f.flight.available:
-        from ddplab.diagnose.flight import render as render_flight
-
-        con.print(render_flight(f.flight), markup=False, highlight=False)
-    if f.kept:
-        con.print(f"kept: every rank's whole output in {f.kept} (delete it when done)", soft_wrap=True)

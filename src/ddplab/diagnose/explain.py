@@ -55,6 +55,7 @@ class RootCause:
     line: int | None = None  # where torchrun's summary names it (1-based)
     error: str | None = None  # the last error line that rank printed, when the log has it
     meaning: str | None = None  # what its exit code means (ddplab.diagnose.exitcodes.describe_exit)
+    time: str | None = None  # the summary's `time` (whole seconds: torchrun's order within one is arbitrary)
 
 
 @dataclass
@@ -92,6 +93,59 @@ def clean(text: str) -> str:
     return normalise(text)
 
 
+# A pasted source line holds a message split across string literals: Python's adjacent literals and `+`
+# ("Distributed package doesn't have NCCL " "built in"), C++'s `"a" "b"` and `<< "a" << "b"`, and in a macro call
+# (TORCH_CHECK(cond, "a", "b"), c10::str("a", "b")) literals given as separate arguments. Joined (join_literals),
+# the rules' patterns see the message as it prints; the line count stays the same.
+_PREFIX = r"[rRfFbBuU]{0,2}"  # Python's string prefixes (r"", f"", b"")
+
+
+def _joiners(q: str) -> tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern]:
+    lit = q + r"((?:[^" + q + r"\\\n]|\\.)*)" + q
+    return (re.compile(lit + r"\s*(?:\+|<<)?\s*" + _PREFIX + lit),  # "a" "b", "a" + "b", "a" << "b"
+            re.compile(lit + r"\s*(?:\+|<<|,)?\s*" + _PREFIX + lit),  # also "a", "b" inside a macro call
+            re.compile(lit + r"\s*(?:\+|<<|,|\\)?\s*$"),  # a line that ends in a literal
+            re.compile(r"^\s*(?:\+|<<)?\s*" + _PREFIX + lit))  # a line that goes on with one
+
+
+_JOINERS = {q: _joiners(q) for q in "\"'"}
+_MACRO_CALL = re.compile(r"\b(?:[A-Z][A-Z0-9_]{2,}|c10::str)\(")
+_SPLIT_HINT = re.compile(r"""(["'])\s*(?:\+|<<|,)?\s*(?:\\\s*)?(?:\n\s*(?:\+|<<)?\s*)?[rRfFbBuU]{0,2}\1""")
+
+
+def _unescape(body: str) -> str:
+    """A literal's escaped quotes as the message prints them (`doesn\\'t` -> `doesn't`)."""
+    return body.replace("\\'", "'").replace('\\"', '"')
+
+
+def join_literals(text: str) -> str:
+    """Each source line that splits a message across string literals, with the literals joined; a statement
+    continued on the next lines (a literal ending one line, the next starting with one) is joined onto its first
+    line, and the continuation lines stay as they are. Text without such a line comes back unchanged."""
+    if not _SPLIT_HINT.search(text):
+        return text
+    lines = text.split("\n")
+    changed = False
+    for i, line in enumerate(lines):
+        joined = line
+        for q, (adjacent, adjacent_args, ends, starts) in _JOINERS.items():
+            if q not in joined:
+                continue
+            k = i + 1
+            while k < len(lines) and k <= i + 4 and ends.search(joined) and starts.match(lines[k]):
+                joined = re.sub(r"\s*\\?\s*$", "", joined) + " " + lines[k].strip()
+                k += 1
+            rx = adjacent_args if _MACRO_CALL.search(joined) else adjacent
+            while True:
+                merged = rx.sub(lambda m: q + _unescape(m.group(1) + m.group(2)) + q, joined)
+                if merged == joined:
+                    break
+                joined = merged
+        if joined != line:
+            lines[i], changed = joined, True
+    return "\n".join(lines) if changed else text
+
+
 def _line_owner(line: str) -> tuple[int | None, int | None]:
     """(global rank, local rank) that printed this line, from torch's prefixes."""
     tag = GLOBAL_TAG.search(line[:48])
@@ -118,6 +172,11 @@ def parse_root_cause(lines: list[str]) -> RootCause | None:
         m = SUMMARY_FIELD.match(strip_prefixes(line))
         if m:
             fields.setdefault(m.group(1), m.group(2))
+    return _failure(fields, starts[-1] + 1)
+
+
+def _failure(fields: dict[str, str], line: int) -> RootCause | None:
+    """One entry of torchrun's summary (its `rank`, `exitcode`, `time` fields) as a RootCause."""
     rank_m = re.match(r"(\d+)(?: \(local_rank: (\d+)\))?", fields.get("rank", ""))
     if not rank_m:
         return None
@@ -127,7 +186,51 @@ def parse_root_cause(lines: list[str]) -> RootCause | None:
                      local_rank=int(rank_m.group(2)) if rank_m.group(2) else None,
                      exitcode=int(exit_m.group(1)) if exit_m else None,
                      signal=sig_m.group(1) if sig_m else None,
-                     line=starts[-1] + 1)
+                     line=line, time=fields.get("time"))
+
+
+def _other_failures(lines: list[str], root: RootCause) -> list[RootCause]:
+    """The ranks in the same summary's `Failures:` block (above its root cause), as RootCauses."""
+    found: list[RootCause] = []
+    fields: dict[str, str] = {}
+    for line in reversed(lines[:root.line - 1]):
+        text = strip_prefixes(line).strip()
+        if text.startswith("===") or text == "Failures:":
+            break
+        m = SUMMARY_FIELD.match(text)
+        if m:
+            fields.setdefault(m.group(1), m.group(2))
+        elif re.fullmatch(r"\[\d+\]:", text):  # an entry's head: its fields (read bottom-up) are complete
+            failure = _failure(fields, root.line)
+            found += [failure] if failure else []
+            fields = {}
+    return found
+
+
+def _is_consequence(error: str) -> bool:
+    """The error is one a rank reports because another failed (a lost peer, a timeout), and nothing more."""
+    said = [rule for rule, patterns in _COMPILED if any(p.search(error) for p in patterns)]
+    return any(r.consequence for r in said) and all(r.consequence or r.generic or r.warning for r in said)
+
+
+def _tie_broken(lines: list[str], root: RootCause | None) -> RootCause | None:
+    """torchrun orders the failures by timestamps in whole seconds (ProcessFailure.timestamp) and gives a tie to
+    the lowest rank: a rank that only lost its peer is then named first though the peer failed before it (both
+    exited in the same second). When the named rank's own error is such a consequence and a rank that failed in
+    the same second printed an error that is not, that rank failed first."""
+    if root is None or root.line is None or root.time is None:
+        return root
+    summary = _summary_span(lines, root)
+    error = _last_error(lines, _root_lines(lines, root, summary), summary)
+    if error is None or not _is_consequence(error):
+        return root
+    for other in _other_failures(lines, root):
+        if other.time != root.time:
+            continue
+        error = _last_error(lines, _root_lines(lines, other, summary), summary)
+        if error is not None and not _is_consequence(error):
+            return other
+    return root
 
 
 def _summary_span(lines: list[str], root: RootCause | None) -> range:
@@ -198,12 +301,12 @@ def explain_log(log: LogText, root: RootCause | None = None) -> Explanation:
 def explain_text(text: str, source: str = "-", root: RootCause | None = None,
                  normalised: bool = False) -> Explanation:
     """Every rule that matches `text`, root cause first. `root` overrides the summary parsed from the text."""
-    text = text if normalised else clean(text)
+    text = join_literals(text if normalised else clean(text))
     lines = text.split("\n")
     starts = [0]
     for line in lines[:-1]:
         starts.append(starts[-1] + len(line) + 1)
-    root = root or parse_root_cause(lines)
+    root = root or _tie_broken(lines, parse_root_cause(lines))
     summary = _summary_span(lines, root)
     root_lines = _root_lines(lines, root, summary)
 

@@ -49,12 +49,49 @@ class Rule:
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
 
+# The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
+LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
+
+
+# What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
+# the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
+# a mapped page that cannot be backed: a full /dev/shm). Matched after the signal's text, in any case.
+_SI_CODES = {
+    7: ("invalid address alignment", "nonexistent physical address", "object-specific hardware error"),
+    11: ("address not mapped to object", "invalid permissions for mapped object"),
+    4: ("illegal opcode", "illegal operand", "illegal addressing mode", "illegal trap", "privileged opcode",
+        "privileged register", "coprocessor error", "internal stack error"),
+}
+
+
+def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
+    """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its signal name (SIGBUS),
+    `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
+    fault"); otherwise ("Killed", "Aborted", "Bus error") only where a shell or launcher puts it."""
+    t = re.escape(text)
+    where = t if anywhere else (rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
+                                rf"(?:\s|$))")
+    return (
+        rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
+        rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
+        rf"Signals\.{name}\b",  # Python's enum: "died with <Signals.SIGBUS: 7>"
+        rf"signal {name}\b",  # "received signal SIGBUS", "killed by signal SIGBUS"
+        rf"\*\*\* {name}\b",  # glog/absl failure handlers: "*** SIGBUS received at time=", "*** SIGSEGV (@0x0) ..."
+        rf"Caught signal {number} \(",  # UCX (ucs/debug/debug.c): "Caught signal 7 (Bus error: nonexistent ...)"
+        rf"Signal: {t} \({number}\)",  # Open MPI's handler: "Signal: Bus error (7)"
+        rf"exited on signal {number}\b",  # mpirun: "exited on signal 7 (Bus error)"
+        rf"Fatal Python error: {t}",  # faulthandler (PYTHONFAULTHANDLER=1, -X faulthandler)
+        where,  # a shell ("Bus error (core dumped)", bash's "line 1: 42 Bus error   python x.py"), srun ("task 3: ")
+        rf"exit(?:ed with)? (?:code|status):? {128 + number}\b",  # a shell's 128 + N
+    ) + ((rf"{t}: (?i:{'|'.join(map(re.escape, _SI_CODES[number]))})",) if number in _SI_CODES else ())
+
 
 _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ start-up: backend, launcher, rendezvous
     Rule(
         "nccl-not-built", "nccl backend on a torch build without NCCL",
-        (r"Distributed package doesn't have NCCL built in",),
+        # distributed_c10d.py; matched without its last words, which source pastes often split into another literal
+        (r"Distributed package doesn't have NCCL\b",),
         "init_process_group asked for the nccl backend, but this torch build has no NCCL (a CPU-only or macOS build).",
         "Pick the backend from the hardware: backend = 'nccl' if torch.cuda.is_available() else 'gloo' "
         "(gloo runs the same collectives between CPU processes), or install a CUDA build of torch.",
@@ -75,12 +112,33 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#torch.distributed.is_initialized"),
     Rule(
         "launcher-env-missing", "started without a launcher",
-        (r"environment variable (?:RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT) expected, but not set",
-         r"MASTER_ADDR/MASTER_PORT are not set"),
-        "init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment (env://); "
-        "the script was started with plain `python`, so nobody set them.",
-        "Start it with `torchrun --nproc-per-node N script.py` or `ddplab launch --nproc-per-node N script.py`.",
+        # However it surfaces: torch's ValueError (rendezvous.py `_env_error`), the source line of that raise when
+        # a paste stops there, the script's own os.environ["RANK"] (KeyError), or int(os.environ.get("RANK")) (None).
+        (rf"environment variable {LAUNCHER_ENV} expected, but not set",
+         r"MASTER_ADDR/MASTER_PORT are not set",
+         rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
+         rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
+         rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
+         r"TypeError: int\(\) argument must be"),
+        "The process reads the variables a launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
+        "init_process_group's env:// reads them too), and none was set: the script was started with plain `python`, "
+        "or with the old `python -m torch.distributed.launch` without --use_env (before torch 1.10 it passed "
+        "--local_rank as an argument instead of LOCAL_RANK in the environment).",
+        "Start it with `torchrun --nproc-per-node N script.py` or `ddplab launch --nproc-per-node N script.py`; to "
+        "run it alone too, read them with defaults: int(os.environ.get('LOCAL_RANK', 0)).",
         f"{DOCS}/elastic/run.html#environment-variables"),
+    Rule(
+        "local-rank-argument", "the launcher passed --local-rank, the script does not accept it",
+        # torch/distributed/launch.py passes "--local-rank=N" to the script (torch >= 2.0; "--local_rank=N" before);
+        # argparse: "error: unrecognized arguments: --local-rank=0"
+        (r"unrecognized arguments?:[^\n]*--local[-_]rank",),
+        "`python -m torch.distributed.launch` (and deepspeed's launcher) pass the local rank as a command-line "
+        "argument, `--local-rank=N` since torch 2.0 (`--local_rank=N` before), and the script's argument parser does "
+        "not know that spelling (or has no such argument: it was written for torchrun, which passes LOCAL_RANK in "
+        "the environment).",
+        "Start it with torchrun (or `ddplab launch`) and read int(os.environ['LOCAL_RANK']); or accept both "
+        "spellings: parser.add_argument('--local-rank', '--local_rank', type=int, default=0).",
+        f"{DOCS}/distributed.html#launch-utility"),
     Rule(
         "rank-out-of-range", "RANK is not below WORLD_SIZE",
         (r"rank < size\. \d+ vs \d+", r"RANK=\d+ is outside 0\.\.WORLD_SIZE"),
@@ -93,13 +151,17 @@ _SPECIFIC: tuple[Rule, ...] = (
         "rendezvous-incomplete", "not every rank joined the process group",
         (r"waiting for clients\. \d+/\d+ clients joined",
          r"wait timeout after \d+ms, keys: ",
-         r"RendezvousTimeoutError"),
+         r"RendezvousTimeoutError",
+         # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
+         # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
+         # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
+         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b"),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
         "Check that nnodes x nproc-per-node processes start and none of them sets RANK/WORLD_SIZE itself; look at "
         "the other ranks' logs for an earlier error; on several machines, start every node with the same "
         "--nnodes and --rdzv-endpoint.",
-        f"{DOCS}/elastic/run.html"),
+        f"{DOCS}/elastic/run.html", consequence=True),
     Rule(
         "port-in-use", "the rendezvous port is already in use",
         (r"EADDRINUSE", r"[Aa]ddress already in use", r"port:? \S+ already in use"),
@@ -150,8 +212,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#debugging-torch-distributed-applications", consequence=True),
     Rule(
         "worker-killed", "a worker was killed (SIGKILL)",
-        (r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"exitcode: -9\)", r"Killed\s*$",
-         r"Signals\.SIGKILL: 9", r"killed by signal: Killed", r"exit(?:ed with)? code:? 137\b"),
+        # the kernel's OOM killer (mm/oom_kill.c): "Out of memory: Killed process 42 (python)" ("Kill process" before 5.0)
+        _signal_patterns(9, "SIGKILL", "Killed") + (r"Killed\s*$", r"killed by signal: Killed",
+                                                   r"Out of memory: Kill(?:ed)? process \d+"),
         "The process got SIGKILL (exit code -9, or 137 from a shell): on a host that is usually the kernel's "
         "out-of-memory killer (host RAM, not GPU memory), or the scheduler (Slurm time or memory limit).",
         "Check `dmesg | grep -i oom` or the job's accounting; lower host memory per rank (DataLoader num_workers, "
@@ -186,7 +249,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/notes/ddp.html"),
     Rule(
         "ddp-device-ids-cpu", "device_ids given for a CPU model",
-        (r"device_ids and output_device arguments only work with single-device/multiple-device GPU modules",),
+        # torch >= 1.8: "... only work with single-device/multiple-device GPU modules or CPU modules"; torch 1.x's
+        # nn/parallel/distributed.py asserted "... only work with single-device CUDA modules" (AssertionError)
+        (r"device_ids and output_device arguments only work with single-device",),
         "DistributedDataParallel got device_ids, but the model's parameters are on the CPU.",
         "Pass device_ids=[local_rank] only for a model on cuda:local_rank; on CPU leave device_ids=None.",
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
@@ -200,14 +265,32 @@ _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
-        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'
-        (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
-         r"[Mm]issing keys? in state_dict: \"module\."),
+        # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'. A prefix
+        # that differs leaves every key of one side unmatched, so missing "module." keys come with unexpected ones
+        # (nn.Module.load_state_dict puts "Missing key(s)" first, then "Unexpected key(s)" on the next line);
+        # missing keys alone are checkpoint-missing-keys.
+        (r"Unexpected key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
+         r"Missing key\(s\) in state_dict: \"module\.[^\n]*\n?[^\n]*Unexpected key\(s\) in state_dict: \""),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
         "{k.removeprefix('module.'): v for k, v in state.items()}.",
         "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints"),
+    Rule(
+        "checkpoint-missing-keys", "the checkpoint has no weights for some of the model's parameters",
+        # nn.Module.load_state_dict (torch/nn/modules/module.py): "Missing key(s) in state_dict: ..." and no
+        # "Unexpected key(s)" line after it: nothing in the file was left over, so the keys are not renamed - absent
+        (r"Missing key\(s\) in state_dict: (?![^\n]*Unexpected key\(s\))[^\n]*$"
+         r"(?!\n[^\n]*Unexpected key\(s\) in state_dict)",),
+        "load_state_dict(strict=True) found parameters or buffers of the model that the checkpoint does not hold, "
+        "and nothing in the checkpoint left over: not a renamed prefix but layers the checkpoint never had (the "
+        "model gained layers after it was saved, or the file is of a smaller model).",
+        "If the missing keys are exactly the new layers, load with load_state_dict(state, strict=False) and check "
+        "the returned missing_keys (those layers keep their initialisation); otherwise load the checkpoint that "
+        "matches this model.",
+        # generic: when ranks' lines interleave, the "Unexpected key(s)" line may not follow its "Missing" line; a
+        # prefix rule (module-prefix, compile-prefix) found in the same log explains the keys better
+        f"{DOCS}/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict", generic=True),
     Rule(
         "compile-prefix", "state_dict keys with torch.compile's '_orig_mod.' prefix",
         (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"_orig_mod\.",),
@@ -392,7 +475,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-socket-ifname", "NCCL found no usable network interface (NCCL_SOCKET_IFNAME)",
         # NCCL src/misc/socket.cc / bootstrap.cc
         (r"Bootstrap : no socket interface found", r"no NCCL_SOCKET_IFNAME interface found",
-         r"is neither AF_INET\(2\) nor AF_INET6\(10\)"),
+         r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+         # NCCL < 2.12 include/socket.h: WARN("Socket creation failed : %s", strerror(errno)) from socket(family, ..)
+         # with the family of the address NCCL chose; EAFNOSUPPORT: that address has none - no interface was found
+         # (newer NCCL says so with the "neither AF_INET nor AF_INET6" text above)
+         r"Socket creation failed\s*:\s*Address family not supported"),
         "NCCL's bootstrap needs an IP interface: NCCL_SOCKET_IFNAME names one that does not exist on this "
         "machine (interface names differ between machines and containers), or the container has none but lo. "
         "'connecting to address ... is neither AF_INET nor AF_INET6' means the address a peer sent could not be "
@@ -415,9 +502,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "worker-bus-error", "a worker died of SIGBUS (bus error)",
         # torch/distributed/elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID"
-        (r"exitcode\s*:\s*-7\b", r"Signal 7 \(SIGBUS\)", r"Signals\.SIGBUS", r"signal SIGBUS",
-         r"^\s*Bus error(?: \(core dumped\))?\s*$",
-         r"exit(?:ed with)? code:? 135\b"),
+        _signal_patterns(7, "SIGBUS", "Bus error"),
         "The process touched memory-mapped memory that could not be backed: almost always /dev/shm (shared "
         "memory) is full: NCCL's shared-memory transport or DataLoader workers in a container with Docker's "
         "64 MB default.",
@@ -426,9 +511,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True, mechanism="resource"),
     Rule(
         "worker-abort", "a worker aborted (SIGABRT)",
-        (r"exitcode\s*:\s*-6\b", r"Signal 6 \(SIGABRT\)", r"Signals\.SIGABRT", r"signal SIGABRT",
-         r"^\s*Aborted(?: \(core dumped\))?\s*$",
-         r"exit(?:ed with)? code:? 134\b"),
+        _signal_patterns(6, "SIGABRT", "Aborted"),
         "The process called abort(): a C++ exception nobody caught (`terminate called after throwing ...`, e.g. "
         "the NCCL watchdog taking the process down after a failed or timed-out collective) or a failed assertion "
         "in native code. The real error is the `what():` or assertion text that rank printed just before.",
@@ -437,8 +520,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True),
     Rule(
         "worker-segfault", "a worker crashed (SIGSEGV)",
-        (r"exitcode\s*:\s*-11\b", r"Signal 11 \(SIGSEGV\)", r"Signals\.SIGSEGV", r"signal SIGSEGV",
-         r"Segmentation fault", r"exit(?:ed with)? code:? 139\b"),
+        _signal_patterns(11, "SIGSEGV", "Segmentation fault", anywhere=True),
         "The process crashed in native code (a segmentation fault): a C/C++/CUDA extension built for another "
         "torch or CUDA version, a library bug on this GPU or driver, or a stack overflow.",
         "Rerun the failing rank with `python -X faulthandler` (or PYTHONFAULTHANDLER=1) to see the Python frame; "
@@ -503,7 +585,11 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "gloo-address", "gloo could not pick a usable network address",
         # gloo/transport/tcp/device.cc: "Unable to find address for: X" (GLOO_SOCKET_IFNAME or the hostname)
-        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b"),
+        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b",
+         # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
+         # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
+         # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
+         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]"),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
@@ -535,7 +621,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-message-truncated", "NCCL received more bytes than the collective expected",
         # net_socket.cc / net_ib.cc / bootstrap.cc: "message truncated : receiving %d bytes instead of %d"
-        (r"[Mm]essage truncated ?: (?:receiving|received) \d+ bytes instead of \d+",),
+        # \s+: a terminal or a paste wraps this long WARN line, often right after the colon
+        (r"[Mm]essage truncated ?:\s+(?:receiving|received)\s+\d+\s+bytes\s+instead\s+of\s+\d+",),
         "A rank received a message larger than the one it posted: the ranks issued different collectives or sizes "
         "at the same point (rank-dependent shapes or order), or they run with different NCCL settings or versions "
         "(NCCL_PROTO, NCCL_ALGO, another NCCL build on one node), so the two sides cut the data differently.",
@@ -577,7 +664,15 @@ _SPECIFIC: tuple[Rule, ...] = (
         NCCL_TROUBLESHOOTING, mechanism="resource"),
     Rule(
         "too-many-open-files", "too many open files",
-        (r"Too many open files", r"EMFILE"),
+        (r"Too many open files", r"EMFILE",
+         # CPython multiprocessing/reduction.py recvfds(): a tensor (DataLoader worker, torch.multiprocessing queue)
+         # arrives as a file descriptor over a Unix socket (SCM_RIGHTS); at the limit the kernel drops it and no
+         # ancillary data arrives
+         r"received 0 items of ancdata",
+         # ATen MapAllocator.cpp: "unable to open shared memory object <NAME> in read-write mode: STRERROR (ERRNO)":
+         # shm_open needs a descriptor; a paste cut before the errno text is read as the usual EMFILE, any other
+         # errno text that follows is that errno's
+         r"unable to open shared memory object\b[^\n]*? in read-write mode(?!\s*:\s*(?!Too many open files))"),
         "The process reached its open-file limit (ulimit -n): every rank's sockets, DataLoader workers passing "
         "tensors through file descriptors, and NCCL/gloo connections each hold descriptors.",
         "Raise the limit (`ulimit -n 65536`, docker --ulimit nofile=65536); for DataLoader workers also "
@@ -651,8 +746,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/notes/faq.html", mechanism="resource"),
     Rule(
         "worker-terminated", "a worker was stopped (SIGTERM)",
-        (r"exitcode\s*:\s*-15\b", r"Signal 15 \(SIGTERM\)", r"Signals\.SIGTERM", r"^\s*Terminated\s*$",
-         r"exit(?:ed with)? code:? 143\b"),
+        _signal_patterns(15, "SIGTERM", "Terminated"),
         "The process was asked to stop from outside: torchrun stops the other ranks after one fails (then this is a "
         "consequence), or the scheduler ended the job (Slurm time limit, preemption, a spot instance reclaimed).",
         "If another rank failed, read its error first; otherwise check the scheduler's record (sacct -j JOB, the "
@@ -660,8 +754,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", consequence=True),
     Rule(
         "worker-illegal-instruction", "a worker died of SIGILL (illegal instruction)",
-        (r"exitcode\s*:\s*-4\b", r"Signal 4 \(SIGILL\)", r"Signals\.SIGILL", r"Illegal instruction",
-         r"exit(?:ed with)? code:? 132\b"),
+        _signal_patterns(4, "SIGILL", "Illegal instruction", anywhere=True),
         "The CPU met an instruction it does not have: a binary (torch, numpy, an extension, a container image) "
         "built for a newer CPU (AVX-512, AVX2) than this machine's - often one node of a mixed cluster.",
         "Run the same image on a machine with the CPU it was built for, or install builds for this CPU; compare "
@@ -806,13 +899,15 @@ _FAMILIES: tuple[Rule, ...] = (
             NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
     _family("nccl-cuda", "NCCL: a CUDA call failed",
             (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
-            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)"),
+            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
+             # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
+             r"unhandled cuda error", r"ncclUnhandledCudaError"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
             "Read the quoted CUDA error; compare the driver (nvidia-smi) with torch's CUDA; NCCL_CUMEM_ENABLE=0 "
             "when cuMem calls fail; CUDA_LAUNCH_BLOCKING=1 to find an earlier kernel error.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure')),
+            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure', 'ncclUnhandledCudaError')),
     _family("nccl-call", "NCCL rejected a call or failed inside it",
             (r"nccl:(enqueue|misc/argcheck|group|collectives|include/comm|include/info|include/enqueue|scheduler|"
              r"tuning|channel|register|sym|rma|gin|devcomm|dev_runtime|ce_coll|init|include/utils|misc/utils|"

@@ -14,6 +14,8 @@ The outcome (`ddplab-outcome.json`) maps each failed global rank to its local ra
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import socket
@@ -29,12 +31,14 @@ from ddplab.launcher.lifeline import die_with_parent
 BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 
 
-def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None) -> subprocess.Popen:
-    """Start the agent for `spec` (caller side). With stdin=PIPE it waits for "go" before launching anything."""
+def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None,
+          pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """Start the agent for `spec` (caller side). With stdin=PIPE it waits for "go" before launching anything, and
+    answers the caller's requests meanwhile on the spec's reply_fd (one of pass_fds; see _until_go)."""
     spec_path = run_dir / "ddplab-spec.json"
     spec_path.write_text(json.dumps({**spec, "run_dir": str(run_dir), "wait_for_go": stdin is not None}))
     return subprocess.Popen([sys.executable, "-m", "ddplab.launcher.agent", str(spec_path)], stdout=stdout,
-                            stderr=stderr, stdin=stdin, env=env, start_new_session=True)
+                            stderr=stderr, stdin=stdin, env=env, start_new_session=True, pass_fds=pass_fds)
 
 
 def spec_path_of(cmdline: list[str]) -> str | None:
@@ -56,7 +60,7 @@ def main(spec_path: str) -> int:
         from ddplab.launcher.worker import resolve
 
         resolve(spec["target"])  # imported once here, so that every forked worker inherits it
-    if spec["wait_for_go"] and sys.stdin.readline().strip() != "go":  # the caller cancelled (its preflight failed)
+    if spec["wait_for_go"] and not _until_go(spec.get("reply_fd")):  # the caller cancelled (its preflight failed)
         return 0
     if spec["kind"] == "script" and spec["wait_for_go"]:  # launch started this agent first and completed it by "go"
         spec = json.loads(Path(spec_path).read_text())
@@ -85,6 +89,79 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
     return 1 if failures or launcher_error else 0
+
+
+class Refused(Exception):
+    """torchrun's own configuration refused the options (torch.distributed.run.config_from_args)."""
+
+
+def _until_go(reply_fd: int | None) -> bool:
+    """Serve the caller's requests until it says "go" (True) or leaves (False). Each request is one line, `parse
+    {...}`, `counts {...}` or `check {...}`, answered by one JSON line on reply_fd: the work on torchrun's options
+    that needs torch, done here, where torch is imported anyway (the caller of `ddplab launch` never imports it)."""
+    reply = os.fdopen(reply_fd, "w") if reply_fd is not None else None
+    try:
+        for line in iter(sys.stdin.readline, ""):
+            command, _, request = line.strip().partition(" ")
+            if command == "go":
+                return True
+            if command in REQUESTS and reply is not None:
+                reply.write(json.dumps(REQUESTS[command](json.loads(request))) + "\n")
+                reply.flush()
+        return False
+    finally:
+        if reply is not None:
+            reply.close()
+
+
+def _parse(request: dict) -> dict:
+    """request: {"parser": "module:function" that builds the parser, "argv": [...]}. The answer:
+    {"options": vars(namespace)}, or {"error", "exit_code"} for bad input, or {"exit"} when the parser ended the
+    command itself (--help); with what it printed. Any other exception is a bug and propagates."""
+    from ddplab.errors import DdplabError
+    from ddplab.launcher.worker import resolve
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            answer = {"options": vars(resolve(request["parser"])().parse_args(request["argv"]))}
+    except DdplabError as e:
+        answer = {"error": str(e), "exit_code": e.exit_code}
+    except SystemExit as e:
+        answer = {"exit": e.code}
+    return {**answer, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _check(request: dict) -> dict:
+    """request: {"torchrun": vars of the options as they will run}. torchrun's own checks of the values
+    (config_from_args): {"refused": why} or {}."""
+    import logging
+
+    logger = logging.getLogger("torch.distributed.run")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its notices (OMP_NUM_THREADS) come once, from the launch itself
+    try:
+        _script_plan({"torchrun": request["torchrun"]})
+    except Refused as e:
+        return {"refused": str(e)}
+    finally:
+        logger.setLevel(level)
+    return {}
+
+
+def _counts(request: dict) -> dict:
+    """request: {"nproc_per_node", "nnodes"} as given. torchrun's reading of them: {"nproc", "max_nodes"}, or
+    {"error": why} ("gpu" counts the GPUs torch sees here; "two" is no count)."""
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    try:
+        return {"nproc": determine_local_world_size(request["nproc_per_node"]),
+                "max_nodes": parse_min_max_nnodes(request["nnodes"])[1]}
+    except (ValueError, RuntimeError) as e:
+        return {"error": str(e)}
+
+
+REQUESTS = {"parse": _parse, "counts": _counts, "check": _check}
 
 
 def _user_entry(args) -> str:
@@ -135,7 +212,10 @@ def _script_plan(spec: dict):
         ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if ns.master_port is None:
         ns.master_port = 29500
-    config, cmd, cmd_args = config_from_args(ns)
+    try:
+        config, cmd, cmd_args = config_from_args(ns)
+    except (ValueError, AssertionError, RuntimeError) as e:
+        raise Refused(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     # --run-path (where torch has it): torchrun would call runpy in a spawned child; a script it is
     if callable(cmd) or getattr(ns, "run_path", False):
         cmd, cmd_args = os.getenv("PYTHON_EXEC", sys.executable), ["-u", *cmd_args]
@@ -170,4 +250,10 @@ def _loopback_store(port: int):
 if __name__ == "__main__":
     from ddplab.launcher.agent import main as _main  # through the package: workers forked from here share its modules
 
-    sys.exit(_main(sys.argv[1]))
+    code = _main(sys.argv[1])
+    # Everything the caller reads is written (the outcome, the ranks' logs) and the workers are gone: the
+    # interpreter's own teardown with torch loaded (atexit handlers, freeing every module) took 0.6-0.7 s here,
+    # which `ddplab launch` would wait for before it can answer.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

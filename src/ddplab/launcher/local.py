@@ -25,7 +25,7 @@ import psutil
 
 from ddplab.diagnose import flight as flight_recorder
 from ddplab.errors import DdplabError
-from ddplab.launcher import agent
+from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import HangDetector
 from ddplab.launcher.logs import tail
@@ -117,7 +117,10 @@ class PendingRun:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def run(self, payload: Any = None, stall_timeout: float | None = None, deadline: float | None = None,
-            keep_dir: bool = False, on_event: Callable[[int, dict], None] | None = None) -> RunResult:
+            keep_dir: bool = False, on_event: Callable[[int, dict], None] | None = None,
+            grace: float | None = None) -> RunResult:
+        """grace: on SIGTERM/SIGUSR1/SIGUSR2 every rank is sent SIGTERM and has this long to save and return its
+        result (launcher.preempt); None: SIGTERM ends everything at once (the CLI's SystemExit)."""
         proc, run_dir, nproc = self.agent, self.run_dir, self.nproc
         self.launched = True
         write_atomic(run_dir / "payload.json", payload)
@@ -125,7 +128,10 @@ class PendingRun:
         detector = HangDetector(stall_timeout, since=started_at)
         status, reason = "ok", ""
         follow = _EventFollower(run_dir, nproc, on_event)
+        notice = preempt.Forwarder(grace if grace is not None else 0.0)
         try:
+            if grace is not None:
+                notice.__enter__()
             proc.stdin.write(b"go\n")
             proc.stdin.close()
             while proc.poll() is None:
@@ -135,6 +141,14 @@ class PendingRun:
                     # teardown) would add most of a second and tell nothing more.
                     status = "done"
                     break
+                if notice.requested:  # the ranks save, then return their results; no hang watch meanwhile
+                    notice.forward(_worker_pids(run_dir, nproc).values())
+                    if notice.expired() or notice.ranks_gone():
+                        status, reason = "interrupted", (f"preempted ({notice.name}): the ranks did not finish "
+                                                         f"within the {notice.grace:g} s grace")
+                        break
+                    time.sleep(POLL_S)
+                    continue
                 _note_progress(detector, run_dir, nproc, started_at)
                 if deadline is not None and time.monotonic() - start > deadline:
                     status, reason = "hang", f"the run passed its {deadline:g}s deadline"
@@ -152,6 +166,8 @@ class PendingRun:
             status = "interrupted"
             raise
         finally:  # any path
+            if grace is not None:
+                notice.__exit__()
             end_all(proc, run_dir, nproc)
             follow.poll()
             if status == "interrupted" and not keep_dir:

@@ -59,6 +59,9 @@ def route_to(host: str) -> tuple[str, str]:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect((host, 9))
+        except socket.gaierror as e:
+            raise DdplabError(f"rendezvous host {host!r} does not resolve on this node ({e.strerror}): give node 0's "
+                              f"address in --rdzv-endpoint, or add {host} to this node's /etc/hosts") from None
         except OSError as e:
             raise DdplabError(f"no route to rendezvous host {host!r} ({e.strerror}): check the address of node 0 "
                               "and this machine's network") from None

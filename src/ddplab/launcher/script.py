@@ -3,20 +3,23 @@ output as it comes (and keep a copy), watch for a hang, end every process on eve
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ddplab.diagnose import flight, profhook
-from ddplab.launcher import agent
+from ddplab.errors import DdplabError
+from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
@@ -25,7 +28,7 @@ from ddplab.launcher.stacks import RankStack
 
 @dataclass
 class ScriptRun:
-    status: str  # ok | failed | hang | interrupted
+    status: str  # ok | failed | hang | interrupted | preempted
     seconds: float
     failures: dict  # global rank -> {local_rank, pid, exitcode, time}
     launcher_error: str | None
@@ -33,25 +36,69 @@ class ScriptRun:
     stacks: list[RankStack] | None = None  # hang: every rank's stack
     reason: str = ""  # hang: why it was declared
     dumps: dict | None = None  # each rank's Flight Recorder record: asked for on a hang, written at exit otherwise
+    preempted: dict | None = None  # preempted: the signal and the grace
+    note: dict | None = None  # ddplab.resume's word from rank 0: {"step", "path"} saved, {"refused": LINE} bad input
 
 
 class EarlyAgent:
-    """The agent started first, before the caller imports torch and parses torchrun's options: it imports torch
-    meanwhile (the longest part of start-up) and waits for "go"; run_script completes its spec just before.
-    Its folder holds the spec and the Flight Recorder's records; it is the run's log folder unless --log-dir names
-    another."""
+    """The agent started first: it imports torch (the longest part of start-up) and waits for "go"; run_script
+    completes its spec just before. The caller never imports torch: the agent parses the options with torchrun's
+    parser (parser()) while the caller lints and checks. Its folder holds the spec and the Flight Recorder's
+    records; it is the run's log folder unless --log-dir names another."""
 
     def __init__(self):
         self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
         env = {**os.environ, **flight.worker_env(self.folder / "flight"),
-               profhook.DIR_ENV: str(self.folder / "profile")}  # read by the ranks only if --profile wrote its config
-        self.proc = agent.spawn({"kind": "script", "torchrun": None}, self.folder, env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.PIPE)
+               profhook.DIR_ENV: str(self.folder / "profile"),  # read by the ranks only if --profile wrote its config
+               preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE)}  # where ddplab.resume says it saved
+        reply, reply_to = os.pipe()
+        try:
+            self.proc = agent.spawn({"kind": "script", "torchrun": None, "reply_fd": reply_to}, self.folder,
+                                    env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
+                                    pass_fds=(reply_to,))
+        finally:
+            os.close(reply_to)  # the agent holds the only writing end: its exit is this end's EOF
+        self.replies = os.fdopen(reply, "rb")
+
+    def parser(self, build: Callable[[], argparse.ArgumentParser]) -> AgentParser:
+        """build().parse_args(argv), done in the agent (see AgentParser); `build` must be importable by name."""
+        return AgentParser(self, f"{build.__module__}:{build.__qualname__}", build)
+
+    def ask(self, command: str, request: dict) -> dict | None:
+        """The agent's answer to one request, or None when it died first (it said why on its stderr)."""
+        try:
+            self.proc.stdin.write(f"{command} {json.dumps(request)}\n".encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return None
+        line = self.replies.readline()  # no timeout: a dead agent is EOF, and Ctrl-C or SIGTERM interrupts
+        return json.loads(line) if line else None
+
+    def counts(self, ns: argparse.Namespace) -> tuple[int, int]:
+        """(processes per node, the most nodes): torchrun's reading of --nproc-per-node and --nnodes, asked of the
+        agent ("gpu" counts the GPUs torch sees). Values torchrun cannot read raise ValueError."""
+        given = {"nproc_per_node": str(ns.nproc_per_node), "nnodes": str(ns.nnodes)}
+        answer = self.ask("counts", given)
+        if answer is None:  # the agent died first (the run reports it): torchrun's functions here
+            from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+            return determine_local_world_size(given["nproc_per_node"]), parse_min_max_nnodes(given["nnodes"])[1]
+        if "error" in answer:
+            raise ValueError(answer["error"])
+        return answer["nproc"], answer["max_nodes"]
+
+    def check(self, ns: argparse.Namespace) -> None:
+        """torchrun's own checks of the option values (config_from_args), asked of the agent: a refusal is bad
+        input, said before anything starts. An agent that died first is reported by the run."""
+        answer = self.ask("check", {"torchrun": vars(ns)})
+        if answer is not None and "refused" in answer:
+            raise DdplabError(f"torchrun refuses these options: {answer['refused']} (see `ddplab launch --help`)")
 
     def cancel(self) -> None:
         """Bad input or --help: nothing was launched, nothing is left."""
         end_tree(self.proc)
+        self.replies.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def go(self, torchrun: dict, log_dir: Path) -> subprocess.Popen:
@@ -60,13 +107,37 @@ class EarlyAgent:
         with contextlib.suppress(BrokenPipeError):  # it died while importing torch: its outcome says so
             self.proc.stdin.write(b"go\n")
             self.proc.stdin.close()
+        self.replies.close()
         return self.proc
 
 
+class AgentParser:
+    """parse_args(argv) as build().parse_args(argv) gives it, asked of the agent: torchrun's parser imports torch
+    (seconds), which the agent does anyway and the caller then need not. Bad input raises the DdplabError the
+    parser raised there; --help prints the agent's text and exits, as argparse would. If the agent died first, the
+    parser is built here (the run then reports how the agent ended)."""
+
+    def __init__(self, early: EarlyAgent, name: str, build: Callable[[], argparse.ArgumentParser]):
+        self.early, self.name, self.build = early, name, build
+
+    def parse_args(self, argv: list[str]) -> argparse.Namespace:
+        answer = self.early.ask("parse", {"parser": self.name, "argv": list(argv)})
+        if answer is None:
+            return self.build().parse_args(argv)
+        sys.stdout.write(answer["stdout"])
+        sys.stderr.write(answer["stderr"])
+        if "error" in answer:
+            raise DdplabError(answer["error"], exit_code=answer["exit_code"])
+        if "exit" in answer:
+            raise SystemExit(answer["exit"])
+        return argparse.Namespace(**answer["options"])
+
+
 def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float,
-               output) -> ScriptRun:
+               output, grace: float = preempt.DEFAULT_GRACE_S) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
-    since: when the user's command began (time.time()): start-up counts toward a hang."""
+    since: when the user's command began (time.time()): start-up counts toward a hang.
+    grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end."""
     start = time.monotonic()
     flight_dir = early.folder / "flight"
     proc = early.go(torchrun, log_dir)
@@ -79,27 +150,39 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     pumps = [_pump(proc.stdout, output, launcher_log, progress),
              _pump(proc.stderr, sys.stderr, launcher_log, progress)]
     status, stacks, dumps = "ok", None, None
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` of ddplab must not orphan the workers
+    notice = preempt.Forwarder(grace).__enter__()  # `kill` of ddplab: the ranks save, then nothing is orphaned
     try:
         while proc.poll() is None:
+            if notice.requested:  # no hang watch in the grace: saving is silent
+                notice.forward(p.pid for p in watch.workers())
+                if notice.expired() or notice.ranks_gone():
+                    break
+                time.sleep(0.05)
+                continue
             stacks = watch.poll()
             if stacks is not None:
                 status = "hang"
                 # Before anything is ended: each rank's record of what it called, while it still waits.
                 dumps = flight.request_dumps(flight_dir, [s.rank for s in stacks if s.rank is not None], timeout=5)
                 break
-            time.sleep(0.2)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.2)  # returns as the agent exits (Python checks every 50 ms at most)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
         end_tree(proc, watch.seen.values())
-        signal.signal(signal.SIGTERM, previous)
+        notice.__exit__()
         for pump in pumps:
             pump.join(timeout=5)
     outcome = read_json(log_dir / "ddplab-outcome.json", None)
     if outcome is None:
         outcome = {"failures": {}, "launcher_error": None if status != "ok" else
                    "the launcher exited without a result"}
+    preempted = None
+    if notice.requested and status == "ok":
+        status = "preempted"
+        preempted = {"signal": notice.name, "grace": grace}
+    note = preempt.read_note(early.folder)
     if status == "ok" and (outcome["failures"] or outcome.get("launcher_error")):
         status = "failed"
     if dumps is None and status == "failed":
@@ -110,11 +193,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
                 shutil.move(str(early.folder / name), str(log_dir / name))
         shutil.rmtree(early.folder, ignore_errors=True)
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
-                     launcher_log, stacks, watch.reason, dumps)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+                     launcher_log, stacks, watch.reason, dumps, preempted, note)
 
 
 def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:

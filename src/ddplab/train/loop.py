@@ -13,7 +13,7 @@ for all of them:
     synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
     or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
  5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
- 6. Checkpoints by rank 0 (ddplab.train.checkpoint) with the sampler position and every rank's RNG state, so that
+ 6. Checkpoints by rank 0 (ddplab.ckptfile) with the sampler position and every rank's RNG state, so that
     --resume takes exactly the batch an uninterrupted run would have taken next.
  7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
     first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
@@ -38,13 +38,14 @@ from torch import Tensor, nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import ddplab.dist as dd
-from ddplab import report
+from ddplab import report, resume
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab.perf.memory import AllocatorPeak, PredictElsewhere
-from ddplab.train import checkpoint, metrics, strategy
+from ddplab import ckptfile
+from ddplab.train import metrics, strategy
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
+from ddplab.train.memory import AllocatorPeak, PredictElsewhere
 from ddplab.train.progress import Reporter
 from ddplab.train.result import RankStats, TrainResult, rank_warnings, render
 
@@ -76,10 +77,14 @@ class Recipe:
                 print(f"{prog}: error: {e}", file=sys.stderr)
             return e.exit_code
         try:
-            result = fit(self, cfg)
+            result = fit(self, cfg, signals=resume.SIGNALS)
         except DdplabError as e:
             print(f"{prog}: error (rank {rank}): {e}", file=sys.stderr)
             return e.exit_code
+        if isinstance(result, Preempted):
+            if rank == "0":
+                print(f"{prog}: {result.line()}", file=sys.stderr, flush=True)
+            return result.exit_code
         if result is None:  # not rank 0
             return 0
         report.emit(result, cfg.json, render)
@@ -96,12 +101,15 @@ def run_worker(payload: dict) -> dict:
     """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
-        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True,
+        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True, signals=("SIGTERM",),
                      group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
                      predict_memory=payload.get("predict_memory", True))
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
+    if isinstance(result, Preempted):
+        mark("train.preempted", step=result.step)
+        return {"rank": int(os.environ.get("RANK", "0")), "preempted": dataclasses.asdict(result)}
     return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
 
 
@@ -115,8 +123,8 @@ def preflight(cfg: TrainConfig) -> None:
     cfg.check()
     if cfg.checkpoint_path is None:
         return
-    directory = checkpoint.prepare(cfg.checkpoint_path)
-    existing = checkpoint.listed(directory)
+    directory = ckptfile.prepare(cfg.checkpoint_path)
+    existing = ckptfile.listed(directory)
     if cfg.resume and not existing and not restarting():
         raise DdplabError(f"--resume: {directory} holds no checkpoint: run once without --resume to create one")
     if not cfg.resume and existing and not restarting():  # never overwrite another run's good checkpoints
@@ -127,20 +135,50 @@ def preflight(cfg: TrainConfig) -> None:
 # --------------------------------------------------------------------------------------------------- the loop
 
 
+NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
+
+
+@dataclass
+class Preempted:
+    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
+
+    step: int
+    checkpoint: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return resume.PREEMPTED_EXIT if self.checkpoint else 1
+
+    def line(self) -> str:
+        if self.checkpoint:
+            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
+        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
+
+
 def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
-        predict_memory: bool = True) -> TrainResult | None:
+        predict_memory: bool = True, signals=("SIGTERM",)) -> TrainResult | Preempted | None:
     """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
     may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first).
     predict_memory: rank 0 has `ddplab memory`'s prediction traced in another process (`ddplab train` traces it
-    itself, while the ranks start, and fills it in)."""
+    itself, while the ranks start, and fills it in). signals: those that stop every rank after the same step, saved
+    (ddplab.resume.StopFlag); ddplab's own ranks keep SIGUSR1 for their stacks."""
     preflight(cfg)
     with dd.session(device=None if cfg.device == "auto" else cfg.device, timeout=group_timeout) as ctx:
         cfg.check_device(ctx.device.type)
-        return _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory)
+        stop = resume.StopFlag(signals, ctx.device) if os.environ.get(NO_STOP_CHECK) != "1" else None
+        try:
+            result = _fit(recipe, cfg, ctx, Reporter(ctx.is_main, events), predict_memory, stop)
+        except BaseException:
+            if stop is not None:
+                stop.close(wait=False)
+            raise
+        if stop is not None:
+            stop.close()
+        return result
 
 
 def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
-         predict_memory: bool = True) -> TrainResult | None:
+         predict_memory: bool = True, stop: resume.StopFlag | None = None) -> TrainResult | Preempted | None:
     device, world = ctx.device, ctx.world_size
 
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
@@ -218,7 +256,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved, predicting = 0, None, None
+    run_steps, saved, predicting, preempted, saved_step = 0, None, None, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
     if comm is not None:
         comm.begin(log_t)
@@ -286,9 +324,22 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
             if directory and (done or end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
                 saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
                                          s + 1, step, global_batch)
+                saved_step = step
+            # A signal seen by any rank stops every rank here, after the same step (one all-reduce of one integer).
+            if not done and stop is not None and stop.agreed():
+                if directory and saved_step != step:
+                    saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
+                                             s + 1, step, global_batch)
+                preempted = Preempted(step, (str(saved) if saved else str(directory)) if directory else None)
+                break
             if done:
                 break
+        if preempted is not None:
+            break
         epoch, step_in_epoch = epoch + 1, 0
+    if preempted is not None:
+        out.end()
+        return preempted
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -314,7 +365,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     model_file = None
     if directory and ctx.is_main:
         model_file = directory / "model.pt"
-        checkpoint.atomic_save(final_weights, model_file)
+        ckptfile.atomic_save(final_weights, model_file)
     out.end()
     if not ctx.is_main:
         return None
@@ -420,7 +471,7 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     return [r.tolist() for r in rows]
 
 
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> checkpoint.Found | None:
+def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> ckptfile.Found | None:
     if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
         return None
     # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
@@ -429,7 +480,7 @@ def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.Dist
     found = None
     if ctx.is_main:
         try:
-            found = checkpoint.latest(cfg.checkpoint_path, warn=note)
+            found = ckptfile.latest(cfg.checkpoint_path, warn=note)
             chosen[0] = (str(found.path) if found else None, None)
         except DdplabError as e:
             chosen[0] = (None, str(e))
@@ -446,11 +497,11 @@ def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.Dist
         return found
     path = Path(name)
     try:
-        state = checkpoint.load(path, verified=True)
+        state = ckptfile.load(path, verified=True)
     except (ValueError, OSError) as e:
         raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
                           "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
-    return checkpoint.Found(path, int(checkpoint.NAME.match(path.name).group(1)), state)
+    return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
 
 
 def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
@@ -475,10 +526,10 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
         "world_size": ctx.world_size, "global_batch": global_batch,
         "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
     }
-    return checkpoint.save(directory, state, step, cfg.keep)
+    return ckptfile.save(directory, state, step, cfg.keep)
 
 
-def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
+def _restore(found: ckptfile.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
              ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
              note: Callable[[str], None]) -> tuple[int, int]:
     """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
@@ -502,7 +553,8 @@ def _restore(found: checkpoint.Found, recipe: Recipe, cfg: TrainConfig, model: n
         torch.set_rng_state(state["rng_torch"][ctx.rank])
         if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
             torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
-        note(f"resumed from {name}: step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of the epoch")
+        note(f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
+             "the epoch")
     else:
         # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
         # samples seen so far are a prefix of it: continue after the same number of samples.
@@ -540,7 +592,7 @@ def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
          device: torch.device) -> tuple[float | None, str]:
     if device.type != "cuda":
         return None, "not applicable on CPU: MFU compares with a GPU's tensor-core peak"
-    from ddplab.perf.cost import device_peak, gpu_of_device
+    from ddplab.train.peaks import device_peak, gpu_of_device
 
     per_device = result.samples_per_sec / result.world_size
     name = torch.cuda.get_device_name(device)

@@ -95,13 +95,13 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
-    from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text
-
     logs = rank_logs(Path(result.log_dir))
     if run.status == "ok":
         result.summary = f"{result.nproc_per_node} rank(s) per node finished in {result.seconds:.1f}s"
         result.ranks = [RankReport(rank=None, local_rank=lr, exitcode=0, log=str(p)) for lr, p in sorted(logs.items())]
         return
+    from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
+
     result.status, result.exit_code = "failed", 1
     ranks, failed = {}, []
     for rank_key, f in run.failures.items():

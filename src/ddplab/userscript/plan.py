@@ -3,7 +3,6 @@ environment preflight, and settle the rendezvous port and the per-rank log folde
 
 from __future__ import annotations
 
-import argparse
 import importlib.machinery
 import importlib.util
 import os
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from ddplab import report
 from ddplab.errors import DdplabError
+from ddplab.launcher.script import EarlyAgent
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's, for a static rendezvous
 
@@ -21,6 +21,7 @@ DEFAULT_MASTER_PORT = 29500  # torchrun's, for a static rendezvous
 class Plan:
     script: Path | None  # the file to lint, when there is one
     nproc: int
+    max_nodes: int  # torchrun's reading of --nnodes (its upper bound)
     endpoint: str | None
     log_dir: Path
     notes: list[str]
@@ -40,24 +41,6 @@ def _script_file(ns) -> Path | None:
     if not path.is_file():
         raise DdplabError(f"{ns.training_script}: no such file: pass the training script's path")
     return path if path.suffix == ".py" else None
-
-
-def _validate(ns) -> None:
-    """torchrun's own checks of the option values, here, so that a bad value is bad input (exit 2) not a failed run."""
-    import logging
-
-    from torch.distributed.run import config_from_args
-
-    logger = logging.getLogger("torch.distributed.run")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # its notices (OMP_NUM_THREADS) come once, from the real launch
-    try:
-        config_from_args(argparse.Namespace(**vars(ns)))
-    except (ValueError, AssertionError, RuntimeError) as e:
-        raise DdplabError(f"torchrun refuses these options: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
-                          "(see `ddplab launch --help`)") from None
-    finally:
-        logger.setLevel(level)
 
 
 def _environment_findings(nproc: int, backend: str, device: str) -> list:
@@ -96,17 +79,16 @@ def _given(argv: list[str], *flags: str) -> bool:
     return any(a in flags or a.split("=", 1)[0] in flags for a in argv)
 
 
-def preflight(ns, argv: list[str], lint: bool) -> Plan:
-    import torch
-    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
-
+def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
+    """torchrun: the early agent, which answers what needs torch (launcher.script.EarlyAgent): how torchrun reads
+    the counts, and its own checks of the final option values (config_from_args)."""
+    from ddplab.envinfo import cuda_available, cuda_device_count
     from ddplab.ports import free_port, port_is_free
 
     notes = []
     try:
-        nproc = determine_local_world_size(ns.nproc_per_node)
-        _, max_nodes = parse_min_max_nnodes(ns.nnodes)
-    except (ValueError, RuntimeError) as e:
+        nproc, max_nodes = torchrun.counts(ns)
+    except ValueError as e:
         raise DdplabError(f"--nproc-per-node {ns.nproc_per_node} / --nnodes {ns.nnodes}: {e}: give a number of "
                           "processes per node, e.g. --nproc-per-node 2") from None
     if nproc < 1:
@@ -120,7 +102,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
         for f in lint_result.findings:
             report.log(f"lint {f.level}: {f.path or script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}")
     if lint_result is not None and lint_result.backend == "nccl":
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = cuda_device_count()
         if nproc > gpus:
             raise DdplabError(
                 f"{script.name}:{lint_result.backend_line} hard-codes backend 'nccl', which needs one GPU per "
@@ -128,9 +110,9 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
                 "processes per node" + ("" if gpus else ", or use backend 'gloo' on CPU"))
 
     backend = lint_result.backend if lint_result is not None and lint_result.backend else None
-    on_gpu = backend == "nccl" or (backend is None and torch.cuda.is_available())
-    if on_gpu and backend is None and nproc > torch.cuda.device_count():
-        notes.append(f"{nproc} processes per node but {torch.cuda.device_count()} GPU(s): if the script uses nccl, "
+    on_gpu = backend == "nccl" or (backend is None and cuda_available())
+    if on_gpu and backend is None and nproc > cuda_device_count():
+        notes.append(f"{nproc} processes per node but {cuda_device_count()} GPU(s): if the script uses nccl, "
                      "two ranks will share a GPU (NCCL: 'Duplicate GPU detected')")
     for finding in _environment_findings(nproc, backend or ("nccl" if on_gpu else "gloo"), "cuda" if on_gpu else "cpu"):
         if finding.level == "fail":
@@ -159,7 +141,7 @@ def preflight(ns, argv: list[str], lint: bool) -> Plan:
         ns.tee = "3"  # ... and on the console too, as plain torchrun shows them
     # The caller gives the log folder (the user's --log-dir, or the early agent's run folder, which it removes itself)
     Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
-    _validate(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
-    return Plan(script, nproc, endpoint, Path(ns.log_dir), notes, lint_result)
+    torchrun.check(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
+    return Plan(script, nproc, max_nodes, endpoint, Path(ns.log_dir), notes, lint_result)
 
 

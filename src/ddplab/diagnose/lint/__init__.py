@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
+from ddplab.diagnose.lint.callers import Callers
 from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import Checks
@@ -22,14 +23,18 @@ from ddplab.errors import DdplabError
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
 
 # What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
-# Prints there are left alone (loggers and meters print on purpose; the script decides who calls them).
-MODULE_RULES = {"sets-master-env", "sets-rank-env", "collective-in-rank-branch", "hardcoded-cuda-device",
-                "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save", "load-no-map-location",
-                "grad-accum-no-sync", "shared-path-write", "no-set-device", "global-rank-device-ids",
-                "local-rank-argparse", "unreduced-metric", "rank0-early-exit", "world-size-scaled-twice"}
+# Prints there count only in functions some caller runs on every rank (callers.py).
+MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collective-in-rank-branch",
+                "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
+                "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
+                "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
+                "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
                "collective-in-rank-branch", "rank0-early-exit"}
+# Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
+# launcher: init_process_group_mpi next to the env:// one the script calls).
+SETUP_RULES = {"nccl-hardcoded", "no-destroy", "sets-master-env", "sets-rank-env"}
 # Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
 PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
 
@@ -90,14 +95,16 @@ def lint_source(source: str, script: str = "<script>", show_all: bool = False) -
 def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
     facts = Facts(unread=list(unread))
-    for tree in trees.values():
-        reader = Checks(tree)
-        facts.replaces_print |= reader.replaces_print_here()
+    readers = [Checks(tree) for tree in trees.values()]
+    spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
+    for reader in readers:
+        facts.replaces_print |= reader.replaces_print_here(spawn_flags)
         facts.sets_device |= reader.sets_device_here()
         facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
+        facts.visible_per_process |= reader.visible_per_process_here()
         facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
                              for n in reader.nodes)
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
@@ -108,6 +115,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_tests.update(tests)
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
+        facts.sum_returners.update(reader.sum_returners())
     return facts
 
 
@@ -153,9 +161,24 @@ def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[
     return spans
 
 
-def _in_function(tree: ast.Module, line: int) -> bool:
-    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
-               for n in ast.walk(tree))
+def _function_at(reader: Checks, line: int) -> ast.AST | None:
+    """The innermost function (or method) holding this line."""
+    around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= line <= (n.end_lineno or 0)]
+    return max(around, key=lambda n: n.lineno, default=None)
+
+
+def _printed_on_every_rank(f: Finding, reader: Checks, callers: Callers, path: Path) -> bool:
+    """Keep, of a module's print finding, the lines in functions some caller runs on every rank (a print at a
+    module's top level, or in a function only rank 0 calls, is left to the script)."""
+    lines = [line for line in (f.line, *f.also)
+             if (func := _function_at(reader, line)) is not None and callers.called_by_script(path, func) is not None]
+    if not lines:
+        return False
+    f.line, f.also = lines[0], lines[1:]
+    more = f" (also lines {', '.join(map(str, lines[1:6]))}{'...' if len(lines) > 6 else ''})" if len(lines) > 1 else ""
+    f.message = f"print runs on every rank: each line appears once per process, interleaved{more}"
+    return True
 
 
 def lint_project(project: projects.Project, script: str, show_all: bool = False,
@@ -167,8 +190,10 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None
+    readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
+    callers = Callers(readers, project.entries)
     for path, tree in project.trees.items():
-        checks = Checks(tree, facts)
+        checks = readers[path]
         checks.run()
         entry = path in project.entries
         if entry and backend is None and checks.backend:
@@ -181,9 +206,29 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 f.path = None
             else:
                 f.path = os.path.normpath(typed / os.path.relpath(path, base))
-            if not entry and f.rule in GUARD_RULES and f.confidence == SURE and _in_function(tree, f.line):
-                f.confidence, f.why = POSSIBLE, "in a function of an imported module: the guards of its callers in " \
-                    "other files are not followed"
+            if not entry and f.rule == "unguarded-print" and not _printed_on_every_rank(f, checks, callers, path):
+                continue
+            if f.rule == "shared-path-write" and f.line in checks.path_params and f.confidence == SURE:
+                func, param = checks.path_params[f.line]
+                if callers.passed_per_rank(path, func, param) is not False:
+                    f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
+                        "pass may differ per rank"
+            if not entry and f.rule in GUARD_RULES and f.confidence == SURE and (
+                    func := _function_at(checks, f.line)) is not None:
+                site = callers.every_rank(path, func)
+                if site is None:
+                    f.confidence, f.why = POSSIBLE, "in a function of an imported module that no caller is seen " \
+                        "running on every rank"
+                else:
+                    where = callers.where(site)
+                    f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
+            if not entry and f.rule == "nccl-hardcoded" and (func := _function_at(checks, f.line)) is not None and (
+                    sites := callers.sites(path, func)) and all(readers[w]._cuda_checked(c) for w, c in sites):
+                continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
+            if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
+                    func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
+                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches " \
+                    "(another launcher's setup, or one called in a way lint does not follow)"
             if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"

@@ -11,19 +11,29 @@ import ast
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
                                          keyword, last)
 from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
+
+REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
+CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
 IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
                    "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
+# calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
+DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
+DOWNLOAD_MODULES = ("gdown.", "wget.")
+IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
 COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
 
 
 class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
+    path_params: dict  # line -> (function, parameter): a write whose path a caller gives
+
     def run_multigpu(self) -> None:
+        self.path_params = {}
         self.check_local_rank_flag()
         self.check_current_device()
         self.check_global_rank_device()
@@ -102,13 +112,12 @@ class MultiGpuChecks(ScriptReader):
                              "set the device on every path: torch.cuda.set_device(local_rank) with local_rank = "
                              "int(os.environ['LOCAL_RANK']), before init_process_group")
             return
-        if not self.distributed or not (self.backend == "nccl" or self.facts.backend_nccl):
+        if not self.distributed:
             return
+        ddp = self.facts.ddp or any(self.callee_last(c) in DDP_NAMES for c in self.calls)
         for call in self.calls:
-            bare = (self.callee(call) == "torch.device" and len(call.args) == 1 and
-                    const_str(call.args[0]) == "cuda" and keyword(call, "index") is None) or \
-                (_method(call) == "to" and call.args and const_str(call.args[0]) == "cuda")
-            if bare:
+            # 'cuda' is the current device whatever the backend: under gloo too, every rank's model on GPU 0
+            if self._bare_cuda(call) and (ddp or self.backend == "nccl" or self.facts.backend_nccl):
                 self.add(call, "no-set-device", ERROR,
                          "'cuda' without an index and no torch.cuda.set_device anywhere: 'cuda' is the current "
                          "device, GPU 0 on every rank (all ranks on one GPU, NCCL then fails or runs out of memory)",
@@ -125,6 +134,17 @@ class MultiGpuChecks(ScriptReader):
                      sure=bool(implicit),
                      why=(f"line {implicit[0].lineno} uses the current device" if implicit else
                           "nothing in the script uses the current device by itself"))
+
+    def _bare_cuda(self, call: ast.Call) -> bool:
+        """torch.device("cuda") or .to("cuda"), also as a branch of `"cuda" if available else "cpu"`: the current
+        device, with no index."""
+        def cuda(arg: ast.AST) -> bool:
+            if isinstance(arg, ast.IfExp):
+                return cuda(arg.body) or cuda(arg.orelse)
+            return const_str(arg) == "cuda"
+        return bool(call.args) and cuda(call.args[0]) and (
+            self.callee(call) == "torch.device" and len(call.args) == 1 and keyword(call, "index") is None
+            or _method(call) == "to")
 
     def _wraps_in_ddp_here(self, node: ast.AST) -> bool:
         """The block this line is in builds the DDP wrapper: the path is a distributed one."""
@@ -192,13 +212,51 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
+    def sum_returners(self) -> dict[str, int]:
+        """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
+        += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
+        found = {}
+        candidates = {self.enclosing_function(n) for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor))
+                      and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
+        for func in candidates:
+            body = func.body
+            if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in _same_scope(body)
+                   if isinstance(c, ast.Call)):
+                continue
+            summed = self._summed_over_batches(body)
+            returned = {n.id for r in _same_scope(body) if isinstance(r, ast.Return) and r.value is not None
+                        for n in ast.walk(r.value) if isinstance(n, ast.Name)}
+            if summed.keys() & returned:
+                found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
+        return found
+
+    def _summed_over_batches(self, body: list[ast.stmt], reduced: frozenset | set = frozenset()) -> dict[str, ast.AST]:
+        """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
+        from one given to a reducer)."""
+        accumulated: dict[str, ast.AST] = {}
+        for node in _same_scope(body):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
+                for sub in _same_scope(node.body):
+                    if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
+                            isinstance(sub.target, ast.Name):
+                        accumulated.setdefault(sub.target.id, node)
+        for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
+            if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
+                        ast.For, ast.AsyncFor)):
+                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
+                         and n.id not in reduced]
+                if grown and not isinstance(node.value, ast.Call):
+                    accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
+        return accumulated
+
     def check_unreduced_metric(self) -> None:
-        """A count or sum accumulated over this rank's shard, reported under a rank-0 test, never reduced."""
+        """A count or sum accumulated over this rank's shard (here, or by a function that returns it), reported
+        under a rank-0 test (global, or one per node), never reduced."""
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in (
-            "info", "log", "add_scalar", "add_scalars")]
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
@@ -207,32 +265,106 @@ class MultiGpuChecks(ScriptReader):
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
-            accumulated = {}  # name -> the loop it grows in
-            for node in _same_scope(body):
-                if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
-                    for sub in _same_scope(node.body):
-                        if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                                isinstance(sub.target, ast.Name):
-                            accumulated.setdefault(sub.target.id, node)
+            accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
+            for node in _same_scope(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                        self.callee_last(node.value) in self.facts.sum_returners:
+                    for target in node.targets:
+                        for n in ast.walk(target):
+                            if isinstance(n, ast.Name):
+                                accumulated.setdefault(n.id, node)
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in ("info", "log", "add_scalar", "add_scalars")):
+                if not (self.callee(call) == "print" or _method(call) in REPORTS):
                     continue
-                if not self.runs_on_rank0_only(call, frozenset({"global"})):
+                if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
                     continue
                 names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
+                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
+                    where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
+                        f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
                     self.add(call, "unreduced-metric", WARNING,
-                             f"{name} is summed over this rank's batches only (loop on line {loop.lineno}) and "
+                             f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
                              f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
                              "dist.all_reduce(t), then report from t",
                              sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
                              if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
+
+    def _reads_whole_dataset(self, loop: ast.AST) -> bool:
+        """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
+        **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
+        whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
+                   and "loader" in last(dotted(n)).lower()]
+        if not loaders:
+            return False
+        func = self.enclosing_function(loop)
+        params = [a.arg for a in func.args.args] if func is not None else []
+        origins: list[ast.AST] = []
+        for loader in loaders[:1]:
+            if isinstance(loader, ast.Name) and loader.id in params:
+                at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
+                sites = self.call_sites(func)
+                if not sites:
+                    return False
+                for site in sites:
+                    given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    if given is None:
+                        return False
+                    origins.append(given)
+            else:
+                origins.append(loader)
+        return all(self._built_without_sampler(o) for o in origins)
+
+    def _built_without_sampler(self, name: ast.AST) -> bool:
+        if not isinstance(name, (ast.Name, ast.Attribute)):
+            return False
+        built = [n.value for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and dotted(n.targets[0]) == dotted(name)]
+        if not built:
+            return False
+        for value in built:
+            if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
+                return False
+            for k in value.keywords:
+                if k.arg in ("sampler", "batch_sampler"):
+                    return False
+                if k.arg is None and self._may_hold_sampler(k.value):
+                    return False
+        return True
+
+    def _may_hold_sampler(self, kwargs: ast.AST, depth: int = 0) -> bool:
+        """`**test_kwargs`: a dict whose every assignment and update is seen and none names a sampler (an update
+        from another such dict, `test_kwargs.update(cuda_kwargs)`, is followed)."""
+        if not isinstance(kwargs, ast.Name) or depth > 2:
+            return True
+        seen = False
+        for n in self.nodes:
+            value = None
+            if isinstance(n, ast.Assign) and any(dotted(t) == kwargs.id for t in n.targets):
+                value = n.value
+            elif isinstance(n, ast.Call) and dotted(n.func) == f"{kwargs.id}.update" and n.args:
+                value = n.args[0]
+            if value is None:
+                continue
+            if isinstance(value, ast.Name) and value.id != kwargs.id:
+                if self._may_hold_sampler(value, depth + 1):
+                    return True
+                seen = True
+                continue
+            if not isinstance(value, ast.Dict) or any(k is None or const_str(k) in ("sampler", "batch_sampler")
+                                                     for k in value.keys):
+                return True
+            seen = True
+        return not seen
 
     def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
@@ -246,8 +378,17 @@ class MultiGpuChecks(ScriptReader):
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
         return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
-                                                                  "batches" in last(dotted(n)).lower())
+                                                                  "batches" in last(dotted(n)).lower() or
+                                                                  dotted(n) in self._with_sampler)
                    for n in ast.walk(it))
+
+    @property
+    def _with_sampler(self) -> set[str]:
+        """Names whose `.sampler` is used (`self.train_data.sampler.set_epoch(epoch)`): data loaders."""
+        if not hasattr(self, "_sampler_owners"):
+            self._sampler_owners = {dotted(n.value) for n in self.nodes
+                                    if isinstance(n, ast.Attribute) and n.attr == "sampler"} - {""}
+        return self._sampler_owners
 
     # ------------------------------------------------------------------------------------------ one file, every rank
 
@@ -258,15 +399,85 @@ class MultiGpuChecks(ScriptReader):
             what = self._writes(call)
             if what is None or self.runs_on_rank0_only(call, ANY_RANK0) or self._mentions_rank(call):
                 continue
-            scope = self.enclosing_function(call)
-            if scope is not None and any(isinstance(n, ast.Call) and self.callee(n) == "torch.save"
-                                         for n in ast.walk(scope)):
+            if self._checkpoint_write(call):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
+            if (param := self._path_parameter(call)) is not None:
+                self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
+            stamped = self._time_stamped(call)
             self.add(call, "shared-path-write", WARNING,
                      f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
                      "half-written; with download=True, N downloads into one folder)",
                      "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
-                     "the rank in the path")
+                     "the rank in the path", sure=not stamped,
+                     why="the path holds the clock time it was made: ranks that start in the same second share it, "
+                     "ranks started apart (by hand, on other machines) do not" if stamped else "")
+
+    def _checkpoint_write(self, call: ast.Call) -> bool:
+        """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
+        by a save helper (a function named save/checkpoint that calls torch.save)."""
+        scope = self.enclosing_function(call)
+        saves = [n for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Call)
+                 and self.callee(n) == "torch.save"]
+        if not saves:
+            return False
+        if scope is not None and any(w in scope.name.lower() for w in ("save", "checkpoint", "ckpt")):
+            return True
+        holder = self.parent.get(call)
+        handle = dotted(holder.optional_vars) if isinstance(holder, ast.withitem) and holder.optional_vars else \
+            dotted(holder.targets[0]) if isinstance(holder, ast.Assign) and len(holder.targets) == 1 else ""
+        return bool(handle) and any(dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in
+                                                                                              s.keywords)])
+
+    def _time_stamped(self, call: ast.Call) -> bool:
+        """The path is built from the clock (`datetime.now().strftime(...)`, `time.time()`), here or through the
+        names it is assigned to in this function: whether ranks share it depends on when each started."""
+        scope = self.enclosing_function(call)
+        body = scope.body if scope is not None else self.tree.body
+        assigned: dict[str, list[ast.AST]] = {}
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
+        todo, seen = [*call.args, *(k.value for k in call.keywords)], set()
+        while todo:
+            expr = todo.pop()
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS:
+                    return True
+                if isinstance(n, (ast.Name, ast.Attribute)) and (key := dotted(n)) not in seen:
+                    seen.add(key)
+                    todo.extend(assigned.get(key, []))
+        return False
+
+    def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
+        """(function, parameter) when the written path is built from a bare parameter of the enclosing function
+        (`open(filename, "w")`, `download_url(url, root)`), not from a config object's field (`args.root`)."""
+        func = self.enclosing_function(call)
+        if func is None:
+            return None
+        params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} - {"self", "cls"}
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            for n in ast.walk(arg):
+                if isinstance(n, ast.Name) and n.id in params and \
+                        not isinstance(self.parent.get(n), (ast.Attribute, ast.Subscript)):
+                    return func, n.id
+                if isinstance(n, ast.Attribute) and dotted(n.value) == "self" and \
+                        (given := self._set_by_constructor(func, n.attr)) is not None:
+                    return given  # self.path = path in __init__: whoever builds the object chooses the path
+        return None
+
+    def _set_by_constructor(self, method: ast.AST, attr: str) -> tuple[ast.AST, str] | None:
+        """(__init__, parameter) when the class of `method` sets self.<attr> from a parameter of its __init__."""
+        cls = self.parent.get(method)
+        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"),
+                    None)
+        if init is None:
+            return None
+        params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]} - {"self"}
+        for n in ast.walk(init):
+            if isinstance(n, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in n.targets) and \
+                    isinstance(n.value, ast.Name) and n.value.id in params:
+                return init, n.value.id
+        return None
 
     def _writes(self, call: ast.Call) -> str | None:
         name, method = self.callee(call), _method(call)
@@ -284,6 +495,10 @@ class MultiGpuChecks(ScriptReader):
         if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
                 (name.startswith("os.") or method == "mkdir"):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
+        if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
+            return f"{last(name)}()"
+        if method in ("write_text", "write_bytes") or last(name) in IMAGE_WRITES:
+            return f"{last(name)}()"  # Path(...).write_text, plt.savefig, torchvision's save_image
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
         return None
@@ -310,7 +525,23 @@ class MultiGpuChecks(ScriptReader):
 
         nodes = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
                        key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        # world_size = ngpus_per_node * world_size (nodes): the world size already counts the GPUs per node
+        composed = {last(dotted(n.targets[0])): _factors(n.value) - {last(dotted(n.targets[0]))} for n in nodes
+                    if isinstance(n, ast.Assign) and len(n.targets) == 1 and _world(self, n.targets[0])
+                    and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Mult)}
         for node in nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    any(w in last(dotted(node.targets[0])).lower() for w in SCALED):
+                factors = _factors(node.value)
+                twice = next((f"{w} (= {' * '.join(sorted(composed[w]))} * ...) and {f}" for w in sorted(factors)
+                              if w in composed for f in sorted(composed[w] & factors)), None)
+                if twice:
+                    self.add(node, "world-size-scaled-twice", WARNING,
+                             f"{last(dotted(node.targets[0]))} is multiplied by {twice}: the world size already "
+                             "counts those, so the value is off by that factor",
+                             "scale once: decide whether the value is per rank or for the whole job, and convert "
+                             "in one place")
+                    continue
             if isinstance(node, ast.keyword):
                 target, value = node.arg or "", node.value
             elif isinstance(node, ast.AugAssign):
@@ -376,6 +607,19 @@ def _world(self: ScriptReader, node: ast.AST) -> bool:
         return const_str(node.slice) == "WORLD_SIZE"
     name = last(dotted(node)).lower()
     return bool(name) and ("world_size" in name or name in ("world", "nprocs", "num_gpus", "ngpus", "n_gpus"))
+
+
+def _factors(expr: ast.AST) -> set[str]:
+    """The names a product multiplies by: `lr * float(bs * ngpus * world_size) / 256` -> lr, bs, ngpus, world_size."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        return _factors(expr.left) | _factors(expr.right)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Div, ast.FloorDiv)):
+        return _factors(expr.left)
+    if isinstance(expr, ast.Call) and last(dotted(expr.func)) in ("float", "int") and len(expr.args) == 1:
+        return _factors(expr.args[0])
+    if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr):
+        return {last(dotted(expr))}
+    return set()
 
 
 def _pairs(assign: ast.Assign):

@@ -29,6 +29,11 @@ DDP_NAMES = {"DistributedDataParallel", "DDP"}
 # ----------------------------------------------------------------------------------------------- ast helpers
 
 
+# Calls that give each process its own name: a path built from one is not shared (os.replace(tmp, final) after it).
+UNIQUE_NAMES = {"getpid", "uuid1", "uuid4", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory",
+                "token_hex", "token_urlsafe"}
+
+
 def dotted(node: ast.AST | None) -> str:
     """`torch.distributed.all_reduce` for the callee or value expression; '' when it is not a plain name chain."""
     if isinstance(node, ast.Name):
@@ -108,12 +113,14 @@ class Facts:
     no_sync: bool = False
     ddp: bool = False
     spawns: bool = False
+    visible_per_process: bool = False  # CUDA_VISIBLE_DEVICES chosen from the rank: each process sees one GPU, cuda:0
     rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     unread: list = field(default_factory=list)  # project files that could not be read
 
 
@@ -163,15 +170,24 @@ class ScriptReader:
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
         self._learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
+        self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
         for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
                     self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
                     self.facts.ddp_factories):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
+                    self.ddp_scopes.setdefault(dotted(target), set()).add(
+                        self.enclosing_function(node) if isinstance(target, ast.Name) else None)
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    def holds_ddp(self, owner: str, node: ast.AST) -> bool:
+        """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
+        name in another function, `model = main(...)` returning `model.module`, is another variable)."""
+        scopes = self.ddp_scopes.get(owner)
+        return bool(scopes) and (None in scopes or "." in owner or self.enclosing_function(node) in scopes)
 
     def sets_device_here(self) -> bool:
         """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
@@ -182,14 +198,44 @@ class ScriptReader:
             isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
             for n in self.nodes)
 
-    def replaces_print_here(self) -> bool:
-        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter."""
+    def visible_per_process_here(self) -> bool:
+        """`os.environ["CUDA_VISIBLE_DEVICES"] = str(devices[rank])`: each process sees its own GPU, as cuda:0."""
+        return any(isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets) and any(
+            isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
+            for v in ast.walk(n.value)) for n in self.nodes)
+
+    def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
+        """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter. Not when
+        it is installed only on the path a flag chooses that also chooses mp.spawn (`if args.multiprocessing_
+        distributed and gpu != 0:` in the pytorch/examples imagenet template): under torchrun every rank prints."""
+        spawn_flags = self.spawn_flags() if spawn_flags is None else spawn_flags
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and t.attr == "print" and
                     self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
-                return True
+                if not self._conditions(node) & spawn_flags:
+                    return True
         return False
+
+    def _conditions(self, node: ast.AST) -> set[str]:
+        """The flags (names, attributes) the enclosing `if` tests require for `node` to run."""
+        found, child, parent = set(), node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If) and child in parent.body:
+                tests = parent.test.values if isinstance(parent.test, ast.BoolOp) and \
+                    isinstance(parent.test.op, ast.And) else [parent.test]
+                found |= {dotted(t) for t in tests if isinstance(t, (ast.Name, ast.Attribute))}
+            child, parent = parent, self.parent.get(parent)
+        return found
+
+    def spawn_flags(self) -> set[str]:
+        """Flags whose `if` starts the workers with mp.spawn: the path they choose is one launcher among others."""
+        if not self.spawns:
+            return set()
+        return {dotted(n.test) for n in self.nodes if isinstance(n, ast.If) and isinstance(n.test, (
+            ast.Name, ast.Attribute)) and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS
+                                             for s in n.body for c in ast.walk(s))}
 
     def helper_results(self) -> tuple[dict, dict, set]:
         """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
@@ -243,6 +289,12 @@ class ScriptReader:
     def is_(self, call: ast.Call, name: str) -> bool:
         return self.callee_last(call) == name
 
+    def is_torch_ddp(self, call: ast.Call) -> bool:
+        """torch's DistributedDataParallel (through any import), not a namesake of another library (apex.parallel,
+        fairscale) with another signature."""
+        full = self.callee(call)
+        return "." not in full or full.split(".")[0] in ("torch", "nn")
+
     def is_collective(self, call: ast.Call) -> bool:
         full = self.callee(call)
         return last(full) in COLLECTIVES and (full.startswith("torch.distributed.") or ".dist." in f".{full}"
@@ -256,6 +308,9 @@ class ScriptReader:
             return self.enclosing_function(node), node.id
         if isinstance(node, ast.Attribute):
             return None, node.attr
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)) and \
+                (slot := const_str(node.slice)) is not None:
+            return None, f"{last(dotted(node.value))}[{slot!r}]"  # self.metric["path"]: a slot of a dict
         return None
 
     def _learn_assignments(self) -> None:
@@ -265,6 +320,7 @@ class ScriptReader:
         self.held_kind: dict = {}  # (scope, name) -> kind
         self.held_test: dict = {}  # (scope, name) -> (kind, rank0)
         self.rank_derived: dict = {}  # (scope, name) -> True: a value computed from the rank
+        self.rank_labelled: dict = {}  # the same, for names also assigned something else elsewhere
         assigns = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
         # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
         # one-node mp.spawn script: there the local index is the rank)
@@ -275,7 +331,11 @@ class ScriptReader:
             if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
                 given[key] = "global"
         self.held_kind = dict(given)
-        for _ in range(2):  # `rank = ...; is_main = rank == 0`: the second pass sees what the first learnt
+        fresh = {id(n) for n in assigns if self._fresh_name(n.value)} if any(
+            getattr(c.func, "attr", getattr(c.func, "id", None)) in UNIQUE_NAMES for c in self.calls) else set()
+        learnt = None
+        for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (up to three:
+            #                 path = join(d, f"rank{rank}"); self.meta["path"] = path; p = join(self.meta["path"], f))
             kinds: dict = {}
             tests: dict = {}
             derived: set = set()
@@ -284,30 +344,51 @@ class ScriptReader:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
                     continue
-                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute)) \
+                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute,
+                                                  ast.Call, ast.IfExp)) \
                     and not self.rank_kind(node.value)
                 if is_test and (test := self.rank_test(node.value)) is not None:
                     tests.setdefault(key, set()).add(test)
                 elif (kind := self.rank_kind(node.value)) is not None:
                     kinds.setdefault(key, set()).add(kind)
-                elif self._labels_rank(node.value):
+                elif self._labels_rank(node.value) or id(node) in fresh:
                     derived.add(key)  # computed from the rank: different on every process
                 else:
                     plain.add(key)
             self.held_kind = {**given, **{k: v.pop() for k, v in kinds.items() if len(v) == 1 and k not in given}}
             self.rank_derived = {k: True for k in derived - plain}
+            self.rank_labelled = {k: True for k in derived}  # on some path at least
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+            now = (self.held_kind, self.rank_derived, self.rank_labelled, self.held_test)
+            if now == learnt:
+                break  # nothing new: another pass would learn nothing either
+            learnt = now
 
     def _labels_rank(self, value: ast.AST) -> bool:
         """A label made from the rank: f"cuda:{local_rank}", torch.device("cuda", rank), "gpu{}".format(rank)
-        (a loss computed on this rank's device is not one: only names, strings and devices count)."""
-        if isinstance(value, ast.JoinedStr):
-            return any(isinstance(v, ast.FormattedValue) and self.rank_kind(v.value) for v in value.values)
+        (a loss computed on this rank's device is not one: only names, strings and devices count). A name drawn
+        fresh in each process (uuid4, the process id, mkstemp) is as per-process as the rank: _fresh_name."""
+        if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
+            return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
+                v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
+        if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(self.rank_derived, value):
+            return True  # a name (or dict slot) an earlier pass saw assigned a per-process label
         if isinstance(value, ast.Subscript):  # devices[rank]
             return bool(self.rank_kind(value.slice))
-        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str"):
+        if isinstance(value, ast.Call) and last(self.callee(value)) in ("device", "format", "str", "join"):
             return any(self.rank_kind(a) or self._labels_rank(a) for a in value.args)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and const_str(value.left) is not None:
+            parts = value.right.elts if isinstance(value.right, ast.Tuple) else [value.right]
+            return any(self.rank_kind(a) or self._labels_rank(a) for a in parts)  # "%s_rank%d.json" % (f, rank)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Div)):
+            return any(self._labels_rank(a) for a in (value.left, value.right))  # "ckpt_" + str(rank), dir / f"{rank}"
         return False
+
+    @staticmethod
+    def _fresh_name(value: ast.AST) -> bool:
+        """A call in `value` gives each process its own name (uuid4(), os.getpid(), tempfile.mkstemp())."""
+        return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in UNIQUE_NAMES
+                   for n in ast.walk(value))
 
     def _held(self, table: dict, node: ast.AST):
         key = self._scope_key(node)
@@ -342,7 +423,7 @@ class ScriptReader:
         held = self._held(self.held_kind, expr)
         if held:
             return held
-        name = last(dotted(expr)).lower()
+        name = last(dotted(expr)).lower().lstrip("_")  # a module's private `__rank` is the rank too
         if "local" in name and "rank" in name:
             return "local"
         if name in GLOBAL_RANK_NAMES:
@@ -354,6 +435,11 @@ class ScriptReader:
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             inner = self.rank_test(expr.operand, follow_names)
             return (inner[0], not inner[1]) if inner else None
+        if isinstance(expr, ast.IfExp):  # `is_master() if only_master else is_local_master()`: rank 0 either way
+            body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
+            if body and orelse and body[1] == orelse[1]:
+                return ("local" if "local" in (body[0], orelse[0]) else body[0]), body[1]
+            return None
         if isinstance(expr, ast.BoolOp):
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)

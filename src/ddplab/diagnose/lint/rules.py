@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, Facts,
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
                                           _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
@@ -16,6 +16,9 @@ LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
+# torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
+BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
+                              r"|googlenet|shufflenet|mnasnet|vgg\d+_bn)\w*")
 
 
 class Checks(MultiGpuChecks):
@@ -87,7 +90,7 @@ class Checks(MultiGpuChecks):
 
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
-            if self._skipped_when_launched(node) or self.spawns:
+            if self._skipped_when_launched(node) or self.spawns or self.facts.spawns:
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
@@ -153,7 +156,7 @@ class Checks(MultiGpuChecks):
             if not self.is_(call, "init_process_group"):
                 continue
             backend = keyword(call, "backend") or (call.args[0] if call.args else None)
-            value = const_str(backend) or self._default_never_overridden(backend) or self._assigned_literal(backend)
+            value = self._backend_value(backend)
             if value is None:
                 continue
             self.backend, self.backend_line = value.lower(), call.lineno
@@ -162,6 +165,38 @@ class Checks(MultiGpuChecks):
                          "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
                          "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
                          "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+
+    def _backend_value(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """What the backend expression evaluates to, when the script decides it: a literal, the enum
+        (`Backend.NCCL`, `dist.Backend("nccl")`), a module constant, a parameter default no caller overrides, or a
+        value assigned once in the same function. An argparse option or a config file is the user's choice: None."""
+        if depth > 3 or node is None:
+            return None
+        if (text := const_str(node)) is not None:
+            return text
+        if isinstance(node, ast.Attribute) and node.attr.upper() in ("NCCL", "GLOO", "MPI", "UCC") and \
+                last(dotted(node.value)) == "Backend":
+            return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
+        if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
+            return self._backend_value(node.args[0], depth + 1)
+        value = self._default_never_overridden(node) or self._assigned_literal(node)
+        if value is None and isinstance(node, ast.Name):
+            held = self._module_constant(node.id)
+            value = self._backend_value(held, depth + 1) if held is not None else None
+        return value
+
+    def _module_constant(self, name: str) -> ast.AST | None:
+        """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
+        module's names, as nanoGPT's configurator does)."""
+        if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
+            return None
+        values = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+            isinstance(t, ast.Name) and t.id == name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
+            return None
+        if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
+            return values[0].value
+        return None
 
     def _assigned_literal(self, node: ast.AST | None) -> str | None:
         """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
@@ -204,9 +239,11 @@ class Checks(MultiGpuChecks):
         return _exits(node.orelse)
 
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and last(dotted(n.func)) in ("is_available", "is_nccl_available",
-                                                                         "device_count")
-                   for n in ast.walk(node))
+        """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
+        whether torch was built with distributed support, GPUs or not)."""
+        return any(isinstance(n, ast.Call) and (last(dotted(n.func)) == "is_nccl_available" or last(dotted(
+            n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
+            "distributed"]) for n in ast.walk(node))
 
     def _cuda_checked(self, call: ast.Call) -> bool:
         parent = self.parent.get(call)
@@ -243,6 +280,9 @@ class Checks(MultiGpuChecks):
                 text = const_str(arg)
                 if text and re.fullmatch(r"cuda:\d+", text):
                     fixed = repr(text)
+            if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
+                                                        self.visible_per_process_here()):
+                fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
             if fixed and self.distributed:
                 self.add(call, "hardcoded-cuda-device", ERROR,
                          f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
@@ -366,7 +406,7 @@ class Checks(MultiGpuChecks):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if owner in self.ddp_names and self.ddp_names[owner] <= call.lineno and \
+                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
                             owner not in self.loaded_into and not self._handed_to_loader(owner):
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
@@ -393,11 +433,13 @@ class Checks(MultiGpuChecks):
                          "torch.save runs on every rank: all processes write the same file at once (a corrupt "
                          "checkpoint, or N copies)",
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
+        self._save_helper_sites()
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         if self.replaces_print_here() or self.facts.replaces_print:
             return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
-        prints = sorted((c for c in self.calls if self.callee(c) == "print" and keyword(c, "file") is None
-                         and not self._mentions_rank(c) and not self.runs_on_rank0_only(c, ANY_RANK0)),
+        prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
+                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
+                         and not self._stdout_redirected(c)),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -406,6 +448,39 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _prints(self, call: ast.Call) -> bool:
+        """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
+        return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
+
+    def _stdout_redirected(self, call: ast.Call) -> bool:
+        """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
+        the console."""
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and n.lineno < call.lineno and self.enclosing_function(n) is scope and
+                   any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets) and
+                   not self.resolve(dotted(n.value)).startswith("sys.__")
+                   for n in self.nodes)
+
+    def _save_helper_sites(self) -> None:
+        """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
+        torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
+        by_function: dict[ast.AST, list[ast.Call]] = {}
+        for c in self.calls:
+            if self.callee(c) == "torch.save" and (func := self.enclosing_function(c)) is not None and \
+                    not self._in_memory(c) and not self._mentions_rank(c):
+                by_function.setdefault(func, []).append(c)
+        for func, saves in by_function.items():
+            if any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
+                continue
+            for site in self.call_sites(func):
+                if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and \
+                        self.runs_on_rank0_only(site, frozenset({"global", "single", "local"})):
+                    self.add(site, "local-rank-save", WARNING,
+                             f"{func.name}() saves (torch.save on line {saves[0].lineno}) when local_rank == 0: there "
+                             "is a local rank 0 on every machine, so every node writes the same file",
+                             "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = "
+                             "int(os.environ['RANK']))")
 
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
@@ -419,16 +494,19 @@ class Checks(MultiGpuChecks):
                    last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
                    for n in (ast.walk(scope) if scope else self.nodes))
 
-    def _mentions_rank(self, call: ast.Call) -> bool:
-        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file."""
+    def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
+        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file.
+        `sometimes`: a name the rank labels on some path counts (`device = "cuda"`, then `device = f"cuda:{rank}"`
+        when DDP is on: printed, it says which process speaks wherever there are several)."""
+        held = self.rank_labelled if sometimes else self.rank_derived
         for node in ast.walk(call):
             if node is call:
                 continue
-            if isinstance(node, ast.Call) and last(self.callee(node)) == "getpid":
+            if isinstance(node, ast.Call) and last(self.callee(node)) in UNIQUE_NAMES:
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
                 return True
-            if isinstance(node, (ast.Name, ast.Attribute)) and self._held(self.rank_derived, node):
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
         return False
 
@@ -443,10 +521,13 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
                     and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
-                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')")
+                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
+                         why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
+                         "goes back there unless the GPU layout changed between runs" if own else "")
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
@@ -468,15 +549,21 @@ class Checks(MultiGpuChecks):
                    for n in _walk_same_function(scope.body))
 
     def check_ddp_device_ids(self) -> None:
-        gpu = self.backend == "nccl" or self.sets_device or any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" for c in self.calls)
+        """torch's DDP on a GPU with no device_ids: fine when the current device was set (a single-device module on
+        this process's GPU needs none), a mistake when the model sits on the default GPU. Wrappers of other
+        libraries (apex, fairscale) have their own signatures: apex's DDP takes no device_ids at all."""
+        gpu = self.backend == "nccl" or any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" or self._bare_cuda(c) for c in self.calls)
         if not gpu:
             return
         for call in self.calls:
-            if self.callee_last(call) in DDP_NAMES and keyword(call, "device_ids") is None and len(call.args) < 2:
+            if self.sets_device and not self._other_branch_sets_device(call):
+                continue  # the device is set on this path (not only on the other branch of an `if`)
+            if self.callee_last(call) in DDP_NAMES and self.is_torch_ddp(call) and \
+                    keyword(call, "device_ids") is None and len(call.args) < 2:
                 self.add(call, "ddp-no-device-ids", WARNING,
-                         "DistributedDataParallel without device_ids on GPUs: DDP cannot tell which single GPU this "
-                         "process drives",
+                         "DistributedDataParallel without device_ids, and the current device is not set on this path: "
+                         "the model sits on the default GPU, GPU 0 on every rank",
                          "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
 
     def check_collectives_in_rank_branches(self) -> None:
@@ -486,7 +573,8 @@ class Checks(MultiGpuChecks):
             name = self.callee_last(call)
             for guard in (g for g in self.guards(call) if g.kind != "single"):
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
-                             for branch in guard.other for n in ast.walk(branch))
+                             for branch in guard.other for n in ast.walk(branch)) or \
+                    self._paired_elsewhere(call, name, guard)
                 if not paired:
                     who = "rank 0" if guard.rank0 else "every rank but 0"
                     self.add(call, "collective-in-rank-branch", ERROR,
@@ -494,6 +582,14 @@ class Checks(MultiGpuChecks):
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
+        """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
+        same collective under the opposite test of the same kind: every rank reaches it once."""
+        scope = self.enclosing_function(call)
+        return any(other is not call and self.callee_last(other) == name and self.enclosing_function(other) is scope
+                   and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
+                   for other in self.calls)
 
     def check_rank0_ddp_forward(self) -> None:
         """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
@@ -504,14 +600,17 @@ class Checks(MultiGpuChecks):
         syncs = [c for c in wrappers if not any(
             isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
             for k in ("broadcast_buffers", "forward_sync_buffers"))]
-        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) for c in self.calls)
+        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
+            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) for c in self.calls)
         if not syncs or not has_buffers:
             return
         for call in self.calls:
             name = dotted(call.func)
             owner = name[: -len(".forward")] if name.endswith(".forward") else name
-            if owner not in self.ddp_names or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+            if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                 continue
+            if self.ddp_names.get(owner, 0) > call.lineno:
+                continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
             self.add(call, "rank0-ddp-forward", ERROR,
                      f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
                      "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
@@ -561,6 +660,10 @@ class Checks(MultiGpuChecks):
                         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
                                                                 for t in stmt.targets):
                             return stmt.value
+                        if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
+                                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                                for n in _walk_same_function([stmt])):
+                            return None  # set on some path only: not one value
             child, parent = parent, self.parent.get(parent)
         return None
 

@@ -1,4 +1,4 @@
-"""Checkpoints that never lose work.
+"""Checkpoint files that never lose work (runtime: ddplab.resume, the recipes and any script share them).
 
 - One file per checkpoint, `step-00000120-<sha256 prefix>.pt`: an ordinary torch.save file (torch.load reads it),
   whose name carries the checksum of its bytes, so the file and its checksum appear together or not at all.

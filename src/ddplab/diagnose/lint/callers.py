@@ -1,0 +1,138 @@
+"""Who calls a function of an imported module, and on which ranks: a reviewer who finds `MNIST(download=True)` in
+`utils/train.py` looks at `run.py` calling `train(args)` on every rank before judging it. A function is reached on
+every rank when some call of it, in any file of the project, runs on every rank: no rank-0 test around it, not in a
+branch its callers never take (`if dataset == "pretrain":` when every caller passes "caption_coco"), and in a
+function that is itself reached on every rank (or in the script, or handed to mp.spawn)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from ddplab.diagnose.lint.reading import ANY_RANK0, ScriptReader, const_str, keyword
+
+MAX_DEPTH = 6
+
+
+class Callers:
+    def __init__(self, readers: dict[Path, ScriptReader], entries: list[Path]):
+        self.readers = readers
+        self.entries = set(entries)
+        self._memo: dict[tuple[Path, int], ast.Call | None] = {}
+        self._owner = {id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef)
+                       for f in c.body}
+
+    def every_rank(self, path: Path, func: ast.AST, depth: int = 0) -> ast.Call | None:
+        """A call of `func` (a function or method of `path`) that runs on every rank, or None."""
+        key = (path, id(func))
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a recursion back here finds nothing new
+        found = None if depth > MAX_DEPTH else next(
+            (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None)
+        self._memo[key] = found
+        return found
+
+    def called_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
+        """A call of `func` written in the script itself that runs on every rank: the script decides who runs it
+        (a print in a logger or meter several calls away is the library's own business)."""
+        return next((site for where, site in self.sites(path, func)
+                     if where in self.entries and self._site_every_rank(where, site, 0)), None)
+
+    def reached(self, path: Path, func: ast.AST, depth: int = 0) -> bool:
+        """Some chain of calls from the script (or from a module's top level, or a function handed to another
+        call) reaches `func`, on any rank: the code runs at all."""
+        if depth > MAX_DEPTH:
+            return False
+        for where, site in self.sites(path, func):
+            reader = self.readers[where]
+            outer = reader.enclosing_function(site)
+            if where in self.entries or outer is None or outer.name in reader.passed or \
+                    self.reached(where, outer, depth + 1):
+                return True
+        return False
+
+    def passed_per_rank(self, path: Path, func: ast.AST, param: str) -> bool | None:
+        """What the callers of `func` give for `param`: False when every call passes a value that is the same on
+        every rank (a constant, a config lookup: `config["ann_root"]`, `args.root`), True when one passes something
+        built elsewhere (a variable, a path joined from another parameter), None when no call is seen."""
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        index = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0) if param in params else -1
+        sites = self.sites(path, func)
+        if not sites:
+            return None
+        for _, call in sites:
+            value = keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
+            if value is None:
+                continue  # the parameter's default
+            if any(isinstance(n, ast.Name) and not isinstance(self._parent_of(n), (ast.Attribute, ast.Subscript))
+                   for n in ast.walk(value)):
+                return True
+        return False
+
+    def _parent_of(self, node: ast.AST) -> ast.AST | None:
+        return next((r.parent[node] for r in self.readers.values() if node in r.parent), None)
+
+    def where(self, site: ast.Call) -> Path | None:
+        return next((p for p, r in self.readers.items() if site in r.parent), None)
+
+    def sites(self, path: Path, func: ast.AST) -> list[tuple[Path, ast.Call]]:
+        """Calls of `func` by name: in its own file any (not from its own body), in another file only those that
+        import it from its module (`from utils.train import train`, `utils.train(...)`). `__init__` is called by
+        its class's name."""
+        owner = self._owner.get(id(func))
+        name = owner.name if owner is not None and func.name == "__init__" else func.name
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        found = []
+        for where, reader in self.readers.items():
+            for call in reader.calls_by_name.get(name, []):
+                if reader.enclosing_function(call) is func:
+                    continue
+                if where != path and module not in reader.callee(call).split(".")[:-1] and not (
+                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases):
+                    continue  # another file's function of the same name (a method: its class imported there)
+                found.append((where, call))
+        return found
+
+    def _site_every_rank(self, where: Path, site: ast.Call, depth: int) -> bool:
+        reader = self.readers[where]
+        if reader.runs_on_rank0_only(site, ANY_RANK0) or self._branch_not_taken(reader, site):
+            return False
+        func = reader.enclosing_function(site)
+        if func is None or func.name in reader.passed:
+            return True  # module level (the script, or an import every rank runs), or handed to mp.spawn
+        if self.every_rank(where, func, depth + 1) is not None:
+            return True
+        # a function of the script itself that nothing calls by name (a `main` a framework calls) runs everywhere
+        return where in self.entries and not self.sites(where, func)
+
+    def _branch_not_taken(self, reader: ScriptReader, site: ast.Call) -> bool:
+        """Inside `if param == "x":` (or its elif chain) where every caller of the function passes another constant
+        for `param`: that branch never runs."""
+        func = reader.enclosing_function(site)
+        if func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        child, parent = site, reader.parent.get(site)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Compare) and \
+                    len(parent.test.ops) == 1 and isinstance(parent.test.ops[0], ast.Eq) and \
+                    isinstance(parent.test.left, ast.Name) and parent.test.left.id in params and \
+                    (wanted := const_str(parent.test.comparators[0])) is not None:
+                given = self._given(func, parent.test.left.id, params)
+                if given and all(g is not None and g != wanted for g in given):
+                    return True
+            child, parent = parent, reader.parent.get(parent)
+        return False
+
+    def _given(self, func: ast.AST, param: str, params: list[str]) -> list[str | None]:
+        """The constant each call of `func` passes for `param` (None where it is not a string literal)."""
+        where = next((p for p, r in self.readers.items() if func in r.parent), None)
+        if where is None:
+            return []
+        index = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0)
+        given = []
+        for _, call in self.sites(where, func):
+            value = keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
+            given.append(const_str(value))
+        return given

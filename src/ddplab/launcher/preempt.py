@@ -1,0 +1,119 @@
+"""The caller's side of a preemption (`ddplab launch`, `ddplab train`): the machine's notice - SIGTERM from a cloud's
+spot reclaim or Kubernetes, SIGUSR1/SIGUSR2 from Slurm's --signal - is passed to every rank as SIGTERM, which
+ddplab.resume (and the recipes' loop) answer by saving at the same step on every rank; after --grace seconds whatever
+is left is ended. Ctrl-C (SIGINT) still stops at once.
+
+SIGTERM goes to the ranks themselves, not through torch's agent: the agent's own shutdown waits a fixed 30 s on the
+torch releases before 2.13 (PContext.close(timeout=30)), and the grace is the user's to choose."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from ddplab.launcher.procs import alive
+
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+DEFAULT_GRACE_S = 30.0  # GKE's default notice; AWS spot gives 120 s, RunPod's interruptible pods ~5 s
+NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # = ddplab.resume.NOTE_VAR (not imported: that would import torch here)
+NOTE_FILE = "preempted.json"
+EXIT_PREEMPTED = 4  # = ddplab.resume.PREEMPTED_EXIT: "preempted, state saved; start it again to resume"
+
+
+class Forwarder:
+    """Catches the notice while installed; forward() passes it on to each rank once; expired() after the grace."""
+
+    def __init__(self, grace: float = DEFAULT_GRACE_S):
+        self.grace = grace
+        self.signal: int | None = None
+        self.at = 0.0
+        self.sent: set[int] = set()
+        self._previous: dict = {}
+
+    def __enter__(self) -> Forwarder:
+        for name in SIGNALS:
+            sig = getattr(signal, name)
+            self._previous[sig] = signal.signal(sig, self._seen)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _seen(self, signum, frame) -> None:
+        if self.signal is None:
+            self.signal, self.at = signum, time.monotonic()
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def forward(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            if pid not in self.sent:
+                self.sent.add(pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+
+    def ranks_gone(self) -> bool:
+        """Every rank that was told has exited (it saved, or could not)."""
+        return bool(self.sent) and not any(_alive(pid) for pid in self.sent)
+
+    def expired(self) -> bool:
+        return self.requested and time.monotonic() - self.at > self.grace
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return alive(psutil.Process(pid))  # a zombie (exited, not yet reaped by the agent) holds nothing
+    except psutil.NoSuchProcess:
+        return False
+
+
+def read_note(folder: Path) -> dict:
+    """What ddplab.resume's rank 0 wrote: {"step": N, "path": ...} after saving on a signal, {"refused": LINE} when it
+    stopped every rank on bad input (exit code 2); {} when neither."""
+    try:
+        note = json.loads((folder / NOTE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return note if isinstance(note, dict) else {}
+
+
+@dataclass
+class Preempted:
+    """What `ddplab launch` / `ddplab train` say when the machine was taken away (--json prints this)."""
+
+    status: str  # "preempted"
+    signal: str
+    grace: float
+    step: int | None  # None: nothing was saved within the grace
+    checkpoint: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PREEMPTED if self.step is not None else 1
+
+    def line(self) -> str:
+        if self.step is not None:
+            return (f"preempted ({self.signal}), state saved at step {self.step}: {self.checkpoint}; start the same "
+                    "command again to resume")
+        return (f"preempted ({self.signal}): no rank said it saved within the {self.grace:g} s grace (does the script "
+                "use ddplab.resume, or save on SIGTERM itself?); every process was ended")
+
+
+def outcome(signum_name: str, grace: float, note: dict) -> Preempted:
+    step = note.get("step")
+    return Preempted("preempted", signum_name, grace, step if isinstance(step, int) else None, note.get("path"))

@@ -1,0 +1,324 @@
+"""When the machine is taken away: stop on the signal at the same step on every rank, save, resume exactly.
+
+    from ddplab import resume
+    ckpt = resume.Checkpointer("ckpt", model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
+    for epoch in ckpt.epochs(5):                 # resumes in the epoch it stopped in
+        for x, y in ckpt.batches(loader):        # skips the batches already done in that epoch
+            ...one optimizer step...
+            ckpt.step_done()                     # every rank stops at the same step: saved, then exit code 4
+
+- SIGTERM / SIGUSR1 / SIGUSR2 (a spot instance's notice, `ddplab launch` passing one on, Slurm's --signal) only set a
+  flag; step_done() shares it through one all-reduce of one integer, so a signal seen by any rank stops all of them
+  after the same step. A rank that stopped alone would leave the others waiting in the next collective.
+- Saving: every rank's RNG states (Python, NumPy, torch CPU and CUDA) are gathered to global rank 0, which writes the
+  registered objects' state_dicts (rank 0's: DDP keeps the replicas identical) as one ddplab.ckptfile checkpoint:
+  temporary file, fsync, rename to a name holding its checksum (the rename is the completion marker: a file without
+  its checksum in the name is never a checkpoint), the last `keep` kept.
+- Constructed, it resumes from the newest checkpoint that verifies (a torn one is named and the previous one used),
+  with the RNG states at the epoch's start (so the DataLoader draws the same shuffle and worker seeds) and at the step.
+- Bad input stops every rank with one line and exit code 2, before anything is written: a folder that is not
+  writable or is full, checkpoints of another run (other objects, other shapes, another `run` name), a checkpoint
+  written by another number of ranks (DistributedSampler's shards depend on it, so the data order could not match).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from ddplab import ckptfile
+from ddplab.errors import DdplabError
+
+PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at which step it saved
+
+
+class StopFlag:
+    """A stop request from a signal, agreed by all ranks at the same step (one all-reduce of one integer).
+
+    The all-reduce runs in the background while the next step computes (async_op): agreed() at step k returns what
+    every rank had seen by the end of step k-1, so the ranks still stop together, one step after the notice, and
+    the step never waits on the check's round trip (benchmarks/stop_check_cost.py measures what is left)."""
+
+    def __init__(self, signals: Iterable[str] = SIGNALS, device: torch.device | None = None):
+        self.signal: int | None = None
+        self._previous = {}
+        device = device or _collective_device()
+        self._tensors = [torch.zeros(1, dtype=torch.int32, device=device) for _ in range(2)]
+        self._work = None  # the all-reduce in flight, on self._tensors[0]
+        if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
+            for name in signals:
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._seen)
+
+    def _seen(self, signum, frame) -> None:
+        self.signal = signum  # only a flag: the step in progress finishes, then every rank agrees
+
+    def agreed(self) -> bool:
+        """True on every rank, at the same call, once any rank has seen a signal. A collective: every rank calls it
+        once per step."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return self.signal is not None
+        previous = None
+        if self._work is not None:
+            self._work.wait()
+            previous = bool(self._tensors[0].item())
+        if previous:  # agreed: nothing more in flight, every rank stops here
+            self._work = None
+            return True
+        self._tensors.reverse()
+        self._tensors[0].fill_(1 if self.signal is not None else 0)
+        self._work = dist.all_reduce(self._tensors[0], op=dist.ReduceOp.MAX, async_op=True)
+        return False
+
+    def close(self, wait: bool = True) -> None:
+        """Finish the all-reduce in flight (every rank has one: they called agreed() as often), restore handlers.
+        wait=False after an error: another rank may never finish it."""
+        if self._work is not None and wait:
+            self._work.wait()
+            self._work = None
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+
+def _collective_device() -> torch.device:
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())  # NCCL reduces GPU tensors only
+    return torch.device("cpu")
+
+
+def rng_state() -> dict:
+    """Every random number generator this process draws from."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None, "numpy": None}
+    numpy = sys.modules.get("numpy")  # only when the script uses it: importing it here would cost every script
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(_as_tuple(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if state["numpy"] is not None:
+        import numpy
+
+        numpy.random.set_state(state["numpy"])
+
+
+def _as_tuple(value):
+    """Python's RNG state, which a checkpoint stores as lists (weights_only loading gives lists back for tuples)."""
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _plain(value):
+    """NumPy's state (a tuple with an array) as plain values, which weights_only loading accepts."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
+        return value.tolist()  # a list of ints: a uint32 tensor does not survive all_gather_object
+    return value
+
+
+def _numpy_state(value):
+    if value is None:
+        return None
+    import numpy
+
+    name, keys, pos, has_gauss, cached = value
+    return (name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached)
+
+
+class Checkpointer:
+    """Register what makes up the training state; resume from the newest complete checkpoint on construction."""
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, every: int = 0, run: str = "",
+                 sampler: Any = None, signals: Iterable[str] = SIGNALS, **objects: Any):
+        """objects: anything with state_dict()/load_state_dict() (model, optimizer, LR scheduler, GradScaler).
+        every: also save every N steps (0: only when stopped). run: a name that must match to resume.
+        sampler: a DistributedSampler (or anything with set_epoch), set each epoch by epochs()."""
+        self.directory, self.keep, self.every, self.sampler = Path(directory), keep, every, sampler
+        self.objects = {k: v for k, v in objects.items() if v is not None}
+        for name, obj in self.objects.items():
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                _refuse(f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(): register a model, "
+                        "an optimizer, a scheduler or a GradScaler")
+        self.rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.identity = {"run": run, "objects": sorted(self.objects), "shapes": self._shapes()}
+        self.step = self.epoch = self.batch = 0
+        self.stopped = False
+        self._epoch_rng = self._step_rng = None
+        self.flag = StopFlag(signals)
+        _agree(lambda: ckptfile.prepare(self.directory) and None)  # not writable: one line now, not at the save
+        self.resumed_from = self._resume()
+
+    def _shapes(self) -> dict:
+        return {name: {k: list(v.shape) for k, v in obj.state_dict().items() if isinstance(v, torch.Tensor)}
+                for name, obj in self.objects.items() if isinstance(obj, torch.nn.Module)}
+
+    # ------------------------------------------------------------------------------------------------- the loop
+
+    def epochs(self, count: int) -> Iterator[int]:
+        for epoch in range(self.epoch, count):
+            if self.stopped:
+                return
+            if epoch != self.epoch:
+                self.epoch, self.batch, self._step_rng = epoch, 0, None
+            if self.sampler is not None:
+                self.sampler.set_epoch(epoch)
+            yield epoch
+        self.epoch, self.batch = count, 0
+        self.flag.close()  # the stop check in flight is finished on every rank before anything else
+
+    def batches(self, loader: Iterable) -> Iterator[Any]:
+        """The epoch's batches after those already done. The RNG states are set to the epoch's start before iter()
+        (a DataLoader draws its shuffle and its workers' seeds there), and to the step's after skipping."""
+        if self._step_rng is not None:  # resumed in the middle of this epoch
+            set_rng_state(self._epoch_rng)
+            it = iter(loader)
+            for _ in range(self.batch):
+                next(it)
+            set_rng_state(self._step_rng)
+            self._step_rng = None
+        else:
+            self._epoch_rng = rng_state()
+            it = iter(loader)
+        for item in it:
+            self.batch += 1
+            yield item
+
+    def step_done(self) -> None:
+        """Call after each optimizer step, on every rank. Saves every `every` steps; when any rank has seen a
+        signal, every rank saves here (the same step) and exits with PREEMPTED_EXIT."""
+        self.step += 1
+        stop = self.flag.agreed()
+        if stop or (self.every and self.step % self.every == 0):
+            path = self.save()
+            if stop:
+                self.stopped = True
+                self._announce(path)
+                raise SystemExit(PREEMPTED_EXIT)
+
+    # ------------------------------------------------------------------------------------------- save and load
+
+    def save(self) -> Path | None:
+        """A collective: every rank's RNG states go to rank 0, which writes the checkpoint. Rank 0 returns its path."""
+        mine = rng_state()
+        mine["numpy"] = _plain(mine["numpy"])
+        rngs = [None] * self.world_size
+        if self.world_size > 1:
+            dist.all_gather_object(rngs, {"step": mine, "epoch": _plain_epoch(self._epoch_rng)})
+        else:
+            rngs = [{"step": mine, "epoch": _plain_epoch(self._epoch_rng)}]
+        state = {"identity": self.identity, "world_size": self.world_size, "step": self.step, "epoch": self.epoch,
+                 "batch": self.batch, "rng": rngs,
+                 "objects": {name: obj.state_dict() for name, obj in self.objects.items()} if self.rank == 0 else {}}
+        return _agree(lambda: ckptfile.save(self.directory, state, self.step, self.keep) if self.rank == 0 else None)
+
+    def _resume(self) -> str | None:
+        def pick():
+            found = ckptfile.latest(self.directory, warn=lambda msg: print(f"ddplab.resume: {msg}", file=sys.stderr,
+                                                                          flush=True))
+            return str(found.path) if found else None
+        name = _agree(pick)
+        if name is None:
+            return None
+        try:
+            state = ckptfile.load(Path(name), verified=self.rank != 0)  # rank 0 has just verified it
+        except (ValueError, OSError) as e:
+            _refuse(f"checkpoint {name} does not load on rank {self.rank} ({e}): every rank must see the same "
+                    "checkpoint folder (on several machines, a shared file system)", everyone=True)
+        if state.get("identity") != self.identity:
+            _refuse(f"{self.directory} holds checkpoints of another run ({_difference(state.get('identity'), self.identity)}"
+                    "): choose an empty folder for this run (nothing was overwritten)")
+        if state["world_size"] != self.world_size:
+            _refuse(f"checkpoint {name} was written by {state['world_size']} rank(s), this run has "
+                    f"{self.world_size}: resume with {state['world_size']} (each rank's shard of the data depends on "
+                    "the number of ranks, so the data order could not continue exactly)")
+        for key, obj in self.objects.items():
+            obj.load_state_dict(state["objects"][key])
+        self.step, self.epoch, self.batch = state["step"], state["epoch"], state["batch"]
+        rng = state["rng"][self.rank]
+        rng["step"]["numpy"] = _numpy_state(rng["step"]["numpy"])
+        self._epoch_rng = _epoch_state(rng["epoch"])
+        self._step_rng = rng["step"] if self.batch else None
+        set_rng_state(rng["step"])
+        if self.rank == 0:
+            print(f"resumed at step {self.step} (epoch {self.epoch}, batch {self.batch}) from {name}", flush=True)
+        return name
+
+    def _announce(self, path: Path | None) -> None:
+        if self.rank != 0:
+            return
+        print(f"preempted, state saved at step {self.step} ({path})", file=sys.stderr, flush=True)
+        _note({"step": self.step, "path": os.path.abspath(path)})
+
+
+def _plain_epoch(state):
+    if state is None:
+        return None
+    return {**state, "numpy": _plain(state["numpy"])}
+
+
+def _epoch_state(state):
+    if state is None:
+        return None
+    return {**state, "numpy": _numpy_state(state["numpy"])}
+
+
+def _difference(saved: dict | None, here: dict) -> str:
+    saved = saved or {}
+    for key in ("run", "objects", "shapes"):
+        if saved.get(key) != here[key]:
+            return f"{key}: {saved.get(key)!r} there, {here[key]!r} here" if key != "shapes" else "other model shapes"
+    return "another format"
+
+
+def _agree(action):
+    """Run `action` on every rank (it does nothing on the others where it should), share rank 0's result or error:
+    every rank then fails or goes on together, with one line and exit code 2 on an error."""
+    outcome = [None, None]
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        try:
+            outcome[0] = action()
+        except DdplabError as e:
+            outcome[1] = str(e)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(outcome, src=0)
+    if outcome[1] is not None:
+        _refuse(outcome[1])
+    return outcome[0]
+
+
+def _refuse(message: str, everyone: bool = False) -> None:
+    """One line (from rank 0, or from every rank when only some may see it) and exit code 2, never a traceback."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if rank == 0 or everyone:
+        print(f"ddplab.resume: error: {message}", file=sys.stderr, flush=True)
+        _note({"refused": message})
+    raise SystemExit(2)
+
+
+def _note(what: dict) -> None:
+    """Tell the launcher (`ddplab launch`/`train` set NOTE_VAR) what happened: it says so in one line."""
+    note = os.environ.get(NOTE_VAR)
+    if note:
+        tmp = Path(f"{note}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(what))
+        os.replace(tmp, note)
+
+

@@ -1,0 +1,67 @@
+"""A plain training script using ddplab.resume: dropout, a shuffling DistributedSampler, momentum and an LR schedule,
+so an exact resume must restore every RNG, the optimizer, the scheduler and the position in the epoch.
+Rank 0 appends `step loss.hex()` per step to --losses and writes the final weights' sha256 to --out."""
+
+import argparse
+import hashlib
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+import ddplab.dist as dd
+from ddplab import resume
+
+p = argparse.ArgumentParser()
+p.add_argument("--ckpt", required=True)
+p.add_argument("--losses", required=True)
+p.add_argument("--out", required=True)
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--every", type=int, default=0)
+p.add_argument("--sleep", type=float, default=0.0, help="seconds per step: time to send a signal mid-run")
+p.add_argument("--big", type=int, default=0, help="MiB of extra state: a save that takes a while")
+p.add_argument("--name", default="", help="the run name ddplab.resume checks")
+p.add_argument("--hidden", type=int, default=32)
+args = p.parse_args()
+
+with dd.session() as ctx:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 8, generator=g)
+    y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(512, 1, generator=g)
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank, seed=7)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.Dropout(0.2), torch.nn.ReLU(),
+                                torch.nn.Linear(args.hidden, 1))
+    if args.big:
+        model.register_buffer("ballast", torch.zeros(args.big * 2**18))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
+    ckpt = resume.Checkpointer(args.ckpt, model=model, optimizer=opt, scheduler=sched, sampler=sampler,
+                               every=args.every, run=args.name)
+    torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
+    ddp = DDP(model)
+    for epoch in ckpt.epochs(args.epochs):
+        for xb, yb in ckpt.batches(loader):
+            loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            if ctx.rank == 0:
+                with open(args.losses, "a") as f:
+                    f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
+            time.sleep(args.sleep)
+            ckpt.step_done()
+    if ctx.rank == 0:
+        h = hashlib.sha256()
+        for k, v in model.state_dict().items():
+            if k != "ballast":  # zeros, never trained: the same weights with or without it
+                h.update(v.detach().numpy().tobytes())
+        with open(args.out, "w") as f:
+            f.write(h.hexdigest())
+    del ddp

@@ -1,0 +1,218 @@
+"""When the machine is taken away (ddplab.resume, `ddplab launch/train --grace`), with real processes and signals:
+- SIGTERM to `ddplab launch` at a random step: every rank saves at the same step, nothing done before the signal is
+  lost, exit code 4 with "preempted, state saved at step N"; started again it says "resumed at step N" and its loss
+  curve and final weights are bitwise those of an uninterrupted run (dropout, a shuffling sampler, momentum, an LR
+  schedule: every RNG, the optimizer, the scheduler and the position in the epoch must come back);
+- the same for a recipe under `ddplab train`;
+- SIGKILL while a checkpoint is being written: the next start resumes from the previous complete one;
+- bad input - another run's checkpoints, another number of ranks, a read-only folder, a full one - is one line and
+  exit 2, and nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, kill_tree
+
+SCRIPT = Path(__file__).parent / "scripts" / "resumable.py"
+LAUNCH = ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "5"]
+
+
+def losses(path: Path) -> dict[int, str]:
+    """step -> loss (float.hex) as rank 0 logged it; a step logged twice (killed, then redone) must agree."""
+    seen: dict[int, str] = {}
+    for line in path.read_text().splitlines():
+        step, loss = line.split()
+        assert seen.setdefault(int(step), loss) == loss, f"step {step} gave two losses"
+    return seen
+
+
+def run_script(tmp: Path, name: str, *extra: str, expect: int = 0, timeout: float = 150):
+    ran = cli(*LAUNCH, str(SCRIPT), "--ckpt", str(tmp / name), "--losses", str(tmp / f"{name}.losses"),
+              "--out", str(tmp / f"{name}.out"), *extra, timeout=timeout)
+    assert ran.code == expect, ran.err[-3000:]
+    return ran
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted 2-rank run of the script: its loss per step and its final weights' digest."""
+    tmp = tmp_path_factory.mktemp("reference")
+    run_script(tmp, "ref")
+    return losses(tmp / "ref.losses"), (tmp / "ref.out").read_text()
+
+
+def start(args: list[str], **kw) -> subprocess.Popen:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "ddplab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True, **kw)
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_tree(proc.pid)
+            out, err = proc.communicate()
+            raise AssertionError(f"never saw {what} (exit {proc.returncode})\n{err[-3000:]}")
+        time.sleep(0.01)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        raise AssertionError(f"did not end within {timeout}s of the signal\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def lines_in(path: Path) -> int:
+    try:
+        return len(path.read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_path, no_leftover_workers):
+    ref_losses, ref_out = reference
+    ckpt, log = tmp_path / "run", tmp_path / "run.losses"
+    at = random.randint(2, len(ref_losses) - 8)  # a random step, not the first nor near the end
+    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
+                  "--sleep", "0.05"])
+    wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
+    done_at_signal = lines_in(log)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 5 + 15)  # the 5 s grace, and the machine's load
+    assert code == 4, err[-3000:]
+    said = re.search(r"^ddplab launch: preempted \(SIGTERM\), state saved at step (\d+): ", out, re.M)
+    assert said, out
+    saved = int(said.group(1))
+    assert saved >= done_at_signal, f"signal after step {done_at_signal}, saved at {saved}: work lost"
+    assert not (tmp_path / "o").exists() and len(list(ckpt.glob("step-*.pt"))) == 1
+
+    ran = run_script(tmp_path, "run")
+    assert f"resumed at step {saved} " in ran.out
+    assert losses(log) == ref_losses  # the whole curve, bitwise, the steps after the resume included
+    assert (tmp_path / "run.out").read_text() == ref_out
+
+
+@pytest.mark.slow
+def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(reference, tmp_path,
+                                                                             no_leftover_workers):
+    """A 64 MiB state written every 6 steps; kill -9 of ddplab while rank 0 writes one (its temporary file exists):
+    the next start takes the newest complete checkpoint, never the torn temporary file, and ends bitwise as the
+    uninterrupted run."""
+    ckpt, log = tmp_path / "run", tmp_path / "run.losses"
+    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
+                  "--every", "6", "--big", "64"])
+
+    def writing() -> bool:
+        return bool(list(ckpt.glob("step-*.pt"))) and any(p.stat().st_size for p in ckpt.glob(".step-*.tmp"))
+    wait_for(writing, proc, 120, "a checkpoint being written after a complete one")
+    os.killpg(proc.pid, signal.SIGKILL)  # ddplab's session; its agent and the ranks die with it
+    proc.communicate()
+    complete = sorted(int(p.name[5:13]) for p in ckpt.glob("step-*.pt"))
+    assert complete and list(ckpt.glob(".step-*.tmp")), "the kill did not land during a save"
+
+    ran = run_script(tmp_path, "run", "--every", "6", "--big", "64")
+    assert f"resumed at step {complete[-1]} " in ran.out
+    assert losses(log) == reference[0] and (tmp_path / "run.out").read_text() == reference[1]
+    assert not list(ckpt.glob(".step-*.tmp"))  # the next save cleared the torn one
+
+
+@pytest.mark.slow
+def test_another_runs_checkpoints_are_refused_in_one_line_and_kept(tmp_path, no_leftover_workers):
+    """A checkpoint of a 1-process run: another model shape, another run name, another number of ranks - each one
+    line, exit 2, the files untouched."""
+    ckpt = tmp_path / "run"
+    subprocess.run([sys.executable, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(tmp_path / "l"), "--out",
+                    str(tmp_path / "o"), "--epochs", "1", "--every", "5"], check=True, timeout=120,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    before = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
+    assert before
+    for extra, says in ((["--hidden", "16"], "holds checkpoints of another run (other model shapes)"),
+                        (["--name", "other"], "holds checkpoints of another run (run: '' there, 'other' here)"),
+                        ([], "was written by 1 rank(s), this run has 2: resume with 1")):
+        ran = run_script(tmp_path, "run", *extra, expect=2)
+        ours = [line for line in ran.err.splitlines() if line.startswith("ddplab launch: error:")]
+        assert len(ours) == 1 and says in ours[0] and "Traceback" not in ran.err, ran.err[-2000:]
+        assert {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()} == before
+
+
+UNSHARE = shutil.which("unshare")
+
+
+def in_own_mounts(tmp_path: Path, mount: str, *script_args: str) -> subprocess.CompletedProcess:
+    """The script (1 process) with its checkpoint folder on a filesystem of its own: a user namespace lets a test
+    mount a tiny or read-only tmpfs for real, without privileges."""
+    folder = tmp_path / "mnt"
+    folder.mkdir()
+    command = (f"mount -t tmpfs -o size=256k tmpfs {folder} && {mount} "
+               f"exec {sys.executable} {SCRIPT} --ckpt {folder}/ckpt --losses {tmp_path}/l --out {tmp_path}/o "
+               + " ".join(script_args))
+    return subprocess.run([UNSHARE, "-Urm", "sh", "-c", command], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _namespaces_work() -> bool:
+    return UNSHARE is not None and subprocess.run([UNSHARE, "-Urm", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _namespaces_work(), reason="no unprivileged user namespaces here (unshare -Urm)")
+@pytest.mark.parametrize("mount, args, says", [
+    ("mount -o remount,ro {folder} &&", [], "is not writable (Read-only file system)"),
+    ("", ["--every", "2", "--big", "1"], "could not write checkpoint step 2"),
+], ids=["read-only", "full"])
+def test_a_read_only_or_full_folder_is_one_line_and_exit_2(tmp_path, mount, args, says):
+    ran = in_own_mounts(tmp_path, mount.format(folder=tmp_path / "mnt"), "--epochs", "1", *args)
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddplab.resume: error:") and says in lines[0], ran.stderr
+    if args:  # full: torch.save says only "unexpected pos"; the free space is added, so the cause shows
+        assert " 0 MiB free there" in lines[0]
+
+
+@pytest.mark.slow
+def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(tmp_path, no_leftover_workers):
+    """The recipes use the same stop flag: SIGTERM to `ddplab train` at a random moment, --resume, the final weights
+    bitwise those of an uninterrupted run."""
+    import torch
+
+    flags = ["mlp", "--nproc", "2", "--samples", "1024", "--hidden", "32", "--epochs", "30", "--batch-size", "16",
+             "--log-every", "8", "--grace", "5"]
+    ref = tmp_path / "ref"
+    ran = cli("train", *flags, "--checkpoint-dir", str(ref), timeout=200)
+    assert ran.code == 0, ran.err[-3000:]
+    ckpt = tmp_path / "run"
+    proc = start(["train", *flags, "--checkpoint-dir", str(ckpt)])
+    at = random.randint(1, 40)  # a metrics line per 8 steps: a random moment in the first third
+    wait_for(lambda: lines_in(ckpt / "metrics.jsonl") >= at, proc, 150, f"metrics line {at}")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 5 + 15)
+    assert code == 4 and "preempted, state saved at step " in out, (code, out, err[-3000:])
+    saved = int(out.split("state saved at step ")[1].split(":")[0])
+    assert saved >= 8 * at
+
+    ran = cli("train", *flags, "--checkpoint-dir", str(ckpt), "--resume", "--json", timeout=200)
+    assert ran.code == 0, ran.err[-3000:]
+    assert f"resumed at step {saved}," in ran.err
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (ref, ckpt))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    curve = {json.loads(line)["step"]: json.loads(line)["loss"] for line in (ref / "metrics.jsonl").open()}
+    for line in (ckpt / "metrics.jsonl").open():
+        row = json.loads(line)
+        assert curve[row["step"]] == row["loss"], row["step"]
