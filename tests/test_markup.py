@@ -89,7 +89,7 @@ def test_bench_result_and_failure(capsys):
 
 
 def test_train_result_failure_and_notes(capsys):
-    from ddplab.commands.train import TrainFailure, render_failure
+    from ddplab.train.result import TrainFailure, render_failure
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import RankStats, TrainResult, render
 

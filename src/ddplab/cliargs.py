@@ -150,6 +150,18 @@ def add_grace(parser) -> None:
                              f"saved (default {GRACE_S:g})")
 
 
+PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
+
+
+def add_profile(parser) -> None:
+    """--profile [STEPS]: torch.profiler in every rank (ddplab.diagnose.profhook), the breakdown after the run."""
+    parser.add_argument("--profile", nargs="?", type=positive_int, const=PROFILE_STEPS, default=None,
+                        metavar="STEPS",
+                        help=f"torch.profiler over STEPS optimizer steps (default {PROFILE_STEPS}) in every rank, "
+                             "after 3 warm-up steps: per-rank breakdown, the causes of lost speed ranked, Chrome "
+                             "traces and a PNG kept in the run's folder (docs/profile.md)")
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)

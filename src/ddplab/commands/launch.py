@@ -11,6 +11,9 @@ Around torchrun it adds:
   folder that is removed when the run passes and kept when it fails; the last line says which (`logs: PATH`, a
   folder `ddplab explain PATH` reads);
 - when a rank fails: the first failure (rank, exit code, traceback tail), then `ddplab explain`'s diagnosis, exit 1;
+- `--profile [STEPS]`: torch.profiler over STEPS optimizer steps in every rank (no change to the script): each
+  rank's step split into its parts, the straggler, the causes of lost speed ranked with fix and expected gain,
+  Chrome traces and a PNG in the run's folder, which is kept (docs/profile.md);
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
   is stuck, related lint findings, every worker ended, exit 3;
@@ -28,17 +31,18 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
-
 
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
     # must not pay. A NUL prefix char means argparse sees no option here and hands every argument over untouched.
     p = sub.add_parser("launch", help="run any script under torchrun with preflight checks and a hang watchdog",
                        add_help=False, prefix_chars="\0",
-                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [torchrun options] SCRIPT [args]")
+                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
+                             "[torchrun options] SCRIPT [args]")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -63,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
+    cliargs.add_profile(group)
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
@@ -89,7 +94,7 @@ def run(args) -> int:
     # imports torch.
     early = EarlyAgent()
     try:
-        ns, hang_timeout, lint, as_json, grace = _options(early.parser(build_parser), argv)
+        ns, hang_timeout, lint, as_json, grace, profile_steps = _options(early.parser(build_parser), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -110,6 +115,10 @@ def run(args) -> int:
         report.log(f"ddplab launch: {note}")
     if hang_timeout is None:
         report.log("ddplab launch: hang watchdog off (--hang-timeout 0)")
+    if profile_steps:
+        from ddplab.perf import profile
+
+        profile.request(early.folder / "profile", profile_steps)
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
                      output=sys.stderr if as_json else sys.stdout, grace=grace)
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
@@ -123,6 +132,9 @@ def run(args) -> int:
         _clean(plan.log_dir, asked_logs, keep=False)
         raise DdplabError(ran.note["refused"])
     result = analyse(ns, plan, ran, hang_timeout)
+    if profile_steps:  # the traces and the picture are the point of the run: its folder is kept
+        result.profile, asked_logs = profile.analyse(Path(plan.log_dir) / "profile"), True
+        result.log_dir = str(plan.log_dir)
     # A run that passed leaves nothing behind unless the user asked for its logs; a failed one keeps them.
     if _clean(plan.log_dir, asked_logs, keep=result.status != "ok"):
         result.log_dir = None
@@ -134,15 +146,26 @@ def run(args) -> int:
 
 def _options(parser, argv: list[str]):
     """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
-    ns = parser.parse_args(argv)
-    hang_timeout, lint, as_json, grace = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace
-    for name in ("hang_timeout", "no_lint", "json", "grace"):
+    ns = parser.parse_args(_bare_profile(argv, len(argv)))
+    if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
+        ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
+    hang_timeout, lint, as_json, grace, profile = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile
+    for name in ("hang_timeout", "no_lint", "json", "grace", "profile"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         from ddplab.envinfo import cuda_available
 
         ns.nproc_per_node = "gpu" if cuda_available() else "2"
-    return ns, hang_timeout, lint, as_json, grace
+    return ns, hang_timeout, lint, as_json, grace, profile
+
+
+def _bare_profile(argv: list[str], end: int) -> list[str]:
+    """`--profile` takes an optional STEPS: a bare one followed by anything but a number means the default (argparse
+    would read the script's path as STEPS)."""
+    def bare(i: int) -> bool:
+        return i < end and argv[i] == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
+
+    return [f"--profile={cliargs.PROFILE_STEPS}" if bare(i) else a for i, a in enumerate(argv)]
 
 
 def _clean(log_dir, asked: bool, keep: bool) -> bool:
@@ -185,6 +208,10 @@ def render(con, r) -> None:
 
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
+    if r.profile is not None:
+        from ddplab.perf.profile import render as render_profile
+
+        render_profile(con, r.profile)
     # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.
     con.print(f"  logs: {r.log_dir}" if r.log_dir else
               "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)")

@@ -11,7 +11,9 @@ import argparse
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+import tempfile
+import time
+from pathlib import Path
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
@@ -40,6 +42,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
                         help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
                              "it resumes from the latest checkpoint, without one it starts over")
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
+    cliargs.add_profile(launch)
     cliargs.add_grace(launch)
     cliargs.add_nodes(p)
 
@@ -61,29 +64,25 @@ def _guess(argv: list[str]):
     return launch
 
 
-@dataclass
-class TrainFailure:
-    """What --json prints when the run itself failed (bad input is a one-line error instead)."""
-
-    status: str  # failed | hang | interrupted
-    summary: str
-    root_cause: int | None
-    ranks: list[dict] = field(default_factory=list)
-    flight: object = None  # which collective each rank last called (diagnose.flight)
-    kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
-
-
 def run(args) -> int:
     from ddplab.launcher import startup
+    from ddplab.diagnose import profhook
+    from ddplab.perf import profile
     from ddplab.train.ranks import start_ranks
 
     early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
+    # Where the ranks look for --profile's request (they start before the flags are read): made only if asked.
+    args.profile_dir = Path(tempfile.gettempdir()) / f"ddplab-profile-{os.getpid()}-{time.time_ns()}"
 
     def start(nproc: int):
-        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True)
+        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True,
+                           env={profhook.DIR_ENV: str(args.profile_dir)})
 
     with startup.early(start, early.nproc if early else None) as ranks:
         cfg, ns, nproc, device = _checked(args)
+        if ns.profile:
+            profile.request(args.profile_dir, ns.profile)
+        ns.profile_dir = args.profile_dir
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
         if launch.nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
@@ -154,7 +153,7 @@ def _environment(nproc: int, device: str) -> None:
 def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
-    from ddplab.train.result import TrainResult, render
+    from ddplab.train.result import NodeDone, TrainFailure, TrainResult, render, render_failure, render_node
 
     view = ProgressView()
     errors: dict[int, tuple[str, int]] = {}
@@ -191,6 +190,10 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         _add_prediction(result, predicting)
+        if ns.profile:
+            from ddplab.perf import profile
+
+            result.profile = profile.analyse(ns.profile_dir)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
@@ -219,32 +222,3 @@ def _add_prediction(result, predicting) -> None:
         return
     for r in result.ranks:
         r.predicted_peak_mb = mib
-
-
-@dataclass
-class NodeDone:
-    """What a node other than node 0 prints: its ranks finished; rank 0's node prints the training's result."""
-
-    ranks: list[int]
-    seconds: float
-    status: str = "PASS"
-
-
-def render_node(con, r: NodeDone) -> None:
-    con.print(f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
-              "the training's result")
-
-
-def render_failure(con, f: TrainFailure) -> None:
-    con.print(report.text(report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL'), f" {f.summary}"))
-    for r in f.ranks:
-        detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
-        if detail:
-            con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
-            con.print(detail, markup=False, highlight=False)
-    if f.flight is not None and f.flight.available:
-        from ddplab.diagnose.flight import render as render_flight
-
-        con.print(render_flight(f.flight), markup=False, highlight=False)
-    if f.kept:
-        con.print(f"kept: every rank's whole output in {f.kept} (delete it when done)", soft_wrap=True)

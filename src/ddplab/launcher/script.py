@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab.diagnose import flight
+from ddplab.diagnose import flight, profhook
 from ddplab.errors import DdplabError
 from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
@@ -50,6 +50,7 @@ class EarlyAgent:
         self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
         env = {**os.environ, **flight.worker_env(self.folder / "flight"),
+               profhook.DIR_ENV: str(self.folder / "profile"),  # read by the ranks only if --profile wrote its config
                preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE)}  # where ddplab.resume says it saved
         reply, reply_to = os.pipe()
         try:
@@ -187,8 +188,9 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     if dumps is None and status == "failed":
         dumps = flight.read_dumps(flight_dir)  # what each rank wrote as it exited
     if early.folder != log_dir:  # the user's --log-dir keeps everything of the run; nothing stays in /tmp
-        with contextlib.suppress(OSError):
-            shutil.move(str(flight_dir), str(log_dir / "flight"))
+        for name in ("flight", "profile"):
+            with contextlib.suppress(OSError):
+                shutil.move(str(early.folder / name), str(log_dir / name))
         shutil.rmtree(early.folder, ignore_errors=True)
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
                      launcher_log, stacks, watch.reason, dumps, preempted, note)

@@ -258,6 +258,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     shown = {"loss": None, "samples_per_sec": None}
     run_steps, saved, predicting, preempted, saved_step = 0, None, None, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
+    if comm is not None:
+        comm.begin(log_t)
     timer, warm_wait = Steady(log_t), None
 
     # 4. The steps.
@@ -287,6 +289,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
+            if comm is not None:
+                comm.step_done(time.perf_counter())
             if run_steps == MEASURED_STEPS:
                 peak.stop()
                 predicting = predict() if device.type == "cuda" else None
@@ -300,7 +304,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
             # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
             if step % cfg.log_every == 0 or done:
                 now = time.perf_counter()
-                wait, log_wait = _wait_ms(comm, log_wait, world)
+                wait, log_wait = _wait_share(comm, log_wait, world)
                 usage.sample()
                 rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
                 shown["loss"] = sum(r[0] for r in rows) / world
@@ -308,7 +312,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                 jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
                              "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
                              "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                             "rank_comm_wait_ms": [_part_of(r[3], 1000 * r[1] / max(r[2], 1)) if r[3] >= 0 else None
+                             "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
                                                    for r in rows]})
                 out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
                 log_t, log_step = now, step
@@ -341,7 +345,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         torch.cuda.synchronize(device)
     timed_steps, seconds, total = timer.stop(run_steps)
     cpu_percent = usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction below
-    wait, _ = _wait_ms(comm, warm_wait if timed_steps < run_steps else None, world)
+    wait, _ = _wait_share(comm, warm_wait if timed_steps < run_steps else None, world)
     step_ms = 1000 * seconds / max(timed_steps, 1)
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
@@ -351,7 +355,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
     mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=step_ms, comm_wait_ms=_part_of(wait, step_ms) if wait >= 0 else None,
+                     step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
                      cpu_percent=cpu_percent, gpu_util_percent=usage.gpu_percent(),
                      peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
                      digest=metrics.state_digest(final_weights), allocator_peak_mb=peak.measured_mb(),
@@ -441,20 +445,16 @@ class Steady:
         return run_steps - self.warm_steps, now - self.start, now - self.t0
 
 
-def _wait_ms(comm: metrics.CommWait | None, since, world: int) -> tuple[float, tuple | None]:
-    """Exposed communication ms per step since the snapshot `since` (-1 = not measured: DDP's timers are all there
-    is, so fsdp's is not; one process has none to wait for), and a snapshot of now."""
+def _wait_share(comm: metrics.CommWait | None, since, world: int) -> tuple[float, tuple | None]:
+    """The share of the steps' wall time spent in exposed communication since the snapshot `since` (-1 = not
+    measured: DDP's timers are all there is, so fsdp's is not; one process has none to wait for), and a snapshot
+    of now. A window in which DDP logged no new iteration takes the share over the whole run so far."""
     if comm is None:
         return (0.0 if world == 1 else -1.0), None
-    value, now = comm.mean_since(since)
-    return (-1.0 if value is None else value), now
-
-
-def _part_of(wait_ms: float, step_ms: float) -> float:
-    """The exposed communication of a step is part of that step. DDP's timers average over the iterations they
-    sampled and the wall clock over the steps timed; the two windows differ (the first steps, a compile), so the
-    mean wait can come out above the mean step (seen: 10.6 > 7.7 ms under --compile on a loaded machine)."""
-    return min(wait_ms, step_ms)
+    share, now = comm.share_since(since)
+    if share is None and since is not None:
+        share, _ = comm.share_since(None)
+    return (-1.0 if share is None else share), now
 
 
 def _autocast(amp: str, device: torch.device):

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 import resource
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -21,41 +23,71 @@ import torch
 
 
 class CommWait:
-    """Exposed communication per optimizer step, from DDP's own C++ timers (its runtime logging): backward
-    communication time minus the part that overlapped the backward computation. Nothing runs in Python on the
-    gradient path (a Python comm hook costs ~3 % of a 2-rank CPU step here). DDP samples every `rate` steps; on
-    GPUs reading its CUDA timers synchronises, so the rate there is the log interval. These are private DDP methods
-    (`_set_ddp_runtime_logging_sample_rate`, `_get_ddp_logging_data`): if a torch release drops them, the wait
-    is reported as not measured instead of failing the run."""
+    """Exposed communication, from DDP's own C++ timers (its runtime logging): per iteration, the time from the end
+    of the backward computation to the end of the gradient all-reduces (backward communication minus its overlap
+    with the computation). Nothing runs in Python on the gradient path (a Python comm hook costs ~3 % of a 2-rank
+    CPU step here). These are private DDP methods (`_set_ddp_runtime_logging_sample_rate`,
+    `_get_ddp_logging_data`): if a torch release drops them, the wait is reported as not measured.
+
+    The definition that keeps the part within the whole: the wait is reported as a *share* of the wall time of the
+    very iterations DDP measured, then applied to the step. DDP logs iteration i's times at the forward of i + 1,
+    so a snapshot after step k covers iterations 1..k-1; dividing by the wall time of steps after the warm-up
+    (one iteration later) compared two different windows, and one slow iteration at the window's edge put the
+    mean wait above the mean step (seen: 10.6 ms > 7.7 ms under --compile on a loaded machine). Each iteration's
+    exposed wait lies inside that iteration's wall time, so over the same iterations the share is at most 1.
+    DDP samples the first 10 iterations and every `rate`-th after them (GPUs: reading CUDA timers synchronises,
+    so the rate there is the log interval); its running mean is over the sampled ones only, and is weighted so."""
 
     def __init__(self, ddp, rate: int):
-        self.ddp = ddp
+        self.ddp, self.rate = ddp, max(int(rate), 1)
+        self.ends = array("d", [time.perf_counter()])  # ends[i]: when step i of this run ended; ends[0]: begin()
         try:
-            ddp._set_ddp_runtime_logging_sample_rate(max(int(rate), 1))
+            ddp._set_ddp_runtime_logging_sample_rate(self.rate)
         except Exception:
             self.ddp = None
 
+    def begin(self, now: float) -> None:
+        """The loop starts: the first step's wall time (and DDP's first iteration) starts here."""
+        self.ends = array("d", [now])
+
+    def step_done(self, now: float) -> None:
+        self.ends.append(now)
+
     def snapshot(self) -> tuple[int, float] | None:
-        """(DDP iterations so far, DDP's running mean of exposed ms), or None when not measured."""
+        """(the last DDP iteration logged, DDP's running mean of exposed ms), or None when not measured."""
         if self.ddp is None:
             return None
         try:
             data = self.ddp._get_ddp_logging_data()
             comm, overlap = data["avg_backward_comm_time"], data["avg_backward_compute_comm_overlap_time"]
-            return int(data.get("iteration", 0)), max(comm - overlap, 0) / 1e6  # nanoseconds
+            return int(data.get("iteration", 0)), (comm - overlap) / 1e6  # nanoseconds; a mean of differences
         except Exception:
             return None
 
-    def mean_since(self, start: tuple[int, float] | None) -> tuple[float | None, tuple[int, float] | None]:
-        """Mean exposed ms per step since `start` (a snapshot), and a snapshot of now. DDP keeps one running
-        mean; the means of two moments, weighted by their iteration counts, give the mean in between."""
+    def _sampled(self, iteration: int) -> int:
+        """How many of iterations 1..iteration DDP sampled (Logger::set_runtime_stats_and_log's rule)."""
+        if iteration <= 10:
+            return iteration
+        return 10 + iteration // self.rate - 10 // self.rate
+
+    def share_since(self, start: tuple[int, float] | None) -> tuple[float | None, tuple[int, float] | None]:
+        """The share of wall time spent in exposed communication over the iterations DDP logged since `start` (a
+        snapshot; None: since the loop began), and a snapshot of now. None when DDP logged no iteration since."""
         now = self.snapshot()
         if now is None:
             return None, None
-        if start is None or now[0] <= start[0]:
-            return now[1], now
-        (n0, m0), (n1, m1) = start, now
-        return max((m1 * n1 - m0 * n0) / (n1 - n0), 0.0), now
+        a, m0 = start if start is not None else (0, 0.0)
+        b, m1 = now
+        if b <= a or b >= len(self.ends):
+            return None, now
+        c0, c1 = self._sampled(a), self._sampled(b)
+        if c1 <= c0:
+            return None, now
+        wait_ms = (m1 * c1 - m0 * c0) / (c1 - c0)
+        wall_ms = 1000 * (self.ends[b] - self.ends[a]) / (b - a)
+        # Sampled iterations stand for all of them: on GPUs (rate > 1) a sampled slow one can still tip the share
+        # over 1, so it is bounded; on CPU (rate 1) every iteration counts and it cannot be.
+        return min(max(wait_ms / wall_ms, 0.0), 1.0) if wall_ms > 0 else None, now
 
 
 class Utilisation:

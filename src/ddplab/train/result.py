@@ -72,6 +72,7 @@ class TrainResult:
     metrics_file: str | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    profile: object = None  # `--profile`: perf.profile.Profile, added by the caller
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainResult:
@@ -149,7 +150,50 @@ def render(con, r: TrainResult) -> None:
         con.print(f"metrics: {r.metrics_file}")
     for w in r.warnings:
         con.print(report.text(report.styled('WARN'), f" {w}"))
+    if r.profile is not None:
+        r.profile.show(con)
 
 
 def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+@dataclass
+class TrainFailure:
+    """What --json prints when the run itself failed (bad input is a one-line error instead)."""
+
+    status: str  # failed | hang | interrupted
+    summary: str
+    root_cause: int | None
+    ranks: list[dict] = field(default_factory=list)
+    flight: object = None  # which collective each rank last called (diagnose.flight)
+    kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
+
+
+@dataclass
+class NodeDone:
+    """What a node other than node 0 prints: its ranks finished; rank 0's node prints the training's result."""
+
+    ranks: list[int]
+    seconds: float
+    status: str = "PASS"
+
+
+def render_node(con, r: NodeDone) -> None:
+    con.print(f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
+              "the training's result")
+
+
+def render_failure(con, f: TrainFailure) -> None:
+    con.print(report.text(report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL'), f" {f.summary}"))
+    for r in f.ranks:
+        detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
+        if detail:
+            con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
+            con.print(detail, markup=False, highlight=False)
+    if f.flight is not None and f.flight.available:
+        from ddplab.diagnose.flight import render as render_flight
+
+        con.print(render_flight(f.flight), markup=False, highlight=False)
+    if f.kept:
+        con.print(f"kept: every rank's whole output in {f.kept} (delete it when done)", soft_wrap=True)

@@ -65,6 +65,7 @@ class LaunchResult:
     cause: OwnCause | None = None  # the root-cause rank's own line, when its error only looks like a consequence
     explanation: object = None  # ddplab explain's Explanation of the failure
     flight: object = None  # diagnose.flight.FlightReport: the per-collective view from PyTorch's Flight Recorder
+    profile: object = None  # perf.profile.Profile: `--profile`'s per-rank step breakdown and ranked causes
 
 
 def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> LaunchResult:

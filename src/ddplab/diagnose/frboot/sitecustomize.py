@@ -13,6 +13,12 @@ try:
     frdump.install()
 except Exception as e:  # noqa: BLE001 - the bootstrap must never stop the user's script
     sys.stderr.write(f"ddplab: Flight Recorder bootstrap not installed: {e}\n")
+try:  # `--profile`: torch.profiler over a window of steps (ddplab/diagnose/profhook.py); off unless asked
+    from ddplab.diagnose import profhook
+
+    profhook.install()
+except Exception as e:  # noqa: BLE001
+    sys.stderr.write(f"ddplab: --profile hook not installed: {e}\n")
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]

@@ -1,0 +1,136 @@
+"""`ddplab launch --profile`: planted slowdowns in plain scripts (tests/scripts/profile_plant.py), run for real at 2
+CPU ranks; the top cause named must be the planted one, with its fix. Parts of a step must sum to the step."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+
+PLANT = str(Path(__file__).parent.parent / "scripts" / "profile_plant.py")
+TOP = {"loader": "data", "rank": "straggler", "item": "host_sync", "buckets": "buckets", "unused": "unused",
+       "nosync": "no_sync", "threads": "threads"}
+
+
+def profiled(tmp_path, plant: str, *extra: str, steps: int = 5) -> dict:
+    ran = cli("launch", "--profile", str(steps), "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, plant,
+              "--steps", str(steps + 6), *extra, timeout=300)
+    assert ran.code == 0, ran.err[-3000:]
+    return ran.json()
+
+
+def check_whole(result: dict, tmp_path: Path) -> dict:
+    """Every rank's parts sum to its step; the traces are Chrome traces; the picture is a PNG."""
+    p = result["profile"]
+    assert result["log_dir"] == str(tmp_path) and p["problem"] is None
+    assert [r["rank"] for r in p["ranks"]] == [0, 1]
+    for r in p["ranks"]:
+        assert all(v >= 0 for v in r["parts"].values())
+        assert sum(r["parts"].values()) == pytest.approx(r["step_ms"], rel=1e-6)
+        assert r["steps"] == 5
+        check_chrome_trace(Path(r["trace"]))
+    assert Path(p["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return p
+
+
+def check_chrome_trace(path: Path, steps: int = 5) -> None:
+    """The Trace Event Format (the JSON form chrome://tracing, Perfetto and TensorBoard's profiler read): an object
+    with traceEvents; complete events carry name, ph, ts, dur, pid, tid; steps are marked."""
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    assert isinstance(events, list) and events
+    complete = [e for e in events if e.get("ph") == "X"]
+    for e in complete:
+        assert isinstance(e["name"], str) and isinstance(e["ts"], (int, float)) and e["dur"] >= 0
+        assert "pid" in e and "tid" in e
+    assert sum(e["name"].startswith("ProfilerStep#") for e in complete) == steps
+    assert {e["ph"] for e in events} <= set("BEXiIPCMbnesftsO")  # the phases the format defines
+
+
+@pytest.mark.parametrize("plant", ["loader", "buckets"])
+def test_planted_slowdown_is_the_top_cause(tmp_path, plant, no_leftover_workers):
+    p = check_whole(profiled(tmp_path, plant), tmp_path)
+    top = p["causes"][0]
+    assert top["key"] == TOP[plant], p["causes"]
+    assert top["fix"] and 0 < top["gain_ms"] and 0 < top["gain_share"] < 1
+    fix_words = {"loader": "num_workers", "buckets": "bucket_cap_mb"}[plant]
+    assert fix_words in top["fix"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", ["rank", "item", "unused", "nosync", "threads"])
+def test_planted_slowdown_is_the_top_cause_slow(tmp_path, plant, no_leftover_workers):
+    p = check_whole(profiled(tmp_path, plant), tmp_path)
+    assert p["causes"][0]["key"] == TOP[plant], p["causes"]
+    if plant == "rank":
+        assert p["straggler"] == 1
+
+
+def test_text_output_names_cause_fix_and_kept_folder(tmp_path, no_leftover_workers):
+    ran = cli("launch", "--profile", "--no-lint", PLANT, "loader", "--steps", "10", timeout=300)
+    assert ran.code == 0, ran.err[-3000:]
+    assert "1. slow data loading" in ran.out and "fix: DataLoader(" in ran.out
+    kept = ran.out.strip().splitlines()[-1].removeprefix("  logs: ")
+    assert (Path(kept) / "profile" / "rank0.trace.json").exists()  # a profiled run keeps its folder
+    import shutil
+
+    shutil.rmtree(kept)
+
+
+def test_a_script_with_too_few_steps_says_so(tmp_path, no_leftover_workers):
+    ran = cli("launch", "--profile", "50", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "none",
+              "--steps", "4", timeout=300)
+    assert ran.code == 0, ran.err[-3000:]
+    assert "fewer than 53 optimizer steps" in ran.json()["profile"]["problem"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_bad_profile_steps_is_one_line_exit_2(value):
+    ran = cli("launch", f"--profile={value}", PLANT, "none", timeout=120)
+    assert ran.code == 2 and "Traceback" not in ran.err
+    assert "--profile" in ran.err
+
+
+def test_script_arguments_named_profile_stay_the_scripts(tmp_path, no_leftover_workers):
+    """`--profile` after the script is the script's own argument: no profile is taken, the script gets it."""
+    ran = cli("launch", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "--profile", timeout=300)
+    assert ran.code == 1  # the plant script has no --profile option: argparse in the rank says so
+    assert ran.json()["profile"] is None
+
+
+def _rank(rank, busy, wait=1.0):
+    from ddplab.perf.profile import PARTS, RankBreakdown
+
+    parts = dict.fromkeys(PARTS, 0.0)
+    parts["backward"], parts["comm_exposed"] = sum(busy) / len(busy), wait
+    return RankBreakdown(rank=rank, steps=len(busy), step_ms=sum(parts.values()), parts=parts,
+                         allreduces_per_step=1, forwards_per_step=1, trace="", busy_ms=busy)
+
+
+def test_a_straggler_is_busiest_in_most_steps_not_in_one():
+    from ddplab.perf.profile import causes, straggler
+
+    # Rank 1's mean is higher only because the OS took one step from it: no straggler.
+    assert straggler([_rank(0, [5, 4, 6, 4, 5]), _rank(1, [4, 5, 40, 5, 4])]) is None
+    ranks = [_rank(0, [5, 6, 5, 6, 5], wait=20), _rank(1, [25, 26, 60, 25, 24])]
+    assert straggler(ranks) == 1
+    found = causes(ranks, {0: {}, 1: {}}, 1)
+    assert found[0].key == "straggler" and found[0].gain_ms == pytest.approx(20)  # the median excess, not the mean
+
+
+def test_train_profile_breaks_down_the_recipes_steps(no_leftover_workers):
+    import shutil
+
+    ran = cli("train", "mlp", "--nproc", "2", "--profile", "4", "--max-steps", "12", "--samples", "4000", "--json",
+              timeout=300)
+    assert ran.code == 0, ran.err[-3000:]
+    p = ran.json()["profile"]
+    try:
+        assert p["problem"] is None and [r["rank"] for r in p["ranks"]] == [0, 1]
+        for r in p["ranks"]:
+            assert r["steps"] == 4 and sum(r["parts"].values()) == pytest.approx(r["step_ms"], rel=1e-6)
+            assert r["parts"]["forward"] > 0 and r["parts"]["backward"] > 0  # DDP's and autograd's own ranges
+            check_chrome_trace(Path(r["trace"]), steps=4)
+    finally:
+        shutil.rmtree(p["folder"], ignore_errors=True)
