@@ -160,6 +160,7 @@ class Checkpointer:
         self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.identity = {"run": run, "objects": sorted(self.objects), "shapes": self._shapes()}
         self.step = self.epoch = self.batch = 0
+        self.epoch_length: int | None = None  # batches in the current epoch, when the loader says (len())
         self.stopped = False
         self._epoch_rng = self._step_rng = None
         self.flag = StopFlag(signals)
@@ -187,6 +188,7 @@ class Checkpointer:
     def batches(self, loader: Iterable) -> Iterator[Any]:
         """The epoch's batches after those already done. The RNG states are set to the epoch's start before iter()
         (a DataLoader draws its shuffle and its workers' seeds there), and to the step's after skipping."""
+        self.epoch_length = len(loader) if hasattr(loader, "__len__") else None
         if self._step_rng is not None:  # resumed in the middle of this epoch
             set_rng_state(self._epoch_rng)
             it = iter(loader)
@@ -219,13 +221,18 @@ class Checkpointer:
         """A collective: every rank's RNG states go to rank 0, which writes the checkpoint. Rank 0 returns its path."""
         mine = rng_state()
         mine["numpy"] = _plain(mine["numpy"])
+        epoch, batch, epoch_rng = self.epoch, self.batch, self._epoch_rng
+        if self.epoch_length is not None and batch >= self.epoch_length:
+            # The epoch's last step: resumed, the run starts the next epoch (not this one again, with nothing left
+            # to do); the random generators are where that epoch's start finds them.
+            epoch, batch, epoch_rng = epoch + 1, 0, None
         rngs = [None] * self.world_size
         if self.world_size > 1:
-            dist.all_gather_object(rngs, {"step": mine, "epoch": _plain_epoch(self._epoch_rng)})
+            dist.all_gather_object(rngs, {"step": mine, "epoch": _plain_epoch(epoch_rng)})
         else:
-            rngs = [{"step": mine, "epoch": _plain_epoch(self._epoch_rng)}]
-        state = {"identity": self.identity, "world_size": self.world_size, "step": self.step, "epoch": self.epoch,
-                 "batch": self.batch, "rng": rngs,
+            rngs = [{"step": mine, "epoch": _plain_epoch(epoch_rng)}]
+        state = {"identity": self.identity, "world_size": self.world_size, "step": self.step, "epoch": epoch,
+                 "batch": batch, "rng": rngs,
                  "objects": {name: obj.state_dict() for name, obj in self.objects.items()} if self.rank == 0 else {}}
         return _agree(lambda: ckptfile.save(self.directory, state, self.step, self.keep) if self.rank == 0 else None)
 

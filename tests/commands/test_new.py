@@ -1,5 +1,6 @@
-"""`ddplab new`: the script it writes really trains on 2 CPU ranks under plain torchrun, saves a checkpoint that
-loads into the plain model, and lints clean; existing files and unwritable paths are refused in one line."""
+"""`ddplab new`: the script it writes really trains on 2 CPU ranks under plain torchrun, saves a model that loads
+into the plain model, resumes exactly after SIGTERM (ddplab.resume), and lints clean; existing files and unwritable
+paths are refused in one line."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import ast
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,17 +32,15 @@ def epoch_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("epoch ")]
 
 
-def check_checkpoint(script: Path, checkpoint: Path):
+def check_model(script: Path, saved: Path):
     """The saved state_dict has no DDP `module.` prefix, loads strictly into the plain model, and is the trained
     model (returns that plain model's predictions on the script's own data, for the caller to judge)."""
-    assert checkpoint.exists() and not Path(str(checkpoint) + ".tmp").exists()
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    assert state["epoch"] == 4  # epochs are counted from 0: the fifth and last
-    keys = list(state["model"])
-    assert keys and not any(k.startswith("module.") for k in keys), keys
+    assert saved.exists() and not Path(str(saved) + ".tmp").exists()
+    state = torch.load(saved, map_location="cpu", weights_only=True)
+    assert state and not any(k.startswith("module.") for k in state), list(state)
     written = load_script(script)
     model = written.make_model()
-    model.load_state_dict(state["model"])  # strict: every key matches the plain model
+    model.load_state_dict(state)  # strict: every key matches the plain model
     x, y = written.make_dataset().tensors
     with torch.no_grad():
         return model(x), y
@@ -49,7 +50,7 @@ def test_regression_script_trains_on_two_cpu_ranks_and_saves_the_plain_model(tmp
     ran = cli("new", "train.py", cwd=tmp_path, timeout=60)
     assert ran.code == 0, ran.err
     script = tmp_path / "train.py"
-    done = torchrun(script, "--checkpoint", "out/model.pt")
+    done = torchrun(script, "--out", "out/model.pt")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = epoch_lines(done.stdout)
     # Rank 0 alone prints: one line per epoch, not one per rank.
@@ -58,27 +59,70 @@ def test_regression_script_trains_on_two_cpu_ranks_and_saves_the_plain_model(tmp
     losses = [float(re.search(r"loss (\d+\.\d+)", line).group(1)) for line in lines]
     # The data is y = x·w + b + noise of variance 0.01: the stated result is a loss of about 0.01.
     assert losses[-1] < 0.02 < losses[0], losses
-    pred, y = check_checkpoint(script, tmp_path / "out" / "model.pt")
+    pred, y = check_model(script, tmp_path / "out" / "model.pt")
     assert torch.nn.functional.mse_loss(pred, y).item() < 0.02
+    # the training state after each epoch (32 steps of 64 x 2 samples), the last 3 kept
+    assert sorted(p.name[:13] for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step-00000096", "step-00000128", "step-00000160"]
 
 
 @pytest.mark.slow
 def test_classification_script_trains_on_two_cpu_ranks_and_resumes(tmp_path):
     assert cli("new", "cls.py", "--task", "classification", cwd=tmp_path, timeout=60).code == 0
     script = tmp_path / "cls.py"
-    done = torchrun(script, "--checkpoint", "ck.pt")
+    done = torchrun(script, "--checkpoint-dir", "ck")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = epoch_lines(done.stdout)
     assert len(lines) == 5, done.stdout
     accuracy = float(re.search(r"accuracy (\d+\.\d+)%", lines[-1]).group(1))
     assert 88 < accuracy < 97, lines  # the classes overlap: about 92% is the stated result
-    pred, y = check_checkpoint(script, tmp_path / "ck.pt")
+    pred, y = check_model(script, tmp_path / "model.pt")
     assert (pred.argmax(dim=1) == y).float().mean().item() > 0.88
-    # Every rank loads the checkpoint (map_location, weights_only) and carries on from epoch 6.
-    again = torchrun(script, "--checkpoint", "ck.pt", "--resume", "--epochs", "6")
+    # Started again with more epochs: every rank loads the newest checkpoint and carries on with epoch 6.
+    again = torchrun(script, "--checkpoint-dir", "ck", "--epochs", "6")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resumed from ck.pt after epoch 5" in again.stdout
+    assert re.search(r"^resumed at step 160 \(epoch 5, batch 0\) from ck/step-00000160-\w+\.pt$", again.stdout, re.M)
     assert [line.split()[1] for line in epoch_lines(again.stdout)] == ["6/6"]
+
+
+def test_sigterm_mid_run_saves_and_the_restart_ends_bitwise_equal(tmp_path):
+    """SIGTERM to `ddplab launch` of the written script mid-run (a spot instance's notice): every rank stops at the
+    same step, the state is saved, exit 4; the same command again resumes there, and the final weights and every
+    whole epoch's loss equal those of a run never interrupted, bit for bit."""
+    assert cli("new", "t.py", cwd=tmp_path, timeout=60).code == 0
+    script = tmp_path / "t.py"
+    whole = torchrun(script, "--epochs", "30", "--checkpoint-dir", "whole", "--out", "whole.pt")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    command = [sys.executable, "-m", "ddplab", "launch", "--nproc", "2", "--no-lint", "--grace", "20", "t.py",
+               "--epochs", "30", "--checkpoint-dir", "cut", "--out", "cut.pt"]
+    first = subprocess.Popen(command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        seen = []
+        for line in first.stdout:  # the second epoch's line: the run is well under way, far from its end
+            seen.append(line)
+            if "epoch 2/30" in line:
+                first.send_signal(signal.SIGTERM)
+                break
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 4, "".join(seen) + out + err
+    saved = re.search(r"preempted \(SIGTERM\), state saved at step (\d+)", out + err)
+    assert saved and 64 <= int(saved.group(1)) < 960, out + err
+    again = subprocess.run(command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resumed at step {saved.group(1)}" in again.stdout + again.stderr
+    a, b = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "cut.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    stopped_in = int(saved.group(1)) // 32 + 1  # the epoch the signal cut: its figure covers part of it
+    launched = re.sub(r"(?m)^\[default\d+\]:", "", "".join(seen) + out + again.stdout)  # ranks' lines, unprefixed
+    cut = {line.split()[1]: line for line in epoch_lines(launched)}
+    same = [line for line in epoch_lines(whole.stdout) if line.split()[1] != f"{stopped_in}/30"]
+    assert [cut[line.split()[1]] for line in same] == same
 
 
 def test_script_refuses_to_run_without_torchrun(tmp_path):
@@ -91,12 +135,14 @@ def test_script_refuses_to_run_without_torchrun(tmp_path):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_written_script_needs_only_torch_and_the_standard_library(task):
+def test_written_script_needs_only_torch_and_ddplab_resume(task):
     tree = ast.parse(render_script(task))
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
-    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert roots - set(sys.stdlib_module_names) == {"torch"}, roots
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+              for alias in node.names}
+    outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
+    assert {n.split(".")[0] for n in outside} == {"torch", "ddplab"}, names
+    assert {n for n in outside if n.startswith("ddplab")} == {"ddplab.resume"}  # the runtime's one module
     names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     assert {"make_dataset", "make_model", "main", "train"} <= names  # one of each: the other task's were dropped
 

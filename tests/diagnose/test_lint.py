@@ -576,3 +576,25 @@ def test_cli_lints_several_scripts_at_once():
     data = ran.json()
     assert ran.code == 1 and data["ok"] is False
     assert [len(r["findings"]) for r in data["results"]] == [0, len(expected(BAD))]
+
+
+def test_a_sampler_handed_to_what_runs_the_epochs_sets_its_epoch_there():
+    """`Checkpointer(..., sampler=sampler)` then `for epoch in ckpt.epochs(n)` (ddplab.resume, what `ddplab new`
+    writes): the epoch is set where the sampler went, out of the rule's sight; kept only by the loader, it is not."""
+    setup = PG + "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n" \
+        "model = torch.nn.Linear(1, 1)\n"
+    bad, good = pair("""
+        sampler = DistributedSampler(ds)
+        loader = DataLoader(ds, sampler=sampler)
+        for epoch in range(3):
+            for x in loader:
+                model(x).sum().backward()
+        """, """
+        sampler = DistributedSampler(ds)
+        loader = DataLoader(ds, sampler=sampler)
+        ckpt = Checkpointer("ckpt", model=model, sampler=sampler)
+        for epoch in ckpt.epochs(3):
+            for x in ckpt.batches(loader):
+                model(x).sum().backward()
+        """, setup)
+    assert bad == ["sampler-no-set-epoch"] and good == []

@@ -369,7 +369,7 @@ class Checks(MultiGpuChecks):
         set_epoch_in_loop = any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
             for c in self.calls)
-        if set_epoch_in_loop:
+        if set_epoch_in_loop or self._sampler_handed_over(samplers):
             return
         loop = self._epoch_loop()
         if loop is not None:
@@ -377,6 +377,15 @@ class Checks(MultiGpuChecks):
                      "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
                      "epoch the same way",
                      "call sampler.set_epoch(epoch) at the start of every epoch")
+
+    def _sampler_handed_over(self, samplers: list[ast.Call]) -> bool:
+        """A sampler given to anything but a DataLoader (a checkpointer's epochs(), a trainer, a helper): what sets
+        its epoch is there, out of this rule's sight."""
+        names = {t.id for c in samplers if isinstance(self.parent.get(c), ast.Assign)
+                 for t in self.parent[c].targets if isinstance(t, ast.Name)}
+        return any(isinstance(value, ast.Name) and value.id in names
+                   for call in self.calls if self.callee_last(call) != "DataLoader"
+                   for value in [*call.args, *(k.value for k in call.keywords)])
 
     def _in_loop(self, node: ast.AST, across_calls: bool = False, depth: int = 0) -> bool:
         parent = self.parent.get(node)
