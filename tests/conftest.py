@@ -90,13 +90,19 @@ def cli(*args: str, env: dict | None = None, timeout: float = 120, cwd=None) -> 
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ddplab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=full_env, start_new_session=True, cwd=cwd)
+    out, err = finish(proc, timeout, f"ddplab {' '.join(args)} overstayed {timeout}s")
+    return Ran(proc.returncode, out, err, time.monotonic() - start)
+
+
+def finish(proc: subprocess.Popen, timeout: float, overstayed: str) -> tuple[str, str]:
+    """proc's (stdout, stderr) once it ends; past `timeout`, it and every process it started are killed and the
+    test fails with `overstayed` and the end of its stderr."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         out, err = proc.communicate()
-        raise AssertionError(f"ddplab {' '.join(args)} overstayed {timeout}s\n{err[-3000:]}")
-    return Ran(proc.returncode, out, err, time.monotonic() - start)
+        raise AssertionError(f"{overstayed}\n{(err or '')[-3000:]}") from None
 
 
 # What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, kill_tree
+from conftest import finish as ended
 
 SCRIPT = Path(__file__).parent / "scripts" / "resumable.py"
 LAUNCH = ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "5"]
@@ -71,12 +72,7 @@ def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str) -> No
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, err = proc.communicate()
-        raise AssertionError(f"did not end within {timeout}s of the signal\n{err[-3000:]}")
+    out, err = ended(proc, timeout, f"did not end within {timeout}s of the signal")
     return proc.returncode, out, err
 
 

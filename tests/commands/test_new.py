@@ -11,13 +11,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import LAUNCHER_VARS, cli, torchrun
+from conftest import LAUNCHER_VARS, cli, finish, torchrun
 from ddplab.commands.new import TASKS, render_script
 
 def load_script(path: Path):
@@ -98,17 +97,13 @@ def test_sigterm_mid_run_saves_and_the_restart_ends_bitwise_equal(tmp_path):
                "--epochs", "30", "--checkpoint-dir", "cut", "--out", "cut.pt"]
     first = subprocess.Popen(command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        seen = []
-        for line in first.stdout:  # the second epoch's line: the run is well under way, far from its end
-            seen.append(line)
-            if "epoch 2/30" in line:
-                first.send_signal(signal.SIGTERM)
-                break
-        out, err = first.communicate(timeout=120)
-    finally:
-        if first.poll() is None:
-            first.kill()
+    seen = []
+    for line in first.stdout:  # the second epoch's line: the run is well under way, far from its end
+        seen.append(line)
+        if "epoch 2/30" in line:
+            first.send_signal(signal.SIGTERM)
+            break
+    out, err = finish(first, 120, "the preempted run did not end")
     assert first.returncode == 4, "".join(seen) + out + err
     saved = re.search(r"preempted \(SIGTERM\), state saved at step (\d+)", out + err)
     assert saved and 64 <= int(saved.group(1)) < 960, out + err
