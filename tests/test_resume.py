@@ -182,26 +182,37 @@ def test_a_read_only_or_full_folder_is_one_line_and_exit_2(tmp_path, mount, args
         assert " 0 MiB free there" in lines[0]
 
 
+# Each recipe for a few hundred steps, a metrics line every `--log-every` steps; the signal comes after a random
+# number of lines within the first third of the run.
+RECIPE_RUNS = {
+    "mlp": (["--samples", "1024", "--hidden", "32", "--epochs", "30", "--batch-size", "16", "--log-every", "8"], 40),
+    "linear": (["--samples", "1024", "--epochs", "30", "--batch-size", "16", "--log-every", "8"], 40),
+    "gpt": (["--max-steps", "150", "--batch-size", "2", "--log-every", "5"], 10),
+}
+
+
 @pytest.mark.slow
-def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(tmp_path, no_leftover_workers):
+@pytest.mark.parametrize("recipe", RECIPE_RUNS)
+def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(recipe, tmp_path, no_leftover_workers):
     """The recipes use the same stop flag: SIGTERM to `ddplab train` at a random moment, --resume, the final weights
     bitwise those of an uninterrupted run."""
     import torch
 
-    flags = ["mlp", "--nproc", "2", "--samples", "1024", "--hidden", "32", "--epochs", "30", "--batch-size", "16",
-             "--log-every", "8", "--grace", "5"]
+    options, lines = RECIPE_RUNS[recipe]
+    flags = [recipe, "--nproc", "2", *options, "--grace", "5"]
+    every = int(options[options.index("--log-every") + 1])
     ref = tmp_path / "ref"
     ran = cli("train", *flags, "--checkpoint-dir", str(ref), timeout=200)
     assert ran.code == 0, ran.err[-3000:]
     ckpt = tmp_path / "run"
     proc = start(["train", *flags, "--checkpoint-dir", str(ckpt)])
-    at = random.randint(1, 40)  # a metrics line per 8 steps: a random moment in the first third
+    at = random.randint(1, lines)
     wait_for(lambda: lines_in(ckpt / "metrics.jsonl") >= at, proc, 150, f"metrics line {at}")
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, 5 + 15)
     assert code == 4 and "preempted, state saved at step " in out, (code, out, err[-3000:])
     saved = int(out.split("state saved at step ")[1].split(":")[0])
-    assert saved >= 8 * at
+    assert saved >= every * at
 
     ran = cli("train", *flags, "--checkpoint-dir", str(ckpt), "--resume", "--json", timeout=200)
     assert ran.code == 0, ran.err[-3000:]
