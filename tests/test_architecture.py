@@ -1,7 +1,8 @@
 """The layers stay layers: imports point downward, ranks start in one place, commands stay thin.
 
 Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
-  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo: what every process may need
+  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo, resume, ckptfile, statedict: what every
+             process may need
   diagnose   explain's rules, lint, exit codes: knowledge about failures, no processes
   launcher   starting, watching and ending ranks (uses diagnose to name a root cause)
   library    checks, train, recipes, perf, observe, userscript: what the commands do; inside it, perf predicts and
@@ -16,7 +17,8 @@ from pathlib import Path
 SRC = Path(__file__).parent.parent / "src" / "ddplab"
 LAYERS = {
     "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
-                "ddplab.report", "ddplab.envinfo", "ddplab.data"],
+                "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.resume", "ddplab.ckptfile",
+                "ddplab.statedict"],
     "diagnose": ["ddplab.diagnose"],
     "launcher": ["ddplab.launcher"],
     "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",

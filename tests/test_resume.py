@@ -107,6 +107,27 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("wrap", ["zero1", "fsdp"])
+def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_leftover_workers):
+    """ZeroRedundancyOptimizer (the optimizer state in shares) and FSDP2's fully_shard (every parameter in shards):
+    SIGTERM mid-run, the whole state saved by rank 0, the resumed run equal to an uninterrupted one, bit for bit."""
+    run_script(tmp_path, "ref", "--wrap", wrap)
+    ckpt, log = tmp_path / "run", tmp_path / "run.losses"
+    at = random.randint(2, 20)
+    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
+                  "--sleep", "0.05", "--wrap", wrap])
+    wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 5 + 15)
+    assert code == 4, err[-3000:]
+    saved = int(re.search(r"state saved at step (\d+): ", out).group(1))
+    ran = run_script(tmp_path, "run", "--wrap", wrap)
+    assert f"resumed at step {saved} " in ran.out
+    assert losses(log) == losses(tmp_path / "ref.losses")
+    assert (tmp_path / "run.out").read_text() == (tmp_path / "ref.out").read_text()
+
+
+@pytest.mark.slow
 def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(reference, tmp_path,
                                                                              no_leftover_workers):
     """A 64 MiB state written every 6 steps; kill -9 of ddplab while rank 0 writes one (its temporary file exists):

@@ -11,7 +11,9 @@
   flag; step_done() shares it through one all-reduce of one integer, so a signal seen by any rank stops all of them
   after the same step. A rank that stopped alone would leave the others waiting in the next collective.
 - Saving: every rank's RNG states (Python, NumPy, torch CPU and CUDA) are gathered to global rank 0, which writes the
-  registered objects' state_dicts (rank 0's: DDP keeps the replicas identical) as one ddplab.ckptfile checkpoint:
+  registered objects' whole state_dicts (DDP keeps the replicas identical; a sharded model - FSDP's fully_shard - and
+  its optimizer, or a ZeroRedundancyOptimizer, are gathered to rank 0 by ddplab.statedict, i.e. by
+  torch.distributed.checkpoint.state_dict) as one ddplab.ckptfile checkpoint:
   temporary file, fsync, rename to a name holding its checksum (the rename is the completion marker: a file without
   its checksum in the name is never a checkpoint), the last `keep` kept.
 - Constructed, it resumes from the newest checkpoint that verifies (a torn one is named and the previous one used),
@@ -35,7 +37,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from ddplab import ckptfile
+from ddplab import ckptfile, statedict
 from ddplab.errors import DdplabError
 
 PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
@@ -231,10 +233,38 @@ class Checkpointer:
             dist.all_gather_object(rngs, {"step": mine, "epoch": _plain_epoch(epoch_rng)})
         else:
             rngs = [{"step": mine, "epoch": _plain_epoch(epoch_rng)}]
+        objects = self._state_dicts()  # every rank: a sharded model or optimizer gathers its shares to rank 0
         state = {"identity": self.identity, "world_size": self.world_size, "step": self.step, "epoch": epoch,
-                 "batch": batch, "rng": rngs,
-                 "objects": {name: obj.state_dict() for name, obj in self.objects.items()} if self.rank == 0 else {}}
+                 "batch": batch, "rng": rngs, "objects": objects if self.rank == 0 else {}}
         return _agree(lambda: ckptfile.save(self.directory, state, self.step, self.keep) if self.rank == 0 else None)
+
+    def _state_dicts(self) -> dict:
+        """The registered objects' whole states (a collective: sharded ones are gathered to rank 0)."""
+        states = {}
+        for name, obj in self.objects.items():
+            if isinstance(obj, torch.nn.Module):
+                states[name] = statedict.full_state_dict(obj, rank0_on_cpu=True)
+            elif isinstance(obj, torch.optim.Optimizer):
+                states[name] = statedict.optimizer_state_dict(self._model_of(obj), obj, self.rank)
+            else:
+                states[name] = obj.state_dict()
+        return states
+
+    def _load(self, name: str, obj: Any, state: dict) -> None:
+        if isinstance(obj, torch.nn.Module):
+            statedict.load_full_state_dict(obj, state)
+        elif isinstance(obj, torch.optim.Optimizer):
+            statedict.load_optimizer_state_dict(self._model_of(obj), obj, state)
+        else:
+            obj.load_state_dict(state)
+
+    def _model_of(self, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
+        """The registered model whose parameters the optimizer updates (a sharded one's state is gathered with it)."""
+        first = next((p for group in optimizer.param_groups for p in group["params"]), None)
+        for obj in self.objects.values():
+            if isinstance(obj, torch.nn.Module) and any(p is first for p in obj.parameters()):
+                return obj
+        return torch.nn.Module()  # none registered: an unsharded optimizer's own state_dict serves
 
     def _resume(self) -> str | None:
         def pick():
@@ -257,7 +287,7 @@ class Checkpointer:
                     f"{self.world_size}: resume with {state['world_size']} (each rank's shard of the data depends on "
                     "the number of ranks, so the data order could not continue exactly)")
         for key, obj in self.objects.items():
-            obj.load_state_dict(state["objects"][key])
+            self._load(key, obj, state["objects"][key])
         self.step, self.epoch, self.batch = state["step"], state["epoch"], state["batch"]
         rng = state["rng"][self.rank]
         rng["step"]["numpy"] = _numpy_state(rng["step"]["numpy"])

@@ -1,6 +1,8 @@
 """A plain training script using ddplab.resume: dropout, a shuffling DistributedSampler, momentum and an LR schedule,
 so an exact resume must restore every RNG, the optimizer, the scheduler and the position in the epoch.
-Rank 0 appends `step loss.hex()` per step to --losses and writes the final weights' sha256 to --out."""
+Rank 0 appends `step loss.hex()` per step to --losses and writes the final weights' sha256 to --out.
+--wrap: DDP (default), DDP with a ZeroRedundancyOptimizer (each rank holds a share of the optimizer state), or FSDP2's
+fully_shard (each rank holds a shard of every parameter): ddplab.resume saves the whole state in each case."""
 
 import argparse
 import hashlib
@@ -13,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import ddplab.dist as dd
-from ddplab import resume
+from ddplab import resume, statedict
 
 p = argparse.ArgumentParser()
 p.add_argument("--ckpt", required=True)
@@ -25,6 +27,7 @@ p.add_argument("--sleep", type=float, default=0.0, help="seconds per step: time 
 p.add_argument("--big", type=int, default=0, help="MiB of extra state: a save that takes a while")
 p.add_argument("--name", default="", help="the run name ddplab.resume checks")
 p.add_argument("--hidden", type=int, default=32)
+p.add_argument("--wrap", choices=("ddp", "zero1", "fsdp"), default="ddp")
 args = p.parse_args()
 
 with dd.session() as ctx:
@@ -39,12 +42,25 @@ with dd.session() as ctx:
                                 torch.nn.Linear(args.hidden, 1))
     if args.big:
         model.register_buffer("ballast", torch.zeros(args.big * 2**18))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if args.wrap == "fsdp":  # sharded before the optimizer is made: it must hold the shards
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (ctx.world_size,))
+        for layer in (model[0], model[3]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    if args.wrap == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01, momentum=0.9)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
     ckpt = resume.Checkpointer(args.ckpt, model=model, optimizer=opt, scheduler=sched, sampler=sampler,
                                every=args.every, run=args.name)
     torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
-    ddp = DDP(model)
+    ddp = model if args.wrap == "fsdp" else DDP(model)
     for epoch in ckpt.epochs(args.epochs):
         for xb, yb in ckpt.batches(loader):
             loss = torch.nn.functional.mse_loss(ddp(xb), yb)
@@ -57,9 +73,10 @@ with dd.session() as ctx:
                     f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
             time.sleep(args.sleep)
             ckpt.step_done()
+    weights = statedict.full_state_dict(model)  # every rank: a sharded model is gathered
     if ctx.rank == 0:
         h = hashlib.sha256()
-        for k, v in model.state_dict().items():
+        for k, v in weights.items():
             if k != "ballast":  # zeros, never trained: the same weights with or without it
                 h.update(v.detach().numpy().tobytes())
         with open(args.out, "w") as f:

@@ -100,7 +100,7 @@ def test_a_fused_or_capturable_optimizers_step_goes_back_to_its_parameters_devic
     """ZeroRedundancyOptimizer.load_state_dict puts every scalar state on the CPU (pytorch/pytorch#124133); the fused
     and capturable kernels need `step` on the parameter's device. The meta device stands in for a GPU here: a real
     device other than the CPU, and AdamW(capturable=True) accepts its parameters."""
-    from ddplab.train.strategy import steps_on_param_devices
+    from ddplab.statedict import steps_on_param_devices
 
     param = torch.nn.Parameter(torch.zeros(3, device="meta"))
     optimizer = torch.optim.AdamW([param], capturable=True)
@@ -116,6 +116,7 @@ def test_a_fused_or_capturable_optimizers_step_goes_back_to_its_parameters_devic
 
 ZERO1_RESUME = r"""
 import os, sys, torch, torch.distributed as dist
+from ddplab import statedict
 from ddplab.train import strategy
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -139,7 +140,7 @@ optimizer.consolidate_state_dict(to=0)
 saved = ({k: v.cpu() for k, v in model.state_dict().items()}, optimizer.state_dict())
 model, optimizer = build()
 model.load_state_dict(saved[0])
-strategy.load_optimizer_state_dict(model, optimizer, saved[1])
+statedict.load_optimizer_state_dict(model, optimizer, saved[1])
 steps = [s["step"] for s in optimizer.optim.state.values()]
 assert steps and all(s.device == device for s in steps), [s.device for s in steps]
 for i in range(2, 4):

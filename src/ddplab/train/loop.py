@@ -41,7 +41,7 @@ import ddplab.dist as dd
 from ddplab import report, resume
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab import ckptfile
+from ddplab import ckptfile, statedict
 from ddplab.train import metrics, strategy
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
@@ -350,7 +350,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
-    final_weights = strategy.full_state_dict(raw_model)
+    final_weights = statedict.full_state_dict(raw_model)
     if predicting is None:
         predicting = predict()
     predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
@@ -395,7 +395,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                                   "gradients; look for per-rank code that changes parameters outside DDP")
     if recipe.summary is not None:
         whole = raw_model
-        if strategy.is_sharded(raw_model):  # a sharded forward needs every rank: evaluate the gathered weights
+        if statedict.is_sharded(raw_model):  # a sharded forward needs every rank: evaluate the gathered weights
             whole = recipe.model(cfg, data).to(device)
             whole.load_state_dict(final_weights)
         for key, value in recipe.summary(cfg, whole, data).items():
@@ -513,8 +513,8 @@ def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: n
     states: list = [None] * ctx.world_size
     dist.all_gather_object(states, rng)
     # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
-    weights = strategy.full_state_dict(model, rank0_on_cpu=True)
-    optimizer_state = strategy.optimizer_state_dict(model, optimizer, ctx.rank)
+    weights = statedict.full_state_dict(model, rank0_on_cpu=True)
+    optimizer_state = statedict.optimizer_state_dict(model, optimizer, ctx.rank)
     if not ctx.is_main:
         return None
     state = {
@@ -542,8 +542,8 @@ def _restore(found: ckptfile.Found, recipe: Recipe, cfg: TrainConfig, model: nn.
                           f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
                           "decides some shapes): resume with the same flags and data, or choose another "
                           "--checkpoint-dir")
-    strategy.load_full_state_dict(model, state["model"])
-    strategy.load_optimizer_state_dict(model, optimizer, state["optimizer"])
+    statedict.load_full_state_dict(model, state["model"])
+    statedict.load_optimizer_state_dict(model, optimizer, state["optimizer"])
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
 
