@@ -4,6 +4,13 @@ costs a training: `ddplab train mlp --nproc 2` with the check (as shipped) again
 
     python benchmarks/stop_check_cost.py                 # 7 rounds
     python benchmarks/stop_check_cost.py --rounds 15 --nproc 3
+    python benchmarks/stop_check_cost.py --in-run        # within one run: blocks of steps with and without
+
+--in-run: whole runs differ by more than 1 % on a shared machine (other load comes and goes between them), so the
+same 2 ranks (under torchrun) train the mlp recipe's model, data and optimizer and alternate blocks of 20 steps with
+the check and 20 without, 30 blocks each; the ratio is the median step with the check (the check included) over the
+median step without, per pair of neighbouring blocks, and the check's own time (every call timed, the steps
+without a collective included) is reported as a share of the time of the steps it ran in.
 
 Printed per round: each run's steady samples/s and step ms (the recipe's own figures); then the median of the
 per-round ratios with/without and a 95 % sign-test interval. Target (issue #29): the check costs <= 1 % of a step.
@@ -36,12 +43,86 @@ def run(nproc: int, check: bool, extra: list[str]) -> dict:
     return {"sps": result["samples_per_sec"], "step_ms": max(r["step_ms"] for r in result["ranks"])}
 
 
+IN_RUN = r"""
+import json, statistics, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddplab import resume
+from ddplab.recipes import mlp
+
+dist.init_process_group("gloo")
+cfg = mlp.Config()
+data = mlp.make_data(cfg)
+torch.manual_seed(0)
+model = DDP(mlp.make_model(cfg, data))
+opt = mlp.make_optimizer(cfg, model)
+flag = resume.StopFlag()
+x, y = data.tensors
+pairs, check_ms, checked_steps_ms, i = [], [], [], 0
+
+def steps(n, check):
+    global i
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        lo = (i * 32) % (len(x) - 32)
+        loss = torch.nn.functional.cross_entropy(model(x[lo:lo + 32]), y[lo:lo + 32])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if check:
+            mid = time.perf_counter()
+            flag.agreed()
+            check_ms.append((time.perf_counter() - mid) * 1e3)
+        times.append((time.perf_counter() - start) * 1e3)
+        if check:
+            checked_steps_ms.append(times[-1])
+        i += 1
+    return statistics.median(times)
+
+steps(50, True)  # warm-up
+for block in range(30):
+    order = (True, False) if block % 2 == 0 else (False, True)
+    got = {check: steps(20, check) for check in order}
+    pairs.append(got[True] / got[False])
+step_ms = statistics.median([steps(20, False) for _ in range(3)])  # every rank: DDP's steps are collectives
+flag.close()
+if dist.get_rank() == 0:
+    print(json.dumps({"pairs": pairs, "check_share": sum(check_ms) / sum(checked_steps_ms),
+                      "check_us": 1e3 * statistics.mean(check_ms), "step_ms": step_ms}))
+dist.destroy_process_group()
+"""
+
+
+def in_run(nproc: int) -> int:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py") as script:
+        script.write(IN_RUN)
+        script.flush()
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "CUDA_VISIBLE_DEVICES": ""}
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                              str(nproc), script.name], capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"the ranks failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    median, low, high = median_interval(got["pairs"])
+    print(f"mlp recipe at {nproc} ranks, 30 pairs of 20-step blocks in one run: median step with the check / "
+          f"without {median:.4f} (95 % {low:.4f}..{high:.4f}); the check itself: {got['check_us']:.0f} us per "
+          f"step on average, {100 * got['check_share']:.2f} % of the steps' time (median step "
+          f"{got['step_ms']:.2f} ms)")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--in-run", action="store_true", help="blocks with and without the check in one run (see above)")
     p.add_argument("extra", nargs="*", help="recipe flags, e.g. --epochs 2")
     args = p.parse_args()
+    if args.in_run:
+        return in_run(args.nproc)
     ratios = []
     print(f"train mlp --nproc {args.nproc}: samples/s and slowest rank's step ms, with the stop check / without")
     for i in range(args.rounds):

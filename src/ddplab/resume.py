@@ -26,11 +26,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -45,19 +47,30 @@ SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at which step it saved
 
 
-class StopFlag:
-    """A stop request from a signal, agreed by all ranks at the same step (one all-reduce of one integer).
+CHECK_PERIOD_S = 0.2  # the stop check runs about this often: its all-reduce then costs well under 1 % of the time
+MAX_CHECK_INTERVAL = 100  # steps between two checks, at most
 
-    The all-reduce runs in the background while the next step computes (async_op): agreed() at step k returns what
-    every rank had seen by the end of step k-1, so the ranks still stop together, one step after the notice, and
-    the step never waits on the check's round trip (benchmarks/stop_check_cost.py measures what is left)."""
+
+class StopFlag:
+    """A stop request from a signal, agreed by all ranks at the same step (one small all-reduce).
+
+    The all-reduce runs in the background while the next steps compute (async_op): a check returns what every rank
+    had seen when the previous check started it, so the ranks stop together, at the same step, and a step never
+    waits on the check's round trip. A check on every step of a few-millisecond step would still cost ~5 % of it
+    (launching a collective, and on few cores the collective itself: benchmarks/stop_check_cost.py --in-run), so
+    the check runs every N steps, N such that checks come about CHECK_PERIOD_S apart: each rank proposes N from its
+    own step time in the same all-reduce (MAX), so every rank counts the same N. A signal stops the run within
+    about two periods - a fraction of any grace a machine gives."""
 
     def __init__(self, signals: Iterable[str] = SIGNALS, device: torch.device | None = None):
         self.signal: int | None = None
         self._previous = {}
         device = device or _collective_device()
-        self._tensors = [torch.zeros(1, dtype=torch.int32, device=device) for _ in range(2)]
+        self._tensors = [torch.zeros(2, dtype=torch.int32, device=device) for _ in range(2)]  # [seen, next N]
         self._work = None  # the all-reduce in flight, on self._tensors[0]
+        self._left = self._interval = 1  # steps until the next check; steps between the last two
+        self._since = time.monotonic()  # when the last check ran
+        self._world: int | None = None
         if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
             for name in signals:
                 sig = getattr(signal, name)
@@ -69,17 +82,26 @@ class StopFlag:
     def agreed(self) -> bool:
         """True on every rank, at the same call, once any rank has seen a signal. A collective: every rank calls it
         once per step."""
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        if self._world is None:  # asked once: get_world_size() costs microseconds, and this runs every step
+            self._world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if self._world == 1:
             return self.signal is not None
-        previous = None
+        self._left -= 1
+        if self._left > 0:  # not a check step: the same on every rank, they all count the agreed N
+            return False
+        interval = 1
         if self._work is not None:
             self._work.wait()
-            previous = bool(self._tensors[0].item())
-        if previous:  # agreed: nothing more in flight, every rank stops here
-            self._work = None
-            return True
+            seen, interval = (int(v) for v in self._tensors[0].tolist())
+            if seen:  # agreed: nothing more in flight, every rank stops here
+                self._work = None
+                return True
+        now = time.monotonic()
+        step_s = (now - self._since) / self._interval  # this rank's time per step since the last check
+        self._since, self._interval, self._left = now, interval, interval
+        proposed = min(MAX_CHECK_INTERVAL, max(1, math.ceil(CHECK_PERIOD_S / step_s))) if step_s > 0 else 1
         self._tensors.reverse()
-        self._tensors[0].fill_(1 if self.signal is not None else 0)
+        self._tensors[0].copy_(torch.tensor([1 if self.signal is not None else 0, proposed], dtype=torch.int32))
         self._work = dist.all_reduce(self._tensors[0], op=dist.ReduceOp.MAX, async_op=True)
         return False
 
