@@ -1,4 +1,4 @@
-"""What the per-step stop check (ddplab.resume.StopFlag: one all-reduce of one integer per step, in the background)
+"""What the per-step stop check (ddplab.resume.StopFlag: a small all-reduce every N steps, in the background)
 costs a training: `ddplab train mlp --nproc 2` with the check (as shipped) against the same run without it
 (DDPLAB_NO_STOP_CHECK=1), back to back, order alternated per round.
 

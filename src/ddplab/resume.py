@@ -8,8 +8,9 @@
             ckpt.step_done()                     # every rank stops at the same step: saved, then exit code 4
 
 - SIGTERM / SIGUSR1 / SIGUSR2 (a spot instance's notice, `ddplab launch` passing one on, Slurm's --signal) only set a
-  flag; step_done() shares it through one all-reduce of one integer, so a signal seen by any rank stops all of them
-  after the same step. A rank that stopped alone would leave the others waiting in the next collective.
+  flag; step_done() shares it through a small all-reduce every few steps (StopFlag), so a signal seen by any rank
+  stops all of them after the same step. A rank that stopped alone would leave the others waiting in the next
+  collective.
 - Saving: every rank's RNG states (Python, NumPy, torch CPU and CUDA) are gathered to global rank 0, which writes the
   registered objects' whole state_dicts (DDP keeps the replicas identical; a sharded model - FSDP's fully_shard - and
   its optimizer, or a ZeroRedundancyOptimizer, are gathered to rank 0 by ddplab.statedict, i.e. by

@@ -325,7 +325,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                 saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
                                          s + 1, step, global_batch)
                 saved_step = step
-            # A signal seen by any rank stops every rank here, after the same step (one all-reduce of one integer).
+            # A signal seen by any rank stops every rank here, after the same step (ddplab.resume.StopFlag: a small
+            # all-reduce every few steps).
             if not done and stop is not None and stop.agreed():
                 if directory and saved_step != step:
                     saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
