@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
@@ -28,43 +27,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_raw import median_interval  # noqa: E402
+from inrun import MLP_STEPS, run_ranks  # noqa: E402
+
 PLANT = Path(__file__).resolve().parent.parent / "tests" / "scripts" / "profile_plant.py"
-SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 IN_RUN = r"""
 from ddplab.diagnose import profhook
 profhook.install()  # before torch: as the ranks' sitecustomize does it
-import json, os, statistics, time
-import torch, torch.distributed as dist
+""" + MLP_STEPS + r"""
 import torch.optim.optimizer as optimizer_module
-from torch.nn.parallel import DistributedDataParallel as DDP
-from ddplab.recipes import mlp
 
-dist.init_process_group("gloo")
-cfg = mlp.Config()
-data = mlp.make_data(cfg)
-torch.manual_seed(0)
-model = DDP(mlp.make_model(cfg, data))
-opt = mlp.make_optimizer(cfg, model)
-x, y = data.tensors
 hooks = optimizer_module._global_optimizer_post_hooks  # torch's own registry of global step hooks
 installed = dict(hooks)
-i = 0
-
-def steps(n):
-    global i
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        lo = (i * 32) % (len(x) - 32)
-        loss = torch.nn.functional.cross_entropy(model(x[lo:lo + 32]), y[lo:lo + 32])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - start) * 1e3)
-        i += 1
-    return statistics.median(times)
-
 steps(50)  # the window (steps 4-8) and its trace, then steady steps
 assert os.path.exists(os.path.join(os.environ[profhook.DIR_ENV], f"rank{dist.get_rank()}.trace.json"))
 pairs = []
@@ -73,10 +49,10 @@ for block in range(30):
     for hooked in ((True, False) if block % 2 == 0 else (False, True)):
         hooks.clear()
         hooks.update(installed if hooked else {})
-        got[hooked] = steps(20)
+        got[hooked] = statistics.median(steps(20))
     pairs.append(got[True] / got[False])
 hooks.update(installed)
-step_ms = statistics.median([steps(20) for _ in range(3)])
+step_ms = statistics.median([statistics.median(steps(20)) for _ in range(3)])
 start = time.perf_counter()
 for _ in range(10000):
     profhook._after_step(opt, (), {})
@@ -89,20 +65,9 @@ dist.destroy_process_group()
 
 
 def in_run() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_vs_raw import median_interval
-
     with tempfile.TemporaryDirectory(prefix="ddplab-profile-overhead-") as folder:
         Path(folder, "config.json").write_text(json.dumps({"steps": 5, "skip": 3}))
-        script = Path(folder, "inrun.py")
-        script.write_text(IN_RUN)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "CUDA_VISIBLE_DEVICES": "",
-               "DDPLAB_PROFILE_DIR": folder}
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                              str(script)], capture_output=True, text=True, env=env, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the ranks failed ({out.returncode}):\n{out.stderr[-2000:]}")
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+        got = run_ranks(IN_RUN, 2, {"DDPLAB_PROFILE_DIR": folder})
     median, low, high = median_interval(got["pairs"])
     print(f"after the window, 30 pairs of 20-step blocks in one 2-rank run: median step with the hook / without "
           f"{median:.4f} (95 % {low:.4f}..{high:.4f}); the hook itself {got['hook_us']:.2f} us per step = "

@@ -27,8 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_raw import median_interval  # noqa: E402
-
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+from inrun import MLP_STEPS, SRC, run_ranks  # noqa: E402
 
 
 def run(nproc: int, check: bool, extra: list[str]) -> dict:
@@ -43,69 +42,36 @@ def run(nproc: int, check: bool, extra: list[str]) -> dict:
     return {"sps": result["samples_per_sec"], "step_ms": max(r["step_ms"] for r in result["ranks"])}
 
 
-IN_RUN = r"""
-import json, statistics, sys, time
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
+IN_RUN = MLP_STEPS + r"""
 from ddplab import resume
-from ddplab.recipes import mlp
 
-dist.init_process_group("gloo")
-cfg = mlp.Config()
-data = mlp.make_data(cfg)
-torch.manual_seed(0)
-model = DDP(mlp.make_model(cfg, data))
-opt = mlp.make_optimizer(cfg, model)
 flag = resume.StopFlag()
-x, y = data.tensors
-pairs, check_ms, checked_steps_ms, i = [], [], [], 0
+check_ms = []
 
-def steps(n, check):
-    global i
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        lo = (i * 32) % (len(x) - 32)
-        loss = torch.nn.functional.cross_entropy(model(x[lo:lo + 32]), y[lo:lo + 32])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if check:
-            mid = time.perf_counter()
-            flag.agreed()
-            check_ms.append((time.perf_counter() - mid) * 1e3)
-        times.append((time.perf_counter() - start) * 1e3)
-        if check:
-            checked_steps_ms.append(times[-1])
-        i += 1
-    return statistics.median(times)
+def check():
+    start = time.perf_counter()
+    flag.agreed()
+    check_ms.append((time.perf_counter() - start) * 1e3)
 
-steps(50, True)  # warm-up
+checked_ms, pairs = steps(50, check), []  # warm-up
 for block in range(30):
-    order = (True, False) if block % 2 == 0 else (False, True)
-    got = {check: steps(20, check) for check in order}
+    got = {}
+    for checked in ((True, False) if block % 2 == 0 else (False, True)):
+        times = steps(20, check if checked else None)
+        checked_ms += times if checked else []
+        got[checked] = statistics.median(times)
     pairs.append(got[True] / got[False])
-step_ms = statistics.median([steps(20, False) for _ in range(3)])  # every rank: DDP's steps are collectives
+step_ms = statistics.median([statistics.median(steps(20)) for _ in range(3)])  # every rank: DDP steps are collectives
 flag.close()
 if dist.get_rank() == 0:
-    print(json.dumps({"pairs": pairs, "check_share": sum(check_ms) / sum(checked_steps_ms),
+    print(json.dumps({"pairs": pairs, "check_share": sum(check_ms) / sum(checked_ms),
                       "check_us": 1e3 * statistics.mean(check_ms), "step_ms": step_ms}))
 dist.destroy_process_group()
 """
 
 
 def in_run(nproc: int) -> int:
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".py") as script:
-        script.write(IN_RUN)
-        script.flush()
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "CUDA_VISIBLE_DEVICES": ""}
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                              str(nproc), script.name], capture_output=True, text=True, env=env, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the ranks failed ({out.returncode}):\n{out.stderr[-2000:]}")
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = run_ranks(IN_RUN, nproc)
     median, low, high = median_interval(got["pairs"])
     print(f"mlp recipe at {nproc} ranks, 30 pairs of 20-step blocks in one run: median step with the check / "
           f"without {median:.4f} (95 % {low:.4f}..{high:.4f}); the check itself: {got['check_us']:.0f} us per "
