@@ -349,8 +349,8 @@ def _difference(saved: dict | None, here: dict) -> str:
 
 
 def _agree(action):
-    """Run `action` on every rank (it does nothing on the others where it should), share rank 0's result or error:
-    every rank then fails or goes on together, with one line and exit code 2 on an error."""
+    """Run `action` on rank 0 only and share its result or error with every rank: they then fail or go on together,
+    with one line and exit code 2 on an error (a folder or a checkpoint is judged once, by the rank that writes)."""
     outcome = [None, None]
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         try:
