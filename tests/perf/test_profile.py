@@ -119,6 +119,42 @@ def test_a_straggler_is_busiest_in_most_steps_not_in_one():
     assert found[0].key == "straggler" and found[0].gain_ms == pytest.approx(20)  # the median excess, not the mean
 
 
+def test_a_straggler_lagging_in_the_host_syncs_every_rank_makes_is_that_cause():
+    from ddplab.perf.profile import causes
+
+    ranks = [_rank(0, [5, 6, 5, 6, 5], wait=20), _rank(1, [25, 26, 60, 25, 24])]
+    for r, sync in zip(ranks, (4.0, 24.0)):  # both ranks print; rank 1's printing waits longer
+        r.parts["host_sync"], r.parts["backward"] = sync, r.parts["backward"] - sync
+    found = causes(ranks, {0: {}, 1: {}}, 1)
+    assert [c.key for c in found] == ["host_sync"] and "rank 1 is slower" in found[0].evidence
+    assert found[0].gain_ms == pytest.approx(20)
+
+
+def _x(name, ts, dur, tid=1):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def test_ddps_own_reads_at_the_end_of_backward_are_not_host_syncs():
+    """find_unused_parameters: Reducer::finalize_backward reads the used-parameter map with .item() before copying
+    each bucket into .grad (seen in real traces: select, item, reducer::copy_bucket_to_grad, ...), after waiting for
+    the all-reduce. That is DDP's backward; a .item() of the loop's own is a host sync."""
+    from ddplab.perf.profile import breakdown
+
+    events = [_x("ProfilerStep#1", 0, 1000), _x("DistributedDataParallel.forward", 10, 100),
+              _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 100),
+              _x("gloo:all_reduce", 200, 300, tid=2),  # the wait: exposed communication
+              _x("aten::as_strided", 520, 200), _x("aten::item", 730, 5),
+              _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 740, 20), _x("aten::item", 765, 5),
+              _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 775, 20),
+              _x("aten::item", 850, 5),  # the loop's own, e.g. print(loss.item())
+              _x("Optimizer.step#SGD.step", 900, 50)]
+    b = breakdown({"traceEvents": events}, 0)
+    ms = {k: v * 1000 for k, v in b.parts.items()}  # microseconds here
+    assert ms["comm_exposed"] == pytest.approx(280) and ms["backward"] == pytest.approx(100 + 275)
+    assert ms["host_sync"] == pytest.approx(900 - 795)  # the gap around the loop's own .item() only
+    assert sum(ms.values()) == pytest.approx(1000)
+
+
 def test_train_profile_breaks_down_the_recipes_steps(no_leftover_workers):
     import shutil
 

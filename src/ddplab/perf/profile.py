@@ -22,6 +22,7 @@ requires pandas, plotly, jupyterlab and pytest at run time.
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -128,6 +129,8 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     }
     spans = {part: [_span(e) for e in events if test(e)] for part, test in names.items()}
     comm = [_span(e) for e in events if e["name"].startswith(("gloo:", "nccl:")) and e["tid"] != main]
+    # DDP's end of backward counts as backward, but not while the all-reduces it waits for still run (exposed)
+    spans["backward"] += _subtract(_reducer_bursts(events, main, [x for part in names for x in spans[part]]), _union(comm))
     syncs = [_span(e) for e in events if e["tid"] == main and _is_sync(e)]
     totals = dict.fromkeys(PARTS, 0.0)
     busy = []
@@ -153,6 +156,30 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     forwards = sum(1 for e in events if names["forward"](e) and in_steps(e))
     return RankBreakdown(rank=rank, steps=n, step_ms=step_ms, parts={k: v / n / 1000 for k, v in totals.items()},
                          allreduces_per_step=calls / n, forwards_per_step=forwards / n, trace=path, busy_ms=busy)
+
+
+def _reducer_bursts(events: list, main, named: list) -> list:
+    """DDP's end of backward (Reducer::finalize_backward: one C++ call at the end of loss.backward(), after it has
+    waited for the buckets' all-reduces): the averaged buckets are copied into each .grad (`reducer::
+    copy_bucket_to_grad` ranges) and, with find_unused_parameters, the used-parameter map is read with .item() before
+    each copy - DDP's own host reads, not the loop's. A burst: consecutive reducer ranges of the main thread with no
+    part of the step (forward, backward, data, optimizer) starting between them, from the first operation the main
+    thread ran after the part before it (the wait itself is left to the exposed communication)."""
+    reducer = sorted(_span(e) for e in events
+                     if e["tid"] == main and e["name"].startswith("torch.distributed.ddp.reducer::"))
+    starts = sorted(a for a, _ in named)
+    ends = sorted(b for _, b in named)
+    ops = sorted(e["ts"] for e in events if e["tid"] == main and not e["name"].startswith("ProfilerStep#"))
+    bursts: list = []
+    for a, b in reducer:
+        i = bisect.bisect_left(starts, bursts[-1][1]) if bursts else 0
+        if bursts and not (i < len(starts) and starts[i] < a):  # no part of the step starts in between
+            bursts[-1] = (bursts[-1][0], max(bursts[-1][1], b))
+            continue
+        before = ends[bisect.bisect_right(ends, a) - 1] if ends and ends[0] <= a else a
+        first = ops[bisect.bisect_left(ops, before)]  # exists: the reducer range itself is one
+        bursts.append((min(a, first), b))
+    return bursts
 
 
 def _is_sync(e: dict) -> bool:
@@ -225,6 +252,7 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
     ddp = (any_facts.get("ddp") or [{}])[0]
     loaders = any_facts.get("loaders") or []
     out: list[Cause] = []
+    slow_part = None  # the part of a step in which the straggler exceeds the others most
 
     def add(key, title, evidence, fix, gain):
         out.append(Cause(key, title, evidence, fix, gain, gain / step if step else 0.0))
@@ -246,6 +274,7 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         mine = next(r for r in ranks if r.rank == slow)
         extra = max(((p, mine.parts[p] - statistics.median(r.parts[p] for r in others))
                      for p in PARTS if p != "comm_exposed"), key=lambda kv: kv[1])
+        slow_part = extra[0]
         # What the others wait per step: the straggler's excess over the others' median, step by step, and its
         # median (one step the OS took from a rank does not make a cause).
         n = min(len(r.busy_ms) for r in ranks)
@@ -298,14 +327,18 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
             f"OMP_NUM_THREADS={max(cores // local, 1)} (cores / ranks on this machine) or "
             f"torch.set_num_threads({max(cores // local, 1)})", busy * (1 - 1 / over))
     by_key = {c.key: c for c in out}
-    if "threads" in by_key and "straggler" in by_key and by_key["straggler"].evidence.endswith(_COMPUTE_EXCESS):
-        # A rank slower in its own compute on an oversubscribed machine: the OS shares the cores unevenly between
-        # the ranks' threads; one cause, not two.
-        lagging, threads_cause = by_key["straggler"], by_key["threads"]
-        out.remove(lagging)
-        threads_cause.evidence += f"; it also makes {lagging.title} ({lagging.gain_ms:.2f} ms per step)"
-        threads_cause.gain_ms = max(threads_cause.gain_ms, lagging.gain_ms)
-        threads_cause.gain_share = threads_cause.gain_ms / step if step else 0.0
+    if "straggler" in by_key:
+        # One cause, not two: a rank slower in its own compute on an oversubscribed machine (the OS shares the cores
+        # unevenly between the ranks' threads), or slower in the host syncs every rank makes (printing on a busy
+        # machine: whichever rank's output waits longer lags).
+        owner = ("threads" if by_key["straggler"].evidence.endswith(_COMPUTE_EXCESS) else
+                 "host_sync" if slow_part == "host_sync" else None)
+        if owner in by_key:
+            lagging, cause = by_key["straggler"], by_key[owner]
+            out.remove(lagging)
+            cause.evidence += f"; it also makes {lagging.title} ({lagging.gain_ms:.2f} ms per step)"
+            cause.gain_ms = max(cause.gain_ms, lagging.gain_ms)
+            cause.gain_share = cause.gain_ms / step if step else 0.0
     out = [c for c in out if c.gain_share >= MIN_SHARE]
     return sorted(out, key=lambda c: -c.gain_ms)
 
