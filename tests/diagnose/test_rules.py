@@ -518,3 +518,25 @@ def test_a_checkpoint_without_the_new_layers_is_not_a_prefix_made_here():
     log = raised(lambda: _Wrapped(1).load_state_dict(plain))
     assert "Unexpected key(s)" in log, log
     assert first_rule(log) == "module-prefix", log
+
+
+# ----------------------------------------------------------------------------------------------- the fourth (tuning) set
+# Each mechanism tuning set 4 (benchmarks/explain_tune4) missed, made here where a CPU can, otherwise from the
+# software's own text (named); never one log's line.
+
+@pytest.mark.parametrize("full, keep, rule", [
+    # cudaGetErrorString texts (CUDA's cudaErrorNoKernelImageForDevice, cudaErrorIllegalAddress,
+    # cudaErrorPeerAccessUnsupported): a title or a truncated paste cuts them at a word boundary
+    ("no kernel image is available for execution on the device", 5, "no-kernel-image"),
+    ("an illegal memory access was encountered", 4, "cuda-illegal-address"),
+    ("peer access is not supported between these two devices", 5, "nccl-p2p"),
+])
+def test_a_cuda_error_text_cut_short(full, keep, rule):
+    words = full.split(" ")
+    for n in range(keep, len(words) + 1):
+        cut = " ".join(words[:n])
+        assert first_rule(f'RuntimeError: CUDA error: {cut}') == rule, cut
+        assert first_rule(f'Unable To Fix "{cut}" Error') == rule, cut
+    shorter = " ".join(words[:keep - 1])
+    assert first_rule(f"RuntimeError: {shorter}") != rule, shorter
+    assert first_rule(f"RuntimeError: {' '.join(words[:keep])}ing") != rule  # not a word boundary

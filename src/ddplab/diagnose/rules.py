@@ -64,6 +64,17 @@ _SI_CODES = {
 }
 
 
+def _cut(text: str, keep: int) -> str:
+    """A pattern for a fixed message that a paste may cut short at a word boundary (an issue title, a wrapped or
+    truncated line): the first `keep` words are required, each later word only after the one before it.
+    "no kernel image is available for execution" still names cudaErrorNoKernelImageForDevice's text."""
+    words = text.split(" ")
+    tail = ""
+    for word in reversed(words[keep:]):
+        tail = f"(?: {re.escape(word)}{tail})?"
+    return re.escape(" ".join(words[:keep])) + tail + r"(?![\w-])"
+
+
 def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
     """Every layer's way of saying that a process died of (or caught) signal `number`: `name` is its signal name (SIGBUS),
     `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
@@ -424,7 +435,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "no-kernel-image", "torch has no kernels for this GPU",
         # torch/cuda/__init__.py (incompatible_device_warn, old_gpu_warn); CUDA's cudaErrorNoKernelImageForDevice.
-        (r"no kernel image is available for execution on the device",
+        # cudaGetErrorString(cudaErrorNoKernelImageForDevice), also cut short after "available" (titles, pastes)
+        (_cut("no kernel image is available for execution on the device", 5),
          r"is not compatible with the current PyTorch installation",
          r"PyTorch no longer supports this GPU because it is too old"),
         "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX): a new GPU with an "
@@ -644,7 +656,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-p2p", "GPUs cannot access each other (P2P)",
         # NCCL transport/p2p.cc and transport/shm.cc (cuMem host sharing); CUDA's cudaErrorPeerAccessUnsupported
-        (r"peer access is not supported between these two devices", r"failed to open CUDA IPC handle",
+        (_cut("peer access is not supported between these two devices", 5), r"failed to open CUDA IPC handle",
          r"cudaErrorPeerAccessUnsupported"),
         "NCCL tried direct GPU-to-GPU (P2P/IPC) access that this machine does not support: consumer or cloud GPUs "
         "without P2P (RTX 40xx/50xx, L4), an IOMMU/ACS setting that blocks it, a VM; NCCL's cuMem shared host "
@@ -690,7 +702,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         "https://pytorch.org/get-started/locally/", mechanism="difference"),
     Rule(
         "cuda-illegal-address", "CUDA: illegal memory access",
-        (r"an illegal memory access was encountered", r"cudaErrorIllegalAddress"),
+        (_cut("an illegal memory access was encountered", 4), r"cudaErrorIllegalAddress"),
         "A GPU kernel read or wrote outside its memory: an index out of range in a custom or fused kernel, a "
         "buffer freed while a collective still used it, or a bug in an extension. The NCCL watchdog often reports "
         "it later, from another call (CUDA errors are asynchronous).",
