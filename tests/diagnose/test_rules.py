@@ -524,6 +524,42 @@ def test_a_checkpoint_without_the_new_layers_is_not_a_prefix_made_here():
 # Each mechanism tuning set 4 (benchmarks/explain_tune4) missed, made here where a CPU can, otherwise from the
 # software's own text (named); never one log's line.
 
+class _ShortWaitStore:
+    """A real HashStore whose wait() gives up after 50 ms, so torch's own barrier loop reaches its timeout at once."""
+
+    def __init__(self):
+        self.store = torch.distributed.HashStore()
+
+    def add(self, key, n):
+        return self.store.add(key, n)
+
+    def set(self, key, value):
+        self.store.set(key, value)
+
+    def wait(self, keys, timeout):
+        from datetime import timedelta
+        self.store.wait(keys, timedelta(milliseconds=50))
+
+
+def test_the_store_based_barrier_timeout_is_a_rank_that_did_not_arrive_made_here():
+    # distributed_c10d.py _store_based_barrier (init_process_group/new_group): world_size=2, only this rank joined
+    from datetime import timedelta
+    from torch.distributed import distributed_c10d as c10d
+    log = raised(lambda: c10d._store_based_barrier(0, _ShortWaitStore(), "g", 2, timedelta(0)))
+    assert "Timed out initializing process group in store based barrier" in log, log[-800:]
+    assert "num_workers_joined=1" in log, log[-800:]
+    assert first_rule(log) == "rendezvous-incomplete", log[-800:]
+    # torch 1.x's wording (worker_count=, more than world_size: two launchers started the same ranks), and the
+    # message retyped in lower case as an issue title
+    old = ("RuntimeError: Timed out initializing process group in store based barrier on rank: {}, for key: {} "
+           "(world_size={}, worker_count={}, timeout={})").format(2, "store_based_barrier_key:1", 2, 4, "0:30:00")
+    assert first_rule(old) == "rendezvous-incomplete"
+    assert first_rule(old.split(": ", 1)[1].lower()) == "rendezvous-incomplete"
+    # the INFO line it logs every 10 s while waiting is not an error: a run that completes prints it too
+    assert first_rule("Waiting in store based barrier to initialize process group for rank: 0, key: "
+                      "store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)") is None
+
+
 @pytest.mark.parametrize("full, keep, rule", [
     # cudaGetErrorString texts (CUDA's cudaErrorNoKernelImageForDevice, cudaErrorIllegalAddress,
     # cudaErrorPeerAccessUnsupported): a title or a truncated paste cuts them at a word boundary

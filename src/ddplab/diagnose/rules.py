@@ -166,7 +166,11 @@ _SPECIFIC: tuple[Rule, ...] = (
          # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
          # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
          # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
-         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b"),
+         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b",
+         # distributed_c10d.py _store_based_barrier: init_process_group/new_group wait until world_size ranks
+         # have added themselves to the store's barrier key; torch 2.x says num_workers_joined=, torch 1.x
+         # worker_count= (more than world_size: two launchers started the same ranks, e.g. srun x mp.spawn)
+         r"[Tt]imed out initializing process group in store based barrier"),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
         "Check that nnodes x nproc-per-node processes start and none of them sets RANK/WORLD_SIZE itself; look at "
