@@ -560,6 +560,30 @@ def test_the_store_based_barrier_timeout_is_a_rank_that_did_not_arrive_made_here
                       "store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)") is None
 
 
+def _load_calling(tmp_path, symbol: str) -> str:
+    """What loading a shared library that calls `symbol`, which nothing loaded provides, prints (ctypes' dlopen)."""
+    src = tmp_path / f"calls_{symbol}.c"
+    src.write_text(f"extern int {symbol}(void *p);\nint call(void *p) {{ return {symbol}(p); }}\n")
+    so = tmp_path / f"libcalls_{symbol}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True, timeout=60)
+    return child(f"import ctypes\nctypes.CDLL({str(so)!r})")
+
+
+def test_an_nccl_function_the_loaded_library_lacks_made_here(tmp_path):
+    # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): a library calling ncclMemFree (NCCL >= 2.19)
+    # loaded where no libnccl provides it, as torch's libtorch_cuda.so fails next to an older libnccl
+    import shutil
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler to build the library")
+    log = _load_calling(tmp_path, "ncclMemFree")
+    assert "undefined symbol: ncclMemFree" in log, log[-800:]
+    assert first_rule(log) == "nccl-version-mismatch", log[-800:]
+    # the same loader error for a symbol that is not NCCL's is not an NCCL version difference
+    log = _load_calling(tmp_path, "helper_from_elsewhere")
+    assert "undefined symbol: helper_from_elsewhere" in log, log[-800:]
+    assert first_rule(log) != "nccl-version-mismatch", log[-800:]
+
+
 @pytest.mark.parametrize("full, keep, rule", [
     # cudaGetErrorString texts (CUDA's cudaErrorNoKernelImageForDevice, cudaErrorIllegalAddress,
     # cudaErrorPeerAccessUnsupported): a title or a truncated paste cuts them at a word boundary

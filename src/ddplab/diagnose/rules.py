@@ -650,7 +650,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-version-mismatch", "NCCL versions differ (library vs build, or between nodes)",
         # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
         (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
-         r"NCCL version mismatch with remote peer", r"plugin has incompatible version"),
+         r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
+         # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
+         # function the libnccl that was loaded does not have - an older NCCL found first (a second
+         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH)
+         r"undefined symbol: nccl[A-Z]\w*"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
