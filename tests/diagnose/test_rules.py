@@ -600,3 +600,34 @@ def test_a_cuda_error_text_cut_short(full, keep, rule):
     shorter = " ".join(words[:keep - 1])
     assert first_rule(f"RuntimeError: {shorter}") != rule, shorter
     assert first_rule(f"RuntimeError: {' '.join(words[:keep])}ing") != rule  # not a word boundary
+
+
+@pytest.mark.parametrize("fmt", [
+    # NCCL's connect failure, as each version's socket code prints it (include/socket.h 2.4-2.8, misc/socket.cc
+    # 2.9-2.2x, os/linux.cc 2.3x), after NCCL's "host:pid:tid [dev] file:line NCCL WARN " prefix
+    "node1:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.0.0.2<21724> failed : {err}",
+    "node1:39964:40075 [0] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45763> failed : {err}",
+    "node1:39964:40075 [0] os/linux.cc:212 NCCL WARN socketStartConnect: connect to 10.0.0.2<45763> failed : {err}",
+    "node1:183006:183220 [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.0.0.2<58355> failed : {err}",
+    "node1:39964:40075 [0] os/linux.cc:240 NCCL WARN ncclOsSocketPollConnect to 10.0.0.2<45763> failed with error {err}",
+])
+@pytest.mark.parametrize("err", ["Connection refused", "Software caused connection abort", "Broken pipe",
+                                 "Connection reset by peer"])
+def test_an_errno_on_nccls_own_socket_line_is_nccls_socket_layer(fmt, err):
+    # NCCL connects every rank to others on random ports: a refused or aborted connect there is a firewall, an
+    # interface the peer cannot reach or a peer that exited - not MASTER_ADDR's rendezvous, not gloo's pair
+    assert first_rule(fmt.format(err=err)) == "nccl-socket", fmt.format(err=err)
+
+
+def test_the_same_errno_elsewhere_keeps_its_meaning():
+    # c10d's store client and gloo's pair (the texts the corpus and test_explain.py make for real)
+    assert first_rule("[W socket.cpp:558] [c10d] The client socket has failed to connect to [node0]:1234 "
+                      "(errno: 111 - Connection refused).") == "master-unreachable"
+    assert first_rule("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by "
+                      "peer [10.0.0.2]:28048") == "peer-closed"
+    # NCCL 2.3x's os/linux.cc holds its shared-memory calls too: those stay the shared-memory layer's
+    assert first_rule("node1:1:2 [0] os/linux.cc:310 NCCL WARN munmap of shared memory 0x7f00 size 4096 failed, "
+                      "error: Invalid argument (22)") == "nccl-shm"
+    # NCCL's INFO line while it retries a refused connect is not a failure of the rendezvous
+    assert first_rule("node1:1:2 [0] NCCL INFO Call to connect returned Connection refused, retrying") \
+        != "master-unreachable"

@@ -49,6 +49,12 @@ class Rule:
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
 
+# The start of a line NCCL did not print ("host:pid:tid [dev] file:line NCCL WARN ..."): an errno text on NCCL's own
+# socket line (its bootstrap and socket transport connect to every rank on random ports) is NCCL's socket layer
+# (nccl-socket: a firewall, an interface the peer cannot reach, a peer that exited), not the MASTER_ADDR rendezvous
+# or gloo's pair that the same errno text means elsewhere.
+NOT_NCCL_LINE = r"^(?![^\n]*\bNCCL (?:WARN|INFO)\b)[^\n]*?"
+
 # The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
 
@@ -186,7 +192,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/run.html#stacked-single-node-multi-worker"),
     Rule(
         "master-unreachable", "cannot reach MASTER_ADDR:MASTER_PORT",
-        (r"[Cc]onnection refused",
+        (NOT_NCCL_LINE + r"[Cc]onnection refused",
          r"client socket has timed out after \d+m?s while trying to connect to",
          r"client socket has failed to connect to",
          r"failed to connect/validate to host",
@@ -202,8 +208,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed", "another rank went away",
-        (r"Connection closed by peer", r"Connection reset by peer", r"Remote peer closed the connection",
-         r"Broken pipe", r"Software caused connection abort", r"ECONNRESET", r"EPIPE\b"),
+        (NOT_NCCL_LINE + r"(?:Connection closed by peer|Connection reset by peer|Remote peer closed the connection"
+         r"|Broken pipe|Software caused connection abort|ECONNRESET|EPIPE\b)",),
         "gloo lost the connection to another rank in the middle of a collective. Either that rank failed (crashed, "
         "was killed, raised an exception), or it exited normally while this rank was still waiting in a collective "
         "only some ranks called: an evaluation, a metric all_reduce or a forward through the DDP model (DDP "
@@ -839,9 +845,13 @@ _FAMILIES: tuple[Rule, ...] = (
             f"IB is the problem (NCCL falls back to sockets); {NCCL_DEBUG_NET}.",
             NCCL_TROUBLESHOOTING, needs=('NCCL', 'ibv_', 'IBV_')),
     _family("nccl-socket", "NCCL: socket (TCP) connection between ranks failed",
-            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",),
+            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",
+             # NCCL 2.3x moved its socket calls into os/linux.cc, beside the shared-memory ones (nccl-shm's)
+             r"nccl:os/linux\.cc@@[Cc]onnect to|ncclOsSocket|[Aa]ccept|sockopt|[Aa]ddress family|recv from"),
             (r"\b(?:socket|net_socket\w*|bootstrap)(?:/\w+)?\.cc:\d+ NCCL WARN", r"NET/Socket ?: ",
-             r"\bsocket(?:Progress|StartConnect|Connect|Accept|Finalize\w*|PollConnect)\b"),
+             r"\b(?:ncclOs)?[Ss]ocket(?:Progress\w*|StartConnect|Connect|Accept|Finalize\w*|PollConnect|TryAccept)\b",
+             # NCCL prints a socket address as ip<port> (ncclSocketToString), in every version's connect failure
+             r"\b[Cc]onnect to \S+<\d+> (?:failed|returned)"),
             "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
             "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
             "NCCL chose an interface the other node cannot reach.",
@@ -1192,23 +1202,41 @@ def _with_templates(families: tuple[Rule, ...]) -> tuple[Rule, ...]:
     """Each family with one more pattern: the literal parts of the user-facing templates of the files it covers."""
     from ddplab.diagnose import catalogue
 
-    selectors = [[(sel.split(":", 1)[0], re.compile(sel.split(":", 1)[1])) for sel in f.covers] for f in families]
+    # "SOURCE:FILE_REGEX", or "SOURCE:FILE_REGEX@@TEXT_REGEX": only that file's templates whose text matches (a
+    # file that holds two layers: NCCL 2.3x's os/linux.cc has both its socket and its shared-memory calls)
+    def parse(sel: str):
+        src, rest = sel.split(":", 1)
+        file_rx, _, text_rx = rest.partition("@@")
+        return src, re.compile(file_rx), re.compile(text_rx) if text_rx else None
+
+    selectors = [[parse(sel) for sel in f.covers] for f in families]
     texts: list[list[str]] = [[] for _ in families]
     owner: dict[tuple[str, str], int | None] = {}  # (source, file) -> the first family that covers it
+    claimed: list[tuple[str, re.Pattern, re.Pattern, int]] = [  # text-filtered selectors, checked first
+        (src, frx, trx, i) for i, sels in enumerate(selectors) for src, frx, trx in sels if trx is not None]
     for source in catalogue.SOURCES:
         for t in (catalogue.load(source) or {}).get("templates", ()):
             key = (source, t["file"])
             if key not in owner:
                 owner[key] = next((i for i, sels in enumerate(selectors)
-                                   if any(src == source and rx.match(t["file"]) for src, rx in sels)), None)
-            if owner[key] is not None and internal_reason(source, t) is None:
-                texts[owner[key]].append(t["text"])
+                                   if any(src == source and rx.match(t["file"]) and trx is None
+                                          for src, rx, trx in sels)), None)
+            who = next((i for src, frx, trx, i in claimed
+                        if src == source and frx.match(t["file"]) and trx.search(t["text"])), owner[key])
+            if who is not None and internal_reason(source, t) is None:
+                texts[who].append(t["text"])
     out = []
-    for family, mine in zip(families, texts):
+    for i, (family, mine) in enumerate(zip(families, texts)):
         derived = _template_pattern(mine, os_texts=all(sel.startswith("os:") for sel in family.covers))
-        files = [sel.split(":", 1)[1] for sel in family.covers if sel.startswith("nccl:") and "onerank" not in sel]
-        # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version)
-        warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN" if files else None
+        files = [sel.split(":", 1)[1].partition("@@")[0] for sel in family.covers
+                 if sel.startswith("nccl:") and "onerank" not in sel]
+        # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version);
+        # a line another family claims by its text is that family's, not this file's
+        others = [trx.pattern for src, frx, trx, j in claimed if src == "nccl" and j != i
+                  and any(src2 == src and frx.match(f) and rx.match(f)
+                          for (src2, f) in owner for s2, rx, _ in selectors[i] if s2 == src2)]
+        but = rf"(?![^\n]*(?:{'|'.join(others)}))" if others else ""
+        warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN{but}" if files else None
         out.append(replace(family, patterns=family.patterns + tuple(p for p in (warn, derived) if p)))
     return tuple(out)
 
