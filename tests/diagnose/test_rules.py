@@ -631,3 +631,33 @@ def test_the_same_errno_elsewhere_keeps_its_meaning():
     # NCCL's INFO line while it retries a refused connect is not a failure of the rendezvous
     assert first_rule("node1:1:2 [0] NCCL INFO Call to connect returned Connection refused, retrying") \
         != "master-unreachable"
+
+
+# ----------------------------------------------------------------------------------------------- launchers, old torch
+_DATALOADER_DIES_OF = ("import os, signal, torch\nfrom torch.utils.data import DataLoader, Dataset\n"
+                       "class D(Dataset):\n    def __len__(self): return 4\n"
+                       "    def __getitem__(self, i): os.kill(os.getpid(), signal.SIG{sig}); return i\n"
+                       "for _ in DataLoader(D(), num_workers=1): pass\n")
+
+
+@pytest.mark.parametrize("sig, rule", [("ABRT", "worker-abort"), ("SEGV", "worker-segfault"),
+                                       ("KILL", "worker-killed"), ("TERM", "worker-terminated")])
+def test_a_dataloader_worker_killed_by_a_signal_made_here(sig, rule):
+    # torch/csrc/DataLoader.cpp: "DataLoader worker (pid N) is killed by signal: " + strsignal(...)
+    log = child(_DATALOADER_DIES_OF.format(sig=sig), timeout=120)
+    assert "is killed by signal" in log, log[-800:]
+    assert first_rule(log) == rule, log[-800:]
+
+
+@pytest.mark.parametrize("code, rule", [(-9, "worker-killed"), (-7, "worker-bus-error"), (-11, "worker-segfault"),
+                                        (-6, "worker-abort"), (1, "worker-exception")])
+def test_deepspeeds_launcher_reports_a_worker_exit_code(code, rule, tmp_path):
+    # deepspeed/launcher/launch.py sigkill_handler: logger.error(f"{cmd} exits with return code = {code}"), with
+    # the Popen return code of a real child that died of that signal (or exited 1)
+    script = "import os, signal\nos.kill(os.getpid(), %d)" % -code if code < 0 else "raise SystemExit(1)"
+    cmd = [sys.executable, "-c", script]
+    returncode = subprocess.run(cmd, timeout=30).returncode
+    assert returncode == code
+    line = f"[2024-01-03 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] {cmd} exits with return code = " \
+           f"{returncode}"
+    assert first_rule(line) == rule, line

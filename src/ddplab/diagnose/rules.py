@@ -100,6 +100,11 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
         rf"Fatal Python error: {t}",  # faulthandler (PYTHONFAULTHANDLER=1, -X faulthandler)
         where,  # a shell ("Bus error (core dumped)", bash's "line 1: 42 Bus error   python x.py"), srun ("task 3: ")
         rf"exit(?:ed with)? (?:code|status):? {128 + number}\b",  # a shell's 128 + N
+        # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): f"{cmd} exits with return code =
+        # {last_return_code}", Popen's -N for a child that died of signal N
+        rf"exits with return code = -{number}\b",
+        # torch/csrc/DataLoader.cpp: "DataLoader worker (pid N) is killed by signal: " + strsignal(si_status)
+        rf"killed by signal: {t}(?![\w ])",
     ) + ((rf"{t}: (?i:{'|'.join(map(re.escape, _SI_CODES[number]))})",) if number in _SI_CODES else ())
 
 
@@ -550,7 +555,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True),
     Rule(
         "worker-exception", "a worker raised a Python exception (exit code 1)",
-        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",),
+        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",
+         r"exits with return code = 1\b"),  # DeepSpeed's launcher (launch.py sigkill_handler)
         "A worker exited with code 1: it raised a Python exception; torchrun's summary only points at it. The "
         "exception is the traceback that rank printed above the summary.",
         "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
