@@ -661,3 +661,20 @@ def test_deepspeeds_launcher_reports_a_worker_exit_code(code, rule, tmp_path):
     line = f"[2024-01-03 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] {cmd} exits with return code = " \
            f"{returncode}"
     assert first_rule(line) == rule, line
+
+
+def test_a_process_group_missing_in_old_torchs_wording():
+    # torch <= 1.7 distributed_c10d.py _check_default_pg: assert _default_pg is not None, "Default process group is
+    # not initialized" (and c10d's C++ TORCH_CHECK); the current wording is made for real in test_explain.py
+    assert first_rule("    assert _default_pg is not None, \\\nAssertionError: Default process group is not "
+                      "initialized") == "pg-not-initialized"
+
+
+def test_a_launchers_own_missing_variable_wording():
+    # ColossalAI's launch_from_torch: except KeyError as e: raise RuntimeError(f"Could not find {e} in the torch
+    # environment, visit https://www.colossalai.org/ for more information on launching with torch")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        text = (f"RuntimeError: Could not find {KeyError(var)} in the torch environment, visit "
+                "https://www.colossalai.org/ for more information on launching with torch")
+        assert first_rule(text) == "launcher-env-missing", text
+    assert first_rule("Could not find 'model.safetensors' in the torch environment") != "launcher-env-missing"

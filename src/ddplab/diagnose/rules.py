@@ -120,7 +120,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#backends"),
     Rule(
         "pg-not-initialized", "collective or DDP before init_process_group",
-        (r"Default process group has not been initialized",),
+        # torch >= 1.8 (_get_default_group); torch <= 1.7's _check_default_pg assert and c10d's C++ TORCH_CHECK
+        (r"Default process group (?:has not been|is not) initialized",),
         "A collective, DistributedDataParallel or DistributedSampler ran in a process that never joined a "
         "process group (or already left it).",
         "Call dist.init_process_group(...) first, in every process, and start the script with torchrun / "
@@ -138,6 +139,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         # a paste stops there, the script's own os.environ["RANK"] (KeyError), or int(os.environ.get("RANK")) (None).
         (rf"environment variable {LAUNCHER_ENV} expected, but not set",
          r"MASTER_ADDR/MASTER_PORT are not set",
+         # launchers' own wordings: ColossalAI's launch_from_torch, f"Could not find {KeyError} in the torch
+         # environment, visit https://www.colossalai.org/ ..."
+         rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
          rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
          rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
          rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
