@@ -133,6 +133,21 @@ def test_srun_around_torchrun_keeps_torchs_own_rank(crash_console, tmp_path):
     assert {("module-prefix", 1), ("peer-closed", 0)} <= {(m.rule, m.rank) for m in labelled.matches}
 
 
+def test_a_harness_echo_of_the_childs_streams_is_read_through(crash_console, tmp_path):
+    """accelerate's and transformers' execute_subprocess_async (`accelerate test`) echo each line of the child as
+    print(label, line.rstrip()) with label "stderr:" / "stdout:": the same findings and reading as the plain run."""
+    import contextlib
+    import io
+    echoed = io.StringIO()
+    with contextlib.redirect_stdout(echoed):
+        for line in crash_console.splitlines():
+            print("stderr:", line.rstrip())
+    plain = explain_file(tmp_path, crash_console, "plain.log")
+    labelled = explain_file(tmp_path, echoed.getvalue())
+    assert findings(labelled) == findings(plain) and labelled.reading == plain.reading
+    assert_rank1_checkpoint(labelled, summary=True)
+
+
 def test_colours_crlf_and_progress_bars(crash_console, tmp_path):
     coloured = re.sub(r"(RuntimeError|Traceback|Unexpected)", "\x1b[1;31m\\1\x1b[0m", crash_console)
     made = coloured.replace("\n", "\r\n")

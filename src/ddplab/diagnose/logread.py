@@ -2,7 +2,8 @@
 
 - Normalised before matching: CRLF and lone CR (progress bars), ANSI colours, and every launcher's rank prefix
   rewritten to torch's own `[rankN]:` (Slurm's `srun --label` `3: `, Lightning's `[rank: 3]`, DeepSpeed's
-  `[Rank 3]`, Open MPI's `[1,3]<stderr>:`); torchrun's `[rankN]:` / `[defaultN]:` are kept as they are.
+  `[Rank 3]`, Open MPI's `[1,3]<stderr>:`); torchrun's `[rankN]:` / `[defaultN]:` are kept as they are; the
+  `stdout: `/`stderr: ` labels of accelerate's and transformers' subprocess echo (`accelerate test`) are dropped.
 - A folder is a log folder (torch's LOG_DIR/RUN_ID/attempt_N/LOCAL_RANK/std{err,out}.log as `ddplab launch` and
   torchrun write it, or any `*.log`/`*.out`/`*.err`/`*.txt` files): each rank's file is read with its rank's prefix.
 - Small inputs are read whole. A large one is streamed in chunks: a cheap prefilter finds the lines that hold a
@@ -46,6 +47,9 @@ ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _LIGHTNING = re.compile(r"^\[rank:? ?(\d+)\]:? ", re.IGNORECASE)  # Lightning `[rank: 1] `, DeepSpeed `[Rank 1] `
 _OPENMPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:")  # mpirun --tag-output
 _SLURM = re.compile(r"^ {0,4}(\d{1,5}): ")  # srun --label (padded to the widest task number)
+# A test harness's echo of a child's streams: accelerate's and transformers' execute_subprocess_async (`accelerate
+# test`) print(label, line) with label "stdout:"/"stderr:"; dropped before anything else is read.
+_TEE_LABEL = re.compile(r"^std(?:out|err): ?")
 _TAG_RANK = re.compile(r"^(?:\[[A-Za-z_]+?(\d+)\]:)?(?:\[rank(\d+)\]:)?")  # local (torchrun --tee), global
 _TORCH_TAG = re.compile(r"^(?:\[[A-Za-z_]+?\d+\]:)?\[rank\d+\]:|^\[[A-Za-z_]+?\d+\]:")
 
@@ -81,6 +85,9 @@ def slurm_labelled(lines: list[str]) -> str | bool:
 def canonical(line: str, slurm: str | bool = False) -> str:
     """One line with its launcher's rank prefix rewritten as torch's `[rankN]: ` (torch's own kept). `slurm`: what
     slurm_labelled said about the log."""
+    tee = _TEE_LABEL.match(line)
+    if tee:
+        line = line[tee.end():]
     if _TORCH_TAG.match(line):
         return line
     for form in (_OPENMPI, _LIGHTNING) + ((_SLURM,) if slurm else ()):

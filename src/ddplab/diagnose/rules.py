@@ -49,6 +49,12 @@ class Rule:
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
 
+# The start of a line NCCL did not print ("host:pid:tid [dev] file:line NCCL WARN ..."): an errno text on NCCL's own
+# socket line (its bootstrap and socket transport connect to every rank on random ports) is NCCL's socket layer
+# (nccl-socket: a firewall, an interface the peer cannot reach, a peer that exited), not the MASTER_ADDR rendezvous
+# or gloo's pair that the same errno text means elsewhere.
+NOT_NCCL_LINE = r"^(?![^\n]*\bNCCL (?:WARN|INFO)\b)[^\n]*?"
+
 # The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
 
@@ -62,6 +68,17 @@ _SI_CODES = {
     4: ("illegal opcode", "illegal operand", "illegal addressing mode", "illegal trap", "privileged opcode",
         "privileged register", "coprocessor error", "internal stack error"),
 }
+
+
+def _cut(text: str, keep: int) -> str:
+    """A pattern for a fixed message that a paste may cut short at a word boundary (an issue title, a wrapped or
+    truncated line): the first `keep` words are required, each later word only after the one before it.
+    "no kernel image is available for execution" still names cudaErrorNoKernelImageForDevice's text."""
+    words = text.split(" ")
+    tail = ""
+    for word in reversed(words[keep:]):
+        tail = f"(?: {re.escape(word)}{tail})?"
+    return re.escape(" ".join(words[:keep])) + tail + r"(?![\w-])"
 
 
 def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) -> tuple[str, ...]:
@@ -83,6 +100,11 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
         rf"Fatal Python error: {t}",  # faulthandler (PYTHONFAULTHANDLER=1, -X faulthandler)
         where,  # a shell ("Bus error (core dumped)", bash's "line 1: 42 Bus error   python x.py"), srun ("task 3: ")
         rf"exit(?:ed with)? (?:code|status):? {128 + number}\b",  # a shell's 128 + N
+        # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): f"{cmd} exits with return code =
+        # {last_return_code}", Popen's -N for a child that died of signal N
+        rf"exits with return code = -{number}\b",
+        # torch/csrc/DataLoader.cpp: "DataLoader worker (pid N) is killed by signal: " + strsignal(si_status)
+        rf"killed by signal: {t}(?![\w ])",
     ) + ((rf"{t}: (?i:{'|'.join(map(re.escape, _SI_CODES[number]))})",) if number in _SI_CODES else ())
 
 
@@ -98,7 +120,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#backends"),
     Rule(
         "pg-not-initialized", "collective or DDP before init_process_group",
-        (r"Default process group has not been initialized",),
+        # torch >= 1.8 (_get_default_group); torch <= 1.7's _check_default_pg assert and c10d's C++ TORCH_CHECK
+        (r"Default process group (?:has not been|is not) initialized",),
         "A collective, DistributedDataParallel or DistributedSampler ran in a process that never joined a "
         "process group (or already left it).",
         "Call dist.init_process_group(...) first, in every process, and start the script with torchrun / "
@@ -116,6 +139,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         # a paste stops there, the script's own os.environ["RANK"] (KeyError), or int(os.environ.get("RANK")) (None).
         (rf"environment variable {LAUNCHER_ENV} expected, but not set",
          r"MASTER_ADDR/MASTER_PORT are not set",
+         # launchers' own wordings: ColossalAI's launch_from_torch, f"Could not find {KeyError} in the torch
+         # environment, visit https://www.colossalai.org/ ..."
+         rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
          rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
          rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
          rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
@@ -155,7 +181,11 @@ _SPECIFIC: tuple[Rule, ...] = (
          # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
          # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
          # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
-         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b"),
+         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b",
+         # distributed_c10d.py _store_based_barrier: init_process_group/new_group wait until world_size ranks
+         # have added themselves to the store's barrier key; torch 2.x says num_workers_joined=, torch 1.x
+         # worker_count= (more than world_size: two launchers started the same ranks, e.g. srun x mp.spawn)
+         r"[Tt]imed out initializing process group in store based barrier"),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
         "Check that nnodes x nproc-per-node processes start and none of them sets RANK/WORLD_SIZE itself; look at "
@@ -171,7 +201,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/run.html#stacked-single-node-multi-worker"),
     Rule(
         "master-unreachable", "cannot reach MASTER_ADDR:MASTER_PORT",
-        (r"[Cc]onnection refused",
+        (NOT_NCCL_LINE + r"[Cc]onnection refused",
          r"client socket has timed out after \d+m?s while trying to connect to",
          r"client socket has failed to connect to",
          r"failed to connect/validate to host",
@@ -187,8 +217,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed", "another rank went away",
-        (r"Connection closed by peer", r"Connection reset by peer", r"Remote peer closed the connection",
-         r"Broken pipe", r"Software caused connection abort", r"ECONNRESET", r"EPIPE\b"),
+        (NOT_NCCL_LINE + r"(?:Connection closed by peer|Connection reset by peer|Remote peer closed the connection"
+         r"|Broken pipe|Software caused connection abort|ECONNRESET|EPIPE\b)",),
         "gloo lost the connection to another rank in the middle of a collective. Either that rank failed (crashed, "
         "was killed, raised an exception), or it exited normally while this rank was still waiting in a collective "
         "only some ranks called: an evaluation, a metric all_reduce or a forward through the DDP model (DDP "
@@ -424,7 +454,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "no-kernel-image", "torch has no kernels for this GPU",
         # torch/cuda/__init__.py (incompatible_device_warn, old_gpu_warn); CUDA's cudaErrorNoKernelImageForDevice.
-        (r"no kernel image is available for execution on the device",
+        # cudaGetErrorString(cudaErrorNoKernelImageForDevice), also cut short after "available" (titles, pastes)
+        (_cut("no kernel image is available for execution on the device", 5),
          r"is not compatible with the current PyTorch installation",
          r"PyTorch no longer supports this GPU because it is too old"),
         "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX): a new GPU with an "
@@ -528,7 +559,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/elastic/errors.html", generic=True),
     Rule(
         "worker-exception", "a worker raised a Python exception (exit code 1)",
-        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",),
+        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",
+         r"exits with return code = 1\b"),  # DeepSpeed's launcher (launch.py sigkill_handler)
         "A worker exited with code 1: it raised a Python exception; torchrun's summary only points at it. The "
         "exception is the traceback that rank printed above the summary.",
         "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
@@ -634,7 +666,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-version-mismatch", "NCCL versions differ (library vs build, or between nodes)",
         # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
         (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
-         r"NCCL version mismatch with remote peer", r"plugin has incompatible version"),
+         r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
+         # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
+         # function the libnccl that was loaded does not have - an older NCCL found first (a second
+         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH)
+         r"undefined symbol: nccl[A-Z]\w*"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
@@ -644,7 +680,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-p2p", "GPUs cannot access each other (P2P)",
         # NCCL transport/p2p.cc and transport/shm.cc (cuMem host sharing); CUDA's cudaErrorPeerAccessUnsupported
-        (r"peer access is not supported between these two devices", r"failed to open CUDA IPC handle",
+        (_cut("peer access is not supported between these two devices", 5), r"failed to open CUDA IPC handle",
          r"cudaErrorPeerAccessUnsupported"),
         "NCCL tried direct GPU-to-GPU (P2P/IPC) access that this machine does not support: consumer or cloud GPUs "
         "without P2P (RTX 40xx/50xx, L4), an IOMMU/ACS setting that blocks it, a VM; NCCL's cuMem shared host "
@@ -690,7 +726,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         "https://pytorch.org/get-started/locally/", mechanism="difference"),
     Rule(
         "cuda-illegal-address", "CUDA: illegal memory access",
-        (r"an illegal memory access was encountered", r"cudaErrorIllegalAddress"),
+        (_cut("an illegal memory access was encountered", 4), r"cudaErrorIllegalAddress"),
         "A GPU kernel read or wrote outside its memory: an index out of range in a custom or fused kernel, a "
         "buffer freed while a collective still used it, or a bug in an extension. The NCCL watchdog often reports "
         "it later, from another call (CUDA errors are asynchronous).",
@@ -819,9 +855,13 @@ _FAMILIES: tuple[Rule, ...] = (
             f"IB is the problem (NCCL falls back to sockets); {NCCL_DEBUG_NET}.",
             NCCL_TROUBLESHOOTING, needs=('NCCL', 'ibv_', 'IBV_')),
     _family("nccl-socket", "NCCL: socket (TCP) connection between ranks failed",
-            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",),
+            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",
+             # NCCL 2.3x moved its socket calls into os/linux.cc, beside the shared-memory ones (nccl-shm's)
+             r"nccl:os/linux\.cc@@[Cc]onnect to|ncclOsSocket|[Aa]ccept|sockopt|[Aa]ddress family|recv from"),
             (r"\b(?:socket|net_socket\w*|bootstrap)(?:/\w+)?\.cc:\d+ NCCL WARN", r"NET/Socket ?: ",
-             r"\bsocket(?:Progress|StartConnect|Connect|Accept|Finalize\w*|PollConnect)\b"),
+             r"\b(?:ncclOs)?[Ss]ocket(?:Progress\w*|StartConnect|Connect|Accept|Finalize\w*|PollConnect|TryAccept)\b",
+             # NCCL prints a socket address as ip<port> (ncclSocketToString), in every version's connect failure
+             r"\b[Cc]onnect to \S+<\d+> (?:failed|returned)"),
             "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
             "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
             "NCCL chose an interface the other node cannot reach.",
@@ -1172,23 +1212,41 @@ def _with_templates(families: tuple[Rule, ...]) -> tuple[Rule, ...]:
     """Each family with one more pattern: the literal parts of the user-facing templates of the files it covers."""
     from ddplab.diagnose import catalogue
 
-    selectors = [[(sel.split(":", 1)[0], re.compile(sel.split(":", 1)[1])) for sel in f.covers] for f in families]
+    # "SOURCE:FILE_REGEX", or "SOURCE:FILE_REGEX@@TEXT_REGEX": only that file's templates whose text matches (a
+    # file that holds two layers: NCCL 2.3x's os/linux.cc has both its socket and its shared-memory calls)
+    def parse(sel: str):
+        src, rest = sel.split(":", 1)
+        file_rx, _, text_rx = rest.partition("@@")
+        return src, re.compile(file_rx), re.compile(text_rx) if text_rx else None
+
+    selectors = [[parse(sel) for sel in f.covers] for f in families]
     texts: list[list[str]] = [[] for _ in families]
     owner: dict[tuple[str, str], int | None] = {}  # (source, file) -> the first family that covers it
+    claimed: list[tuple[str, re.Pattern, re.Pattern, int]] = [  # text-filtered selectors, checked first
+        (src, frx, trx, i) for i, sels in enumerate(selectors) for src, frx, trx in sels if trx is not None]
     for source in catalogue.SOURCES:
         for t in (catalogue.load(source) or {}).get("templates", ()):
             key = (source, t["file"])
             if key not in owner:
                 owner[key] = next((i for i, sels in enumerate(selectors)
-                                   if any(src == source and rx.match(t["file"]) for src, rx in sels)), None)
-            if owner[key] is not None and internal_reason(source, t) is None:
-                texts[owner[key]].append(t["text"])
+                                   if any(src == source and rx.match(t["file"]) and trx is None
+                                          for src, rx, trx in sels)), None)
+            who = next((i for src, frx, trx, i in claimed
+                        if src == source and frx.match(t["file"]) and trx.search(t["text"])), owner[key])
+            if who is not None and internal_reason(source, t) is None:
+                texts[who].append(t["text"])
     out = []
-    for family, mine in zip(families, texts):
+    for i, (family, mine) in enumerate(zip(families, texts)):
         derived = _template_pattern(mine, os_texts=all(sel.startswith("os:") for sel in family.covers))
-        files = [sel.split(":", 1)[1] for sel in family.covers if sel.startswith("nccl:") and "onerank" not in sel]
-        # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version)
-        warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN" if files else None
+        files = [sel.split(":", 1)[1].partition("@@")[0] for sel in family.covers
+                 if sel.startswith("nccl:") and "onerank" not in sel]
+        # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version);
+        # a line another family claims by its text is that family's, not this file's
+        others = [trx.pattern for src, frx, trx, j in claimed if src == "nccl" and j != i
+                  and any(src2 == src and frx.match(f) and rx.match(f)
+                          for (src2, f) in owner for s2, rx, _ in selectors[i] if s2 == src2)]
+        but = rf"(?![^\n]*(?:{'|'.join(others)}))" if others else ""
+        warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN{but}" if files else None
         out.append(replace(family, patterns=family.patterns + tuple(p for p in (warn, derived) if p)))
     return tuple(out)
 
