@@ -90,7 +90,11 @@ SCRIPTS = [
            {(131, "loader-without-sampler"), (168, "loader-without-sampler"), (223, "save-ddp-state-dict"),
             (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")},
            new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"),
-                (336, "global-rank-device-ids"), (380, "global-rank-device-ids")}),
+                (336, "global-rank-device-ids"), (380, "global-rank-device-ids"),
+                # rank 0 (print filter: local_rank == 0) prints the epoch's loss/top-1 from its own AverageMeters,
+                # over its DistributedSampler shard on the first dataset branch: counted as distribuuuu_slurm in
+                # lint_heldout and swav in lint_heldout3 (a rank-0 print of its own running train loss)
+                (298, "unreduced-metric")}),
     Script("rentainhe_distributed.py", "rentainhe/pytorch-distributed-training distributed.py @ 007b7581",
            "held-out-4", {(42, "nccl-hardcoded"), (42, "no-destroy")}),
     Script("hongxin_ddp_slurm.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "

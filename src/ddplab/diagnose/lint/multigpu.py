@@ -240,6 +240,8 @@ class MultiGpuChecks(ScriptReader):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                             isinstance(sub.target, ast.Name):
                         accumulated.setdefault(sub.target.id, node)
+                    elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
+                        accumulated.setdefault(sub.func.value.id, node)
         for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
@@ -249,6 +251,29 @@ class MultiGpuChecks(ScriptReader):
                 if grown and not isinstance(node.value, ast.Call):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
+
+    def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
+        """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
+        a sum over this rank's batches kept in an object. A timer (`batch_time.update(time.time() - end)`) is no
+        metric, and a value that comes out of a reducer (`reduced = reduce_tensor(loss)`) is already the whole."""
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "update" and
+                isinstance(call.func.value, ast.Name) and call.args):
+            return False
+        meter = call.func.value.id
+        made = [n.value for n in _same_scope(body) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name) and n.targets[0].id == meter]
+        if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
+            return False
+        given = call.args[0]
+        if any(isinstance(n, ast.Call) and self.callee_last(n) in CLOCK_CALLS for n in ast.walk(given)):
+            return False
+        names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
+        for n in _same_scope(body):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets) and \
+                    any(isinstance(c, ast.Call) and any(w in self.callee_last(c).lower() for w in REDUCERS)
+                        for c in ast.walk(n.value)):
+                return False
+        return True
 
     def check_unreduced_metric(self) -> None:
         """A count or sum accumulated over this rank's shard (here, or by a function that returns it), reported

@@ -1,0 +1,71 @@
+"""Issue 28, fourth pass over the tuning sets (2 and 3): each miss or false alarm fixed as a mechanism, with a minimal
+script that shows it and its twin that must behave the other way."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.diagnose.lint import lint_source
+
+HEAD = "import os\nimport time\nimport torch\nimport torch.distributed as dist\n"
+
+
+def names(source: str, show_all: bool = False) -> list[str]:
+    """The rule of each finding; the source is dedented and put after HEAD."""
+    return sorted(f.rule for f in lint_source(HEAD + textwrap.dedent(source), show_all=show_all).findings)
+
+
+# ------------------------------------------------------------------------------------------- unreduced metric
+
+METER = """
+from torch.utils.data import DataLoader, DistributedSampler
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class AverageMeter:
+    def __init__(self):
+        self.sum = self.count = 0
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+def train(loader, model, optimizer, rank):
+    batch_time = AverageMeter()
+    losses = AverageMeter()
+    end = time.time()
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.update(loss.item(), x.size(0))
+        batch_time.update(time.time() - end)
+        if rank == 0:
+            print("loss {loss.avg:.3f}".format(loss=losses))
+
+dist.init_process_group("gloo")
+ds = torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8, 1))
+loader = DataLoader(ds, sampler=DistributedSampler(ds))
+model = DDP(torch.nn.Linear(2, 1))
+train(loader, model, torch.optim.SGD(model.parameters(), 0.1), dist.get_rank())
+dist.destroy_process_group()
+"""
+
+
+def test_running_meter_shown_on_rank0_is_one_shard():
+    """`losses.update(loss.item(), n)` on an AverageMeter in a loop over this rank's batches, shown under a rank-0
+    test: the meter is a sum in an object, 1/N of the data."""
+    assert "unreduced-metric" in names(METER)
+
+
+def test_meter_of_reduced_value_or_timer_is_quiet():
+    """The same meter fed a value that came out of a reducer (`reduced = reduce_tensor(loss)`) holds the whole; a
+    timer meter (`batch_time.update(time.time() - end)`) is no metric."""
+    reduced = METER.replace("        losses.update(loss.item(), x.size(0))\n",
+                            "        reduced = reduce_tensor(loss.detach())\n"
+                            "        losses.update(reduced.item(), x.size(0))\n")
+    reduced = "def reduce_tensor(t):\n    dist.all_reduce(t)\n    return t / dist.get_world_size()\n" + reduced
+    assert "unreduced-metric" not in names(reduced, show_all=True)
+    timer_only = METER.replace('print("loss {loss.avg:.3f}".format(loss=losses))',
+                               'print("time {t.avg:.3f}".format(t=batch_time))')
+    assert "unreduced-metric" not in names(timer_only, show_all=True)
