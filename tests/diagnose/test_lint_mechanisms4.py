@@ -69,3 +69,24 @@ def test_meter_of_reduced_value_or_timer_is_quiet():
     timer_only = METER.replace('print("loss {loss.avg:.3f}".format(loss=losses))',
                                'print("time {t.avg:.3f}".format(t=batch_time))')
     assert "unreduced-metric" not in names(timer_only, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- backend
+
+def test_backend_chosen_by_operating_system_is_nccl_on_linux():
+    """`'gloo' if os.name == 'nt' else 'nccl'`: the choice is by OS, not by CUDA; a Linux machine without GPUs gets
+    nccl. The same choice by `torch.cuda.is_available()` is the fix."""
+    by_os = """
+    def init():
+        backend = 'gloo' if os.name == 'nt' else 'nccl'
+        dist.init_process_group(backend=backend, init_method='env://')
+    init()
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" in names(by_os)
+    inline = by_os.replace("backend=backend", "backend='gloo' if sys.platform.startswith('win') else 'nccl'")
+    assert "nccl-hardcoded" in names(inline.replace("def init():", "import sys\n    def init():"))
+    by_cuda = by_os.replace("os.name == 'nt'", "not torch.cuda.is_available()")
+    assert "nccl-hardcoded" not in names(by_cuda, show_all=True)
+    gloo_on_linux = by_os.replace("'gloo' if os.name == 'nt' else 'nccl'", "'nccl' if os.name == 'nt' else 'gloo'")
+    assert "nccl-hardcoded" not in names(gloo_on_linux, show_all=True)

@@ -179,6 +179,8 @@ class Checks(MultiGpuChecks):
             return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
         if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
             return self._backend_value(node.args[0], depth + 1)
+        if (chosen := _by_platform(node)) is not None:
+            return self._backend_value(chosen, depth + 1)
         value = self._default_never_overridden(node) or self._assigned_literal(node)
         if value is None and isinstance(node, ast.Name):
             held = self._module_constant(node.id)
@@ -208,6 +210,8 @@ class Checks(MultiGpuChecks):
         scope = scope or self.tree
         values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
                   and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
+        if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
+            return const_str(chosen)
         return const_str(values[0]) if len(values) == 1 else None
 
     def _default_never_overridden(self, name: ast.AST | None) -> str | None:
@@ -740,3 +744,24 @@ class Checks(MultiGpuChecks):
                          "all-reduces are wasted)",
                          "run the micro-steps but the last inside `with model.no_sync():` (or set "
                          "model.require_backward_grad_sync = is_last_micro_step before the forward)")
+
+
+PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}
+
+
+def _by_platform(node: ast.AST) -> ast.AST | None:
+    """`'gloo' if os.name == 'nt' else 'nccl'`: the branch a Linux machine takes when the choice is by operating
+    system only. An OS is no CUDA check: a Linux machine without GPUs still gets the other branch."""
+    if not isinstance(node, ast.IfExp):
+        return None
+    tested = {dotted(n) for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
+    if not tested or not all(any(t.startswith(p) for p in PLATFORM_TESTS) or any(p.startswith(t + ".") for p in
+                                                                                  PLATFORM_TESTS) for t in tested):
+        return None
+    if any(isinstance(n, ast.Name) and n.id not in ("os", "sys", "platform") for n in ast.walk(node.test)):
+        return None
+    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {"nt", "win", "win32", "Windows"}
+    if not windows:
+        return None
+    negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1
+    return node.body if negated else node.orelse  # the test is true on Windows unless negated
