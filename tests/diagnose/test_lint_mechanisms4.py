@@ -90,3 +90,72 @@ def test_backend_chosen_by_operating_system_is_nccl_on_linux():
     assert "nccl-hardcoded" not in names(by_cuda, show_all=True)
     gloo_on_linux = by_os.replace("'gloo' if os.name == 'nt' else 'nccl'", "'nccl' if os.name == 'nt' else 'gloo'")
     assert "nccl-hardcoded" not in names(gloo_on_linux, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- shared writes
+
+LOG_HELPERS = """
+import os
+
+def setup_logging(save_path, run_name):
+    results_dir = os.path.join(save_path, run_name)
+    os.makedirs(results_dir, exist_ok=True)
+    return [save_path, results_dir]
+
+def save_train_logging(arg, save_path):
+    with open(f"{save_path}/train.log", "a") as f:
+        f.write(f"{arg}\\n")
+"""
+
+LOG_MAIN = """
+import argparse
+import torch
+import torch.distributed as dist
+from utils import setup_logging, save_train_logging
+
+def train(args):
+    dist.init_process_group("gloo")
+    results_logging = setup_logging(save_path=args.result_path, run_name=args.run_name)
+    results_dir = results_logging[1]
+    save_train_logging(arg=args, save_path=results_dir)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--result_path", default="results")
+    parser.add_argument("--run_name", default="run")
+    train(parser.parse_args())
+"""
+
+
+def _write(folder, files):
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder / "train.py"
+
+
+def _shared(path, show_all=False):
+    from ddplab.diagnose.lint import lint_file
+    return [(f.line, f.confidence) for f in lint_file(path, show_all=show_all).findings
+            if f.rule == "shared-path-write"]
+
+
+def test_path_parameter_given_a_config_path_through_a_helper_is_shared(tmp_path):
+    """`save_train_logging(save_path=results_dir)` where results_dir = setup_logging(args.result_path, ...)[1]:
+    by data flow in the caller the path is the same on every rank, so the helper's append is a race (sure)."""
+    script = _write(tmp_path / "a", {"train.py": LOG_MAIN, "utils.py": LOG_HELPERS})
+    assert [c for _, c in _shared(script)] == ["sure"]
+
+
+def test_path_parameter_stamped_per_process_stays_possible(tmp_path):
+    """The same call where the helper stamps the folder with the clock, or the caller passes the rank's own folder:
+    the paths may differ per rank, so the finding stays possible (hidden by default)."""
+    stamped = LOG_HELPERS.replace("os.path.join(save_path, run_name)",
+                                  "os.path.join(save_path, run_name + time.strftime('%H%M%S'))")
+    script = _write(tmp_path / "b", {"train.py": LOG_MAIN, "utils.py": "import time\n" + stamped})
+    assert _shared(script) == [] and [c for _, c in _shared(script, show_all=True)] == ["possible"]
+    per_rank = LOG_MAIN.replace("results_dir = results_logging[1]",
+                                "results_dir = os.path.join(results_logging[1], str(dist.get_rank()))")
+    script = _write(tmp_path / "c", {"train.py": "import os\n" + per_rank, "utils.py": LOG_HELPERS})
+    assert _shared(script) == []
