@@ -159,3 +159,62 @@ def test_path_parameter_stamped_per_process_stays_possible(tmp_path):
                                 "results_dir = os.path.join(results_logging[1], str(dist.get_rank()))")
     script = _write(tmp_path / "c", {"train.py": "import os\n" + per_rank, "utils.py": LOG_HELPERS})
     assert _shared(script) == []
+
+
+VAL_STEPS = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def print0(*args):
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(*args)
+
+class ShardLoader:
+    def __init__(self, path, rank, world):
+        self.data = torch.load(path, map_location="cpu")[rank::world]
+        self.i = 0
+    def next_batch(self):
+        self.i += 1
+        return self.data[self.i - 1]
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(4, 1))
+val_loader = ShardLoader("val.pt", rank, dist.get_world_size())
+steps = 0
+for step in range(100):
+    with torch.no_grad():
+        val_loss = 0.0
+        for _ in range(20):
+            x, y = val_loader.next_batch()
+            val_loss += (model(x) - y).pow(2).mean().item()
+            steps += 1
+        val_loss /= 20
+    torch.cuda.synchronize()
+    if steps % 100 == 0:
+        print0(f"step {step} steps {steps} val loss {val_loss}")
+dist.destroy_process_group()
+"""
+
+
+def test_val_loss_over_next_batch_steps_shown_by_rank0_helper():
+    """`for _ in range(n): x, y = val_loader.next_batch(); val_loss += ...` over a loader built with the rank,
+    shown by `print0` (a helper that prints only where RANK is 0): one shard's loss as the whole validation loss.
+    `torch.cuda.synchronize()` waits for this GPU and reduces nothing."""
+    assert "unreduced-metric" in names(VAL_STEPS)
+
+
+def test_val_loss_all_reduced_or_step_counter_is_quiet():
+    """The same loss all-reduced before print0 is the whole; a step counter (`steps += 1`, used as a step index in
+    `steps % 100`) shown alone is no metric, nor is a time or a rate over time."""
+    reduced = VAL_STEPS.replace("        val_loss /= 20\n",
+                                "        val_loss /= 20\n"
+                                "        t = torch.tensor(val_loss)\n"
+                                "        dist.all_reduce(t)\n"
+                                "        val_loss = t.item() / dist.get_world_size()\n")
+    assert "unreduced-metric" not in names(reduced, show_all=True)
+    counter = VAL_STEPS.replace(' val loss {val_loss}"', '"')
+    assert "unreduced-metric" not in names(counter, show_all=True)
+    timed = VAL_STEPS.replace("        val_loss /= 20\n", "        val_loss /= 20\n        t0 = time.time()\n") \
+        .replace("            steps += 1\n", "            steps += 1\n            wait += time.time() - t0\n") \
+        .replace("steps = 0\n", "steps = 0\nwait = 0.0\n").replace(' val loss {val_loss}"', ' rate {steps / wait}"')
+    assert "unreduced-metric" not in names(timed, show_all=True)

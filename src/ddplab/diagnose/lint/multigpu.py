@@ -14,6 +14,7 @@ from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
+TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
@@ -220,7 +221,7 @@ class MultiGpuChecks(ScriptReader):
                       and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
         for func in candidates:
             body = func.body
-            if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in _same_scope(body)
+            if any(self._reduces(c) for c in _same_scope(body)
                    if isinstance(c, ast.Call)):
                 continue
             summed = self._summed_over_batches(body)
@@ -234,23 +235,95 @@ class MultiGpuChecks(ScriptReader):
         """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
         from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
+        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+
+        def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
+            return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
+                       self.callee_last(x) in TIMERS for x in ast.walk(value))
+
         for node in _same_scope(body):
-            if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and (self._over_batches(node.iter) or
+                                                              self._draws_batches(node)):
                 for sub in _same_scope(node.body):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                            isinstance(sub.target, ast.Name):
-                        accumulated.setdefault(sub.target.id, node)
+                            isinstance(sub.target, ast.Name) and not timed(sub.value):
+                        accumulated.setdefault(sub.target.id, node)  # `steps += 1` counts steps: no metric
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
                         accumulated.setdefault(sub.func.value.id, node)
+        for name in self._step_counters(body) & accumulated.keys():
+            del accumulated[name]
         for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
                         ast.For, ast.AsyncFor)):
                 grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
                          and n.id not in reduced]
-                if grown and not isinstance(node.value, ast.Call):
+                if grown and not isinstance(node.value, ast.Call) and not timed(node.value):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
+
+    def _step_counters(self, body: list[ast.stmt]) -> set[str]:
+        """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
+        (`train_steps % log_every == 0`), as a logger's step (`add_scalar(tag, value, iters)`, `step=it`). They
+        count this rank's steps, the same on every rank: no metric of a shard."""
+        grown: dict[str, bool] = {}
+        indexed: set[str] = set()
+        for n in _same_scope(body):
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                grown[n.target.id] = grown.get(n.target.id, True) and isinstance(n.value, ast.Constant)
+            elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Name):
+                indexed.add(n.left.id)
+            elif isinstance(n, ast.Call):
+                indexed |= {k.value.id for k in n.keywords if k.arg in ("step", "global_step", "iteration")
+                            and isinstance(k.value, ast.Name)}
+                if _method(n) in ("add_scalar", "add_scalars", "add_image", "add_figure") and len(n.args) > 2 \
+                        and isinstance(n.args[2], ast.Name):
+                    indexed.add(n.args[2].id)
+        return {name for name, constant in grown.items() if constant} & indexed
+
+    def _reduces(self, call: ast.Call) -> bool:
+        """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
+        which waits for this process's own GPU and exchanges nothing."""
+        name = self.callee_last(call).lower()
+        if name == "synchronize" and any(w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm",
+                                                                                    "accelerator", "device")):
+            return False
+        return any(w in name for w in REDUCERS)
+
+    def _draws_batches(self, loop: ast.AST) -> bool:
+        """`for _ in range(steps): x, y = val_loader.next_batch()` (or `next(train_iter)` of a loader): each
+        iteration takes this rank's next batch, as `for x in loader` does."""
+        for c in _same_scope(loop.body):
+            if not isinstance(c, ast.Call):
+                continue
+            source = c.func.value if isinstance(c.func, ast.Attribute) else (
+                c.args[0] if self.callee(c) == "next" and c.args else None)
+            if isinstance(source, (ast.Name, ast.Attribute)) and self._over_batches(source):
+                return True
+        return False
+
+    def _loader_from_rank(self, loop: ast.AST) -> bool:
+        """The loop's loader is built with the rank (`DistributedDataLoader(path, B, T, ddp_rank, world)`): each
+        rank reads its own part, as with a DistributedSampler."""
+        names = {dotted(n) for n in ast.walk(loop) if isinstance(n, (ast.Name, ast.Attribute))
+                 and self._over_batches(n)} - {""}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                    any(dotted(t) in names for t in n.targets) and \
+                    any(isinstance(a, (ast.Name, ast.Attribute, ast.Call)) and self.rank_kind(a)
+                        for a in [*n.value.args, *(k.value for k in n.value.keywords)]):
+                return True
+        return False
+
+    @property
+    def _rank0_printers(self) -> set[str]:
+        """This file's functions that print only under a rank-0 test (`def print0(s): if rank == 0: print(s)`)."""
+        if not hasattr(self, "_printers0"):
+            self._printers0 = {self.enclosing_function(c).name for c in self.calls_by_name.get("print", [])
+                               if self.enclosing_function(c) is not None and any(
+                                   g.rank0 for g in self.guards(c))}
+        return self._printers0
 
     def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
         """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
@@ -270,7 +343,7 @@ class MultiGpuChecks(ScriptReader):
         names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
         for n in _same_scope(body):
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets) and \
-                    any(isinstance(c, ast.Call) and any(w in self.callee_last(c).lower() for w in REDUCERS)
+                    any(isinstance(c, ast.Call) and self._reduces(c)
                         for c in ast.walk(n.value)):
                 return False
         return True
@@ -281,12 +354,14 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS]
+        printers0 = self._rank0_printers
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS or
+                   self.callee(c) in printers0]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
             calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
-            reducers = [c for c in calls if any(w in self.callee_last(c).lower() for w in REDUCERS)]
+            reducers = [c for c in calls if self._reduces(c)]
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
@@ -301,9 +376,10 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in REPORTS):
+                if not (self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0):
                     continue
-                if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
+                if not (self.callee(call) in printers0 or
+                        self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
                     continue
                 names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
                 names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
@@ -312,13 +388,14 @@ class MultiGpuChecks(ScriptReader):
                     loop = accumulated[name]
                     where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
                         f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
+                    own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
                     self.add(call, "unreduced-metric", WARNING,
                              f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
                              f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
                              "dist.all_reduce(t), then report from t",
-                             sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
-                             if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
+                             sure=own_part, why="the loader's DistributedSampler (or the rank it is built with) "
+                             "gives each rank its own shard" if own_part else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
