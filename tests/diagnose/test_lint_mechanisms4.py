@@ -218,3 +218,62 @@ def test_val_loss_all_reduced_or_step_counter_is_quiet():
         .replace("            steps += 1\n", "            steps += 1\n            wait += time.time() - t0\n") \
         .replace("steps = 0\n", "steps = 0\nwait = 0.0\n").replace(' val loss {val_loss}"', ' rate {steps / wait}"')
     assert "unreduced-metric" not in names(timed, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- endless generators
+
+ENDLESS = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+def cycle(dl):
+    while True:
+        for batch in dl:
+            yield batch
+
+def main():
+    dist.init_process_group("gloo")
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler)
+    data = cycle(loader)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total = 0.0
+    for step in range(1000):
+        x, y = next(data)
+        loss = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item()
+        if dist.get_rank() == 0:
+            print(f"loss {total / (step + 1)}")
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_batches_from_an_endless_generator_over_the_loader():
+    """`data = cycle(loader)`, `next(data)` in a step loop: the batches are this rank's shard, so a running loss
+    shown on rank 0 is 1/N of the data; and every restart of the `while True` is a new pass over the sampler, whose
+    set_epoch nobody calls (reported at the sampler: there is no epoch loop)."""
+    found = names(ENDLESS)
+    assert "unreduced-metric" in found and "sampler-no-set-epoch" in found
+
+
+def test_endless_generator_twins_are_quiet():
+    """The loss all-reduced before it is shown; the generator counting its passes into set_epoch; a single pass
+    over the loader with no outer loop: nothing to report."""
+    reduced = ENDLESS.replace("        total += loss.item()\n",
+                 "        t = loss.detach().clone()\n        dist.all_reduce(t)\n        total += t.item()\n")
+    assert "unreduced-metric" not in names(reduced, show_all=True)
+    counted = ENDLESS.replace("def cycle(dl):\n    while True:\n",
+                              "def cycle(dl):\n    epoch = 0\n    while True:\n"
+                              "        dl.sampler.set_epoch(epoch)\n        epoch += 1\n")
+    assert "sampler-no-set-epoch" not in names(counted, show_all=True)
+    one_pass = ENDLESS.replace("    while True:\n        for batch in dl:\n            yield batch\n",
+                               "    for batch in dl:\n        yield batch\n")
+    assert "sampler-no-set-epoch" not in names(one_pass, show_all=True)

@@ -238,6 +238,13 @@ class MultiGpuChecks(ScriptReader):
         clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                   and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
 
+        in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
+                    self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+        def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
+            return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
+                       self._reduces(x) for x in ast.walk(value))
+
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
                        self.callee_last(x) in TIMERS for x in ast.walk(value))
@@ -247,7 +254,7 @@ class MultiGpuChecks(ScriptReader):
                                                               self._draws_batches(node)):
                 for sub in _same_scope(node.body):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                            isinstance(sub.target, ast.Name) and not timed(sub.value):
+                            isinstance(sub.target, ast.Name) and not timed(sub.value) and not whole(sub.value):
                         accumulated.setdefault(sub.target.id, node)  # `steps += 1` counts steps: no metric
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
                         accumulated.setdefault(sub.func.value.id, node)
@@ -479,10 +486,25 @@ class MultiGpuChecks(ScriptReader):
 
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
-                                                                  "batches" in last(dotted(n)).lower() or
-                                                                  dotted(n) in self._with_sampler)
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and (self._loader_named(n) or
+                                                                  dotted(n) in self._with_sampler or
+                                                                  dotted(n) in self._loader_streams)
                    for n in ast.walk(it))
+
+    @staticmethod
+    def _loader_named(n: ast.AST) -> bool:
+        name = last(dotted(n)).lower()
+        return "loader" in name or "batches" in name
+
+    @property
+    def _loader_streams(self) -> set[str]:
+        """Names made from a loader by a call (`data = cycle(train_loader)`, `it = iter(loader)`, an endless
+        generator): what they yield are the loader's batches."""
+        if not hasattr(self, "_streams"):
+            self._streams = {dotted(t) for n in self.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                             and any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
+                                     for a in n.value.args) for t in n.targets} - {""}
+        return self._streams
 
     @property
     def _with_sampler(self) -> set[str]:

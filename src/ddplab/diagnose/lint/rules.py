@@ -381,6 +381,30 @@ class Checks(MultiGpuChecks):
                      "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
                      "epoch the same way",
                      "call sampler.set_epoch(epoch) at the start of every epoch")
+        elif (restart := self._endless_pass()) is not None:
+            shuffled = [c for c in samplers if not (isinstance(keyword(c, "shuffle"), ast.Constant)
+                                                    and keyword(c, "shuffle").value is False)]
+            if shuffled:
+                self.add(shuffled[0], "sampler-no-set-epoch", WARNING,
+                         f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
+                         "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
+                         "pass shuffles the same way",
+                         "count the passes and call sampler.set_epoch(n) before each one")
+
+    def _endless_pass(self) -> ast.While | None:
+        """`def cycle(dl): while True: for batch in dl: yield batch` (or the same loop inline): a loop over a loader
+        restarted by an outer loop that has no epoch counter: each restart is a new epoch for the sampler."""
+        for node in self.nodes:
+            if isinstance(node, ast.While) and any(
+                    isinstance(n, ast.For) and isinstance(n.iter, (ast.Name, ast.Attribute, ast.Call))
+                    for n in ast.walk(node) if n is not node):
+                inner = [n for n in ast.walk(node) if isinstance(n, ast.For)]
+                func = self.enclosing_function(node)
+                params = {a.arg for a in func.args.args} if func is not None else set()
+                if any(isinstance(n.iter, ast.Name) and n.iter.id in params or
+                       "loader" in dotted(n.iter).lower() for n in inner):
+                    return node
+        return None
 
     def _sampler_handed_over(self, samplers: list[ast.Call]) -> bool:
         """A sampler given to anything but a DataLoader (a checkpointer's epochs(), a trainer, a helper): what sets
