@@ -277,3 +277,44 @@ def test_endless_generator_twins_are_quiet():
     one_pass = ENDLESS.replace("    while True:\n        for batch in dl:\n            yield batch\n",
                                "    for batch in dl:\n        yield batch\n")
     assert "sampler-no-set-epoch" not in names(one_pass, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- rank-0 early exit
+
+EARLY = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+best = 1e9
+for epoch in range(10):
+    loss = model(torch.ones(2, 4)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if rank == 0:
+        val = loss.item()
+        if val < best:
+            best = val
+        else:
+            break
+dist.destroy_process_group()
+"""
+
+
+def test_break_deep_under_a_rank0_test_leaves_the_others_waiting():
+    """`if rank == 0: ... if val < best: ... else: break`: rank 0 leaves the epoch loop, the others go on to the
+    next backward's all-reduce and wait."""
+    assert "rank0-early-exit" in names(EARLY)
+
+
+def test_break_decided_on_every_rank_or_in_an_inner_loop_is_quiet():
+    """The same stop decided by every rank (no rank test around the break), or a break that only leaves rank 0's own
+    inner loop (a preview over a few samples), leaves no one waiting."""
+    everyone = EARLY.replace("    if rank == 0:\n        val = loss.item()", "    if True:\n        val = loss.item()")
+    assert "rank0-early-exit" not in names(everyone, show_all=True)
+    inner = EARLY.replace("        if val < best:\n            best = val\n        else:\n            break\n",
+                          "        for i in range(3):\n            if i > val:\n                break\n")
+    assert "rank0-early-exit" not in names(inner, show_all=True)

@@ -710,13 +710,43 @@ class MultiGpuChecks(ScriptReader):
                 test = self.rank_test(node.test)
                 if test is None or isinstance(node.body[-1], ast.Continue):
                     continue
-                sync = syncs[0]
-                self.add(node.body[-1], "rank0-early-exit", ERROR,
-                         f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
-                         f"{node.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
-                         "they wait for it until the timeout (or crash when it exits)",
-                         "decide to stop on every rank: compute the decision on rank 0, broadcast it "
-                         "(dist.broadcast_object_list), then break on all ranks together")
+                self._report_early_exit(node.body[-1], node, test, syncs[0])
+            # `if rank == 0: ... if val < best: ... else: break`: the exit sits deeper under the rank test
+            for leave in _same_scope(loop.body, into_loops=True):
+                if not (isinstance(leave, (ast.Break, ast.Return)) or isinstance(leave, ast.Expr) and
+                        isinstance(leave.value, ast.Call) and last(dotted(leave.value.func)) in ("exit", "_exit")):
+                    continue
+                if isinstance(leave, ast.Break) and self._own_loop(leave) is not loop:
+                    continue
+                inside = [g for g in self.guards(leave) if g.kind != "single" and self._within(g.node, loop)]
+                if inside and self.enclosing_function(leave) is self.enclosing_function(loop):
+                    guard = inside[0]
+                    self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0])
+
+    def _own_loop(self, node: ast.AST) -> ast.AST | None:
+        parent = self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef,
+                                                             ast.AsyncFunctionDef)):
+            parent = self.parent.get(parent)
+        return parent
+
+    def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
+        parent = self.parent.get(node)
+        while parent is not None:
+            if parent is ancestor:
+                return True
+            parent = self.parent.get(parent)
+        return False
+
+    def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
+        if any(f.rule == "rank0-early-exit" and f.line == getattr(leave, "lineno", 0) for f in self.findings):
+            return
+        self.add(leave, "rank0-early-exit", ERROR,
+                 f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
+                 f"{where.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
+                 "they wait for it until the timeout (or crash when it exits)",
+                 "decide to stop on every rank: compute the decision on rank 0, broadcast it "
+                 "(dist.broadcast_object_list), then break on all ranks together")
 
 
 SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
