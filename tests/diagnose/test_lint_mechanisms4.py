@@ -318,3 +318,37 @@ def test_break_decided_on_every_rank_or_in_an_inner_loop_is_quiet():
     inner = EARLY.replace("        if val < best:\n            best = val\n        else:\n            break\n",
                           "        for i in range(3):\n            if i > val:\n                break\n")
     assert "rank0-early-exit" not in names(inner, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- global rank as the GPU
+
+GLOBAL_GPU = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def build(model, device):
+    model = model.to(device)
+    return DDP(model, device_ids=[device])
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+model = build(torch.nn.Linear(4, 1), rank)
+x = torch.ones(2, 4).to(f"cuda:{rank}")
+dist.destroy_process_group()
+"""
+
+
+def test_global_rank_through_a_helper_parameter_and_cuda_fstring():
+    """`build(model, rank)` where build does DDP(device_ids=[device]) and .to(device), and .to(f"cuda:{rank}"): the
+    global rank picks the GPU by data flow (through the parameter every call fills with it)."""
+    lines = sorted(f.line for f in lint_source(HEAD + textwrap.dedent(GLOBAL_GPU)).findings
+                   if f.rule == "global-rank-device-ids")
+    assert lines == [9, 10, 17]
+
+
+def test_local_rank_through_the_same_helper_is_quiet():
+    """The same helper given the local rank, and .to(f"cuda:{local_rank}"): the GPU of this machine."""
+    local = GLOBAL_GPU.replace("build(torch.nn.Linear(4, 1), rank)", "build(torch.nn.Linear(4, 1), local_rank)") \
+        .replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"')
+    assert "global-rank-device-ids" not in names(local, show_all=True)

@@ -191,6 +191,23 @@ class MultiGpuChecks(ScriptReader):
             return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
         return False
 
+    def _given_global(self, pick: ast.AST) -> bool:
+        """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
+        the global rank by data flow: the parameter is the global rank."""
+        if not isinstance(pick, ast.Name):
+            return False
+        func = self.enclosing_function(pick)
+        if func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        if pick.id not in params or any(isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets)
+                                        for n in ast.walk(func)):
+            return False
+        index = params.index(pick.id) - (1 if params[:1] == ["self"] else 0)
+        sites = self.call_sites(func)
+        given = [keyword(c, pick.id) or (c.args[index] if 0 <= index < len(c.args) else None) for c in sites]
+        return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
+
     def check_global_rank_device(self) -> None:
         for call in self.calls:
             picks = []
@@ -203,8 +220,11 @@ class MultiGpuChecks(ScriptReader):
                 picks = [call.args[0]]
             elif self.callee(call) == "torch.device" and len(call.args) == 2:
                 picks = [call.args[1]]
+            elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
+                picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
+                    else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
             for pick in picks:
-                if self._global_by_flow(pick):
+                if self._global_by_flow(pick) or self._given_global(pick):
                     self.add(call, "global-rank-device-ids", ERROR,
                              "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
                              "GPUs are 0-7 (invalid device ordinal)",
@@ -782,3 +802,14 @@ def _pairs(assign: ast.Assign):
         if isinstance(target, ast.Tuple) and isinstance(assign.value, ast.Tuple) and \
                 len(target.elts) == len(assign.value.elts):
             yield from zip(target.elts, assign.value.elts)
+
+
+def _cuda_index(arg: ast.AST) -> list[ast.AST]:
+    """The index in f"cuda:{i}" (or "cuda:" + str(i)): what torch.device / .to() is given as the GPU."""
+    if isinstance(arg, ast.JoinedStr):
+        text = "".join(v.value for v in arg.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        if text.rstrip().endswith("cuda:") or text == "cuda:":
+            return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and const_str(arg.left) == "cuda:":
+        return [arg.right]
+    return []
