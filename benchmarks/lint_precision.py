@@ -60,10 +60,7 @@ SCRIPTS = [
            {(97, "nccl-hardcoded"), (97, "no-destroy"), (283, "local-rank-save")}, {100, 103, 277, 321}),
     Script("lambdalabs_train_llm.py", "LambdaLabsML/distributed-training-guide 02-multi-gpu/train_llm.py @ 03f74de0",
            "held-out-1", {(45, "no-destroy"), (142, "sampler-no-set-epoch")},
-           new={(70, "global-rank-device-ids"),
-                # torch.device(f"cuda:{rank}") with rank = dist.get_rank(): the same global rank picking the GPU as
-                # line 70, where the device is chosen (set_device(device) follows)
-                (53, "global-rank-device-ids")}),
+           new={(70, "global-rank-device-ids")}),
     Script("jiazhuang_ddp_train.py", "jia-zhuang/pytorch-multi-gpu-training ddp_train.py @ 567d8241", "held-out-1",
            {(19, "nccl-hardcoded"), (19, "no-destroy")},
            new={(14, "local-rank-argparse")}),
@@ -100,9 +97,6 @@ SCRIPTS = [
             (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")},
            new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"),
                 (336, "global-rank-device-ids"), (380, "global-rank-device-ids"),
-                # two more uses of args.local_rank = get_rank() as the GPU: .to(args.local_rank),
-                # torch.device(f'cuda:{args.local_rank}')
-                (193, "global-rank-device-ids"), (379, "global-rank-device-ids"),
                 # rank 0 (print filter: local_rank == 0) prints the epoch's loss/top-1 from its own AverageMeters,
                 # over its DistributedSampler shard on the first dataset branch: counted as distribuuuu_slurm in
                 # lint_heldout and swav in lint_heldout3 (a rank-0 print of its own running train loss)

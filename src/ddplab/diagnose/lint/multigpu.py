@@ -209,8 +209,10 @@ class MultiGpuChecks(ScriptReader):
         return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
 
     def check_global_rank_device(self) -> None:
+        later = []  # .to(rank), torch.device(f"cuda:{rank}"): reported only for a rank no other use shows
+        shown: set[str] = set()
         for call in self.calls:
-            picks = []
+            picks, fallback = [], False
             ids = keyword(call, "device_ids")
             if self.callee_last(call) in DDP_NAMES and isinstance(ids, (ast.List, ast.Tuple)):
                 picks = list(ids.elts)
@@ -223,13 +225,25 @@ class MultiGpuChecks(ScriptReader):
             elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
                 picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
                     else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
+                fallback = True
             for pick in picks:
                 if self._global_by_flow(pick) or self._given_global(pick):
-                    self.add(call, "global-rank-device-ids", ERROR,
-                             "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
-                             "GPUs are 0-7 (invalid device ordinal)",
-                             "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
+                    if fallback:
+                        later.append((call, dotted(pick)))
+                    else:
+                        shown.add(dotted(pick))
+                        self._report_global_device(call)
                     break
+        for call, name in later:
+            if name not in shown:
+                shown.add(name)
+                self._report_global_device(call)
+
+    def _report_global_device(self, call: ast.Call) -> None:
+        self.add(call, "global-rank-device-ids", ERROR,
+                 "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
+                 "GPUs are 0-7 (invalid device ordinal)",
+                 "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
