@@ -353,3 +353,63 @@ def test_local_rank_through_the_same_helper_is_quiet():
     local = GLOBAL_GPU.replace("build(torch.nn.Linear(4, 1), rank)", "build(torch.nn.Linear(4, 1), local_rank)") \
         .replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"')
     assert "global-rank-device-ids" not in names(local, show_all=True)
+
+
+
+# ------------------------------------------------------------------------------------------- trainer attributes
+
+TRAINER = """
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class Trainer:
+    def __init__(self, model, train_data, optimizer):
+        self.gpu_id = int(os.environ["LOCAL_RANK"])
+        self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.epoch_loss = 0.0
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        loss = F.mse_loss(self.model(source), targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+    def _run_epoch(self, epoch):
+        self.train_data.sampler.set_epoch(epoch)
+        self.epoch_loss = 0.0
+        for source, targets in self.train_data:
+            self.epoch_loss += self._run_batch(source.to(self.gpu_id), targets.to(self.gpu_id))
+        if self.gpu_id == 0:
+            print(f"Epoch {epoch} | loss {self.epoch_loss / len(self.train_data)}")
+
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+g = torch.Generator().manual_seed(0)
+ds = torch.utils.data.TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+model = torch.nn.Linear(4, 1)
+trainer = Trainer(model, DataLoader(ds, sampler=DistributedSampler(ds)), torch.optim.SGD(model.parameters(), 0.1))
+for epoch in range(5):
+    trainer._run_epoch(epoch)
+dist.destroy_process_group()
+"""
+
+
+def test_sum_kept_in_a_trainer_attribute_is_one_shard():
+    """`self.epoch_loss += self._run_batch(...)` over this rank's batches, printed under `gpu_id == 0`: a sum kept
+    in an attribute is as much one shard's as a local one."""
+    assert "unreduced-metric" in names(TRAINER)
+
+
+def test_trainer_attribute_reduced_first_is_quiet():
+    """The same attribute all-reduced (through a tensor) before the print is the whole."""
+    reduced = TRAINER.replace("        if self.gpu_id == 0:\n",
+                              "        t = torch.tensor([self.epoch_loss])\n        dist.all_reduce(t)\n"
+                              "        if self.gpu_id == 0:\n") \
+        .replace("loss {self.epoch_loss / len(self.train_data)}", "loss {t.item() / len(self.train_data)}")
+    assert "unreduced-metric" not in names(reduced, show_all=True)

@@ -289,7 +289,11 @@ class MultiGpuChecks(ScriptReader):
                 for sub in _same_scope(node.body):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                             isinstance(sub.target, ast.Name) and not timed(sub.value) and not whole(sub.value):
-                        accumulated.setdefault(sub.target.id, node)  # `steps += 1` counts steps: no metric
+                        accumulated.setdefault(sub.target.id, node)
+                    elif isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
+                            isinstance(sub.target, ast.Attribute) and dotted(sub.target.value) == "self" and \
+                            not timed(sub.value) and not whole(sub.value):
+                        accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
                         accumulated.setdefault(sub.func.value.id, node)
         for name in self._step_counters(body) & accumulated.keys():
@@ -298,8 +302,8 @@ class MultiGpuChecks(ScriptReader):
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
                         ast.For, ast.AsyncFor)):
-                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
-                         and n.id not in reduced]
+                grown = [dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))
+                         and dotted(n) in accumulated and dotted(n) not in reduced]
                 if grown and not isinstance(node.value, ast.Call) and not timed(node.value):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
@@ -422,7 +426,8 @@ class MultiGpuChecks(ScriptReader):
                 if not (self.callee(call) in printers0 or
                         self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
                     continue
-                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
+                names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
+                         and dotted(n) in accumulated} - reduced
                 names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
                 if names:
                     name = sorted(names)[0]
@@ -512,10 +517,10 @@ class MultiGpuChecks(ScriptReader):
     def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
         dist.all_reduce(t))."""
-        given = {n.id for c in reducers for n in ast.walk(c) if isinstance(n, ast.Name)}
+        given = {dotted(n) for c in reducers for n in ast.walk(c) if isinstance(n, (ast.Name, ast.Attribute))}
         for node in _same_scope(body):
             if isinstance(node, ast.Assign) and any(dotted(t) in given for t in node.targets):
-                given |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                given |= {dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))}
         return given
 
     def _over_batches(self, it: ast.AST) -> bool:
