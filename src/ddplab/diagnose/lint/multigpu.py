@@ -184,12 +184,21 @@ class MultiGpuChecks(ScriptReader):
             return const_str(expr.slice) in GLOBAL_ENV and "environ" in dotted(expr.value)
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
             scope = self.enclosing_function(expr) if isinstance(expr, ast.Name) else None
-            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                      and any(dotted(t) == dotted(expr) for t in n.targets)]
-            values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                       for t, v in _pairs(n) if dotted(t) == dotted(expr)]
-            return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+            memo = self.__dict__.setdefault("_global_memo", {})
+            key = (id(scope), dotted(expr), depth)
+            if key not in memo:
+                memo[key] = False  # a cycle (x = f(x)) finds nothing new
+                memo[key] = self._global_name(expr, scope, depth)
+            return memo[key]
         return False
+
+    def _global_name(self, expr: ast.AST, scope: ast.AST | None, depth: int) -> bool:
+        """Every assignment of the name (in its function, or anywhere for an attribute) is a global rank."""
+        values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                  and any(dotted(t) == dotted(expr) for t in n.targets)]
+        values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                   for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+        return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
 
     def _given_global(self, pick: ast.AST) -> bool:
         """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
