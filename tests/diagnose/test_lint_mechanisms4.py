@@ -413,3 +413,34 @@ def test_trainer_attribute_reduced_first_is_quiet():
                               "        if self.gpu_id == 0:\n") \
         .replace("loss {self.epoch_loss / len(self.train_data)}", "loss {t.item() / len(self.train_data)}")
     assert "unreduced-metric" not in names(reduced, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- scaled twice
+
+SCALED_HELPER = """
+import argparse
+
+def get_lr(args, world_size):
+    return args.lr * world_size
+
+p = argparse.ArgumentParser()
+p.add_argument("--lr", type=float, default=0.1)
+args = p.parse_args()
+dist.init_process_group("gloo")
+world_size = dist.get_world_size()
+args.lr = args.lr * world_size
+lr = get_lr(args, world_size)
+dist.destroy_process_group()
+"""
+
+
+def test_lr_scaled_again_inside_a_helper():
+    """`args.lr = args.lr * world_size`, then `lr = get_lr(args, world_size)` whose return multiplies args.lr by the
+    world size again: scaled twice."""
+    assert "world-size-scaled-twice" in names(SCALED_HELPER)
+
+
+def test_lr_scaled_once_by_the_helper_is_quiet():
+    """The helper alone scales it once."""
+    once = SCALED_HELPER.replace("args.lr = args.lr * world_size\n", "")
+    assert "world-size-scaled-twice" not in names(once, show_all=True)

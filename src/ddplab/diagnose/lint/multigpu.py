@@ -732,6 +732,11 @@ class MultiGpuChecks(ScriptReader):
             if not any(w in last(target).lower() for w in SCALED):
                 continue
             found = direction(value)
+            if found is None and isinstance(value, ast.Call):
+                # lr = get_lr(args, world_size) with `def get_lr(args, ws): return args.lr * ws`: scaled in the helper
+                found = next((d for f in self.nodes if isinstance(f, ast.FunctionDef) and
+                              f.name == self.callee_last(value) for r in ast.walk(f) if isinstance(r, ast.Return)
+                              and r.value is not None and (d := direction(r.value)) is not None), None)
             if found is None:
                 continue
             way, rest = found
