@@ -444,3 +444,44 @@ def test_lr_scaled_once_by_the_helper_is_quiet():
     """The helper alone scales it once."""
     once = SCALED_HELPER.replace("args.lr = args.lr * world_size\n", "")
     assert "world-size-scaled-twice" not in names(once, show_all=True)
+
+
+LIST_MEAN = """
+import numpy as np
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+dist.init_process_group("gloo")
+g = torch.Generator().manual_seed(0)
+ds = torch.utils.data.TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+train_loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+model = DDP(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    train_loader.sampler.set_epoch(epoch)
+    losses = []
+    for x, y in train_loader:
+        loss = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    avg = np.mean(losses)
+    if dist.get_rank() == 0:
+        print(f"epoch {epoch} loss {avg}")
+dist.destroy_process_group()
+"""
+
+
+def test_losses_collected_in_a_list_and_averaged_on_rank0():
+    """`losses.append(loss.item())` over this rank's batches, `avg = np.mean(losses)` shown on rank 0: a list is a
+    sum kept item by item, one shard's."""
+    assert "unreduced-metric" in names(LIST_MEAN)
+
+
+def test_list_of_all_reduced_losses_is_quiet():
+    """Each loss all-reduced in place before it is appended: the list holds whole values."""
+    reduced = LIST_MEAN.replace("        losses.append(loss.item())\n",
+                                "        t = loss.detach().clone()\n        dist.all_reduce(t)\n"
+                                "        losses.append(t.item() / dist.get_world_size())\n")
+    assert "unreduced-metric" not in names(reduced, show_all=True)

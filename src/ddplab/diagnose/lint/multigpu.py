@@ -14,6 +14,7 @@ from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
+AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
@@ -288,6 +289,10 @@ class MultiGpuChecks(ScriptReader):
             return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
                        self._reduces(x) for x in ast.walk(value))
 
+        lists = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and (
+            isinstance(n.value, ast.List) and not n.value.elts or isinstance(n.value, ast.Call) and
+            dotted(n.value.func) == "list" and not n.value.args) for t in n.targets if isinstance(t, ast.Name)}
+
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
                        self.callee_last(x) in TIMERS for x in ast.walk(value))
@@ -305,15 +310,20 @@ class MultiGpuChecks(ScriptReader):
                         accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
                         accumulated.setdefault(sub.func.value.id, node)
+                    elif isinstance(sub, ast.Call) and _method(sub) == "append" and sub.args and \
+                            isinstance(sub.func.value, ast.Name) and sub.func.value.id in lists and \
+                            not timed(sub.args[0]) and not whole(sub.args[0]):
+                        accumulated.setdefault(sub.func.value.id, node)  # losses.append(loss.item())
         for name in self._step_counters(body) & accumulated.keys():
             del accumulated[name]
         for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
-                        ast.For, ast.AsyncFor)):
+                    isinstance(node.targets[0], ast.Name):
                 grown = [dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))
-                         and dotted(n) in accumulated and dotted(n) not in reduced]
-                if grown and not isinstance(node.value, ast.Call) and not timed(node.value):
+                         and dotted(n) in accumulated and dotted(n) not in reduced
+                         and not self._within(node, accumulated[dotted(n)])]  # after its loop, not in it
+                if grown and (not isinstance(node.value, ast.Call) or self.callee_last(node.value) in AGGREGATES) \
+                        and not timed(node.value):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
 
@@ -351,7 +361,8 @@ class MultiGpuChecks(ScriptReader):
         for c in _same_scope(loop.body):
             if not isinstance(c, ast.Call):
                 continue
-            source = c.func.value if isinstance(c.func, ast.Attribute) else (
+            source = c.func.value if isinstance(c.func, ast.Attribute) and any(
+                w in c.func.attr.lower() for w in ("next", "batch")) else (
                 c.args[0] if self.callee(c) == "next" and c.args else None)
             if isinstance(source, (ast.Name, ast.Attribute)) and self._over_batches(source):
                 return True
