@@ -485,3 +485,45 @@ def test_list_of_all_reduced_losses_is_quiet():
                                 "        t = loss.detach().clone()\n        dist.all_reduce(t)\n"
                                 "        losses.append(t.item() / dist.get_world_size())\n")
     assert "unreduced-metric" not in names(reduced, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- collectives in helpers
+
+HELPER_COLLECTIVE = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def reduce_mean(t):
+    t = t.clone()
+    dist.all_reduce(t)
+    return t / dist.get_world_size()
+
+def evaluate(model):
+    with torch.no_grad():
+        loss = model.module(torch.ones(2, 4)).pow(2).mean()
+    return reduce_mean(loss).item()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(4, 1))
+for epoch in range(3):
+    model(torch.ones(2, 4)).sum().backward()
+    if rank == 0:
+        val = evaluate(model)
+        print(f"val {val}")
+dist.destroy_process_group()
+"""
+
+
+def test_collective_two_helpers_down_from_a_rank0_test():
+    """`if rank == 0: evaluate(model)` where evaluate calls reduce_mean, which runs all_reduce: rank 0 waits in the
+    all_reduce for ranks that never call it (reported at the guarded call)."""
+    found = [f for f in lint_source(HEAD + textwrap.dedent(HELPER_COLLECTIVE)).findings
+             if f.rule == "collective-in-rank-branch"]
+    assert [f.line for f in found] == [24]
+
+
+def test_helper_with_a_collective_called_on_every_rank_is_quiet():
+    """The same evaluation on every rank, the print alone under the rank test."""
+    everyone = HELPER_COLLECTIVE.replace("    if rank == 0:\n        val = evaluate(model)\n",
+                                         "    val = evaluate(model)\n    if rank == 0:\n")
+    assert "collective-in-rank-branch" not in names(everyone, show_all=True)

@@ -608,7 +608,10 @@ class Checks(MultiGpuChecks):
             if not self.is_collective(call):
                 continue
             name = self.callee_last(call)
-            for guard in (g for g in self.guards(call) if g.kind != "single"):
+            direct = [g for g in self.guards(call) if g.kind != "single"]
+            if not direct:
+                self._collective_in_guarded_helper(call, name)
+            for guard in direct:
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
                              for branch in guard.other for n in ast.walk(branch)) or \
                     self._paired_elsewhere(call, name, guard)
@@ -619,6 +622,31 @@ class Checks(MultiGpuChecks):
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def _collective_in_guarded_helper(self, call: ast.Call, name: str, depth: int = 0,
+                                      func: ast.AST | None = None) -> None:
+        """`if rank == 0: val = evaluate(model)` where evaluate (or a helper it calls) runs all_reduce: the
+        collective runs on rank 0 only, reported at the guarded call."""
+        func = func or self.enclosing_function(call)
+        if func is None or depth > 3 or func.name in self.passed:
+            return
+        sites = self.call_sites(func)
+        if not sites or not all(self.runs_on_rank0_only(s, ANY_RANK0 - {"single"}) for s in sites):
+            return
+        for site in sites:
+            guards = [g for g in self.guards(site) if g.kind != "single"]
+            if not guards:
+                self._collective_in_guarded_helper(call, name, depth + 1, self.enclosing_function(site))
+                continue
+            if any(isinstance(n, ast.Call) and self.callee_last(n) == func.name
+                   for g in guards for branch in g.other for n in ast.walk(branch)):
+                continue  # the same helper on the other ranks' branch too
+            who = "rank 0" if guards[0].rank0 else "every rank but 0"
+            self.add(site, "collective-in-rank-branch", ERROR,
+                     f"{func.name}() runs {name} (line {call.lineno}) and is called on {who} only here (the "
+                     f"{guards[0].kind} rank test on line {guards[0].node.lineno}): a collective needs every rank, "
+                     "so the others never join and it hangs",
+                     f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside")
 
     def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
         """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
