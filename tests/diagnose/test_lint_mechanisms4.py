@@ -527,3 +527,52 @@ def test_helper_with_a_collective_called_on_every_rank_is_quiet():
     everyone = HELPER_COLLECTIVE.replace("    if rank == 0:\n        val = evaluate(model)\n",
                                          "    val = evaluate(model)\n    if rank == 0:\n")
     assert "collective-in-rank-branch" not in names(everyone, show_all=True)
+
+
+# ------------------------------------------------------------------------------------------- buffers in another module
+
+BN_MODELS = """
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Linear(4, 1)
+"""
+
+BN_TRAIN = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from models import Net
+
+dist.init_process_group("gloo")
+model = DDP(Net())
+for epoch in range(2):
+    model(torch.ones(2, 4)).sum().backward()
+    if dist.get_rank() == 0:
+        with torch.no_grad():
+            print(model(torch.ones(2, 4)).mean().item())
+dist.destroy_process_group()
+"""
+
+
+def test_rank0_forward_of_a_project_model_with_batchnorm_in_another_module(tmp_path):
+    """Net (models.py) holds a Block that holds BatchNorm1d: its buffers are broadcast in DDP's forward, so rank 0
+    alone evaluating through the wrapper hangs."""
+    script = _write(tmp_path / "a", {"train.py": BN_TRAIN, "models.py": BN_MODELS})
+    from ddplab.diagnose.lint import lint_file
+    assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]
+
+
+def test_rank0_forward_of_a_project_model_without_buffers_is_quiet(tmp_path):
+    """The same model with LayerNorm (parameters, no buffers): nothing to broadcast, no hang."""
+    script = _write(tmp_path / "b", {"train.py": BN_TRAIN, "models.py": BN_MODELS.replace("BatchNorm1d", "LayerNorm")})
+    from ddplab.diagnose.lint import lint_file
+    assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]

@@ -17,7 +17,7 @@ from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
 from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.diagnose.lint.rules import Checks
+from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
@@ -116,7 +116,28 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+    facts.buffer_classes = _buffer_classes(readers)
     return facts
+
+
+def _buffer_classes(readers: list) -> set[str]:
+    """Classes of the project whose modules hold buffers: a BatchNorm layer or register_buffer in the class, a
+    torchvision network with BatchNorm, or another such class of the project (`class Net: self.block = Block()`)."""
+    uses: dict[str, set[str]] = {}
+    buffered: set[str] = set()
+    for reader in readers:
+        for cls in (n for n in reader.nodes if isinstance(n, ast.ClassDef)):
+            calls = [c for c in ast.walk(cls) if isinstance(c, ast.Call)]
+            uses.setdefault(cls.name, set()).update(reader.callee_last(c) for c in calls)
+            if any(BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
+                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)) for c in calls):
+                buffered.add(cls.name)
+    for _ in range(4):  # a class built from buffered classes holds their buffers
+        grown = {name for name, called in uses.items() if called & buffered} - buffered
+        if not grown:
+            break
+        buffered |= grown
+    return buffered
 
 
 def _references(tree: ast.Module) -> dict[str, list[int]]:

@@ -666,7 +666,8 @@ class Checks(MultiGpuChecks):
             isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
             for k in ("broadcast_buffers", "forward_sync_buffers"))]
         has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
-            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) for c in self.calls)
+            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) or
+            self.callee_last(c) in self.facts.buffer_classes for c in self.calls)  # a project class with BatchNorm
         if not syncs or not has_buffers:
             return
         for call in self.calls:
