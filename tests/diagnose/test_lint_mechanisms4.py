@@ -576,3 +576,46 @@ def test_rank0_forward_of_a_project_model_without_buffers_is_quiet(tmp_path):
     script = _write(tmp_path / "b", {"train.py": BN_TRAIN, "models.py": BN_MODELS.replace("BatchNorm1d", "LayerNorm")})
     from ddplab.diagnose.lint import lint_file
     assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
+
+
+# ------------------------------------------------------------------------------------------- print filter order
+
+FILTER_ORDER = """
+import builtins
+
+def setup_for_distributed(is_master):
+    builtin_print = builtins.print
+    def filtered(*args, **kwargs):
+        if is_master or kwargs.pop("force", False):
+            builtin_print(*args, **kwargs)
+    builtins.print = filtered
+
+def init_dist_and_get_args(extra):
+    dist.init_process_group("gloo")
+    if extra:
+        print("WARNING: unexpected extra args", extra)
+    setup_for_distributed(dist.get_rank() == 0)
+
+def main():
+    init_dist_and_get_args(os.environ.get("EXTRA"))
+    print("training starts")
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_print_before_the_filter_is_installed_runs_on_every_rank():
+    """The print filter (`builtins.print = ...`) is installed by setup_for_distributed at the end of
+    init_dist_and_get_args: the warning printed before it, in the same function, comes from every rank."""
+    found = [f for f in lint_source(HEAD + textwrap.dedent(FILTER_ORDER)).findings if f.rule == "unguarded-print"]
+    assert [f.line for f in found] == [18] and not found[0].also
+
+
+def test_print_after_the_filter_is_installed_is_quiet():
+    """The same warning printed after setup_for_distributed goes through the filter (rank 0 only)."""
+    after = FILTER_ORDER.replace('        print("WARNING: unexpected extra args", extra)\n    setup_for_distributed('
+                                 'dist.get_rank() == 0)\n',
+                                 '        pass\n    setup_for_distributed(dist.get_rank() == 0)\n'
+                                 '    print("WARNING: unexpected extra args", extra)\n')
+    assert "unguarded-print" not in names(after, show_all=True)

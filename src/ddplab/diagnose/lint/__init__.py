@@ -117,7 +117,28 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
     facts.buffer_classes = _buffer_classes(readers)
+    facts.print_installers = _print_installers(readers)
     return facts
+
+
+def _print_installers(readers: list) -> set[str]:
+    """Functions that install the print filter (`builtins.print = ...`), or call one that does."""
+    calls: dict[str, set[str]] = {}
+    found: set[str] = set()
+    for reader in readers:
+        for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):
+            calls.setdefault(func.name, set()).update(reader.callee_last(c) for c in ast.walk(func)
+                                                       if isinstance(c, ast.Call))
+            if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                                     reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                                     for t in n.targets) for n in ast.walk(func)):
+                found.add(func.name)
+    for _ in range(4):
+        grown = {name for name, called in calls.items() if called & found} - found
+        if not grown:
+            break
+        found |= grown
+    return found
 
 
 def _buffer_classes(readers: list) -> set[str]:

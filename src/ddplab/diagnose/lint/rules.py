@@ -472,11 +472,12 @@ class Checks(MultiGpuChecks):
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
         self._save_helper_sites()
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
-        if self.replaces_print_here() or self.facts.replaces_print:
-            return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
+        # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter, once it
+        # is installed: a print earlier in the function that installs it (or calls what does) is not filtered
+        filtered = self.replaces_print_here() or self.facts.replaces_print
         prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
                          and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
-                         and not self._stdout_redirected(c)),
+                         and not self._stdout_redirected(c) and (not filtered or self._before_filter(c))),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -485,6 +486,30 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _before_filter(self, call: ast.Call) -> bool:
+        """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a
+        call of a function that does): this print runs before it, on every rank."""
+        scope = self.enclosing_function(call)
+        if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self._ancestors(call, scope)):
+            return False  # module level (imports run first), or a loop that may come round after the install
+        installers = self.facts.print_installers
+        for n in _walk_same_function(scope.body):
+            if getattr(n, "lineno", 0) <= call.lineno:
+                continue
+            if isinstance(n, ast.Call) and self.callee_last(n) in installers:
+                return True
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                                 self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                                 for t in n.targets):
+                return True
+        return False
+
+    def _ancestors(self, node: ast.AST, stop: ast.AST):
+        parent = self.parent.get(node)
+        while parent is not None and parent is not stop:
+            yield parent
+            parent = self.parent.get(parent)
 
     def _prints(self, call: ast.Call) -> bool:
         """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
