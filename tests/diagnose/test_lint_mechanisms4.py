@@ -619,3 +619,117 @@ def test_print_after_the_filter_is_installed_is_quiet():
                                  '        pass\n    setup_for_distributed(dist.get_rank() == 0)\n'
                                  '    print("WARNING: unexpected extra args", extra)\n')
     assert "unguarded-print" not in names(after, show_all=True)
+
+
+
+# ------------------------------------------------------------------------------------------- a correct script
+
+CORRECT = """
+import os
+import time
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum = self.count = 0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+
+    def all_reduce(self):
+        t = torch.tensor([self.sum, self.count], dtype=torch.float64)
+        dist.all_reduce(t)
+        self.sum, self.count = t.tolist()
+
+    @property
+    def avg(self):
+        return self.sum / max(self.count, 1)
+
+
+def print0(*a):
+    if dist.get_rank() == 0:
+        print(*a)
+
+
+def cycle(loader, sampler):
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            yield batch
+        epoch += 1
+
+
+def validate(model, loader, device):
+    top1 = AverageMeter()
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x.to(device))
+            top1.update((out.argmax(1) == y.to(device)).float().mean().item(), x.size(0))
+    top1.all_reduce()
+    return top1.avg
+
+
+def main():
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    val_loader = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds, shuffle=False))
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).to(device),
+                device_ids=[local_rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * dist.get_world_size())
+    data = cycle(loader, sampler)
+    losses = AverageMeter()
+    start = time.time()
+    steps = 0
+    for step in range(200):
+        x, y = next(data)
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.update(t.item() / dist.get_world_size(), x.size(0))
+        if step % 50 == 0:
+            print0(f"step {step} loss {losses.avg:.3f} {steps / (time.time() - start):.1f} it/s")
+        if step % 100 == 0:
+            acc = validate(model, val_loader, device)
+            print0(f"val acc {acc:.3f}")
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "ckpt.pt")
+            dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_script_with_meters_generators_and_rates_is_quiet():
+    """Every idiom above done right: the loss all-reduced in place before the meter, the validation meter reduced by
+    its own all_reduce, set_epoch inside the endless generator, a speed (steps / elapsed time) beside the loss, the
+    evaluation on every rank: no finding at all."""
+    assert names(CORRECT, show_all=True) == []
+
+
+def test_correct_script_with_the_unreduced_loss_in_the_meter():
+    """The twin: the meter fed this rank's own loss.item() is one shard's running loss, shown by print0."""
+    wrong = CORRECT.replace("losses.update(t.item() / dist.get_world_size(), x.size(0))",
+                            "losses.update(loss.item(), x.size(0))")
+    assert names(wrong) == ["unreduced-metric"]

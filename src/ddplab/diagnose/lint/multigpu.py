@@ -308,7 +308,7 @@ class MultiGpuChecks(ScriptReader):
                             isinstance(sub.target, ast.Attribute) and dotted(sub.target.value) == "self" and \
                             not timed(sub.value) and not whole(sub.value):
                         accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
-                    elif isinstance(sub, ast.Call) and self._meter_update(sub, body):
+                    elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
                         accumulated.setdefault(sub.func.value.id, node)
                     elif isinstance(sub, ast.Call) and _method(sub) == "append" and sub.args and \
                             isinstance(sub.func.value, ast.Name) and sub.func.value.id in lists and \
@@ -326,6 +326,16 @@ class MultiGpuChecks(ScriptReader):
                         and not timed(node.value):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
+
+    def _only_as_rate(self, report: ast.Call, name: str, body: list[ast.stmt]) -> bool:
+        """`steps / (time.time() - start)` in the report: a speed, not a metric of the data."""
+        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+        uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
+        rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and any(
+            isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and self.callee_last(x) in TIMERS
+            for x in ast.walk(b.right))]
+        return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) for u in uses)
 
     def _step_counters(self, body: list[ast.stmt]) -> set[str]:
         """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
@@ -448,7 +458,8 @@ class MultiGpuChecks(ScriptReader):
                     continue
                 names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
                          and dotted(n) in accumulated} - reduced
-                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
+                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])
+                         and not self._only_as_rate(call, n, body)}
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
