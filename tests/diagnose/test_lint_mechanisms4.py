@@ -733,3 +733,93 @@ def test_correct_script_with_the_unreduced_loss_in_the_meter():
     wrong = CORRECT.replace("losses.update(t.item() / dist.get_world_size(), x.size(0))",
                             "losses.update(loss.item(), x.size(0))")
     assert names(wrong) == ["unreduced-metric"]
+
+
+
+CORRECT_TRAINER = """
+import os
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def ddp_setup():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+class Trainer:
+    def __init__(self, model, train_data, optimizer, save_every, snapshot_path):
+        self.gpu_id = int(os.environ["LOCAL_RANK"])
+        self.global_rank = int(os.environ["RANK"])
+        self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+        self.snapshot_path = snapshot_path
+        self.epochs_run = 0
+        self.step = 0
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(source), targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def _run_epoch(self, epoch):
+        self.train_data.sampler.set_epoch(epoch)
+        losses = []
+        self.epoch_loss = torch.zeros(1, device=self.gpu_id)
+        for source, targets in self.train_data:
+            loss = self._run_batch(source.to(self.gpu_id), targets.to(self.gpu_id))
+            self.epoch_loss += loss
+            self.step += 1
+            losses.append(loss)
+        dist.all_reduce(self.epoch_loss)
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, [l.item() for l in losses])
+        if self.global_rank == 0:
+            print(f"Epoch {epoch} | step {self.step} | loss {self.epoch_loss.item() / dist.get_world_size():.3f}")
+            print(f"median loss {np.median([x for g in gathered for x in g]):.3f}")
+
+    def _save_snapshot(self, epoch):
+        snapshot = {"MODEL_STATE": self.model.module.state_dict(), "EPOCHS_RUN": epoch}
+        torch.save(snapshot, self.snapshot_path)
+
+    def train(self, max_epochs):
+        for epoch in range(self.epochs_run, max_epochs):
+            self._run_epoch(epoch)
+            if self.global_rank == 0 and epoch % self.save_every == 0:
+                self._save_snapshot(epoch)
+
+
+def main():
+    ddp_setup()
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    loader = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds))
+    model = torch.nn.Linear(4, 2)
+    trainer = Trainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), 1, "snapshot.pt")
+    trainer.train(3)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_trainer_with_reduced_attribute_and_gathered_list_is_quiet():
+    """A trainer that all-reduces its epoch-loss attribute, all-gathers its list of losses, and shows its step
+    counter (`self.step += 1`) beside them on rank 0: nothing unreduced."""
+    assert names(CORRECT_TRAINER, show_all=True) == []
+
+
+def test_trainer_attribute_not_reduced_is_reported():
+    """The twin without the all_reduce of self.epoch_loss: one shard's loss shown as the epoch's."""
+    wrong = CORRECT_TRAINER.replace("        dist.all_reduce(self.epoch_loss)\n", "")
+    assert names(wrong) == ["unreduced-metric"]

@@ -7,6 +7,7 @@ Each check reads the script through ScriptReader (reading.py); Checks (rules.py)
 from __future__ import annotations
 
 import ast
+import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
                                          keyword, last)
@@ -14,6 +15,7 @@ from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
+STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|num_updates|updates)$")
 AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 from ddplab.diagnose.lint.result import ERROR, WARNING
@@ -339,13 +341,17 @@ class MultiGpuChecks(ScriptReader):
 
     def _step_counters(self, body: list[ast.stmt]) -> set[str]:
         """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
-        (`train_steps % log_every == 0`), as a logger's step (`add_scalar(tag, value, iters)`, `step=it`). They
-        count this rank's steps, the same on every rank: no metric of a shard."""
+        (`train_steps % log_every == 0`), as a logger's step (`add_scalar(tag, value, iters)`, `step=it`), or named
+        as one (`self.step`, `global_step`, `iters`). They count this rank's steps, the same on every rank: no
+        metric of a shard."""
         grown: dict[str, bool] = {}
         indexed: set[str] = set()
         for n in _same_scope(body):
-            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
-                grown[n.target.id] = grown.get(n.target.id, True) and isinstance(n.value, ast.Constant)
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, (ast.Name, ast.Attribute)):
+                key = dotted(n.target)
+                grown[key] = grown.get(key, True) and isinstance(n.value, ast.Constant)
+                if STEP_NAMES.search(last(key)):
+                    indexed.add(key)  # `self.step += 1`, `global_step += 1`: named as a step count
             elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Name):
                 indexed.add(n.left.id)
             elif isinstance(n, ast.Call):
