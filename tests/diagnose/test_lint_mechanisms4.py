@@ -823,3 +823,81 @@ def test_trainer_attribute_not_reduced_is_reported():
     """The twin without the all_reduce of self.epoch_loss: one shard's loss shown as the epoch's."""
     wrong = CORRECT_TRAINER.replace("        dist.all_reduce(self.epoch_loss)\n", "")
     assert names(wrong) == ["unreduced-metric"]
+
+
+
+CORRECT_SPAWN = """
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def evaluate(model, loader, device):
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            pred = model(x.to(device)).argmax(1)
+            correct += (pred == y.to(device)).sum().item()
+            total += y.numel()
+    return correct / total
+
+
+def worker(rank, world_size):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = "29500"
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world_size)
+    device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    test_loader = DataLoader(ds, batch_size=64)
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(device),
+                device_ids=[rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        running = torch.zeros(1, device=device)
+        n = 0
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            running += loss.detach()
+            n += 1
+        dist.all_reduce(running)
+        if rank == 0:
+            acc = evaluate(model.module, test_loader, device)
+            print(f"epoch {epoch} loss {running.item() / (n * world_size):.3f} acc {acc:.3f}")
+            torch.save(model.module.state_dict(), "model.pt")
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count() or 2
+    mp.spawn(worker, args=(world_size,), nprocs=world_size)
+"""
+
+
+def test_correct_spawn_script_whole_test_set_and_batch_count_is_quiet():
+    """Rank 0 evaluates `model.module` over a test loader with no sampler (the whole set, via a helper that returns
+    correct / total), and shows the all-reduced running loss divided by its batch count times the world size."""
+    assert names(CORRECT_SPAWN, show_all=True) == []
+
+
+def test_spawn_script_evaluating_a_shard_or_unreduced_loss_is_reported():
+    """The twins: the helper handed the training loader (this rank's DistributedSampler shard), or the running loss
+    not all-reduced."""
+    shard = CORRECT_SPAWN.replace("acc = evaluate(model.module, test_loader, device)",
+                                  "acc = evaluate(model.module, loader, device)")
+    assert names(shard) == ["unreduced-metric"]
+    unreduced = CORRECT_SPAWN.replace("        dist.all_reduce(running)\n", "")
+    assert names(unreduced) == ["unreduced-metric"]

@@ -330,14 +330,18 @@ class MultiGpuChecks(ScriptReader):
         return accumulated
 
     def _only_as_rate(self, report: ast.Call, name: str, body: list[ast.stmt]) -> bool:
-        """`steps / (time.time() - start)` in the report: a speed, not a metric of the data."""
+        """`steps / (time.time() - start)` in the report: a speed, not a metric of the data; or a count only ever
+        dividing (`total / n`): what is divided decides."""
         clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                   and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
         uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
         rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and any(
             isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and self.callee_last(x) in TIMERS
             for x in ast.walk(b.right))]
-        return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) for u in uses)
+        divisors = [b.right for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)]
+        # `running.item() / (n * world_size)`: a count in the divisor; the numerator says whether it is whole
+        return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) or
+                                  any(u in ast.walk(d) for d in divisors) for u in uses)
 
     def _step_counters(self, body: list[ast.stmt]) -> set[str]:
         """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
@@ -485,6 +489,11 @@ class MultiGpuChecks(ScriptReader):
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
         **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
         whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        if isinstance(loop, ast.Assign) and isinstance(loop.value, ast.Call):
+            # acc = evaluate(model, test_loader): the helper's sum is over the loader this call hands it
+            given = [a for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
+                     if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)]
+            return bool(given) and all(self._built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
         loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
