@@ -901,3 +901,79 @@ def test_spawn_script_evaluating_a_shard_or_unreduced_loss_is_reported():
     assert names(shard) == ["unreduced-metric"]
     unreduced = CORRECT_SPAWN.replace("        dist.all_reduce(running)\n", "")
     assert names(unreduced) == ["unreduced-metric"]
+
+
+
+CORRECT_OPTIONAL_DDP = """
+import argparse
+import contextlib
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=2)
+    args = p.parse_args()
+    args.distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    args.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if args.distributed:
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        args.rank = dist.get_rank()
+    else:
+        args.rank = 0
+    device = torch.device("cuda", args.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randn(256, 1, generator=g))
+    sampler = DistributedSampler(ds) if args.distributed else RandomSampler(ds)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    model = nn.Linear(4, 1).to(device)
+    if args.distributed:
+        model = DDP(model, device_ids=[args.local_rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    for epoch in range(args.epochs):
+        if args.distributed:
+            sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            last = (i + 1) % args.accum == 0
+            ctx = model.no_sync() if args.distributed and not last else contextlib.nullcontext()
+            with ctx:
+                with torch.autocast(device.type, enabled=torch.cuda.is_available()):
+                    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device)) / args.accum
+                scaler.scale(loss).backward()
+            if last:
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+        if args.rank == 0:
+            state = model.module.state_dict() if args.distributed else model.state_dict()
+            torch.save({"model": state, "epoch": epoch}, "last.pt")
+    if args.distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_optional_ddp_script_is_quiet():
+    """DDP only `if args.distributed:`, no_sync on the accumulation micro-steps, set_epoch, and
+    `model.module.state_dict() if args.distributed else model.state_dict()`: on the else branch the model was never
+    wrapped, so its state_dict is the plain one."""
+    assert names(CORRECT_OPTIONAL_DDP, show_all=True) == []
+
+
+def test_optional_ddp_script_saving_the_wrapper_is_reported():
+    """The twin saving `model.state_dict()` on the distributed path too."""
+    wrong = CORRECT_OPTIONAL_DDP.replace(
+        "state = model.module.state_dict() if args.distributed else model.state_dict()",
+        "state = model.state_dict()")
+    assert names(wrong) == ["save-ddp-state-dict"]

@@ -444,7 +444,8 @@ class Checks(MultiGpuChecks):
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
                     if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
-                            owner not in self.loaded_into and not self._handed_to_loader(owner):
+                            owner not in self.loaded_into and not self._handed_to_loader(owner) and \
+                            not self._on_unwrapped_path(call, owner):
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
                                  "the file does not load into the plain model",
@@ -627,6 +628,31 @@ class Checks(MultiGpuChecks):
                          "DistributedDataParallel without device_ids, and the current device is not set on this path: "
                          "the model sits on the default GPU, GPU 0 on every rank",
                          "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
+
+    def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
+        """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
+        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped."""
+        flags = set()
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
+                    isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES:
+                flags |= self._conditions(n)
+        if not flags:
+            return False
+        child, parent = node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, (ast.Name, ast.Attribute)) and \
+                    dotted(parent.test) in flags:
+                orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+                if child in orelse:
+                    return True
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, ast.UnaryOp) and \
+                    isinstance(parent.test.op, ast.Not) and dotted(parent.test.operand) in flags:
+                body = parent.body if isinstance(parent.body, list) else [parent.body]
+                if child in body:
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
 
     def check_collectives_in_rank_branches(self) -> None:
         for call in self.calls:
