@@ -977,3 +977,79 @@ def test_optional_ddp_script_saving_the_wrapper_is_reported():
         "state = model.module.state_dict() if args.distributed else model.state_dict()",
         "state = model.state_dict()")
     assert names(wrong) == ["save-ddp-state-dict"]
+
+
+
+CORRECT_SLURM = """
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def setup():
+    rank = int(os.environ["SLURM_PROCID"])
+    world_size = int(os.environ["SLURM_NTASKS"])
+    gpus_per_node = torch.cuda.device_count()
+    local_rank = rank - gpus_per_node * (rank // gpus_per_node)
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world_size)
+    return rank, local_rank, world_size
+
+
+def main():
+    assert torch.cuda.is_available()
+    rank, local_rank, world_size = setup()
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randn(256, 1, generator=g))
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler, num_workers=2, pin_memory=True)
+    model = DDP(nn.Linear(4, 1).to(local_rank), device_ids=[local_rank])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    best = float("inf")
+    for epoch in range(5):
+        sampler.set_epoch(epoch)
+        loss_sum = torch.zeros(2, device=local_rank)
+        for x, y in loader:
+            x, y = x.to(local_rank, non_blocking=True), y.to(local_rank, non_blocking=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum += torch.stack([loss.detach() * x.size(0), torch.tensor(float(x.size(0)), device=local_rank)])
+        dist.all_reduce(loss_sum)
+        epoch_loss = (loss_sum[0] / loss_sum[1]).item()
+        stop = torch.zeros(1, device=local_rank)
+        if rank == 0:
+            print(f"epoch {epoch} loss {epoch_loss:.4f}")
+            if epoch_loss < best:
+                best = epoch_loss
+                torch.save(model.module.state_dict(), "best.pt")
+            elif epoch > 2:
+                stop += 1
+        dist.broadcast(stop, src=0)
+        if stop.item() > 0:
+            break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_slurm_script_with_the_cuda_check_in_the_caller_is_quiet():
+    """`assert torch.cuda.is_available()` in main, then setup() with nccl: the check precedes the group; the local
+    rank from SLURM_PROCID modulo the GPUs, sums all-reduced, rank 0's stop decision broadcast before the break."""
+    assert names(CORRECT_SLURM, show_all=True) == []
+
+
+def test_slurm_script_without_an_availability_check_gets_nccl():
+    """The twins: no check at all, or a check of the GPU count against the scheduler's (not that GPUs exist)."""
+    none = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n", "")
+    assert names(none) == ["nccl-hardcoded"]
+    count = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n",
+                                  "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n")
+    assert names(count) == ["nccl-hardcoded"]

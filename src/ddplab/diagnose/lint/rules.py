@@ -249,18 +249,36 @@ class Checks(MultiGpuChecks):
             n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
             "distributed"]) for n in ast.walk(node))
 
-    def _cuda_checked(self, call: ast.Call) -> bool:
+    def _cuda_checked(self, call: ast.Call, depth: int = 0) -> bool:
+        """A CUDA check decides whether `call` runs: an enclosing `if torch.cuda.is_available()`, an assert or an
+        exit on it in the same function, or the same in every caller of that function in this file (`assert
+        torch.cuda.is_available()` in main, then `setup()`)."""
+        if self._cuda_checked_here(call) if depth == 0 else self._cuda_checked_here(call, strict=True):
+            return True
+        func = self.enclosing_function(call)
+        if func is None or depth > 2 or func.name in self.passed:
+            return False
+        sites = self.call_sites(func)
+        return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
+
+    def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
+        """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
+        there checks the GPU count the scheduler gave, not that there are GPUs."""
+        def check(test: ast.AST) -> bool:
+            return self._mentions_cuda_check(test) and (not strict or any(
+                isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test)))
+
         parent = self.parent.get(call)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and self._mentions_cuda_check(parent.test):
+            if isinstance(parent, (ast.If, ast.IfExp)) and check(parent.test):
                 return True
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
         scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
-            if isinstance(node, ast.Assert) and self._mentions_cuda_check(node.test):
+            if isinstance(node, ast.Assert) and check(node.test):
                 return True
-            if isinstance(node, ast.If) and self._mentions_cuda_check(node.test) and (
+            if isinstance(node, ast.If) and check(node.test) and (
                     _exits(node.body) or _exits(node.orelse) or self._chain_ends_in_exit(node)):
                 return True
         return False
