@@ -1053,3 +1053,19 @@ def test_slurm_script_without_an_availability_check_gets_nccl():
     count = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n",
                                   "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n")
     assert names(count) == ["nccl-hardcoded"]
+
+
+def test_buffer_made_only_under_a_condition_is_no_evidence(tmp_path):
+    """nanoGPT's attention registers its causal mask only `if not self.flash` (no buffer on torch >= 2): a rank-0
+    evaluation through the wrapper of such a model is left alone; the same buffer made unconditionally is reported."""
+    attention = BN_MODELS.replace("self.norm = nn.BatchNorm1d(4)",
+                                  "self.flash = True\n        if not self.flash:\n"
+                                  "            self.register_buffer('bias', torch.ones(4))")
+    attention = "import torch\n" + attention
+    script = _write(tmp_path / "c", {"train.py": BN_TRAIN, "models.py": attention})
+    from ddplab.diagnose.lint import lint_file
+    assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
+    always = attention.replace("        if not self.flash:\n            self.register_buffer",
+                               "        self.register_buffer")
+    script = _write(tmp_path / "d", {"train.py": BN_TRAIN, "models.py": always})
+    assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]

@@ -121,6 +121,16 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     return facts
 
 
+def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
+    """`node` sits under an `if` (or a conditional expression) inside `stop`."""
+    parent = reader.parent.get(node)
+    while parent is not None and parent is not stop:
+        if isinstance(parent, (ast.If, ast.IfExp)):
+            return True
+        parent = reader.parent.get(parent)
+    return False
+
+
 def _print_installers(readers: list) -> set[str]:
     """Functions that install the print filter (`builtins.print = ...`), or call one that does."""
     calls: dict[str, set[str]] = {}
@@ -150,8 +160,11 @@ def _buffer_classes(readers: list) -> set[str]:
         for cls in (n for n in reader.nodes if isinstance(n, ast.ClassDef)):
             calls = [c for c in ast.walk(cls) if isinstance(c, ast.Call)]
             uses.setdefault(cls.name, set()).update(reader.callee_last(c) for c in calls)
-            if any(BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
-                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)) for c in calls):
+            # a buffer made only under a condition (nanoGPT: `if not self.flash: self.register_buffer(...)`, no
+            # buffer on torch >= 2) is no evidence
+            if any((BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
+                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)))
+                   and not _conditional(reader, c, cls) for c in calls):
                 buffered.add(cls.name)
     for _ in range(4):  # a class built from buffered classes holds their buffers
         grown = {name for name, called in uses.items() if called & buffered} - buffered
