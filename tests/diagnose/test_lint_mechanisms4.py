@@ -1069,3 +1069,48 @@ def test_buffer_made_only_under_a_condition_is_no_evidence(tmp_path):
                                "        self.register_buffer")
     script = _write(tmp_path / "d", {"train.py": BN_TRAIN, "models.py": always})
     assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]
+
+
+ENGINE = """
+import torch
+import torch.distributed as dist
+
+def evaluate(model, x):
+    with torch.no_grad():
+        loss = model(x).pow(2).mean()
+    dist.all_reduce(loss)
+    return loss.item() / dist.get_world_size()
+"""
+
+ENGINE_MAIN = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from engine import evaluate
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(4, 1))
+for epoch in range(2):
+    model(torch.ones(2, 4)).sum().backward()
+    if dist.get_rank() == 0:
+        print(evaluate(model.module, torch.ones(2, 4)))
+dist.destroy_process_group()
+"""
+
+
+def test_collective_in_a_module_function_the_script_calls_on_rank0_only(tmp_path):
+    """engine.evaluate all-reduces; the script calls it only under `dist.get_rank() == 0`: reported at that call."""
+    script = _write(tmp_path / "e", {"train.py": ENGINE_MAIN, "engine.py": ENGINE})
+    from ddplab.diagnose.lint import lint_file
+    found = [(f.path, f.line) for f in lint_file(script).findings if f.rule == "collective-in-rank-branch"]
+    assert found == [(None, 12)]
+
+
+def test_collective_in_a_module_function_called_on_every_rank_is_quiet(tmp_path):
+    """The same evaluation on every rank, the print alone under the test."""
+    everyone = ENGINE_MAIN.replace("    if dist.get_rank() == 0:\n        print(evaluate(model.module, torch.ones(2, 4)))",
+                                   "    val = evaluate(model.module, torch.ones(2, 4))\n"
+                                   "    if dist.get_rank() == 0:\n        print(val)")
+    script = _write(tmp_path / "f", {"train.py": everyone, "engine.py": ENGINE})
+    from ddplab.diagnose.lint import lint_file
+    assert "collective-in-rank-branch" not in [f.rule for f in lint_file(script, show_all=True).findings]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
@@ -216,6 +216,36 @@ def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[
     return spans
 
 
+def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: list[Path]) -> None:
+    """`if is_main_process(): stats = evaluate(...)` in the script, where evaluate (in another module) runs an
+    all_reduce: every call of that function is under a rank test, so the collective runs on those ranks only.
+    Reported at the script's guarded call."""
+    for path, reader in readers.items():
+        if path in entries:
+            continue
+        for call in reader.calls:
+            if not reader.is_collective(call) or any(g.kind != "single" for g in reader.guards(call)):
+                continue
+            func = reader.enclosing_function(call)
+            if func is None:
+                continue
+            sites = [(w, s) for w, s in callers.sites(path, func) if w != path]
+            if not sites or any(w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"})
+                                for w, s in sites):
+                continue
+            for where, site in sites:
+                guards = [g for g in readers[where].guards(site) if g.kind != "single"]
+                if not guards:
+                    continue
+                name = reader.callee_last(call)
+                readers[where].add(site, "collective-in-rank-branch", ERROR,
+                                   f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
+                                   f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
+                                   f"on line {guards[0].node.lineno}): the others never join it and it hangs",
+                                   f"call {func.name}() on every rank, outside the rank test; keep only the "
+                                   "printing/saving inside")
+
+
 def _function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -247,6 +277,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     backend = backend_line = None
     readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
     callers = Callers(readers, project.entries)
+    _collectives_behind_guarded_calls(readers, callers, project.entries)
     for path, tree in project.trees.items():
         checks = readers[path]
         checks.run()
