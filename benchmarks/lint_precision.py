@@ -70,7 +70,10 @@ SCRIPTS = [
     Script("hongxin_ddp_launch.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
            "single-machine-and-multi-GPU-DistributedDataParallel-launch.py @ 595c750f", "held-out-1",
            {(38, "nccl-hardcoded"), (38, "no-destroy"), (131, "save-ddp-state-dict")},
-           new={(95, "shared-path-write"), (96, "shared-path-write")}),
+           new={(95, "shared-path-write"), (96, "shared-path-write"),
+                # test(): loss and correct summed over the test loader's DistributedSampler shard, accuracy divided by
+                # the whole dataset's size, shown by print_only_rank0 (rank 0 only): 1/N of the accuracy
+                (82, "unreduced-metric")}),
     Script("jayroxis_demo.py", "jayroxis/pytorch-DDP-tutorial demo.py @ 16d99b4f", "held-out-2", set()),
     Script("kaiizhang_mnist_env.py", "KaiiZhang/DDP-Tutorial codes/mnist-env.py @ 4d93af5e", "held-out-2",
            {(86, "nccl-hardcoded")},
@@ -85,18 +88,27 @@ SCRIPTS = [
     Script("hongxin_ddp_mp.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
            "single-machine-and-multi-GPU-DistributedDataParallel-mp.py @ 655ec2c9", "held-out-3",
            {(22, "nccl-hardcoded"), (22, "no-destroy"), (133, "save-ddp-state-dict")},
-           new={(97, "shared-path-write"), (98, "shared-path-write")}),
+           new={(97, "shared-path-write"), (98, "shared-path-write"),
+                # test(): loss and correct summed over the test loader's DistributedSampler shard, accuracy divided by
+                # the whole dataset's size, shown by print_only_rank0 (rank 0 only): 1/N of the accuracy (as launch)
+                (66, "unreduced-metric")}),
     Script("ddiyoung_train.py", "ddiyoung-x4/pytorch-DDP-tutorial train.py @ dd331734", "held-out-3",
            {(131, "loader-without-sampler"), (168, "loader-without-sampler"), (223, "save-ddp-state-dict"),
             (374, "nccl-hardcoded"), (374, "no-destroy"), (410, "unguarded-save")},
            new={(132, "shared-path-write"), (187, "global-rank-device-ids"), (335, "global-rank-device-ids"),
-                (336, "global-rank-device-ids"), (380, "global-rank-device-ids")}),
+                (336, "global-rank-device-ids"), (380, "global-rank-device-ids"),
+                # rank 0 (print filter: local_rank == 0) prints the epoch's loss/top-1 from its own AverageMeters,
+                # over its DistributedSampler shard on the first dataset branch: counted as distribuuuu_slurm in
+                # lint_heldout and swav in lint_heldout3 (a rank-0 print of its own running train loss)
+                (298, "unreduced-metric")}),
     Script("rentainhe_distributed.py", "rentainhe/pytorch-distributed-training distributed.py @ 007b7581",
            "held-out-4", {(42, "nccl-hardcoded"), (42, "no-destroy")}),
     Script("hongxin_ddp_slurm.py", "HongxinXiang/pytorch-multi-GPU-training-tutorial "
            "single-machine-and-multi-GPU-DistributedDataParallel-slurm.py @ 860b1eb3", "held-out-4",
            {(46, "nccl-hardcoded"), (46, "no-destroy"), (139, "save-ddp-state-dict")},
-           new={(103, "shared-path-write"), (104, "shared-path-write")}),
+           new={(103, "shared-path-write"), (104, "shared-path-write"),
+                # test() as in launch: a shard's sums shown by print_only_rank0 as the whole test set's accuracy
+                (90, "unreduced-metric")}),
 ]
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import DDP_NAMES, Facts, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.diagnose.lint.rules import Checks
+from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
@@ -116,7 +116,62 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+    facts.buffer_classes = _buffer_classes(readers)
+    facts.print_installers = _print_installers(readers)
     return facts
+
+
+def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
+    """`node` sits under an `if` (or a conditional expression) inside `stop`."""
+    parent = reader.parent.get(node)
+    while parent is not None and parent is not stop:
+        if isinstance(parent, (ast.If, ast.IfExp)):
+            return True
+        parent = reader.parent.get(parent)
+    return False
+
+
+def _print_installers(readers: list) -> set[str]:
+    """Functions that install the print filter (`builtins.print = ...`), or call one that does."""
+    calls: dict[str, set[str]] = {}
+    found: set[str] = set()
+    for reader in readers:
+        for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):
+            calls.setdefault(func.name, set()).update(reader.callee_last(c) for c in ast.walk(func)
+                                                       if isinstance(c, ast.Call))
+            if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                                     reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                                     for t in n.targets) for n in ast.walk(func)):
+                found.add(func.name)
+    for _ in range(4):
+        grown = {name for name, called in calls.items() if called & found} - found
+        if not grown:
+            break
+        found |= grown
+    return found
+
+
+def _buffer_classes(readers: list) -> set[str]:
+    """Classes of the project whose modules hold buffers: a BatchNorm layer or register_buffer in the class, a
+    torchvision network with BatchNorm, or another such class of the project (`class Net: self.block = Block()`)."""
+    uses: dict[str, set[str]] = {}
+    buffered: set[str] = set()
+    for reader in readers:
+        for cls in (n for n in reader.nodes if isinstance(n, ast.ClassDef)):
+            calls = [c for c in ast.walk(cls) if isinstance(c, ast.Call)]
+            uses.setdefault(cls.name, set()).update(reader.callee_last(c) for c in calls)
+            # a buffer made only under a condition (nanoGPT: `if not self.flash: self.register_buffer(...)`, no
+            # buffer on torch >= 2) is no evidence
+            if any((BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
+                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)))
+                   and not _conditional(reader, c, cls) for c in calls):
+                buffered.add(cls.name)
+    for _ in range(4):  # a class built from buffered classes holds their buffers
+        grown = {name for name, called in uses.items() if called & buffered} - buffered
+        if not grown:
+            break
+        buffered |= grown
+    return buffered
 
 
 def _references(tree: ast.Module) -> dict[str, list[int]]:
@@ -161,6 +216,36 @@ def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[
     return spans
 
 
+def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: list[Path]) -> None:
+    """`if is_main_process(): stats = evaluate(...)` in the script, where evaluate (in another module) runs an
+    all_reduce: every call of that function is under a rank test, so the collective runs on those ranks only.
+    Reported at the script's guarded call."""
+    for path, reader in readers.items():
+        if path in entries:
+            continue
+        for call in reader.calls:
+            if not reader.is_collective(call) or any(g.kind != "single" for g in reader.guards(call)):
+                continue
+            func = reader.enclosing_function(call)
+            if func is None:
+                continue
+            sites = [(w, s) for w, s in callers.sites(path, func) if w != path]
+            if not sites or any(w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"})
+                                for w, s in sites):
+                continue
+            for where, site in sites:
+                guards = [g for g in readers[where].guards(site) if g.kind != "single"]
+                if not guards:
+                    continue
+                name = reader.callee_last(call)
+                readers[where].add(site, "collective-in-rank-branch", ERROR,
+                                   f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
+                                   f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
+                                   f"on line {guards[0].node.lineno}): the others never join it and it hangs",
+                                   f"call {func.name}() on every rank, outside the rank test; keep only the "
+                                   "printing/saving inside")
+
+
 def _function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -192,6 +277,7 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     backend = backend_line = None
     readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
     callers = Callers(readers, project.entries)
+    _collectives_behind_guarded_calls(readers, callers, project.entries)
     for path, tree in project.trees.items():
         checks = readers[path]
         checks.run()

@@ -9,7 +9,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.diagnose.lint.reading import ANY_RANK0, ScriptReader, const_str, keyword
+from ddplab.diagnose.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, keyword
+from ddplab.diagnose.lint.reading import _walk_same_function as ScriptReader_walk
+
+CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
 MAX_DEPTH = 6
 
@@ -61,14 +64,58 @@ class Callers:
         sites = self.sites(path, func)
         if not sites:
             return None
-        for _, call in sites:
+        for where, call in sites:
             value = keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
             if value is None:
                 continue  # the parameter's default
-            if any(isinstance(n, ast.Name) and not isinstance(self._parent_of(n), (ast.Attribute, ast.Subscript))
-                   for n in ast.walk(value)):
+            if not self._same_everywhere(self.readers[where], value, call):
                 return True
         return False
+
+    def _same_everywhere(self, reader: ScriptReader, value: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+        """`value` is the same on every rank, by data flow in the caller's function: each name in it is assigned
+        there (before `at`) only from config fields (`args.result_path`), constants, and calls of rank-free
+        arguments (`os.path.join(...)`, a project helper `setup_logging(save_path=..., run_name=...)` whose body
+        draws no rank, process id, uuid or clock). A parameter of the caller, a rank, a fresh name: not known."""
+        if depth > 3:
+            return False
+        func = reader.enclosing_function(at)
+        for n in ast.walk(value):
+            if isinstance(n, ast.Call) and not self._call_same_everywhere(reader, n):
+                return False
+            if isinstance(n, (ast.Name, ast.Attribute)) and reader.rank_kind(n):
+                return False
+            if not isinstance(n, ast.Name):
+                continue
+            parent = reader.parent.get(n)
+            if isinstance(parent, ast.Call) and parent.func is n:
+                continue  # the callee: judged as a call
+            assigned = [a for a in ScriptReader_walk(func.body) if isinstance(a, ast.Assign) and a.lineno < at.lineno
+                        and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)] if func else []
+            if assigned:
+                if not all(self._same_everywhere(reader, a.value, a, depth + 1) for a in assigned):
+                    return False
+            elif not (isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is n):
+                return False  # a bare parameter of the caller, or a name lint cannot follow
+        return True
+
+    def _call_same_everywhere(self, reader: ScriptReader, call: ast.Call) -> bool:
+        name = reader.callee_last(call)
+        if name in UNIQUE_NAMES or name in CLOCK_NAMES or reader.rank_kind(call):
+            return False
+        if not hasattr(self, "_defs"):
+            self._defs: dict[str, list] = {}
+            for p, r in self.readers.items():
+                for f in r.nodes:
+                    if isinstance(f, ast.FunctionDef):
+                        self._defs.setdefault(f.name, []).append((p, f))
+        for p, f in self._defs.get(name, []):  # a project helper: its own body must draw nothing per process
+            r = self.readers[p]
+            if any(isinstance(c, ast.Call) and (r.callee_last(c) in UNIQUE_NAMES | CLOCK_NAMES or r.rank_kind(c))
+                   for c in ast.walk(f)) or any(isinstance(x, (ast.Name, ast.Attribute)) and r.rank_kind(x)
+                                                for x in ast.walk(f)):
+                return False
+        return True
 
     def _parent_of(self, node: ast.AST) -> ast.AST | None:
         return next((r.parent[node] for r in self.readers.values() if node in r.parent), None)

@@ -7,6 +7,7 @@ Each check reads the script through ScriptReader (reading.py); Checks (rules.py)
 from __future__ import annotations
 
 import ast
+import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
                                          keyword, last)
@@ -14,6 +15,9 @@ from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
+STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|num_updates|updates)$")
+AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
+TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 from ddplab.diagnose.lint.result import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
@@ -183,16 +187,44 @@ class MultiGpuChecks(ScriptReader):
             return const_str(expr.slice) in GLOBAL_ENV and "environ" in dotted(expr.value)
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
             scope = self.enclosing_function(expr) if isinstance(expr, ast.Name) else None
-            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                      and any(dotted(t) == dotted(expr) for t in n.targets)]
-            values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                       for t, v in _pairs(n) if dotted(t) == dotted(expr)]
-            return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+            memo = self.__dict__.setdefault("_global_memo", {})
+            key = (id(scope), dotted(expr), depth)
+            if key not in memo:
+                memo[key] = False  # a cycle (x = f(x)) finds nothing new
+                memo[key] = self._global_name(expr, scope, depth)
+            return memo[key]
         return False
 
+    def _global_name(self, expr: ast.AST, scope: ast.AST | None, depth: int) -> bool:
+        """Every assignment of the name (in its function, or anywhere for an attribute) is a global rank."""
+        values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                  and any(dotted(t) == dotted(expr) for t in n.targets)]
+        values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
+                   for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+        return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+
+    def _given_global(self, pick: ast.AST) -> bool:
+        """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
+        the global rank by data flow: the parameter is the global rank."""
+        if not isinstance(pick, ast.Name):
+            return False
+        func = self.enclosing_function(pick)
+        if func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        if pick.id not in params or any(isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets)
+                                        for n in ast.walk(func)):
+            return False
+        index = params.index(pick.id) - (1 if params[:1] == ["self"] else 0)
+        sites = self.call_sites(func)
+        given = [keyword(c, pick.id) or (c.args[index] if 0 <= index < len(c.args) else None) for c in sites]
+        return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
+
     def check_global_rank_device(self) -> None:
+        later = []  # .to(rank), torch.device(f"cuda:{rank}"): reported only for a rank no other use shows
+        shown: set[str] = set()
         for call in self.calls:
-            picks = []
+            picks, fallback = [], False
             ids = keyword(call, "device_ids")
             if self.callee_last(call) in DDP_NAMES and isinstance(ids, (ast.List, ast.Tuple)):
                 picks = list(ids.elts)
@@ -202,13 +234,28 @@ class MultiGpuChecks(ScriptReader):
                 picks = [call.args[0]]
             elif self.callee(call) == "torch.device" and len(call.args) == 2:
                 picks = [call.args[1]]
+            elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
+                picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
+                    else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
+                fallback = True
             for pick in picks:
-                if self._global_by_flow(pick):
-                    self.add(call, "global-rank-device-ids", ERROR,
-                             "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
-                             "GPUs are 0-7 (invalid device ordinal)",
-                             "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
+                if self._global_by_flow(pick) or self._given_global(pick):
+                    if fallback:
+                        later.append((call, dotted(pick)))
+                    else:
+                        shown.add(dotted(pick))
+                        self._report_global_device(call)
                     break
+        for call, name in later:
+            if name not in shown:
+                shown.add(name)
+                self._report_global_device(call)
+
+    def _report_global_device(self, call: ast.Call) -> None:
+        self.add(call, "global-rank-device-ids", ERROR,
+                 "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
+                 "GPUs are 0-7 (invalid device ordinal)",
+                 "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
@@ -220,7 +267,7 @@ class MultiGpuChecks(ScriptReader):
                       and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
         for func in candidates:
             body = func.body
-            if any(any(w in self.callee_last(c).lower() for w in REDUCERS) for c in _same_scope(body)
+            if any(self._reduces(c) for c in _same_scope(body)
                    if isinstance(c, ast.Call)):
                 continue
             summed = self._summed_over_batches(body)
@@ -234,21 +281,157 @@ class MultiGpuChecks(ScriptReader):
         """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
         from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
+        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+
+        in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
+                    self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+        def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
+            return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
+                       self._reduces(x) for x in ast.walk(value))
+
+        lists = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and (
+            isinstance(n.value, ast.List) and not n.value.elts or isinstance(n.value, ast.Call) and
+            dotted(n.value.func) == "list" and not n.value.args) for t in n.targets if isinstance(t, ast.Name)}
+
+        def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
+            return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
+                       self.callee_last(x) in TIMERS for x in ast.walk(value))
+
         for node in _same_scope(body):
-            if isinstance(node, (ast.For, ast.AsyncFor)) and self._over_batches(node.iter):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and (self._over_batches(node.iter) or
+                                                              self._draws_batches(node)):
                 for sub in _same_scope(node.body):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                            isinstance(sub.target, ast.Name):
+                            isinstance(sub.target, ast.Name) and not timed(sub.value) and not whole(sub.value):
                         accumulated.setdefault(sub.target.id, node)
+                    elif isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
+                            isinstance(sub.target, ast.Attribute) and dotted(sub.target.value) == "self" and \
+                            not timed(sub.value) and not whole(sub.value):
+                        accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
+                    elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
+                        accumulated.setdefault(sub.func.value.id, node)
+                    elif isinstance(sub, ast.Call) and _method(sub) == "append" and sub.args and \
+                            isinstance(sub.func.value, ast.Name) and sub.func.value.id in lists and \
+                            not timed(sub.args[0]) and not whole(sub.args[0]):
+                        accumulated.setdefault(sub.func.value.id, node)  # losses.append(loss.item())
+        for name in self._step_counters(body) & accumulated.keys():
+            del accumulated[name]
         for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    isinstance(node.targets[0], ast.Name) and not isinstance(self.parent.get(node), (
-                        ast.For, ast.AsyncFor)):
-                grown = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in accumulated
-                         and n.id not in reduced]
-                if grown and not isinstance(node.value, ast.Call):
+                    isinstance(node.targets[0], ast.Name):
+                grown = [dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))
+                         and dotted(n) in accumulated and dotted(n) not in reduced
+                         and not self._within(node, accumulated[dotted(n)])]  # after its loop, not in it
+                if grown and (not isinstance(node.value, ast.Call) or self.callee_last(node.value) in AGGREGATES) \
+                        and not timed(node.value):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
+
+    def _only_as_rate(self, report: ast.Call, name: str, body: list[ast.stmt]) -> bool:
+        """`steps / (time.time() - start)` in the report: a speed, not a metric of the data; or a count only ever
+        dividing (`total / n`): what is divided decides."""
+        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+        uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
+        rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and any(
+            isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and self.callee_last(x) in TIMERS
+            for x in ast.walk(b.right))]
+        divisors = [b.right for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)]
+        # `running.item() / (n * world_size)`: a count in the divisor; the numerator says whether it is whole
+        return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) or
+                                  any(u in ast.walk(d) for d in divisors) for u in uses)
+
+    def _step_counters(self, body: list[ast.stmt]) -> set[str]:
+        """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
+        (`train_steps % log_every == 0`), as a logger's step (`add_scalar(tag, value, iters)`, `step=it`), or named
+        as one (`self.step`, `global_step`, `iters`). They count this rank's steps, the same on every rank: no
+        metric of a shard."""
+        grown: dict[str, bool] = {}
+        indexed: set[str] = set()
+        for n in _same_scope(body):
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, (ast.Name, ast.Attribute)):
+                key = dotted(n.target)
+                grown[key] = grown.get(key, True) and isinstance(n.value, ast.Constant)
+                if STEP_NAMES.search(last(key)):
+                    indexed.add(key)  # `self.step += 1`, `global_step += 1`: named as a step count
+            elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Name):
+                indexed.add(n.left.id)
+            elif isinstance(n, ast.Call):
+                indexed |= {k.value.id for k in n.keywords if k.arg in ("step", "global_step", "iteration")
+                            and isinstance(k.value, ast.Name)}
+                if _method(n) in ("add_scalar", "add_scalars", "add_image", "add_figure") and len(n.args) > 2 \
+                        and isinstance(n.args[2], ast.Name):
+                    indexed.add(n.args[2].id)
+        return {name for name, constant in grown.items() if constant} & indexed
+
+    def _reduces(self, call: ast.Call) -> bool:
+        """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
+        which waits for this process's own GPU and exchanges nothing."""
+        name = self.callee_last(call).lower()
+        if name == "synchronize" and any(w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm",
+                                                                                    "accelerator", "device")):
+            return False
+        return any(w in name for w in REDUCERS)
+
+    def _draws_batches(self, loop: ast.AST) -> bool:
+        """`for _ in range(steps): x, y = val_loader.next_batch()` (or `next(train_iter)` of a loader): each
+        iteration takes this rank's next batch, as `for x in loader` does."""
+        for c in _same_scope(loop.body):
+            if not isinstance(c, ast.Call):
+                continue
+            source = c.func.value if isinstance(c.func, ast.Attribute) and any(
+                w in c.func.attr.lower() for w in ("next", "batch")) else (
+                c.args[0] if self.callee(c) == "next" and c.args else None)
+            if isinstance(source, (ast.Name, ast.Attribute)) and self._over_batches(source):
+                return True
+        return False
+
+    def _loader_from_rank(self, loop: ast.AST) -> bool:
+        """The loop's loader is built with the rank (`DistributedDataLoader(path, B, T, ddp_rank, world)`): each
+        rank reads its own part, as with a DistributedSampler."""
+        names = {dotted(n) for n in ast.walk(loop) if isinstance(n, (ast.Name, ast.Attribute))
+                 and self._over_batches(n)} - {""}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                    any(dotted(t) in names for t in n.targets) and \
+                    any(isinstance(a, (ast.Name, ast.Attribute, ast.Call)) and self.rank_kind(a)
+                        for a in [*n.value.args, *(k.value for k in n.value.keywords)]):
+                return True
+        return False
+
+    @property
+    def _rank0_printers(self) -> set[str]:
+        """This file's functions that print only under a rank-0 test (`def print0(s): if rank == 0: print(s)`)."""
+        if not hasattr(self, "_printers0"):
+            self._printers0 = {self.enclosing_function(c).name for c in self.calls_by_name.get("print", [])
+                               if self.enclosing_function(c) is not None and any(
+                                   g.rank0 for g in self.guards(c))}
+        return self._printers0
+
+    def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
+        """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
+        a sum over this rank's batches kept in an object. A timer (`batch_time.update(time.time() - end)`) is no
+        metric, and a value that comes out of a reducer (`reduced = reduce_tensor(loss)`) is already the whole."""
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "update" and
+                isinstance(call.func.value, ast.Name) and call.args):
+            return False
+        meter = call.func.value.id
+        made = [n.value for n in _same_scope(body) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name) and n.targets[0].id == meter]
+        if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
+            return False
+        given = call.args[0]
+        if any(isinstance(n, ast.Call) and self.callee_last(n) in CLOCK_CALLS for n in ast.walk(given)):
+            return False
+        names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
+        for n in _same_scope(body):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets) and \
+                    any(isinstance(c, ast.Call) and self._reduces(c)
+                        for c in ast.walk(n.value)):
+                return False
+        return True
 
     def check_unreduced_metric(self) -> None:
         """A count or sum accumulated over this rank's shard (here, or by a function that returns it), reported
@@ -256,12 +439,14 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS]
+        printers0 = self._rank0_printers
+        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS or
+                   self.callee(c) in printers0]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
             calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
-            reducers = [c for c in calls if any(w in self.callee_last(c).lower() for w in REDUCERS)]
+            reducers = [c for c in calls if self._reduces(c)]
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
@@ -276,30 +461,39 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in REPORTS):
+                if not (self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0):
                     continue
-                if not self.runs_on_rank0_only(call, frozenset({"global", "local", "device"})):
+                if not (self.callee(call) in printers0 or
+                        self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
                     continue
-                names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in accumulated} - reduced
-                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])}
+                names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
+                         and dotted(n) in accumulated} - reduced
+                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])
+                         and not self._only_as_rate(call, n, body)}
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
                     where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
                         f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
+                    own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
                     self.add(call, "unreduced-metric", WARNING,
                              f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
                              f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
                              "dist.all_reduce(t), then report from t",
-                             sure=sharded, why="the loader's DistributedSampler gives each rank its own shard"
-                             if sharded else "no DistributedSampler seen: the loader may read the whole dataset")
+                             sure=own_part, why="the loader's DistributedSampler (or the rank it is built with) "
+                             "gives each rank its own shard" if own_part else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
         **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
         whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        if isinstance(loop, ast.Assign) and isinstance(loop.value, ast.Call):
+            # acc = evaluate(model, test_loader): the helper's sum is over the loader this call hands it
+            given = [a for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
+                     if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)]
+            return bool(given) and all(self._built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
         loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
@@ -369,18 +563,33 @@ class MultiGpuChecks(ScriptReader):
     def _flows_into(self, reducers: list[ast.Call], body: list[ast.stmt]) -> set[str]:
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
         dist.all_reduce(t))."""
-        given = {n.id for c in reducers for n in ast.walk(c) if isinstance(n, ast.Name)}
+        given = {dotted(n) for c in reducers for n in ast.walk(c) if isinstance(n, (ast.Name, ast.Attribute))}
         for node in _same_scope(body):
             if isinstance(node, ast.Assign) and any(dotted(t) in given for t in node.targets):
-                given |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                given |= {dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))}
         return given
 
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and ("loader" in last(dotted(n)).lower() or
-                                                                  "batches" in last(dotted(n)).lower() or
-                                                                  dotted(n) in self._with_sampler)
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and (self._loader_named(n) or
+                                                                  dotted(n) in self._with_sampler or
+                                                                  dotted(n) in self._loader_streams)
                    for n in ast.walk(it))
+
+    @staticmethod
+    def _loader_named(n: ast.AST) -> bool:
+        name = last(dotted(n)).lower()
+        return "loader" in name or "batches" in name
+
+    @property
+    def _loader_streams(self) -> set[str]:
+        """Names made from a loader by a call (`data = cycle(train_loader)`, `it = iter(loader)`, an endless
+        generator): what they yield are the loader's batches."""
+        if not hasattr(self, "_streams"):
+            self._streams = {dotted(t) for n in self.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                             and any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
+                                     for a in n.value.args) for t in n.targets} - {""}
+        return self._streams
 
     @property
     def _with_sampler(self) -> set[str]:
@@ -560,6 +769,11 @@ class MultiGpuChecks(ScriptReader):
             if not any(w in last(target).lower() for w in SCALED):
                 continue
             found = direction(value)
+            if found is None and isinstance(value, ast.Call):
+                # lr = get_lr(args, world_size) with `def get_lr(args, ws): return args.lr * ws`: scaled in the helper
+                found = next((d for f in self.nodes if isinstance(f, ast.FunctionDef) and
+                              f.name == self.callee_last(value) for r in ast.walk(f) if isinstance(r, ast.Return)
+                              and r.value is not None and (d := direction(r.value)) is not None), None)
             if found is None:
                 continue
             way, rest = found
@@ -586,13 +800,43 @@ class MultiGpuChecks(ScriptReader):
                 test = self.rank_test(node.test)
                 if test is None or isinstance(node.body[-1], ast.Continue):
                     continue
-                sync = syncs[0]
-                self.add(node.body[-1], "rank0-early-exit", ERROR,
-                         f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
-                         f"{node.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
-                         "they wait for it until the timeout (or crash when it exits)",
-                         "decide to stop on every rank: compute the decision on rank 0, broadcast it "
-                         "(dist.broadcast_object_list), then break on all ranks together")
+                self._report_early_exit(node.body[-1], node, test, syncs[0])
+            # `if rank == 0: ... if val < best: ... else: break`: the exit sits deeper under the rank test
+            for leave in _same_scope(loop.body, into_loops=True):
+                if not (isinstance(leave, (ast.Break, ast.Return)) or isinstance(leave, ast.Expr) and
+                        isinstance(leave.value, ast.Call) and last(dotted(leave.value.func)) in ("exit", "_exit")):
+                    continue
+                if isinstance(leave, ast.Break) and self._own_loop(leave) is not loop:
+                    continue
+                inside = [g for g in self.guards(leave) if g.kind != "single" and self._within(g.node, loop)]
+                if inside and self.enclosing_function(leave) is self.enclosing_function(loop):
+                    guard = inside[0]
+                    self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0])
+
+    def _own_loop(self, node: ast.AST) -> ast.AST | None:
+        parent = self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef,
+                                                             ast.AsyncFunctionDef)):
+            parent = self.parent.get(parent)
+        return parent
+
+    def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
+        parent = self.parent.get(node)
+        while parent is not None:
+            if parent is ancestor:
+                return True
+            parent = self.parent.get(parent)
+        return False
+
+    def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
+        if any(f.rule == "rank0-early-exit" and f.line == getattr(leave, "lineno", 0) for f in self.findings):
+            return
+        self.add(leave, "rank0-early-exit", ERROR,
+                 f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
+                 f"{where.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
+                 "they wait for it until the timeout (or crash when it exits)",
+                 "decide to stop on every rank: compute the decision on rank 0, broadcast it "
+                 "(dist.broadcast_object_list), then break on all ranks together")
 
 
 SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
@@ -628,3 +872,14 @@ def _pairs(assign: ast.Assign):
         if isinstance(target, ast.Tuple) and isinstance(assign.value, ast.Tuple) and \
                 len(target.elts) == len(assign.value.elts):
             yield from zip(target.elts, assign.value.elts)
+
+
+def _cuda_index(arg: ast.AST) -> list[ast.AST]:
+    """The index in f"cuda:{i}" (or "cuda:" + str(i)): what torch.device / .to() is given as the GPU."""
+    if isinstance(arg, ast.JoinedStr):
+        text = "".join(v.value for v in arg.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        if text.rstrip().endswith("cuda:") or text == "cuda:":
+            return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and const_str(arg.left) == "cuda:":
+        return [arg.right]
+    return []

@@ -121,6 +121,8 @@ class Facts:
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
+    print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
+    buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     unread: list = field(default_factory=list)  # project files that could not be read
 
 

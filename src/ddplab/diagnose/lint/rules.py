@@ -179,6 +179,8 @@ class Checks(MultiGpuChecks):
             return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
         if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
             return self._backend_value(node.args[0], depth + 1)
+        if (chosen := _by_platform(node)) is not None:
+            return self._backend_value(chosen, depth + 1)
         value = self._default_never_overridden(node) or self._assigned_literal(node)
         if value is None and isinstance(node, ast.Name):
             held = self._module_constant(node.id)
@@ -208,6 +210,8 @@ class Checks(MultiGpuChecks):
         scope = scope or self.tree
         values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
                   and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
+        if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
+            return const_str(chosen)
         return const_str(values[0]) if len(values) == 1 else None
 
     def _default_never_overridden(self, name: ast.AST | None) -> str | None:
@@ -245,18 +249,36 @@ class Checks(MultiGpuChecks):
             n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
             "distributed"]) for n in ast.walk(node))
 
-    def _cuda_checked(self, call: ast.Call) -> bool:
+    def _cuda_checked(self, call: ast.Call, depth: int = 0) -> bool:
+        """A CUDA check decides whether `call` runs: an enclosing `if torch.cuda.is_available()`, an assert or an
+        exit on it in the same function, or the same in every caller of that function in this file (`assert
+        torch.cuda.is_available()` in main, then `setup()`)."""
+        if self._cuda_checked_here(call) if depth == 0 else self._cuda_checked_here(call, strict=True):
+            return True
+        func = self.enclosing_function(call)
+        if func is None or depth > 2 or func.name in self.passed:
+            return False
+        sites = self.call_sites(func)
+        return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
+
+    def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
+        """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
+        there checks the GPU count the scheduler gave, not that there are GPUs."""
+        def check(test: ast.AST) -> bool:
+            return self._mentions_cuda_check(test) and (not strict or any(
+                isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test)))
+
         parent = self.parent.get(call)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and self._mentions_cuda_check(parent.test):
+            if isinstance(parent, (ast.If, ast.IfExp)) and check(parent.test):
                 return True
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
         scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
-            if isinstance(node, ast.Assert) and self._mentions_cuda_check(node.test):
+            if isinstance(node, ast.Assert) and check(node.test):
                 return True
-            if isinstance(node, ast.If) and self._mentions_cuda_check(node.test) and (
+            if isinstance(node, ast.If) and check(node.test) and (
                     _exits(node.body) or _exits(node.orelse) or self._chain_ends_in_exit(node)):
                 return True
         return False
@@ -377,6 +399,30 @@ class Checks(MultiGpuChecks):
                      "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
                      "epoch the same way",
                      "call sampler.set_epoch(epoch) at the start of every epoch")
+        elif (restart := self._endless_pass()) is not None:
+            shuffled = [c for c in samplers if not (isinstance(keyword(c, "shuffle"), ast.Constant)
+                                                    and keyword(c, "shuffle").value is False)]
+            if shuffled:
+                self.add(shuffled[0], "sampler-no-set-epoch", WARNING,
+                         f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
+                         "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
+                         "pass shuffles the same way",
+                         "count the passes and call sampler.set_epoch(n) before each one")
+
+    def _endless_pass(self) -> ast.While | None:
+        """`def cycle(dl): while True: for batch in dl: yield batch` (or the same loop inline): a loop over a loader
+        restarted by an outer loop that has no epoch counter: each restart is a new epoch for the sampler."""
+        for node in self.nodes:
+            if isinstance(node, ast.While) and any(
+                    isinstance(n, ast.For) and isinstance(n.iter, (ast.Name, ast.Attribute, ast.Call))
+                    for n in ast.walk(node) if n is not node):
+                inner = [n for n in ast.walk(node) if isinstance(n, ast.For)]
+                func = self.enclosing_function(node)
+                params = {a.arg for a in func.args.args} if func is not None else set()
+                if any(isinstance(n.iter, ast.Name) and n.iter.id in params or
+                       "loader" in dotted(n.iter).lower() for n in inner):
+                    return node
+        return None
 
     def _sampler_handed_over(self, samplers: list[ast.Call]) -> bool:
         """A sampler given to anything but a DataLoader (a checkpointer's epochs(), a trainer, a helper): what sets
@@ -416,7 +462,8 @@ class Checks(MultiGpuChecks):
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
                     if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
-                            owner not in self.loaded_into and not self._handed_to_loader(owner):
+                            owner not in self.loaded_into and not self._handed_to_loader(owner) and \
+                            not self._on_unwrapped_path(call, owner):
                         self.add(call, "save-ddp-state-dict", WARNING,
                                  f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
                                  "the file does not load into the plain model",
@@ -444,11 +491,12 @@ class Checks(MultiGpuChecks):
                          "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
         self._save_helper_sites()
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
-        if self.replaces_print_here() or self.facts.replaces_print:
-            return  # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter
+        # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter, once it
+        # is installed: a print earlier in the function that installs it (or calls what does) is not filtered
+        filtered = self.replaces_print_here() or self.facts.replaces_print
         prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
                          and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
-                         and not self._stdout_redirected(c)),
+                         and not self._stdout_redirected(c) and (not filtered or self._before_filter(c))),
                         key=lambda c: c.lineno)
         if prints:
             more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
@@ -457,6 +505,30 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    def _before_filter(self, call: ast.Call) -> bool:
+        """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a
+        call of a function that does): this print runs before it, on every rank."""
+        scope = self.enclosing_function(call)
+        if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self._ancestors(call, scope)):
+            return False  # module level (imports run first), or a loop that may come round after the install
+        installers = self.facts.print_installers
+        for n in _walk_same_function(scope.body):
+            if getattr(n, "lineno", 0) <= call.lineno:
+                continue
+            if isinstance(n, ast.Call) and self.callee_last(n) in installers:
+                return True
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                                 self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                                 for t in n.targets):
+                return True
+        return False
+
+    def _ancestors(self, node: ast.AST, stop: ast.AST):
+        parent = self.parent.get(node)
+        while parent is not None and parent is not stop:
+            yield parent
+            parent = self.parent.get(parent)
 
     def _prints(self, call: ast.Call) -> bool:
         """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
@@ -575,12 +647,40 @@ class Checks(MultiGpuChecks):
                          "the model sits on the default GPU, GPU 0 on every rank",
                          "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
 
+    def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
+        """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
+        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped."""
+        flags = set()
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
+                    isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES:
+                flags |= self._conditions(n)
+        if not flags:
+            return False
+        child, parent = node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, (ast.Name, ast.Attribute)) and \
+                    dotted(parent.test) in flags:
+                orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+                if child in orelse:
+                    return True
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, ast.UnaryOp) and \
+                    isinstance(parent.test.op, ast.Not) and dotted(parent.test.operand) in flags:
+                body = parent.body if isinstance(parent.body, list) else [parent.body]
+                if child in body:
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
     def check_collectives_in_rank_branches(self) -> None:
         for call in self.calls:
             if not self.is_collective(call):
                 continue
             name = self.callee_last(call)
-            for guard in (g for g in self.guards(call) if g.kind != "single"):
+            direct = [g for g in self.guards(call) if g.kind != "single"]
+            if not direct:
+                self._collective_in_guarded_helper(call, name)
+            for guard in direct:
                 paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
                              for branch in guard.other for n in ast.walk(branch)) or \
                     self._paired_elsewhere(call, name, guard)
@@ -591,6 +691,31 @@ class Checks(MultiGpuChecks):
                              "a collective needs every rank, so the others never join and it hangs",
                              f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
                     break
+
+    def _collective_in_guarded_helper(self, call: ast.Call, name: str, depth: int = 0,
+                                      func: ast.AST | None = None) -> None:
+        """`if rank == 0: val = evaluate(model)` where evaluate (or a helper it calls) runs all_reduce: the
+        collective runs on rank 0 only, reported at the guarded call."""
+        func = func or self.enclosing_function(call)
+        if func is None or depth > 3 or func.name in self.passed:
+            return
+        sites = self.call_sites(func)
+        if not sites or not all(self.runs_on_rank0_only(s, ANY_RANK0 - {"single"}) for s in sites):
+            return
+        for site in sites:
+            guards = [g for g in self.guards(site) if g.kind != "single"]
+            if not guards:
+                self._collective_in_guarded_helper(call, name, depth + 1, self.enclosing_function(site))
+                continue
+            if any(isinstance(n, ast.Call) and self.callee_last(n) == func.name
+                   for g in guards for branch in g.other for n in ast.walk(branch)):
+                continue  # the same helper on the other ranks' branch too
+            who = "rank 0" if guards[0].rank0 else "every rank but 0"
+            self.add(site, "collective-in-rank-branch", ERROR,
+                     f"{func.name}() runs {name} (line {call.lineno}) and is called on {who} only here (the "
+                     f"{guards[0].kind} rank test on line {guards[0].node.lineno}): a collective needs every rank, "
+                     "so the others never join and it hangs",
+                     f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside")
 
     def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
         """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
@@ -610,7 +735,8 @@ class Checks(MultiGpuChecks):
             isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
             for k in ("broadcast_buffers", "forward_sync_buffers"))]
         has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
-            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) for c in self.calls)
+            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) or
+            self.callee_last(c) in self.facts.buffer_classes for c in self.calls)  # a project class with BatchNorm
         if not syncs or not has_buffers:
             return
         for call in self.calls:
@@ -740,3 +866,24 @@ class Checks(MultiGpuChecks):
                          "all-reduces are wasted)",
                          "run the micro-steps but the last inside `with model.no_sync():` (or set "
                          "model.require_backward_grad_sync = is_last_micro_step before the forward)")
+
+
+PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}
+
+
+def _by_platform(node: ast.AST) -> ast.AST | None:
+    """`'gloo' if os.name == 'nt' else 'nccl'`: the branch a Linux machine takes when the choice is by operating
+    system only. An OS is no CUDA check: a Linux machine without GPUs still gets the other branch."""
+    if not isinstance(node, ast.IfExp):
+        return None
+    tested = {dotted(n) for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
+    if not tested or not all(any(t.startswith(p) for p in PLATFORM_TESTS) or any(p.startswith(t + ".") for p in
+                                                                                  PLATFORM_TESTS) for t in tested):
+        return None
+    if any(isinstance(n, ast.Name) and n.id not in ("os", "sys", "platform") for n in ast.walk(node.test)):
+        return None
+    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {"nt", "win", "win32", "Windows"}
+    if not windows:
+        return None
+    negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1
+    return node.body if negated else node.orelse  # the test is true on Windows unless negated
