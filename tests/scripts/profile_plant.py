@@ -12,6 +12,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group, as the template does (see its comment)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -86,6 +87,10 @@ def main():
     if args.time_from and rank == 0:
         timed = ends[args.time_from - 1:]
         print(f"plant-step-ms {1000 * (timed[-1] - timed[0]) / (len(timed) - 1):.3f}", flush=True)
+    # Leaving as `ddplab new`'s template does (its comments say why): together, DDP dropped before the group is
+    # destroyed; otherwise gloo's threads can outlive the interpreter and abort the exit (SIGABRT, seen under load).
+    dist.barrier()
+    del ddp, opt
     dist.destroy_process_group()
 
 
