@@ -1030,7 +1030,10 @@ _FAMILIES: tuple[Rule, ...] = (
             f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     _family("syncbn-api", "SyncBatchNorm rejected its input or setup",
             (r"torch-python:torch/nn/modules/batchnorm\.py",),
-            (),
+            # SyncBatchNorm._check_input_dim, every version: torch >= 1.6 "expected at least 2D input (got {}D
+            # input)"; torch 1.1-1.5 "expected at least 3D input (got {}D input)", which refused the (B, C) input
+            # of a converted BatchNorm1d (older prints lack the "(got ...)" tail)
+            (r"\bexpected at least [2-9]D input\b",),
             "SyncBatchNorm (or BatchNorm) rejected its input: a tensor of the wrong dimensionality or device, or "
             "SyncBatchNorm used outside a process group.",
             "Check the input's shape and device; use SyncBatchNorm only inside an initialised process group on GPU.",
