@@ -694,3 +694,14 @@ def test_syncbatchnorms_input_dimension_check_in_every_version():
     # the twin: a conv's own dimensionality message is not SyncBatchNorm's
     assert first_rule("RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of "
                       "size: [8]") != "syncbn-api"
+
+
+def test_an_nccl_symbol_the_loaded_libnccl_lacks():
+    # glibc dl-lookup.c "undefined symbol: %s" when libtorch_cuda.so needs an NCCL API an older libnccl found first
+    # lacks (two nvidia-nccl-cu* wheels in one environment); issue titles retell it without the colon
+    for text in ("ImportError: /venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+                 "ncclCommWindowRegister", "Importing torch results in undefined symbol ncclCommResume"):
+        assert first_rule(text) == "nccl-version-mismatch", text
+    # the twin: a CUDA runtime symbol is another library's mismatch
+    assert first_rule("ImportError: libtorch_cuda.so: undefined symbol: cudaGraphInstantiateWithFlags, version "
+                      "libcudart.so.11.0") != "nccl-version-mismatch"

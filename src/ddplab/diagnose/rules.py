@@ -669,8 +669,8 @@ _SPECIFIC: tuple[Rule, ...] = (
          r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
          # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
          # function the libnccl that was loaded does not have - an older NCCL found first (a second
-         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH)
-         r"undefined symbol: nccl[A-Z]\w*"),
+         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
+         r"undefined symbol:? nccl[A-Z]\w*"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
