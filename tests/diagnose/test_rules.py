@@ -678,3 +678,30 @@ def test_a_launchers_own_missing_variable_wording():
                 "https://www.colossalai.org/ for more information on launching with torch")
         assert first_rule(text) == "launcher-env-missing", text
     assert first_rule("Could not find 'model.safetensors' in the torch environment") != "launcher-env-missing"
+
+
+def test_syncbatchnorms_input_dimension_check_in_every_version():
+    # SyncBatchNorm._check_input_dim, made for real (torch >= 1.6: "expected at least 2D input (got 1D input)");
+    # torch 1.1-1.5 printed "expected at least 3D input (got 2D input)", refusing a converted BatchNorm1d's (B, C)
+    import torch
+    try:
+        torch.nn.SyncBatchNorm(4)(torch.zeros(4))
+    except ValueError as e:
+        real = f"ValueError: {e}"
+    assert first_rule(real) == "syncbn-api", real
+    for text in ("ValueError: expected at least 3D input (got 2D input)", "ValueError: expected at least 3D input"):
+        assert first_rule(text) == "syncbn-api", text
+    # the twin: a conv's own dimensionality message is not SyncBatchNorm's
+    assert first_rule("RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of "
+                      "size: [8]") != "syncbn-api"
+
+
+def test_an_nccl_symbol_the_loaded_libnccl_lacks():
+    # glibc dl-lookup.c "undefined symbol: %s" when libtorch_cuda.so needs an NCCL API an older libnccl found first
+    # lacks (two nvidia-nccl-cu* wheels in one environment); issue titles retell it without the colon
+    for text in ("ImportError: /venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+                 "ncclCommWindowRegister", "Importing torch results in undefined symbol ncclCommResume"):
+        assert first_rule(text) == "nccl-version-mismatch", text
+    # the twin: a CUDA runtime symbol is another library's mismatch
+    assert first_rule("ImportError: libtorch_cuda.so: undefined symbol: cudaGraphInstantiateWithFlags, version "
+                      "libcudart.so.11.0") != "nccl-version-mismatch"

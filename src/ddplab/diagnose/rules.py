@@ -669,8 +669,8 @@ _SPECIFIC: tuple[Rule, ...] = (
          r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
          # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
          # function the libnccl that was loaded does not have - an older NCCL found first (a second
-         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH)
-         r"undefined symbol: nccl[A-Z]\w*"),
+         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
+         r"undefined symbol:? nccl[A-Z]\w*"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
@@ -1030,7 +1030,10 @@ _FAMILIES: tuple[Rule, ...] = (
             f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     _family("syncbn-api", "SyncBatchNorm rejected its input or setup",
             (r"torch-python:torch/nn/modules/batchnorm\.py",),
-            (),
+            # SyncBatchNorm._check_input_dim, every version: torch >= 1.6 "expected at least 2D input (got {}D
+            # input)"; torch 1.1-1.5 "expected at least 3D input (got {}D input)", which refused the (B, C) input
+            # of a converted BatchNorm1d (older prints lack the "(got ...)" tail)
+            (r"\bexpected at least [2-9]D input\b",),
             "SyncBatchNorm (or BatchNorm) rejected its input: a tensor of the wrong dimensionality or device, or "
             "SyncBatchNorm used outside a process group.",
             "Check the input's shape and device; use SyncBatchNorm only inside an initialised process group on GPU.",
