@@ -113,7 +113,8 @@ def origin_itself(root: Failed, others_finished: bool) -> bool:
 def _consequence_patterns() -> list[re.Pattern]:
     from ddplab.diagnose.rules import RULES  # explain's knowledge of which errors follow another rank's failure
 
-    return [re.compile(p) for r in RULES if r.consequence for p in r.patterns]
+    # MULTILINE, as explain reads every rule: a pattern may be anchored to a line of the text ("^...")
+    return [re.compile(p, re.MULTILINE) for r in RULES if r.consequence for p in r.patterns]
 
 
 def exit_text(code: int | None) -> str:
