@@ -1114,3 +1114,20 @@ def test_collective_in_a_module_function_called_on_every_rank_is_quiet(tmp_path)
     script = _write(tmp_path / "f", {"train.py": everyone, "engine.py": ENGINE})
     from ddplab.diagnose.lint import lint_file
     assert "collective-in-rank-branch" not in [f.rule for f in lint_file(script, show_all=True).findings]
+
+
+# ------------------------------------------------------------------------------------------- spawn through a helper
+
+def test_the_main_block_that_hands_its_worker_to_a_project_spawner_runs_once(tmp_path):
+    from test_lint_project import found, write
+    utils = ("import torch.multiprocessing as mp\n\ndef run(fn, world_size):\n"
+             "    mp.spawn(fn, args=(world_size,), nprocs=world_size, join=True)\n")
+    train = ("import torch\nimport torch.distributed as dist\nimport utils\n\n"
+             "def worker(rank, world_size):\n"
+             "    dist.init_process_group('gloo', rank=rank, world_size=world_size)\n\n"
+             "if __name__ == '__main__':\n    print('starting')\n    utils.run(worker, 2)\n")
+    spawner = write(tmp_path / "a", {"train.py": train, "utils.py": utils})
+    assert not [f for f in found(spawner) if f[2] == "unguarded-print"]
+    # quiet twin the other way: the helper does not spawn, so the block runs on every launched rank
+    plain = write(tmp_path / "b", {"train.py": train, "utils.py": "def run(fn, world_size):\n    fn(0, world_size)\n"})
+    assert [f for f in found(plain) if f[2] == "unguarded-print"]

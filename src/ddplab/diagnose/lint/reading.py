@@ -497,6 +497,12 @@ class ScriptReader:
         return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
                    isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
 
+    def _hands_worker(self, block: ast.If) -> bool:
+        """The main block hands a function of this file to a project helper, and the project starts workers
+        (utils.run(worker, n) whose body is mp.spawn(run_fn, ...)): the block is the parent, one process."""
+        return self.facts.spawns and any(isinstance(a, ast.Name) and a.id in self.functions
+                                         for c in ast.walk(block) if isinstance(c, ast.Call) for a in c.args)
+
     def guards(self, node: ast.AST) -> list[_Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
         in a script that starts its own workers (mp.spawn), its `if __name__ == "__main__":` block runs once."""
@@ -511,7 +517,7 @@ class ScriptReader:
                     in_body = child in body
                     found.append(_Guard(test[0], test[1] if in_body else not test[1], parent,
                                         orelse if in_body else body))
-                elif self.spawns and _is_main_block(parent) and child in body:
+                elif _is_main_block(parent) and child in body and (self.spawns or self._hands_worker(parent)):
                     found.append(_Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and \
                         child in (orelse if launched else body):
