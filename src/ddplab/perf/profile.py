@@ -37,7 +37,7 @@ LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP af
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
 CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
-_COMPUTE_EXCESS = " (compute)"
+COMPUTE_PARTS = ("forward", "backward", "optimizer")  # a rank's own compute
 CONSISTENT = 0.8  # a straggler is the busiest rank in at least this share of the profiled steps
 MIN_SHARE = 0.05  # a cause worth less than this share of the step is not listed: below the run-to-run noise
 
@@ -130,7 +130,8 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     spans = {part: [_span(e) for e in events if test(e)] for part, test in names.items()}
     comm = [_span(e) for e in events if e["name"].startswith(("gloo:", "nccl:")) and e["tid"] != main]
     # DDP's end of backward counts as backward, but not while the all-reduces it waits for still run (exposed)
-    spans["backward"] += _subtract(_reducer_bursts(events, main, [x for part in names for x in spans[part]]), _union(comm))
+    bursts = _reducer_bursts(events, main, [x for part in names for x in spans[part]])
+    spans["backward"] += _subtract(bursts, _union(comm))
     syncs = [_span(e) for e in events if e["tid"] == main and _is_sync(e)]
     totals = dict.fromkeys(PARTS, 0.0)
     busy = []
@@ -283,7 +284,7 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         add("straggler", f"rank {slow} is slower than the others",
             f"the other rank(s) wait {wait:.2f} ms per step in communication for rank {slow}, whose "
             f"{LABELS[extra[0]]} takes {extra[1]:.2f} ms more than theirs"
-            + (_COMPUTE_EXCESS if extra[0] in ("forward", "backward", "optimizer") else ""),
+            + (" (compute)" if slow_part in COMPUTE_PARTS else ""),
             f"find what rank {slow} does that the others do not (code under `if rank == {slow}`, uneven data, "
             "logging or checkpointing on one rank, another process on its core or GPU) and spread or remove it",
             gain)
@@ -331,8 +332,7 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         # One cause, not two: a rank slower in its own compute on an oversubscribed machine (the OS shares the cores
         # unevenly between the ranks' threads), or slower in the host syncs every rank makes (printing on a busy
         # machine: whichever rank's output waits longer lags).
-        owner = ("threads" if by_key["straggler"].evidence.endswith(_COMPUTE_EXCESS) else
-                 "host_sync" if slow_part == "host_sync" else None)
+        owner = "threads" if slow_part in COMPUTE_PARTS else "host_sync" if slow_part == "host_sync" else None
         if owner in by_key:
             lagging, cause = by_key["straggler"], by_key[owner]
             out.remove(lagging)
