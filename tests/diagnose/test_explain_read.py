@@ -448,10 +448,10 @@ def test_ranking_by_mechanism_when_a_rule_says(monkeypatch):
     before = [m.rule for m in explain_text(log).matches]
     assert before == ["nccl-not-built", "peer-closed"]
     compiled = []
-    for rule, patterns in explain_module._COMPILED:
+    for rule, patterns in explain_module.COMPILED:
         kind = "difference" if rule.id == "peer-closed" else rule.mechanism
         compiled.append((replace(rule, mechanism=kind), patterns))
-    monkeypatch.setattr(explain_module, "_COMPILED", compiled)
+    monkeypatch.setattr(explain_module, "COMPILED", compiled)
     after = explain_text(log).matches
     assert [m.rule for m in after] == ["peer-closed", "nccl-not-built"]
     assert after[0].mechanism == "difference"

@@ -43,7 +43,9 @@ ATTEMPT_FAILED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
 READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what():", "terminate called", "Root Cause",
                  'File "', RESTART, "TIMEOUT", "=> rank", "fix first:", "Signal ", "exitcode", "failed (exitcode")
 
-_COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
+# Every rule with its patterns as they are meant: MULTILINE (a pattern may be anchored to a line, "^..."). The
+# launcher's own-cause check (launcher/outcome.py) reads the same table.
+COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
 
 
 @dataclass
@@ -209,7 +211,7 @@ def _other_failures(lines: list[str], root: RootCause) -> list[RootCause]:
 
 def _is_consequence(error: str) -> bool:
     """The error is one a rank reports because another failed (a lost peer, a timeout), and nothing more."""
-    said = [rule for rule, patterns in _COMPILED if any(p.search(error) for p in patterns)]
+    said = [rule for rule, patterns in COMPILED if any(p.search(error) for p in patterns)]
     return any(r.consequence for r in said) and all(r.consequence or r.generic or r.warning for r in said)
 
 
@@ -313,7 +315,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
     terminated = _terminate_lines(lines)
     matches = []
     explained: set[int] = set()
-    for rule, patterns in _COMPILED:
+    for rule, patterns in COMPILED:
         if rule.needs and not any(word in text for word in rule.needs):
             continue  # none of the words its patterns need: skip the regexes (families have many)
         hits = set()

@@ -111,10 +111,9 @@ def origin_itself(root: Failed, others_finished: bool) -> bool:
 
 
 def _consequence_patterns() -> list[re.Pattern]:
-    from ddplab.diagnose.rules import RULES  # explain's knowledge of which errors follow another rank's failure
+    from ddplab.diagnose.explain import COMPILED  # explain's knowledge of which errors follow another rank's failure
 
-    # MULTILINE, as explain reads every rule: a pattern may be anchored to a line of the text ("^...")
-    return [re.compile(p, re.MULTILINE) for r in RULES if r.consequence for p in r.patterns]
+    return [p for rule, patterns in COMPILED if rule.consequence for p in patterns]
 
 
 def exit_text(code: int | None) -> str:
