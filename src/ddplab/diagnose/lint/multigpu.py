@@ -281,8 +281,7 @@ class MultiGpuChecks(ScriptReader):
         """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
         from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
-        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+        clocks = self._clock_names(body)
 
         in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
                     self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
@@ -296,8 +295,7 @@ class MultiGpuChecks(ScriptReader):
             dotted(n.value.func) == "list" and not n.value.args) for t in n.targets if isinstance(t, ast.Name)}
 
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
-            return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
-                       self.callee_last(x) in TIMERS for x in ast.walk(value))
+            return self._timed(value, clocks)
 
         for node in _same_scope(body):
             if isinstance(node, (ast.For, ast.AsyncFor)) and (self._over_batches(node.iter) or
@@ -329,15 +327,23 @@ class MultiGpuChecks(ScriptReader):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
 
+    def _clock_names(self, body: list[ast.stmt]) -> set[str]:
+        """Names assigned a clock reading in this scope (`start = time.time()`)."""
+        return {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+
+    def _timed(self, value: ast.AST, clocks: set[str]) -> bool:
+        """The expression reads a clock (a name from _clock_names, or a timer call): a duration, no metric."""
+        return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
+                   self.callee_last(x) in TIMERS for x in ast.walk(value))
+
     def _only_as_rate(self, report: ast.Call, name: str, body: list[ast.stmt]) -> bool:
         """`steps / (time.time() - start)` in the report: a speed, not a metric of the data; or a count only ever
         dividing (`total / n`): what is divided decides."""
-        clocks = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                  and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+        clocks = self._clock_names(body)
         uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
-        rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and any(
-            isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and self.callee_last(x) in TIMERS
-            for x in ast.walk(b.right))]
+        rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)
+                 and self._timed(b.right, clocks)]
         divisors = [b.right for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)]
         # `running.item() / (n * world_size)`: a count in the divisor; the numerator says whether it is whole
         return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) or
@@ -440,8 +446,7 @@ class MultiGpuChecks(ScriptReader):
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
         printers0 = self._rank0_printers
-        reports = [c for c in self.calls if self.callee(c) == "print" or _method(c) in REPORTS or
-                   self.callee(c) in printers0]
+        reports = [c for c in self.calls if self._reports(c, printers0)]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
@@ -461,7 +466,7 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             for call in calls:
-                if not (self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0):
+                if not self._reports(call, printers0):
                     continue
                 if not (self.callee(call) in printers0 or
                         self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
@@ -484,6 +489,10 @@ class MultiGpuChecks(ScriptReader):
                              sure=own_part, why="the loader's DistributedSampler (or the rank it is built with) "
                              "gives each rank its own shard" if own_part else "no DistributedSampler seen: the loader may read the whole dataset")
                     break
+
+    def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
+        """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
+        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
@@ -814,19 +823,12 @@ class MultiGpuChecks(ScriptReader):
                     self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0])
 
     def _own_loop(self, node: ast.AST) -> ast.AST | None:
-        parent = self.parent.get(node)
-        while parent is not None and not isinstance(parent, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef,
-                                                             ast.AsyncFunctionDef)):
-            parent = self.parent.get(parent)
-        return parent
+        """The loop a `break` leaves (None, or a function, when it is in none)."""
+        return next((p for p in self.ancestors(node) if isinstance(p, (ast.For, ast.While, ast.AsyncFor,
+                                                                       ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
     def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
-        parent = self.parent.get(node)
-        while parent is not None:
-            if parent is ancestor:
-                return True
-            parent = self.parent.get(parent)
-        return False
+        return any(p is ancestor for p in self.ancestors(node))
 
     def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
         if any(f.rule == "rank0-early-exit" and f.line == getattr(leave, "lineno", 0) for f in self.findings):

@@ -571,6 +571,13 @@ class ScriptReader:
         return isinstance(node, ast.Call) and self.callee(node) in ("os.environ.get", "os.getenv") and \
             bool(node.args) and const_str(node.args[0]) in RANK_VARS
 
+    def ancestors(self, node: ast.AST, stop: ast.AST | None = None):
+        """The nodes that hold `node`, innermost first, up to (not including) `stop`."""
+        parent = self.parent.get(node)
+        while parent is not None and parent is not stop:
+            yield parent
+            parent = self.parent.get(parent)
+
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
         parent = self.parent.get(node)
         while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -510,7 +510,7 @@ class Checks(MultiGpuChecks):
         """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a
         call of a function that does): this print runs before it, on every rank."""
         scope = self.enclosing_function(call)
-        if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self._ancestors(call, scope)):
+        if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self.ancestors(call, scope)):
             return False  # module level (imports run first), or a loop that may come round after the install
         installers = self.facts.print_installers
         for n in _walk_same_function(scope.body):
@@ -523,12 +523,6 @@ class Checks(MultiGpuChecks):
                                                  for t in n.targets):
                 return True
         return False
-
-    def _ancestors(self, node: ast.AST, stop: ast.AST):
-        parent = self.parent.get(node)
-        while parent is not None and parent is not stop:
-            yield parent
-            parent = self.parent.get(parent)
 
     def _prints(self, call: ast.Call) -> bool:
         """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
