@@ -87,6 +87,16 @@ def test_ranks_that_all_reduce_different_sizes(tmp_path, no_leftover_workers):
                "float32[1024]" if other == 0 else "float32[10]", "failed")
 
 
+def test_ranks_that_outlive_a_crashed_one_leave_their_record(tmp_path, no_leftover_workers):
+    """torchrun ends the other ranks the moment one fails: rank 0, slow to fail in #4, and rank 2, still loading its
+    batch, are each asked for their record first, and rank 0 is given the moment it needs to fail by itself."""
+    result, report = launch("crash_survivors.py", 3, tmp_path, hang=False)
+    assert result["root_cause"] == 1
+    assert report["kind"] == "not_called" and (report["seq"], report["missing"], report["waiting"]) == (4, [1, 2], [0])
+    collective(report["ranks"][0], "last_started", "all_reduce", 4, "float32[256]", "failed")
+    collective(report["ranks"][2], "last_started", "all_reduce", 3, "float32[256]", "completed")
+
+
 @pytest.fixture(autouse=True)
 def _no_log_dirs_left(tmp_path):
     yield

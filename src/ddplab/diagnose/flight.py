@@ -52,6 +52,9 @@ SAME_SHAPE_OPS = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather
 # gloo's own text when a rank receives another size than it posted (third_party/gloo/gloo/transport/tcp/pair.cc);
 # the rank dies in std::terminate, so it leaves no record and only this text says what happened.
 GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
+# How long the ranks that outlive a failed one get to leave their record before the launcher ends them (settle):
+# most fail in their own collective within a fraction of a second; a blocked one costs the run this much more.
+SETTLE_S = 2.0
 
 
 def worker_env(dump_dir: str | os.PathLike, environ: dict[str, str] | None = None,
@@ -104,6 +107,29 @@ def request_dumps(dump_dir: str | os.PathLike, ranks, timeout: float = 5.0) -> d
             # the interpreter lock), and analyse() says so.
             return {r: d for r, d in dumps.items() if r in answered}
         time.sleep(0.1)
+
+
+def settle(dump_dir: str | os.PathLike, ranks: dict[int, int], within: float = SETTLE_S) -> None:
+    """One rank failed and the launcher is about to end the others (`ranks`: global rank -> pid, every rank on
+    this node). Ask each one still running for its record, then give them until `within` s to end on their own: a
+    rank whose peer died usually fails in its own collective a moment later, and the record it writes as it exits
+    says so ("failed") where one taken now would say "in progress". A rank still running then (blocked, or slow to
+    fail) keeps the record it gave on request."""
+    import psutil
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    survivors = {rank: pid for rank, pid in ranks.items() if running(pid)}
+    if not survivors:
+        return
+    deadline = time.monotonic() + within
+    request_dumps(dump_dir, list(survivors), timeout=within)
+    while any(running(pid) for pid in survivors.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @dataclass

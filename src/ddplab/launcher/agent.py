@@ -25,6 +25,7 @@ import traceback
 import uuid
 from pathlib import Path
 
+from ddplab.diagnose import flight, frdump
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.lifeline import die_with_parent
 
@@ -75,6 +76,8 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
         return 1
     failures, launcher_error = {}, None
+    if os.environ.get(frdump.DIR_ENV):
+        _records_before_the_end(os.environ[frdump.DIR_ENV])
     try:
         elastic_launch(config, entry)(*args)
     except ChildFailedError as e:
@@ -89,6 +92,28 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
     return 1 if failures or launcher_error else 0
+
+
+def _records_before_the_end(flight_dir: str) -> None:
+    """When one rank fails, elastic ends the others at once (SIGTERM, in PContext.close called with no signal from
+    its poll); a rank ended so writes no Flight Recorder record, and the report would lack the very ranks that
+    waited for the failed one. Before that close, each survivor is asked for its record and given a moment to fail
+    by itself (flight.settle). elastic has no hook for this, so the one method is wrapped, in this agent process
+    only; a close with a signal (a shutdown, a restart) is left as it was."""
+    from torch.distributed.elastic.multiprocessing.api import PContext
+
+    close = PContext.close
+
+    def close_after_records(self, death_sig=None, timeout=30):
+        if death_sig is None:
+            try:
+                flight.settle(flight_dir, {int(self.envs[local_rank]["RANK"]): pid
+                                           for local_rank, pid in self.pids().items()})
+            except Exception as e:  # noqa: BLE001 - a diagnostic must never stop the agent from ending the ranks
+                print(f"ddplab: no Flight Recorder records before the end: {_one_line(e)}", file=sys.stderr)
+        close(self, death_sig, timeout)
+
+    PContext.close = close_after_records
 
 
 class Refused(Exception):
