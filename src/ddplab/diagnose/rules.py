@@ -800,6 +800,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         "worker-signal", "a worker died of a signal",
         (r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
          r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)", r"Floating point exception", r"^\s*Hangup\s*$",
+
          r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
          r"\d Hangup\b",
          r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
@@ -1180,7 +1181,9 @@ def _template_pattern(templates: list[str], os_texts: bool = False) -> str | Non
     for text in templates:
         chunks = [c for c in catalogue.chunks(text) if len(c) >= 24 and len(c.split()) >= 3]
         if chunks:
-            parts.add(max(chunks, key=len)[:48])
+            # without the sentence's last punctuation: an issue title, a retyped or wrapped line drops the final
+            # "." or ":" of "Operator {} does not have a sharding strategy registered." but keeps its words
+            parts.add(max(chunks, key=len)[:48].rstrip(".:;,!"))
     return _trie(parts) if parts else None
 
 
