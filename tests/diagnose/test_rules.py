@@ -192,6 +192,32 @@ def test_signals_as_the_shell_reports_them():
     assert first_rule(lines[3]) == "worker-terminated", lines[3]
 
 
+@pytest.mark.parametrize("sig, rule", [("SIGHUP", "worker-signal"), ("SIGINT", "worker-signal"),
+                                       ("SIGQUIT", "worker-signal"), ("SIGTERM", "worker-terminated")])
+def test_a_signal_torchrun_itself_got_made_here(sig, rule):
+    # torchrun's agent handles SIGTERM/SIGINT/SIGHUP/SIGQUIT with elastic's own handler, which raises
+    # SignalException("Process {pid} got signal: {n}") and passes the signal on to its workers (a closed ssh
+    # session under plain nohup: signal 1)
+    import signal
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    text = raised(lambda: api._terminate_process_handler(getattr(signal, sig), None))
+    assert "SignalException: Process" in text, text
+    assert first_rule(text) == rule, text
+
+
+def test_a_signal_exception_whose_number_a_paste_garbled_is_still_a_signal():
+    # as a report retyped it (zai-org/ChatGLM2-6B#262): the class and "Process N got" survive, the number's wording
+    # does not
+    text = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 81061 got sigval:1"
+    assert first_rule(text) == "worker-signal"
+    assert first_rule("W0920 09:10:41.194000 84933 torch/distributed/elastic/agent/server/api.py:719] Received 1 "
+                      "death signal, shutting down workers") == "worker-signal"
+    assert first_rule("W0920 09:10:41 api.py:719] Received 15 death signal, shutting down workers") == \
+        "worker-terminated"
+
+
 # ----------------------------------------------------------------------------------------------- peer-closed (issue 32)
 
 def test_peer_closed_says_the_peer_may_have_finished_normally():

@@ -91,6 +91,9 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
     return (
         rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
         rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
+        # torchrun itself got the signal and passes it to its workers (elastic/multiprocessing/api.py raises
+        # SignalException("Process {} got signal: {}"); elastic/agent/server/api.py warns "Received %s death signal")
+        rf"got signal: {number}\b", rf"Received {number} death signal",
         rf"Signals\.{name}\b",  # Python's enum: "died with <Signals.SIGBUS: 7>"
         rf"signal {name}\b",  # "received signal SIGBUS", "killed by signal SIGBUS"
         rf"\*\*\* {name}\b",  # glog/absl failure handlers: "*** SIGBUS received at time=", "*** SIGSEGV (@0x0) ..."
@@ -800,7 +803,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "worker-signal", "a worker died of a signal",
         (r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
          r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)", r"Floating point exception", r"^\s*Hangup\s*$",
-
+         r"Received (?:8|1|3|2|24|25|31|5|14) death signal",
+         # torchrun's agent handles only SIGTERM, SIGINT, SIGHUP and SIGQUIT (elastic/multiprocessing/api.py) and
+         # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
+         # this rule's, also where a paste garbles the number
+         r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
          r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
          r"\d Hangup\b",
          r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
