@@ -218,6 +218,12 @@ def test_a_signal_exception_whose_number_a_paste_garbled_is_still_a_signal():
         "worker-terminated"
 
 
+def test_ncclgeterrorstring_texts_retyped_in_another_case():
+    # ncclGetErrorString's "unhandled cuda error" / "unhandled system error", as an issue title retypes them
+    assert first_rule("NCCL Error 1: unhandled CUDA error during DistributedDataParallel training") == "nccl-cuda"
+    assert first_rule("RuntimeError: NCCL Error 2: Unhandled System Error") == "nccl-system-error"
+
+
 # ----------------------------------------------------------------------------------------------- peer-closed (issue 32)
 
 def test_peer_closed_says_the_peer_may_have_finished_normally():

@@ -366,7 +366,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html"),
     Rule(
         "nccl-system-error", "NCCL: unhandled system error",
-        (r"unhandled system error", r"ncclSystemError"),
+        # ncclGetErrorString's text; an issue title retypes its case ("Unhandled System Error")
+        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError"),
         "NCCL failed in a system call: most often the network interface (wrong NCCL_SOCKET_IFNAME, a down "
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
@@ -949,7 +950,8 @@ _FAMILIES: tuple[Rule, ...] = (
             (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
             (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
              # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
-             r"unhandled cuda error", r"ncclUnhandledCudaError"),
+             # (an issue title retypes its case: "unhandled CUDA error")
+             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
