@@ -365,6 +365,19 @@ def test_a_fatal_signal_as_other_layers_report_it(text, rule):
     assert first_rule(text) == rule, text
 
 
+@pytest.mark.parametrize("sig", ["BUS", "ABRT"])
+def test_a_core_dump_report_behind_a_launchers_prefix_made_here(sig):
+    # bash's "Bus error (core dumped)" for a child that dumped core, as pdsh ("node1: ") or Ray ("(pid=42) ") relay
+    # it: the "(core dumped)" suffix is the shell's wherever the line starts
+    out = subprocess.run(["bash", "-c", f"ulimit -c unlimited; bash -c 'kill -{sig} $$'; true"],
+                         capture_output=True, text=True, timeout=30, preexec_fn=_default_signals).stderr.strip()
+    if "(core dumped)" not in out:
+        pytest.skip(f"no core dump here: {out!r}")
+    report = re.sub(r"^.*?\d+ ", "", out.splitlines()[-1])  # without bash's "bash: line 1: PID " job prefix
+    for prefix in ("node1: ", "(pid=42) "):
+        assert first_rule(prefix + report) == SIGNAL_RULES[sig], prefix + report
+
+
 def test_signal_texts_in_ordinary_lines_are_not_signals():
     for line in ("PCIe Bus Error: severity=Corrected", "the bus error counter is 0", "Killed 3 stale workers"):
         assert first_rule(line) not in set(SIGNAL_RULES.values()), line

@@ -86,8 +86,11 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
     `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
     fault"); otherwise ("Killed", "Aborted", "Bus error") only where a shell or launcher puts it."""
     t = re.escape(text)
+    # "(core dumped)" after the text (bash pads its job report with spaces) is the shell's own report wherever the
+    # line starts: behind a launcher's prefix too (pdsh's "node1: ", Ray's "(pid=42) "), where the bare text alone
+    # would be an ordinary word
     where = t if anywhere else (rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
-                                rf"(?:\s|$))")
+                                rf"(?:\s|$)|\b{t} +\(core dumped\))")
     return (
         rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
         rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
