@@ -366,10 +366,10 @@ def test_a_fatal_signal_as_other_layers_report_it(text, rule):
 
 
 @pytest.mark.parametrize("sig", ["BUS", "ABRT"])
-def test_a_core_dump_report_behind_a_launchers_prefix_made_here(sig):
+def test_a_core_dump_report_behind_a_launchers_prefix_made_here(sig, tmp_path):
     # bash's "Bus error (core dumped)" for a child that dumped core, as pdsh ("node1: ") or Ray ("(pid=42) ") relay
-    # it: the "(core dumped)" suffix is the shell's wherever the line starts
-    out = subprocess.run(["bash", "-c", f"ulimit -c unlimited; bash -c 'kill -{sig} $$'; true"],
+    # it: the "(core dumped)" suffix is the shell's wherever the line starts. In tmp_path: the core file lands there.
+    out = subprocess.run(["bash", "-c", f"ulimit -c unlimited; bash -c 'kill -{sig} $$'; true"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=30, preexec_fn=_default_signals).stderr.strip()
     if "(core dumped)" not in out:
         pytest.skip(f"no core dump here: {out!r}")
