@@ -60,6 +60,13 @@ def test_family_explains_its_own_templates(rule):
         assert e.matches and e.matches[0].rule == rule.id, (t, [m.rule for m in e.matches])
 
 
+def test_a_template_is_found_without_its_final_punctuation():
+    # an issue title or a retyped line keeps a message's words but not always its last "." (torch-python's
+    # tensor/_sharding_prop.py: "Operator {} does not have a sharding strategy registered.")
+    e = explain_text("[DTensor] [distributed]: Operator aten.select.int does not have a sharding strategy registered")
+    assert e.matches and e.matches[0].rule == "dtensor-api", [m.rule for m in e.matches]
+
+
 def test_not_user_facing_has_a_reason_per_kind():
     assert internal_reason("torch-python", {"text": "x failed", "file": "f", "kind": "log.info"}) == "info"
     assert internal_reason("torch-python", {"text": "x failed", "file": "f", "kind": "raise"}) is None

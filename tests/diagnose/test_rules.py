@@ -192,6 +192,38 @@ def test_signals_as_the_shell_reports_them():
     assert first_rule(lines[3]) == "worker-terminated", lines[3]
 
 
+@pytest.mark.parametrize("sig, rule", [("SIGHUP", "worker-signal"), ("SIGINT", "worker-signal"),
+                                       ("SIGQUIT", "worker-signal"), ("SIGTERM", "worker-terminated")])
+def test_a_signal_torchrun_itself_got_made_here(sig, rule):
+    # torchrun's agent handles SIGTERM/SIGINT/SIGHUP/SIGQUIT with elastic's own handler, which raises
+    # SignalException("Process {pid} got signal: {n}") and passes the signal on to its workers (a closed ssh
+    # session under plain nohup: signal 1)
+    import signal
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    text = raised(lambda: api._terminate_process_handler(getattr(signal, sig), None))
+    assert "SignalException: Process" in text, text
+    assert first_rule(text) == rule, text
+
+
+def test_a_signal_exception_whose_number_a_paste_garbled_is_still_a_signal():
+    # as a report retyped it (zai-org/ChatGLM2-6B#262): the class and "Process N got" survive, the number's wording
+    # does not
+    text = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 81061 got sigval:1"
+    assert first_rule(text) == "worker-signal"
+    assert first_rule("W0920 09:10:41.194000 84933 torch/distributed/elastic/agent/server/api.py:719] Received 1 "
+                      "death signal, shutting down workers") == "worker-signal"
+    assert first_rule("W0920 09:10:41 api.py:719] Received 15 death signal, shutting down workers") == \
+        "worker-terminated"
+
+
+def test_ncclgeterrorstring_texts_retyped_in_another_case():
+    # ncclGetErrorString's "unhandled cuda error" / "unhandled system error", as an issue title retypes them
+    assert first_rule("NCCL Error 1: unhandled CUDA error during DistributedDataParallel training") == "nccl-cuda"
+    assert first_rule("RuntimeError: NCCL Error 2: Unhandled System Error") == "nccl-system-error"
+
+
 # ----------------------------------------------------------------------------------------------- peer-closed (issue 32)
 
 def test_peer_closed_says_the_peer_may_have_finished_normally():
@@ -331,6 +363,19 @@ def test_a_fatal_signal_as_faulthandler_reports_it_made_here(sig):
 ])
 def test_a_fatal_signal_as_other_layers_report_it(text, rule):
     assert first_rule(text) == rule, text
+
+
+@pytest.mark.parametrize("sig", ["BUS", "ABRT"])
+def test_a_core_dump_report_behind_a_launchers_prefix_made_here(sig, tmp_path):
+    # bash's "Bus error (core dumped)" for a child that dumped core, as pdsh ("node1: ") or Ray ("(pid=42) ") relay
+    # it: the "(core dumped)" suffix is the shell's wherever the line starts. In tmp_path: the core file lands there.
+    out = subprocess.run(["bash", "-c", f"ulimit -c unlimited; bash -c 'kill -{sig} $$'; true"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30, preexec_fn=_default_signals).stderr.strip()
+    if "(core dumped)" not in out:
+        pytest.skip(f"no core dump here: {out!r}")
+    report = re.sub(r"^.*?\d+ ", "", out.splitlines()[-1])  # without bash's "bash: line 1: PID " job prefix
+    for prefix in ("node1: ", "(pid=42) "):
+        assert first_rule(prefix + report) == SIGNAL_RULES[sig], prefix + report
 
 
 def test_signal_texts_in_ordinary_lines_are_not_signals():

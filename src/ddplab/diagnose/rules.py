@@ -86,11 +86,17 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
     `text` its strsignal text. `anywhere`: the text is distinctive enough to match anywhere in a line ("Segmentation
     fault"); otherwise ("Killed", "Aborted", "Bus error") only where a shell or launcher puts it."""
     t = re.escape(text)
+    # "(core dumped)" after the text (bash pads its job report with spaces) is the shell's own report wherever the
+    # line starts: behind a launcher's prefix too (pdsh's "node1: ", Ray's "(pid=42) "), where the bare text alone
+    # would be an ordinary word
     where = t if anywhere else (rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
-                                rf"(?:\s|$))")
+                                rf"(?:\s|$)|\b{t} +\(core dumped\))")
     return (
         rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
         rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
+        # torchrun itself got the signal and passes it to its workers (elastic/multiprocessing/api.py raises
+        # SignalException("Process {} got signal: {}"); elastic/agent/server/api.py warns "Received %s death signal")
+        rf"got signal: {number}\b", rf"Received {number} death signal",
         rf"Signals\.{name}\b",  # Python's enum: "died with <Signals.SIGBUS: 7>"
         rf"signal {name}\b",  # "received signal SIGBUS", "killed by signal SIGBUS"
         rf"\*\*\* {name}\b",  # glog/absl failure handlers: "*** SIGBUS received at time=", "*** SIGSEGV (@0x0) ..."
@@ -363,7 +369,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html"),
     Rule(
         "nccl-system-error", "NCCL: unhandled system error",
-        (r"unhandled system error", r"ncclSystemError"),
+        # ncclGetErrorString's text; an issue title retypes its case ("Unhandled System Error")
+        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError"),
         "NCCL failed in a system call: most often the network interface (wrong NCCL_SOCKET_IFNAME, a down "
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
@@ -800,6 +807,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "worker-signal", "a worker died of a signal",
         (r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
          r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)", r"Floating point exception", r"^\s*Hangup\s*$",
+         r"Received (?:8|1|3|2|24|25|31|5|14) death signal",
+         # torchrun's agent handles only SIGTERM, SIGINT, SIGHUP and SIGQUIT (elastic/multiprocessing/api.py) and
+         # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
+         # this rule's, also where a paste garbles the number
+         r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
          r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
          r"\d Hangup\b",
          r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
@@ -941,7 +953,8 @@ _FAMILIES: tuple[Rule, ...] = (
             (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
             (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
              # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
-             r"unhandled cuda error", r"ncclUnhandledCudaError"),
+             # (an issue title retypes its case: "unhandled CUDA error")
+             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
@@ -1180,7 +1193,9 @@ def _template_pattern(templates: list[str], os_texts: bool = False) -> str | Non
     for text in templates:
         chunks = [c for c in catalogue.chunks(text) if len(c) >= 24 and len(c.split()) >= 3]
         if chunks:
-            parts.add(max(chunks, key=len)[:48])
+            # without the sentence's last punctuation: an issue title, a retyped or wrapped line drops the final
+            # "." or ":" of "Operator {} does not have a sharding strategy registered." but keeps its words
+            parts.add(max(chunks, key=len)[:48].rstrip(".:;,!"))
     return _trie(parts) if parts else None
 
 
