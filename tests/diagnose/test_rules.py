@@ -144,6 +144,10 @@ def test_store_on_a_privileged_port_made_here():
                 "dist.TCPStore('127.0.0.1', 1001, is_master=True, wait_for_workers=False, "
                 "timeout=datetime.timedelta(seconds=2))")
     assert first_rule(log) == "port-privileged", log[-800:]
+    # as a user retells it, the errno text first
+    retold = re.search(r"The server socket has failed to bind[^\n]*?(?= \(errno|\.|$)", log, re.M).group(0)
+    assert first_rule(f"Permission denied: {retold}") == "port-privileged", retold
+    assert first_rule(f"Address already in use: {retold}") != "port-privileged", retold
 
 
 def test_os_errors_made_here():

@@ -650,8 +650,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         "port-privileged", "the port needs root (below 1024)",
         # c10d socket.cpp: "failed to bind to [::]:520 (errno: 13 - Permission denied)"; the libuv store (torch >= 2.4):
         # "The server socket has failed to bind. port: {}, useIpv6: {}, code: {}, name: EACCES, message: ..."
+        # (a user's retelling puts the errno text first: "Permission denied: The server socket has failed to bind")
         (r"failed to bind\b[^\n]{0,120}?(?:errno: 13 - Permission denied|EACCES|permission denied)",
-         r"bind\S*: Permission denied"),
+         r"Permission denied\W{0,4}[^\n]{0,40}?failed to bind\b", r"bind\S*: Permission denied"),
         "Binding the rendezvous/store port failed with EACCES (errno 13): ports below 1024 are reserved for root "
         "(MASTER_PORT or --rdzv-endpoint chose one), or a security policy forbids this port.",
         "Use a port between 1024 and 65535 (torchrun's default is 29500), or `--standalone` / `ddplab launch`, "
