@@ -63,6 +63,10 @@ def _is_zero(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
 
 
+def _is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _is_main_block(node: ast.AST) -> bool:
     """`if __name__ == "__main__":`"""
     test = getattr(node, "test", None)
@@ -441,14 +445,32 @@ class ScriptReader:
             body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
             if body and orelse and body[1] == orelse[1]:
                 return ("local" if "local" in (body[0], orelse[0]) else body[0]), body[1]
+            # `run = wandb.init() if rank == 0 else None`: the value is something only where the test holds, so a
+            # later `if run:` is that rank test under another name
+            test = self.rank_test(expr.test, follow_names)
+            if test and _is_none(expr.orelse):
+                return test
+            if test and _is_none(expr.body):
+                return test[0], not test[1]
             return None
         if isinstance(expr, ast.BoolOp):
-            for value in expr.values:
-                inner = self.rank_test(value, follow_names)
+            tests = [self.rank_test(value, follow_names) for value in expr.values]
+            for inner in tests:
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
+            if isinstance(expr.op, ast.Or) and all(t and t[1] for t in tests):
+                # `rank is None or rank == 0`: rank 0, or the one process no launcher started (the weakest kind
+                # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
+                kinds = {t[0] for t in tests}
+                return next((k for k in ("local", "device", "global") if k in kinds), "single"), True
             return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
+            return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Is, ast.IsNot)) \
+                and _is_none(expr.comparators[0]) and follow_names and \
+                (held := self._held(self.held_test, expr.left)) is not None:
+            return held if isinstance(expr.ops[0], ast.IsNot) else (held[0], not held[1])  # `if run is not None:`
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.In, ast.NotIn)) \
                 and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set)):
             # `local_rank in [-1, 0]`: rank 0 (or no launcher); `rank not in (0,)`: every rank but 0
@@ -490,10 +512,42 @@ class ScriptReader:
         kind = self.rank_kind(expr)
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
-    def _other_rank(self, node: ast.AST) -> bool:
-        """A rank other than 0: a positive int, or an expression of the world size (`world - 1`)."""
+    def _no_rank(self, expr: ast.Compare) -> bool | None:
+        """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
+        negations; None when `expr` is no such test."""
+        op, right = expr.ops[0], expr.comparators[0]
+        if not self.rank_kind(expr.left):
+            return None
+        missing = _is_none(right) or isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and \
+            isinstance(right.operand, ast.Constant) and right.operand.value == 1
+        if missing and isinstance(op, (ast.Is, ast.Eq)):
+            return True
+        if missing and isinstance(op, (ast.IsNot, ast.NotEq)):
+            return False
+        if _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE)):
+            return isinstance(op, ast.Lt)
+        return None
+
+    def _const_int(self, node: ast.AST, depth: int = 0) -> int | None:
+        """An int the code fixes: a literal, a module constant (`OFFSET = 1`), or a sum or product of those."""
         if isinstance(node, ast.Constant):
-            return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
+            return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
+        if isinstance(node, ast.Name) and depth < 3:
+            values = [n.value for n in self.tree.body if isinstance(n, ast.Assign) and
+                      any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+            return self._const_int(values[0], depth + 1) if len(values) == 1 else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            left, right = self._const_int(node.left, depth + 1), self._const_int(node.right, depth + 1)
+            if left is not None and right is not None:
+                return left + right if isinstance(node.op, ast.Add) else \
+                    left - right if isinstance(node.op, ast.Sub) else left * right
+        return None
+
+    def _other_rank(self, node: ast.AST) -> bool:
+        """A rank other than 0: a positive int (a literal or a module constant, `OFFSET + 1`), or an expression of
+        the world size (`world - 1`)."""
+        if (value := self._const_int(node)) is not None:
+            return value > 0
         return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
                    isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
 

@@ -15,6 +15,7 @@ from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
+DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 # torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
 BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
@@ -473,7 +474,8 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             name = self.callee(call)
             if name != "torch.save" and ("save" not in last(name).lower() or last(name) in self.functions
-                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")):
+                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")
+                                         or self._data_file_write(name)):
                 continue  # a save function of this file is followed inside: its torch.save is the one judged
             if self._in_memory(call) or self._mentions_rank(call):
                 continue  # into a BytesIO, or one file per rank
@@ -505,6 +507,12 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    @staticmethod
+    def _data_file_write(name: str) -> bool:
+        """np.savetxt / np.save, a figure, an image: a data or picture file, not a checkpoint (the shared-write
+        rule judges those)."""
+        return last(name) in DATA_SAVES or name.split(".")[0] in ("numpy", "np", "pandas", "scipy", "cv2", "PIL")
 
     def _before_filter(self, call: ast.Call) -> bool:
         """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a

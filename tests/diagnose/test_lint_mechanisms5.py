@@ -1,0 +1,62 @@
+"""Issue 28, fifth pass (tuning set 5 and held-out set 4): each false alarm or miss fixed as a mechanism, with a
+minimal script that shows it and its twin that must behave the other way."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.diagnose.lint import lint_source
+
+HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
+SETUP = """
+dist.init_process_group("gloo")
+rank = int(os.environ["LOCAL_RANK"])
+"""
+
+
+def names(source: str) -> list[str]:
+    """The rule of each finding; the source is dedented and put after HEAD."""
+    return sorted(f.rule for f in lint_source(HEAD + textwrap.dedent(source)).findings)
+
+
+# ------------------------------------------------------------------------------------------- guards in any form
+
+def test_no_rank_or_rank0_flag_is_a_rank0_guard():
+    """`main = rank is None or rank == 0`: rank 0, or the one process no launcher started."""
+    src = SETUP + "main = rank is None or rank == 0\nif main:\n    print('hello')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("rank is None or rank == 0", "rank is None or rank > 0"))
+
+
+def test_no_rank_test_is_one_process():
+    """`if opt.local_rank is None:` (or `== -1`) is the path without a launcher: one process."""
+    src = SETUP + "if rank is None:\n    print('single')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" not in names(src.replace("rank is None", "rank == -1"))
+    assert "unguarded-print" in names(src.replace("rank is None", "rank is not None"))
+
+
+def test_object_made_only_on_rank0_guards_its_uses():
+    """`run = wandb.init() if rank == 0 else None` and later `if run:`: the test under another name."""
+    src = SETUP + "import wandb\nrun = wandb.init() if rank == 0 else None\nif run:\n    print('logging')\n" \
+        "if run is not None:\n    print('again')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("if rank == 0 else None", "if rank >= 0 else 1"))
+
+
+def test_rank_compared_with_a_module_constant_is_one_rank():
+    """`local_rank == OFFSET + 1` with `OFFSET = 1` at module level: one process per node, like rank 0."""
+    src = "OFFSET = 1\n" + SETUP + "if rank == OFFSET + 1:\n    print('one voice')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("OFFSET = 1\n", "OFFSET = int(os.environ['X'])\n"))
+
+
+# ------------------------------------------------------------------------------------------- what a save is
+
+def test_numpy_text_file_is_not_a_checkpoint_save():
+    """np.savetxt under a local-rank test writes a data file (the shared-write rule's business), not a checkpoint."""
+    src = "import numpy as np\n" + SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n" \
+        "    np.savetxt('iter.txt', [1, 2])\ndist.destroy_process_group()\n"
+    assert "local-rank-save" not in names(src)
+    assert "local-rank-save" in names(src.replace("np.savetxt('iter.txt', [1, 2])",
+                                                  "torch.save(model.state_dict(), 'm.pt')"))
