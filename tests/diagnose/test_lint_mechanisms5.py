@@ -60,3 +60,61 @@ def test_numpy_text_file_is_not_a_checkpoint_save():
     assert "local-rank-save" not in names(src)
     assert "local-rank-save" in names(src.replace("np.savetxt('iter.txt', [1, 2])",
                                                   "torch.save(model.state_dict(), 'm.pt')"))
+
+
+def test_else_of_a_group_flag_is_one_process():
+    """`args.distributed = False; return` before the group, `= True` where it is made: `else:` of `if
+    args.distributed:` runs without a group."""
+    src = """
+    import argparse
+    def init(args):
+        if "RANK" not in os.environ:
+            args.distributed = False
+            return
+        args.distributed = True
+        dist.init_process_group("gloo")
+    args = argparse.Namespace()
+    init(args)
+    if args.distributed:
+        if dist.get_rank() == 0:
+            print("distributed")
+        dist.destroy_process_group()
+    else:
+        print("single")
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("args.distributed = False", "args.distributed = args.flag"))
+
+
+def test_option_value_other_than_the_one_that_makes_the_group_is_one_process():
+    """`if args.dist == "OFF":` beside `if args.dist == "ON": init_process_group()`: the OFF path is one process."""
+    src = """
+    import argparse
+    args = argparse.Namespace(dist="ON")
+    if args.dist == "OFF":
+        print("single")
+    if args.dist == "ON":
+        dist.init_process_group("gloo")
+        dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace('if args.dist == "OFF"', 'if args.dist == "ON"'))
+
+
+# ------------------------------------------------------------------------------------------- what a load is
+
+def test_load_on_rank0_only_lands_on_its_own_gpu():
+    """torch.load without map_location under a rank-0 test: the one process that loads is the saving one."""
+    src = SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n    model.load_state_dict(torch.load('m.pt'))\n" \
+        "dist.destroy_process_group()\n"
+    assert "load-no-map-location" not in names(src)
+    assert "load-no-map-location" in names(src.replace("if rank == 0:", "if True:"))
+
+
+def test_data_tensor_read_is_not_a_checkpoint_load():
+    """`freq = torch.load(f)` used as a tensor (.size(), .numpy()) is data, usually written from the CPU: behind
+    --all; loaded into a model it is a checkpoint."""
+    src = SETUP + "freq = torch.load('freq.pt')\nassert freq.size(0) == 10\ndist.destroy_process_group()\n"
+    assert "load-no-map-location" not in names(src)
+    assert "load-no-map-location" in names(src.replace("assert freq.size(0) == 10",
+                                                       "torch.nn.Linear(2, 2).load_state_dict(freq['model'])"))

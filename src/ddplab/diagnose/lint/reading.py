@@ -514,10 +514,10 @@ class ScriptReader:
 
     def _no_rank(self, expr: ast.Compare) -> bool | None:
         """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
-        negations; None when `expr` is no such test."""
+        negations; None when `expr` is no such test. A device index is not a rank here."""
         op, right = expr.ops[0], expr.comparators[0]
-        if not self.rank_kind(expr.left):
-            return None
+        if self.rank_kind(expr.left) not in ("global", "local"):
+            return None  # `gpu is None` is no chosen device (every GPU of the machine), not no launcher
         missing = _is_none(right) or isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and \
             isinstance(right.operand, ast.Constant) and right.operand.value == 1
         if missing and isinstance(op, (ast.Is, ast.Eq)):
@@ -615,8 +615,54 @@ class ScriptReader:
             scope = self.enclosing_function(test)
             values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
-            return self._launcher_test(values[0], depth + 1) if len(values) == 1 else None
+            if len(values) == 1:
+                return self._launcher_test(values[0], depth + 1)
+        if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
+            return True
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
+                and (chosen := self._group_option(test)) is not None:
+            return chosen == isinstance(test.ops[0], ast.Eq)
         return None
+
+    def _group_option(self, test: ast.Compare) -> bool | None:
+        """`args.dist == "OFF"` where another `if args.dist == "ON":` makes the process group: whether the value
+        compared with is the one that makes it (True), another one (False), or neither is known (None)."""
+        option, value = dotted(test.left), test.comparators[0]
+        if not option or not isinstance(value, ast.Constant):
+            return None
+        makers = {n.test.comparators[0].value for n in self.nodes if isinstance(n, ast.If) and isinstance(
+            n.test, ast.Compare) and len(n.test.ops) == 1 and isinstance(n.test.ops[0], ast.Eq) and
+            dotted(n.test.left) == option and isinstance(n.test.comparators[0], ast.Constant) and any(
+                last(self.callee(c)) == "init_process_group" for c in _calls_in(n.body))}
+        if len(makers) != 1:
+            return None
+        return value.value in makers
+
+    def _group_flag(self, flag: ast.Name | ast.Attribute) -> bool:
+        """A switch that says whether this process is in a process group: set False only as a constant, and True
+        either from a launcher test (`self.dist = int(os.environ["WORLD_SIZE"]) > 1`) or as a constant in a function
+        that calls init_process_group (`args.distributed = True; dist.init_process_group(...)`, the other branch
+        `args.distributed = False; return`). Its `else` runs without a group: one process."""
+        key = self._scope_key(flag)
+        if key is None:
+            return False
+        ons = offs = 0
+        for node in self.nodes:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1 or \
+                    (k := self._scope_key(node.targets[0])) is None or \
+                    not (k == key or None in (k[0], key[0]) and k[1] == key[1]):
+                continue
+            value = node.value
+            if isinstance(value, ast.Constant) and value.value in (False, None):
+                offs += 1
+            elif isinstance(value, ast.Constant) and value.value is True and (func := self.enclosing_function(node)) \
+                    and any(last(self.callee(c)) == "init_process_group" for c in _calls_in(func.body)):
+                ons += 1
+            elif self._launcher_test(value, 2):
+                ons += 1
+            else:
+                return False  # set from something else too (an option): not decided by the launcher
+        return ons > 0 and offs > 0
 
     def _env_read(self, node: ast.AST) -> bool:
         """os.environ.get("RANK", ...) / os.getenv("WORLD_SIZE") / int(...) of it: a launcher's variable."""

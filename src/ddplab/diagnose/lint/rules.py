@@ -15,6 +15,8 @@ from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
+DATA_USES = {"numpy", "tolist", "size", "shape", "dim", "ndim", "numel", "float", "long", "squeeze", "unsqueeze",
+             "view", "reshape", "sum", "mean"}  # a loaded object used so is a tensor of data, not a checkpoint
 DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 # torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
@@ -604,13 +606,48 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
                     and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                if self.runs_on_rank0_only(call, ANY_RANK0):
+                    continue  # one process (per node) loads: the saving GPU is its own, no other rank's lands there
                 own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
+                if self._loaded_as_data(call):
+                    self.add(call, "load-no-map-location", WARNING,
+                             "torch.load without map_location puts every tensor back on the device it was saved from",
+                             "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=False,
+                             why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
+                             "a data file is usually written from the CPU, where it comes back")
+                    continue
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
                          "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
                          why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
                          "goes back there unless the GPU layout changed between runs" if own else "")
+
+    def _loaded_as_data(self, call: ast.Call) -> bool:
+        """The loaded object is used as a tensor of data (`torch.load(f).numpy()`, `freq = torch.load(f)` then
+        `freq.size(0)`), never as a checkpoint (given to load_state_dict, indexed by a key, .items() / .keys())."""
+        parent = self.parent.get(call)
+        if isinstance(parent, ast.Attribute):
+            return parent.attr in DATA_USES
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and
+                isinstance(parent.targets[0], ast.Name)):
+            return False
+        name, scope = parent.targets[0].id, self.enclosing_function(call)
+        uses = [n for n in (_walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
+                and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno]
+        data = checkpoint = False
+        for use in uses:
+            holder = self.parent.get(use)
+            if isinstance(holder, ast.Attribute):
+                data |= holder.attr in DATA_USES
+                checkpoint |= holder.attr in ("items", "keys", "get", "values")
+            elif isinstance(holder, ast.Subscript) and const_str(holder.slice) is not None:
+                checkpoint = True  # ckpt["model"]
+            elif isinstance(holder, ast.Call) and use in holder.args and self.callee_last(holder) == "load_state_dict":
+                checkpoint = True
+            elif isinstance(holder, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in holder.ops):
+                checkpoint = True  # "model" in ckpt
+        return data and not checkpoint
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
