@@ -118,3 +118,30 @@ def test_data_tensor_read_is_not_a_checkpoint_load():
     assert "load-no-map-location" not in names(src)
     assert "load-no-map-location" in names(src.replace("assert freq.size(0) == 10",
                                                        "torch.nn.Linear(2, 2).load_state_dict(freq['model'])"))
+
+
+# ------------------------------------------------------------------------------------------- dead code
+
+def test_function_a_script_with_a_main_block_never_calls_does_not_run():
+    """A script whose `__main__` block says how it runs: a function nothing reaches (a loader kept for later) prints
+    nothing; without a main block its functions are read as a reviewer reads them."""
+    src = """
+    def load_model(path):
+        print("loading", path)
+        return torch.load(path, map_location="cpu")
+
+    def main():
+        dist.init_process_group("gloo")
+        print("training")
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+    """
+    def prints(source: str) -> list:
+        return [f for f in lint_source(HEAD + textwrap.dedent(source)).findings if f.rule == "unguarded-print"]
+
+    shown = prints(src)
+    assert len(shown) == 1 and shown[0].also == [] and "also" not in shown[0].message
+    twin = prints(src.replace('if __name__ == "__main__":\n        main()', "main()"))
+    assert len(twin) == 1 and len(twin[0].also) == 1  # no main block: load_model's print is read too

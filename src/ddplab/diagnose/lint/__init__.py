@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
@@ -284,8 +285,17 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
-        spans = _uncalled_spans(tree, entry, refs, path)
+        # the script's own functions count as uncalled only when it has a `__main__` block: then how it runs is
+        # written down, and a function nothing reaches is dead code (a loader kept for later); without one they
+        # are read as a reviewer reads them, called or not
+        spans = _uncalled_spans(tree, entry and not any(_is_main_block(n) for n in tree.body), refs, path)
         for f in checks.findings:
+            if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
+                lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]
+                if lines and lines != [f.line, *f.also]:
+                    f.line, f.also = lines[0], lines[1:]
+                    more = f" (also lines {', '.join(map(str, f.also[:5]))}{'...' if len(f.also) > 5 else ''})"
+                    f.message = re.sub(r" \(also lines [^)]*\)", more if f.also else "", f.message)
             if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
                 continue
             if shown_from is None and path == project.entries[0]:
