@@ -145,3 +145,30 @@ def test_function_a_script_with_a_main_block_never_calls_does_not_run():
     assert len(shown) == 1 and shown[0].also == [] and "also" not in shown[0].message
     twin = prints(src.replace('if __name__ == "__main__":\n        main()', "main()"))
     assert len(twin) == 1 and len(twin[0].also) == 1  # no main block: load_model's print is read too
+
+
+# ------------------------------------------------------------------------------------------- what a write is
+
+def test_open_of_a_path_with_an_a_in_it_is_a_read():
+    """`Image.open("data/img.jpg")`: the argument is a path, not a mode ('a' in 'data' is no append)."""
+    src = SETUP + "from PIL import Image\nimg = Image.open('data/img.jpg')\ndist.destroy_process_group()\n"
+    assert "shared-path-write" not in names(src)
+    assert "shared-path-write" in names(src.replace("Image.open('data/img.jpg')", "open('data/img.txt', 'a')"))
+
+
+def test_mkdir_whose_exists_error_is_caught_is_no_race():
+    """`try: os.mkdir(d) except: pass`: the second rank's FileExistsError is swallowed."""
+    src = SETUP + "try:\n    os.mkdir('out')\nexcept OSError:\n    pass\ndist.destroy_process_group()\n"
+    assert "shared-path-write" not in names(src)
+    assert "shared-path-write" in names(src.replace("except OSError:", "except KeyError:"))
+
+
+def test_main_block_of_an_imported_module_does_not_run(tmp_path):
+    """An imported module's `if __name__ == "__main__":` demo does not run when the script imports it."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "helpers.py").write_text("def f():\n    return 1\n\nif __name__ == '__main__':\n"
+                                         "    open('demo.txt', 'w').write('x')\n")
+    (tmp_path / "train.py").write_text(HEAD + "import helpers\n" + SETUP + "helpers.f()\ndist.destroy_process_group()\n")
+    assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "helpers.py").write_text("def f():\n    open('demo.txt', 'w').write('x')\n")
+    assert "shared-path-write" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

@@ -289,6 +289,8 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         # written down, and a function nothing reaches is dead code (a loader kept for later); without one they
         # are read as a reviewer reads them, called or not
         spans = _uncalled_spans(tree, entry and not any(_is_main_block(n) for n in tree.body), refs, path)
+        if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
+            spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if _is_main_block(n)]
         for f in checks.findings:
             if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
                 lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]

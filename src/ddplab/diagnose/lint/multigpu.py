@@ -703,6 +703,8 @@ class MultiGpuChecks(ScriptReader):
                               not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))):
             args = call.args[1:] if name == "open" else call.args
             mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
+            if not re.fullmatch(r"[rwxabt+]{1,4}", mode):
+                return None  # Image.open("data/img.jpg"): a path, not a mode (PIL opens for reading)
             if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
                 return f"open(..., {mode!r})"
             return None
@@ -711,7 +713,7 @@ class MultiGpuChecks(ScriptReader):
         if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
             return f"{last(name)}(download=True)"
         if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
-                (name.startswith("os.") or method == "mkdir"):
+                (name.startswith("os.") or method == "mkdir") and not self._exists_error_caught(call):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
@@ -720,6 +722,21 @@ class MultiGpuChecks(ScriptReader):
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
         return None
+
+    def _exists_error_caught(self, call: ast.Call) -> bool:
+        """`try: os.mkdir(d) except: pass` (or except OSError / FileExistsError / Exception): the rank that comes
+        second gets FileExistsError and goes on, so the race is harmless."""
+        for node in self.ancestors(call):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return False
+            if isinstance(node, ast.Try) and any(self._in(call, s) for s in node.body):
+                return any(h.type is None or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple)
+                           else [h.type])} & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
+                           for h in node.handlers)
+        return False
+
+    def _in(self, node: ast.AST, stmt: ast.AST) -> bool:
+        return node is stmt or any(a is stmt for a in self.ancestors(node))
 
     # ------------------------------------------------------------------------------------------ scaled twice
 
