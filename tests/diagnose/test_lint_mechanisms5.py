@@ -172,3 +172,22 @@ def test_main_block_of_an_imported_module_does_not_run(tmp_path):
     assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "helpers.py").write_text("def f():\n    open('demo.txt', 'w').write('x')\n")
     assert "shared-path-write" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_state_dict_on_the_plain_branch_of_a_wrapper_test_is_not_the_wrappers():
+    """`net.module.state_dict() if hasattr(net, "module") else net.state_dict()`: the else is a plain model."""
+    src = SETUP + "from torch.nn.parallel import DistributedDataParallel as DDP\nnet = DDP(torch.nn.Linear(2, 2))\n" \
+        "state = net.module.state_dict() if hasattr(net, 'module') else net.state_dict()\n" \
+        "if dist.get_rank() == 0:\n    torch.save(state, 'm.pt')\ndist.destroy_process_group()\n"
+    assert "save-ddp-state-dict" not in names(src)
+    assert "save-ddp-state-dict" in names(src.replace("if hasattr(net, 'module') else net.state_dict()",
+                                                      "if False else net.state_dict()"))
+
+
+def test_an_options_default_device_is_the_users_choice():
+    """`parser.add_argument("--device", default="cuda:0")` is an option (like a backend option), not a literal use."""
+    src = "import argparse\nparser = argparse.ArgumentParser()\n" \
+        "parser.add_argument('--device', default='cuda:0')\nargs = parser.parse_args()\n" + SETUP + \
+        "x = torch.zeros(2).to(args.device)\ndist.destroy_process_group()\n"
+    assert "hardcoded-cuda-device" not in names(src)
+    assert "hardcoded-cuda-device" in names(src.replace(".to(args.device)", ".to('cuda:0')"))

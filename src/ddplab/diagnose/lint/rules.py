@@ -303,8 +303,8 @@ class Checks(MultiGpuChecks):
                     if isinstance(call.args[0], ast.Constant) else None
             for arg in [*call.args, *(k.value for k in call.keywords)]:
                 text = const_str(arg)
-                if text and re.fullmatch(r"cuda:\d+", text):
-                    fixed = repr(text)
+                if text and re.fullmatch(r"cuda:\d+", text) and self.callee_last(call) != "add_argument":
+                    fixed = repr(text)  # (an option's default is the user's choice, as a backend option is)
             if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
                                                         self.visible_per_process_here()):
                 fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
@@ -688,7 +688,10 @@ class Checks(MultiGpuChecks):
 
     def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
         """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
-        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped."""
+        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped. Also the
+        branch a wrapper test sends plain models to (`... if hasattr(net, "module") else net.state_dict()`)."""
+        if self._wrapper_test_excludes(node, owner):
+            return True
         flags = set()
         for n in self.nodes:
             if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
@@ -708,6 +711,23 @@ class Checks(MultiGpuChecks):
                 body = parent.body if isinstance(parent.body, list) else [parent.body]
                 if child in body:
                     return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _wrapper_test_excludes(self, node: ast.AST, owner: str) -> bool:
+        """`node` is on the branch of `hasattr(owner, "module")` / `isinstance(owner, DDP)` where owner is no
+        wrapper (the else, or the body of its negation)."""
+        child, parent = node, self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test, wrapped_branch = parent.test, "body"
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, wrapped_branch = test.operand, "orelse"
+                if isinstance(test, ast.Call) and len(test.args) == 2 and dotted(test.args[0]) == owner and (
+                        self.callee_last(test) == "hasattr" and const_str(test.args[1]) == "module" or
+                        self.callee_last(test) == "isinstance" and last(dotted(test.args[1])) in DDP_NAMES):
+                    other = getattr(parent, "orelse" if wrapped_branch == "body" else "body")
+                    return child in (other if isinstance(other, list) else [other])
             child, parent = parent, self.parent.get(parent)
         return False
 
