@@ -191,3 +191,32 @@ def test_an_options_default_device_is_the_users_choice():
         "x = torch.zeros(2).to(args.device)\ndist.destroy_process_group()\n"
     assert "hardcoded-cuda-device" not in names(src)
     assert "hardcoded-cuda-device" in names(src.replace(".to(args.device)", ".to('cuda:0')"))
+
+
+# ------------------------------------------------------------------------------------------- where the parser is
+
+def test_local_rank_flag_of_an_options_module(tmp_path):
+    """The parser is built in options.py; the script picks the device from opt.local_rank: reported once, in the
+    script. A flag value replaced before use (`opt.local_rank = dist.get_rank()`) is not the flag's."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "options.py").write_text("import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"
+                                         "    p.add_argument('--local_rank', type=int, default=0)\n"
+                                         "    return p.parse_args()\n")
+    script = HEAD + "import options\nopt = options.parse()\ndist.init_process_group('gloo')\n" \
+        "torch.cuda.set_device(opt.local_rank)\ndist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    found = [f for f in lint_file(tmp_path / "train.py").findings if f.rule == "local-rank-argparse"]
+    assert len(found) == 1 and found[0].path is None
+    (tmp_path / "train.py").write_text(script.replace("dist.init_process_group('gloo')\n",
+                                                      "dist.init_process_group('gloo')\nopt.local_rank = dist.get_rank()\n"))
+    assert "local-rank-argparse" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_ddp_device_ids_given_by_position_pick_the_device():
+    """`DistributedDataParallel(model, device_ids)`: the second positional argument is device_ids."""
+    src = "import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int, default=0)\n" \
+        "args = p.parse_args()\ndist.init_process_group('nccl')\n" \
+        "from torch.nn.parallel import DistributedDataParallel\nids = [args.local_rank]\n" \
+        "model = DistributedDataParallel(torch.nn.Linear(2, 2), ids)\ndist.destroy_process_group()\n"
+    assert "local-rank-argparse" in names(src)
+    assert "local-rank-argparse" not in names(src.replace("torch.nn.Linear(2, 2), ids)", "torch.nn.Linear(2, 2))"))

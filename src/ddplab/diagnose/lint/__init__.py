@@ -110,6 +110,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
                              for n in reader.nodes)
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
+        facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -332,6 +333,10 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
+    # one --local_rank flag, one mistake: where the parser lives in an options module, each file that picks a device
+    # from it would say so; the first (the script's) speaks for all
+    flag = [f for f in findings if f.rule == "local-rank-argparse"]
+    findings = [f for f in findings if f.rule != "local-rank-argparse" or f is flag[0]]
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]
     errors = sum(f.level == ERROR for f in shown)
     return LintResult(script=script, findings=shown, errors=errors, warnings=len(shown) - errors, backend=backend,

@@ -48,17 +48,24 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ --local_rank
 
+    def local_rank_flags(self) -> list[tuple[ast.Call, str]]:
+        """This file's argparse --local_rank flags, with the attribute each stores into."""
+        return [(c, const_str(keyword(c, "dest")) or "local_rank") for c in self.calls if _method(c) == "add_argument"
+                and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
+
     def check_local_rank_flag(self) -> None:
-        """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag."""
-        flags = [c for c in self.calls if _method(c) == "add_argument" and
-                 any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
-        if not flags or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
+        """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag.
+        The parser may be built in an options module: then the device pick in this file is where it is reported."""
+        flags = self.local_rank_flags()
+        dests = {dest for _, dest in flags} or self.facts.local_rank_flags
+        if not dests or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
             return
-        dest = const_str(keyword(flags[0], "dest")) or "local_rank"
-        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr == dest
+        if any(isinstance(n, ast.Attribute) and n.attr in dests and isinstance(n.ctx, ast.Store) for n in self.nodes):
+            return  # `opt.local_rank = dist.get_rank()`: the flag's value is replaced before any device is picked
+        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr in dests
                 and isinstance(n.ctx, ast.Load) and self._picks_device(n)]
         if used:
-            self.add(flags[0], "local-rank-argparse", ERROR,
+            self.add(flags[0][0] if flags else used[0], "local-rank-argparse", ERROR,
                      f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
                      "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
                      "default and takes the same GPU (duplicate GPU error or out of memory)",
@@ -72,16 +79,17 @@ class MultiGpuChecks(ScriptReader):
         """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
         torch.device or a 'cuda:N' string."""
         def into_device(n: ast.AST) -> bool:
-            parent = self.parent.get(n)
+            child, parent = n, self.parent.get(n)
             for _ in range(4):
                 if parent is None:
                     return False
                 if isinstance(parent, ast.Call) and (self.callee_last(parent) in (
-                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids")):
+                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids") or
+                        self.callee_last(parent) in DDP_NAMES and child in parent.args[1:2]):  # DDP(model, ids)
                     return True
                 if isinstance(parent, ast.JoinedStr):
                     return any(isinstance(v, ast.Constant) and "cuda" in str(v.value) for v in parent.values)
-                parent = self.parent.get(parent)
+                child, parent = parent, self.parent.get(parent)
             return False
         if into_device(node):
             return True
