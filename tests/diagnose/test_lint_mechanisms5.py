@@ -220,3 +220,23 @@ def test_ddp_device_ids_given_by_position_pick_the_device():
         "model = DistributedDataParallel(torch.nn.Linear(2, 2), ids)\ndist.destroy_process_group()\n"
     assert "local-rank-argparse" in names(src)
     assert "local-rank-argparse" not in names(src.replace("torch.nn.Linear(2, 2), ids)", "torch.nn.Linear(2, 2))"))
+
+
+# ------------------------------------------------------------------------------------------- set up in another module
+
+def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path):
+    """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
+    reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "worker.py").write_text(HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
+                                        "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
+                                        "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
+                                        "    dist.destroy_process_group()\n")
+    script = "import torch\nimport torch.multiprocessing as mp\nfrom worker import ddp_main\n\n" \
+        "if __name__ == '__main__':\n    mp.spawn(ddp_main, args=(2,), nprocs=2)\n"
+    (tmp_path / "train.py").write_text(script)
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" in rules and "unguarded-print" in rules
+    (tmp_path / "train.py").write_text(script.replace("mp.spawn(ddp_main, args=(2,), nprocs=2)", "pass"))
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules
