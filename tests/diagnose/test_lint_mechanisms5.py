@@ -240,3 +240,41 @@ def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path
     (tmp_path / "train.py").write_text(script.replace("mp.spawn(ddp_main, args=(2,), nprocs=2)", "pass"))
     rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
     assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules
+
+
+# ------------------------------------------------------------------------------------------- accumulation
+
+ACCUM = """
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def training_step(model, batch):
+    loss = model(batch).sum()
+    loss.backward()
+    return loss
+
+def fit(model, optimizer, loader, accum):
+    global_step = 0
+    for batch in loader:
+        should_step = global_step % accum == 0
+        if should_step:
+            training_step(model, batch)
+            optimizer.step()
+            optimizer.zero_grad()
+        else:
+            training_step(model, batch)
+        global_step += 1
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(2, 1))
+fit(model, torch.optim.SGD(model.parameters(), 0.1), [torch.zeros(2)], 4)
+dist.destroy_process_group()
+"""
+
+
+def test_accumulation_as_a_step_counter_with_a_backward_helper():
+    """`should_step = step % k == 0` stored, the step in its branch, a helper running backward on every batch: k-1
+    of k all-reduces wasted; reported where the `% k` is written."""
+    found = [f for f in lint_source(HEAD + textwrap.dedent(ACCUM)).findings if f.rule == "grad-accum-no-sync"]
+    assert len(found) == 1 and found[0].line == HEAD.count("\n") + 12  # should_step = ...
+    assert "grad-accum-no-sync" not in names(ACCUM.replace("        else:\n            training_step(model, batch)\n",
+                                                            ""))
