@@ -278,3 +278,16 @@ def test_accumulation_as_a_step_counter_with_a_backward_helper():
     assert len(found) == 1 and found[0].line == HEAD.count("\n") + 12  # should_step = ...
     assert "grad-accum-no-sync" not in names(ACCUM.replace("        else:\n            training_step(model, batch)\n",
                                                             ""))
+
+
+def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
+    """A module's torch.load without map_location is judged with its callers, as a save is: called only under a
+    rank-0 test, one process loads (onto its own GPU)."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "helpers.py").write_text("import torch\ndef load(p):\n    return torch.load(p)\n")
+    script = HEAD + "import helpers\n" + SETUP + "if rank == 0:\n    state = helpers.load('m.pt')\n" \
+        "dist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "load-no-map-location" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("if rank == 0:\n    state", "if True:\n    state"))
+    assert "load-no-map-location" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

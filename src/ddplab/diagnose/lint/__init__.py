@@ -32,7 +32,7 @@ MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collecti
                 "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
                 "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
-GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
+GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
                "collective-in-rank-branch", "rank0-early-exit"}
 # Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
 # launcher: init_process_group_mpi next to the env:// one the script calls).
