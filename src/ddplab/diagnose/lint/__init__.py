@@ -16,8 +16,7 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, _is_main_block, _walk_same_function,
-                                          dotted, static)
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
@@ -112,9 +111,8 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
-        facts.backward_helpers |= {f.name for f in reader.functions.values() if any(
-            isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "backward"
-            for c in _walk_same_function(f.body))}
+        facts.backward_helpers |= {f.name for c in reader.calls_by_name.get("backward", [])
+                                   if (f := reader.enclosing_function(c)) is not None}
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
