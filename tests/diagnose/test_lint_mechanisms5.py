@@ -291,3 +291,10 @@ def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
     assert "load-no-map-location" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("if rank == 0:\n    state", "if True:\n    state"))
     assert "load-no-map-location" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_a_cleanup_nothing_calls_destroys_nothing():
+    """`def cleanup(): dist.destroy_process_group()` defined and never called: the group is never destroyed."""
+    src = "def cleanup():\n    dist.destroy_process_group()\n\ndist.init_process_group('gloo')\nprint(1)\n"
+    assert "no-destroy" in names(src)
+    assert "no-destroy" not in names(src + "cleanup()\n")

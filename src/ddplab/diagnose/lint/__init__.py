@@ -97,11 +97,16 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
     facts = Facts(unread=list(unread))
     readers = [Checks(tree) for tree in trees.values()]
+    # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
+    # dist.destroy_process_group()` that nothing calls destroys nothing)
+    used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
     spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
     for reader in readers:
         facts.replaces_print |= reader.replaces_print_here(spawn_flags)
         facts.sets_device |= reader.sets_device_here()
-        facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
+        facts.destroys |= any(reader.is_(c, "destroy_process_group") and (
+            (func := reader.enclosing_function(c)) is None or func.name in used) for c in reader.calls)
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns

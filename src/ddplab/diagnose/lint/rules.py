@@ -651,7 +651,11 @@ class Checks(MultiGpuChecks):
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
-        if inits and not any(self.is_(c, "destroy_process_group") for c in self.calls) and not self.facts.destroys:
+        used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
+                if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+        here = any(self.is_(c, "destroy_process_group") and ((func := self.enclosing_function(c)) is None or
+                                                              func.name in used) for c in self.calls)
+        if inits and not here and not self.facts.destroys:  # (a `cleanup()` nothing calls destroys nothing)
             endless = self._ends_in_endless_loop(inits[0])
             self.add(inits[0], "no-destroy", WARNING,
                      "the process group is never destroyed: on exit or after an error the other ranks may wait for "
