@@ -295,6 +295,8 @@ def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
 
 def test_a_cleanup_nothing_calls_destroys_nothing():
     """`def cleanup(): dist.destroy_process_group()` defined and never called: the group is never destroyed."""
-    src = "def cleanup():\n    dist.destroy_process_group()\n\ndist.init_process_group('gloo')\nprint(1)\n"
+    src = "def cleanup():\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n" \
+        "    dist.init_process_group('gloo')\n"
     assert "no-destroy" in names(src)
-    assert "no-destroy" not in names(src + "cleanup()\n")
+    assert "no-destroy" not in names(src + "    cleanup()\n")
+    assert "no-destroy" not in names(src.replace("if __name__ == '__main__':\n    ", ""))  # no main: read as called

@@ -105,8 +105,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     for reader in readers:
         facts.replaces_print |= reader.replaces_print_here(spawn_flags)
         facts.sets_device |= reader.sets_device_here()
-        facts.destroys |= any(reader.is_(c, "destroy_process_group") and (
-            (func := reader.enclosing_function(c)) is None or func.name in used) for c in reader.calls)
+        facts.destroys |= reader.destroys_group(used)
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns

@@ -7,7 +7,7 @@ import ast
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                          _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
+                                          _calls_in, _exits, _is_main_block, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
@@ -651,11 +651,7 @@ class Checks(MultiGpuChecks):
 
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
-        used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
-                if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
-        here = any(self.is_(c, "destroy_process_group") and ((func := self.enclosing_function(c)) is None or
-                                                              func.name in used) for c in self.calls)
-        if inits and not here and not self.facts.destroys:  # (a `cleanup()` nothing calls destroys nothing)
+        if inits and not self.destroys_group() and not self.facts.destroys:
             endless = self._ends_in_endless_loop(inits[0])
             self.add(inits[0], "no-destroy", WARNING,
                      "the process group is never destroyed: on exit or after an error the other ranks may wait for "
@@ -663,6 +659,17 @@ class Checks(MultiGpuChecks):
                      "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
                      sure=not endless, why="the run ends in a `while True` loop with no way out but an error: a "
                      "destroy at the end would never run" if endless else "")
+
+    def destroys_group(self, used: set[str] | None = None) -> bool:
+        """A destroy_process_group that runs: at module level, or in a function something names (`used`: the
+        names of the project, else this file's). In a file whose `__main__` block says how it runs, a `cleanup()`
+        nothing calls destroys nothing; without one, its functions are read as called."""
+        if used is None:
+            used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
+                    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+        main = any(_is_main_block(n) for n in self.tree.body)
+        return any(self.is_(c, "destroy_process_group") and (
+            not main or (func := self.enclosing_function(c)) is None or func.name in used) for c in self.calls)
 
     def _ends_in_endless_loop(self, node: ast.AST) -> bool:
         """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
