@@ -300,3 +300,14 @@ def test_a_cleanup_nothing_calls_destroys_nothing():
     assert "no-destroy" in names(src)
     assert "no-destroy" not in names(src + "    cleanup()\n")
     assert "no-destroy" not in names(src.replace("if __name__ == '__main__':\n    ", ""))  # no main: read as called
+
+
+def test_backend_attribute_set_once_in_the_file_is_a_literal():
+    """`args.backend = 'nccl'` once (no --backend option) and `init_process_group(args.backend)` in main(args)."""
+    src = "import argparse\ndef main(args):\n    dist.init_process_group(args.backend)\n" \
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace()\n" \
+        "    args.backend = 'nccl'\n    main(args)\n"
+    assert "nccl-hardcoded" in names(src)
+    with_option = src.replace("    args = argparse.Namespace()\n",
+                              "    p = argparse.ArgumentParser()\n    p.add_argument('--backend')\n    args = p.parse_args()\n")
+    assert "nccl-hardcoded" not in names(with_option)

@@ -184,11 +184,22 @@ class Checks(MultiGpuChecks):
             return self._backend_value(node.args[0], depth + 1)
         if (chosen := _by_platform(node)) is not None:
             return self._backend_value(chosen, depth + 1)
-        value = self._default_never_overridden(node) or self._assigned_literal(node)
+        value = self._default_never_overridden(node) or self._assigned_literal(node) or self._attribute_literal(node)
         if value is None and isinstance(node, ast.Name):
             held = self._module_constant(node.id)
             value = self._backend_value(held, depth + 1) if held is not None else None
         return value
+
+    def _attribute_literal(self, node: ast.AST | None) -> str | None:
+        """`args.backend = 'nccl'` once in the file (in the main block, say) and `init_process_group(args.backend)`
+        in the function it is handed to: a literal, when no argparse option of that name exists to change it."""
+        if not isinstance(node, ast.Attribute) or self.calls_by_name.get("exec") or self.calls_by_name.get("setattr"):
+            return None
+        values = [n.value for n in self.nodes if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)]
+        option = any(_method(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
+            (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
+        return const_str(values[0]) if len(values) == 1 and not option else None
 
     def _module_constant(self, name: str) -> ast.AST | None:
         """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
