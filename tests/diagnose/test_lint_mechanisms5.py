@@ -311,3 +311,19 @@ def test_backend_attribute_set_once_in_the_file_is_a_literal():
     with_option = src.replace("    args = argparse.Namespace()\n",
                               "    p = argparse.ArgumentParser()\n    p.add_argument('--backend')\n    args = p.parse_args()\n")
     assert "nccl-hardcoded" not in names(with_option)
+
+
+def test_print_filter_nothing_installs_filters_nothing(tmp_path):
+    """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
+    script never calls: every rank still prints."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "misc.py").write_text("import builtins\ndef setup_for_distributed(is_master):\n"
+                                      "    builtin_print = builtins.print\n"
+                                      "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
+                                      "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
+                                      "    setup_for_distributed(rank == 0)\n")
+    script = HEAD + "import misc\n" + SETUP + "print('hello')\ndist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("print('hello')", "misc.init_distributed_mode(rank)\nprint('hi')"))
+    assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]

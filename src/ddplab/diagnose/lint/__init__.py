@@ -126,7 +126,25 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.sum_returners.update(reader.sum_returners())
     facts.buffer_classes = _buffer_classes(readers)
     facts.print_installers = _print_installers(readers)
+    facts.replaces_print &= _filter_installed(readers, facts.print_installers)
     return facts
+
+
+def _filter_installed(readers: list, installers: set[str]) -> bool:
+    """The print filter is installed somewhere that runs: `builtins.print = ...` at a module's top level, or a call
+    of an installer from outside the installers (init_distributed_mode -> setup_for_distributed, called by the
+    script). DETR's util/misc.py copied into a project whose script never calls init_distributed_mode filters
+    nothing."""
+    for reader in readers:
+        for n in reader.nodes:
+            if isinstance(n, ast.Assign) and reader.enclosing_function(n) is None and any(
+                    isinstance(t, ast.Attribute) and t.attr == "print" and
+                    reader.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in n.targets):
+                return True
+            if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
+                    (func := reader.enclosing_function(n)) is None or func.name not in installers):
+                return True
+    return False
 
 
 def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
