@@ -327,3 +327,36 @@ def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("print('hello')", "misc.init_distributed_mode(rank)\nprint('hi')"))
     assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_sum_of_values_a_helper_already_reduced_is_whole():
+    """`loss, preds = run_batch(x)` where run_batch returns `reduce_mean(loss)` on the distributed path: the sum of
+    those losses is of whole values, not one shard's."""
+    src = """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def reduce_mean(t, n):
+        rt = t.clone()
+        dist.all_reduce(rt)
+        return rt / n
+
+    def run_batch(model, x):
+        loss = model(x).sum()
+        reduced = reduce_mean(loss, 2)
+        return reduced, loss
+
+    def train(model, loader, rank):
+        total = 0
+        for x in loader:
+            loss, raw = run_batch(model, x)
+            total += loss
+        if rank == 0:
+            print(total / len(loader))
+
+    dist.init_process_group("gloo")
+    ds = torch.zeros(8, 2)
+    train(torch.nn.Linear(2, 1), DataLoader(ds, sampler=DistributedSampler(ds)), dist.get_rank())
+    dist.destroy_process_group()
+    """
+    assert "unreduced-metric" not in names(src)
+    assert "unreduced-metric" in names(src.replace("loss, raw = run_batch", "raw, loss = run_batch"))

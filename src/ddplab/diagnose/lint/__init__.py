@@ -124,6 +124,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+        facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
     facts.print_installers = _print_installers(readers)
     facts.replaces_print &= _filter_installed(readers, facts.print_installers)

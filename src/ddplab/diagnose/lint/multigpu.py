@@ -267,6 +267,37 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
+    def reduce_returners(self) -> dict[str, frozenset]:
+        """This file's functions that return a value out of a reducer (`reduced = reduce_mean(loss, n)` on the
+        distributed path, `return reduced, preds`): name -> the positions of the returned tuple that are reduced
+        (-1: the whole value)."""
+        found = {}
+        for func in {self.enclosing_function(c) for c in self.calls if self._reduces(c)} - {None}:
+            reduced = {t.id for n in _same_scope(func.body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                       and self._reduces(n.value) for t in n.targets if isinstance(t, ast.Name)}
+            positions = None
+            for r in (n for n in _same_scope(func.body) if isinstance(n, ast.Return) and n.value is not None):
+                elts = r.value.elts if isinstance(r.value, ast.Tuple) else None
+                here = {i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id in reduced} if elts else \
+                    ({-1} if isinstance(r.value, ast.Name) and r.value.id in reduced else set())
+                positions = here if positions is None else positions & here
+            if positions:
+                found[func.name] = frozenset(positions)
+        return found
+
+    def _from_reducing_helpers(self, body: list[ast.stmt]) -> set[str]:
+        """Names assigned the reduced part of what a reduce_returners helper returns."""
+        names = set()
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) and \
+                    (positions := self.facts.reduce_returners.get(self.callee_last(node.value))):
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and -1 in positions:
+                    names.add(target.id)
+                elif isinstance(target, ast.Tuple):
+                    names |= {e.id for i, e in enumerate(target.elts) if i in positions and isinstance(e, ast.Name)}
+        return names
+
     def sum_returners(self) -> dict[str, int]:
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
         += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
@@ -293,6 +324,8 @@ class MultiGpuChecks(ScriptReader):
 
         in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
                     self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+        in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
 
         def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
             return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and

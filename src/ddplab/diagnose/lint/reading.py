@@ -126,6 +126,7 @@ class Facts:
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
