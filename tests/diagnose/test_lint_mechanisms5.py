@@ -360,3 +360,12 @@ def test_sum_of_values_a_helper_already_reduced_is_whole():
     """
     assert "unreduced-metric" not in names(src)
     assert "unreduced-metric" in names(src.replace("loss, raw = run_batch", "raw, loss = run_batch"))
+
+
+def test_load_in_a_branch_no_caller_turns_on_never_runs():
+    """`def __init__(self, n, re_train=False): if re_train: torch.load(...)` built as `Net(2)`: never loads."""
+    src = "class Net(torch.nn.Module):\n    def __init__(self, n, re_train=False):\n        super().__init__()\n" \
+        "        if re_train:\n            self.load_state_dict(torch.load('pre.pt'))\n\n" + SETUP + \
+        "net = Net(2)\ndist.destroy_process_group()\n"
+    assert "load-no-map-location" not in names(src)
+    assert "load-no-map-location" in names(src.replace("net = Net(2)", "net = Net(2, re_train=True)"))
