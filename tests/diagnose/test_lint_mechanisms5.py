@@ -369,3 +369,20 @@ def test_load_in_a_branch_no_caller_turns_on_never_runs():
         "net = Net(2)\ndist.destroy_process_group()\n"
     assert "load-no-map-location" not in names(src)
     assert "load-no-map-location" in names(src.replace("net = Net(2)", "net = Net(2, re_train=True)"))
+
+
+def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
+    """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
+    the if branch runs without a group, as one process."""
+    from ddplab.diagnose.lint import lint_file
+    (tmp_path / "utils.py").write_text(HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', "
+                                       "rank=rank, world_size=n)\n")
+    script = HEAD + "import argparse\nfrom utils import ddp_setup\n\ndef main(rank):\n    ddp_setup(rank, 2)\n" \
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace(multi=False)\n" \
+        "    single_gpu = not args.multi\n    if single_gpu:\n        print('one gpu')\n    else:\n" \
+        "        main(int(os.environ['RANK']))\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("        main(int(os.environ['RANK']))\n",
+                                                      "        pass\n    main(int(os.environ['RANK']))\n"))
+    assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

@@ -127,8 +127,27 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
     facts.print_installers = _print_installers(readers)
+    facts.group_makers = _group_makers(readers)
     facts.replaces_print &= _filter_installed(readers, facts.print_installers)
     return facts
+
+
+def _group_makers(readers: list) -> set[str]:
+    """Functions of the project that make the process group: call init_process_group, or a function that does."""
+    calls: dict[str, set[str]] = {}
+    found: set[str] = set()
+    for reader in readers:
+        for func in reader.functions.values():
+            called = {reader.callee_last(c) for c in ast.walk(func) if isinstance(c, ast.Call)}
+            calls.setdefault(func.name, set()).update(called)
+            if "init_process_group" in called:
+                found.add(func.name)
+    for _ in range(4):
+        grown = {name for name, called in calls.items() if called & found} - found
+        if not grown:
+            break
+        found |= grown
+    return found
 
 
 def _filter_installed(readers: list, installers: set[str]) -> bool:

@@ -126,6 +126,7 @@ class Facts:
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    group_makers: set = field(default_factory=set)  # project functions that make the process group (transitively)
     reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
@@ -579,6 +580,10 @@ class ScriptReader:
                 elif (launched := self._launcher_test(parent.test)) is not None and \
                         child in (orelse if launched else body):
                     found.append(_Guard("single", True, parent))  # no launcher: one process
+                elif isinstance(parent, ast.If) and child in body and not self._makes_group(body) and \
+                        self._makes_group(orelse):
+                    found.append(_Guard("single", True, parent))  # the else makes the group: this branch is the
+                    #                                               one-process path (`if single_gpu: ... else: main()`)
             for name in ("body", "orelse", "finalbody"):
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
@@ -589,6 +594,11 @@ class ScriptReader:
                                 found.append(_Guard(test[0], not test[1], stmt))
             child, parent = parent, self.parent.get(parent)
         return found
+
+    def _makes_group(self, block: list[ast.AST]) -> bool:
+        """The statements call init_process_group (or a project function that does), or start workers that may."""
+        return any(isinstance(c, ast.Call) and (last(self.callee(c)) in ("init_process_group", *self.facts.group_makers)
+                                                 or self.callee(c) in SPAWN_CALLS) for c in _calls_in(block))
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
         """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
