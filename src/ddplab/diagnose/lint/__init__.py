@@ -126,22 +126,17 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.sum_returners.update(reader.sum_returners())
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
-    facts.print_installers = _print_installers(readers)
-    facts.group_makers = _group_makers(readers)
+    calls: dict[str, set[str]] = {}
+    facts.print_installers = _print_installers(readers, calls)
+    facts.group_makers = _group_makers(calls)
     facts.replaces_print &= _filter_installed(readers, facts.print_installers)
     return facts
 
 
-def _group_makers(readers: list) -> set[str]:
-    """Functions of the project that make the process group: call init_process_group, or a function that does."""
-    calls: dict[str, set[str]] = {}
-    found: set[str] = set()
-    for reader in readers:
-        for func in reader.functions.values():
-            called = {reader.callee_last(c) for c in ast.walk(func) if isinstance(c, ast.Call)}
-            calls.setdefault(func.name, set()).update(called)
-            if "init_process_group" in called:
-                found.add(func.name)
+def _group_makers(calls: dict[str, set[str]]) -> set[str]:
+    """Functions of the project that make the process group: call init_process_group, or a function that does
+    (`calls`: each function's callees, as _print_installers gathered them)."""
+    found = {name for name, called in calls.items() if "init_process_group" in called}
     for _ in range(4):
         grown = {name for name, called in calls.items() if called & found} - found
         if not grown:
@@ -157,9 +152,10 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
     nothing."""
     for reader in readers:
         for n in reader.nodes:
-            if isinstance(n, ast.Assign) and reader.enclosing_function(n) is None and any(
+            if isinstance(n, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and t.attr == "print" and
-                    reader.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in n.targets):
+                    reader.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in n.targets) and \
+                    reader.enclosing_function(n) is None:
                 return True
             if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
                     (func := reader.enclosing_function(n)) is None or func.name not in installers):
@@ -177,9 +173,9 @@ def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
     return False
 
 
-def _print_installers(readers: list) -> set[str]:
-    """Functions that install the print filter (`builtins.print = ...`), or call one that does."""
-    calls: dict[str, set[str]] = {}
+def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
+    """Functions that install the print filter (`builtins.print = ...`), or call one that does; fills `calls` with
+    each function's callees on the way."""
     found: set[str] = set()
     for reader in readers:
         for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):

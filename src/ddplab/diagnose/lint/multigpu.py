@@ -287,7 +287,9 @@ class MultiGpuChecks(ScriptReader):
 
     def _from_reducing_helpers(self, body: list[ast.stmt]) -> set[str]:
         """Names assigned the reduced part of what a reduce_returners helper returns."""
-        names = set()
+        names: set[str] = set()
+        if not self.facts.reduce_returners:
+            return names
         for node in _same_scope(body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) and \
                     (positions := self.facts.reduce_returners.get(self.callee_last(node.value))):

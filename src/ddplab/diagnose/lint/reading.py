@@ -580,8 +580,8 @@ class ScriptReader:
                 elif (launched := self._launcher_test(parent.test)) is not None and \
                         child in (orelse if launched else body):
                     found.append(_Guard("single", True, parent))  # no launcher: one process
-                elif isinstance(parent, ast.If) and child in body and not self._makes_group(body) and \
-                        self._makes_group(orelse):
+                elif isinstance(parent, ast.If) and parent.orelse and child in body and \
+                        self._makes_group(orelse) and not self._makes_group(body):
                     found.append(_Guard("single", True, parent))  # the else makes the group: this branch is the
                     #                                               one-process path (`if single_gpu: ... else: main()`)
             for name in ("body", "orelse", "finalbody"):
@@ -597,8 +597,13 @@ class ScriptReader:
 
     def _makes_group(self, block: list[ast.AST]) -> bool:
         """The statements call init_process_group (or a project function that does), or start workers that may."""
-        return any(isinstance(c, ast.Call) and (last(self.callee(c)) in ("init_process_group", *self.facts.group_makers)
-                                                 or self.callee(c) in SPAWN_CALLS) for c in _calls_in(block))
+        key = id(block[0]) if block else 0
+        cache = self.__dict__.setdefault("_group_blocks", {})
+        if key not in cache:
+            makers = {"init_process_group", *self.facts.group_makers}
+            cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or self.callee(c) in
+                                                          SPAWN_CALLS) for c in _calls_in(block))
+        return cache[key]
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
         """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
@@ -643,10 +648,14 @@ class ScriptReader:
         option, value = dotted(test.left), test.comparators[0]
         if not option or not isinstance(value, ast.Constant):
             return None
-        makers = {n.test.comparators[0].value for n in self.nodes if isinstance(n, ast.If) and isinstance(
-            n.test, ast.Compare) and len(n.test.ops) == 1 and isinstance(n.test.ops[0], ast.Eq) and
-            dotted(n.test.left) == option and isinstance(n.test.comparators[0], ast.Constant) and any(
-                last(self.callee(c)) == "init_process_group" for c in _calls_in(n.body))}
+        if not hasattr(self, "_option_makers"):  # option -> the values whose `if option == value:` makes the group
+            self._option_makers: dict[str, set] = {}
+            for n in self.nodes:
+                if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 and \
+                        isinstance(n.test.ops[0], ast.Eq) and isinstance(n.test.comparators[0], ast.Constant) and \
+                        any(last(self.callee(c)) == "init_process_group" for c in _calls_in(n.body)):
+                    self._option_makers.setdefault(dotted(n.test.left), set()).add(n.test.comparators[0].value)
+        makers = self._option_makers.get(option, set())
         if len(makers) != 1:
             return None
         return value.value in makers
@@ -659,6 +668,12 @@ class ScriptReader:
         key = self._scope_key(flag)
         if key is None:
             return False
+        cache = self.__dict__.setdefault("_group_flags", {})
+        if key not in cache:
+            cache[key] = self._group_flag_uncached(key)
+        return cache[key]
+
+    def _group_flag_uncached(self, key: tuple) -> bool:
         ons = offs = 0
         for node in self.nodes:
             if not isinstance(node, ast.Assign) or len(node.targets) != 1 or \
