@@ -98,9 +98,11 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     facts = Facts(unread=list(unread))
     readers = [Checks(tree) for tree in trees.values()]
     # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
-    # dist.destroy_process_group()` that nothing calls destroys nothing)
+    # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
     used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
-            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)} if any(
+        r.calls_by_name.get("destroy_process_group") and any(_is_main_block(n) for n in r.tree.body)
+        for r in readers) else set()
     spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
     for reader in readers:
         facts.replaces_print |= reader.replaces_print_here(spawn_flags)
@@ -129,7 +131,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
-    facts.replaces_print &= _filter_installed(readers, facts.print_installers)
+    facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
     return facts
 
 

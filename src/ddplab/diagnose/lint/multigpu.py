@@ -272,11 +272,16 @@ class MultiGpuChecks(ScriptReader):
         distributed path, `return reduced, preds`): name -> the positions of the returned tuple that are reduced
         (-1: the whole value)."""
         found = {}
-        for func in {self.enclosing_function(c) for c in self.calls if self._reduces(c)} - {None}:
-            reduced = {t.id for n in _same_scope(func.body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+        reducing = [c for name, calls in self.calls_by_name.items() if any(w in name.lower() for w in REDUCERS)
+                    for c in calls if self._reduces(c)]  # (the names first: one test per name, not per call)
+        for func in {self.enclosing_function(c) for c in reducing} - {None}:
+            body = list(_same_scope(func.body))
+            reduced = {t.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                        and self._reduces(n.value) for t in n.targets if isinstance(t, ast.Name)}
+            if not reduced:
+                continue
             positions = None
-            for r in (n for n in _same_scope(func.body) if isinstance(n, ast.Return) and n.value is not None):
+            for r in (n for n in body if isinstance(n, ast.Return) and n.value is not None):
                 elts = r.value.elts if isinstance(r.value, ast.Tuple) else None
                 here = {i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id in reduced} if elts else \
                     ({-1} if isinstance(r.value, ast.Name) and r.value.id in reduced else set())

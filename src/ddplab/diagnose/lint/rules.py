@@ -699,12 +699,13 @@ class Checks(MultiGpuChecks):
         """A destroy_process_group that runs: at module level, or in a function something names (`used`: the
         names of the project, else this file's). In a file whose `__main__` block says how it runs, a `cleanup()`
         nothing calls destroys nothing; without one, its functions are read as called."""
+        destroys = self.calls_by_name.get("destroy_process_group", [])
+        if not destroys or not any(_is_main_block(n) for n in self.tree.body):
+            return bool(destroys)
         if used is None:
             used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
                     if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
-        main = any(_is_main_block(n) for n in self.tree.body)
-        return any(self.is_(c, "destroy_process_group") and (
-            not main or (func := self.enclosing_function(c)) is None or func.name in used) for c in self.calls)
+        return any((func := self.enclosing_function(c)) is None or func.name in used for c in destroys)
 
     def _ends_in_endless_loop(self, node: ast.AST) -> bool:
         """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
