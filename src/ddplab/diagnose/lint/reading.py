@@ -458,11 +458,13 @@ class ScriptReader:
                 return test[0], not test[1]
             return None
         if isinstance(expr, ast.BoolOp):
-            tests = [self.rank_test(value, follow_names) for value in expr.values]
-            for inner in tests:
+            tests = []
+            for value in expr.values:
+                inner = self.rank_test(value, follow_names)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
+                tests.append(inner)
             if isinstance(expr.op, ast.Or) and all(t and t[1] for t in tests):
                 # `rank is None or rank == 0`: rank 0, or the one process no launcher started (the weakest kind
                 # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
@@ -520,10 +522,11 @@ class ScriptReader:
         """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
         negations; None when `expr` is no such test. A device index is not a rank here."""
         op, right = expr.ops[0], expr.comparators[0]
-        if self.rank_kind(expr.left) not in ("global", "local"):
-            return None  # `gpu is None` is no chosen device (every GPU of the machine), not no launcher
         missing = _is_none(right) or isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and \
             isinstance(right.operand, ast.Constant) and right.operand.value == 1
+        if not (missing or _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE))) or \
+                self.rank_kind(expr.left) not in ("global", "local"):
+            return None  # (`gpu is None` is no chosen device, every GPU of the machine, not no launcher)
         if missing and isinstance(op, (ast.Is, ast.Eq)):
             return True
         if missing and isinstance(op, (ast.IsNot, ast.NotEq)):
