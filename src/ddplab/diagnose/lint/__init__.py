@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
@@ -30,7 +31,7 @@ MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collecti
                 "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
                 "world-size-scaled-twice"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
-GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric",
+GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
                "collective-in-rank-branch", "rank0-early-exit"}
 # Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
 # launcher: init_process_group_mpi next to the env:// one the script calls).
@@ -96,11 +97,17 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
     facts = Facts(unread=list(unread))
     readers = [Checks(tree) for tree in trees.values()]
+    # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
+    # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
+    used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)} if any(
+        r.calls_by_name.get("destroy_process_group") and any(_is_main_block(n) for n in r.tree.body)
+        for r in readers) else set()
     spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
     for reader in readers:
         facts.replaces_print |= reader.replaces_print_here(spawn_flags)
         facts.sets_device |= reader.sets_device_here()
-        facts.destroys |= any(reader.is_(c, "destroy_process_group") for c in reader.calls)
+        facts.destroys |= reader.destroys_group(used)
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
@@ -109,6 +116,9 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
                              for n in reader.nodes)
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
+        facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
+        facts.backward_helpers |= {f.name for c in reader.calls_by_name.get("backward", [])
+                                   if (f := reader.enclosing_function(c)) is not None}
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -116,9 +126,43 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+        facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
-    facts.print_installers = _print_installers(readers)
+    calls: dict[str, set[str]] = {}
+    facts.print_installers = _print_installers(readers, calls)
+    facts.group_makers = _group_makers(calls)
+    facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
     return facts
+
+
+def _group_makers(calls: dict[str, set[str]]) -> set[str]:
+    """Functions of the project that make the process group: call init_process_group, or a function that does
+    (`calls`: each function's callees, as _print_installers gathered them)."""
+    found = {name for name, called in calls.items() if "init_process_group" in called}
+    for _ in range(4):
+        grown = {name for name, called in calls.items() if called & found} - found
+        if not grown:
+            break
+        found |= grown
+    return found
+
+
+def _filter_installed(readers: list, installers: set[str]) -> bool:
+    """The print filter is installed somewhere that runs: `builtins.print = ...` at a module's top level, or a call
+    of an installer from outside the installers (init_distributed_mode -> setup_for_distributed, called by the
+    script). DETR's util/misc.py copied into a project whose script never calls init_distributed_mode filters
+    nothing."""
+    for reader in readers:
+        for n in reader.nodes:
+            if isinstance(n, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "print" and
+                    reader.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in n.targets) and \
+                    reader.enclosing_function(n) is None:
+                return True
+            if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
+                    (func := reader.enclosing_function(n)) is None or func.name not in installers):
+                return True
+    return False
 
 
 def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
@@ -131,9 +175,9 @@ def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
     return False
 
 
-def _print_installers(readers: list) -> set[str]:
-    """Functions that install the print filter (`builtins.print = ...`), or call one that does."""
-    calls: dict[str, set[str]] = {}
+def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
+    """Functions that install the print filter (`builtins.print = ...`), or call one that does; fills `calls` with
+    each function's callees on the way."""
     found: set[str] = set()
     for reader in readers:
         for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):
@@ -284,8 +328,19 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
-        spans = _uncalled_spans(tree, entry, refs, path)
+        # the script's own functions count as uncalled only when it has a `__main__` block: then how it runs is
+        # written down, and a function nothing reaches is dead code (a loader kept for later); without one they
+        # are read as a reviewer reads them, called or not
+        spans = _uncalled_spans(tree, entry and not any(_is_main_block(n) for n in tree.body), refs, path)
+        if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
+            spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if _is_main_block(n)]
         for f in checks.findings:
+            if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
+                lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]
+                if lines and lines != [f.line, *f.also]:
+                    f.line, f.also = lines[0], lines[1:]
+                    more = f" (also lines {', '.join(map(str, f.also[:5]))}{'...' if len(f.also) > 5 else ''})"
+                    f.message = re.sub(r" \(also lines [^)]*\)", more if f.also else "", f.message)
             if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
                 continue
             if shown_from is None and path == project.entries[0]:
@@ -320,6 +375,10 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
+    # one --local_rank flag, one mistake: where the parser lives in an options module, each file that picks a device
+    # from it would say so; the first (the script's) speaks for all
+    flag = [f for f in findings if f.rule == "local-rank-argparse"]
+    findings = [f for f in findings if f.rule != "local-rank-argparse" or f is flag[0]]
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]
     errors = sum(f.level == ERROR for f in shown)
     return LintResult(script=script, findings=shown, errors=errors, warnings=len(shown) - errors, backend=backend,

@@ -39,8 +39,24 @@ class Callers:
     def called_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
         """A call of `func` written in the script itself that runs on every rank: the script decides who runs it
         (a print in a logger or meter several calls away is the library's own business)."""
-        return next((site for where, site in self.sites(path, func)
-                     if where in self.entries and self._site_every_rank(where, site, 0)), None)
+        found = next((site for where, site in self.sites(path, func)
+                      if where in self.entries and self._site_every_rank(where, site, 0)), None)
+        return found or self._handed_by_script(path, func)
+
+    def _handed_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
+        """The script's own call that hands `func` over (`mp.spawn(ddp_main, ...)` with ddp_main imported from
+        `path`), when every rank runs it: the workers run `func` on every rank."""
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        for where in self.entries:
+            reader = self.readers.get(where)
+            if reader is None or func.name not in reader.passed or module not in reader.resolve(func.name).split("."):
+                continue
+            for call in reader.calls:
+                handed = [a.id if isinstance(a, ast.Name) else a.attr for a in [*call.args, *(
+                    k.value for k in call.keywords)] if isinstance(a, (ast.Name, ast.Attribute))]
+                if func.name in handed and not reader.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                    return call
+        return None
 
     def reached(self, path: Path, func: ast.AST, depth: int = 0) -> bool:
         """Some chain of calls from the script (or from a module's top level, or a function handed to another
@@ -50,10 +66,17 @@ class Callers:
         for where, site in self.sites(path, func):
             reader = self.readers[where]
             outer = reader.enclosing_function(site)
-            if where in self.entries or outer is None or outer.name in reader.passed or \
+            if where in self.entries or outer is None or self._handed_over(where, outer) or \
                     self.reached(where, outer, depth + 1):
                 return True
         return False
+
+    def _handed_over(self, path: Path, func: ast.AST) -> bool:
+        """`func` is handed to another call (mp.spawn(ddp_main, ...)) in its own file, or in a file that imports it
+        from its module (`from ddp.ddp_main import ddp_main` in the script): it runs where that call runs it."""
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        return any(func.name in reader.passed and (where == path or module in reader.resolve(func.name).split("."))
+                   for where, reader in self.readers.items())
 
     def passed_per_rank(self, path: Path, func: ast.AST, param: str) -> bool | None:
         """What the callers of `func` give for `param`: False when every call passes a value that is the same on
@@ -146,7 +169,7 @@ class Callers:
         if reader.runs_on_rank0_only(site, ANY_RANK0) or self._branch_not_taken(reader, site):
             return False
         func = reader.enclosing_function(site)
-        if func is None or func.name in reader.passed:
+        if func is None or self._handed_over(where, func):
             return True  # module level (the script, or an import every rank runs), or handed to mp.spawn
         if self.every_rank(where, func, depth + 1) is not None:
             return True

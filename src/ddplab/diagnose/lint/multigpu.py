@@ -48,17 +48,24 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ --local_rank
 
+    def local_rank_flags(self) -> list[tuple[ast.Call, str]]:
+        """This file's argparse --local_rank flags, with the attribute each stores into."""
+        return [(c, const_str(keyword(c, "dest")) or "local_rank") for c in self.calls if _method(c) == "add_argument"
+                and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
+
     def check_local_rank_flag(self) -> None:
-        """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag."""
-        flags = [c for c in self.calls if _method(c) == "add_argument" and
-                 any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
-        if not flags or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
+        """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag.
+        The parser may be built in an options module: then the device pick in this file is where it is reported."""
+        flags = self.local_rank_flags()
+        dests = {dest for _, dest in flags} or self.facts.local_rank_flags
+        if not dests or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
             return
-        dest = const_str(keyword(flags[0], "dest")) or "local_rank"
-        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr == dest
+        if any(isinstance(n, ast.Attribute) and n.attr in dests and isinstance(n.ctx, ast.Store) for n in self.nodes):
+            return  # `opt.local_rank = dist.get_rank()`: the flag's value is replaced before any device is picked
+        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr in dests
                 and isinstance(n.ctx, ast.Load) and self._picks_device(n)]
         if used:
-            self.add(flags[0], "local-rank-argparse", ERROR,
+            self.add(flags[0][0] if flags else used[0], "local-rank-argparse", ERROR,
                      f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
                      "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
                      "default and takes the same GPU (duplicate GPU error or out of memory)",
@@ -72,16 +79,17 @@ class MultiGpuChecks(ScriptReader):
         """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
         torch.device or a 'cuda:N' string."""
         def into_device(n: ast.AST) -> bool:
-            parent = self.parent.get(n)
+            child, parent = n, self.parent.get(n)
             for _ in range(4):
                 if parent is None:
                     return False
                 if isinstance(parent, ast.Call) and (self.callee_last(parent) in (
-                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids")):
+                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids") or
+                        self.callee_last(parent) in DDP_NAMES and child in parent.args[1:2]):  # DDP(model, ids)
                     return True
                 if isinstance(parent, ast.JoinedStr):
                     return any(isinstance(v, ast.Constant) and "cuda" in str(v.value) for v in parent.values)
-                parent = self.parent.get(parent)
+                child, parent = parent, self.parent.get(parent)
             return False
         if into_device(node):
             return True
@@ -259,6 +267,44 @@ class MultiGpuChecks(ScriptReader):
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
+    def reduce_returners(self) -> dict[str, frozenset]:
+        """This file's functions that return a value out of a reducer (`reduced = reduce_mean(loss, n)` on the
+        distributed path, `return reduced, preds`): name -> the positions of the returned tuple that are reduced
+        (-1: the whole value)."""
+        found = {}
+        reducing = [c for name, calls in self.calls_by_name.items() if any(w in name.lower() for w in REDUCERS)
+                    for c in calls if self._reduces(c)]  # (the names first: one test per name, not per call)
+        for func in {self.enclosing_function(c) for c in reducing} - {None}:
+            body = list(_same_scope(func.body))
+            reduced = {t.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                       and self._reduces(n.value) for t in n.targets if isinstance(t, ast.Name)}
+            if not reduced:
+                continue
+            positions = None
+            for r in (n for n in body if isinstance(n, ast.Return) and n.value is not None):
+                elts = r.value.elts if isinstance(r.value, ast.Tuple) else None
+                here = {i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id in reduced} if elts else \
+                    ({-1} if isinstance(r.value, ast.Name) and r.value.id in reduced else set())
+                positions = here if positions is None else positions & here
+            if positions:
+                found[func.name] = frozenset(positions)
+        return found
+
+    def _from_reducing_helpers(self, body: list[ast.stmt]) -> set[str]:
+        """Names assigned the reduced part of what a reduce_returners helper returns."""
+        names: set[str] = set()
+        if not self.facts.reduce_returners:
+            return names
+        for node in _same_scope(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) and \
+                    (positions := self.facts.reduce_returners.get(self.callee_last(node.value))):
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and -1 in positions:
+                    names.add(target.id)
+                elif isinstance(target, ast.Tuple):
+                    names |= {e.id for i, e in enumerate(target.elts) if i in positions and isinstance(e, ast.Name)}
+        return names
+
     def sum_returners(self) -> dict[str, int]:
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
         += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
@@ -285,6 +331,8 @@ class MultiGpuChecks(ScriptReader):
 
         in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
                     self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+        in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
 
         def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
             return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
@@ -703,6 +751,8 @@ class MultiGpuChecks(ScriptReader):
                               not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))):
             args = call.args[1:] if name == "open" else call.args
             mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
+            if not re.fullmatch(r"[rwxabt+]{1,4}", mode):
+                return None  # Image.open("data/img.jpg"): a path, not a mode (PIL opens for reading)
             if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
                 return f"open(..., {mode!r})"
             return None
@@ -711,7 +761,7 @@ class MultiGpuChecks(ScriptReader):
         if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
             return f"{last(name)}(download=True)"
         if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
-                (name.startswith("os.") or method == "mkdir"):
+                (name.startswith("os.") or method == "mkdir") and not self._exists_error_caught(call):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
@@ -720,6 +770,21 @@ class MultiGpuChecks(ScriptReader):
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
         return None
+
+    def _exists_error_caught(self, call: ast.Call) -> bool:
+        """`try: os.mkdir(d) except: pass` (or except OSError / FileExistsError / Exception): the rank that comes
+        second gets FileExistsError and goes on, so the race is harmless."""
+        for node in self.ancestors(call):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return False
+            if isinstance(node, ast.Try) and any(self._in(call, s) for s in node.body):
+                return any(h.type is None or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple)
+                           else [h.type])} & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
+                           for h in node.handlers)
+        return False
+
+    def _in(self, node: ast.AST, stmt: ast.AST) -> bool:
+        return node is stmt or any(a is stmt for a in self.ancestors(node))
 
     # ------------------------------------------------------------------------------------------ scaled twice
 

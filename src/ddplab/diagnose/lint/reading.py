@@ -63,6 +63,10 @@ def _is_zero(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
 
 
+def _is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _is_main_block(node: ast.AST) -> bool:
     """`if __name__ == "__main__":`"""
     test = getattr(node, "test", None)
@@ -118,8 +122,12 @@ class Facts:
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
+    backward_helpers: set = field(default_factory=set)  # project functions whose own body runs loss.backward()
+    local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
+    group_makers: set = field(default_factory=set)  # project functions that make the process group (transitively)
+    reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
@@ -441,14 +449,34 @@ class ScriptReader:
             body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
             if body and orelse and body[1] == orelse[1]:
                 return ("local" if "local" in (body[0], orelse[0]) else body[0]), body[1]
+            # `run = wandb.init() if rank == 0 else None`: the value is something only where the test holds, so a
+            # later `if run:` is that rank test under another name
+            test = self.rank_test(expr.test, follow_names)
+            if test and _is_none(expr.orelse):
+                return test
+            if test and _is_none(expr.body):
+                return test[0], not test[1]
             return None
         if isinstance(expr, ast.BoolOp):
+            tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
+                tests.append(inner)
+            if isinstance(expr.op, ast.Or) and all(t and t[1] for t in tests):
+                # `rank is None or rank == 0`: rank 0, or the one process no launcher started (the weakest kind
+                # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
+                kinds = {t[0] for t in tests}
+                return next((k for k in ("local", "device", "global") if k in kinds), "single"), True
             return None
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
+            return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Is, ast.IsNot)) \
+                and _is_none(expr.comparators[0]) and follow_names and \
+                (held := self._held(self.held_test, expr.left)) is not None:
+            return held if isinstance(expr.ops[0], ast.IsNot) else (held[0], not held[1])  # `if run is not None:`
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.In, ast.NotIn)) \
                 and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set)):
             # `local_rank in [-1, 0]`: rank 0 (or no launcher); `rank not in (0,)`: every rank but 0
@@ -490,10 +518,43 @@ class ScriptReader:
         kind = self.rank_kind(expr)
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
-    def _other_rank(self, node: ast.AST) -> bool:
-        """A rank other than 0: a positive int, or an expression of the world size (`world - 1`)."""
+    def _no_rank(self, expr: ast.Compare) -> bool | None:
+        """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
+        negations; None when `expr` is no such test. A device index is not a rank here."""
+        op, right = expr.ops[0], expr.comparators[0]
+        missing = _is_none(right) or isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and \
+            isinstance(right.operand, ast.Constant) and right.operand.value == 1
+        if not (missing or _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE))) or \
+                self.rank_kind(expr.left) not in ("global", "local"):
+            return None  # (`gpu is None` is no chosen device, every GPU of the machine, not no launcher)
+        if missing and isinstance(op, (ast.Is, ast.Eq)):
+            return True
+        if missing and isinstance(op, (ast.IsNot, ast.NotEq)):
+            return False
+        if _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE)):
+            return isinstance(op, ast.Lt)
+        return None
+
+    def _const_int(self, node: ast.AST, depth: int = 0) -> int | None:
+        """An int the code fixes: a literal, a module constant (`OFFSET = 1`), or a sum or product of those."""
         if isinstance(node, ast.Constant):
-            return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
+            return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
+        if isinstance(node, ast.Name) and depth < 3:
+            values = [n.value for n in self.tree.body if isinstance(n, ast.Assign) and
+                      any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+            return self._const_int(values[0], depth + 1) if len(values) == 1 else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            left, right = self._const_int(node.left, depth + 1), self._const_int(node.right, depth + 1)
+            if left is not None and right is not None:
+                return left + right if isinstance(node.op, ast.Add) else \
+                    left - right if isinstance(node.op, ast.Sub) else left * right
+        return None
+
+    def _other_rank(self, node: ast.AST) -> bool:
+        """A rank other than 0: a positive int (a literal or a module constant, `OFFSET + 1`), or an expression of
+        the world size (`world - 1`)."""
+        if (value := self._const_int(node)) is not None:
+            return value > 0
         return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
                    isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
 
@@ -522,6 +583,10 @@ class ScriptReader:
                 elif (launched := self._launcher_test(parent.test)) is not None and \
                         child in (orelse if launched else body):
                     found.append(_Guard("single", True, parent))  # no launcher: one process
+                elif isinstance(parent, ast.If) and parent.orelse and child in body and \
+                        self._makes_group(orelse) and not self._makes_group(body):
+                    found.append(_Guard("single", True, parent))  # the else makes the group: this branch is the
+                    #                                               one-process path (`if single_gpu: ... else: main()`)
             for name in ("body", "orelse", "finalbody"):
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
@@ -532,6 +597,16 @@ class ScriptReader:
                                 found.append(_Guard(test[0], not test[1], stmt))
             child, parent = parent, self.parent.get(parent)
         return found
+
+    def _makes_group(self, block: list[ast.AST]) -> bool:
+        """The statements call init_process_group (or a project function that does), or start workers that may."""
+        key = id(block[0]) if block else 0
+        cache = self.__dict__.setdefault("_group_blocks", {})
+        if key not in cache:
+            makers = {"init_process_group", *self.facts.group_makers}
+            cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or self.callee(c) in
+                                                          SPAWN_CALLS) for c in _calls_in(block))
+        return cache[key]
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
         """True for `"RANK" in os.environ` (and `... and ...` of it): the test holds under a launcher; False for
@@ -561,8 +636,64 @@ class ScriptReader:
             scope = self.enclosing_function(test)
             values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
-            return self._launcher_test(values[0], depth + 1) if len(values) == 1 else None
+            if len(values) == 1:
+                return self._launcher_test(values[0], depth + 1)
+        if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
+            return True
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
+                and (chosen := self._group_option(test)) is not None:
+            return chosen == isinstance(test.ops[0], ast.Eq)
         return None
+
+    def _group_option(self, test: ast.Compare) -> bool | None:
+        """`args.dist == "OFF"` where another `if args.dist == "ON":` makes the process group: whether the value
+        compared with is the one that makes it (True), another one (False), or neither is known (None)."""
+        option, value = dotted(test.left), test.comparators[0]
+        if not option or not isinstance(value, ast.Constant):
+            return None
+        if not hasattr(self, "_option_makers"):  # option -> the values whose `if option == value:` makes the group
+            self._option_makers: dict[str, set] = {}
+            for n in self.nodes:
+                if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 and \
+                        isinstance(n.test.ops[0], ast.Eq) and isinstance(n.test.comparators[0], ast.Constant) and \
+                        any(last(self.callee(c)) == "init_process_group" for c in _calls_in(n.body)):
+                    self._option_makers.setdefault(dotted(n.test.left), set()).add(n.test.comparators[0].value)
+        makers = self._option_makers.get(option, set())
+        if len(makers) != 1:
+            return None
+        return value.value in makers
+
+    def _group_flag(self, flag: ast.Name | ast.Attribute) -> bool:
+        """A switch that says whether this process is in a process group: set False only as a constant, and True
+        either from a launcher test (`self.dist = int(os.environ["WORLD_SIZE"]) > 1`) or as a constant in a function
+        that calls init_process_group (`args.distributed = True; dist.init_process_group(...)`, the other branch
+        `args.distributed = False; return`). Its `else` runs without a group: one process."""
+        key = self._scope_key(flag)
+        if key is None:
+            return False
+        cache = self.__dict__.setdefault("_group_flags", {})
+        if key not in cache:
+            cache[key] = self._group_flag_uncached(key)
+        return cache[key]
+
+    def _group_flag_uncached(self, key: tuple) -> bool:
+        ons = offs = 0
+        for node in self.nodes:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1 or \
+                    (k := self._scope_key(node.targets[0])) is None or \
+                    not (k == key or None in (k[0], key[0]) and k[1] == key[1]):
+                continue
+            value = node.value
+            if isinstance(value, ast.Constant) and value.value in (False, None):
+                offs += 1
+            elif isinstance(value, ast.Constant) and value.value is True and (func := self.enclosing_function(node)) \
+                    and any(last(self.callee(c)) == "init_process_group" for c in _calls_in(func.body)):
+                ons += 1
+            elif self._launcher_test(value, 2):
+                ons += 1
+            else:
+                return False  # set from something else too (an option): not decided by the launcher
+        return ons > 0 and offs > 0
 
     def _env_read(self, node: ast.AST) -> bool:
         """os.environ.get("RANK", ...) / os.getenv("WORLD_SIZE") / int(...) of it: a launcher's variable."""

@@ -7,7 +7,7 @@ import ast
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                          _calls_in, _exits, _method, _walk_same_function, const_str, dotted, keyword,
+                                          _calls_in, _exits, _is_main_block, _method, _walk_same_function, const_str, dotted, keyword,
                                           last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
@@ -15,6 +15,9 @@ from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
+DATA_USES = {"numpy", "tolist", "size", "shape", "dim", "ndim", "numel", "float", "long", "squeeze", "unsqueeze",
+             "view", "reshape", "sum", "mean"}  # a loaded object used so is a tensor of data, not a checkpoint
+DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 # torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
 BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
@@ -181,11 +184,22 @@ class Checks(MultiGpuChecks):
             return self._backend_value(node.args[0], depth + 1)
         if (chosen := _by_platform(node)) is not None:
             return self._backend_value(chosen, depth + 1)
-        value = self._default_never_overridden(node) or self._assigned_literal(node)
+        value = self._default_never_overridden(node) or self._assigned_literal(node) or self._attribute_literal(node)
         if value is None and isinstance(node, ast.Name):
             held = self._module_constant(node.id)
             value = self._backend_value(held, depth + 1) if held is not None else None
         return value
+
+    def _attribute_literal(self, node: ast.AST | None) -> str | None:
+        """`args.backend = 'nccl'` once in the file (in the main block, say) and `init_process_group(args.backend)`
+        in the function it is handed to: a literal, when no argparse option of that name exists to change it."""
+        if not isinstance(node, ast.Attribute) or self.calls_by_name.get("exec") or self.calls_by_name.get("setattr"):
+            return None
+        values = [n.value for n in self.nodes if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)]
+        option = any(_method(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
+            (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
+        return const_str(values[0]) if len(values) == 1 and not option else None
 
     def _module_constant(self, name: str) -> ast.AST | None:
         """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
@@ -235,6 +249,30 @@ class Checks(MultiGpuChecks):
                     index is not None and len(site.args) + offset > index):
                 return None
         return value
+
+    def _in_branch_never_taken(self, node: ast.AST) -> bool:
+        """Inside `if flag:` where flag is a parameter whose default is False/None/0 and no call of the function
+        (by its name, or its class's for __init__; at least one seen) passes it: `def __init__(self, n,
+        re_train=False): if re_train: torch.load(...)` built as `Net(n)`."""
+        func = self.enclosing_function(node)
+        if func is None:
+            return False
+        params = [*func.args.posonlyargs, *func.args.args]
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        child, parent = node, self.parent.get(node)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Name) and \
+                    isinstance(default := defaults.get(parent.test.id), ast.Constant) and not default.value:
+                name = self.parent.get(func).name if func.name == "__init__" and isinstance(
+                    self.parent.get(func), ast.ClassDef) else func.name
+                sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
+                index = [a.arg for a in params].index(parent.test.id)
+                offset = 1 if params and params[0].arg in ("self", "cls") else 0
+                if sites and not any(keyword(c, parent.test.id) is not None or any(k.arg is None for k in c.keywords)
+                                     or len(c.args) + offset > index for c in sites):
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
 
     def _chain_ends_in_exit(self, node: ast.If) -> bool:
         """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
@@ -300,8 +338,8 @@ class Checks(MultiGpuChecks):
                     if isinstance(call.args[0], ast.Constant) else None
             for arg in [*call.args, *(k.value for k in call.keywords)]:
                 text = const_str(arg)
-                if text and re.fullmatch(r"cuda:\d+", text):
-                    fixed = repr(text)
+                if text and re.fullmatch(r"cuda:\d+", text) and self.callee_last(call) != "add_argument":
+                    fixed = repr(text)  # (an option's default is the user's choice, as a backend option is)
             if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
                                                         self.visible_per_process_here()):
                 fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
@@ -473,7 +511,8 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             name = self.callee(call)
             if name != "torch.save" and ("save" not in last(name).lower() or last(name) in self.functions
-                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")):
+                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")
+                                         or self._data_file_write(name)):
                 continue  # a save function of this file is followed inside: its torch.save is the one judged
             if self._in_memory(call) or self._mentions_rank(call):
                 continue  # into a BytesIO, or one file per rank
@@ -505,6 +544,12 @@ class Checks(MultiGpuChecks):
                      f"print runs on every rank: each line appears once per process, interleaved{more}",
                      "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                      also=[c.lineno for c in prints[1:]])
+
+    @staticmethod
+    def _data_file_write(name: str) -> bool:
+        """np.savetxt / np.save, a figure, an image: a data or picture file, not a checkpoint (the shared-write
+        rule judges those)."""
+        return last(name) in DATA_SAVES or name.split(".")[0] in ("numpy", "np", "pandas", "scipy", "cv2", "PIL")
 
     def _before_filter(self, call: ast.Call) -> bool:
         """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a
@@ -596,7 +641,16 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
                     and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                if self.runs_on_rank0_only(call, ANY_RANK0) or self._in_branch_never_taken(call):
+                    continue  # one process (per node) loads: the saving GPU is its own, no other rank's lands there
                 own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
+                if self._loaded_as_data(call):
+                    self.add(call, "load-no-map-location", WARNING,
+                             "torch.load without map_location puts every tensor back on the device it was saved from",
+                             "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=False,
+                             why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
+                             "a data file is usually written from the CPU, where it comes back")
+                    continue
                 self.add(call, "load-no-map-location", WARNING,
                          "torch.load without map_location puts every tensor back on the device it was saved from "
                          "(cuda:0): every rank loads onto GPU 0",
@@ -604,9 +658,35 @@ class Checks(MultiGpuChecks):
                          why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
                          "goes back there unless the GPU layout changed between runs" if own else "")
 
+    def _loaded_as_data(self, call: ast.Call) -> bool:
+        """The loaded object is used as a tensor of data (`torch.load(f).numpy()`, `freq = torch.load(f)` then
+        `freq.size(0)`), never as a checkpoint (given to load_state_dict, indexed by a key, .items() / .keys())."""
+        parent = self.parent.get(call)
+        if isinstance(parent, ast.Attribute):
+            return parent.attr in DATA_USES
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and
+                isinstance(parent.targets[0], ast.Name)):
+            return False
+        name, scope = parent.targets[0].id, self.enclosing_function(call)
+        uses = [n for n in (_walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
+                and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno]
+        data = checkpoint = False
+        for use in uses:
+            holder = self.parent.get(use)
+            if isinstance(holder, ast.Attribute):
+                data |= holder.attr in DATA_USES
+                checkpoint |= holder.attr in ("items", "keys", "get", "values")
+            elif isinstance(holder, ast.Subscript) and const_str(holder.slice) is not None:
+                checkpoint = True  # ckpt["model"]
+            elif isinstance(holder, ast.Call) and use in holder.args and self.callee_last(holder) == "load_state_dict":
+                checkpoint = True
+            elif isinstance(holder, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in holder.ops):
+                checkpoint = True  # "model" in ckpt
+        return data and not checkpoint
+
     def check_teardown(self) -> None:
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
-        if inits and not any(self.is_(c, "destroy_process_group") for c in self.calls) and not self.facts.destroys:
+        if inits and not self.destroys_group() and not self.facts.destroys:
             endless = self._ends_in_endless_loop(inits[0])
             self.add(inits[0], "no-destroy", WARNING,
                      "the process group is never destroyed: on exit or after an error the other ranks may wait for "
@@ -614,6 +694,18 @@ class Checks(MultiGpuChecks):
                      "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
                      sure=not endless, why="the run ends in a `while True` loop with no way out but an error: a "
                      "destroy at the end would never run" if endless else "")
+
+    def destroys_group(self, used: set[str] | None = None) -> bool:
+        """A destroy_process_group that runs: at module level, or in a function something names (`used`: the
+        names of the project, else this file's). In a file whose `__main__` block says how it runs, a `cleanup()`
+        nothing calls destroys nothing; without one, its functions are read as called."""
+        destroys = self.calls_by_name.get("destroy_process_group", [])
+        if not destroys or not any(_is_main_block(n) for n in self.tree.body):
+            return bool(destroys)
+        if used is None:
+            used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
+                    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+        return any((func := self.enclosing_function(c)) is None or func.name in used for c in destroys)
 
     def _ends_in_endless_loop(self, node: ast.AST) -> bool:
         """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
@@ -643,7 +735,10 @@ class Checks(MultiGpuChecks):
 
     def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
         """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
-        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped."""
+        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped. Also the
+        branch a wrapper test sends plain models to (`... if hasattr(net, "module") else net.state_dict()`)."""
+        if self._wrapper_test_excludes(node, owner):
+            return True
         flags = set()
         for n in self.nodes:
             if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
@@ -663,6 +758,23 @@ class Checks(MultiGpuChecks):
                 body = parent.body if isinstance(parent.body, list) else [parent.body]
                 if child in body:
                     return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _wrapper_test_excludes(self, node: ast.AST, owner: str) -> bool:
+        """`node` is on the branch of `hasattr(owner, "module")` / `isinstance(owner, DDP)` where owner is no
+        wrapper (the else, or the body of its negation)."""
+        child, parent = node, self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test, wrapped_branch = parent.test, "body"
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, wrapped_branch = test.operand, "orelse"
+                if isinstance(test, ast.Call) and len(test.args) == 2 and dotted(test.args[0]) == owner and (
+                        self.callee_last(test) == "hasattr" and const_str(test.args[1]) == "module" or
+                        self.callee_last(test) == "isinstance" and last(dotted(test.args[1])) in DDP_NAMES):
+                    other = getattr(parent, "orelse" if wrapped_branch == "body" else "body")
+                    return child in (other if isinstance(other, list) else [other])
             child, parent = parent, self.parent.get(parent)
         return False
 
@@ -825,6 +937,13 @@ class Checks(MultiGpuChecks):
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
             backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
+            if backward is None and (where := self._steps_every_k_beside_helper(loop, here)) is not None:
+                self.add(where, "grad-accum-no-sync", WARNING,
+                         "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
+                         "that runs backward on the others too, so DDP all-reduces in every backward (k-1 of every "
+                         "k all-reduces are wasted)",
+                         "run the micro-steps but the last inside `with model.no_sync():`")
+                continue
             if backward is None:
                 # loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0): backward every call, the step
                 # every k-th, inside a helper
@@ -860,6 +979,39 @@ class Checks(MultiGpuChecks):
                          "all-reduces are wasted)",
                          "run the micro-steps but the last inside `with model.no_sync():` (or set "
                          "model.require_backward_grad_sync = is_last_micro_step before the forward)")
+
+
+    def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
+        """`should_step = step % accum == 0; if should_step: optimizer.step()` with a project helper that runs
+        backward (`loss = self.training_step(...)`, in this file or another) called on the iterations that do not
+        step too: accumulation written as a step counter and a helper. Returns where the `% k` is written."""
+        helpers = [c for c in here if isinstance(c, ast.Call) and self.callee_last(c) in self.facts.backward_helpers]
+        if not helpers:
+            return None
+        scope = self.enclosing_function(loop)
+        for branch in (n for n in here if isinstance(n, ast.If)):
+            if (counted := self._every_k(branch, scope)) is None:
+                continue
+            steps = [c for c in _calls_in(branch.body) if _method(c) == "step" and
+                     "sched" not in dotted(c.func.value).lower() and "lr" not in last(dotted(c.func.value)).lower()]
+            inside = set(map(id, _calls_in(branch.body)))
+            if steps and any(id(h) not in inside for h in helpers):
+                return counted
+        return None
+
+    def _every_k(self, branch: ast.If, scope: ast.AST | None) -> ast.AST | None:
+        """Where the `if`'s `% k` test is written: in the `if` itself, or the assignment of the name it tests
+        (`should_step = i % k == 0`); None when it tests no `% k`."""
+        def counts(node: ast.AST) -> bool:
+            return any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(node))
+        if counts(branch.test):
+            return branch
+        if isinstance(branch.test, (ast.Name, ast.Attribute)):
+            stored = [n for n in (_walk_same_function(scope.body) if scope else self.nodes)
+                      if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)]
+            if stored and all(counts(n.value) for n in stored):
+                return min(stored, key=lambda n: n.lineno)
+        return None
 
 
 PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}
