@@ -138,13 +138,24 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
 def _group_makers(calls: dict[str, set[str]]) -> set[str]:
     """Functions of the project that make the process group: call init_process_group, or a function that does
     (`calls`: each function's callees, as _print_installers gathered them)."""
-    found = {name for name, called in calls.items() if "init_process_group" in called}
+    return _with_callers({name for name, called in calls.items() if "init_process_group" in called}, calls)
+
+
+def _with_callers(found: set[str], calls: dict[str, set[str]]) -> set[str]:
+    """`found` and the functions that call one of them, up to four calls away (`calls`: each function's callees)."""
     for _ in range(4):
         grown = {name for name, called in calls.items() if called & found} - found
         if not grown:
             break
         found |= grown
     return found
+
+
+def _sets_print(reader, n: ast.AST) -> bool:
+    """`builtins.print = ...` (a print filter being installed)."""
+    return isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                             reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                             for t in n.targets)
 
 
 def _filter_installed(readers: list, installers: set[str]) -> bool:
@@ -154,10 +165,7 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
     nothing."""
     for reader in readers:
         for n in reader.nodes:
-            if isinstance(n, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr == "print" and
-                    reader.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in n.targets) and \
-                    reader.enclosing_function(n) is None:
+            if _sets_print(reader, n) and reader.enclosing_function(n) is None:
                 return True
             if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
                     (func := reader.enclosing_function(n)) is None or func.name not in installers):
@@ -183,16 +191,9 @@ def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
         for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):
             calls.setdefault(func.name, set()).update(reader.callee_last(c) for c in ast.walk(func)
                                                        if isinstance(c, ast.Call))
-            if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
-                                                     reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-                                                     for t in n.targets) for n in ast.walk(func)):
+            if any(_sets_print(reader, n) for n in ast.walk(func)):
                 found.add(func.name)
-    for _ in range(4):
-        grown = {name for name, called in calls.items() if called & found} - found
-        if not grown:
-            break
-        found |= grown
-    return found
+    return _with_callers(found, calls)
 
 
 def _buffer_classes(readers: list) -> set[str]:
