@@ -7,8 +7,8 @@ import ast
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                          _calls_in, _exits, _is_main_block, _method, _walk_same_function, const_str, dotted, keyword,
-                                          last)
+                                          _calls_in, _exits, _is_main_block, _method, _walk_same_function, const_str,
+                                          dotted, keyword, last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 
