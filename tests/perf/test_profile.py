@@ -20,6 +20,12 @@ def profiled(tmp_path, plant: str, *extra: str, steps: int = 5) -> dict:
     return ran.json()
 
 
+def top_code_cause(p: dict) -> dict:
+    """The first cause that is not a straggler: on a loaded machine a rank can lag for real (another process on its
+    core), ahead of the planted cause; that lag is the machine's, the planted cause is the code's."""
+    return next((c for c in p["causes"] if c["key"] != "straggler"), {"key": None})
+
+
 def check_whole(result: dict, tmp_path: Path) -> dict:
     """Every rank's parts sum to its step; the traces are Chrome traces; the picture is a PNG."""
     p = result["profile"]
@@ -51,7 +57,7 @@ def check_chrome_trace(path: Path, steps: int = 5) -> None:
 @pytest.mark.parametrize("plant", ["loader", "buckets"])
 def test_planted_slowdown_is_the_top_cause(tmp_path, plant, no_leftover_workers):
     p = check_whole(profiled(tmp_path, plant), tmp_path)
-    top = p["causes"][0]
+    top = top_code_cause(p)
     assert top["key"] == TOP[plant], p["causes"]
     assert top["fix"] and 0 < top["gain_ms"] and 0 < top["gain_share"] < 1
     fix_words = {"loader": "num_workers", "buckets": "bucket_cap_mb"}[plant]
@@ -62,9 +68,10 @@ def test_planted_slowdown_is_the_top_cause(tmp_path, plant, no_leftover_workers)
 @pytest.mark.parametrize("plant", ["rank", "item", "unused", "nosync", "threads"])
 def test_planted_slowdown_is_the_top_cause_slow(tmp_path, plant, no_leftover_workers):
     p = check_whole(profiled(tmp_path, plant), tmp_path)
-    assert p["causes"][0]["key"] == TOP[plant], p["causes"]
     if plant == "rank":
-        assert p["straggler"] == 1
+        assert p["causes"][0]["key"] == "straggler" and p["straggler"] == 1, p["causes"]
+    else:
+        assert top_code_cause(p)["key"] == TOP[plant], p["causes"]
 
 
 def test_text_output_names_cause_fix_and_kept_folder(tmp_path, no_leftover_workers):
@@ -83,6 +90,17 @@ def test_a_script_with_too_few_steps_says_so(tmp_path, no_leftover_workers):
               "--steps", "4", timeout=300)
     assert ran.code == 0, ran.err[-3000:]
     assert "fewer than 53 optimizer steps" in ran.json()["profile"]["problem"]
+
+
+def test_a_log_dir_used_again_holds_this_runs_profile(tmp_path, no_leftover_workers):
+    """The second run's traces replace the first's (they were nested under profile/profile, and the first run's
+    were analysed again)."""
+    for steps in (4, 3):
+        ran = cli("launch", "--profile", str(steps), "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT,
+                  "none", "--steps", str(steps + 6), timeout=300)
+        assert ran.code == 0, ran.err[-3000:]
+    assert [r["steps"] for r in ran.json()["profile"]["ranks"]] == [3, 3]
+    assert not (tmp_path / "profile" / "profile").exists() and not (tmp_path / "flight" / "flight").exists()
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x"])

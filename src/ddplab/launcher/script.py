@@ -189,6 +189,11 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
         dumps = flight.read_dumps(flight_dir)  # what each rank wrote as it exited
     if early.folder != log_dir:  # the user's --log-dir keeps everything of the run; nothing stays in /tmp
         for name in ("flight", "profile"):
+            if not (early.folder / name).exists():
+                continue
+            # A --log-dir used again: this run's folder replaces the last run's (a move into an existing folder
+            # would nest it there, and --profile would then read the last run's traces).
+            shutil.rmtree(log_dir / name, ignore_errors=True)
             with contextlib.suppress(OSError):
                 shutil.move(str(early.folder / name), str(log_dir / name))
         shutil.rmtree(early.folder, ignore_errors=True)
