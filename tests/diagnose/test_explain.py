@@ -270,7 +270,10 @@ def test_gloo_size_mismatch_is_the_root_cause_not_the_peers_reset(no_leftover_wo
     assert "SIGABRT" in e.root_cause.meaning
     rest = {m.rule: m for m in e.matches[1:]}
     assert rest["worker-abort"].generic
-    assert "peer-closed" in rest and rest["peer-closed"].consequence and not rest["peer-closed"].root_cause
+    # Rank 0 reports the reset unless the agent's SIGTERM (sent the moment rank 1 aborted) reaches it first, which a
+    # loaded machine makes likely: either way rank 0's end is a consequence, never the root cause.
+    ended = rest.get("peer-closed") or rest["worker-terminated"]
+    assert not ended.root_cause and (ended.consequence or ended.generic), list(rest)
 
 
 def test_isend_without_wait_is_explained_as_a_vanished_peer(no_leftover_workers):
