@@ -33,6 +33,9 @@ class Callers:
         self._memo[key] = None  # a recursion back here finds nothing new
         found = None if depth > MAX_DEPTH else next(
             (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None)
+        # handed by the script to mp.spawn (`mp.spawn(main, ...)`, main imported): every worker runs it, whatever
+        # its direct calls do (the one-process fallback `else: main(0, 1)`)
+        found = found or self._handed_by_script(path, func)
         self._memo[key] = found
         return found
 

@@ -461,6 +461,10 @@ class ScriptReader:
             tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
+                if inner is None and isinstance(expr.op, ast.Or) and self._launcher_test(value) is False:
+                    # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
+                    # one-process path, as `rank is None` is
+                    inner = ("single", True)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner

@@ -1,0 +1,73 @@
+"""Issue 28, sixth pass: mechanisms that recur across the held-out sets (a guard written with the one-process path,
+a function only ever run where a caller guards it, the rank reaching a device through a helper, an attribute or an
+options object, a sum over this rank's batches reported as the whole). Each with a minimal script that shows it and
+its twin that must behave the other way."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.diagnose.lint import lint_file, lint_source
+
+HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
+
+
+def names(source: str) -> list[str]:
+    """The rule of each finding; the source is dedented and put after HEAD."""
+    return sorted(f.rule for f in lint_source(HEAD + textwrap.dedent(source)).findings)
+
+
+# ------------------------------------------------------------------------------------------- guards
+
+def test_no_group_or_rank0_is_a_rank0_guard():
+    """`if not is_distributed or local_rank == 0:` with is_distributed set True where the group is made: the first
+    part holds only on the one-process path, so the block runs on rank 0 only."""
+    src = """
+    def main(local_rank, world_size):
+        if world_size > 1:
+            is_distributed = True
+            dist.init_process_group("gloo", rank=local_rank, world_size=world_size)
+        else:
+            is_distributed = False
+        if not is_distributed or local_rank == 0:
+            print("hello")
+            torch.save({}, "ckpt.pt")
+        dist.destroy_process_group()
+    """
+    assert names(src) == []
+    found = names(src.replace("not is_distributed or local_rank == 0", "not is_distributed or local_rank >= 0"))
+    assert "unguarded-print" in found and "unguarded-save" in found
+
+
+def test_module_function_handed_to_spawn_runs_on_every_rank(tmp_path):
+    """`mp.spawn(main, ...)` in the script with `else: main(0, 1)` as the one-GPU fallback: main still runs on
+    every rank, so what it does under its own rank test is judged as sure."""
+    (tmp_path / "train_module.py").write_text(HEAD + textwrap.dedent("""
+    def main(rank, world_size):
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+        for epoch in range(10):
+            for x in range(3):
+                model(torch.ones(2)).sum().backward()
+            if rank == 0:
+                if epoch > 5:
+                    break
+        dist.destroy_process_group()
+    """))
+    script = textwrap.dedent("""
+    import torch
+    from train_module import main
+
+    if __name__ == '__main__':
+        n = torch.cuda.device_count()
+        if n > 1:
+            torch.multiprocessing.spawn(main, args=(n,), nprocs=n)
+        else:
+            main(0, 1)
+    """)
+    (tmp_path / "run.py").write_text(script)
+    assert "rank0-early-exit" in [f.rule for f in lint_file(tmp_path / "run.py").findings]
+    # the workers run another function: main runs only in the one-process fallback, the parent
+    (tmp_path / "run.py").write_text(script.replace("spawn(main,", "spawn(other,").replace(
+        "if __name__", "def other(rank, n):\n    pass\n\nif __name__"))
+    assert "rank0-early-exit" not in [f.rule for f in lint_file(tmp_path / "run.py").findings]
