@@ -71,3 +71,25 @@ def test_module_function_handed_to_spawn_runs_on_every_rank(tmp_path):
     (tmp_path / "run.py").write_text(script.replace("spawn(main,", "spawn(other,").replace(
         "if __name__", "def other(rank, n):\n    pass\n\nif __name__"))
     assert "rank0-early-exit" not in [f.rule for f in lint_file(tmp_path / "run.py").findings]
+
+
+def test_config_dict_key_names_the_rank():
+    """`self.local_master = config['local_rank'] == 0`: a config dict read like an options object, so a save under
+    it is one writer per node, and under `config['rank'] == 0` one writer."""
+    src = """
+    class Trainer:
+        def __init__(self, config):
+            dist.init_process_group("gloo")
+            self.local_master = config['local_rank'] == 0
+
+        def save(self):
+            if not self.local_master:
+                return
+            torch.save({}, "ckpt.pt")
+
+    Trainer({'local_rank': 0}).save()
+    dist.destroy_process_group()
+    """
+    assert "local-rank-save" in names(src) and "unguarded-save" not in names(src)
+    assert names(src.replace("config['local_rank']", "config['rank']")) == []
+    assert "unguarded-save" in names(src.replace("config['local_rank']", "config['seed']"))

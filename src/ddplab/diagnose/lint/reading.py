@@ -105,6 +105,16 @@ def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
     return [n for n in _walk_same_function(body) if isinstance(n, ast.Call)]
 
 
+def _kind_by_name(name: str) -> str | None:
+    """The kind of rank a name (or a config key) says it holds: `local_rank`, `rank`, `gpu_id`."""
+    name = name.lstrip("_")  # a module's private `__rank` is the rank too
+    if "local" in name and "rank" in name:
+        return "local"
+    if name in GLOBAL_RANK_NAMES:
+        return "global"
+    return "device" if name in DEVICE_INDEX_NAMES else None
+
+
 @dataclass
 class Facts:
     """What the other files of the project say about this one's run (project.py reads them): a print filter, the
@@ -425,7 +435,11 @@ class ScriptReader:
                 return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.args[0]) or "")
             return None
         if isinstance(expr, ast.Subscript):
-            return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+            key = const_str(expr.slice) or ""
+            if key in ("RANK", "LOCAL_RANK") or "environ" in dotted(expr.value):
+                return {"RANK": "global", "LOCAL_RANK": "local"}.get(key)
+            # a config dict read like an options object: `config['local_rank']` is what `args.local_rank` is
+            return self._held(self.held_kind, expr) or (_kind_by_name(key.lower()) if key else None)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
             return "local"  # rank % gpus_per_node: the index on this machine
         if not isinstance(expr, (ast.Name, ast.Attribute)):
@@ -433,12 +447,7 @@ class ScriptReader:
         held = self._held(self.held_kind, expr)
         if held:
             return held
-        name = last(dotted(expr)).lower().lstrip("_")  # a module's private `__rank` is the rank too
-        if "local" in name and "rank" in name:
-            return "local"
-        if name in GLOBAL_RANK_NAMES:
-            return "global"
-        return "device" if name in DEVICE_INDEX_NAMES else None
+        return _kind_by_name(last(dotted(expr)).lower())
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
