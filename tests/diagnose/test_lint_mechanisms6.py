@@ -93,3 +93,57 @@ def test_config_dict_key_names_the_rank():
     assert "local-rank-save" in names(src) and "unguarded-save" not in names(src)
     assert names(src.replace("config['local_rank']", "config['rank']")) == []
     assert "unguarded-save" in names(src.replace("config['local_rank']", "config['seed']"))
+
+
+# ------------------------------------------------------------------------------------------- the global rank as device
+
+def test_rank_zero_fallback_keeps_the_global_rank():
+    """`rank = dist.get_rank()` on the distributed path and `rank = 0` on the other: where there are several ranks
+    the name holds the global rank, so set_device(rank) is the global rank as a device (also as `self.rank`)."""
+    src = """
+    def main(ddp):
+        if ddp:
+            dist.init_process_group("gloo")
+            rank = dist.get_rank()
+            torch.cuda.set_device(rank)
+        else:
+            rank = 0
+        dist.destroy_process_group()
+    """
+    assert "global-rank-device-ids" in names(src)
+    assert "global-rank-device-ids" not in names(src.replace("rank = 0", "rank = int(os.environ['LOCAL_RANK'])"))
+    attr = """
+    class Trainer:
+        def __init__(self, ddp):
+            dist.init_process_group("gloo")
+            if ddp:
+                self.rank = dist.get_rank()
+            else:
+                self.rank = 0
+            torch.cuda.set_device(self.rank)
+    Trainer(True)
+    dist.destroy_process_group()
+    """
+    assert "global-rank-device-ids" in names(attr)
+    assert "global-rank-device-ids" not in names(attr.replace("self.rank = 0", "self.rank = 1"))
+
+
+def test_options_object_field_read_through_a_parameter():
+    """`CFG.rank = int(os.environ['RANK'])`, then `train(CFG)` and `DDP(..., device_ids=[config.rank])` inside:
+    the field is the global rank wherever the object is passed."""
+    src = """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    class CFG:
+        pass
+
+    def train(config):
+        model = DDP(torch.nn.Linear(2, 2), device_ids=[config.rank])
+
+    if __name__ == "__main__":
+        CFG.rank = int(os.environ['RANK'])
+        dist.init_process_group("gloo", rank=CFG.rank)
+        train(CFG)
+        dist.destroy_process_group()
+    """
+    assert "global-rank-device-ids" in names(src)
+    assert "global-rank-device-ids" not in names(src.replace("os.environ['RANK']", "os.environ['LOCAL_RANK']"))

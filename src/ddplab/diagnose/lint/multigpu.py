@@ -209,7 +209,29 @@ class MultiGpuChecks(ScriptReader):
                   and any(dotted(t) == dotted(expr) for t in n.targets)]
         values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                    for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+        if not values and isinstance(expr, ast.Attribute):
+            return self._param_field_global(expr, depth)
+        # `rank = 0` on the path without a process group is the one process's rank, not another kind of rank:
+        # what the name holds where there are several ranks is the rest (`rank = dist.get_rank()`)
+        values = [v for v in values if not (isinstance(v, ast.Constant) and v.value == 0)]
         return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+
+    def _param_field_global(self, expr: ast.Attribute, depth: int) -> bool:
+        """`def train(config): DDP(model, device_ids=[config.rank])` where every call of train in this file passes an
+        options object whose field is the global rank (`CFG.rank = int(os.environ['RANK'])`, then `train(CFG)`):
+        the field is read through the parameter."""
+        base = expr.value
+        func = self.enclosing_function(expr)
+        if not isinstance(base, ast.Name) or func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        if base.id not in params:
+            return False
+        index = params.index(base.id) - (1 if params[:1] == ["self"] else 0)
+        given = [keyword(c, base.id) or (c.args[index] if 0 <= index < len(c.args) else None)
+                 for c in self.call_sites(func)]
+        return bool(given) and all(isinstance(g, (ast.Name, ast.Attribute)) and self._global_by_flow(
+            ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1) for g in given)
 
     def _given_global(self, pick: ast.AST) -> bool:
         """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
