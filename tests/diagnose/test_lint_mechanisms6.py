@@ -147,3 +147,26 @@ def test_options_object_field_read_through_a_parameter():
     """
     assert "global-rank-device-ids" in names(src)
     assert "global-rank-device-ids" not in names(src.replace("os.environ['RANK']", "os.environ['LOCAL_RANK']"))
+
+
+def test_branch_reached_only_from_the_guarded_call():
+    """`save(..., last=True)` on every rank and `save(...)` under rank 0: the `else` of `if last:` runs only from the
+    guarded call, so its torch.save is rank 0's; the `if last:` branch runs on every rank."""
+    src = """
+    def save(epoch, last=False):
+        if last:
+            torch.save({}, "last.pt")
+        else:
+            torch.save({}, f"epoch_{epoch}.pt")
+
+    dist.init_process_group("gloo")
+    for epoch in range(3):
+        if dist.get_rank() == 0:
+            save(epoch)
+    save(3, last=LAST)
+    dist.destroy_process_group()
+    """
+    found = lint_source(HEAD + textwrap.dedent(src).replace("LAST", "True")).findings
+    assert [(f.rule, f.line) for f in found if "save" in f.rule] == [("unguarded-save", 7)]
+    found = lint_source(HEAD + textwrap.dedent(src).replace("LAST", "False")).findings
+    assert [(f.rule, f.line) for f in found if "save" in f.rule] == [("unguarded-save", 9)]

@@ -739,5 +739,33 @@ class ScriptReader:
         func = self.enclosing_function(node)
         if func is None or depth > 4 or func.name in self.passed:
             return False
-        sites = self.call_sites(func)
+        every = self.call_sites(func)
+        sites = [c for c in every if self._branch_open(node, func, c)]
+        if every and not sites:
+            return True  # no call takes this branch: it runs nowhere
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
+
+    def _branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
+        """`node` can run when `site` calls `func`: no enclosing `if flag:` (or its else) on a parameter that this
+        call fixes to a constant of the other truth (`save(..., save_cur=True)` never reaches the `else:` of
+        `if save_cur:`; a call passing nothing takes the default)."""
+        params = [*func.args.posonlyargs, *func.args.args]
+        names = [a.arg for a in params]
+        defaults = dict(zip(names[len(names) - len(func.args.defaults):], func.args.defaults))
+        offset = 1 if names[:1] in (["self"], ["cls"]) and isinstance(site.func, ast.Attribute) else 0
+        child, parent = node, self.parent.get(node)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child is not parent.test:
+                test, wanted = parent.test, child in parent.body
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, wanted = test.operand, not wanted
+                if isinstance(test, ast.Name) and test.id in names:
+                    at = names.index(test.id) - offset
+                    value = keyword(site, test.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    if value is None and not any(k.arg is None for k in site.keywords) and \
+                            not any(isinstance(a, ast.Starred) for a in site.args):
+                        value = defaults.get(test.id)
+                    if isinstance(value, ast.Constant) and bool(value.value) != wanted:
+                        return False
+            child, parent = parent, self.parent.get(parent)
+        return True
