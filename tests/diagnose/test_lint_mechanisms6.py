@@ -170,3 +170,58 @@ def test_branch_reached_only_from_the_guarded_call():
     assert [(f.rule, f.line) for f in found if "save" in f.rule] == [("unguarded-save", 7)]
     found = lint_source(HEAD + textwrap.dedent(src).replace("LAST", "False")).findings
     assert [(f.rule, f.line) for f in found if "save" in f.rule] == [("unguarded-save", 9)]
+
+
+# ------------------------------------------------------------------------------------------- sums over this rank's batches
+
+def _metric_project(tmp_path, loader_line: str, show_all: bool = False) -> list[str]:
+    """A train_utils module (star-imported through its package) whose epoch function sums a loss over
+    `pbar = tqdm(enumerate(loader))` and logs it on rank 0; the script hands it `loader_line`'s loader."""
+    pkg = tmp_path / "src"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("from .train_utils import *\n")
+    (pkg / "train_utils.py").write_text(HEAD + textwrap.dedent("""
+    from tqdm import tqdm
+    import wandb
+
+    def make_loader(ds):
+        loader = torch.utils.data.DataLoader(ds, batch_size=4)
+        return loader
+
+    def run_epoch(model, loader, rank):
+        loss_sum = 0
+        pbar = tqdm(enumerate(loader), total=len(loader))
+        for step, (x, y) in pbar:
+            loss = model(x).sum()
+            loss_sum += loss.item()
+        if rank == 0:
+            wandb.log({"loss": loss_sum / len(loader)})
+    """))
+    (tmp_path / "train.py").write_text(HEAD + textwrap.dedent(f"""
+    from src import *
+    from torch.utils.data.distributed import DistributedSampler
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ds = torch.utils.data.TensorDataset(torch.ones(8, 2), torch.ones(8))
+    {loader_line}
+    model = torch.nn.Linear(2, 1)
+    for epoch in range(2):
+        run_epoch(model, loader, rank)
+    dist.destroy_process_group()
+    """))
+    return [f.rule for f in lint_file(tmp_path / "train.py", show_all).findings]
+
+
+def test_sum_over_a_wrapped_loader_in_a_star_imported_module(tmp_path):
+    """The loop reads the loader through `tqdm(enumerate(loader))`, and the script reaches the module's function
+    through `from src import *` (src/__init__: `from .train_utils import *`): the sum is this rank's shard."""
+    found = _metric_project(tmp_path, "loader = torch.utils.data.DataLoader(ds, sampler=DistributedSampler(ds))")
+    assert "unreduced-metric" in found
+
+
+def test_sum_over_a_plain_loader_the_caller_hands_over(tmp_path):
+    """The same function handed a loader a project helper builds without a sampler (`make_loader(ds)`): every
+    rank sums the whole set."""
+    found = _metric_project(tmp_path, "loader = make_loader(ds)\n    sampler = DistributedSampler(ds)", show_all=True)
+    assert "unreduced-metric" not in found

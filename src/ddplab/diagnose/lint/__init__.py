@@ -126,6 +126,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+        facts.plain_loader_makers |= reader.plain_loader_makers()
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
     calls: dict[str, set[str]] = {}
@@ -291,6 +292,22 @@ def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: 
                                    "printing/saving inside")
 
 
+def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
+    """Every call of `func` (in any file) passes for `param` a loader its file builds without a sampler
+    (`evaluate(epoch, model, val_loader)` with `val_loader = prepare_dataloader(val, cfg)`, a plain DataLoader)."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    index = params.index(param) - (1 if params[:1] == ["self"] else 0)
+    sites = callers.sites(path, func)
+    if not sites:
+        return False
+    for where, call in sites:
+        given = next((k.value for k in call.keywords if k.arg == param), None) or (
+            call.args[index] if 0 <= index < len(call.args) else None)
+        if given is None or not readers[where]._built_without_sampler(given):
+            return False
+    return True
+
+
 def _function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -355,6 +372,9 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 if callers.passed_per_rank(path, func, param) is not False:
                     f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
                         "pass may differ per rank"
+            if f.rule == "unreduced-metric" and f.line in checks.loader_params and _whole_loader_given(
+                    callers, readers, path, *checks.loader_params[f.line]):
+                continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
             if not entry and f.rule in GUARD_RULES and f.confidence == SURE and (
                     func := _function_at(checks, f.line)) is not None:
                 site = callers.every_rank(path, func)

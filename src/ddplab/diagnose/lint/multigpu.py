@@ -35,9 +35,12 @@ class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
     path_params: dict  # line -> (function, parameter): a write whose path a caller gives
+    loader_params: dict  # line -> (function, parameter): a metric summed over a loader that callers in other files give
 
     def run_multigpu(self) -> None:
         self.path_params = {}
+        self.loader_params = {}
+        self._loop_params: dict = {}
         self.check_local_rank_flag()
         self.check_current_device()
         self.check_global_rank_device()
@@ -551,6 +554,8 @@ class MultiGpuChecks(ScriptReader):
                     where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
                         f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
                     own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
+                    if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
+                        self.loader_params[call.lineno] = param
                     self.add(call, "unreduced-metric", WARNING,
                              f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
@@ -575,8 +580,7 @@ class MultiGpuChecks(ScriptReader):
             return bool(given) and all(self._built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
-        loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
-                   and "loader" in last(dotted(n)).lower()]
+        loaders = self._loop_loaders(loop)
         if not loaders:
             return False
         func = self.enclosing_function(loop)
@@ -587,6 +591,8 @@ class MultiGpuChecks(ScriptReader):
                 at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
                 sites = self.call_sites(func)
                 if not sites:
+                    # the callers are in other files: lint_project asks them (callers.py) what they pass
+                    self._loop_params[loop.lineno] = (func, loader.id)
                     return False
                 for site in sites:
                     given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
@@ -597,14 +603,48 @@ class MultiGpuChecks(ScriptReader):
                 origins.append(loader)
         return all(self._built_without_sampler(o) for o in origins)
 
-    def _built_without_sampler(self, name: ast.AST) -> bool:
+    def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
+        """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =
+        tqdm(enumerate(val_loader))`, `for step, batch in pbar`)."""
+        def named(expr: ast.AST) -> list[ast.AST]:
+            return [n for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))
+                    and "loader" in last(dotted(n)).lower()]
+        found = named(loop.iter)
+        if not found and isinstance(loop.iter, ast.Name) and loop.iter.id in self._loader_streams:
+            scope = self.enclosing_function(loop)
+            for n in (_same_scope(scope.body) if scope else self.nodes):
+                if isinstance(n, ast.Assign) and any(dotted(t) == loop.iter.id for t in n.targets):
+                    found += [x for x in named(n.value) if x not in found and dotted(x) not in
+                              {dotted(f) for f in found}]
+        return found
+
+    def plain_loader_makers(self) -> set[str]:
+        """This file's functions that return a DataLoader built without a sampler (`def prepare_dataloader(df,
+        cfg): loader = DataLoader(ds, batch_size=...); return loader`): every rank reads the whole set from it."""
+        found = set()
+        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
+            returned = [r.value for r in _same_scope(func.body) if isinstance(r, ast.Return)]
+            if returned and all(isinstance(v, ast.Name) and self._built_without_sampler(v, func) or
+                                isinstance(v, ast.Call) and self._plain_loader_call(v) for v in returned):
+                found.add(func.name)
+        return found
+
+    def _plain_loader_call(self, value: ast.AST) -> bool:
+        if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
+            return False
+        return not any(k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
+                       for k in value.keywords)
+
+    def _built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
-        built = [n.value for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and dotted(n.targets[0]) == dotted(name)]
+        built = [n.value for n in (_same_scope(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)
+                 and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)]
         if not built:
             return False
         for value in built:
+            if isinstance(value, ast.Call) and self.callee_last(value) in self.facts.plain_loader_makers:
+                continue  # test_loader = prepare_dataloader(test, config): a project helper's plain loader
             if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
                 return False
             for k in value.keywords:
@@ -666,9 +706,16 @@ class MultiGpuChecks(ScriptReader):
         generator): what they yield are the loader's batches."""
         if not hasattr(self, "_streams"):
             self._streams = {dotted(t) for n in self.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                             and any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
-                                     for a in n.value.args) for t in n.targets} - {""}
+                             and self._wraps_loader(n.value) for t in n.targets} - {""}
         return self._streams
+
+    def _wraps_loader(self, call: ast.Call, depth: int = 0) -> bool:
+        """The call yields a loader's batches: a loader among its arguments, also through wrappers around it
+        (`pbar = tqdm(enumerate(train_loader))`); not `len(loader)`, a count."""
+        if self.callee_last(call) == "len" or depth > 2:
+            return False
+        return any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a) or
+                   isinstance(a, ast.Call) and self._wraps_loader(a, depth + 1) for a in call.args)
 
     @property
     def _with_sampler(self) -> set[str]:
