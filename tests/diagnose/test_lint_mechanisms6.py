@@ -225,3 +225,33 @@ def test_sum_over_a_plain_loader_the_caller_hands_over(tmp_path):
     rank sums the whole set."""
     found = _metric_project(tmp_path, "loader = make_loader(ds)\n    sampler = DistributedSampler(ds)", show_all=True)
     assert "unreduced-metric" not in found
+
+
+def test_project_logger_that_prints_on_rank0_is_a_rank0_report():
+    """`logger.log_string(...)` of a Logger whose method prints only under `dist.get_rank() == 0`: a sum over this
+    rank's batches handed to it is reported on rank 0. A method whose rank test reads a parameter (`rank=0`, the
+    caller's choice) is no such reporter."""
+    src = """
+    from torch.utils.data.distributed import DistributedSampler
+
+    class Logger:
+        def log_string(self, out_str):
+            if dist.get_rank() == 0:
+                print(out_str)
+
+    def train(loader, model, logger):
+        loss_sum = 0
+        for x, y in loader:
+            loss_sum += model(x).sum().item()
+        logger.log_string("loss %f" % loss_sum)
+
+    dist.init_process_group("gloo")
+    ds = torch.utils.data.TensorDataset(torch.ones(8, 2), torch.ones(8))
+    loader = torch.utils.data.DataLoader(ds, sampler=DistributedSampler(ds))
+    train(loader, torch.nn.Linear(2, 1), Logger())
+    dist.destroy_process_group()
+    """
+    assert "unreduced-metric" in names(src)
+    twin = src.replace("def log_string(self, out_str):", "def log_string(self, out_str, rank=0):").replace(
+        "if dist.get_rank() == 0:", "if rank == 0:")
+    assert "unreduced-metric" not in names(twin)

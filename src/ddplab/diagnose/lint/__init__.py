@@ -127,6 +127,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
         facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
     calls: dict[str, set[str]] = {}

@@ -482,12 +482,31 @@ class MultiGpuChecks(ScriptReader):
 
     @property
     def _rank0_printers(self) -> set[str]:
-        """This file's functions that print only under a rank-0 test (`def print0(s): if rank == 0: print(s)`)."""
+        """This file's functions and methods that print or log only under a rank-0 test (`def print0(s): if rank ==
+        0: print(s)`, `def log_string(self, s): if dist.get_rank() == 0: print(s)`, `def logger_info(self, msg):
+        self.logger.info(msg) if self.local_master else None`): a call of one is a report on rank 0."""
         if not hasattr(self, "_printers0"):
-            self._printers0 = {self.enclosing_function(c).name for c in self.calls_by_name.get("print", [])
-                               if self.enclosing_function(c) is not None and any(
-                                   g.rank0 for g in self.guards(c))}
+            by_function: dict[ast.AST, list[bool]] = {}
+            for c in self.calls:
+                if (self.callee(c) == "print" or _method(c) in REPORTS) and \
+                        (func := self.enclosing_function(c)) is not None:
+                    by_function.setdefault(func, []).append(self._passes_on_rank0(c, func))
+            # a reporter is straight-line code that hands its message on (a `train()` that prints on rank 0 is
+            # no report of what it is given)
+            self._printers0 = {f.name for f, ok in by_function.items() if all(ok) and not any(
+                isinstance(n, (ast.For, ast.While)) for n in _same_scope(f.body))}
         return self._printers0
+
+    def _passes_on_rank0(self, report: ast.Call, func: ast.AST) -> bool:
+        """`report` shows one of `func`'s parameters, under a rank-0 test that reads none of them (a rank the
+        caller passes, `rank: int = 0`, is the caller's choice)."""
+        params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs,
+                                  func.args.vararg, func.args.kwarg] if a is not None} - {"self", "cls"}
+        shown = {n.id for a in [*report.args, *(k.value for k in report.keywords)] for n in ast.walk(a)
+                 if isinstance(n, ast.Name)}  # (`print(*args)`: a Starred around the name)
+        guards = [g for g in self.guards(report) if g.rank0]
+        return bool(shown & params) and bool(guards) and not any(
+            isinstance(n, ast.Name) and n.id in params for g in guards for n in ast.walk(g.node.test))
 
     def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
         """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
@@ -518,7 +537,7 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        printers0 = self._rank0_printers
+        printers0 = self._rank0_printers | self.facts.rank0_printers
         reports = [c for c in self.calls if self._reports(c, printers0)]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
@@ -541,7 +560,7 @@ class MultiGpuChecks(ScriptReader):
             for call in calls:
                 if not self._reports(call, printers0):
                     continue
-                if not (self.callee(call) in printers0 or
+                if not (self.callee_last(call) in printers0 or
                         self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
                     continue
                 names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
@@ -567,7 +586,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
         """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
-        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0
+        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee_last(call) in printers0
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,

@@ -140,6 +140,7 @@ class Facts:
     reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
+    rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     unread: list = field(default_factory=list)  # project files that could not be read
