@@ -255,3 +255,23 @@ def test_project_logger_that_prints_on_rank0_is_a_rank0_report():
     twin = src.replace("def log_string(self, out_str):", "def log_string(self, out_str, rank=0):").replace(
         "if dist.get_rank() == 0:", "if rank == 0:")
     assert "unreduced-metric" not in names(twin)
+
+
+# ------------------------------------------------------------------------------------------- per-rank files
+
+def test_rank_suffix_chosen_when_there_are_several_processes():
+    """`suffix = ""`, then `if dist.get_world_size() > 1: suffix = f"_{dist.get_rank()}"`: each rank writes its own
+    file wherever there are several; a suffix chosen by an option instead is not per rank on every run."""
+    src = """
+    def save_rng(path, per_rank):
+        suffix = ""
+        if dist.get_world_size() > 1:
+            suffix = f"_{dist.get_rank()}"
+        torch.save({}, f"{path}/rng{suffix}.pth")
+
+    dist.init_process_group("gloo")
+    save_rng("out", True)
+    dist.destroy_process_group()
+    """
+    assert "unguarded-save" not in names(src)
+    assert "unguarded-save" in names(src.replace("dist.get_world_size() > 1", "per_rank"))
