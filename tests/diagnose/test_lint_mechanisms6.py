@@ -275,3 +275,23 @@ def test_rank_suffix_chosen_when_there_are_several_processes():
     """
     assert "unguarded-save" not in names(src)
     assert "unguarded-save" in names(src.replace("dist.get_world_size() > 1", "per_rank"))
+
+
+def test_else_of_several_processes_is_one_process():
+    """`if dist.get_world_size() > 1: DataLoader(sampler=...) else: DataLoader(shuffle=True)`: the else runs with
+    one process, where reading the whole set is right (also `world_size > 1`, `dist.is_initialized()`)."""
+    src = """
+    from torch.utils.data.distributed import DistributedSampler
+    dist.init_process_group("gloo")
+    ds = torch.utils.data.TensorDataset(torch.ones(8, 2))
+    if dist.get_world_size() > 1:
+        loader = torch.utils.data.DataLoader(ds, sampler=DistributedSampler(ds))
+    else:
+        loader = torch.utils.data.DataLoader(ds, shuffle=True)
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+    dist.destroy_process_group()
+    """
+    assert "loader-without-sampler" not in names(src)
+    assert "loader-without-sampler" not in names(src.replace("dist.get_world_size() > 1", "dist.is_initialized()"))
+    assert "loader-without-sampler" in names(src.replace("dist.get_world_size() > 1", "dist.get_world_size() > 2"))

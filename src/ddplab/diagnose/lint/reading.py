@@ -24,6 +24,7 @@ ANY_RANK0 = frozenset({"global", "local", "device", "single"})
 SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                "torch.multiprocessing.Process"}
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
+WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size"}  # how many processes run
 
 
 # ----------------------------------------------------------------------------------------------- ast helpers
@@ -655,6 +656,14 @@ class ScriptReader:
                 return self._launcher_test(values[0], depth + 1)
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
             return True
+        if isinstance(test, ast.Call) and last(self.callee(test)) == "is_initialized" and \
+                "distributed" in self.callee(test):
+            return True  # dist.is_initialized(): a process group exists
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and \
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1 and (
+                isinstance(test.left, ast.Call) and last(self.callee(test.left)) == "get_world_size" or
+                isinstance(test.left, (ast.Name, ast.Attribute)) and last(dotted(test.left)).lower() in WORLD_NAMES):
+            return True  # `get_world_size() > 1`, `world_size > 1`: several processes (its else: one)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
                 and (chosen := self._group_option(test)) is not None:
             return chosen == isinstance(test.ops[0], ast.Eq)

@@ -640,22 +640,8 @@ class Checks(MultiGpuChecks):
                    if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
         labels = [a for a in assigns if not isinstance(a.value, ast.Constant)]
         return bool(labels) and all(self._labels_rank(a.value) and any(
-            isinstance(p, ast.If) and a in p.body and self._several_processes(p.test) for p in self.ancestors(a))
+            isinstance(p, ast.If) and a in p.body and self._launcher_test(p.test) is True for p in self.ancestors(a))
             for a in labels)
-
-    def _several_processes(self, test: ast.AST) -> bool:
-        """The test holds only with several processes: a launcher test, `get_world_size() > 1`, `world_size > 1`,
-        `dist.is_initialized()`."""
-        if self._launcher_test(test) is True:
-            return True
-        if isinstance(test, ast.Call) and self.callee_last(test) == "is_initialized":
-            return True
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and \
-                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1:
-            left = test.left
-            return isinstance(left, ast.Call) and "world_size" in self.callee_last(left) or \
-                isinstance(left, (ast.Name, ast.Attribute)) and "world" in last(dotted(left)).lower()
-        return False
 
     def _handed_to_loader(self, owner: str) -> bool:
         """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
