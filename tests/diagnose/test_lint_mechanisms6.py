@@ -295,3 +295,24 @@ def test_else_of_several_processes_is_one_process():
     assert "loader-without-sampler" not in names(src)
     assert "loader-without-sampler" not in names(src.replace("dist.get_world_size() > 1", "dist.is_initialized()"))
     assert "loader-without-sampler" in names(src.replace("dist.get_world_size() > 1", "dist.get_world_size() > 2"))
+
+
+def test_flag_cleared_without_cuda_is_a_cuda_check():
+    """`if torch.cuda.is_available(): ... else: args.distributed = False`, then `if args.distributed:
+    init_process_group("nccl")`: NCCL runs only where CUDA is."""
+    src = """
+    class A:
+        pass
+    args = A()
+    args.distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    if torch.cuda.is_available():
+        args.device = "cuda"
+    else:
+        args.distributed = False
+    if args.distributed:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend="nccl")
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" not in names(src)
+    assert "nccl-hardcoded" in names(src.replace("    args.distributed = False", "    args.device = 'cpu'"))

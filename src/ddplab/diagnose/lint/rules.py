@@ -299,6 +299,24 @@ class Checks(MultiGpuChecks):
         sites = self.call_sites(func)
         return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
 
+    def _cleared_without_cuda(self, flag: ast.AST) -> bool:
+        """`if args.distributed:` where the flag is set False on the branch without CUDA (`if torch.cuda.
+        is_available(): ... else: args.distributed = False`): the flag holds only with CUDA."""
+        if not isinstance(flag, (ast.Name, ast.Attribute)):
+            return False
+        for n in self.nodes:
+            if not (isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is False and
+                    any(dotted(t) == dotted(flag) for t in n.targets)):
+                continue
+            child = n
+            for p in self.ancestors(n):
+                if isinstance(p, ast.If) and self._mentions_cuda_check(p.test):
+                    negated = isinstance(p.test, ast.UnaryOp) and isinstance(p.test.op, ast.Not)
+                    if (child in p.orelse) != negated:
+                        return True
+                child = p
+        return False
+
     def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
         """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
         there checks the GPU count the scheduler gave, not that there are GPUs."""
@@ -308,7 +326,8 @@ class Checks(MultiGpuChecks):
 
         parent = self.parent.get(call)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and check(parent.test):
+            if isinstance(parent, (ast.If, ast.IfExp)) and (check(parent.test) or self._cleared_without_cuda(
+                    parent.test)):
                 return True
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
