@@ -316,3 +316,42 @@ def test_flag_cleared_without_cuda_is_a_cuda_check():
     """
     assert "nccl-hardcoded" not in names(src)
     assert "nccl-hardcoded" in names(src.replace("    args.distributed = False", "    args.device = 'cpu'"))
+
+
+# ------------------------------------------------------------------------------------------- ranks through parameters
+
+def test_parameter_every_caller_fills_with_a_rank_test():
+    """`def parse_args(verbose): if verbose: print(...)`, called `parse_args(rank == 0)` and `parse_args(False)`:
+    the print runs on rank 0 only. One call passing True makes it every rank's."""
+    src = """
+    def parse_args(verbose):
+        if verbose:
+            print("options")
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    parse_args(rank == 0)
+    parse_args(False)
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("parse_args(False)", "parse_args(True)"))
+
+
+def test_parameter_every_caller_fills_with_the_rank(tmp_path):
+    """`setup_logger(name, save_dir, distributed_rank)` in another module returns early when distributed_rank > 0,
+    and the script passes get_rank(): what follows runs on rank 0 only (makedirs without exist_ok is fine)."""
+    (tmp_path / "logger.py").write_text(textwrap.dedent("""
+    import os
+    def setup_logger(name, save_dir, distributed_rank):
+        if distributed_rank > 0:
+            return None
+        if not os.path.exists(save_dir):
+            os.makedirs(save_dir)
+    """))
+    script = HEAD + "from logger import setup_logger\ndist.init_process_group('gloo')\n" \
+        "setup_logger('x', 'logs', dist.get_rank())\ndist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("dist.get_rank()", "int(os.environ['SEED'])"))
+    assert "shared-path-write" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

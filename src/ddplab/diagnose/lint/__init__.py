@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, keyword, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
 from ddplab.errors import DdplabError
@@ -130,11 +130,51 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
+    facts.param_ranks, facts.param_tests = _rank_parameters(readers)
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
     facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
     return facts
+
+
+def _rank_parameters(readers: list) -> tuple[dict, dict]:
+    """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
+    parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
+    runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0)."""
+    defs: dict[str, list] = {}
+    for reader in readers:
+        for func in reader.functions.values():
+            defs.setdefault(func.name, []).append(func)
+    kinds: dict = {}
+    tests: dict = {}
+    for name, funcs in defs.items():
+        sites = [(r, c) for r in readers for c in r.calls_by_name.get(name, [])
+                 if r.enclosing_function(c) not in funcs]
+        if not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
+            continue  # never called, or namesakes with other parameters
+        params = [a.arg for a in funcs[0].args.args]
+        for index, param in enumerate(params):
+            if param in ("self", "cls"):
+                continue
+            given = []
+            for reader, call in sites:
+                at = index - (1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0)
+                value = keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
+                    isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
+                given.append((reader, value))
+            if any(v is None for _, v in given):
+                continue
+            found = {r.rank_kind(v) for r, v in given}
+            if len(found) == 1 and None not in found:
+                kinds[(name, param)] = found.pop()
+                continue
+            found_tests = {(False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v))
+                           for r, v in given}
+            rank0 = {t for t in found_tests if t}
+            if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
+                tests[(name, param)] = (rank0.pop()[0], True)
+    return kinds, tests
 
 
 def _group_makers(calls: dict[str, set[str]]) -> set[str]:

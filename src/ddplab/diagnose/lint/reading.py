@@ -142,6 +142,8 @@ class Facts:
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
     rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
+    param_ranks: dict = field(default_factory=dict)  # (function, parameter) -> kind: every call passes a rank
+    param_tests: dict = field(default_factory=dict)  # (function, parameter) -> (kind, rank0): a rank test passed
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     unread: list = field(default_factory=list)  # project files that could not be read
@@ -450,7 +452,22 @@ class ScriptReader:
         held = self._held(self.held_kind, expr)
         if held:
             return held
+        if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_ranks, expr)):
+            return given
         return _kind_by_name(last(dotted(expr)).lower())
+
+    def _param_fact(self, table: dict, name: ast.Name):
+        """What every caller passes for this parameter (`table`: Facts.param_ranks or param_tests), when `name` is
+        a parameter of its function that the function does not reassign."""
+        if not table:
+            return None
+        func = self.enclosing_function(name)
+        if func is None or (func.name, name.id) not in table or name.id not in {a.arg for a in func.args.args}:
+            return None
+        if any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+               for n in _walk_same_function(func.body)):
+            return None
+        return table[(func.name, name.id)]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
@@ -524,6 +541,8 @@ class ScriptReader:
             held = self._held(self.held_test, expr) if follow_names else None
             if held:
                 return held
+            if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_tests, expr)):
+                return given  # `def parse_args(verbose): if verbose: print(...)`, called `parse_args(rank == 0)`
             name = last(dotted(expr)).lower()
             if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
                 return ("local" if "local" in name else "global"), True
