@@ -355,3 +355,27 @@ def test_parameter_every_caller_fills_with_the_rank(tmp_path):
     assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("dist.get_rank()", "int(os.environ['SEED'])"))
     assert "shared-path-write" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_group_flag_compared_with_a_bool_and_counted_processes():
+    """`args.distributed = num_gpus > 1` with num_gpus from WORLD_SIZE (False again without CUDA), and the save
+    under `(args.distributed is not True) or (args.distributed and args.local_rank == 0)`: the first part is the
+    one-process path, the second one writer per node."""
+    src = """
+    class A:
+        pass
+    args = A()
+    args.local_rank = int(os.environ["LOCAL_RANK"])
+    num_gpus = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else 1
+    args.distributed = num_gpus > 1
+    if not torch.cuda.is_available():
+        args.distributed = False
+    if args.distributed:
+        dist.init_process_group("gloo")
+    if (args.distributed is not True) or (args.distributed and args.local_rank == 0):
+        torch.save({}, "ckpt.pt")
+    dist.destroy_process_group()
+    """
+    found = names(src)
+    assert "local-rank-save" in found and "unguarded-save" not in found
+    assert "unguarded-save" in names(src.replace("args.distributed is not True", "args.distributed is True"))

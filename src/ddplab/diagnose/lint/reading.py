@@ -655,6 +655,13 @@ class ScriptReader:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._launcher_test(test.operand, depth)
             return None if inner is None else not inner
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (
+                ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and isinstance(test.comparators[0], ast.Constant) and \
+                isinstance(test.comparators[0].value, bool):
+            # `args.distributed is not True`, `ddp == False`: the flag's test, said the long way
+            inner = self._launcher_test(test.left, depth)
+            same = isinstance(test.ops[0], (ast.Is, ast.Eq)) == test.comparators[0].value
+            return None if inner is None else inner == same
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
             # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
             op, right = test.ops[0], test.comparators[0]
@@ -679,14 +686,30 @@ class ScriptReader:
                 "distributed" in self.callee(test):
             return True  # dist.is_initialized(): a process group exists
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and \
-                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1 and (
-                isinstance(test.left, ast.Call) and last(self.callee(test.left)) == "get_world_size" or
-                isinstance(test.left, (ast.Name, ast.Attribute)) and last(dotted(test.left)).lower() in WORLD_NAMES):
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1 and \
+                self._world_count(test.left):
             return True  # `get_world_size() > 1`, `world_size > 1`: several processes (its else: one)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
                 and (chosen := self._group_option(test)) is not None:
             return chosen == isinstance(test.ops[0], ast.Eq)
         return None
+
+    def _world_count(self, expr: ast.AST, depth: int = 0) -> bool:
+        """The number of processes: get_world_size(), a `world_size` name, WORLD_SIZE from the environment, or a
+        name assigned once from one of those (`num_gpus = int(os.environ["WORLD_SIZE"]) if ... else 1`)."""
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) == "get_world_size":
+            return True
+        if isinstance(expr, (ast.Name, ast.Attribute)) and last(dotted(expr)).lower() in WORLD_NAMES:
+            return True
+        if any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in ast.walk(expr)):
+            return True
+        if isinstance(expr, ast.Name) and depth < 2:
+            scope = self.enclosing_function(expr)
+            values = [n.value for n in _walk_same_function((scope or self.tree).body)
+                      if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id
+                                                           for t in n.targets)]
+            return len(values) == 1 and self._world_count(values[0], depth + 1)
+        return False
 
     def _group_option(self, test: ast.Compare) -> bool | None:
         """`args.dist == "OFF"` where another `if args.dist == "ON":` makes the process group: whether the value
