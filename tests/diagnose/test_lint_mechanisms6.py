@@ -379,3 +379,28 @@ def test_group_flag_compared_with_a_bool_and_counted_processes():
     found = names(src)
     assert "local-rank-save" in found and "unguarded-save" not in found
     assert "unguarded-save" in names(src.replace("args.distributed is not True", "args.distributed is True"))
+
+
+def test_rank_handed_to_a_constructor_through_a_helper():
+    """`setting(rank)` -> `Trainer(gpu_id=device)` -> `self.gpu_id = gpu_id`, with rank = LOCAL_RANK: a save
+    under `self.gpu_id == 0` is one writer per node; with RANK handed down it is rank 0's."""
+    src = """
+    class Trainer:
+        def __init__(self, model, gpu_id):
+            self.gpu_id = gpu_id
+            self.model = model
+
+        def save(self):
+            if self.gpu_id == 0:
+                torch.save(self.model.state_dict(), "last.pt")
+
+    def setting(model, device):
+        Trainer(model, gpu_id=device).save()
+
+    dist.init_process_group("gloo")
+    rank = int(os.environ["LOCAL_RANK"])
+    setting(torch.nn.Linear(2, 2), rank)
+    dist.destroy_process_group()
+    """
+    assert "local-rank-save" in names(src)
+    assert "local-rank-save" not in names(src.replace('"LOCAL_RANK"', '"RANK"'))

@@ -130,7 +130,14 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
-    facts.param_ranks, facts.param_tests = _rank_parameters(readers)
+    for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
+        found = _rank_parameters(readers)
+        if found == (facts.param_ranks, facts.param_tests):
+            break
+        facts.param_ranks, facts.param_tests = found
+        for reader in readers:
+            reader.facts.param_ranks, reader.facts.param_tests = found
+            reader._learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
@@ -142,16 +149,20 @@ def _rank_parameters(readers: list) -> tuple[dict, dict]:
     """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
     parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
     runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0)."""
-    defs: dict[str, list] = {}
+    defs: dict[str, list] = {}  # called name -> the functions it calls (a class's name calls its __init__)
     for reader in readers:
-        for func in reader.functions.values():
-            defs.setdefault(func.name, []).append(func)
+        for node in reader.nodes:
+            if isinstance(node, ast.ClassDef):
+                defs.setdefault(node.name, []).extend(
+                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+            elif isinstance(node, ast.FunctionDef) and node.name != "__init__":
+                defs.setdefault(node.name, []).append(node)
     kinds: dict = {}
     tests: dict = {}
     for name, funcs in defs.items():
         sites = [(r, c) for r in readers for c in r.calls_by_name.get(name, [])
                  if r.enclosing_function(c) not in funcs]
-        if not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
+        if not funcs or not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
             continue  # never called, or namesakes with other parameters
         params = [a.arg for a in funcs[0].args.args]
         for index, param in enumerate(params):
@@ -159,21 +170,23 @@ def _rank_parameters(readers: list) -> tuple[dict, dict]:
                 continue
             given = []
             for reader, call in sites:
-                at = index - (1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0)
+                bound = isinstance(call.func, ast.Attribute) or funcs[0].name == "__init__"  # self passed by Python
+                at = index - (1 if params[:1] in (["self"], ["cls"]) and bound else 0)
                 value = keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
                     isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
                 given.append((reader, value))
             if any(v is None for _, v in given):
                 continue
             found = {r.rank_kind(v) for r, v in given}
+            key = (funcs[0].name, param) if funcs[0].name != "__init__" else (f"{name}.__init__", param)
             if len(found) == 1 and None not in found:
-                kinds[(name, param)] = found.pop()
+                kinds[key] = found.pop()
                 continue
             found_tests = {(False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v))
                            for r, v in given}
             rank0 = {t for t in found_tests if t}
             if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
-                tests[(name, param)] = (rank0.pop()[0], True)
+                tests[key] = (rank0.pop()[0], True)
     return kinds, tests
 
 

@@ -462,12 +462,17 @@ class ScriptReader:
         if not table:
             return None
         func = self.enclosing_function(name)
-        if func is None or (func.name, name.id) not in table or name.id not in {a.arg for a in func.args.args}:
+        if func is None or name.id not in {a.arg for a in func.args.args}:
+            return None
+        owner = self.parent.get(func)
+        key = (f"{owner.name}.__init__" if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name,
+               name.id)
+        if key not in table:
             return None
         if any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
                for n in _walk_same_function(func.body)):
             return None
-        return table[(func.name, name.id)]
+        return table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
