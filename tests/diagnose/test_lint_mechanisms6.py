@@ -404,3 +404,38 @@ def test_rank_handed_to_a_constructor_through_a_helper():
     """
     assert "local-rank-save" in names(src)
     assert "local-rank-save" not in names(src.replace('"LOCAL_RANK"', '"RANK"'))
+
+
+# ------------------------------------------------------------------------------------------- reading the project
+
+def test_namespace_package_above_the_script(tmp_path):
+    """`from utils.init import init` in scripts/train.py, utils/ beside scripts/ without an __init__.py (run with
+    PYTHONPATH=./): the module is read, so its --local_rank flag is seen."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "utils" / "init.py").write_text(
+        "import argparse\ndef init():\n    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--local_rank', type=int)\n    return p.parse_args()\n")
+    (tmp_path / "scripts" / "train.py").write_text(
+        HEAD + "from utils.init import init\nargs = init()\ntorch.cuda.set_device(args.local_rank)\n"
+        "dist.init_process_group('gloo')\ndist.destroy_process_group()\n")
+    assert "local-rank-argparse" in [f.rule for f in lint_file(tmp_path / "scripts" / "train.py").findings]
+
+
+def test_gpu_option_is_not_a_device_index_test():
+    """`if cfg.gpu:` is an on/off option: the collectives under it run on every rank that takes it. A device index
+    known from its assignment (`gpu = int(os.environ['LOCAL_RANK'])`) still reads `if gpu:` as `gpu != 0`."""
+    src = """
+    class C:
+        gpu = True
+    cfg = C()
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    if cfg.gpu:
+        dist.all_reduce(t)
+    dist.destroy_process_group()
+    """
+    assert "collective-in-rank-branch" not in names(src)
+    held = src.replace("t = torch.ones(1)", "gpu = int(os.environ['LOCAL_RANK'])\n    t = torch.ones(1)").replace(
+        "if cfg.gpu:", "if gpu:")
+    assert "collective-in-rank-branch" in names(held)

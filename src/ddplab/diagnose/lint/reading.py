@@ -556,6 +556,8 @@ class ScriptReader:
         if isinstance(expr, ast.Call) and last(self.callee(expr)) in self.facts.rank_tests:
             return self.facts.rank_tests[last(self.callee(expr))]
         kind = self.rank_kind(expr)
+        if kind == "device" and isinstance(expr, (ast.Name, ast.Attribute)) and not self._held(self.held_kind, expr):
+            return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
     def _no_rank(self, expr: ast.Compare) -> bool | None:
