@@ -439,3 +439,22 @@ def test_gpu_option_is_not_a_device_index_test():
     held = src.replace("t = torch.ones(1)", "gpu = int(os.environ['LOCAL_RANK'])\n    t = torch.ones(1)").replace(
         "if cfg.gpu:", "if gpu:")
     assert "collective-in-rank-branch" in names(held)
+
+
+def test_unseeded_random_split_in_a_module(tmp_path):
+    """A dataset module's `random_split(self, [n, m])` the script calls on every rank, nothing seeded anywhere:
+    each rank its own split. A seed anywhere in the project (the script's torch.manual_seed) is left to it."""
+    (tmp_path / "data.py").write_text(textwrap.dedent("""
+    from torch.utils.data import Dataset, random_split
+    class Data(Dataset):
+        def __len__(self):
+            return 10
+        def split(self):
+            return random_split(self, [8, 2])
+    """))
+    script = HEAD + "from data import Data\ndist.init_process_group('gloo')\ntrain, val = Data().split()\n" \
+        "dist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "unseeded-random-split" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("train, val", "torch.manual_seed(0)\ntrain, val"))
+    assert "unseeded-random-split" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]

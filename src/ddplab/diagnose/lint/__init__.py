@@ -18,7 +18,7 @@ from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
 from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, keyword, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
+from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
@@ -29,7 +29,7 @@ MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collecti
                 "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
                 "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
                 "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
-                "world-size-scaled-twice"}
+                "world-size-scaled-twice", "unseeded-random-split"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
                "collective-in-rank-branch", "rank0-early-exit"}
@@ -127,6 +127,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
         facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
@@ -426,6 +427,8 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 if callers.passed_per_rank(path, func, param) is not False:
                     f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
                         "pass may differ per rank"
+            if not entry and f.rule == "unseeded-random-split" and facts.seeded:
+                continue  # the script (or another module) seeds the generators: which runs first is not known
             if f.rule == "unreduced-metric" and f.line in checks.loader_params and _whole_loader_given(
                     callers, readers, path, *checks.loader_params[f.line]):
                 continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
