@@ -458,3 +458,32 @@ def test_unseeded_random_split_in_a_module(tmp_path):
     assert "unseeded-random-split" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("train, val", "torch.manual_seed(0)\ntrain, val"))
     assert "unseeded-random-split" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+# ------------------------------------------------------------------------------------------- epochs
+
+def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
+    """The DistributedSampler is built in an imported module's loader factory, the script's `while epoch <= n`
+    loop is the epoch loop, and nothing in the project calls set_epoch: reported at that loop."""
+    (tmp_path / "data.py").write_text(textwrap.dedent("""
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+    def get_loader(ds):
+        return torch.utils.data.DataLoader(ds, sampler=DistributedSampler(ds))
+    """))
+    script = HEAD + textwrap.dedent("""
+    from data import get_loader
+    dist.init_process_group('gloo')
+    loader = get_loader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
+    epoch = 0
+    while epoch <= 3:
+        for batch in loader:
+            pass
+        epoch += 1
+    dist.destroy_process_group()
+    """)
+    (tmp_path / "train.py").write_text(script)
+    found = [(f.rule, f.line) for f in lint_file(tmp_path / "train.py").findings if f.rule == "sampler-no-set-epoch"]
+    assert found == [("sampler-no-set-epoch", 9)]
+    (tmp_path / "train.py").write_text(script.replace("    for batch", "    loader.sampler.set_epoch(epoch)\n    for batch"))
+    assert "sampler-no-set-epoch" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]

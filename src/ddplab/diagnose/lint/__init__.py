@@ -127,6 +127,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
         facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())

@@ -142,6 +142,7 @@ class Facts:
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
     rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
+    set_epoch: bool = False  # some file of the project calls set_epoch (on any sampler)
     seeded: bool = False  # some file of the project seeds a random generator (manual_seed, seed_everything, ...)
     param_ranks: dict = field(default_factory=dict)  # (function, parameter) -> kind: every call passes a rank
     param_tests: dict = field(default_factory=dict)  # (function, parameter) -> (kind, rank0): a rank test passed

@@ -444,6 +444,13 @@ class Checks(MultiGpuChecks):
                          "with shuffle'",
                          "drop shuffle=True: DistributedSampler shuffles by itself (and set_epoch reshuffles each epoch)")
         if not samplers:
+            # the sampler is made in an imported module (a loader factory) and nothing in the project ever calls
+            # set_epoch: the script's epoch loop is where it is missing
+            if self.facts.sampler and not self.facts.set_epoch and (loop := self._epoch_loop()) is not None:
+                self.add(loop, "sampler-no-set-epoch", WARNING,
+                         "this epoch loop never calls sampler.set_epoch(epoch), and nothing in the project does: the "
+                         "DistributedSampler built in an imported module shuffles every epoch the same way",
+                         "call train_loader.sampler.set_epoch(epoch) at the start of every epoch")
             return
         set_epoch_in_loop = any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
@@ -503,13 +510,20 @@ class Checks(MultiGpuChecks):
             parent = self.parent.get(parent)
         return False
 
-    def _epoch_loop(self) -> ast.For | None:
+    def _epoch_loop(self) -> ast.For | ast.While | None:
+        """The loop over epochs: `for epoch in ...`, `while epoch <= max_epoch`, else the first loop around another
+        loop that is not itself a loop over batches."""
         loops = [n for n in self.nodes if isinstance(n, ast.For)]
         for loop in loops:
             if "epoch" in dotted(loop.target).lower():
                 return loop
+        for loop in (n for n in self.nodes if isinstance(n, ast.While)):
+            if any(isinstance(n, (ast.Name, ast.Attribute)) and "epoch" in last(dotted(n)).lower()
+                   for n in ast.walk(loop.test)):
+                return loop
         for loop in loops:
-            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop):
+            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop) and \
+                    not self._over_batches(loop.iter):
                 return loop
         return None
 
