@@ -487,3 +487,25 @@ def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
     assert found == [("sampler-no-set-epoch", 9)]
     (tmp_path / "train.py").write_text(script.replace("    for batch", "    loader.sampler.set_epoch(epoch)\n    for batch"))
     assert "sampler-no-set-epoch" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_accumulation_written_as_an_early_skip():
+    """`loss.backward(); if i % k != 0: continue; optimizer.step()`: the step every k-th batch, the backward on
+    all of them, no no_sync. A `% k` skip before the backward (a logging stride) is no accumulation."""
+    src = """
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(10):
+        loss = model(torch.ones(2)).sum()
+        loss.backward()
+        if i % 4 != 0:
+            continue
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+    """
+    assert "grad-accum-no-sync" in names(src)
+    twin = src.replace("        loss.backward()\n", "").replace("            continue\n",
+                                                                  "            continue\n        loss.backward()\n")
+    assert "grad-accum-no-sync" not in names(twin)

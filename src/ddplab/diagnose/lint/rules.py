@@ -1009,7 +1009,7 @@ class Checks(MultiGpuChecks):
                                               for b in ast.walk(n.test))
                 and any(_method(c) == "step" for c in _calls_in(n.body))
                 and not any(c is backward for c in _calls_in(n.body))
-                for n in here)
+                for n in here) or self._skips_until_every_k(loop, backward)
             # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
             outer = self.parent.get(loop)
             while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
@@ -1026,6 +1026,16 @@ class Checks(MultiGpuChecks):
                          "run the micro-steps but the last inside `with model.no_sync():` (or set "
                          "model.require_backward_grad_sync = is_last_micro_step before the forward)")
 
+
+    def _skips_until_every_k(self, loop: ast.AST, backward: ast.Call) -> bool:
+        """`if batch_idx % k != 0: continue` after the backward, then `optimizer.step()` further down the loop's
+        body: accumulation written as an early skip."""
+        for i, stmt in enumerate(loop.body):
+            if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue) and stmt.lineno > backward.lineno \
+                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test)):
+                return any(_method(c) == "step" and "sched" not in dotted(c.func.value).lower()
+                           for c in _calls_in(loop.body[i + 1:]))
+        return False
 
     def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
         """`should_step = step % accum == 0; if should_step: optimizer.step()` with a project helper that runs
