@@ -509,3 +509,18 @@ def test_accumulation_written_as_an_early_skip():
     twin = src.replace("        loss.backward()\n", "").replace("            continue\n",
                                                                   "            continue\n        loss.backward()\n")
     assert "grad-accum-no-sync" not in names(twin)
+
+
+def test_map_location_to_the_global_rank():
+    """`map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}` with rank = dist.get_rank() while the model sits on
+    rank % device_count(): the checkpoint goes to a GPU the second machine does not have."""
+    src = """
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    device_id = rank % torch.cuda.device_count()
+    map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}
+    state = torch.load("ckpt.pt", map_location=map_location)
+    dist.destroy_process_group()
+    """
+    assert "global-rank-device-ids" in names(src)
+    assert "global-rank-device-ids" not in names(src.replace("'cuda:%d' % rank}", "'cuda:%d' % device_id}"))

@@ -267,6 +267,13 @@ class MultiGpuChecks(ScriptReader):
                 picks = [call.args[0]]
             elif self.callee(call) == "torch.device" and len(call.args) == 2:
                 picks = [call.args[1]]
+            elif self.callee(call) == "torch.load" and (where := keyword(call, "map_location")) is not None:
+                # map_location={'cuda:0': 'cuda:%d' % rank}: the checkpoint lands on the GPU the rank names
+                if isinstance(where, ast.Name):
+                    where = self._reaching_value(where) or where  # map_location = {...}; torch.load(p, map_location)
+                targets = where.values if isinstance(where, ast.Dict) else [where]
+                picks = [i for t in targets for i in _cuda_index(t)]
+                fallback = True
             elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
                 picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
                     else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
@@ -1037,4 +1044,9 @@ def _cuda_index(arg: ast.AST) -> list[ast.AST]:
             return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and const_str(arg.left) == "cuda:":
         return [arg.right]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and const_str(arg.left) in ("cuda:%d", "cuda:%s"):
+        return [arg.right]  # 'cuda:%d' % rank
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format" and \
+            const_str(arg.func.value) == "cuda:{}" and arg.args:
+        return [arg.args[0]]  # 'cuda:{}'.format(rank)
     return []
