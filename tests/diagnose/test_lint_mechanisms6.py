@@ -524,3 +524,17 @@ def test_map_location_to_the_global_rank():
     """
     assert "global-rank-device-ids" in names(src)
     assert "global-rank-device-ids" not in names(src.replace("'cuda:%d' % rank}", "'cuda:%d' % device_id}"))
+
+
+def test_nccl_when_cuda_and_the_current_devices_generator():
+    """`backend = "nccl" if torch.cuda.is_available() else "gloo"` and no set_device: on a GPU machine NCCL, and
+    `torch.cuda.get_rng_state()` reads the current device, GPU 0 on every rank. `torch.random.get_rng_state()` is
+    the CPU generator."""
+    src = """
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend=backend)
+    state = torch.cuda.get_rng_state()
+    dist.destroy_process_group()
+    """
+    assert "no-set-device" in names(src)
+    assert "no-set-device" not in names(src.replace("torch.cuda.get_rng_state", "torch.random.get_rng_state"))

@@ -25,6 +25,7 @@ REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, 
 IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
                    "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
+CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cuda's: the current device's generator
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
 IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
@@ -139,8 +140,9 @@ class MultiGpuChecks(ScriptReader):
                          "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
                          "int(os.environ['LOCAL_RANK']))")
         inits = [c for c in self.calls if self.is_(c, "init_process_group") and keyword(c, "device_id") is None]
-        if inits and self.backend == "nccl":
-            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE]
+        if inits and (self.backend == "nccl" or self._nccl_where_cuda(inits[0])):
+            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE or
+                        self.callee_last(c) in CUDA_STATE and "cuda" in self.callee(c)]
             self.add(inits[0], "no-set-device", WARNING,
                      "NCCL with no torch.cuda.set_device in the script or its modules: the current device stays GPU 0 "
                      "on every rank, so anything that uses it (torch.cuda.synchronize, empty_cache, a GradScaler, "
@@ -149,6 +151,14 @@ class MultiGpuChecks(ScriptReader):
                      sure=bool(implicit),
                      why=(f"line {implicit[0].lineno} uses the current device" if implicit else
                           "nothing in the script uses the current device by itself"))
+
+    def _nccl_where_cuda(self, init: ast.Call) -> bool:
+        """`backend = "nccl" if torch.cuda.is_available() else "gloo"`: NCCL on every GPU machine, the machines where
+        the current device matters."""
+        backend = keyword(init, "backend") or (init.args[0] if init.args else None)
+        if isinstance(backend, ast.Name):
+            backend = self._reaching_value(backend)
+        return isinstance(backend, ast.IfExp) and "nccl" in (const_str(backend.body), const_str(backend.orelse))
 
     def _bare_cuda(self, call: ast.Call) -> bool:
         """torch.device("cuda") or .to("cuda"), also as a branch of `"cuda" if available else "cpu"`: the current
