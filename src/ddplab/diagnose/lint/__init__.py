@@ -132,14 +132,17 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
+    defs, calls = _definitions(readers)
     for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
-        found = _rank_parameters(readers)
+        found = _rank_parameters(defs, calls)
         if found == (facts.param_ranks, facts.param_tests):
             break
         facts.param_ranks, facts.param_tests = found
+        named = {name.split(".")[0] for name, _ in [*found[0], *found[1]]}
         for reader in readers:
             reader.facts.param_ranks, reader.facts.param_tests = found
-            reader._learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
+            if named & (set(reader.functions) | {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}):
+                reader._learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
@@ -147,11 +150,10 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     return facts
 
 
-def _rank_parameters(readers: list) -> tuple[dict, dict]:
-    """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
-    parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
-    runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0)."""
-    defs: dict[str, list] = {}  # called name -> the functions it calls (a class's name calls its __init__)
+def _definitions(readers: list) -> tuple[dict, dict]:
+    """The project's functions by the name that calls them (a class's name calls its __init__), and the calls of
+    each such name: (reader, call)."""
+    defs: dict[str, list] = {}
     for reader in readers:
         for node in reader.nodes:
             if isinstance(node, ast.ClassDef):
@@ -159,11 +161,22 @@ def _rank_parameters(readers: list) -> tuple[dict, dict]:
                     f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
             elif isinstance(node, ast.FunctionDef) and node.name != "__init__":
                 defs.setdefault(node.name, []).append(node)
+    calls: dict[str, list] = {}
+    for reader in readers:
+        for name, found in reader.calls_by_name.items():
+            if name in defs:
+                calls.setdefault(name, []).extend((reader, c) for c in found)
+    return defs, calls
+
+
+def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
+    """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
+    parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
+    runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0). `defs`, `calls`: _definitions."""
     kinds: dict = {}
     tests: dict = {}
     for name, funcs in defs.items():
-        sites = [(r, c) for r in readers for c in r.calls_by_name.get(name, [])
-                 if r.enclosing_function(c) not in funcs]
+        sites = [(r, c) for r, c in calls.get(name, []) if r.enclosing_function(c) not in funcs]
         if not funcs or not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
             continue  # never called, or namesakes with other parameters
         params = [a.arg for a in funcs[0].args.args]

@@ -497,7 +497,9 @@ class ScriptReader:
             tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
-                if inner is None and isinstance(expr.op, ast.Or) and self._launcher_test(value) is False:
+                if inner is None and isinstance(expr.op, ast.Or) and len(expr.values) == 2 and \
+                        self.rank_test(expr.values[1 - expr.values.index(value)], follow_names) and \
+                        self._launcher_test(value) is False:
                     # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
                     # one-process path, as `rank is None` is
                     inner = ("single", True)
