@@ -463,6 +463,11 @@ class ScriptReader:
         a parameter of its function that the function does not reassign."""
         if not table:
             return None
+        params = self.__dict__.setdefault("_param_names", {})  # id(table) -> the parameter names it holds
+        if id(table) not in params:
+            params[id(table)] = (table, {param for _, param in table})
+        if name.id not in params[id(table)][1]:
+            return None
         func = self.enclosing_function(name)
         if func is None or name.id not in {a.arg for a in func.args.args}:
             return None
@@ -471,10 +476,11 @@ class ScriptReader:
                name.id)
         if key not in table:
             return None
-        if any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-               for n in _walk_same_function(func.body)):
-            return None
-        return table[key]
+        stored = self.__dict__.setdefault("_stored_params", {})  # (function, name) -> reassigned in its body
+        if (func, name.id) not in stored:
+            stored[(func, name.id)] = any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                                          for n in _walk_same_function(func.body))
+        return None if stored[(func, name.id)] else table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
