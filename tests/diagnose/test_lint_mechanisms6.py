@@ -172,7 +172,7 @@ def test_branch_reached_only_from_the_guarded_call():
     assert [(f.rule, f.line) for f in found if "save" in f.rule] == [("unguarded-save", 9)]
 
 
-# ------------------------------------------------------------------------------------------- sums over this rank's batches
+# ------------------------------------------------------------------------------------------- sums over batches
 
 def _metric_project(tmp_path, loader_line: str, show_all: bool = False) -> list[str]:
     """A train_utils module (star-imported through its package) whose epoch function sums a loss over
@@ -485,7 +485,8 @@ def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
     (tmp_path / "train.py").write_text(script)
     found = [(f.rule, f.line) for f in lint_file(tmp_path / "train.py").findings if f.rule == "sampler-no-set-epoch"]
     assert found == [("sampler-no-set-epoch", 9)]
-    (tmp_path / "train.py").write_text(script.replace("    for batch", "    loader.sampler.set_epoch(epoch)\n    for batch"))
+    (tmp_path / "train.py").write_text(script.replace("    for batch",
+                                                      "    loader.sampler.set_epoch(epoch)\n    for batch"))
     assert "sampler-no-set-epoch" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
 
 

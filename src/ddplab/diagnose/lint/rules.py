@@ -661,7 +661,8 @@ class Checks(MultiGpuChecks):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
-            if isinstance(node, ast.Name) and self._held(self.rank_labelled, node) and self._per_rank_when_several(node):
+            if isinstance(node, ast.Name) and self._held(self.rank_labelled, node) and \
+                    self._per_rank_when_several(node):
                 return True
         return False
 
