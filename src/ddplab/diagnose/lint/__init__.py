@@ -16,9 +16,9 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, static
+from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, keyword, static
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, Checks
+from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
@@ -29,7 +29,7 @@ MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collecti
                 "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
                 "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
                 "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
-                "world-size-scaled-twice"}
+                "world-size-scaled-twice", "unseeded-random-split"}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
 GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
                "collective-in-rank-branch", "rank0-early-exit"}
@@ -126,13 +126,83 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.rank_values.update(values)
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
+        facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
+        facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
+        facts.rank0_printers |= reader._rank0_printers
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
+    defs, calls = _definitions(readers)
+    for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
+        found = _rank_parameters(defs, calls)
+        if found == (facts.param_ranks, facts.param_tests):
+            break
+        facts.param_ranks, facts.param_tests = found
+        named = {name.split(".")[0] for name, _ in [*found[0], *found[1]]}
+        for reader in readers:
+            reader.facts.param_ranks, reader.facts.param_tests = found
+            if named & (set(reader.functions) | {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}):
+                reader._learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
     facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
     return facts
+
+
+def _definitions(readers: list) -> tuple[dict, dict]:
+    """The project's functions by the name that calls them (a class's name calls its __init__), and the calls of
+    each such name: (reader, call)."""
+    defs: dict[str, list] = {}
+    for reader in readers:
+        for node in reader.nodes:
+            if isinstance(node, ast.ClassDef):
+                defs.setdefault(node.name, []).extend(
+                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+            elif isinstance(node, ast.FunctionDef) and node.name != "__init__":
+                defs.setdefault(node.name, []).append(node)
+    calls: dict[str, list] = {}
+    for reader in readers:
+        for name, found in reader.calls_by_name.items():
+            if name in defs:
+                calls.setdefault(name, []).extend((reader, c) for c in found)
+    return defs, calls
+
+
+def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
+    """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
+    parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
+    runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0). `defs`, `calls`: _definitions."""
+    kinds: dict = {}
+    tests: dict = {}
+    for name, funcs in defs.items():
+        sites = [(r, c) for r, c in calls.get(name, []) if r.enclosing_function(c) not in funcs]
+        if not funcs or not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
+            continue  # never called, or namesakes with other parameters
+        params = [a.arg for a in funcs[0].args.args]
+        for index, param in enumerate(params):
+            if param in ("self", "cls"):
+                continue
+            given = []
+            for reader, call in sites:
+                bound = isinstance(call.func, ast.Attribute) or funcs[0].name == "__init__"  # self passed by Python
+                at = index - (1 if params[:1] in (["self"], ["cls"]) and bound else 0)
+                value = keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
+                    isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
+                given.append((reader, value))
+            if any(v is None for _, v in given):
+                continue
+            found = {r.rank_kind(v) for r, v in given}
+            key = (funcs[0].name, param) if funcs[0].name != "__init__" else (f"{name}.__init__", param)
+            if len(found) == 1 and None not in found:
+                kinds[key] = found.pop()
+                continue
+            found_tests = {(False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v))
+                           for r, v in given}
+            rank0 = {t for t in found_tests if t}
+            if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
+                tests[key] = (rank0.pop()[0], True)
+    return kinds, tests
 
 
 def _group_makers(calls: dict[str, set[str]]) -> set[str]:
@@ -291,6 +361,22 @@ def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: 
                                    "printing/saving inside")
 
 
+def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
+    """Every call of `func` (in any file) passes for `param` a loader its file builds without a sampler
+    (`evaluate(epoch, model, val_loader)` with `val_loader = prepare_dataloader(val, cfg)`, a plain DataLoader)."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    index = params.index(param) - (1 if params[:1] == ["self"] else 0)
+    sites = callers.sites(path, func)
+    if not sites:
+        return False
+    for where, call in sites:
+        given = next((k.value for k in call.keywords if k.arg == param), None) or (
+            call.args[index] if 0 <= index < len(call.args) else None)
+        if given is None or not readers[where]._built_without_sampler(given):
+            return False
+    return True
+
+
 def _function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -355,6 +441,11 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
                 if callers.passed_per_rank(path, func, param) is not False:
                     f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
                         "pass may differ per rank"
+            if not entry and f.rule == "unseeded-random-split" and facts.seeded:
+                continue  # the script (or another module) seeds the generators: which runs first is not known
+            if f.rule == "unreduced-metric" and f.line in checks.loader_params and _whole_loader_given(
+                    callers, readers, path, *checks.loader_params[f.line]):
+                continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
             if not entry and f.rule in GUARD_RULES and f.confidence == SURE and (
                     func := _function_at(checks, f.line)) is not None:
                 site = callers.every_rank(path, func)

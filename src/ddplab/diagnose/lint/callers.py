@@ -33,6 +33,9 @@ class Callers:
         self._memo[key] = None  # a recursion back here finds nothing new
         found = None if depth > MAX_DEPTH else next(
             (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None)
+        # handed by the script to mp.spawn (`mp.spawn(main, ...)`, main imported): every worker runs it, whatever
+        # its direct calls do (the one-process fallback `else: main(0, 1)`)
+        found = found or self._handed_by_script(path, func)
         self._memo[key] = found
         return found
 
@@ -159,10 +162,33 @@ class Callers:
                 if reader.enclosing_function(call) is func:
                     continue
                 if where != path and module not in reader.callee(call).split(".")[:-1] and not (
-                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases):
+                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases) \
+                        and not (isinstance(call.func, ast.Name) and module in self._stars(where)):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
         return found
+
+    def _stars(self, where: Path) -> set[str]:
+        """The project modules whose names `where` takes with `from m import *`, also through a package that does
+        the same in its __init__ (`from src import *`, src/__init__.py: `from .train_utils import *`)."""
+        if not hasattr(self, "_star_memo"):
+            direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports
+            for p, r in self.readers.items():
+                name = p.parent.name if p.stem == "__init__" else p.stem
+                direct.setdefault(str(p), set()).update(
+                    n.module.rsplit(".", 1)[-1] for n in r.nodes if isinstance(n, ast.ImportFrom) and n.module
+                    and any(a.name == "*" for a in n.names))
+                direct.setdefault(name, set()).update(direct[str(p)])
+            self._star_direct, self._star_memo = direct, {}
+        if where not in self._star_memo:
+            found, todo = set(), list(self._star_direct.get(str(where), ()))
+            while todo:
+                m = todo.pop()
+                if m not in found:
+                    found.add(m)
+                    todo += self._star_direct.get(m, ())
+            self._star_memo[where] = found
+        return self._star_memo[where]
 
     def _site_every_rank(self, where: Path, site: ast.Call, depth: int) -> bool:
         reader = self.readers[where]

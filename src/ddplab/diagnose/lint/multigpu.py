@@ -25,6 +25,7 @@ REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, 
 IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
                    "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
+CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cuda's: the current device's generator
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
 IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
@@ -35,9 +36,12 @@ class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
     path_params: dict  # line -> (function, parameter): a write whose path a caller gives
+    loader_params: dict  # line -> (function, parameter): a metric summed over a loader that callers in other files give
 
     def run_multigpu(self) -> None:
         self.path_params = {}
+        self.loader_params = {}
+        self._loop_params: dict = {}
         self.check_local_rank_flag()
         self.check_current_device()
         self.check_global_rank_device()
@@ -136,8 +140,9 @@ class MultiGpuChecks(ScriptReader):
                          "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
                          "int(os.environ['LOCAL_RANK']))")
         inits = [c for c in self.calls if self.is_(c, "init_process_group") and keyword(c, "device_id") is None]
-        if inits and self.backend == "nccl":
-            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE]
+        if inits and (self.backend == "nccl" or self._nccl_where_cuda(inits[0])):
+            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE or
+                        self.callee_last(c) in CUDA_STATE and "cuda" in self.callee(c)]
             self.add(inits[0], "no-set-device", WARNING,
                      "NCCL with no torch.cuda.set_device in the script or its modules: the current device stays GPU 0 "
                      "on every rank, so anything that uses it (torch.cuda.synchronize, empty_cache, a GradScaler, "
@@ -146,6 +151,14 @@ class MultiGpuChecks(ScriptReader):
                      sure=bool(implicit),
                      why=(f"line {implicit[0].lineno} uses the current device" if implicit else
                           "nothing in the script uses the current device by itself"))
+
+    def _nccl_where_cuda(self, init: ast.Call) -> bool:
+        """`backend = "nccl" if torch.cuda.is_available() else "gloo"`: NCCL on every GPU machine, the machines where
+        the current device matters."""
+        backend = keyword(init, "backend") or (init.args[0] if init.args else None)
+        if isinstance(backend, ast.Name):
+            backend = self._reaching_value(backend)
+        return isinstance(backend, ast.IfExp) and "nccl" in (const_str(backend.body), const_str(backend.orelse))
 
     def _bare_cuda(self, call: ast.Call) -> bool:
         """torch.device("cuda") or .to("cuda"), also as a branch of `"cuda" if available else "cpu"`: the current
@@ -209,7 +222,29 @@ class MultiGpuChecks(ScriptReader):
                   and any(dotted(t) == dotted(expr) for t in n.targets)]
         values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
                    for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+        if not values and isinstance(expr, ast.Attribute):
+            return self._param_field_global(expr, depth)
+        # `rank = 0` on the path without a process group is the one process's rank, not another kind of rank:
+        # what the name holds where there are several ranks is the rest (`rank = dist.get_rank()`)
+        values = [v for v in values if not (isinstance(v, ast.Constant) and v.value == 0)]
         return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+
+    def _param_field_global(self, expr: ast.Attribute, depth: int) -> bool:
+        """`def train(config): DDP(model, device_ids=[config.rank])` where every call of train in this file passes an
+        options object whose field is the global rank (`CFG.rank = int(os.environ['RANK'])`, then `train(CFG)`):
+        the field is read through the parameter."""
+        base = expr.value
+        func = self.enclosing_function(expr)
+        if not isinstance(base, ast.Name) or func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        if base.id not in params:
+            return False
+        index = params.index(base.id) - (1 if params[:1] == ["self"] else 0)
+        given = [keyword(c, base.id) or (c.args[index] if 0 <= index < len(c.args) else None)
+                 for c in self.call_sites(func)]
+        return bool(given) and all(isinstance(g, (ast.Name, ast.Attribute)) and self._global_by_flow(
+            ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1) for g in given)
 
     def _given_global(self, pick: ast.AST) -> bool:
         """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
@@ -242,6 +277,13 @@ class MultiGpuChecks(ScriptReader):
                 picks = [call.args[0]]
             elif self.callee(call) == "torch.device" and len(call.args) == 2:
                 picks = [call.args[1]]
+            elif self.callee(call) == "torch.load" and (where := keyword(call, "map_location")) is not None:
+                # map_location={'cuda:0': 'cuda:%d' % rank}: the checkpoint lands on the GPU the rank names
+                if isinstance(where, ast.Name):
+                    where = self._reaching_value(where) or where  # map_location = {...}; torch.load(p, map_location)
+                targets = where.values if isinstance(where, ast.Dict) else [where]
+                picks = [i for t in targets for i in _cuda_index(t)]
+                fallback = True
             elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
                 picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
                     else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
@@ -457,12 +499,31 @@ class MultiGpuChecks(ScriptReader):
 
     @property
     def _rank0_printers(self) -> set[str]:
-        """This file's functions that print only under a rank-0 test (`def print0(s): if rank == 0: print(s)`)."""
+        """This file's functions and methods that print or log only under a rank-0 test (`def print0(s): if rank ==
+        0: print(s)`, `def log_string(self, s): if dist.get_rank() == 0: print(s)`, `def logger_info(self, msg):
+        self.logger.info(msg) if self.local_master else None`): a call of one is a report on rank 0."""
         if not hasattr(self, "_printers0"):
-            self._printers0 = {self.enclosing_function(c).name for c in self.calls_by_name.get("print", [])
-                               if self.enclosing_function(c) is not None and any(
-                                   g.rank0 for g in self.guards(c))}
+            by_function: dict[ast.AST, list[bool]] = {}
+            for c in self.calls:
+                if (self.callee(c) == "print" or _method(c) in REPORTS) and \
+                        (func := self.enclosing_function(c)) is not None:
+                    by_function.setdefault(func, []).append(self._passes_on_rank0(c, func))
+            # a reporter is straight-line code that hands its message on (a `train()` that prints on rank 0 is
+            # no report of what it is given)
+            self._printers0 = {f.name for f, ok in by_function.items() if all(ok) and not any(
+                isinstance(n, (ast.For, ast.While)) for n in _same_scope(f.body))}
         return self._printers0
+
+    def _passes_on_rank0(self, report: ast.Call, func: ast.AST) -> bool:
+        """`report` shows one of `func`'s parameters, under a rank-0 test that reads none of them (a rank the
+        caller passes, `rank: int = 0`, is the caller's choice)."""
+        params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs,
+                                  func.args.vararg, func.args.kwarg] if a is not None} - {"self", "cls"}
+        shown = {n.id for a in [*report.args, *(k.value for k in report.keywords)] for n in ast.walk(a)
+                 if isinstance(n, ast.Name)}  # (`print(*args)`: a Starred around the name)
+        guards = [g for g in self.guards(report) if g.rank0]
+        return bool(shown & params) and bool(guards) and not any(
+            isinstance(n, ast.Name) and n.id in params for g in guards for n in ast.walk(g.node.test))
 
     def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
         """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
@@ -493,7 +554,7 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        printers0 = self._rank0_printers
+        printers0 = self._rank0_printers | self.facts.rank0_printers
         reports = [c for c in self.calls if self._reports(c, printers0)]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
@@ -516,7 +577,7 @@ class MultiGpuChecks(ScriptReader):
             for call in calls:
                 if not self._reports(call, printers0):
                     continue
-                if not (self.callee(call) in printers0 or
+                if not (self.callee_last(call) in printers0 or
                         self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
                     continue
                 names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
@@ -529,6 +590,8 @@ class MultiGpuChecks(ScriptReader):
                     where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
                         f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
                     own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
+                    if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
+                        self.loader_params[call.lineno] = param
                     self.add(call, "unreduced-metric", WARNING,
                              f"{name} is summed over this rank's batches only ({where}) and "
                              "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
@@ -540,7 +603,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
         """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
-        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee(call) in printers0
+        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee_last(call) in printers0
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
@@ -553,8 +616,7 @@ class MultiGpuChecks(ScriptReader):
             return bool(given) and all(self._built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
-        loaders = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))
-                   and "loader" in last(dotted(n)).lower()]
+        loaders = self._loop_loaders(loop)
         if not loaders:
             return False
         func = self.enclosing_function(loop)
@@ -565,6 +627,8 @@ class MultiGpuChecks(ScriptReader):
                 at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
                 sites = self.call_sites(func)
                 if not sites:
+                    # the callers are in other files: lint_project asks them (callers.py) what they pass
+                    self._loop_params[loop.lineno] = (func, loader.id)
                     return False
                 for site in sites:
                     given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
@@ -575,14 +639,48 @@ class MultiGpuChecks(ScriptReader):
                 origins.append(loader)
         return all(self._built_without_sampler(o) for o in origins)
 
-    def _built_without_sampler(self, name: ast.AST) -> bool:
+    def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
+        """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =
+        tqdm(enumerate(val_loader))`, `for step, batch in pbar`)."""
+        def named(expr: ast.AST) -> list[ast.AST]:
+            return [n for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))
+                    and "loader" in last(dotted(n)).lower()]
+        found = named(loop.iter)
+        if not found and isinstance(loop.iter, ast.Name) and loop.iter.id in self._loader_streams:
+            scope = self.enclosing_function(loop)
+            for n in (_same_scope(scope.body) if scope else self.nodes):
+                if isinstance(n, ast.Assign) and any(dotted(t) == loop.iter.id for t in n.targets):
+                    found += [x for x in named(n.value) if x not in found and dotted(x) not in
+                              {dotted(f) for f in found}]
+        return found
+
+    def plain_loader_makers(self) -> set[str]:
+        """This file's functions that return a DataLoader built without a sampler (`def prepare_dataloader(df,
+        cfg): loader = DataLoader(ds, batch_size=...); return loader`): every rank reads the whole set from it."""
+        found = set()
+        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
+            returned = [r.value for r in _same_scope(func.body) if isinstance(r, ast.Return)]
+            if returned and all(isinstance(v, ast.Name) and self._built_without_sampler(v, func) or
+                                isinstance(v, ast.Call) and self._plain_loader_call(v) for v in returned):
+                found.add(func.name)
+        return found
+
+    def _plain_loader_call(self, value: ast.AST) -> bool:
+        if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
+            return False
+        return not any(k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
+                       for k in value.keywords)
+
+    def _built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
-        built = [n.value for n in self.nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and dotted(n.targets[0]) == dotted(name)]
+        built = [n.value for n in (_same_scope(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)
+                 and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)]
         if not built:
             return False
         for value in built:
+            if isinstance(value, ast.Call) and self.callee_last(value) in self.facts.plain_loader_makers:
+                continue  # test_loader = prepare_dataloader(test, config): a project helper's plain loader
             if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
                 return False
             for k in value.keywords:
@@ -644,9 +742,16 @@ class MultiGpuChecks(ScriptReader):
         generator): what they yield are the loader's batches."""
         if not hasattr(self, "_streams"):
             self._streams = {dotted(t) for n in self.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                             and any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
-                                     for a in n.value.args) for t in n.targets} - {""}
+                             and self._wraps_loader(n.value) for t in n.targets} - {""}
         return self._streams
+
+    def _wraps_loader(self, call: ast.Call, depth: int = 0) -> bool:
+        """The call yields a loader's batches: a loader among its arguments, also through wrappers around it
+        (`pbar = tqdm(enumerate(train_loader))`); not `len(loader)`, a count."""
+        if self.callee_last(call) == "len" or depth > 2:
+            return False
+        return any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a) or
+                   isinstance(a, ast.Call) and self._wraps_loader(a, depth + 1) for a in call.args)
 
     @property
     def _with_sampler(self) -> set[str]:
@@ -949,4 +1054,9 @@ def _cuda_index(arg: ast.AST) -> list[ast.AST]:
             return [v.value for v in arg.values if isinstance(v, ast.FormattedValue)]
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and const_str(arg.left) == "cuda:":
         return [arg.right]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and const_str(arg.left) in ("cuda:%d", "cuda:%s"):
+        return [arg.right]  # 'cuda:%d' % rank
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format" and \
+            const_str(arg.func.value) == "cuda:{}" and arg.args:
+        return [arg.args[0]]  # 'cuda:{}'.format(rank)
     return []

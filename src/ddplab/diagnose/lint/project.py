@@ -94,8 +94,9 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
             for _ in range(max(node.level - 1, 0)):
                 base = base.parent
             top = (node.module or "").split(".")[0]
-            bases = [base] if node.level else [roots[0], *(r for r in roots[1:] if (r / top / "__init__.py").is_file()),
-                                               path.parent]
+            # a folder above the script without __init__.py is a namespace package when the project root is on
+            # the path (`PYTHONPATH=./ python scripts/train.py`, `from utils.init import init`)
+            bases = [base] if node.level else [roots[0], *(r for r in roots[1:] if (r / top).is_dir()), path.parent]
             for b in bases:
                 module = node.module or ""
                 if module:

@@ -24,6 +24,7 @@ ANY_RANK0 = frozenset({"global", "local", "device", "single"})
 SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                "torch.multiprocessing.Process"}
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
+WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size"}  # how many processes run
 
 
 # ----------------------------------------------------------------------------------------------- ast helpers
@@ -105,6 +106,16 @@ def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
     return [n for n in _walk_same_function(body) if isinstance(n, ast.Call)]
 
 
+def _kind_by_name(name: str) -> str | None:
+    """The kind of rank a name (or a config key) says it holds: `local_rank`, `rank`, `gpu_id`."""
+    name = name.lstrip("_")  # a module's private `__rank` is the rank too
+    if "local" in name and "rank" in name:
+        return "local"
+    if name in GLOBAL_RANK_NAMES:
+        return "global"
+    return "device" if name in DEVICE_INDEX_NAMES else None
+
+
 @dataclass
 class Facts:
     """What the other files of the project say about this one's run (project.py reads them): a print filter, the
@@ -129,6 +140,12 @@ class Facts:
     group_makers: set = field(default_factory=set)  # project functions that make the process group (transitively)
     reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
+    plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
+    rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
+    set_epoch: bool = False  # some file of the project calls set_epoch (on any sampler)
+    seeded: bool = False  # some file of the project seeds a random generator (manual_seed, seed_everything, ...)
+    param_ranks: dict = field(default_factory=dict)  # (function, parameter) -> kind: every call passes a rank
+    param_tests: dict = field(default_factory=dict)  # (function, parameter) -> (kind, rank0): a rank test passed
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     unread: list = field(default_factory=list)  # project files that could not be read
@@ -425,7 +442,11 @@ class ScriptReader:
                 return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.args[0]) or "")
             return None
         if isinstance(expr, ast.Subscript):
-            return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.slice) or "")
+            key = const_str(expr.slice) or ""
+            if key in ("RANK", "LOCAL_RANK") or "environ" in dotted(expr.value):
+                return {"RANK": "global", "LOCAL_RANK": "local"}.get(key)
+            # a config dict read like an options object: `config['local_rank']` is what `args.local_rank` is
+            return self._held(self.held_kind, expr) or (_kind_by_name(key.lower()) if key else None)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
             return "local"  # rank % gpus_per_node: the index on this machine
         if not isinstance(expr, (ast.Name, ast.Attribute)):
@@ -433,12 +454,33 @@ class ScriptReader:
         held = self._held(self.held_kind, expr)
         if held:
             return held
-        name = last(dotted(expr)).lower().lstrip("_")  # a module's private `__rank` is the rank too
-        if "local" in name and "rank" in name:
-            return "local"
-        if name in GLOBAL_RANK_NAMES:
-            return "global"
-        return "device" if name in DEVICE_INDEX_NAMES else None
+        if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_ranks, expr)):
+            return given
+        return _kind_by_name(last(dotted(expr)).lower())
+
+    def _param_fact(self, table: dict, name: ast.Name):
+        """What every caller passes for this parameter (`table`: Facts.param_ranks or param_tests), when `name` is
+        a parameter of its function that the function does not reassign."""
+        if not table:
+            return None
+        params = self.__dict__.setdefault("_param_names", {})  # id(table) -> the parameter names it holds
+        if id(table) not in params:
+            params[id(table)] = (table, {param for _, param in table})
+        if name.id not in params[id(table)][1]:
+            return None
+        func = self.enclosing_function(name)
+        if func is None or name.id not in {a.arg for a in func.args.args}:
+            return None
+        owner = self.parent.get(func)
+        key = (f"{owner.name}.__init__" if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name,
+               name.id)
+        if key not in table:
+            return None
+        stored = self.__dict__.setdefault("_stored_params", {})  # (function, name) -> reassigned in its body
+        if (func, name.id) not in stored:
+            stored[(func, name.id)] = any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                                          for n in _walk_same_function(func.body))
+        return None if stored[(func, name.id)] else table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
@@ -461,6 +503,12 @@ class ScriptReader:
             tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
+                if inner is None and isinstance(expr.op, ast.Or) and len(expr.values) == 2 and \
+                        self.rank_test(expr.values[1 - expr.values.index(value)], follow_names) and \
+                        self._launcher_test(value) is False:
+                    # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
+                    # one-process path, as `rank is None` is
+                    inner = ("single", True)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     return inner
@@ -508,6 +556,8 @@ class ScriptReader:
             held = self._held(self.held_test, expr) if follow_names else None
             if held:
                 return held
+            if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_tests, expr)):
+                return given  # `def parse_args(verbose): if verbose: print(...)`, called `parse_args(rank == 0)`
             name = last(dotted(expr)).lower()
             if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
                 return ("local" if "local" in name else "global"), True
@@ -516,6 +566,8 @@ class ScriptReader:
         if isinstance(expr, ast.Call) and last(self.callee(expr)) in self.facts.rank_tests:
             return self.facts.rank_tests[last(self.callee(expr))]
         kind = self.rank_kind(expr)
+        if kind == "device" and isinstance(expr, (ast.Name, ast.Attribute)) and not self._held(self.held_kind, expr):
+            return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
     def _no_rank(self, expr: ast.Compare) -> bool | None:
@@ -620,6 +672,13 @@ class ScriptReader:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._launcher_test(test.operand, depth)
             return None if inner is None else not inner
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (
+                ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and isinstance(test.comparators[0], ast.Constant) and \
+                isinstance(test.comparators[0].value, bool):
+            # `args.distributed is not True`, `ddp == False`: the flag's test, said the long way
+            inner = self._launcher_test(test.left, depth)
+            same = isinstance(test.ops[0], (ast.Is, ast.Eq)) == test.comparators[0].value
+            return None if inner is None else inner == same
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
             # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
             op, right = test.ops[0], test.comparators[0]
@@ -640,10 +699,34 @@ class ScriptReader:
                 return self._launcher_test(values[0], depth + 1)
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
             return True
+        if isinstance(test, ast.Call) and last(self.callee(test)) == "is_initialized" and \
+                "distributed" in self.callee(test):
+            return True  # dist.is_initialized(): a process group exists
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and \
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1 and \
+                self._world_count(test.left):
+            return True  # `get_world_size() > 1`, `world_size > 1`: several processes (its else: one)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
                 and (chosen := self._group_option(test)) is not None:
             return chosen == isinstance(test.ops[0], ast.Eq)
         return None
+
+    def _world_count(self, expr: ast.AST, depth: int = 0) -> bool:
+        """The number of processes: get_world_size(), a `world_size` name, WORLD_SIZE from the environment, or a
+        name assigned once from one of those (`num_gpus = int(os.environ["WORLD_SIZE"]) if ... else 1`)."""
+        if isinstance(expr, ast.Call) and last(self.callee(expr)) == "get_world_size":
+            return True
+        if isinstance(expr, (ast.Name, ast.Attribute)) and last(dotted(expr)).lower() in WORLD_NAMES:
+            return True
+        if any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in ast.walk(expr)):
+            return True
+        if isinstance(expr, ast.Name) and depth < 2:
+            scope = self.enclosing_function(expr)
+            values = [n.value for n in _walk_same_function((scope or self.tree).body)
+                      if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id
+                                                           for t in n.targets)]
+            return len(values) == 1 and self._world_count(values[0], depth + 1)
+        return False
 
     def _group_option(self, test: ast.Compare) -> bool | None:
         """`args.dist == "OFF"` where another `if args.dist == "ON":` makes the process group: whether the value
@@ -726,5 +809,33 @@ class ScriptReader:
         func = self.enclosing_function(node)
         if func is None or depth > 4 or func.name in self.passed:
             return False
-        sites = self.call_sites(func)
+        every = self.call_sites(func)
+        sites = [c for c in every if self._branch_open(node, func, c)]
+        if every and not sites:
+            return True  # no call takes this branch: it runs nowhere
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
+
+    def _branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
+        """`node` can run when `site` calls `func`: no enclosing `if flag:` (or its else) on a parameter that this
+        call fixes to a constant of the other truth (`save(..., save_cur=True)` never reaches the `else:` of
+        `if save_cur:`; a call passing nothing takes the default)."""
+        params = [*func.args.posonlyargs, *func.args.args]
+        names = [a.arg for a in params]
+        defaults = dict(zip(names[len(names) - len(func.args.defaults):], func.args.defaults))
+        offset = 1 if names[:1] in (["self"], ["cls"]) and isinstance(site.func, ast.Attribute) else 0
+        child, parent = node, self.parent.get(node)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child is not parent.test:
+                test, wanted = parent.test, child in parent.body
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, wanted = test.operand, not wanted
+                if isinstance(test, ast.Name) and test.id in names:
+                    at = names.index(test.id) - offset
+                    value = keyword(site, test.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    if value is None and not any(k.arg is None for k in site.keywords) and \
+                            not any(isinstance(a, ast.Starred) for a in site.args):
+                        value = defaults.get(test.id)
+                    if isinstance(value, ast.Constant) and bool(value.value) != wanted:
+                        return False
+            child, parent = parent, self.parent.get(parent)
+        return True

@@ -299,6 +299,24 @@ class Checks(MultiGpuChecks):
         sites = self.call_sites(func)
         return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
 
+    def _cleared_without_cuda(self, flag: ast.AST) -> bool:
+        """`if args.distributed:` where the flag is set False on the branch without CUDA (`if torch.cuda.
+        is_available(): ... else: args.distributed = False`): the flag holds only with CUDA."""
+        if not isinstance(flag, (ast.Name, ast.Attribute)):
+            return False
+        for n in self.nodes:
+            if not (isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is False and
+                    any(dotted(t) == dotted(flag) for t in n.targets)):
+                continue
+            child = n
+            for p in self.ancestors(n):
+                if isinstance(p, ast.If) and self._mentions_cuda_check(p.test):
+                    negated = isinstance(p.test, ast.UnaryOp) and isinstance(p.test.op, ast.Not)
+                    if (child in p.orelse) != negated:
+                        return True
+                child = p
+        return False
+
     def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
         """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
         there checks the GPU count the scheduler gave, not that there are GPUs."""
@@ -308,7 +326,8 @@ class Checks(MultiGpuChecks):
 
         parent = self.parent.get(call)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and check(parent.test):
+            if isinstance(parent, (ast.If, ast.IfExp)) and (check(parent.test) or self._cleared_without_cuda(
+                    parent.test)):
                 return True
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
@@ -425,6 +444,13 @@ class Checks(MultiGpuChecks):
                          "with shuffle'",
                          "drop shuffle=True: DistributedSampler shuffles by itself (and set_epoch reshuffles each epoch)")
         if not samplers:
+            # the sampler is made in an imported module (a loader factory) and nothing in the project ever calls
+            # set_epoch: the script's epoch loop is where it is missing
+            if self.facts.sampler and not self.facts.set_epoch and (loop := self._epoch_loop()) is not None:
+                self.add(loop, "sampler-no-set-epoch", WARNING,
+                         "this epoch loop never calls sampler.set_epoch(epoch), and nothing in the project does: the "
+                         "DistributedSampler built in an imported module shuffles every epoch the same way",
+                         "call train_loader.sampler.set_epoch(epoch) at the start of every epoch")
             return
         set_epoch_in_loop = any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
@@ -484,13 +510,20 @@ class Checks(MultiGpuChecks):
             parent = self.parent.get(parent)
         return False
 
-    def _epoch_loop(self) -> ast.For | None:
+    def _epoch_loop(self) -> ast.For | ast.While | None:
+        """The loop over epochs: `for epoch in ...`, `while epoch <= max_epoch`, else the first loop around another
+        loop that is not itself a loop over batches."""
         loops = [n for n in self.nodes if isinstance(n, ast.For)]
         for loop in loops:
             if "epoch" in dotted(loop.target).lower():
                 return loop
+        for loop in (n for n in self.nodes if isinstance(n, ast.While)):
+            if any(isinstance(n, (ast.Name, ast.Attribute)) and "epoch" in last(dotted(n)).lower()
+                   for n in ast.walk(loop.test)):
+                return loop
         for loop in loops:
-            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop):
+            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop) and \
+                    not self._over_batches(loop.iter):
                 return loop
         return None
 
@@ -628,7 +661,21 @@ class Checks(MultiGpuChecks):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
+            if isinstance(node, ast.Name) and self._held(self.rank_labelled, node) and \
+                    self._per_rank_when_several(node):
+                return True
         return False
+
+    def _per_rank_when_several(self, name: ast.Name) -> bool:
+        """`suffix = ""`, then `if get_world_size() > 1: suffix = f"_{dist.get_rank()}"`: the name is a per-rank
+        label wherever there are several processes (a constant only for the one process)."""
+        scope = self.enclosing_function(name)
+        assigns = [n for n in (_walk_same_function(scope.body) if scope else self.tree.body)
+                   if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
+        labels = [a for a in assigns if not isinstance(a.value, ast.Constant)]
+        return bool(labels) and all(self._labels_rank(a.value) and any(
+            isinstance(p, ast.If) and a in p.body and self._launcher_test(p.test) is True for p in self.ancestors(a))
+            for a in labels)
 
     def _handed_to_loader(self, owner: str) -> bool:
         """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
@@ -963,7 +1010,7 @@ class Checks(MultiGpuChecks):
                                               for b in ast.walk(n.test))
                 and any(_method(c) == "step" for c in _calls_in(n.body))
                 and not any(c is backward for c in _calls_in(n.body))
-                for n in here)
+                for n in here) or self._skips_until_every_k(loop, backward)
             # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
             outer = self.parent.get(loop)
             while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
@@ -980,6 +1027,16 @@ class Checks(MultiGpuChecks):
                          "run the micro-steps but the last inside `with model.no_sync():` (or set "
                          "model.require_backward_grad_sync = is_last_micro_step before the forward)")
 
+
+    def _skips_until_every_k(self, loop: ast.AST, backward: ast.Call) -> bool:
+        """`if batch_idx % k != 0: continue` after the backward, then `optimizer.step()` further down the loop's
+        body: accumulation written as an early skip."""
+        for i, stmt in enumerate(loop.body):
+            if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue) and stmt.lineno > backward.lineno \
+                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test)):
+                return any(_method(c) == "step" and "sched" not in dotted(c.func.value).lower()
+                           for c in _calls_in(loop.body[i + 1:]))
+        return False
 
     def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
         """`should_step = step % accum == 0; if should_step: optimizer.step()` with a project helper that runs
