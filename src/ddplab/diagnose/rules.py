@@ -58,6 +58,18 @@ NOT_NCCL_LINE = r"^(?![^\n]*\bNCCL (?:WARN|INFO)\b)[^\n]*?"
 # The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
 
+# Where torch puts NCCL's result text (ncclGetErrorString): ProcessGroupNCCL / NCCLUtils "NCCL error in: FILE:LINE,
+# TEXT[, NCCL version X]" (every torch since 1.0) and torch/csrc/cuda/nccl.cpp "NCCL Error N: TEXT". The slot holds one
+# of eight fixed texts, told apart by their key words; a title or a retyped line changes their case, drops the
+# "(run with NCCL_DEBUG=...)" tail or the version, or misspells the first word ("unhanled system error").
+NCCL_RESULT = r"NCCL [Ee]rror(?: in: \S+:\d+,| \d+:) [^\n,]*?"
+
+
+def _nccl_result(number: int, words: str) -> tuple[str, str]:
+    """The result `number` (ncclResult_t) in torch's slot: by its key words, or by the number nccl.cpp prints."""
+    return NCCL_RESULT + rf"\b(?i:{words})\b", rf"NCCL [Ee]rror {number}\b"
+
+
 
 # What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
 # the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
@@ -149,6 +161,9 @@ _SPECIFIC: tuple[Rule, ...] = (
          # environment, visit https://www.colossalai.org/ ..."
          rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
          rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
+         # str(KeyError) is repr(key): a logger that prints the exception (logger.error(e)), or a paste without
+         # the type, leaves a line that is the quoted name alone
+         rf"^\s*['\"]{LAUNCHER_ENV}['\"]\s*$",
          rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
          rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
          r"TypeError: int\(\) argument must be"),
@@ -278,8 +293,13 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     Rule(
         "ddp-model-mismatch", "the ranks built different models",
-        (r"DDP expects same model across all ranks",),
-        "DistributedDataParallel found a different number or shape of parameters on different ranks: the model "
+        # reducer.cpp verify_params_across_processes: torch 2.x's summary, and its per-parameter check (every
+        # version): "params[N] in this process with sizes [..] appears not to match sizes|strides of the same param
+        # in process 0." (strides: a memory format that differs between ranks, e.g. another cuDNN/torch build)
+        (r"DDP expects same model across all ranks",
+         r"appears not to match (?:sizes|strides) of the same param in process \d+"),
+        "DistributedDataParallel found a different number, shape or layout (strides) of parameters on different "
+        "ranks: the model "
         "depends on the rank, on unseeded randomness, or on data read differently per rank.",
         "Build the identical model on every rank (same config, same code path); only data may differ per rank.",
         f"{DOCS}/notes/ddp.html"),
@@ -370,7 +390,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-system-error", "NCCL: unhandled system error",
         # ncclGetErrorString's text; an issue title retypes its case ("Unhandled System Error")
-        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError"),
+        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError") + _nccl_result(2, "system error"),
         "NCCL failed in a system call: most often the network interface (wrong NCCL_SOCKET_IFNAME, a down "
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
@@ -485,7 +505,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-remote-error", "NCCL: a remote rank exited or the network failed",
         # NCCL ncclRemoteError (2.13+), torch NCCLUtils getNcclErrorDetailStr
         # NCCL misc/socket.cc reports a peer's closed socket as "Connection closed by remote peer" (ncclRemoteError)
-        (r"remote process exited or there was a network error", r"ncclRemoteError",
+        _nccl_result(6, "remote process exited|network error") + (
+         r"remote process exited or there was a network error", r"ncclRemoteError",
          r"Connection closed by remote peer"),
         "NCCL lost a peer in the middle of communication: another rank crashed or was killed first (look for its "
         "error), or the network between nodes failed (InfiniBand/RoCE port errors, a flapping link).",
@@ -494,7 +515,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         NCCL_TROUBLESHOOTING, generic=True),
     Rule(
         "nccl-invalid-usage", "NCCL: invalid usage",
-        (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version"),
+        (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version")
+        + _nccl_result(5, "invalid usage"),
         "NCCL rejected how it was called: most often two ranks on one GPU, ranks that disagree on the world size, "
         "or a collective issued on a communicator that was already aborted. NCCL's 'Last error' line says which.",
         "Read the 'Last error' line (rerun with NCCL_DEBUG=WARN if it is missing); one process per GPU with "
@@ -503,7 +525,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-internal-error", "NCCL: internal error",
         (r"ncclInternalError", r", internal error(?: - please report this issue to the NCCL developers)?, "
-         r"NCCL version"),
+         r"NCCL version") + _nccl_result(3, "internal error"),
         "NCCL failed inside (often during bootstrap: no usable network interface, mismatched NCCL versions "
         "between nodes, or a peer that vanished). NCCL's 'Last error' line names the failing step.",
         "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; check NCCL_SOCKET_IFNAME and that every node runs "
@@ -813,6 +835,9 @@ _SPECIFIC: tuple[Rule, ...] = (
          # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
          # this rule's, also where a paste garbles the number
          r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
+         # the class name without its message (a title, the last line cut at its colon), not the `raise
+         # SignalException(...)` source line a traceback shows for every signal, SIGTERM too
+         r"\bSignalException\b(?!\(|:\s*\S)",
          r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
          r"\d Hangup\b",
          r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
@@ -955,7 +980,7 @@ _FAMILIES: tuple[Rule, ...] = (
             (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
              # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
              # (an issue title retypes its case: "unhandled CUDA error")
-             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError"),
+             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError") + _nccl_result(1, "cuda error"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
@@ -968,7 +993,8 @@ _FAMILIES: tuple[Rule, ...] = (
              r"transport/generic|include/device|include/channel|include/group|include/register|include/transport|"
              r"misc/nvmlwrap|include/nvml|misc/gdrwrap|include/gdr|misc/tuner|misc/profiler|include/profiler|"
              r"transport/p2p|transport/net\.cc|transport/net/|include/net|misc/|include/)",),
-            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",),
+            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",
+             r"ncclInvalidArgument") + _nccl_result(4, "invalid argument"),
             "NCCL refused a call or failed inside it; the message names what: ranks that disagree (different "
             "counts, roots, types or number of ranks), a communicator already aborted after an earlier error, a "
             "buffer registration or feature this GPU/driver does not support, or a GPU/NVML query that failed.",

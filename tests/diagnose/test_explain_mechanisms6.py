@@ -1,0 +1,118 @@
+"""explain6: rules made to catch a whole family of one message, not one log's wording. Each text is the software's own
+(made here by running the code, or read from the message catalogue) in the forms a log or a title leaves of it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+
+import pytest
+
+from ddplab.diagnose import catalogue
+from ddplab.diagnose.explain import explain_text
+
+
+def first_rule(text: str) -> str | None:
+    e = explain_text(text)
+    return e.matches[0].rule if e.matches else None
+
+
+def traceback_of(make_error) -> str:
+    try:
+        make_error()
+    except BaseException:
+        return traceback.format_exc()
+    raise AssertionError("no error")
+
+
+# ------------------------------------------------------------------ torchrun's SignalException without its message
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGINT", "SIGQUIT"])
+def test_the_signal_exception_class_alone_is_a_signal(sig):
+    # elastic's handler raises SignalException("Process {pid} got signal: {n}"); a title or a paste cut at the
+    # colon keeps only the class's qualified name (keyu-tian/SparK#19: a closed terminal, SIGHUP)
+    from torch.distributed.elastic.multiprocessing import api
+
+    text = traceback_of(lambda: api._terminate_process_handler(getattr(signal, sig), None))
+    last = text.strip().splitlines()[-1]
+    assert first_rule(last.split(":")[0]) == "worker-signal", last
+    assert first_rule(last.split(":")[0] + ":") == "worker-signal", last
+
+
+def test_sigterm_stays_worker_terminated_though_its_traceback_shows_the_raise_line():
+    # the traceback's source line `raise SignalException(f"Process ...", sigval=sigval)` is in every signal's
+    # traceback; it must not make SIGTERM a worker-signal
+    from torch.distributed.elastic.multiprocessing import api
+
+    text = traceback_of(lambda: api._terminate_process_handler(signal.SIGTERM, None))
+    assert "raise SignalException(" in text, text
+    assert first_rule(text) == "worker-terminated", text
+
+
+# ------------------------------------------------------------------ a launcher variable's KeyError, printed as str()
+
+@pytest.mark.parametrize("name", ["LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR"])
+def test_a_keyerror_for_a_launcher_variable_printed_without_its_type(name, monkeypatch):
+    monkeypatch.delenv(name, raising=False)
+    try:
+        os.environ[name]
+    except KeyError as e:
+        shown = str(e)  # what logger.error(e) or print(e) writes: repr of the key
+    assert shown == f"'{name}'"
+    assert first_rule(shown) == "launcher-env-missing"
+    # as Theodore-PKU/MC-DDPM#1 pasted it: the message, then the frames that read the variable
+    assert first_rule(f"{shown}\n\nDuring handling of the above exception, another exception occurred:\n\n"
+                      f"  File \"/x/dist_util.py\", line 22, in setup_dist\n"
+                      f"    th.cuda.set_device(int(os.environ[\"{name}\"]))\n") == "launcher-env-missing"
+
+
+def test_a_quoted_launcher_name_inside_a_line_is_not_a_keyerror():
+    assert first_rule("print('RANK', rank)") is None
+    assert first_rule("    rank = int(os.environ['RANK'])") is None
+
+
+# ------------------------------------------------------------------ NCCL's result text in torch's slot
+
+# ncclGetErrorString's texts (catalogue: nccl include/comm.h) and the rule that explains each
+RESULTS = {"unhandled cuda error": ("nccl-cuda", 1), "unhandled system error": ("nccl-system-error", 2),
+           "internal error": ("nccl-internal-error", 3), "invalid argument": ("nccl-call", 4),
+           "invalid usage": ("nccl-invalid-usage", 5), "remote process exited": ("nccl-remote-error", 6)}
+
+
+def _result_texts() -> dict[str, str]:
+    texts = [t["text"] for t in catalogue.load("nccl")["templates"] if t["file"] == "include/comm.h"]
+    return {key: next(t for t in texts if t.startswith(key)) for key in RESULTS}
+
+
+@pytest.mark.parametrize("key", sorted(RESULTS))
+def test_nccl_result_text_in_torch_slot_in_every_form(key):
+    rule, number = RESULTS[key]
+    full = _result_texts()[key]
+    where = "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "  # NCCLUtils.hpp
+    forms = [f"RuntimeError: {where}{full}, NCCL version 2.14.3",  # as torch prints it
+             f"RuntimeError: {where}{full.split(' (')[0]}",  # a title: no tail, no version
+             f"{where}{full.split(' (')[0].title()}",  # retyped in title case
+             f"torch.distributed.DistBackendError: NCCL Error {number}: {full}"]  # torch/csrc/cuda/nccl.cpp
+    for text in forms:
+        assert first_rule(text) == rule, text
+
+
+def test_a_misspelt_nccl_result_text_is_read_by_its_key_words():
+    # pytorch/pytorch#23363 as reported: "unhanled system error" in torch's slot
+    text = "NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:272, unhanled system error"
+    assert first_rule(text) == "nccl-system-error"
+    # the key words outside the slot decide nothing
+    assert first_rule("a system error in the data loader") is None
+
+
+# ------------------------------------------------------------------ DDP's per-parameter check across processes
+
+@pytest.mark.parametrize("what", ["sizes", "strides"])
+def test_ddp_param_check_across_processes_is_a_model_mismatch(what):
+    # reducer.cpp verify_params_across_processes (catalogue: torch-native), with its fields filled as torch does
+    templates = [t["text"] for t in catalogue.load("torch-native")["templates"]
+                 if t["text"] == f"appears not to match {what} of the same param in process 0."]
+    assert templates
+    text = f"RuntimeError: params[182] in this process with sizes [256, 256, 1, 1] {templates[0]}"
+    assert first_rule(text) == "ddp-model-mismatch"
