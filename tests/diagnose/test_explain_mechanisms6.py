@@ -116,3 +116,68 @@ def test_ddp_param_check_across_processes_is_a_model_mismatch(what):
     assert templates
     text = f"RuntimeError: params[182] in this process with sizes [256, 256, 1, 1] {templates[0]}"
     assert first_rule(text) == "ddp-model-mismatch"
+
+
+# ------------------------------------------------------------------ a message wrapped or retyped (made here)
+
+def _made_errors() -> dict[str, str]:
+    """Real tracebacks from torch on this CPU: a collective before init_process_group, env:// without a launcher,
+    and a store on a port in use."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import TCPStore
+
+    made = {"pg-not-initialized": traceback_of(lambda: dist.all_reduce(torch.ones(1)))}
+    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in os.environ}
+    try:
+        made["launcher-env-missing"] = traceback_of(lambda: dist.init_process_group("gloo", init_method="env://"))
+    finally:
+        os.environ.update(env)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        made["port-in-use"] = traceback_of(lambda: TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False))
+    return made
+
+
+@pytest.fixture(scope="module")
+def made_errors():
+    return _made_errors()
+
+
+@pytest.mark.parametrize("width", [30, 45])
+def test_a_message_wrapped_by_a_paste_keeps_its_rule(made_errors, width):
+    import textwrap
+
+    for rule, text in made_errors.items():
+        assert first_rule(text) == rule, text
+        wrapped = "\n".join(part for line in text.splitlines()
+                            for part in textwrap.wrap(line, width, break_long_words=False) or [""])
+        assert wrapped != text
+        assert first_rule(wrapped) == rule, wrapped
+
+
+def test_a_line_break_is_read_as_a_space_only_between_neighbouring_lines():
+    # one message's words on two lines are one message; the same words in two paragraphs are not
+    assert first_rule("RuntimeError: Default process group has not\nbeen initialized") == "pg-not-initialized"
+    assert first_rule("Default process group has not\n\nbeen initialized") is None
+    # a hit on one line is found on that line, not moved by the wrapped search
+    e = explain_text("x\nRuntimeError: Default process group has not been initialized")
+    assert e.matches[0].line == 2
+
+
+def test_a_message_retyped_in_another_case_keeps_its_rule(made_errors):
+    for rule, text in made_errors.items():
+        last = text.strip().splitlines()[-1]
+        for retyped in (last.lower(), last.upper(), last.title()):
+            assert first_rule(retyped) == rule, retyped
+
+
+def test_case_is_ignored_only_when_no_specific_rule_matched_in_the_software_case():
+    # "Killed" alone on a line is a shell's report of SIGKILL; "killed" in a sentence is an ordinary word and, with
+    # a rule that matched as printed, is not read case-blind
+    text = "RuntimeError: Default process group has not been initialized\nthe job was killed"
+    assert [m.rule for m in explain_text(text).matches] == ["pg-not-initialized"]

@@ -25,7 +25,7 @@ from ddplab.diagnose import ownreport
 from ddplab.diagnose.exitcodes import describe_exit
 from ddplab.diagnose.logread import LogText, normalise
 from ddplab.diagnose.reading import Reading, read
-from ddplab.diagnose.rules import GENERIC_STEPS, MECHANISMS, RULES, Rule
+from ddplab.diagnose.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
 
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
 LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
@@ -46,6 +46,44 @@ READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what()
 # Every rule with its patterns as they are meant: MULTILINE (a pattern may be anchored to a line, "^..."). The
 # launcher's own-cause check (launcher/outcome.py) reads the same table.
 COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
+
+# A message a paste or a terminal wrapped onto the next line ("... your training graph has\nchanged in this
+# iteration", "internal error, NCCL\nversion 2.14.3"): a specific rule's patterns that say nothing about lines (no
+# ^, $, \n or negated class) are also searched in the text with each line break, and the blanks around it, read as
+# one space; a hit across at most MAX_WRAPS breaks counts on the line it starts on.
+_LINE_SYNTAX = re.compile(r"\^|\$|\\n|\[\^")
+WRAPPABLE = [(rule, [p for p in patterns if not _LINE_SYNTAX.search(p.pattern)]) for rule, patterns in COMPILED]
+LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
+MAX_WRAPS = 2
+_NOCASE: list = []  # COMPILED with case ignored, made on first use (_nocase)
+# A retyped text is a person's paste (a title, a quoted line), not a program's log: case-blind patterns cost ~3x
+# the plain ones, so a long log (the software's own text, its case as printed) is not searched again
+RETYPED_MAX = 200_000
+
+
+def _nocase() -> list:
+    """COMPILED with the specific rules' patterns case-insensitive: a title or a retyped line changes the case of the
+    software's text ("Address Already In Use", "default process group has not been initialized"). Families keep
+    theirs (their file names and NCCL's WARN tag are not retyped, and their literals are many)."""
+    if not _NOCASE:
+        _NOCASE.extend((rule, patterns if rule.covers else
+                        [re.compile(p.pattern, re.MULTILINE | re.IGNORECASE) for p in patterns])
+                       for rule, patterns in COMPILED)
+    return _NOCASE
+
+
+def unwrapped(text: str) -> tuple[str, list[int], list[int]]:
+    """`text` with every line break (and the blanks around it) as one space, and where each joined piece starts:
+    in the joined text and in `text` (the hits found in it map back with _original)."""
+    pieces, joined_at, original_at, length, last = [], [0], [0], 0, 0
+    for m in LINE_BREAK.finditer(text):
+        pieces += [text[last:m.start()], " "]
+        length += m.start() - last + 1
+        last = m.end()
+        joined_at.append(length)
+        original_at.append(last)
+    pieces.append(text[last:])
+    return "".join(pieces), joined_at, original_at
 
 
 @dataclass
@@ -313,9 +351,31 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
     root_lines = _root_lines(lines, root, summary)
 
     terminated = _terminate_lines(lines)
+    matches = _matches(text, lines, starts, root_lines, terminated, COMPILED, WRAPPABLE)
+    if len(text) <= RETYPED_MAX and not any(not BY_ID[m.rule].covers for _, _, m in matches):
+        # no specific rule in the software's own case: perhaps a retyped text (their patterns, case ignored)
+        matches = _matches(text, lines, starts, root_lines, terminated, _nocase(), [])
+    result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
+    for _, in_root, match in matches:
+        match.root_cause = in_root
+        result.append(match)
+    if root is not None and root.error is None:
+        root.error = _last_error(lines, root_lines, summary)
+    if root is not None and root.exitcode is not None and root.meaning is None:
+        root.meaning = describe_exit(root.exitcode)
+    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
+    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
+                       next_steps=[] if result else list(GENERIC_STEPS),
+                       reading=_reading(lines, root, root_lines, summary, attempts))
+
+
+def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int], terminated: set[int],
+             compiled: list, wrappable: list) -> list[tuple[tuple, bool, Match]]:
+    """(order key, in the root cause's lines, Match) for every rule of `compiled` found in `text`, sorted."""
     matches = []
     explained: set[int] = set()
-    for rule, patterns in COMPILED:
+    joined = unwrapped(text) if wrappable and "\n" in text else None
+    for k, (rule, patterns) in enumerate(compiled):
         if rule.needs and not any(word in text for word in rule.needs):
             continue  # none of the words its patterns need: skip the regexes (families have many)
         hits = set()
@@ -324,6 +384,8 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
                 if n >= MAX_HITS:
                     break
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
+        if joined is not None and not rule.covers:
+            hits |= _wrapped_hits(joined, wrappable[k][1], starts)
         if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
             hits -= explained
         else:
@@ -345,18 +407,22 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
         match.mechanism = rule.mechanism
         matches.append((key, bool(root_hits), match))
     matches.sort(key=lambda item: item[0])
-    result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
-    for _, in_root, match in matches:
-        match.root_cause = in_root
-        result.append(match)
-    if root is not None and root.error is None:
-        root.error = _last_error(lines, root_lines, summary)
-    if root is not None and root.exitcode is not None and root.meaning is None:
-        root.meaning = describe_exit(root.exitcode)
-    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
-    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
-                       next_steps=[] if result else list(GENERIC_STEPS),
-                       reading=_reading(lines, root, root_lines, summary, attempts))
+    return matches
+
+
+def _wrapped_hits(joined: tuple[str, list[int], list[int]], patterns: list[re.Pattern], starts: list[int]) -> set[int]:
+    """Lines where a pattern matches only across line breaks (WRAPPABLE, unwrapped)."""
+    text, joined_at, original_at = joined
+    hits = set()
+    for pattern in patterns:
+        for n, m in enumerate(pattern.finditer(text)):
+            if n >= MAX_HITS:
+                break
+            first = bisect.bisect_right(joined_at, m.start()) - 1
+            last = bisect.bisect_right(joined_at, max(m.end() - 1, m.start())) - 1
+            if 0 < last - first <= MAX_WRAPS:  # on one line it was found already
+                hits.add(bisect.bisect_right(starts, original_at[first] + m.start() - joined_at[first]) - 1)
+    return hits
 
 
 def _is_error(text: str) -> bool:
