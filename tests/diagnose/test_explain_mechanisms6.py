@@ -181,3 +181,60 @@ def test_case_is_ignored_only_when_no_specific_rule_matched_in_the_software_case
     # a rule that matched as printed, is not read case-blind
     text = "RuntimeError: Default process group has not been initialized\nthe job was killed"
     assert [m.rule for m in explain_text(text).matches] == ["pg-not-initialized"]
+
+
+# ------------------------------------------------------------------ two NCCL versions in one job's output
+
+ERROR_WITH_VERSION = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+                      "internal error - please report this issue to the NCCL developers, NCCL version {}")
+
+
+def test_ranks_that_print_different_nccl_versions_are_a_version_mismatch():
+    # NVIDIA/nccl#1267: 2.20.5 on one node, 2.19.3 on the others; torch puts each rank's own version in its error
+    # (NCCLUtils getNcclErrorDetailStr), NCCL its INFO line (catalogue: include/cudawrap.h "NCCL version 2.32.3+cuda12.9")
+    two = "\n".join(["[rank0]: " + ERROR_WITH_VERSION.format("2.20.5"), "[rank8]: " + ERROR_WITH_VERSION.format("2.19.3")])
+    assert [m.rule for m in explain_text(two).matches][:2] == ["nccl-version-mismatch", "nccl-internal-error"]
+    info = "node2:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n" + ERROR_WITH_VERSION.format("2.20.5")
+    assert first_rule(info) == "nccl-version-mismatch"
+
+
+def test_one_nccl_version_printed_many_times_is_not_a_mismatch():
+    same = "\n".join(["node1:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3"] * 50
+                     + ["[rank3]: " + ERROR_WITH_VERSION.format("2.19.3")] * 4)
+    assert first_rule(same) == "nccl-internal-error"
+
+
+def test_the_collnet_version_check_is_a_version_mismatch():
+    # catalogue: nccl include/coll_net.h, fields filled in
+    template = next(t["text"] for t in catalogue.load("nccl")["templates"]
+                    if t["text"].startswith("Mismatched NCCL version detected"))
+    text = "node1:42:42 [0] include/coll_net.h:12 NCCL WARN " + template.replace("%d", "21903", 2).replace("%d", "1") \
+        .replace("%d", "22005")
+    assert first_rule(text) == "nccl-version-mismatch"
+
+
+# ------------------------------------------------------------------ gloo's connectFullMesh with its source path cut
+
+def test_connectfullmesh_whose_pair_error_is_kept_but_path_cut_is_gloo_address():
+    # aws-samples/aws-do-eks#50 as pasted: the bracketed pair.cc path replaced by "...", the pair's own error kept
+    text = "[rank8] Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: Connection refused,"
+    assert first_rule(text) == "gloo-address"
+
+
+def test_a_failed_comparison_is_an_error_word():
+    # catalogue templates that say a comparison failed are user-facing, so a family or rule must cover them
+    from ddplab.diagnose.rules import ERROR_WORD
+
+    for text in ("appears not to match strides of the same param in process 0.", "sizes do not match",
+                 "the shapes doesn't match"):
+        assert ERROR_WORD.search(text), text
+
+
+def test_a_wrapped_message_only_a_family_knows_keeps_its_family():
+    # catalogue: torch-python's DTensor "Operator {} does not have a sharding strategy registered.", as
+    # pytorch/pytorch#147724 printed it, wrapped by a paste
+    template = next(t for t in catalogue.load("torch-python")["templates"]
+                    if t["text"].startswith("Operator {} does not have a sharding strategy registered"))
+    text = "[DTensor] [distributed]: " + catalogue.render(template["text"])
+    assert first_rule(text) == "dtensor-api"
+    assert first_rule(text.replace(" sharding ", " sharding\n")) == "dtensor-api"

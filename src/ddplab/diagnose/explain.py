@@ -48,17 +48,18 @@ READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what()
 COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
 
 # A message a paste or a terminal wrapped onto the next line ("... your training graph has\nchanged in this
-# iteration", "internal error, NCCL\nversion 2.14.3"): a specific rule's patterns that say nothing about lines (no
-# ^, $, \n or negated class) are also searched in the text with each line break, and the blanks around it, read as
-# one space; a hit across at most MAX_WRAPS breaks counts on the line it starts on.
-_LINE_SYNTAX = re.compile(r"\^|\$|\\n|\[\^")
-WRAPPABLE = [(rule, [p for p in patterns if not _LINE_SYNTAX.search(p.pattern)]) for rule, patterns in COMPILED]
+# iteration", "internal error, NCCL\nversion 2.14.3"): a specific rule's patterns are also searched in the text with
+# each line break, and the blanks around it, read as one space; a hit across 1 to MAX_WRAPS breaks (a pattern that
+# reads to the end of a line, [^\n]*, reads on up to MAX_WRAPS lines there) counts on the line it starts on.
+# Families' (many literals, slow) only when no specific rule matched (explain_text's second pass).
+WRAPPABLE = [(rule, [] if rule.covers else patterns) for rule, patterns in COMPILED]
 LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
 MAX_WRAPS = 2
 _NOCASE: list = []  # COMPILED with case ignored, made on first use (_nocase)
-# A retyped text is a person's paste (a title, a quoted line), not a program's log: case-blind patterns cost ~3x
-# the plain ones, so a long log (the software's own text, its case as printed) is not searched again
-RETYPED_MAX = 200_000
+# Wrapped lines and retyped case are a person's paste (an issue, a title, a quoted line), not a program's log file:
+# a longer text (the software's own lines, as printed) is not searched again (the second searches cost 1-3x the
+# first on a long log)
+PASTE_MAX = 200_000
 
 
 def _nocase() -> list:
@@ -352,9 +353,10 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
 
     terminated = _terminate_lines(lines)
     matches = _matches(text, lines, starts, root_lines, terminated, COMPILED, WRAPPABLE)
-    if len(text) <= RETYPED_MAX and not any(not BY_ID[m.rule].covers for _, _, m in matches):
-        # no specific rule in the software's own case: perhaps a retyped text (their patterns, case ignored)
-        matches = _matches(text, lines, starts, root_lines, terminated, _nocase(), [])
+    if len(text) <= PASTE_MAX and not any(not BY_ID[m.rule].covers for _, _, m in matches):
+        # no specific rule in the software's own case: perhaps a retyped text (their patterns, case ignored), or a
+        # wrapped paste of a message only a family knows (families' patterns across line breaks too)
+        matches = _matches(text, lines, starts, root_lines, terminated, _nocase(), _nocase())
     result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
     for _, in_root, match in matches:
         match.root_cause = in_root
@@ -374,7 +376,7 @@ def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int
     """(order key, in the root cause's lines, Match) for every rule of `compiled` found in `text`, sorted."""
     matches = []
     explained: set[int] = set()
-    joined = unwrapped(text) if wrappable and "\n" in text else None
+    joined = unwrapped(text) if wrappable and "\n" in text and len(text) <= PASTE_MAX else None
     for k, (rule, patterns) in enumerate(compiled):
         if rule.needs and not any(word in text for word in rule.needs):
             continue  # none of the words its patterns need: skip the regexes (families have many)
@@ -384,7 +386,7 @@ def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int
                 if n >= MAX_HITS:
                     break
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
-        if joined is not None and not rule.covers:
+        if joined is not None:
             hits |= _wrapped_hits(joined, wrappable[k][1], starts)
         if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
             hits -= explained
@@ -419,7 +421,7 @@ def _wrapped_hits(joined: tuple[str, list[int], list[int]], patterns: list[re.Pa
             if n >= MAX_HITS:
                 break
             first = bisect.bisect_right(joined_at, m.start()) - 1
-            last = bisect.bisect_right(joined_at, max(m.end() - 1, m.start())) - 1
+            last = bisect.bisect_right(joined_at, m.end()) - 1  # a break's space ending the match counts
             if 0 < last - first <= MAX_WRAPS:  # on one line it was found already
                 hits.add(bisect.bisect_right(starts, original_at[first] + m.start() - joined_at[first]) - 1)
     return hits

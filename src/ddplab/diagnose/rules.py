@@ -285,7 +285,10 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     Rule(
         "unused-parameters", "parameters that got no gradient",
-        (r"Expected to have finished reduction in the prior iteration",
+        # reducer.cpp starts both of its reports with this sentence; with static_graph the rest of the same message
+        # says the graph changed (ddp-static-graph's), whichever line a paste wraps it onto
+        (r"Expected to have finished reduction in the prior iteration(?![\s\S]{0,400}?(?:not compatible with\s+"
+         r"static_graph|training\s+graph\s+(?:has|is)\s+changed))",
          r"parameters that were not used in producing loss"),
         "Some parameters took no part in computing the loss, so DDP waited for their gradients forever.",
         "Make every parameter reach the loss, freeze the unused ones (requires_grad=False), or wrap with "
@@ -650,7 +653,10 @@ _SPECIFIC: tuple[Rule, ...] = (
          # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
          # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
          # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
-         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]"),
+         # (the catalogue's template is "Gloo connectFullMesh failed with" and the pair's error; a paste may cut
+         # the bracketed source path: "Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: ...")
+         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]",
+         r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)"),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
@@ -697,10 +703,18 @@ _SPECIFIC: tuple[Rule, ...] = (
         # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
         (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
          r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
+         # include/coll_net.h: "Mismatched NCCL version detected : rank %d version %d rank %d version %d"
+         r"Mismatched NCCL version detected",
          # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
          # function the libnccl that was loaded does not have - an older NCCL found first (a second
          # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
-         r"undefined symbol:? nccl[A-Z]\w*"),
+         r"undefined symbol:? nccl[A-Z]\w*",
+         # two NCCL versions in one job's output: torch puts each rank's own in its error ("..., internal error,
+         # NCCL version 2.20.5", NCCLUtils getNcclErrorDetailStr), NCCL's INFO line "NCCL version 2.19.3+cuda12.3"
+         # and ProcessGroupNCCL's options line "NCCL version: 2.19.3"; compared on x.y.z, each with the next one
+         # (when any two differ, two neighbours do; the search stays linear in the log), within 50 kB
+         r"NCCL version:? v?(\d+\.\d+\.\d+)\b(?=(?:(?!NCCL version)[\s\S]){0,50000}?NCCL version:? v?"
+         r"(?!\1\b)\d+\.\d+\.\d+)"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
@@ -1191,6 +1205,8 @@ NOT_USER_FACING = {
 }
 ERROR_WORD = re.compile(
     r"\b(?:error|errors|fail|fails|failed|failure|invalid|cannot|can't|can ?not|could ?not|couldn't|unable|must|"
+    # a comparison that failed ("appears not to match sizes of the same param in process 0")
+    r"(?:does|do|did|appears?) not (?:to )?match|(?:doesn't|don't) match|"
     r"mismatch\w*|not supported|unsupported|time ?out|timed out|exceed\w*|abort\w*|closed|refused|reset|"
     r"unreachable|missing|wrong|expected|expects|requires?|required|not allowed|incompatible|warning|deprecated|"
     r"out of|unknown|illegal|violation|overflow|truncated|duplicate|no such|not found|not set|not initiali[sz]ed|"
