@@ -238,3 +238,29 @@ def test_a_wrapped_message_only_a_family_knows_keeps_its_family():
     text = "[DTensor] [distributed]: " + catalogue.render(template["text"])
     assert first_rule(text) == "dtensor-api"
     assert first_rule(text.replace(" sharding ", " sharding\n")) == "dtensor-api"
+
+
+# ------------------------------------------------------------------ a root-cause pointer and an unprefixed error
+
+def _summary(rank: int, exitcode: int) -> str:
+    """torchrun's failure summary, made by elastic's own ChildFailedError (the rank's lines carry no prefix: torch
+    before 2.2, or no --tee)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failure = ProcessFailure(local_rank=rank, pid=4242, exitcode=exitcode, error_file="/nonexistent")
+    failure.time = 1700000000
+    return ChildFailedError("train.py", {rank: failure}).format_msg()
+
+
+def test_the_error_above_the_summary_comes_before_its_exit_code_pointer(made_errors):
+    summary = _summary(1, 1)
+    assert "Root Cause (first observed failure)" in summary and "exitcode  : 1" in summary
+    for rule, text in made_errors.items():
+        log = text + "\n" + summary
+        assert [m.rule for m in explain_text(log).matches][:2] == [rule, "worker-exception"], log
+
+
+def test_the_pointer_still_comes_before_another_rank_s_consequence():
+    log = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+           "[10.0.0.2]:4242\n" + _summary(1, -11))
+    assert [m.rule for m in explain_text(log).matches][:2] == ["worker-segfault", "peer-closed"]

@@ -401,10 +401,17 @@ def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int
         # The finding that explains the others first, by mechanism (rules.py: a difference between machines, then a
         # resource limit, then the rest); then family rules (rule.covers: a whole layer's messages) after specific ones.
         family, mechanism = bool(rule.covers), MECHANISMS.get(rule.mechanism, MECHANISMS["error"])
-        if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
+        if root_hits and not (rule.generic and not family):
+            # what the root-cause rank died of: its own error (a family's too) first
             key = (rule.warning, mechanism, 0, family, rule.generic, not after_terminate, first)
         else:
-            key = (rule.warning, mechanism, 1, family, rule.consequence, not after_terminate, rule.generic, first)
+            # then the other errors: specific ones, consequences (peer-closed, timeouts), families, family
+            # consequences; a generic pointer to the root cause (its exit code, NCCL's result word) after the
+            # specific errors and before the consequences: where the rank's lines carry no prefix (torch < 2.2, no
+            # --tee) the error it printed is not known to be its own, but it is what the pointer points at
+            slot = 1 if root_hits else {(False, False): 0, (False, True): 2, (True, False): 3, (True, True): 4}[
+                (family, rule.consequence)]
+            key = (rule.warning, mechanism, 1, slot, not after_terminate, rule.generic, first)
         match = _match(rule, first, lines)
         match.mechanism = rule.mechanism
         matches.append((key, bool(root_hits), match))
