@@ -67,6 +67,25 @@ def test_a_keyerror_for_a_launcher_variable_printed_without_its_type(name, monke
                       f"    th.cuda.set_device(int(os.environ[\"{name}\"]))\n") == "launcher-env-missing"
 
 
+def test_a_keyerror_for_a_launcher_variable_as_a_logger_prints_it(monkeypatch):
+    import logging
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(handler.format(record))
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+    log = logging.getLogger("explain6-test")
+    log.addHandler(handler)
+    try:
+        os.environ["LOCAL_RANK"]
+    except KeyError as e:
+        log.error(e)
+    log.removeHandler(handler)
+    assert records and records[0].endswith("- ERROR - 'LOCAL_RANK'"), records
+    assert first_rule(records[0]) == "launcher-env-missing"
+
+
 def test_a_quoted_launcher_name_inside_a_line_is_not_a_keyerror():
     assert first_rule("print('RANK', rank)") is None
     assert first_rule("    rank = int(os.environ['RANK'])") is None

@@ -161,9 +161,9 @@ _SPECIFIC: tuple[Rule, ...] = (
          # environment, visit https://www.colossalai.org/ ..."
          rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
          rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
-         # str(KeyError) is repr(key): a logger that prints the exception (logger.error(e)), or a paste without
-         # the type, leaves a line that is the quoted name alone
-         rf"^\s*['\"]{LAUNCHER_ENV}['\"]\s*$",
+         # str(KeyError) is repr(key): a paste without the type leaves a line that is the quoted name alone, a
+         # logger that prints the exception (logger.error(e)) the quoted name after its prefix's "- " / "] " / ": "
+         rf"(?:^\s*|[\]:|-]\s+)['\"]{LAUNCHER_ENV}['\"]\s*$",
          rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
          rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
          r"TypeError: int\(\) argument must be"),
