@@ -91,6 +91,10 @@ def test_ddp_static_graph_change_made_here(one_process_group):
     log = raised(change_graph)
     # the message also holds unused-parameters' "Expected to have finished reduction": the static graph is the cause
     assert first_rule(log) == "ddp-static-graph", log[-600:]
+    # also when a paste wraps the message, so that its static-graph part is on later lines than its first sentence
+    import textwrap
+    wrapped = "\n".join(part for line in log.splitlines() for part in textwrap.wrap(line, 60) or [""])
+    assert first_rule(wrapped) == "ddp-static-graph", wrapped[-900:]
 
 
 def test_ddp_grad_strides_warning_made_here(one_process_group):

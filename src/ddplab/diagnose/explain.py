@@ -25,7 +25,7 @@ from ddplab.diagnose import ownreport
 from ddplab.diagnose.exitcodes import describe_exit
 from ddplab.diagnose.logread import LogText, normalise
 from ddplab.diagnose.reading import Reading, read
-from ddplab.diagnose.rules import GENERIC_STEPS, MECHANISMS, RULES, Rule
+from ddplab.diagnose.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
 
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
 LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
@@ -46,6 +46,45 @@ READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what()
 # Every rule with its patterns as they are meant: MULTILINE (a pattern may be anchored to a line, "^..."). The
 # launcher's own-cause check (launcher/outcome.py) reads the same table.
 COMPILED = [(rule, [re.compile(p, re.MULTILINE) for p in rule.patterns]) for rule in RULES]
+
+# A message a paste or a terminal wrapped onto the next line ("... your training graph has\nchanged in this
+# iteration", "internal error, NCCL\nversion 2.14.3"): a specific rule's patterns are also searched in the text with
+# each line break, and the blanks around it, read as one space; a hit across 1 to MAX_WRAPS breaks (a pattern that
+# reads to the end of a line, [^\n]*, reads on up to MAX_WRAPS lines there) counts on the line it starts on.
+# Families' (many literals, slow) only when no specific rule matched (explain_text's second pass).
+WRAPPABLE = [(rule, [] if rule.covers else patterns) for rule, patterns in COMPILED]
+LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
+MAX_WRAPS = 2
+_NOCASE: list = []  # COMPILED with case ignored, made on first use (_nocase)
+# Wrapped lines and retyped case are a person's paste (an issue, a title, a quoted line), not a program's log file:
+# a longer text (the software's own lines, as printed) is not searched again (the second searches cost 1-3x the
+# first on a long log)
+PASTE_MAX = 200_000
+
+
+def _nocase() -> list:
+    """COMPILED with the specific rules' patterns case-insensitive: a title or a retyped line changes the case of the
+    software's text ("Address Already In Use", "default process group has not been initialized"). Families keep
+    theirs (their file names and NCCL's WARN tag are not retyped, and their literals are many)."""
+    if not _NOCASE:
+        _NOCASE.extend((rule, patterns if rule.covers else
+                        [re.compile(p.pattern, re.MULTILINE | re.IGNORECASE) for p in patterns])
+                       for rule, patterns in COMPILED)
+    return _NOCASE
+
+
+def unwrapped(text: str) -> tuple[str, list[int], list[int]]:
+    """`text` with every line break (and the blanks around it) as one space, and where each joined piece starts:
+    in the joined text and in `text` (the hits found in it map back with _original)."""
+    pieces, joined_at, original_at, length, last = [], [0], [0], 0, 0
+    for m in LINE_BREAK.finditer(text):
+        pieces += [text[last:m.start()], " "]
+        length += m.start() - last + 1
+        last = m.end()
+        joined_at.append(length)
+        original_at.append(last)
+    pieces.append(text[last:])
+    return "".join(pieces), joined_at, original_at
 
 
 @dataclass
@@ -313,9 +352,32 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
     root_lines = _root_lines(lines, root, summary)
 
     terminated = _terminate_lines(lines)
+    matches = _matches(text, lines, starts, root_lines, terminated, COMPILED, WRAPPABLE)
+    if len(text) <= PASTE_MAX and not any(not BY_ID[m.rule].covers for _, _, m in matches):
+        # no specific rule in the software's own case: perhaps a retyped text (their patterns, case ignored), or a
+        # wrapped paste of a message only a family knows (families' patterns across line breaks too)
+        matches = _matches(text, lines, starts, root_lines, terminated, _nocase(), _nocase())
+    result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
+    for _, in_root, match in matches:
+        match.root_cause = in_root
+        result.append(match)
+    if root is not None and root.error is None:
+        root.error = _last_error(lines, root_lines, summary)
+    if root is not None and root.exitcode is not None and root.meaning is None:
+        root.meaning = describe_exit(root.exitcode)
+    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
+    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
+                       next_steps=[] if result else list(GENERIC_STEPS),
+                       reading=_reading(lines, root, root_lines, summary, attempts))
+
+
+def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int], terminated: set[int],
+             compiled: list, wrappable: list) -> list[tuple[tuple, bool, Match]]:
+    """(order key, in the root cause's lines, Match) for every rule of `compiled` found in `text`, sorted."""
     matches = []
     explained: set[int] = set()
-    for rule, patterns in COMPILED:
+    joined = unwrapped(text) if wrappable and "\n" in text and len(text) <= PASTE_MAX else None
+    for k, (rule, patterns) in enumerate(compiled):
         if rule.needs and not any(word in text for word in rule.needs):
             continue  # none of the words its patterns need: skip the regexes (families have many)
         hits = set()
@@ -324,6 +386,8 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
                 if n >= MAX_HITS:
                     break
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
+        if joined is not None:
+            hits |= _wrapped_hits(joined, wrappable[k][1], starts)
         if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
             hits -= explained
         else:
@@ -337,26 +401,37 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
         # The finding that explains the others first, by mechanism (rules.py: a difference between machines, then a
         # resource limit, then the rest); then family rules (rule.covers: a whole layer's messages) after specific ones.
         family, mechanism = bool(rule.covers), MECHANISMS.get(rule.mechanism, MECHANISMS["error"])
-        if root_hits:  # what the root-cause rank died of: its own error before a generic pointer to it
+        if root_hits and not (rule.generic and not family):
+            # what the root-cause rank died of: its own error (a family's too) first
             key = (rule.warning, mechanism, 0, family, rule.generic, not after_terminate, first)
         else:
-            key = (rule.warning, mechanism, 1, family, rule.consequence, not after_terminate, rule.generic, first)
+            # then the other errors: specific ones, consequences (peer-closed, timeouts), families, family
+            # consequences; a generic pointer to the root cause (its exit code, NCCL's result word) after the
+            # specific errors and before the consequences: where the rank's lines carry no prefix (torch < 2.2, no
+            # --tee) the error it printed is not known to be its own, but it is what the pointer points at
+            slot = 1 if root_hits else {(False, False): 0, (False, True): 2, (True, False): 3, (True, True): 4}[
+                (family, rule.consequence)]
+            key = (rule.warning, mechanism, 1, slot, not after_terminate, rule.generic, first)
         match = _match(rule, first, lines)
         match.mechanism = rule.mechanism
         matches.append((key, bool(root_hits), match))
     matches.sort(key=lambda item: item[0])
-    result = [_hang_match(h) for h in ownreport.find(lines)]  # ddplab said what hung: that comes first
-    for _, in_root, match in matches:
-        match.root_cause = in_root
-        result.append(match)
-    if root is not None and root.error is None:
-        root.error = _last_error(lines, root_lines, summary)
-    if root is not None and root.exitcode is not None and root.meaning is None:
-        root.meaning = describe_exit(root.exitcode)
-    attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
-    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
-                       next_steps=[] if result else list(GENERIC_STEPS),
-                       reading=_reading(lines, root, root_lines, summary, attempts))
+    return matches
+
+
+def _wrapped_hits(joined: tuple[str, list[int], list[int]], patterns: list[re.Pattern], starts: list[int]) -> set[int]:
+    """Lines where a pattern matches only across line breaks (WRAPPABLE, unwrapped)."""
+    text, joined_at, original_at = joined
+    hits = set()
+    for pattern in patterns:
+        for n, m in enumerate(pattern.finditer(text)):
+            if n >= MAX_HITS:
+                break
+            first = bisect.bisect_right(joined_at, m.start()) - 1
+            last = bisect.bisect_right(joined_at, m.end()) - 1  # a break's space ending the match counts
+            if 0 < last - first <= MAX_WRAPS:  # on one line it was found already
+                hits.add(bisect.bisect_right(starts, original_at[first] + m.start() - joined_at[first]) - 1)
+    return hits
 
 
 def _is_error(text: str) -> bool:

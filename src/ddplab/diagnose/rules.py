@@ -58,6 +58,18 @@ NOT_NCCL_LINE = r"^(?![^\n]*\bNCCL (?:WARN|INFO)\b)[^\n]*?"
 # The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
 
+# Where torch puts NCCL's result text (ncclGetErrorString): ProcessGroupNCCL / NCCLUtils "NCCL error in: FILE:LINE,
+# TEXT[, NCCL version X]" (every torch since 1.0) and torch/csrc/cuda/nccl.cpp "NCCL Error N: TEXT". The slot holds one
+# of eight fixed texts, told apart by their key words; a title or a retyped line changes their case, drops the
+# "(run with NCCL_DEBUG=...)" tail or the version, or misspells the first word ("unhanled system error").
+NCCL_RESULT = r"NCCL [Ee]rror(?: in: \S+:\d+,| \d+:) [^\n,]*?"
+
+
+def _nccl_result(number: int, words: str) -> tuple[str, str]:
+    """The result `number` (ncclResult_t) in torch's slot: by its key words, or by the number nccl.cpp prints."""
+    return NCCL_RESULT + rf"\b(?i:{words})\b", rf"NCCL [Ee]rror {number}\b"
+
+
 
 # What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
 # the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
@@ -149,6 +161,9 @@ _SPECIFIC: tuple[Rule, ...] = (
          # environment, visit https://www.colossalai.org/ ..."
          rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
          rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
+         # str(KeyError) is repr(key): a paste without the type leaves a line that is the quoted name alone, a
+         # logger that prints the exception (logger.error(e)) the quoted name after its prefix's "- " / "] " / ": "
+         rf"(?:^\s*|[\]:|-]\s+)['\"]{LAUNCHER_ENV}['\"]\s*$",
          rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
          rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
          r"TypeError: int\(\) argument must be"),
@@ -270,7 +285,10 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     Rule(
         "unused-parameters", "parameters that got no gradient",
-        (r"Expected to have finished reduction in the prior iteration",
+        # reducer.cpp starts both of its reports with this sentence; with static_graph the rest of the same message
+        # says the graph changed (ddp-static-graph's), whichever line a paste wraps it onto
+        (r"Expected to have finished reduction in the prior iteration(?![\s\S]{0,400}?(?:not compatible with\s+"
+         r"static_graph|training\s+graph\s+(?:has|is)\s+changed))",
          r"parameters that were not used in producing loss"),
         "Some parameters took no part in computing the loss, so DDP waited for their gradients forever.",
         "Make every parameter reach the loss, freeze the unused ones (requires_grad=False), or wrap with "
@@ -278,8 +296,13 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
     Rule(
         "ddp-model-mismatch", "the ranks built different models",
-        (r"DDP expects same model across all ranks",),
-        "DistributedDataParallel found a different number or shape of parameters on different ranks: the model "
+        # reducer.cpp verify_params_across_processes: torch 2.x's summary, and its per-parameter check (every
+        # version): "params[N] in this process with sizes [..] appears not to match sizes|strides of the same param
+        # in process 0." (strides: a memory format that differs between ranks, e.g. another cuDNN/torch build)
+        (r"DDP expects same model across all ranks",
+         r"appears not to match (?:sizes|strides) of the same param in process \d+"),
+        "DistributedDataParallel found a different number, shape or layout (strides) of parameters on different "
+        "ranks: the model "
         "depends on the rank, on unseeded randomness, or on data read differently per rank.",
         "Build the identical model on every rank (same config, same code path); only data may differ per rank.",
         f"{DOCS}/notes/ddp.html"),
@@ -370,7 +393,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-system-error", "NCCL: unhandled system error",
         # ncclGetErrorString's text; an issue title retypes its case ("Unhandled System Error")
-        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError"),
+        (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError") + _nccl_result(2, "system error"),
         "NCCL failed in a system call: most often the network interface (wrong NCCL_SOCKET_IFNAME, a down "
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
@@ -485,7 +508,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-remote-error", "NCCL: a remote rank exited or the network failed",
         # NCCL ncclRemoteError (2.13+), torch NCCLUtils getNcclErrorDetailStr
         # NCCL misc/socket.cc reports a peer's closed socket as "Connection closed by remote peer" (ncclRemoteError)
-        (r"remote process exited or there was a network error", r"ncclRemoteError",
+        _nccl_result(6, "remote process exited|network error") + (
+         r"remote process exited or there was a network error", r"ncclRemoteError",
          r"Connection closed by remote peer"),
         "NCCL lost a peer in the middle of communication: another rank crashed or was killed first (look for its "
         "error), or the network between nodes failed (InfiniBand/RoCE port errors, a flapping link).",
@@ -494,7 +518,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         NCCL_TROUBLESHOOTING, generic=True),
     Rule(
         "nccl-invalid-usage", "NCCL: invalid usage",
-        (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version"),
+        (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version")
+        + _nccl_result(5, "invalid usage"),
         "NCCL rejected how it was called: most often two ranks on one GPU, ranks that disagree on the world size, "
         "or a collective issued on a communicator that was already aborted. NCCL's 'Last error' line says which.",
         "Read the 'Last error' line (rerun with NCCL_DEBUG=WARN if it is missing); one process per GPU with "
@@ -503,7 +528,7 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-internal-error", "NCCL: internal error",
         (r"ncclInternalError", r", internal error(?: - please report this issue to the NCCL developers)?, "
-         r"NCCL version"),
+         r"NCCL version") + _nccl_result(3, "internal error"),
         "NCCL failed inside (often during bootstrap: no usable network interface, mismatched NCCL versions "
         "between nodes, or a peer that vanished). NCCL's 'Last error' line names the failing step.",
         "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; check NCCL_SOCKET_IFNAME and that every node runs "
@@ -628,7 +653,10 @@ _SPECIFIC: tuple[Rule, ...] = (
          # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
          # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
          # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
-         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]"),
+         # (the catalogue's template is "Gloo connectFullMesh failed with" and the pair's error; a paste may cut
+         # the bracketed source path: "Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: ...")
+         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]",
+         r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)"),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
@@ -675,10 +703,18 @@ _SPECIFIC: tuple[Rule, ...] = (
         # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
         (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
          r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
+         # include/coll_net.h: "Mismatched NCCL version detected : rank %d version %d rank %d version %d"
+         r"Mismatched NCCL version detected",
          # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
          # function the libnccl that was loaded does not have - an older NCCL found first (a second
          # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
-         r"undefined symbol:? nccl[A-Z]\w*"),
+         r"undefined symbol:? nccl[A-Z]\w*",
+         # two NCCL versions in one job's output: torch puts each rank's own in its error ("..., internal error,
+         # NCCL version 2.20.5", NCCLUtils getNcclErrorDetailStr), NCCL's INFO line "NCCL version 2.19.3+cuda12.3"
+         # and ProcessGroupNCCL's options line "NCCL version: 2.19.3"; compared on x.y.z, each with the next one
+         # (when any two differ, two neighbours do; the search stays linear in the log), within 50 kB
+         r"NCCL version:? v?(\d+\.\d+\.\d+)\b(?=(?:(?!NCCL version)[\s\S]){0,50000}?NCCL version:? v?"
+         r"(?!\1\b)\d+\.\d+\.\d+)"),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
@@ -813,6 +849,9 @@ _SPECIFIC: tuple[Rule, ...] = (
          # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
          # this rule's, also where a paste garbles the number
          r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
+         # the class name without its message (a title, the last line cut at its colon), not the `raise
+         # SignalException(...)` source line a traceback shows for every signal, SIGTERM too
+         r"\bSignalException\b(?!\(|:\s*\S)",
          r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
          r"\d Hangup\b",
          r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
@@ -955,7 +994,7 @@ _FAMILIES: tuple[Rule, ...] = (
             (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
              # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
              # (an issue title retypes its case: "unhandled CUDA error")
-             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError"),
+             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError") + _nccl_result(1, "cuda error"),
             "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
             "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
             "or an earlier CUDA error surfacing here.",
@@ -968,7 +1007,8 @@ _FAMILIES: tuple[Rule, ...] = (
              r"transport/generic|include/device|include/channel|include/group|include/register|include/transport|"
              r"misc/nvmlwrap|include/nvml|misc/gdrwrap|include/gdr|misc/tuner|misc/profiler|include/profiler|"
              r"transport/p2p|transport/net\.cc|transport/net/|include/net|misc/|include/)",),
-            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",),
+            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",
+             r"ncclInvalidArgument") + _nccl_result(4, "invalid argument"),
             "NCCL refused a call or failed inside it; the message names what: ranks that disagree (different "
             "counts, roots, types or number of ranks), a communicator already aborted after an earlier error, a "
             "buffer registration or feature this GPU/driver does not support, or a GPU/NVML query that failed.",
@@ -1165,6 +1205,8 @@ NOT_USER_FACING = {
 }
 ERROR_WORD = re.compile(
     r"\b(?:error|errors|fail|fails|failed|failure|invalid|cannot|can't|can ?not|could ?not|couldn't|unable|must|"
+    # a comparison that failed ("appears not to match sizes of the same param in process 0")
+    r"(?:does|do|did|appears?) not (?:to )?match|(?:doesn't|don't) match|"
     r"mismatch\w*|not supported|unsupported|time ?out|timed out|exceed\w*|abort\w*|closed|refused|reset|"
     r"unreachable|missing|wrong|expected|expects|requires?|required|not allowed|incompatible|warning|deprecated|"
     r"out of|unknown|illegal|violation|overflow|truncated|duplicate|no such|not found|not set|not initiali[sz]ed|"
