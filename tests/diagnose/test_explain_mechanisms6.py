@@ -210,8 +210,10 @@ ERROR_WITH_VERSION = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c1
 
 def test_ranks_that_print_different_nccl_versions_are_a_version_mismatch():
     # NVIDIA/nccl#1267: 2.20.5 on one node, 2.19.3 on the others; torch puts each rank's own version in its error
-    # (NCCLUtils getNcclErrorDetailStr), NCCL its INFO line (catalogue: include/cudawrap.h "NCCL version 2.32.3+cuda12.9")
-    two = "\n".join(["[rank0]: " + ERROR_WITH_VERSION.format("2.20.5"), "[rank8]: " + ERROR_WITH_VERSION.format("2.19.3")])
+    # (NCCLUtils getNcclErrorDetailStr), NCCL its INFO line
+    # (catalogue: include/cudawrap.h "NCCL version 2.32.3+cuda12.9")
+    two = "\n".join(["[rank0]: " + ERROR_WITH_VERSION.format("2.20.5"),
+                     "[rank8]: " + ERROR_WITH_VERSION.format("2.19.3")])
     assert [m.rule for m in explain_text(two).matches][:2] == ["nccl-version-mismatch", "nccl-internal-error"]
     info = "node2:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n" + ERROR_WITH_VERSION.format("2.20.5")
     assert first_rule(info) == "nccl-version-mismatch"
