@@ -129,7 +129,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.plain_loader_makers |= reader.plain_loader_makers()
         facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
-        facts.rank0_printers |= reader._rank0_printers
+        facts.rank0_printers |= reader.rank0_printers_here
         facts.reduce_returners.update(reader.reduce_returners())
     facts.buffer_classes = _buffer_classes(readers)
     defs, calls = _definitions(readers)
@@ -142,7 +142,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         for reader in readers:
             reader.facts.param_ranks, reader.facts.param_tests = found
             if named & (set(reader.functions) | {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}):
-                reader._learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
+                reader.learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
@@ -372,7 +372,7 @@ def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.A
     for where, call in sites:
         given = next((k.value for k in call.keywords if k.arg == param), None) or (
             call.args[index] if 0 <= index < len(call.args) else None)
-        if given is None or not readers[where]._built_without_sampler(given):
+        if given is None or not readers[where].built_without_sampler(given):
             return False
     return True
 

@@ -22,6 +22,8 @@ class Callers:
         self.readers = readers
         self.entries = set(entries)
         self._memo: dict[tuple[Path, int], ast.Call | None] = {}
+        self._star_direct: dict[str, set[str]] | None = None  # module -> modules it star-imports (_stars)
+        self._star_memo: dict[Path, set[str]] = {}
         self._owner = {id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef)
                        for f in c.body}
 
@@ -171,7 +173,7 @@ class Callers:
     def _stars(self, where: Path) -> set[str]:
         """The project modules whose names `where` takes with `from m import *`, also through a package that does
         the same in its __init__ (`from src import *`, src/__init__.py: `from .train_utils import *`)."""
-        if not hasattr(self, "_star_memo"):
+        if self._star_direct is None:
             direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports
             for p, r in self.readers.items():
                 name = p.parent.name if p.stem == "__init__" else p.stem
@@ -179,7 +181,7 @@ class Callers:
                     n.module.rsplit(".", 1)[-1] for n in r.nodes if isinstance(n, ast.ImportFrom) and n.module
                     and any(a.name == "*" for a in n.names))
                 direct.setdefault(name, set()).update(direct[str(p)])
-            self._star_direct, self._star_memo = direct, {}
+            self._star_direct = direct
         if where not in self._star_memo:
             found, todo = set(), list(self._star_direct.get(str(where), ()))
             while todo:

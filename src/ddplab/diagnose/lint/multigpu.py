@@ -498,7 +498,7 @@ class MultiGpuChecks(ScriptReader):
         return False
 
     @property
-    def _rank0_printers(self) -> set[str]:
+    def rank0_printers_here(self) -> set[str]:
         """This file's functions and methods that print or log only under a rank-0 test (`def print0(s): if rank ==
         0: print(s)`, `def log_string(self, s): if dist.get_rank() == 0: print(s)`, `def logger_info(self, msg):
         self.logger.info(msg) if self.local_master else None`): a call of one is a report on rank 0."""
@@ -554,7 +554,7 @@ class MultiGpuChecks(ScriptReader):
         if not self.distributed:
             return
         sharded = self.facts.sampler or any(self.callee_last(c) == "DistributedSampler" for c in self.calls)
-        printers0 = self._rank0_printers | self.facts.rank0_printers
+        printers0 = self.rank0_printers_here | self.facts.rank0_printers
         reports = [c for c in self.calls if self._reports(c, printers0)]
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
@@ -613,7 +613,7 @@ class MultiGpuChecks(ScriptReader):
             # acc = evaluate(model, test_loader): the helper's sum is over the loader this call hands it
             given = [a for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
                      if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)]
-            return bool(given) and all(self._built_without_sampler(a) for a in given)
+            return bool(given) and all(self.built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
         loaders = self._loop_loaders(loop)
@@ -637,7 +637,7 @@ class MultiGpuChecks(ScriptReader):
                     origins.append(given)
             else:
                 origins.append(loader)
-        return all(self._built_without_sampler(o) for o in origins)
+        return all(self.built_without_sampler(o) for o in origins)
 
     def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
         """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =
@@ -660,7 +660,7 @@ class MultiGpuChecks(ScriptReader):
         found = set()
         for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
             returned = [r.value for r in _same_scope(func.body) if isinstance(r, ast.Return)]
-            if returned and all(isinstance(v, ast.Name) and self._built_without_sampler(v, func) or
+            if returned and all(isinstance(v, ast.Name) and self.built_without_sampler(v, func) or
                                 isinstance(v, ast.Call) and self._plain_loader_call(v) for v in returned):
                 found.add(func.name)
         return found
@@ -671,7 +671,7 @@ class MultiGpuChecks(ScriptReader):
         return not any(k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
                        for k in value.keywords)
 
-    def _built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
+    def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
         built = [n.value for n in (_same_scope(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)

@@ -195,7 +195,7 @@ class ScriptReader:
         self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
-        self._learn_assignments()
+        self.learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
         self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
         for node in self.nodes:
@@ -340,7 +340,7 @@ class ScriptReader:
             return None, f"{last(dotted(node.value))}[{slot!r}]"  # self.metric["path"]: a slot of a dict
         return None
 
-    def _learn_assignments(self) -> None:
+    def learn_assignments(self) -> None:
         """What each name holds, read from its assignments: a rank of some kind (`gpu_id = int(os.environ[
         'LOCAL_RANK'])`) or a stored rank test (`is_main = rank == 0`). Names assigned two different things are
         left to what their name says."""
