@@ -55,8 +55,8 @@ def reference(tmp_path_factory):
     return losses(tmp / "ref.losses"), (tmp / "ref.out").read_text()
 
 
-def start(args: list[str], **kw) -> subprocess.Popen:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+def start(args: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "ddplab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True, **kw)
 
@@ -104,6 +104,31 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
     assert f"resumed at step {saved} " in ran.out
     assert losses(log) == ref_losses  # the whole curve, bitwise, the steps after the resume included
     assert (tmp_path / "run.out").read_text() == ref_out
+
+
+def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(tmp_path, no_leftover_workers):
+    """Nothing saved within the grace, exit 1 either way; but a step longer than the grace (the ranks had
+    ddplab.resume's handler) is said so, with its fix, and a script without ddplab.resume is asked whether it
+    saves on SIGTERM at all."""
+    quick = ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "1"]
+    log = tmp_path / "slow.losses"
+    proc = start([*quick, str(SCRIPT), "--ckpt", str(tmp_path / "c"), "--losses", str(log), "--out",
+                  str(tmp_path / "o"), "--sleep", "8"])
+    wait_for(lambda: lines_in(log) >= 1, proc, 120, "step 1")
+    proc.send_signal(signal.SIGTERM)  # the ranks are in an 8 s step: no save can come within 1 s
+    code, out, err = finish(proc, 1 + 15)
+    assert code == 1 and "were listening (ddplab.resume) but none said it saved within the 1 s grace" in out, \
+        out + err[-2000:]
+
+    plain = tmp_path / "plain.py"
+    plain.write_text("import os, pathlib, time\n"
+                     "pathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\ntime.sleep(120)\n")
+    mark = tmp_path / "started"
+    proc = start([*quick, str(plain)], env={"MARK": str(mark)})
+    wait_for(lambda: all(Path(f"{mark}{r}").exists() for r in (0, 1)), proc, 120, "both ranks started")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 1 + 15)
+    assert code == 1 and "does the script use ddplab.resume" in out and "were listening" not in out, out + err[-2000:]
 
 
 @pytest.mark.slow

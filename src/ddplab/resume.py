@@ -76,6 +76,10 @@ class StopFlag:
             for name in signals:
                 sig = getattr(signal, name)
                 self._previous[sig] = signal.signal(sig, self._seen)
+            # The launcher can then tell "too slow to save within the grace" from "never listened" (a script
+            # without ddplab.resume, or one still starting when the signal came). Every rank writes the same note;
+            # a later one (saved, refused) replaces it.
+            _note({"listening": True})
 
     def _seen(self, signum, frame) -> None:
         self.signal = signum  # only a flag: the step in progress finishes, then every rank agrees

@@ -83,8 +83,8 @@ def _alive(pid: int) -> bool:
 
 
 def read_note(folder: Path) -> dict:
-    """What ddplab.resume's rank 0 wrote: {"step": N, "path": ...} after saving on a signal, {"refused": LINE} when it
-    stopped every rank on bad input (exit code 2); {} when neither."""
+    """What ddplab.resume wrote: {"step": N, "path": ...} after saving on a signal, {"refused": LINE} when it stopped
+    every rank on bad input (exit code 2), {"listening": true} once its signal handler is in place; {} when none."""
     try:
         note = json.loads((folder / NOTE_FILE).read_text())
     except (OSError, ValueError):
@@ -101,6 +101,7 @@ class Preempted:
     grace: float
     step: int | None  # None: nothing was saved within the grace
     checkpoint: str | None
+    listening: bool = False  # a rank had installed ddplab.resume's signal handler
 
     @property
     def exit_code(self) -> int:
@@ -110,10 +111,16 @@ class Preempted:
         if self.step is not None:
             return (f"preempted ({self.signal}), state saved at step {self.step}: {self.checkpoint}; start the same "
                     "command again to resume")
+        if self.listening:
+            return (f"preempted ({self.signal}): the ranks were listening (ddplab.resume) but none said it saved "
+                    f"within the {self.grace:g} s grace (a longer --grace, or steps and saves that fit in it); every "
+                    "process was ended")
         return (f"preempted ({self.signal}): no rank said it saved within the {self.grace:g} s grace (does the script "
-                "use ddplab.resume, or save on SIGTERM itself?); every process was ended")
+                "use ddplab.resume, or save on SIGTERM itself? or it was still starting: nothing trained yet); every "
+                "process was ended")
 
 
 def outcome(signum_name: str, grace: float, note: dict) -> Preempted:
     step = note.get("step")
-    return Preempted("preempted", signum_name, grace, step if isinstance(step, int) else None, note.get("path"))
+    return Preempted("preempted", signum_name, grace, step if isinstance(step, int) else None, note.get("path"),
+                     note.get("listening") is True)
