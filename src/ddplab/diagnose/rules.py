@@ -70,7 +70,6 @@ def _nccl_result(number: int, words: str) -> tuple[str, str]:
     return NCCL_RESULT + rf"\b(?i:{words})\b", rf"NCCL [Ee]rror {number}\b"
 
 
-
 # What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
 # the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
 # a mapped page that cannot be backed: a full /dev/shm). Matched after the signal's text, in any case.
@@ -302,8 +301,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         (r"DDP expects same model across all ranks",
          r"appears not to match (?:sizes|strides) of the same param in process \d+"),
         "DistributedDataParallel found a different number, shape or layout (strides) of parameters on different "
-        "ranks: the model "
-        "depends on the rank, on unseeded randomness, or on data read differently per rank.",
+        "ranks: the model depends on the rank, on unseeded randomness, or on data read differently per rank.",
         "Build the identical model on every rank (same config, same code path); only data may differ per rank.",
         f"{DOCS}/notes/ddp.html"),
     Rule(
