@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, keyword, static
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, given_for, keyword,
+                                          static)
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
@@ -364,14 +365,11 @@ def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: 
 def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
     """Every call of `func` (in any file) passes for `param` a loader its file builds without a sampler
     (`evaluate(epoch, model, val_loader)` with `val_loader = prepare_dataloader(val, cfg)`, a plain DataLoader)."""
-    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-    index = params.index(param) - (1 if params[:1] == ["self"] else 0)
     sites = callers.sites(path, func)
     if not sites:
         return False
     for where, call in sites:
-        given = next((k.value for k in call.keywords if k.arg == param), None) or (
-            call.args[index] if 0 <= index < len(call.args) else None)
+        given = given_for(call, func, param)
         if given is None or not readers[where].built_without_sampler(given):
             return False
     return True

@@ -10,7 +10,7 @@ import ast
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
-                                         keyword, last)
+                                         given_for, keyword, last)
 from ddplab.diagnose.lint.reading import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
@@ -237,12 +237,9 @@ class MultiGpuChecks(ScriptReader):
         func = self.enclosing_function(expr)
         if not isinstance(base, ast.Name) or func is None:
             return False
-        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-        if base.id not in params:
+        if base.id not in [a.arg for a in [*func.args.posonlyargs, *func.args.args]]:
             return False
-        index = params.index(base.id) - (1 if params[:1] == ["self"] else 0)
-        given = [keyword(c, base.id) or (c.args[index] if 0 <= index < len(c.args) else None)
-                 for c in self.call_sites(func)]
+        given = [given_for(c, func, base.id) for c in self.call_sites(func)]
         return bool(given) and all(isinstance(g, (ast.Name, ast.Attribute)) and self._global_by_flow(
             ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1) for g in given)
 
@@ -258,9 +255,7 @@ class MultiGpuChecks(ScriptReader):
         if pick.id not in params or any(isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets)
                                         for n in ast.walk(func)):
             return False
-        index = params.index(pick.id) - (1 if params[:1] == ["self"] else 0)
-        sites = self.call_sites(func)
-        given = [keyword(c, pick.id) or (c.args[index] if 0 <= index < len(c.args) else None) for c in sites]
+        given = [given_for(c, func, pick.id) for c in self.call_sites(func)]
         return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
 
     def check_global_rank_device(self) -> None:

@@ -60,6 +60,14 @@ def keyword(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
+def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+    """What `call` gives `func`'s parameter `param` (one of its positional-or-keyword parameters): the keyword, else
+    the positional argument (a method's `self` is not among the call's arguments); None when not given."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    index = params.index(param) - (1 if params[:1] == ["self"] else 0)
+    return keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
+
+
 def _is_zero(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
 
