@@ -33,6 +33,7 @@ ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.
 SUMMARY_HEAD = "Root Cause (first observed failure):"
 SUMMARY_FIELD = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$")
 TERMINATE = "terminate called after throwing"
+TEARDOWN_ABORT = "terminate called without an active exception"  # the rules' teardown-abort: a C++ thread at exit
 SIGABRT = -6
 SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
@@ -262,14 +263,22 @@ def _tie_broken(lines: list[str], root: RootCause | None) -> RootCause | None:
     if root is None or root.line is None or root.time is None:
         return root
     summary = _summary_span(lines, root)
-    error = _last_error(lines, _root_lines(lines, root, summary), summary)
-    if error is None or not _is_consequence(error):
+    own = _root_lines(lines, root, summary)
+    error = _last_error(lines, own, summary)
+    # A rank that aborted at exit (teardown-abort: no error, only `terminate called without an active exception`)
+    # had done its work: a rank of the same second that raised an error of its own failed first, even if what it
+    # raised is the lost peer (the one that was leaving).
+    left_after_work = error is None and root.exitcode == SIGABRT and any(
+        TEARDOWN_ABORT in lines[i] for i in own - set(summary))
+    if not left_after_work and (error is None or not _is_consequence(error)):
         return root
     for other in _other_failures(lines, root):
-        if other.time != root.time:
+        # the agent's SIGTERM to the survivors follows the failure it saw at once: a whole second apart is rounding
+        stopped = left_after_work and other.exitcode in SIGNALS_WITHOUT_OUTPUT
+        if other.time != root.time and not stopped:
             continue
         error = _last_error(lines, _root_lines(lines, other, summary), summary)
-        if error is not None and not _is_consequence(error):
+        if error is not None and (left_after_work or not _is_consequence(error)):
             return other
     return root
 
@@ -292,13 +301,19 @@ def _owned_by_root(line: str, root: RootCause) -> bool:
 
 def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set[int]:
     """Lines that tell why the root-cause rank died: the summary's block, and that rank's last traceback (what it
-    died of; earlier ones it survived). A rank killed by SIGKILL/SIGTERM died of no traceback of its own; one that
-    aborted or crashed (SIGABRT, SIGSEGV, SIGBUS) may have printed why (a C++ `what():`), so all its lines count."""
+    died of; earlier ones it survived). A rank killed by SIGKILL/SIGTERM died of no traceback of its own, unless it
+    was already leaving on an uncaught one; one that aborted or crashed (SIGABRT, SIGSEGV, SIGBUS) may have printed why (a C++ `what():`), so all its lines count."""
     if root is None:
         return set()
     found = set(summary)
     if root.exitcode is not None and root.exitcode in SIGNALS_WITHOUT_OUTPUT:
-        return found
+        # ...unless it had already raised: torch's excepthook writes `[rankN]:` before an uncaught exception's
+        # lines, so that traceback was the process leaving on its own error, and the signal cut its exit short
+        # (the agent's SIGTERM to the survivors of a rank that died in the same moment)
+        uncaught = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)
+                    and GLOBAL_TAG.search(line[:48])]
+        starts = [i for i in uncaught if "Traceback (most recent call last)" in lines[i]]
+        return found | {i for i in uncaught if starts and i >= starts[-1]}
     if root.exitcode is not None and root.exitcode < 0:
         found |= {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
         if root.exitcode == SIGABRT:
@@ -365,6 +380,10 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:
         root.meaning = describe_exit(root.exitcode)
+        if root.exitcode in SIGNALS_WITHOUT_OUTPUT and root_lines - set(summary):
+            root.meaning = (f"exit code {root.exitcode} ({root.signal or 'a signal'}) while it was leaving on the "
+                            "uncaught error below: that error is why it failed; the signal (torchrun stopping "
+                            "the ranks once one failed) only cut its exit short")
     attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS),
