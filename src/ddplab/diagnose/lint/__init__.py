@@ -259,11 +259,20 @@ def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
     each function's callees on the way."""
     found: set[str] = set()
     for reader in readers:
-        for func in (n for n in reader.nodes if isinstance(n, ast.FunctionDef)):
-            calls.setdefault(func.name, set()).update(reader.callee_last(c) for c in ast.walk(func)
-                                                       if isinstance(c, ast.Call))
-            if any(_sets_print(reader, n) for n in ast.walk(func)):
-                found.add(func.name)
+        for n in reader.nodes:  # each call and print assignment counts for every function it is in (one walk up)
+            if isinstance(n, ast.FunctionDef):
+                calls.setdefault(n.name, set())
+            call, sets = isinstance(n, ast.Call), _sets_print(reader, n)
+            if not (call or sets):
+                continue
+            outer = reader.parent.get(n)
+            while outer is not None:
+                if isinstance(outer, ast.FunctionDef):
+                    if call:
+                        calls.setdefault(outer.name, set()).add(reader.callee_last(n))
+                    if sets:
+                        found.add(outer.name)
+                outer = reader.parent.get(outer)
     return _with_callers(found, calls)
 
 
