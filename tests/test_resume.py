@@ -106,6 +106,26 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
     assert (tmp_path / "run.out").read_text() == ref_out
 
 
+def test_a_stop_on_an_epochs_last_step_runs_that_epochs_end_first(tmp_path, no_leftover_workers):
+    """Seen in CI (tests/commands/test_new.py): a notice agreed on the last step of an epoch saved and exited
+    before the epoch's end, so that epoch's line was never printed, by either run. Here every epoch is one step
+    (--batch 256 of 256 samples per rank), so wherever the stop lands it is an epoch's last step: the epoch's end
+    (an all-reduce on every rank, rank 0's line) runs, then exit 4, and the resumed run starts the next epoch."""
+    epochs, log, run = tmp_path / "epochs", tmp_path / "run.losses", ["--batch", "256", "--epochs", "40"]
+    args = [*LAUNCH, str(SCRIPT), "--ckpt", str(tmp_path / "c"), "--losses", str(log), "--out", str(tmp_path / "o"),
+            "--epoch-log", str(epochs), *run]
+    proc = start([*args, "--sleep", "0.1"])
+    wait_for(lambda: lines_in(log) >= 3, proc, 120, "step 3")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 5 + 15)
+    assert code == 4, out + err[-3000:]
+    saved = int(re.search(r"state saved at step (\d+)", out).group(1))
+    assert [int(line.split()[0]) for line in epochs.read_text().splitlines()] == list(range(saved)), out
+    again = cli(*args, timeout=150)
+    assert again.code == 0 and f"resumed at step {saved} (epoch {saved}, batch 0)" in again.out, again.err[-3000:]
+    assert [int(line.split()[0]) for line in epochs.read_text().splitlines()] == list(range(40))
+
+
 def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(tmp_path, no_leftover_workers):
     """Nothing saved within the grace, exit 1 either way; but a step longer than the grace (the ranks had
     ddplab.resume's handler) is said so, with its fix, and a script without ddplab.resume is asked whether it

@@ -6,6 +6,7 @@
         for x, y in ckpt.batches(loader):        # skips the batches already done in that epoch
             ...one optimizer step...
             ckpt.step_done()                     # every rank stops at the same step: saved, then exit code 4
+                                                 # (on an epoch's last step: after the epoch's end)
 
 - SIGTERM / SIGUSR1 / SIGUSR2 (a spot instance's notice, `ddplab launch` passing one on, Slurm's --signal) only set a
   flag; step_done() shares it through a small all-reduce every few steps (StopFlag), so a signal seen by any rank
@@ -204,8 +205,8 @@ class Checkpointer:
 
     def epochs(self, count: int) -> Iterator[int]:
         for epoch in range(self.epoch, count):
-            if self.stopped:
-                return
+            if self.stopped:  # stopped on the last step of the epoch before: its end has run (step_done)
+                raise SystemExit(PREEMPTED_EXIT)
             if epoch != self.epoch:
                 self.epoch, self.batch, self._step_rng = epoch, 0, None
             if self.sampler is not None:
@@ -217,6 +218,8 @@ class Checkpointer:
     def batches(self, loader: Iterable) -> Iterator[Any]:
         """The epoch's batches after those already done. The RNG states are set to the epoch's start before iter()
         (a DataLoader draws its shuffle and its workers' seeds there), and to the step's after skipping."""
+        if self.stopped:  # stopped on the last step of the epoch before, in a loop of the script's own (step_done)
+            raise SystemExit(PREEMPTED_EXIT)
         self.epoch_length = len(loader) if hasattr(loader, "__len__") else None
         if self._step_rng is not None:  # resumed in the middle of this epoch
             set_rng_state(self._epoch_rng)
@@ -242,6 +245,11 @@ class Checkpointer:
             if stop:
                 self.stopped = True
                 self._announce(path)
+                if self.epoch_length is not None and self.batch >= self.epoch_length:
+                    # The epoch's last step: its end (the epoch's loss summed over the ranks, its line, an
+                    # evaluation) runs on every rank before the next epochs()/batches() exits; the state is saved
+                    # already, so a machine gone before then loses nothing.
+                    return
                 raise SystemExit(PREEMPTED_EXIT)
 
     # ------------------------------------------------------------------------------------------- save and load

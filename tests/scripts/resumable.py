@@ -1,6 +1,7 @@
 """A plain training script using ddplab.resume: dropout, a shuffling DistributedSampler, momentum and an LR schedule,
 so an exact resume must restore every RNG, the optimizer, the scheduler and the position in the epoch.
 Rank 0 appends `step loss.hex()` per step to --losses and writes the final weights' sha256 to --out.
+--epoch-log: each epoch ends with an all-reduce of its loss (a summary every rank computes) and rank 0's line.
 --wrap: DDP (default), DDP with a ZeroRedundancyOptimizer (each rank holds a share of the optimizer state), or FSDP2's
 fully_shard (each rank holds a shard of every parameter): ddplab.resume saves the whole state in each case."""
 
@@ -28,6 +29,8 @@ p.add_argument("--big", type=int, default=0, help="MiB of extra state: a save th
 p.add_argument("--name", default="", help="the run name ddplab.resume checks")
 p.add_argument("--hidden", type=int, default=32)
 p.add_argument("--wrap", choices=("ddp", "zero1", "fsdp"), default="ddp")
+p.add_argument("--batch", type=int, default=16)
+p.add_argument("--epoch-log", help="rank 0 appends `epoch loss.hex()`: each epoch's loss summed over the ranks")
 args = p.parse_args()
 
 with dd.session() as ctx:
@@ -36,7 +39,7 @@ with dd.session() as ctx:
     y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(512, 1, generator=g)
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank, seed=7)
-    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.Dropout(0.2), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, 1))
@@ -62,8 +65,10 @@ with dd.session() as ctx:
     torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
     ddp = model if args.wrap == "fsdp" else DDP(model)
     for epoch in ckpt.epochs(args.epochs):
+        total = torch.zeros(1)
         for xb, yb in ckpt.batches(loader):
             loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+            total += loss.detach()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -73,6 +78,11 @@ with dd.session() as ctx:
                     f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
             time.sleep(args.sleep)
             ckpt.step_done()
+        if args.epoch_log:  # the epoch's end: a collective every rank must reach, then rank 0's line
+            dist.all_reduce(total)
+            if ctx.rank == 0:
+                with open(args.epoch_log, "a") as f:
+                    f.write(f"{epoch} {total.item().hex()}\n")
     weights = statedict.full_state_dict(model)  # every rank: a sharded model is gathered
     if ctx.rank == 0:
         h = hashlib.sha256()
