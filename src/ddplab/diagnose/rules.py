@@ -20,6 +20,7 @@ family rules against their own templates, the software's text.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 
@@ -1336,18 +1337,24 @@ def _errno_name(number) -> str | None:
     return errno.errorcode.get(number) if number is not None else None
 
 
+_COVERAGE: dict[str, tuple[str, str | None]] = {}  # a template's coverage, once per process (an explain each)
+
+
 def coverage(source: str, template: dict) -> tuple[str, str | None]:
     """How explain covers one catalogue template: ("rule" | "family" | "internal" | "uncovered", rule id). Covered
     means explain, given the template as a log shows it (shown_as), names a rule first: a specific one ("rule") or a
     family ("family")."""
     from ddplab.diagnose.explain import explain_text
 
-    if internal_reason(source, template) is not None:
-        return "internal", None
-    found = explain_text(shown_as(source, template)).matches
-    if not found:
-        return "uncovered", None
-    return ("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule
+    key = json.dumps([source, template], sort_keys=True)
+    if key not in _COVERAGE:
+        if internal_reason(source, template) is not None:
+            _COVERAGE[key] = ("internal", None)
+        else:
+            found = explain_text(shown_as(source, template)).matches
+            _COVERAGE[key] = (("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule) if found else \
+                ("uncovered", None)
+    return _COVERAGE[key]
 
 
 def shown_as(source: str, template: dict) -> str:
