@@ -309,8 +309,11 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
     if root.exitcode is not None and root.exitcode in SIGNALS_WITHOUT_OUTPUT:
         # ...unless it had already raised: torch's excepthook writes `[rankN]:` before an uncaught exception's
         # lines, so that traceback was the process leaving on its own error, and the signal cut its exit short
-        # (the agent's SIGTERM to the survivors of a rank that died in the same moment)
-        uncaught = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)
+        # (the agent's SIGTERM to the survivors of a rank that died in the same moment). Only in this attempt:
+        # after the agent's line on the attempt before, when torchrun restarted the workers.
+        failed = [i for i, line in enumerate(lines[:summary.start]) if ATTEMPT_FAILED.search(line)]
+        since = failed[-2] if len(failed) > 1 else -1
+        uncaught = [i for i, line in enumerate(lines) if since < i and i not in summary and _owned_by_root(line, root)
                     and GLOBAL_TAG.search(line[:48])]
         starts = [i for i in uncaught if "Traceback (most recent call last)" in lines[i]]
         return found | {i for i in uncaught if starts and i >= starts[-1]}
