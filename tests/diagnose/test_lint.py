@@ -89,9 +89,12 @@ def test_cli_exit_codes_and_json(tmp_path):
 
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
-    for path in (broken, tmp_path / "missing.py"):
+    nul = tmp_path / "nul.py"  # a NUL byte: the parser's error has no line number
+    nul.write_bytes(b"import torch\x00\n")
+    for path in (broken, nul, tmp_path / "missing.py"):
         ran = cli("lint", str(path))
         assert ran.code == 2 and "Traceback" not in ran.err and len(ran.err.strip().splitlines()) == 1
+        assert ":None" not in ran.err, ran.err
 
 
 # ----------------------------------------------------------------------------------------------- must not fire

@@ -89,7 +89,8 @@ def lint_source(source: str, script: str = "<script>", show_all: bool = False) -
     try:
         tree = ast.parse(source, filename=script)
     except SyntaxError as e:
-        raise DdplabError(f"{script}:{e.lineno}: not valid Python ({e.msg}): fix the syntax, then lint again") from None
+        where = f"{script}:{e.lineno}" if e.lineno else script  # a NUL byte has no line
+        raise DdplabError(f"{where}: not valid Python ({e.msg}): fix the syntax, then lint again") from None
     entry = Path(script)
     return lint_project(projects.Project(root=entry.parent, trees={entry: tree}, entries=[entry]), script, show_all)
 

@@ -40,7 +40,7 @@ def _read(path: Path) -> tuple[ast.Module | None, str | None]:
     try:
         return ast.parse(source, filename=str(path)), None
     except SyntaxError as e:
-        return None, f"{path}:{e.lineno}: not valid Python ({e.msg})"
+        return None, f"{path}{f':{e.lineno}' if e.lineno else ''}: not valid Python ({e.msg})"  # no line: NUL
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes; nesting too deep for the parser
         return None, f"{path}: not valid Python ({type(e).__name__}: {e})"
 
