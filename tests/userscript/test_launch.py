@@ -144,6 +144,7 @@ def test_nccl_with_more_processes_than_gpus_stops_before_starting():
 
 @pytest.mark.parametrize("args, says", [
     (["--nproc", "2", "no_such_script.py"], "no such file"),
+    (["--nproc", "2", str(SCRIPTS)], "is a folder: pass the training script's path"),
     (["--hang-timeout", "-1", str(SCRIPTS / "good_ddp.py")], "--hang-timeout"),
     (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
     (["--nnodes", "2:1", str(SCRIPTS / "good_ddp.py")], "torchrun refuses these options: min_nodes"),

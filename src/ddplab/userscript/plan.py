@@ -38,6 +38,8 @@ def _script_file(ns) -> Path | None:
                               "that holds it, or install it)")
         return found if found.suffix == ".py" else None
     path = Path(ns.training_script)
+    if path.is_dir():
+        raise DdplabError(f"{ns.training_script}: is a folder: pass the training script's path (a .py file in it)")
     if not path.is_file():
         raise DdplabError(f"{ns.training_script}: no such file: pass the training script's path")
     return path if path.suffix == ".py" else None
