@@ -302,7 +302,8 @@ def _owned_by_root(line: str, root: RootCause) -> bool:
 def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set[int]:
     """Lines that tell why the root-cause rank died: the summary's block, and that rank's last traceback (what it
     died of; earlier ones it survived). A rank killed by SIGKILL/SIGTERM died of no traceback of its own, unless it
-    was already leaving on an uncaught one; one that aborted or crashed (SIGABRT, SIGSEGV, SIGBUS) may have printed why (a C++ `what():`), so all its lines count."""
+    was already leaving on an uncaught one; one that aborted or crashed (SIGABRT, SIGSEGV, SIGBUS) may have printed
+    why (a C++ `what():`), so all its lines count."""
     if root is None:
         return set()
     found = set(summary)

@@ -40,7 +40,8 @@ def _read(path: Path) -> tuple[ast.Module | None, str | None]:
     try:
         return ast.parse(source, filename=str(path)), None
     except SyntaxError as e:
-        return None, f"{path}{f':{e.lineno}' if e.lineno else ''}: not valid Python ({e.msg})"  # no line: NUL
+        where = f"{path}:{e.lineno}" if e.lineno else str(path)  # a NUL byte has no line
+        return None, f"{where}: not valid Python ({e.msg})"
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes; nesting too deep for the parser
         return None, f"{path}: not valid Python ({type(e).__name__}: {e})"
 
