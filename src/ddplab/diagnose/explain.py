@@ -316,8 +316,7 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
         since = failed[-2] if len(failed) > 1 else -1
         uncaught = [i for i, line in enumerate(lines) if since < i and i not in summary and _owned_by_root(line, root)
                     and GLOBAL_TAG.search(line[:48])]
-        starts = [i for i in uncaught if "Traceback (most recent call last)" in lines[i]]
-        return found | {i for i in uncaught if starts and i >= starts[-1]}
+        return found | set(_last_traceback(lines, uncaught) or ())
     if root.exitcode is not None and root.exitcode < 0:
         found |= {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
         if root.exitcode == SIGABRT:
@@ -326,8 +325,13 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
             found |= {i for i in _terminate_lines(lines) if _line_owner(lines[i]) == (None, None)}
         return found
     own = [i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)]
+    return found | set(_last_traceback(lines, own) or own)
+
+
+def _last_traceback(lines: list[str], own: list[int]) -> list[int] | None:
+    """The lines of `own` from its last `Traceback (most recent call last)` on; None when it holds none."""
     starts = [i for i in own if "Traceback (most recent call last)" in lines[i]]
-    return found | {i for i in own if not starts or i >= starts[-1]}
+    return [i for i in own if i >= starts[-1]] if starts else None
 
 
 def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str | None:
@@ -383,11 +387,10 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
     if root is not None and root.error is None:
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:
-        root.meaning = describe_exit(root.exitcode)
-        if root.exitcode in SIGNALS_WITHOUT_OUTPUT and root_lines - set(summary):
-            root.meaning = (f"exit code {root.exitcode} ({root.signal or 'a signal'}) while it was leaving on the "
-                            "uncaught error below: that error is why it failed; the signal (torchrun stopping "
-                            "the ranks once one failed) only cut its exit short")
+        leaving = root.exitcode in SIGNALS_WITHOUT_OUTPUT and root_lines - set(summary)  # its uncaught error
+        root.meaning = (f"exit code {root.exitcode} ({root.signal or 'a signal'}) while it was leaving on the uncaught "
+                        "error below: that error is why it failed; the signal (torchrun stopping the ranks once one "
+                        "failed) only cut its exit short") if leaving else describe_exit(root.exitcode)
     attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
     return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
                        next_steps=[] if result else list(GENERIC_STEPS),
