@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from conftest import torchrun
 from ddplab.commands.new import render_script
@@ -18,28 +19,9 @@ from ddplab.diagnose.explain import explain_text
 # Every run here: the ranks' stderr in order with their stdout (the abort's text), no core file for an abort.
 RUN = {"timeout": 240, "merge_stderr": True, "core_files": False}
 
-# Rank 1's gloo worker finishes an all-reduce whose tensor only it still holds, and waits for the GIL to free it;
-# rank 1's main thread never yields the GIL (a 1000 s switch interval and a busy loop, no I/O: it printed before)
-# and then exits.
-# What a busy machine does by chance (the worker is not scheduled before exit), done on purpose.
-ABORT_AT_EXIT = """
-import sys, time
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-if dist.get_rank() == 0:
-    time.sleep(2)
-    dist.all_reduce(torch.ones(4))
-    time.sleep(4)
-else:
-    print("rank 1: training done", flush=True)  # before: writing releases the GIL, the worker could take it
-    sys.setswitchinterval(1000)
-    t = torch.ones(4)
-    work = dist.all_reduce(t, async_op=True)
-    del t, work
-    end = time.monotonic() + 4
-    while time.monotonic() < end:
-        pass
-"""
+# The abort at exit, made certain: tests/scripts/abort_at_exit.py (rank 1 holds the GIL while its gloo worker must
+# free a tensor, then exits).
+ABORT_AT_EXIT = Path(__file__).parent / "scripts" / "abort_at_exit.py"
 
 THREADS = "len(os.listdir('/proc/self/task'))"
 
@@ -76,13 +58,11 @@ def thread_counts(out: str) -> dict[int, tuple[int, int]]:
     return {int(r): (int(b), int(a)) for r, b, a in re.findall(r"rank (\d) threads before (\d+) after (\d+)", out)}
 
 
-def test_a_gloo_thread_freeing_a_tensor_at_exit_aborts_and_explain_says_teardown(tmp_path, no_leftover_workers):
-    script = tmp_path / "abort_at_exit.py"
-    script.write_text(ABORT_AT_EXIT)
+def test_a_gloo_thread_freeing_a_tensor_at_exit_aborts_and_explain_says_teardown(no_leftover_workers):
     # Nearly certain, not quite: once in a full-suite run the worker got the GIL before exit. A few tries, then it
     # must have happened (the explain rule needs the real text, not a quote).
     for _ in range(3):
-        ran = torchrun(script, **RUN)
+        ran = torchrun(ABORT_AT_EXIT, **RUN)
         if ran.returncode != 0:
             break
     assert ran.returncode != 0, ran.stdout
