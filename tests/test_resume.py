@@ -151,6 +151,31 @@ def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(
     assert code == 1 and "does the script use ddplab.resume" in out and "were listening" not in out, out + err[-2000:]
 
 
+def test_the_lines_a_rank_prints_as_it_leaves_on_the_notice_all_come_out(tmp_path, no_leftover_workers):
+    """Seen in CI (tests/commands/test_new.py): a rank's last line, printed just before it exited on the notice,
+    was missing from `ddplab launch`'s output. torchrun's agent copies a rank's output out of its log file every
+    0.1 s; the launcher ended the agent as soon as the ranks were gone, with those lines still in the file. Here
+    rank 0 leaves with 100 000 lines, far more than the agent copies in the moment it is given: every one of them
+    must come out, in order."""
+    leaving = tmp_path / "leaving.py"
+    leaving.write_text("import os, pathlib, signal, sys, time\n"
+                       "def leave(*_):\n"
+                       "    if os.environ['RANK'] == '0':\n"
+                       "        print('\\n'.join(f'line {i}' for i in range(100_000)), flush=True)\n"
+                       "    sys.exit(4)\n"
+                       "signal.signal(signal.SIGTERM, leave)\n"
+                       "pathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\n"
+                       "time.sleep(120)\n")
+    mark = tmp_path / "started"
+    proc = start(["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "20", str(leaving)],
+                 env={"MARK": str(mark)})
+    wait_for(lambda: all(Path(f"{mark}{r}").exists() for r in (0, 1)), proc, 120, "both ranks started")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, 20 + 15)
+    printed = [line.split(":", 1)[1] for line in out.splitlines() if line.startswith("[default0]:line ")]
+    assert printed == [f"line {i}" for i in range(100_000)], (len(printed), out[-2000:], err[-2000:])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wrap", ["zero1", "fsdp"])
 def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_leftover_workers):

@@ -25,6 +25,8 @@ from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
 from ddplab.launcher.stacks import RankStack
 
+AGENT_LEAVES_S = 5.0  # after the ranks have left on a notice, the most the agent is given to copy out their last lines
+
 
 @dataclass
 class ScriptRun:
@@ -155,7 +157,10 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
         while proc.poll() is None:
             if notice.requested:  # no hang watch in the grace: saving is silent
                 notice.forward(p.pid for p in watch.workers())
-                if notice.expired() or notice.ranks_gone():
+                if notice.ranks_gone():
+                    _agent_leaves(proc, watch, notice)
+                    break
+                if notice.expired():
                     break
                 time.sleep(0.05)
                 continue
@@ -199,6 +204,21 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
         shutil.rmtree(early.folder, ignore_errors=True)
     return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
                      launcher_log, stacks, watch.reason, dumps, preempted, note)
+
+
+def _agent_leaves(proc: subprocess.Popen, watch: ScriptWatch, notice: preempt.Forwarder,
+                  timeout: float = AGENT_LEAVES_S) -> None:
+    """Every rank has exited on the notice: let the agent end by itself before the tree is ended. It copies each
+    rank's output out of its log file only every 0.1 s (torch's TailLog), so a rank's last lines - the epoch's line
+    printed just before it exited - are still in the file when the rank is gone; killed then, the agent drops
+    them. It also writes how the ranks ended. Not waited for: an agent that starts new ranks (--max-restarts),
+    since a preempted run is not restarted here."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(worker.pid not in notice.sent for worker in watch.workers()):
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
 
 
 def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:
