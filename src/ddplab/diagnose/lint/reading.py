@@ -595,14 +595,26 @@ class ScriptReader:
             return isinstance(op, ast.Lt)
         return None
 
+    def module_constant(self, name: str) -> ast.AST | None:
+        """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
+        module's names, as nanoGPT's configurator does)."""
+        if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
+            return None
+        values = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+            isinstance(t, ast.Name) and t.id == name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
+            return None
+        if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
+            return values[0].value
+        return None
+
     def _const_int(self, node: ast.AST, depth: int = 0) -> int | None:
         """An int the code fixes: a literal, a module constant (`OFFSET = 1`), or a sum or product of those."""
         if isinstance(node, ast.Constant):
             return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
         if isinstance(node, ast.Name) and depth < 3:
-            values = [n.value for n in self.tree.body if isinstance(n, ast.Assign) and
-                      any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
-            return self._const_int(values[0], depth + 1) if len(values) == 1 else None
+            value = self.module_constant(node.id)
+            return self._const_int(value, depth + 1) if value is not None else None
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
             left, right = self._const_int(node.left, depth + 1), self._const_int(node.right, depth + 1)
             if left is not None and right is not None:

@@ -186,7 +186,7 @@ class Checks(MultiGpuChecks):
             return self._backend_value(chosen, depth + 1)
         value = self._default_never_overridden(node) or self._assigned_literal(node) or self._attribute_literal(node)
         if value is None and isinstance(node, ast.Name):
-            held = self._module_constant(node.id)
+            held = self.module_constant(node.id)
             value = self._backend_value(held, depth + 1) if held is not None else None
         return value
 
@@ -200,19 +200,6 @@ class Checks(MultiGpuChecks):
         option = any(_method(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
             (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
         return const_str(values[0]) if len(values) == 1 and not option else None
-
-    def _module_constant(self, name: str) -> ast.AST | None:
-        """The value of a module-level name assigned once and never rebound (no `global`, no exec() rewriting the
-        module's names, as nanoGPT's configurator does)."""
-        if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
-            return None
-        values = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
-            isinstance(t, ast.Name) and t.id == name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
-        if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
-            return None
-        if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
-            return values[0].value
-        return None
 
     def _assigned_literal(self, node: ast.AST | None) -> str | None:
         """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
