@@ -5,6 +5,7 @@ them (enclosing ifs, early exits, functions only called under a guard, mp.spawn 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 
 RANK_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
@@ -670,14 +671,15 @@ class ScriptReader:
             child, parent = parent, self.parent.get(parent)
         return found
 
-    def _makes_group(self, block: list[ast.AST]) -> bool:
-        """The statements call init_process_group (or a project function that does), or start workers that may."""
-        key = id(block[0]) if block else 0
+    def _makes_group(self, block: list[ast.AST], spawning: bool = True) -> bool:
+        """The statements call init_process_group (or a project function that does), or (spawning) start workers
+        that may."""
+        key = (id(block[0]) if block else 0, spawning)
         cache = self.__dict__.setdefault("_group_blocks", {})
         if key not in cache:
             makers = {"init_process_group", *self.facts.group_makers}
-            cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or self.callee(c) in
-                                                          SPAWN_CALLS) for c in _calls_in(block))
+            cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or spawning and
+                                                          self.callee(c) in SPAWN_CALLS) for c in _calls_in(block))
         return cache[key]
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
@@ -754,17 +756,21 @@ class ScriptReader:
         option, value = dotted(test.left), test.comparators[0]
         if not option or not isinstance(value, ast.Constant):
             return None
-        if not hasattr(self, "_option_makers"):  # option -> the values whose `if option == value:` makes the group
-            self._option_makers: dict[str, set] = {}
-            for n in self.nodes:
-                if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 and \
-                        isinstance(n.test.ops[0], ast.Eq) and isinstance(n.test.comparators[0], ast.Constant) and \
-                        any(last(self.callee(c)) == "init_process_group" for c in _calls_in(n.body)):
-                    self._option_makers.setdefault(dotted(n.test.left), set()).add(n.test.comparators[0].value)
         makers = self._option_makers.get(option, set())
         if len(makers) != 1:
             return None
         return value.value in makers
+
+    @functools.cached_property
+    def _option_makers(self) -> dict[str, set]:
+        """option -> the values whose `if option == value:` makes the process group."""
+        found: dict[str, set] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 and \
+                    isinstance(n.test.ops[0], ast.Eq) and isinstance(n.test.comparators[0], ast.Constant) and \
+                    self._makes_group(n.body, spawning=False):
+                found.setdefault(dotted(n.test.left), set()).add(n.test.comparators[0].value)
+        return found
 
     def _group_flag(self, flag: ast.Name | ast.Attribute) -> bool:
         """A switch that says whether this process is in a process group: set False only as a constant, and True
@@ -790,7 +796,7 @@ class ScriptReader:
             if isinstance(value, ast.Constant) and value.value in (False, None):
                 offs += 1
             elif isinstance(value, ast.Constant) and value.value is True and (func := self.enclosing_function(node)) \
-                    and any(last(self.callee(c)) == "init_process_group" for c in _calls_in(func.body)):
+                    and self._makes_group(func.body, spawning=False):
                 ons += 1
             elif self._launcher_test(value, 2):
                 ons += 1
