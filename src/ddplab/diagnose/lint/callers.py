@@ -87,13 +87,11 @@ class Callers:
         """What the callers of `func` give for `param`: False when every call passes a value that is the same on
         every rank (a constant, a config lookup: `config["ann_root"]`, `args.root`), True when one passes something
         built elsewhere (a variable, a path joined from another parameter), None when no call is seen."""
-        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-        index = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0) if param in params else -1
         sites = self.sites(path, func)
         if not sites:
             return None
         for where, call in sites:
-            value = keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
+            value = _passed(call, func, param)
             if value is None:
                 continue  # the parameter's default
             if not self._same_everywhere(self.readers[where], value, call):
@@ -217,20 +215,23 @@ class Callers:
                     len(parent.test.ops) == 1 and isinstance(parent.test.ops[0], ast.Eq) and \
                     isinstance(parent.test.left, ast.Name) and parent.test.left.id in params and \
                     (wanted := const_str(parent.test.comparators[0])) is not None:
-                given = self._given(func, parent.test.left.id, params)
+                given = self._given(func, parent.test.left.id)
                 if given and all(g is not None and g != wanted for g in given):
                     return True
             child, parent = parent, reader.parent.get(parent)
         return False
 
-    def _given(self, func: ast.AST, param: str, params: list[str]) -> list[str | None]:
+    def _given(self, func: ast.AST, param: str) -> list[str | None]:
         """The constant each call of `func` passes for `param` (None where it is not a string literal)."""
         where = next((p for p, r in self.readers.items() if func in r.parent), None)
         if where is None:
             return []
-        index = params.index(param) - (1 if params and params[0] in ("self", "cls") else 0)
-        given = []
-        for _, call in self.sites(where, func):
-            value = keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
-            given.append(const_str(value))
-        return given
+        return [const_str(_passed(call, func, param)) for _, call in self.sites(where, func)]
+
+
+def _passed(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+    """What `call` gives `func`'s parameter `param`, by keyword or by position (a method's self or cls is not among
+    the call's arguments); None where the call leaves it to its default."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    index = params.index(param) - (1 if params[0] in ("self", "cls") else 0) if param in params else -1
+    return keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
