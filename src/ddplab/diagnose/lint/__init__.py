@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, _is_main_block, dotted, given_for, keyword,
-                                          static)
+from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, dotted, given_for, is_main_block,
+                                          passed_argument, static)
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
@@ -103,7 +103,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
     used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
             if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)} if any(
-        r.calls_by_name.get("destroy_process_group") and any(_is_main_block(n) for n in r.tree.body)
+        r.calls_by_name.get("destroy_process_group") and any(is_main_block(n) for n in r.tree.body)
         for r in readers) else set()
     spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
     for reader in readers:
@@ -182,16 +182,10 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
         if not funcs or not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
             continue  # never called, or namesakes with other parameters
         params = [a.arg for a in funcs[0].args.args]
-        for index, param in enumerate(params):
+        for param in params:
             if param in ("self", "cls"):
                 continue
-            given = []
-            for reader, call in sites:
-                bound = isinstance(call.func, ast.Attribute) or funcs[0].name == "__init__"  # self passed by Python
-                at = index - (1 if params[:1] in (["self"], ["cls"]) and bound else 0)
-                value = keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
-                    isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
-                given.append((reader, value))
+            given = [(reader, passed_argument(call, funcs[0], param)) for reader, call in sites]
             if any(v is None for _, v in given):
                 continue
             found = {r.rank_kind(v) for r, v in given}
@@ -426,9 +420,9 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
         # the script's own functions count as uncalled only when it has a `__main__` block: then how it runs is
         # written down, and a function nothing reaches is dead code (a loader kept for later); without one they
         # are read as a reviewer reads them, called or not
-        spans = _uncalled_spans(tree, entry and not any(_is_main_block(n) for n in tree.body), refs, path)
+        spans = _uncalled_spans(tree, entry and not any(is_main_block(n) for n in tree.body), refs, path)
         if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
-            spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if _is_main_block(n)]
+            spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if is_main_block(n)]
         for f in checks.findings:
             if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
                 lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.diagnose.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, keyword
+from ddplab.diagnose.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, passed_argument
 from ddplab.diagnose.lint.reading import _walk_same_function as ScriptReader_walk
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
@@ -91,7 +91,7 @@ class Callers:
         if not sites:
             return None
         for where, call in sites:
-            value = _passed(call, func, param)
+            value = passed_argument(call, func, param)
             if value is None:
                 continue  # the parameter's default
             if not self._same_everywhere(self.readers[where], value, call):
@@ -226,12 +226,5 @@ class Callers:
         where = next((p for p, r in self.readers.items() if func in r.parent), None)
         if where is None:
             return []
-        return [const_str(_passed(call, func, param)) for _, call in self.sites(where, func)]
+        return [const_str(passed_argument(call, func, param)) for _, call in self.sites(where, func)]
 
-
-def _passed(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
-    """What `call` gives `func`'s parameter `param`, by keyword or by position (a method's self or cls is not among
-    the call's arguments); None where the call leaves it to its default."""
-    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-    index = params.index(param) - (1 if params[0] in ("self", "cls") else 0) if param in params else -1
-    return keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)

@@ -53,6 +53,19 @@ def last(name: str) -> str:
     return name.rstrip("()").rsplit(".", 1)[-1]
 
 
+def passed_argument(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+    """What `call` gives `func`'s parameter `param`, by keyword or by position (the self of a method called on an
+    object, or of a class's __init__, is Python's to pass); None where the call leaves it to its default or hands
+    its arguments over as *args."""
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    if param not in params:
+        return keyword(call, param)
+    bound = params[0] in ("self", "cls") and (isinstance(call.func, ast.Attribute) or func.name == "__init__")
+    at = params.index(param) - (1 if bound else 0)
+    return keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
+
+
 def const_str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
@@ -77,7 +90,7 @@ def _is_none(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _is_main_block(node: ast.AST) -> bool:
+def is_main_block(node: ast.AST) -> bool:
     """`if __name__ == "__main__":`"""
     test = getattr(node, "test", None)
     return isinstance(test, ast.Compare) and dotted(test.left) == "__name__" and \
@@ -651,7 +664,7 @@ class ScriptReader:
                     in_body = child in body
                     found.append(_Guard(test[0], test[1] if in_body else not test[1], parent,
                                         orelse if in_body else body))
-                elif _is_main_block(parent) and child in body and (self.spawns or self._hands_worker(parent)):
+                elif is_main_block(parent) and child in body and (self.spawns or self._hands_worker(parent)):
                     found.append(_Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and \
                         child in (orelse if launched else body):

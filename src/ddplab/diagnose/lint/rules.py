@@ -7,8 +7,8 @@ import ast
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                          _calls_in, _exits, _is_main_block, _method, _walk_same_function, const_str,
-                                          dotted, keyword, last)
+                                          _calls_in, _exits, _method, _walk_same_function, const_str, dotted,
+                                          is_main_block, keyword, last)
 from ddplab.diagnose.lint.multigpu import MultiGpuChecks
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
 
@@ -734,7 +734,7 @@ class Checks(MultiGpuChecks):
         names of the project, else this file's). In a file whose `__main__` block says how it runs, a `cleanup()`
         nothing calls destroys nothing; without one, its functions are read as called."""
         destroys = self.calls_by_name.get("destroy_process_group", [])
-        if not destroys or not any(_is_main_block(n) for n in self.tree.body):
+        if not destroys or not any(is_main_block(n) for n in self.tree.body):
             return bool(destroys)
         if used is None:
             used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
