@@ -7,6 +7,7 @@ Each check reads the script through ScriptReader (reading.py); Checks (rules.py)
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
@@ -963,9 +964,16 @@ class MultiGpuChecks(ScriptReader):
     def check_rank0_leaves_loop(self) -> None:
         """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
+        def syncing(c: ast.AST) -> bool:
+            return isinstance(c, ast.Call) and (
+                self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))
+
+        lines = sorted(c.lineno for c in self.calls if syncing(c))
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
-            syncs = [c for c in _same_scope(loop.body, into_loops=True) if isinstance(c, ast.Call) and (
-                self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))]
+            at = bisect.bisect_left(lines, loop.lineno)
+            if at == len(lines) or lines[at] > (loop.end_lineno or loop.lineno):
+                continue  # no collective within its lines (most loops): not walked
+            syncs = [c for c in _same_scope(loop.body, into_loops=True) if syncing(c)]
             if not syncs:
                 continue
             for node in _same_scope(loop.body, into_loops=False):

@@ -188,8 +188,11 @@ def static(tree: ast.Module) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
     """Every node of the tree (one walk) and each node's parent, kept for the next reader of the same tree."""
     held = _STATIC.get(id(tree))
     if held is None or held[0] is not tree:
-        nodes = list(ast.walk(tree))
-        parent = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+        nodes, parent = [tree], {}
+        for node in nodes:  # the list grows as it is read: breadth first, ast.walk's order, each node's fields once
+            for child in ast.iter_child_nodes(node):
+                parent[child] = node
+                nodes.append(child)
         if len(_STATIC) > 5000:
             _STATIC.clear()
         held = _STATIC[id(tree)] = (tree, nodes, parent)
@@ -293,6 +296,8 @@ class ScriptReader:
             if isinstance(node, ast.Return) and node.value is not None and (func := self.enclosing_function(node)):
                 returns.setdefault(func, []).append(node.value)
         tests, values, factories = {}, {}, set()
+        # a factory wraps the model itself: only the functions that call DDP are read for one
+        wrapping = {self.enclosing_function(c) for c in self.calls if self.callee_last(c) in DDP_NAMES}
         for func, values_returned in returns.items():
             first = values_returned[0]
             test = self.rank_test(first) if isinstance(first, (ast.Compare, ast.BoolOp, ast.UnaryOp)) else None
@@ -300,10 +305,11 @@ class ScriptReader:
                 tests[func.name] = test
             elif (kind := self.rank_kind(first)) and func.name != "__init__":
                 values[func.name] = kind
-            if any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES for r in values_returned) or any(
+            if func in wrapping and (any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES
+                                         for r in values_returned) or any(
                     isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in
                     DDP_NAMES and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
-                    for n in _walk_same_function(func.body)):
+                    for n in _walk_same_function(func.body))):
                 factories.add(func.name)
         return tests, values, factories
 
