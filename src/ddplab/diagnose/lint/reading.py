@@ -181,11 +181,21 @@ class _Guard:
     other: list[ast.AST] = field(default_factory=list)  # the other branch: a collective there pairs with ours
 
 
-_STATIC: dict[int, tuple] = {}  # id(tree) -> (tree, nodes, parent): one walk per file, however many readers
+_STATIC: dict[int, tuple] = {}  # id(tree) -> (tree, nodes, parent, syntax): one walk per file, however many readers
 
 
 def static(tree: ast.Module) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
     """Every node of the tree (one walk) and each node's parent, kept for the next reader of the same tree."""
+    held = _held(tree)
+    return held[1], held[2]
+
+
+def forget_trees() -> None:
+    """Drop what static() keeps: each lint reads its files anew."""
+    _STATIC.clear()
+
+
+def _held(tree: ast.Module) -> tuple:
     held = _STATIC.get(id(tree))
     if held is None or held[0] is not tree:
         nodes, parent = [tree], {}
@@ -195,27 +205,24 @@ def static(tree: ast.Module) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
                 nodes.append(child)
         if len(_STATIC) > 5000:
             _STATIC.clear()
-        held = _STATIC[id(tree)] = (tree, nodes, parent)
-    return held[1], held[2]
+        held = _STATIC[id(tree)] = (tree, nodes, parent, {})
+    return held
 
 
 class ScriptReader:
     def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.tree = tree
         self.facts = facts or Facts()
-        self.nodes, self.parent = static(tree)
-        self._callees: dict[ast.Call, str] = {}
-        self.aliases = self._imports()
-        self.calls = [n for n in self.nodes if isinstance(n, ast.Call)]
-        self.calls_by_name: dict[str, list[ast.Call]] = {}
-        for c in self.calls:
-            self.calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
-        self.functions = {n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
-        self.passed = {last(dotted(a)) for c in self.calls for a in [*c.args, *(k.value for k in c.keywords)]
-                       if isinstance(a, (ast.Name, ast.Attribute))}
+        _, self.nodes, self.parent, syntax = _held(tree)
+        # What the file's text alone says (its imports, calls, functions) is read once per file: a project's files
+        # are read twice, to gather the project's facts and then with them.
+        if not syntax:
+            self._read_syntax(syntax)
+        self._callees: dict[ast.Call, str] = syntax["callees"]
+        self.aliases, self.calls, self.calls_by_name = syntax["aliases"], syntax["calls"], syntax["calls_by_name"]
+        self.functions, self.passed = syntax["functions"], syntax["passed"]
         self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
-                               or self.resolve(dotted(c.func)).startswith("ddplab.dist.") for c in self.calls) \
+                               or self.callee(c).startswith("ddplab.dist.") for c in self.calls) \
             or self.facts.distributed
         self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
@@ -234,6 +241,18 @@ class ScriptReader:
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
         self.loaded_into = {dotted(c.func.value) for c in self.calls
                             if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+
+    def _read_syntax(self, syntax: dict) -> None:
+        calls = [n for n in self.nodes if isinstance(n, ast.Call)]
+        calls_by_name: dict[str, list[ast.Call]] = {}
+        for c in calls:
+            calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
+        syntax.update(
+            callees={}, aliases=self._imports(), calls=calls, calls_by_name=calls_by_name,
+            functions={n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))},
+            # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
+            passed={last(dotted(a)) for c in calls for a in [*c.args, *(k.value for k in c.keywords)]
+                    if isinstance(a, (ast.Name, ast.Attribute))})
 
     def holds_ddp(self, owner: str, node: ast.AST) -> bool:
         """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
