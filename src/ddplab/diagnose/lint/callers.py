@@ -227,4 +227,3 @@ class Callers:
         if where is None:
             return []
         return [const_str(passed_argument(call, func, param)) for _, call in self.sites(where, func)]
-
