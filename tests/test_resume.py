@@ -152,9 +152,10 @@ def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(
 
 
 def test_the_lines_a_rank_prints_as_it_leaves_on_the_notice_all_come_out(tmp_path, no_leftover_workers):
-    """Seen in CI (tests/commands/test_new.py): a rank's last line, printed just before it exited on the notice,
-    was missing from `ddplab launch`'s output. torchrun's agent copies a rank's output out of its log file every
-    0.1 s; the launcher ended the agent as soon as the ranks were gone, with those lines still in the file. Here
+    """Found while reading a CI failure of tests/commands/test_new.py: a rank's last lines, printed just before it
+    exited on the notice, could be missing from `ddplab launch`'s output. torchrun's agent copies a rank's output
+    out of its log file every 0.1 s; the launcher ended the agent as soon as the ranks were gone, with those lines
+    still in the file. Here
     rank 0 leaves with 100 000 lines, far more than the agent copies in the moment it is given: every one of them
     must come out, in order."""
     leaving = tmp_path / "leaving.py"
