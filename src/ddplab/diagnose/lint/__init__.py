@@ -19,7 +19,7 @@ from pathlib import Path
 from ddplab.diagnose.lint import project as projects
 from ddplab.diagnose.lint.callers import Callers
 from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for,
-                                          is_main_block, passed_argument, static)
+                                          is_main_block, static)
 from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
@@ -206,7 +206,7 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
         for param in params:
             if param in ("self", "cls"):
                 continue
-            given = [(reader, passed_argument(call, funcs[0], param)) for reader, call in sites]
+            given = [(reader, given_for(call, funcs[0], param)) for reader, call in sites]
             if any(v is None for _, v in given):
                 continue
             found = {r.rank_kind(v) for r, v in given}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.diagnose.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, passed_argument
+from ddplab.diagnose.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
 from ddplab.diagnose.lint.reading import _walk_same_function as ScriptReader_walk
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
@@ -91,7 +91,7 @@ class Callers:
         if not sites:
             return None
         for where, call in sites:
-            value = passed_argument(call, func, param)
+            value = given_for(call, func, param)
             if value is None:
                 continue  # the parameter's default
             if not self._same_everywhere(self.readers[where], value, call):
@@ -226,4 +226,4 @@ class Callers:
         where = next((p for p, r in self.readers.items() if func in r.parent), None)
         if where is None:
             return []
-        return [const_str(passed_argument(call, func, param)) for _, call in self.sites(where, func)]
+        return [const_str(given_for(call, func, param)) for _, call in self.sites(where, func)]

@@ -53,7 +53,7 @@ def last(name: str) -> str:
     return name.rstrip("()").rsplit(".", 1)[-1]
 
 
-def passed_argument(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
     """What `call` gives `func`'s parameter `param`, by keyword or by position (the self of a method called on an
     object, or of a class's __init__, is Python's to pass); None where the call leaves it to its default or hands
     its arguments over as *args."""
@@ -72,14 +72,6 @@ def const_str(node: ast.AST | None) -> str | None:
 
 def keyword(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
-
-
-def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
-    """What `call` gives `func`'s parameter `param` (one of its positional-or-keyword parameters): the keyword, else
-    the positional argument (a method's `self` is not among the call's arguments); None when not given."""
-    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-    index = params.index(param) - (1 if params[:1] == ["self"] else 0)
-    return keyword(call, param) or (call.args[index] if 0 <= index < len(call.args) else None)
 
 
 def _is_zero(node: ast.AST) -> bool:
