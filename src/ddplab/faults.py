@@ -8,15 +8,22 @@ Set DDPLAB_FAULT to KIND:RANK:PHASE (several separated by commas):
                                    effect: every rank that receives it must count it as wrong)
     version:1:torch                node rank 1 reports its torch (cuda, nccl, driver) version with "+planted" to the
                                    cross-node preflight: two machines whose versions differ, on one machine
+    preempt:0:step.300             the machine's notice at a known step: once rank 0 has finished optimizer step 300
+                                   of a ddplab.resume loop, SIGTERM goes to the launcher (`ddplab launch`), as a
+                                   spot reclaim sends it, or to the rank itself under plain torchrun
 Phases are the names workers pass to ddplab.launcher.progress.mark(); `ddplab check --json` lists them per stage.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
+from typing import Callable
 
-KINDS = ("crash", "hang", "exit", "corrupt", "version")
+KINDS = ("crash", "hang", "exit", "corrupt", "version", "preempt")
+NOTICE_PID_VAR = "DDPLAB_NOTICE_PID"  # set by `ddplab launch` for its ranks: the process a machine's notice reaches
+NOTICE_WAIT_S = 60.0  # a launcher that never passes the notice on: the run goes on, as without the fault
 
 
 def parse(spec: str) -> list[tuple[str, int, str]]:
@@ -75,3 +82,23 @@ def planted_versions(node_rank: int | None) -> set[str]:
     if not spec or node_rank is None:
         return set()
     return {phase for kind, rank, phase in parse(spec) if kind == "version" and rank == node_rank}
+
+
+def preempt_after(step: int, noticed: Callable[[], bool]) -> None:
+    """The machine's notice at a known step, whatever the machine's speed: once this rank has finished `step`, a
+    `preempt:RANK:step.N` fault sends SIGTERM where a cloud's notice lands (the launcher named in DDPLAB_NOTICE_PID,
+    else this rank), then holds this rank until the notice has come back to it (`noticed()`): the other ranks wait
+    for it in their next collective, so every rank stops within the stop check's few steps after N, never at the
+    end of a run that a fast machine finished before the signal arrived."""
+    spec = os.environ.get("DDPLAB_FAULT")
+    if not spec:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    if not any(kind == "preempt" and fault_rank == rank and phase == f"step.{step}"
+               for kind, fault_rank, phase in parse(spec)):
+        return
+    target = os.environ.get(NOTICE_PID_VAR, "")
+    os.kill(int(target) if target.isdigit() else os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + NOTICE_WAIT_S
+    while not noticed() and time.monotonic() < deadline:
+        time.sleep(0.01)  # an event (the notice's flag), polled: Python runs the handler between these sleeps

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from ddplab import ckptfile, statedict
+from ddplab import ckptfile, faults, statedict
 from ddplab.errors import DdplabError
 
 PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
@@ -204,6 +204,13 @@ class Checkpointer:
     # ------------------------------------------------------------------------------------------------- the loop
 
     def epochs(self, count: int) -> Iterator[int]:
+        if self.resumed_from is not None and self.epoch >= count and self.rank == 0:
+            # Started again after it finished (the same command twice, or an edited script): nothing runs, and a
+            # learner must not read the launcher's PASS as "my edit ran".
+            print(f"nothing left to train: {self.resumed_from} is the end of this run (step {self.step}, "
+                  f"{count} epoch(s) done); to train again, pass another checkpoint folder or remove this one",
+                  file=sys.stderr, flush=True)
+            _note({"finished": self.step, "path": os.path.abspath(self.resumed_from)})
         for epoch in range(self.epoch, count):
             if self.stopped:  # stopped on the last step of the epoch before: its end has run (step_done)
                 raise SystemExit(PREEMPTED_EXIT)
@@ -239,6 +246,7 @@ class Checkpointer:
         """Call after each optimizer step, on every rank. Saves every `every` steps; when any rank has seen a
         signal, every rank saves here (the same step) and exits with PREEMPTED_EXIT."""
         self.step += 1
+        faults.preempt_after(self.step, lambda: self.flag.signal is not None)
         stop = self.flag.agreed()
         if stop or (self.every and self.step % self.every == 0):
             path = self.save()
@@ -329,8 +337,10 @@ class Checkpointer:
         self._epoch_rng = _epoch_state(rng["epoch"])
         self._step_rng = rng["step"] if self.batch else None
         set_rng_state(rng["step"])
-        if self.rank == 0:
-            print(f"resumed at step {self.step} (epoch {self.epoch}, batch {self.batch}) from {name}", flush=True)
+        if self.rank == 0:  # epochs counted from 1, as the script's own epoch lines count them
+            where = f"epoch {self.epoch + 1}, after batch {self.batch}" if self.batch else \
+                f"the start of epoch {self.epoch + 1}"
+            print(f"resumed at step {self.step} ({where}) from {name}", flush=True)
         return name
 
     def _announce(self, path: Path | None) -> None:

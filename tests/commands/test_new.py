@@ -81,7 +81,7 @@ def test_classification_script_trains_on_two_cpu_ranks_and_resumes(tmp_path):
     # Started again with more epochs: every rank loads the newest checkpoint and carries on with epoch 6.
     again = torchrun(script, "--checkpoint-dir", "ck", "--epochs", "6")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert re.search(r"^resumed at step 160 \(epoch 5, batch 0\) from ck/step-00000160-\w+\.pt$", again.stdout, re.M)
+    assert re.search(r"^resumed at step 160 \(the start of epoch 6\) from ck/step-00000160-\w+\.pt$", again.stdout, re.M)
     assert [line.split()[1] for line in epoch_lines(again.stdout)] == ["6/6"]
 
 

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from ddplab.diagnose import flight, frdump
+from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.lifeline import die_with_parent
 
@@ -78,6 +79,8 @@ def main(spec_path: str) -> int:
     failures, launcher_error = {}, None
     if os.environ.get(frdump.DIR_ENV):
         _records_before_the_end(os.environ[frdump.DIR_ENV])
+    if spec["kind"] == "script":
+        _quiet_about_saved_preemptions()
     try:
         elastic_launch(config, entry)(*args)
     except ChildFailedError as e:
@@ -86,7 +89,8 @@ def main(spec_path: str) -> int:
                     for rank, f in e.failures.items()}
         if spec["kind"] == "script":  # torchrun names the first argument, bootstrap.py: say the user's script
             e = ChildFailedError(_user_entry(args), e.failures)
-        print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
+        if not _saved_on_notice(f.exitcode for f in e.failures.values()):
+            print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
     except Exception as e:  # a rendezvous that never completed, a bad option torch found late
         launcher_error = _one_line(e)
         traceback.print_exc()
@@ -114,6 +118,32 @@ def _records_before_the_end(flight_dir: str) -> None:
         close(self, death_sig, timeout)
 
     PContext.close = close_after_records
+
+
+def _saved_on_notice(exit_codes) -> bool:
+    """Every rank that ended exited 4 after ddplab.resume saved on the machine's notice: a preemption the launcher
+    reports in its own line ("preempted (SIGTERM), state saved at step N"), not a failure to print a banner for."""
+    note_file = os.environ.get(preempt.NOTE_VAR)
+    if not note_file or "step" not in preempt.read_note(Path(note_file).parent):
+        return False
+    codes = list(exit_codes)
+    return bool(codes) and all(code == preempt.EXIT_PREEMPTED for code in codes)
+
+
+def _quiet_about_saved_preemptions() -> None:
+    """When the ranks leave on a notice after saving, elastic logs "failed (exitcode: 4) ..." as an error, and
+    "Sending process N closing signal SIGTERM" for a rank still on its way out: neither is news to the user."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith("failed (exitcode: %s)") and record.args:
+            return not _saved_on_notice([record.args[0]])
+        if message.startswith("Sending process %s closing signal"):
+            return not _saved_on_notice([preempt.EXIT_PREEMPTED])
+        return True
+
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(keep)
 
 
 class Refused(Exception):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddplab import faults
 from ddplab.diagnose import flight, profhook
 from ddplab.errors import DdplabError
 from ddplab.launcher import agent, preempt
@@ -53,7 +54,8 @@ class EarlyAgent:
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
         env = {**os.environ, **flight.worker_env(self.folder / "flight"),
                profhook.DIR_ENV: str(self.folder / "profile"),  # read by the ranks only if --profile wrote its config
-               preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE)}  # where ddplab.resume says it saved
+               preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE),  # where ddplab.resume says it saved
+               faults.NOTICE_PID_VAR: str(os.getpid())}  # a `preempt` fault's notice comes here, as a cloud's would
         reply, reply_to = os.pipe()
         try:
             self.proc = agent.spawn({"kind": "script", "torchrun": None, "reply_fd": reply_to}, self.folder,

@@ -98,6 +98,9 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     logs = rank_logs(Path(result.log_dir))
     if run.status == "ok":
         result.summary = f"{result.nproc_per_node} rank(s) per node finished in {result.seconds:.1f}s"
+        if "finished" in run.note:  # ddplab.resume found the run already at its end: the script trained nothing
+            result.summary += (f", but trained nothing: it resumed from {run.note.get('path')}, the end of a "
+                               "finished run (another checkpoint folder trains again)")
         result.ranks = [RankReport(rank=None, local_rank=lr, exitcode=0, log=str(p)) for lr, p in sorted(logs.items())]
         return
     from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
