@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -220,3 +221,139 @@ def one_process_group():
         yield
     finally:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------------ the two tiers
+# A test that starts a process (the CLI, torchrun, bash, a rank) costs seconds: each new interpreter imports torch.
+# Such tests are marked `e2e` here, from what their code can reach, so that `pytest -m "not e2e"` is the fast tier
+# a developer runs after every change; and a test that starts a process without being marked fails (spawn_guard),
+# so the marking cannot drift from what the tests do.
+import contextlib  # noqa: E402
+import dis  # noqa: E402
+import importlib  # noqa: E402
+import types  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OURS = (HERE, HERE.parent / "src", HERE.parent / "docs")  # code whose calls are followed
+SPAWN_MODULES = {"subprocess", "multiprocessing", "torch.multiprocessing", "torch.distributed.run",
+                 "torch.distributed.launcher.api", "concurrent.futures.process", "pty"}
+SPAWN_CALLS = {"os": {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
+                      "spawnl", "execv", "execvp"}}
+
+
+def _ours(code: types.CodeType) -> bool:
+    return any(Path(code.co_filename).is_relative_to(root) for root in OURS)
+
+
+def _codes(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+_REACHES: dict = {}  # code object -> whether it reaches a spawn (False while being walked: a cycle adds nothing)
+
+
+def _reaches_a_spawn(func) -> bool:
+    """Whether `func`'s code (nested functions included) starts a process, directly or through code of ours it
+    calls by a global name, a module's attribute or a class's method: the names each code object loads, resolved
+    in its module's globals."""
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    if code is None or not _ours(code):
+        return False
+    if code not in _REACHES:
+        _REACHES[code] = False
+        _REACHES[code] = _walk(code, func.__globals__)
+    return _REACHES[code]
+
+
+def _imported(part: types.CodeType) -> dict:
+    """What a function imports inside itself (`import subprocess`, `from conftest import cli`): name -> object."""
+    found, module = {}, None
+    for ins in dis.get_instructions(part):
+        if ins.opname == "IMPORT_NAME":
+            try:
+                module = importlib.import_module(ins.argval)
+            except Exception:  # noqa: BLE001 - a test's own import error shows when it runs, not here
+                module = None
+            if module is not None:
+                found[ins.argval.partition(".")[0]] = module
+                found[ins.argval] = module
+        elif ins.opname == "IMPORT_FROM" and module is not None:
+            value = getattr(module, ins.argval, None)
+            if value is None:  # a submodule not imported yet
+                with contextlib.suppress(Exception):
+                    value = importlib.import_module(f"{module.__name__}.{ins.argval}")
+            found[ins.argval] = value
+    return found
+
+
+def _walk(code: types.CodeType, globals_: dict) -> bool:
+    for part in _codes(code):
+        names = set(part.co_names) | set(part.co_varnames)
+        scope = {**globals_, **_imported(part)} if part.co_varnames else globals_
+        for name in names:
+            value = scope.get(name)
+            if isinstance(value, types.ModuleType):
+                if value.__name__ in SPAWN_MODULES or names & SPAWN_CALLS.get(value.__name__, set()):
+                    return True
+                if any(_reaches_a_spawn(getattr(value, attr)) for attr in names  # module.function() of ours
+                       if inspect.isfunction(getattr(value, attr, None))):
+                    return True
+            elif getattr(value, "__module__", None) in SPAWN_MODULES and callable(value):
+                return True
+            elif isinstance(value, type):  # a class of ours: its methods
+                if any(_reaches_a_spawn(m) for m in vars(value).values() if inspect.isfunction(m)):
+                    return True
+            elif inspect.isfunction(value) and _reaches_a_spawn(value):
+                return True
+    return False
+
+
+def _starts_processes(item) -> bool:
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in (info.name2fixturedefs.items() if info else ()):
+        funcs += [d.func for d in defs if name != "spawn_guard"]
+    return any(f is not None and _reaches_a_spawn(f) for f in funcs)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("e2e") is None and _starts_processes(item):
+            item.add_marker(pytest.mark.e2e)
+
+
+_spawned: list[str] = []
+
+
+def _record(what: str) -> None:
+    _spawned.append(what)
+
+
+@pytest.fixture(autouse=True)
+def spawn_guard(request):
+    """A test not marked e2e may not start a process: it would make the fast tier slow without anyone seeing."""
+    if request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    _spawned.clear()
+    original_child, original_fork = subprocess.Popen._execute_child, os.fork
+
+    def child(self, args, *rest, **kw):
+        _record(" ".join(map(str, args)) if isinstance(args, (list, tuple)) else str(args))
+        return original_child(self, args, *rest, **kw)
+
+    def fork():
+        _record("os.fork()")
+        return original_fork()
+
+    subprocess.Popen._execute_child, os.fork = child, fork
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child, os.fork = original_child, original_fork
+    assert not _spawned, (f"this test started a process ({_spawned[0][:200]}) but is not marked e2e: conftest "
+                          "could not see it from the test's code; mark it @pytest.mark.e2e")
