@@ -204,7 +204,7 @@ def render(con, r) -> None:
             con.print(f"    {r.cause.code}", markup=False)
             _render_lint(con, r.related_lint, "lint saw it before the run")
         if r.explanation is not None:
-            from ddplab.diagnose.explain import render as render_explanation  # 0.3 s: only when there is one
+            from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
 
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)

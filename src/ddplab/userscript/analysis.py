@@ -84,7 +84,7 @@ def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> Launc
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    from ddplab.diagnose.explain import clean, strip_prefixes
+    from ddplab.explain.matcher import clean, strip_prefixes
 
     try:
         text = clean(path.read_text(errors="replace"))
@@ -100,7 +100,7 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
         result.summary = f"{result.nproc_per_node} rank(s) per node finished in {result.seconds:.1f}s"
         result.ranks = [RankReport(rank=None, local_rank=lr, exitcode=0, log=str(p)) for lr, p in sorted(logs.items())]
         return
-    from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
+    from ddplab.explain.matcher import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
 
     result.status, result.exit_code = "failed", 1
     ranks, failed = {}, []
@@ -183,7 +183,7 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
 def _own_frame(stderr: Path) -> tuple[Path, int, str] | None:
     """(file, line, source) of the innermost frame of the script's own code in the last traceback of a rank's
     stderr, or None."""
-    from ddplab.diagnose.explain import strip_prefixes
+    from ddplab.explain.matcher import strip_prefixes
     from ddplab.launcher.stacks import own_code
 
     try:

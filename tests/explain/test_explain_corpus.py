@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ddplab.diagnose.explain import explain_text
-from ddplab.diagnose.rules import RULES
+from ddplab.explain.matcher import explain_text
+from ddplab.explain.rules import RULES
 
 LOGS = Path(__file__).parents[1] / "logs"
 HELD_OUT = {line.strip() for line in (LOGS / "HELDOUT.txt").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""The message catalogue (src/ddplab/diagnose/catalogue/, written by tools/make_catalogue.py) and the family rules
+"""The message catalogue (src/ddplab/explain/catalogue/, written by tools/make_catalogue.py) and the family rules
 built on it: the data is there, small and versioned; every family explains its own templates as a log shows them;
 each source's user-facing templates are >= 95 % covered; the extraction works on real files."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ddplab.diagnose import catalogue
-from ddplab.diagnose.explain import explain_text
-from ddplab.diagnose.rules import RULES, coverage, internal_reason, shown_as
+from ddplab.explain import catalogue
+from ddplab.explain.matcher import explain_text
+from ddplab.explain.rules import RULES, coverage, internal_reason, shown_as
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -130,7 +130,7 @@ def test_the_report_runs(capsys):
 def test_trie_regex_matches_exactly_its_words():
     import re
 
-    from ddplab.diagnose.rules import _trie
+    from ddplab.explain.rules import _trie
 
     words = {"abc", "abd", "ab", "a.b (x)", "xyz"}
     pattern = re.compile(_trie(words))
@@ -142,7 +142,7 @@ def test_trie_regex_matches_exactly_its_words():
 
 
 def test_closest_names_the_template_a_line_was_printed_from_and_nothing_for_foreign_text():
-    from ddplab.diagnose import catalogue
+    from ddplab.explain import catalogue
 
     template = next(t for t in catalogue.load("torch-python")["templates"]
                     if t["kind"] == "raise" and len(catalogue.chunks(t["text"])) >= 2)

@@ -1,7 +1,7 @@
 """The messages torch, NCCL and the OS can print, extracted from the software itself by tools/make_catalogue.py.
 
 One gzip'd JSON file per source: {"source", "version", "templates": [{"text", "file", ...}]}. A template's fields
-are `{}` (Python) or printf's `%s`/`%d`/... (C). explain's family rules (diagnose/rules.py) derive patterns from them.
+are `{}` (Python) or printf's `%s`/`%d`/... (C). explain's family rules (explain/rules.py) derive patterns from them.
 """
 
 from __future__ import annotations

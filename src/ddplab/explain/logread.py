@@ -241,8 +241,8 @@ class Prefilter:
 
 
 def _rule_prefilter() -> Prefilter:
-    from ddplab.diagnose.explain import READ_LITERALS
-    from ddplab.diagnose.rules import RULES
+    from ddplab.explain.matcher import READ_LITERALS
+    from ddplab.explain.rules import RULES
 
     literals, full = set(READ_LITERALS), []
     for rule in RULES:

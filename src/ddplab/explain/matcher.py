@@ -11,7 +11,7 @@ Before these, but after the warnings, by mechanism (`Rule.mechanism`, rules.MECH
 messages, `Rule.covers`) after the specific ones.
 Lines are attributed to a rank by the prefixes torch writes: `[rank1]:` (a worker's uncaught exception) and
 `[default1]:` (torchrun --tee: role and local rank); other launchers' prefixes are rewritten to these when the log is
-read (ddplab/diagnose/logread.py). ddplab's own hang reports are findings too (ownreport.py), and every answer carries
+read (ddplab/explain/logread.py). ddplab's own hang reports are findings too (ownreport.py), and every answer carries
 the structured reading of the failure (reading.py): what a person reads when no rule knows the error.
 """
 
@@ -21,11 +21,11 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from ddplab.diagnose import ownreport
-from ddplab.diagnose.exitcodes import describe_exit
-from ddplab.diagnose.logread import LogText, normalise
-from ddplab.diagnose.reading import Reading, read
-from ddplab.diagnose.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
+from ddplab.explain import ownreport
+from ddplab.explain.exitcodes import describe_exit
+from ddplab.explain.logread import LogText, normalise
+from ddplab.explain.reading import Reading, read
+from ddplab.explain.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
 
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
 LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
@@ -96,7 +96,7 @@ class RootCause:
     signal: str | None = None  # "SIGKILL" when the exit code is a signal
     line: int | None = None  # where torchrun's summary names it (1-based)
     error: str | None = None  # the last error line that rank printed, when the log has it
-    meaning: str | None = None  # what its exit code means (ddplab.diagnose.exitcodes.describe_exit)
+    meaning: str | None = None  # what its exit code means (ddplab.explain.exitcodes.describe_exit)
     time: str | None = None  # the summary's `time` (whole seconds: torchrun's order within one is arbitrary)
 
 

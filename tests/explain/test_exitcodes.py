@@ -1,4 +1,4 @@
-"""ddplab.diagnose.exitcodes.describe_exit: exit codes and signals of real processes, in every form they arrive."""
+"""ddplab.explain.exitcodes.describe_exit: exit codes and signals of real processes, in every form they arrive."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ddplab.diagnose.exitcodes import describe_exit
+from ddplab.explain.exitcodes import describe_exit
 
 # (how the child ends itself, its signal, words the explanation must hold)
 DEATHS = [

@@ -3,7 +3,7 @@
 A rule matches when any of its patterns (Python regular expressions, searched in the whole log with re.MULTILINE; a
 match is attributed to the line it starts on) occurs in the log. Patterns are the invariant part of the message as
 PyTorch, NCCL or gloo print it (their source is cited next to the rule when it is not obvious), never one log's wording.
-Flags that order the diagnoses when a log holds several errors (ddplab/diagnose/explain.py):
+Flags that order the diagnoses when a log holds several errors (ddplab/explain/matcher.py):
 `consequence=True`: the error usually follows another rank's failure: look at the root cause first.
 `generic=True`: a wrapper message (NCCL's "invalid usage", a worker's exit signal) that a more specific error in the
 same log explains better; it comes after the specific ones.
@@ -11,9 +11,9 @@ same log explains better; it comes after the specific ones.
 `mechanism`: "difference" (versions, drivers, interfaces differ between machines) and "resource" (a limit) explain the
 errors they cause, so they come first (mechanism_rank, order_findings).
 `covers`: a family rule - a whole layer's messages (NCCL's IB transport, the store, FSDP...), selected by source file
-from the message catalogue (diagnose/catalogue, extracted from the software by tools/make_catalogue.py); its
+from the message catalogue (explain/catalogue, extracted from the software by tools/make_catalogue.py); its
 patterns include the literal parts of those templates. A family explains only lines no specific rule explains.
-Every rule is checked against real error text (tests/diagnose/test_explain.py, test_rules.py, test_catalogue.py):
+Every rule is checked against real error text (tests/explain/test_explain.py, test_rules.py, test_catalogue.py):
 made there by running the failing code when a CPU can, otherwise quoted from a public report cited in tests/logs/;
 family rules against their own templates, the software's text.
 """
@@ -44,7 +44,7 @@ class Rule:
     # drivers, interfaces) explains the transport errors it causes, and a resource limit the crash it causes.
     mechanism: str = "error"  # one of MECHANISMS
     # A family rule covers whole source files of the catalogue ("SOURCE:REGEX" on the template's file); its patterns
-    # are its own plus the literal parts of those templates (diagnose/catalogue, tools/make_catalogue.py).
+    # are its own plus the literal parts of those templates (explain/catalogue, tools/make_catalogue.py).
     covers: tuple[str, ...] = ()
     # Words a log must contain somewhere for any pattern of this rule to match (a cheap test before the regexes;
     # empty: always run them). For families, whose patterns are many.
@@ -1227,7 +1227,7 @@ OS_MET = {"EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EAFNOSUPPORT", "ECONNREFUSED
 def _template_pattern(templates: list[str], os_texts: bool = False) -> str | None:
     """One regex for the literal parts of templates: per template its longest literal part, when that part is
     distinctive enough not to match unrelated text (>= 24 characters and 3 words)."""
-    from ddplab.diagnose import catalogue
+    from ddplab.explain import catalogue
 
     parts = set()
     if os_texts:
@@ -1270,7 +1270,7 @@ def _trie(words: set[str]) -> str:
 
 def _with_templates(families: tuple[Rule, ...]) -> tuple[Rule, ...]:
     """Each family with one more pattern: the literal parts of the user-facing templates of the files it covers."""
-    from ddplab.diagnose import catalogue
+    from ddplab.explain import catalogue
 
     # "SOURCE:FILE_REGEX", or "SOURCE:FILE_REGEX@@TEXT_REGEX": only that file's templates whose text matches (a
     # file that holds two layers: NCCL 2.3x's os/linux.cc has both its socket and its shared-memory calls)
@@ -1344,7 +1344,7 @@ def coverage(source: str, template: dict) -> tuple[str, str | None]:
     """How explain covers one catalogue template: ("rule" | "family" | "internal" | "uncovered", rule id). Covered
     means explain, given the template as a log shows it (shown_as), names a rule first: a specific one ("rule") or a
     family ("family")."""
-    from ddplab.diagnose.explain import explain_text
+    from ddplab.explain.matcher import explain_text
 
     key = json.dumps([source, template], sort_keys=True)
     if key not in _COVERAGE:
@@ -1360,7 +1360,7 @@ def coverage(source: str, template: dict) -> tuple[str, str | None]:
 def shown_as(source: str, template: dict) -> str:
     """A template as a log shows it: fields filled in, and for torch's Python the line Python adds (the raising
     frame of a traceback, or the logger's file:line prefix torch's logging format writes)."""
-    from ddplab.diagnose import catalogue
+    from ddplab.explain import catalogue
 
     text = catalogue.render(template["text"])
     kind, where = template.get("kind", ""), f'{template.get("file", "")}:{template.get("line", 0)}'

@@ -22,10 +22,10 @@ import psutil
 import pytest
 
 from conftest import cli, kill_tree
-from ddplab.diagnose import logread
-from ddplab.diagnose.explain import explain_log, explain_text, parse_root_cause
-from ddplab.diagnose.logread import Prefilter, canonical, read_path, required_literals
-from ddplab.diagnose.rules import RULES
+from ddplab.explain import logread
+from ddplab.explain.matcher import explain_log, explain_text, parse_root_cause
+from ddplab.explain.logread import Prefilter, canonical, read_path, required_literals
+from ddplab.explain.rules import RULES
 from ddplab.ports import free_port
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -458,7 +458,7 @@ def test_ranking_by_mechanism_when_a_rule_says(monkeypatch):
     """A rule's `mechanism` puts the finding that explains the others first; without it the order is unchanged."""
     from dataclasses import replace
 
-    from ddplab.diagnose import explain as explain_module
+    from ddplab.explain import matcher as explain_module
 
     log = ("[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1\n"
            "[rank1]: RuntimeError: Distributed package doesn't have NCCL built in\n")

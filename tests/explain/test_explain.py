@@ -24,8 +24,8 @@ from torch import nn
 
 from conftest import cli, kill_tree
 from test_explain_corpus import read_quoted
-from ddplab.diagnose.explain import explain_text
-from ddplab.diagnose.rules import BY_ID, RULES
+from ddplab.explain.matcher import explain_text
+from ddplab.explain.rules import BY_ID, RULES
 from ddplab.ports import free_port
 
 HERE = Path(__file__).parents[1]

@@ -9,8 +9,8 @@ import traceback
 
 import pytest
 
-from ddplab.diagnose import catalogue
-from ddplab.diagnose.explain import explain_text
+from ddplab.explain import catalogue
+from ddplab.explain.matcher import explain_text
 
 
 def first_rule(text: str) -> str | None:
@@ -244,7 +244,7 @@ def test_connectfullmesh_whose_pair_error_is_kept_but_path_cut_is_gloo_address()
 
 def test_a_failed_comparison_is_an_error_word():
     # catalogue templates that say a comparison failed are user-facing, so a family or rule must cover them
-    from ddplab.diagnose.rules import ERROR_WORD
+    from ddplab.explain.rules import ERROR_WORD
 
     for text in ("appears not to match strides of the same param in process 0.", "sizes do not match",
                  "the shapes doesn't match"):

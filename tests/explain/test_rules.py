@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from ddplab.diagnose.explain import explain_text
-from ddplab.diagnose.rules import BY_ID, MECHANISMS, RULES, order_findings
+from ddplab.explain.matcher import explain_text
+from ddplab.explain.rules import BY_ID, MECHANISMS, RULES, order_findings
 from ddplab.ports import free_port
 
 # rules this file produces for real (test_explain.py's "every rule is tested" counts them)
@@ -266,8 +266,8 @@ def test_a_hostname_error_comes_before_the_connection_failure_it_causes():
 
 def test_nccl_version_texts_from_the_library_itself():
     """GPU-only: NCCL's own texts, from the catalogue (extracted from libnccl.so), as NCCL's WARN lines show them."""
-    from ddplab.diagnose import catalogue
-    from ddplab.diagnose.rules import shown_as
+    from ddplab.explain import catalogue
+    from ddplab.explain.rules import shown_as
 
     wanted = re.compile(r"NCCL library is too old|not backwards compatible|NCCL version mismatch with remote")
     texts = [t for t in catalogue.load("nccl")["templates"] if wanted.search(t["text"])]
@@ -424,7 +424,7 @@ def test_a_message_split_across_source_literals_is_read_whole(tmp_path):
 
 
 def test_joining_literals_keeps_lines_and_ordinary_text():
-    from ddplab.diagnose.explain import join_literals
+    from ddplab.explain.matcher import join_literals
 
     text = 'Missing key(s) in state_dict: "module.a", "module.b".\nwarnings.warn("a", "b")\nplain'
     assert join_literals(text) == text

@@ -128,11 +128,11 @@ def _layer(error: str, stack: list[Frame], user_code_error: bool, how: str | Non
 
 
 def _closest(error: str | None) -> str | None:
-    """The catalogue's nearest entry, when the message catalogue (ddplab.diagnose.catalogue) exists."""
+    """The catalogue's nearest entry, when the message catalogue (ddplab.explain.catalogue) exists."""
     if not error:
         return None
     try:
-        from ddplab.diagnose import catalogue
+        from ddplab.explain import catalogue
     except ImportError:
         return None
     closest = getattr(catalogue, "closest", None)
