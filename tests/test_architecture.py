@@ -19,7 +19,7 @@ LAYERS = {
     "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
                 "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.resume", "ddplab.ckptfile",
                 "ddplab.statedict"],
-    "diagnose": ["ddplab.diagnose", "ddplab.explain"],
+    "diagnose": ["ddplab.diagnose", "ddplab.explain", "ddplab.lint"],
     "launcher": ["ddplab.launcher"],
     "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",
                 "ddplab.userscript", "ddplab.templates"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.diagnose.lint import lint_source
+from ddplab.lint import lint_source
 
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 SETUP = """
@@ -165,7 +165,7 @@ def test_mkdir_whose_exists_error_is_caught_is_no_race():
 
 def test_main_block_of_an_imported_module_does_not_run(tmp_path):
     """An imported module's `if __name__ == "__main__":` demo does not run when the script imports it."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "helpers.py").write_text("def f():\n    return 1\n\nif __name__ == '__main__':\n"
                                          "    open('demo.txt', 'w').write('x')\n")
     (tmp_path / "train.py").write_text(HEAD + "import helpers\n" + SETUP + "helpers.f()\ndist.destroy_process_group()\n")
@@ -198,7 +198,7 @@ def test_an_options_default_device_is_the_users_choice():
 def test_local_rank_flag_of_an_options_module(tmp_path):
     """The parser is built in options.py; the script picks the device from opt.local_rank: reported once, in the
     script. A flag value replaced before use (`opt.local_rank = dist.get_rank()`) is not the flag's."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "options.py").write_text("import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"
                                          "    p.add_argument('--local_rank', type=int, default=0)\n"
                                          "    return p.parse_args()\n")
@@ -227,7 +227,7 @@ def test_ddp_device_ids_given_by_position_pick_the_device():
 def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path):
     """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
     reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "worker.py").write_text(HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
                                         "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
                                         "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
@@ -283,7 +283,7 @@ def test_accumulation_as_a_step_counter_with_a_backward_helper():
 def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
     """A module's torch.load without map_location is judged with its callers, as a save is: called only under a
     rank-0 test, one process loads (onto its own GPU)."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "helpers.py").write_text("import torch\ndef load(p):\n    return torch.load(p)\n")
     script = HEAD + "import helpers\n" + SETUP + "if rank == 0:\n    state = helpers.load('m.pt')\n" \
         "dist.destroy_process_group()\n"
@@ -316,7 +316,7 @@ def test_backend_attribute_set_once_in_the_file_is_a_literal():
 def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
     script never calls: every rank still prints."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "misc.py").write_text("import builtins\ndef setup_for_distributed(is_master):\n"
                                       "    builtin_print = builtins.print\n"
                                       "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
@@ -374,7 +374,7 @@ def test_load_in_a_branch_no_caller_turns_on_never_runs():
 def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
     """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
     the if branch runs without a group, as one process."""
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
     (tmp_path / "utils.py").write_text(HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', "
                                        "rank=rank, world_size=n)\n")
     script = HEAD + "import argparse\nfrom utils import ddp_setup\n\ndef main(rank):\n    ddp_setup(rank, 2)\n" \

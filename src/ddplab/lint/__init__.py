@@ -16,12 +16,12 @@ import os
 import re
 from pathlib import Path
 
-from ddplab.diagnose.lint import project as projects
-from ddplab.diagnose.lint.callers import Callers
-from ddplab.diagnose.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for,
+from ddplab.lint import project as projects
+from ddplab.lint.callers import Callers
+from ddplab.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for,
                                           is_main_block, static)
-from ddplab.diagnose.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.diagnose.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
+from ddplab.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
+from ddplab.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.errors import DdplabError
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import torchrun
-from ddplab.diagnose.lint import lint_file, lint_source
+from ddplab.lint import lint_file, lint_source
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 PG = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n" \

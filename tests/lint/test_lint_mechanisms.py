@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.diagnose.lint import lint_source
+from ddplab.lint import lint_source
 from test_lint_project import found, write  # one copy of the project-folder helpers
 
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli
-from ddplab.diagnose.lint import lint_file, lint_source
+from ddplab.lint import lint_file, lint_source
 
 HERE = Path(__file__).parents[1]
 SRC = HERE.parent / "src" / "ddplab"

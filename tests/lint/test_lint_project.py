@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import cli
-from ddplab.diagnose.lint import lint_file, lint_source
+from ddplab.lint import lint_file, lint_source
 
 HERE = Path(__file__).parents[1]
 

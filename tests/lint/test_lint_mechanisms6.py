@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.diagnose.lint import lint_file, lint_source
+from ddplab.lint import lint_file, lint_source
 
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 
