@@ -2,8 +2,8 @@
 on the wrong data without saying so. Each finding has a line, a rule id, a level, a message and a fix.
 
 Errors break or hang a distributed run for certain; warnings are mistakes with a cost (wrong data, lost or
-unloadable checkpoints, a script that runs on GPUs only). Checks are heuristics over names and one file: reading.py
-follows rank guards as a reader does, rules.py holds the checks; docs/lint.md lists them and how often they are
+unloadable checkpoints, a script that runs on GPUs only). Checks are heuristics over names and one file: scriptread.py
+follows rank guards as a reader does, checks.py holds the checks; docs/lint.md lists them and how often they are
 right on public scripts.
 """
 
@@ -16,13 +16,13 @@ import os
 import re
 from pathlib import Path
 
+from ddplab.errors import DdplabError
 from ddplab.lint import project as projects
 from ddplab.lint.callers import Callers
-from ddplab.lint.reading import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for,
-                                          is_main_block, static)
-from ddplab.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.lint.rules import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
-from ddplab.errors import DdplabError
+from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
+from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block,
+                                    static)
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.lint.reading import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
-from ddplab.lint.reading import _walk_same_function as ScriptReader_walk
+from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
+from ddplab.lint.scriptread import _walk_same_function as ScriptReader_walk
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 

@@ -2,7 +2,7 @@
 torchrun never passes, a current device never set, the global rank used as a device index, a metric of one rank's
 shard reported as the whole, one file written by every rank, and rank 0 leaving a loop the others go on with.
 
-Each check reads the script through ScriptReader (reading.py); Checks (rules.py) runs them with the others."""
+Each check reads the script through ScriptReader (scriptread.py); Checks (checks.py) runs them with the others."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import ast
 import bisect
 import re
 
-from ddplab.lint.reading import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
-                                         given_for, keyword, last)
-from ddplab.lint.reading import _walk_same_function as _same_scope
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
+                                    given_for, keyword, last)
+from ddplab.lint.scriptread import _walk_same_function as _same_scope
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|num_updates|updates)$")
 AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
-from ddplab.lint.result import ERROR, WARNING
+from ddplab.lint.findings import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes

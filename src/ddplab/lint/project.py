@@ -79,7 +79,7 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
                 return True
         return False
 
-    from ddplab.lint.reading import static
+    from ddplab.lint.scriptread import static
 
     for node in static(tree)[0]:
         if isinstance(node, ast.Import):

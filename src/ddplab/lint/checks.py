@@ -6,11 +6,11 @@ from __future__ import annotations
 import ast
 import re
 
-from ddplab.lint.reading import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                          _calls_in, _exits, _method, _walk_same_function, const_str, dotted,
-                                          is_main_block, keyword, last)
+from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
 from ddplab.lint.multigpu import MultiGpuChecks
-from ddplab.lint.result import ERROR, POSSIBLE, SURE, WARNING, Finding
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
+                                    _calls_in, _exits, _method, _walk_same_function, const_str, dotted,
+                                    is_main_block, keyword, last)
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
