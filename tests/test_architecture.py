@@ -19,12 +19,12 @@ LAYERS = {
     "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
                 "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.resume", "ddplab.ckptfile",
                 "ddplab.statedict"],
-    "diagnose": ["ddplab.diagnose", "ddplab.explain", "ddplab.lint"],
+    "diagnose": ["ddplab.explain", "ddplab.lint", "ddplab.flight"],
     "launcher": ["ddplab.launcher"],
     "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",
                 "ddplab.userscript", "ddplab.templates"],
     "commands": ["ddplab.commands", "ddplab.cliargs"],
-    "cli": ["ddplab.cli", "ddplab.__main__"],
+    "cli": ["ddplab.cli", "ddplab.__main__", "ddplab.boot"],
 }
 ORDER = list(LAYERS)
 # Packages of one layer whose dependency points one way: (package, the package it never imports).

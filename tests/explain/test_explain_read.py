@@ -23,8 +23,8 @@ import pytest
 
 from conftest import cli, kill_tree
 from ddplab.explain import logread
-from ddplab.explain.matcher import explain_log, explain_text, parse_root_cause
 from ddplab.explain.logread import Prefilter, canonical, read_path, required_literals
+from ddplab.explain.matcher import explain_log, explain_text, parse_root_cause
 from ddplab.explain.rules import RULES
 from ddplab.ports import free_port
 

@@ -35,7 +35,7 @@ class RunResult:
     reason: str = ""
     run_dir: str = ""
     last_progress: float | None = None  # epoch seconds of the last mark any rank made
-    flight: Any = None  # diagnose.flight.FlightReport: which collective each rank last called (a failed run)
+    flight: Any = None  # flight.reader.FlightReport: which collective each rank last called (a failed run)
 
     @property
     def ok(self) -> bool:

@@ -64,7 +64,7 @@ class LaunchResult:
     related_lint: list = field(default_factory=list)  # lint findings that explain the hang or the failure
     cause: OwnCause | None = None  # the root-cause rank's own line, when its error only looks like a consequence
     explanation: object = None  # ddplab explain's Explanation of the failure
-    flight: object = None  # diagnose.flight.FlightReport: the per-collective view from PyTorch's Flight Recorder
+    flight: object = None  # flight.reader.FlightReport: the per-collective view from PyTorch's Flight Recorder
     profile: object = None  # perf.profile.Profile: `--profile`'s per-rank step breakdown and ranked causes
 
 
@@ -236,7 +236,7 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
 def _flight(run: ScriptRun, **known):
     """The Flight Recorder's view of the ranks (which collective each last called and completed), or None when no
     rank left a record: the stacks and the tracebacks are then all there is."""
-    from ddplab.diagnose import flight
+    from ddplab.flight import reader as flight
 
     if not run.dumps:
         return None

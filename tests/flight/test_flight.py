@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from conftest import kill_tree
-from ddplab.diagnose import flight
+from ddplab.flight import reader as flight
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 HANG_TIMEOUT_S = 2.0
@@ -82,9 +82,9 @@ def test_no_record_says_why():
 def test_bootstrap_keeps_the_sitecustomize_it_shadows(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.SHADOWED_RAN = True\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(flight.BOOT_DIR), str(tmp_path)]),
-           flight.frdump.DIR_ENV: str(tmp_path), "RANK": "0", "LOCAL_RANK": "0"}
-    code = ("import builtins, sys; from ddplab.diagnose import frdump; "
-            "print(builtins.SHADOWED_RAN, frdump._installed, 'torch' in sys.modules)")
+           flight.rankdump.DIR_ENV: str(tmp_path), "RANK": "0", "LOCAL_RANK": "0"}
+    code = ("import builtins, sys; from ddplab.flight import rankdump; "
+            "print(builtins.SHADOWED_RAN, rankdump._installed, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True", "False"], out.stderr  # installed, chained, and torch not imported
     record = json.loads((tmp_path / "rank0.json").read_text())  # written at exit

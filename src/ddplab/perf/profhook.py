@@ -9,7 +9,7 @@ DDP's bucket rebuild, a compile), calls profiler.step() at the end of each of th
 DIR/rank<RANK>.trace.json (Chrome/Perfetto format, the profiler's export_chrome_trace) and DIR/rank<RANK>.json
 (what the trace cannot say: DDP's settings, data loaders, threads, cores).
 
-Installed through frboot/sitecustomize.py like the Flight Recorder's dump thread: it imports nothing heavy at
+Installed through ddplab/boot/sitecustomize.py like the Flight Recorder's dump thread: it imports nothing heavy at
 start-up; the hook is attached the moment the script's `import torch` loads torch.optim. Outside the window it
 costs one Python call per optimizer step.
 """

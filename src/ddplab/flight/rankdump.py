@@ -8,7 +8,7 @@ DIR/rank<RANK>.json. The dump call releases nothing the main thread holds (the m
 released), which is what makes this work. The same record is written at exit (atexit), so a rank that dies of a
 Python exception, or whose collective failed, leaves its last state behind.
 
-Installed in every torchrun worker through frboot/sitecustomize.py on PYTHONPATH (see flight.worker_env), or by
+Installed in every torchrun worker through ddplab/boot/sitecustomize.py on PYTHONPATH (see reader.worker_env), or by
 calling install() first thing in a worker. Import-light on purpose: it runs at every worker's start-up and imports
 neither torch nor ddplab's other modules; torch is touched only when a dump is asked for and only if the script
 imported it already.

@@ -1,6 +1,10 @@
 """ddplab's worker bootstrap: on PYTHONPATH, Python imports this at start-up (site.py), so every torchrun worker
-starts ddplab's Flight Recorder dump thread with no change to the user's script (see ddplab/diagnose/frdump.py).
-It then runs the sitecustomize it shadows, if the environment has one, so that one keeps working."""
+starts ddplab's Flight Recorder dump thread with no change to the user's script (see ddplab/flight/rankdump.py), and
+arms `--profile`'s hook (ddplab/perf/profhook.py, idle unless asked).
+It then runs the sitecustomize it shadows, if the environment has one, so that one keeps working.
+
+A rank's entry point, like the CLI's: it imports the hooks it installs and nothing imports it (flight.reader puts this
+folder on the ranks' PYTHONPATH by path). This folder holds nothing else: all of it is importable in the ranks."""
 
 import importlib.machinery
 import importlib.util
@@ -8,13 +12,13 @@ import os
 import sys
 
 try:
-    from ddplab.diagnose import frdump
+    from ddplab.flight import rankdump
 
-    frdump.install()
+    rankdump.install()
 except Exception as e:  # noqa: BLE001 - the bootstrap must never stop the user's script
     sys.stderr.write(f"ddplab: Flight Recorder bootstrap not installed: {e}\n")
-try:  # `--profile`: torch.profiler over a window of steps (ddplab/diagnose/profhook.py); off unless asked
-    from ddplab.diagnose import profhook
+try:  # `--profile`: torch.profiler over a window of steps (ddplab/perf/profhook.py); off unless asked
+    from ddplab.perf import profhook
 
     profhook.install()
 except Exception as e:  # noqa: BLE001

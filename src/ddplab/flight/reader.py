@@ -2,7 +2,8 @@
 completed (sequence number, op, shapes, dtype), and one line saying where the ranks part ways.
 
 Launcher side (no torch import). The workers record because worker_env() sets TORCH_FR_BUFFER_SIZE, and answer
-dump requests through the bootstrap in frdump.py (put on their PYTHONPATH by worker_env() too):
+dump requests through rankdump.py, which ddplab/boot/sitecustomize.py installs (put on their PYTHONPATH by worker_env()
+too):
 
     env.update(flight.worker_env(dump_dir))          # before the workers start
     ...                                              # the watchdog decides the run hangs
@@ -26,14 +27,16 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ddplab.diagnose import frdump
+from ddplab.flight import rankdump
 
 # Entries per rank when the user set none. PyTorch's tutorial suggests 2000, but a dump's cost grows faster than
 # its size (benchmarks/flight_dump_cost.py, torch 2.13 CPU: 9 ms for 256 entries, 182 ms for 2000; docs/flight.md),
 # every rank pays it at exit, and
 # the analysis needs only the last collectives of each rank: 256 hold about ten DDP steps of bucketed all-reduces.
 BUFFER_SIZE = 256
-BOOT_DIR = Path(__file__).with_name("frboot")  # holds the sitecustomize.py that installs frdump in each worker
+# The ranks' start-up folder: its sitecustomize.py installs rankdump (and --profile's hook) in each worker. Put on
+# their PYTHONPATH by path, never imported: it is an entry point, in the top layer with the CLI.
+BOOT_DIR = Path(__file__).resolve().parents[1] / "boot"
 
 # PyTorch's dtype names in the dump (c10 ScalarType names) -> the torch.<dtype> names users write.
 DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
@@ -69,7 +72,7 @@ def worker_env(dump_dir: str | os.PathLike, environ: dict[str, str] | None = Non
     path = [str(BOOT_DIR), *[p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     return {
         "TORCH_FR_BUFFER_SIZE": environ.get("TORCH_FR_BUFFER_SIZE") or str(buffer_size),
-        frdump.DIR_ENV: str(dump_dir),
+        rankdump.DIR_ENV: str(dump_dir),
         "PYTHONPATH": os.pathsep.join(path),
     }
 
@@ -94,9 +97,9 @@ def request_dumps(dump_dir: str | os.PathLike, ranks, timeout: float = 5.0) -> d
     """
     dump_dir = Path(dump_dir)
     request = uuid.uuid4().hex
-    tmp = dump_dir / f"{frdump.REQUEST_FILE}.{request}.tmp"
+    tmp = dump_dir / f"{rankdump.REQUEST_FILE}.{request}.tmp"
     tmp.write_text(request, encoding="utf-8")
-    os.replace(tmp, dump_dir / frdump.REQUEST_FILE)
+    os.replace(tmp, dump_dir / rankdump.REQUEST_FILE)
     wanted = set(ranks)
     deadline = time.monotonic() + timeout
     while True:
