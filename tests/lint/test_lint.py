@@ -1,34 +1,20 @@
-"""ddplab lint: every rule on a script that makes every mistake, clean verdicts on correct scripts (the recipes,
-what `ddplab new` writes), and the tricky cases that must not fire."""
+"""ddplab lint on whole scripts: every rule on a script that makes every mistake (`# expect:` comments), clean
+verdicts on correct scripts (the recipes, what `ddplab new` writes, the tutorial; correct scripts of the tuning sets,
+each also with one mistake put back), and the CLI's exit codes, JSON and several paths."""
 
 from __future__ import annotations
-
-import re
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from conftest import cli
 from ddplab.lint import lint_file, lint_source
+from lintcase import HERE, SCRIPTS, expected, names_time as names
 
-HERE = Path(__file__).parents[1]
-SRC = HERE.parent / "src" / "ddplab"
+
+# ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
+
+
 BAD = HERE / "scripts" / "lint_bad.py"
-
-
-def expected(path: Path) -> set[tuple[int, str]]:
-    """(line, rule) for every `# expect: RULE [RULE...]` comment in the file."""
-    found = set()
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        m = re.search(r"# expect: ([a-z0-9-]+(?: [a-z0-9-]+)*)\s*$", line)
-        if m:
-            found |= {(number, rule) for rule in m.group(1).split()}
-    return found
-
-
-def rules(setup: str, source: str) -> list[str]:
-    return [f.rule for f in lint_source(setup + textwrap.dedent(source)).findings]
 
 
 def test_every_mistake_is_found_on_its_line_and_nothing_else():
@@ -45,8 +31,6 @@ def test_all_rules_exist_in_the_bad_script():
             "unguarded-print", "load-no-map-location", "no-destroy", "ddp-no-device-ids", "local-rank-save"} <= fired
 
 
-CLEAN = sorted([HERE / "scripts" / "good_ddp.py", HERE / "scripts" / "lint_trainer_ok.py",
-                HERE / "scripts" / "lint_spawn_ok.py", *SRC.glob("recipes/*.py"), *SRC.glob("train/*.py")])
 TRAINER_BAD = HERE / "scripts" / "lint_trainer_bad.py"
 
 
@@ -56,6 +40,13 @@ def test_the_trainer_mistakes_are_found_on_their_lines_and_nothing_else():
     assert {(f.line, f.rule) for f in result.findings} == expected(TRAINER_BAD)
     assert {"unguarded-print", "local-rank-save", "rank0-ddp-forward", "grad-accum-no-sync",
             "loader-without-sampler"} == {rule for _, rule in expected(TRAINER_BAD)}
+
+
+SRC = HERE.parent / "src" / "ddplab"
+
+
+CLEAN = sorted([HERE / "scripts" / "good_ddp.py", HERE / "scripts" / "lint_trainer_ok.py",
+                HERE / "scripts" / "lint_spawn_ok.py", *SRC.glob("recipes/*.py"), *SRC.glob("train/*.py")])
 
 
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -97,85 +88,6 @@ def test_cli_exit_codes_and_json(tmp_path):
         assert ":None" not in ran.err, ran.err
 
 
-# ----------------------------------------------------------------------------------------------- must not fire
-
-PG = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
-
-
-def test_launcher_env_only_as_a_fallback_is_fine():
-    assert rules(PG, """
-        os.environ.setdefault("MASTER_PORT", "29500")
-        if "MASTER_ADDR" not in os.environ:
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
-        dist.destroy_process_group()
-    """) == []
-
-
-def test_rank_guards_in_their_usual_shapes():
-    assert rules(PG, """
-        rank = dist.get_rank()
-        is_main = rank == 0
-        def save(model):
-            torch.save(model.state_dict(), "m.pt")
-        def report():
-            if not is_main:
-                return
-            print("done")
-        if dist.get_rank() == 0:
-            save(torch.nn.Linear(1, 1))
-        report()
-        print(f"rank {rank} ready")
-        if int(os.environ["RANK"]) != 0:
-            pass
-        else:
-            torch.save({}, "x.pt")
-        dist.destroy_process_group()
-    """) == []
-
-
-def test_collectives_paired_across_a_rank_branch_are_fine():
-    assert rules(PG, """
-        t = torch.ones(1)
-        if dist.get_rank() == 0:
-            out = [torch.zeros(1) for _ in range(dist.get_world_size())]
-            dist.gather(t, gather_list=out, dst=0)
-        else:
-            dist.gather(t, dst=0)
-        dist.destroy_process_group()
-    """) == []
-
-
-def test_early_return_before_a_collective_hangs():
-    assert rules(PG, """
-        def sync(rank):
-            if rank != 0:
-                return
-            dist.barrier()
-        dist.destroy_process_group()
-    """) == ["collective-in-rank-branch"]
-
-
-def test_cuda_picked_from_local_rank_is_fine():
-    assert rules(PG.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'"), """
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        local_rank = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local_rank)
-        model = DDP(torch.nn.Linear(1, 1).cuda(), device_ids=[local_rank])
-        state = torch.load("m.pt", map_location=f"cuda:{local_rank}")
-        dist.destroy_process_group()
-    """) == []
-
-
-def test_hard_coded_rank_and_init_method_are_errors():
-    found = lint_source(textwrap.dedent("""
-        import torch.distributed as dist
-        dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456", rank=0, world_size=2)
-        dist.destroy_process_group()
-    """))
-    assert sorted(f.rule for f in found.findings) == ["sets-master-env", "sets-rank-env"]
-    assert not found.ok
-
-
 def test_the_guides_tutorial_example_shows_its_quiet_mistakes():
     """docs/examples/tutorial_ddp.py: the script learners copy; random data used straight in the loop, no Dataset."""
     from pathlib import Path
@@ -191,386 +103,6 @@ def test_the_guides_tutorial_example_shows_its_quiet_mistakes():
         assert expected in rules, rules
 
 
-# ----------------------------------------------------------------------------------------------- guards, in pairs
-# Each pattern twice: the true alarm, then the same code written right (the false alarm lint must not raise).
-
-GPU = PG.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'") + \
-    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-END = "\ndist.destroy_process_group()\n"
-
-
-def pair(true_alarm: str, false_alarm: str, setup: str = PG) -> tuple[list[str], list[str]]:
-    return rules(setup, textwrap.dedent(true_alarm) + END), rules(setup, textwrap.dedent(false_alarm) + END)
-
-
-def test_a_method_called_only_under_a_guard_is_guarded():
-    bad, good = pair("""
-        class T:
-            def _save(self):
-                torch.save({}, "s.pt")
-            def run(self, every):
-                if every:
-                    self._save()
-        """, """
-        class T:
-            def _save(self):
-                torch.save({}, "s.pt")
-                print("saved")
-            def run(self, every):
-                if dist.get_rank() == 0 and every:
-                    self._save()
-        """)
-    assert bad == ["unguarded-save"] and good == []
-
-
-def test_a_function_called_from_a_guarded_and_an_unguarded_site_is_not():
-    bad, good = pair("""
-        def note(text):
-            print(text)
-        if dist.get_rank() == 0:
-            note("a")
-        note("b")
-        """, """
-        def note(text):
-            print(text)
-        if dist.get_rank() == 0:
-            note("a")
-            note("b")
-        """)
-    assert bad == ["unguarded-print"] and good == []
-
-
-def test_an_early_exit_guards_the_rest_of_the_function():
-    bad, good = pair("""
-        def finish(rank):
-            if rank != 0:
-                rank = 0
-            torch.save({}, "f.pt")
-        """, """
-        def finish(rank):
-            if rank != 0:
-                return
-            torch.save({}, "f.pt")
-            print("saved")
-        """)
-    assert bad == ["unguarded-save"] and good == []
-
-
-def test_a_guard_stored_in_a_variable():
-    bad, good = pair("""
-        leader = int(os.environ["RANK"]) != 0
-        if leader:
-            torch.save({}, "x.pt")
-        """, """
-        leader = int(os.environ["RANK"]) == 0
-        if leader:
-            torch.save({}, "x.pt")
-            print("saved")
-        """)
-    assert bad == ["unguarded-save"] and good == []
-
-
-def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
-    """self.gpu_id from LOCAL_RANK: a guard for printing, a mistake for saving; from RANK: fine for both."""
-    local, global_ = pair("""
-        class T:
-            def __init__(self):
-                self.gpu_id = int(os.environ["LOCAL_RANK"])
-            def end(self):
-                if self.gpu_id == 0:
-                    print("done")
-                    torch.save({}, "t.pt")
-        T().end()
-        """, """
-        class T:
-            def __init__(self):
-                self.gpu_id = int(os.environ["RANK"])
-            def end(self):
-                if self.gpu_id == 0:
-                    print("done")
-                    torch.save({}, "t.pt")
-        T().end()
-        """)
-    assert local == ["local-rank-save"] and global_ == []
-
-
-def test_a_device_index_guard_is_fine_for_printing():
-    bad, good = pair("""
-        def train(gpu):
-            print("epoch done")
-        """, """
-        def train(gpu):
-            if gpu == 0:
-                print("epoch done")
-        """)
-    assert bad == ["unguarded-print"] and good == []
-
-
-def test_a_print_that_says_who_prints():
-    bad, good = pair("""
-        device = torch.device("cpu")
-        print(f"running on {device}")
-        """, """
-        local_rank = int(os.environ["LOCAL_RANK"])
-        print(f"[GPU{local_rank}] running")
-        print(f"[{os.getpid()}] running")
-        """)
-    assert bad == ["unguarded-print"] and good == []
-
-
-def test_saves_that_write_no_shared_file():
-    bad, good = pair("""
-        import io
-        buffer = "state.pt"
-        torch.save({}, buffer)
-        """, """
-        import io
-        buffer = io.BytesIO()
-        torch.save({}, buffer)
-        torch.save({}, f"state-{dist.get_rank()}.pt")
-        """)
-    assert bad == ["unguarded-save"] and good == []
-
-
-def test_a_wrapper_checkpoint_loaded_back_into_the_wrapper():
-    bad, good = pair("""
-        model = DDP(torch.nn.Linear(1, 1))
-        if dist.get_rank() == 0:
-            torch.save(model.state_dict(), "m.pt")
-        """, """
-        model = DDP(torch.nn.Linear(1, 1))
-        if dist.get_rank() == 0:
-            torch.save(model.state_dict(), "m.pt")
-        dist.barrier()
-        model.load_state_dict(torch.load("m.pt", map_location="cpu"))
-        """, PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n")
-    assert bad == ["save-ddp-state-dict"] and good == []
-
-
-def test_a_script_that_spawns_its_workers_is_its_own_launcher():
-    spawn = "import torch.multiprocessing as mp\n"
-    bad, good = pair("""
-        os.environ["MASTER_PORT"] = "29500"
-        if __name__ == "__main__":
-            print("starting")
-        """, """
-        os.environ["MASTER_PORT"] = "29500"
-        def worker(rank):
-            pass
-        if __name__ == "__main__":
-            print("starting")
-            mp.spawn(worker, nprocs=2)
-        """, spawn + PG)
-    assert bad == ["sets-master-env", "unguarded-print"] and good == []
-
-
-def test_rank0_evaluation_through_the_wrapper_of_a_module_with_buffers():
-    net = "net = DDP(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)){})\n"
-    eval_on_rank0 = textwrap.dedent("""
-        if dist.get_rank() == 0:
-            with torch.no_grad():
-                net{}(torch.ones(4, 2))
-        """)
-    assert rules(GPU, net.format("") + eval_on_rank0.format("") + END) == ["rank0-ddp-forward"]
-    assert rules(GPU, net.format("") + eval_on_rank0.format(".module") + END) == []
-    assert rules(GPU, net.format(", broadcast_buffers=False") + eval_on_rank0.format("") + END) == []
-    no_buffers = "net = DDP(torch.nn.Linear(2, 2))\n"
-    assert rules(GPU, no_buffers + eval_on_rank0.format("") + END) == []
-
-
-def test_a_shuffled_loader_beside_a_distributed_sampler():
-    data = "from torch.utils.data import DataLoader, DistributedSampler, Subset\nds = list(range(8))\n"
-    bad, good = pair("""
-        sampler = DistributedSampler(ds)
-        loader = DataLoader(ds, batch_size=2, shuffle=True)
-        """, """
-        sampler = DistributedSampler(ds)
-        loader = DataLoader(ds, batch_size=2, sampler=sampler)
-        mine = Subset(ds, range(dist.get_rank(), 8, dist.get_world_size()))
-        own = DataLoader(mine, batch_size=2, shuffle=True)
-        if dist.get_rank() == 0:
-            whole = DataLoader(ds, batch_size=2, shuffle=True)
-        """, PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
-        + data)
-    assert bad == ["loader-without-sampler"] and good == []
-
-
-@pytest.mark.parametrize("accumulate", ["modulo", "inner-loop"])
-def test_gradient_accumulation_without_no_sync(accumulate):
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.ones(2, 1)\naccum = 4\n"
-    loops = {
-        "modulo": ("""
-            for i in range(8):
-                {sync}model(x).sum().backward()
-                if (i + 1) % accum == 0:
-                    opt.step()
-            """, "model.require_backward_grad_sync = (i + 1) % accum == 0\n                "),
-        "inner-loop": ("""
-            for step in range(2):
-                for micro in range(accum):
-                    {sync}model(x).sum().backward()
-                opt.step()
-            """, "model.require_backward_grad_sync = micro == accum - 1\n                    "),
-    }
-    loop, sync = loops[accumulate]
-    bad, good = pair(loop.replace("{sync}", ""), loop.replace("{sync}", sync), setup)
-    assert bad == ["grad-accum-no-sync"] and good == []
-    if accumulate == "inner-loop":
-        with_no_sync = loop.replace("{sync}model(x).sum().backward()",
-                                    "with model.no_sync():\n" + " " * 24 + "model(x).sum().backward()")
-        assert rules(setup, textwrap.dedent(with_no_sync) + END) == []
-
-
-def test_a_label_made_from_the_rank_says_who_prints():
-    bad, good = pair("""
-        local_rank = int(os.environ["LOCAL_RANK"])
-        device = torch.device("cpu")
-        loss = torch.ones(1, device=f"cuda:{local_rank}").sum()
-        print(device, loss)
-        """, """
-        local_rank = int(os.environ["LOCAL_RANK"])
-        device = torch.device("cuda:{}".format(local_rank))
-        print("using", device)
-        """)
-    assert bad == ["unguarded-print"] and good == []
-
-
-def test_gradient_accumulation_is_found_by_its_shape_not_its_names():
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.ones(2, 1)\nk = 4\n"
-    bad, good = pair("""
-        for batch in range(2):
-            for j in range(k):
-                model(x).sum().backward()
-            opt.step()
-        """, """
-        for batch in range(2):
-            for j in range(k):
-                model(x).sum().backward()
-                opt.step()
-        """, setup)
-    assert bad == ["grad-accum-no-sync"] and good == []
-
-
-def test_a_backend_default_nobody_overrides_is_hard_coded():
-    bad, good = pair("""
-        def setup(backend="nccl"):
-            dist.init_process_group(backend=backend)
-        setup()
-        """, """
-        def setup(backend="nccl"):
-            dist.init_process_group(backend=backend)
-        setup("nccl" if torch.cuda.is_available() else "gloo")
-        """, "import os\nimport torch\nimport torch.distributed as dist\n")
-    assert bad == ["nccl-hardcoded"] and good == []
-
-
-def test_random_split_needs_the_same_generator_on_every_rank():
-    split = "from torch.utils.data import random_split\nparts = random_split(list(range(10)), [8, 2]{})\n"
-    assert rules(PG, split.format("") + END) == ["unseeded-random-split"]
-    assert rules(PG, split.format(", generator=torch.Generator().manual_seed(0)") + END) == []
-    assert rules(PG + "torch.manual_seed(0)\n", split.format("") + END) == []
-
-
-def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
-    bad, good = pair("""
-        pool = [1, 5, 6, 7]
-        def work(rank):
-            device = pool[0]
-            print(f"training on {device}")
-        if "RANK" in os.environ:
-            print("launched")
-        """, """
-        pool = [1, 5, 6, 7]
-        def work(rank):
-            device = pool[rank]
-            print(f"training on {device}")
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            pass
-        else:
-            print("not distributed: one process")
-        """)
-    assert bad == ["unguarded-print"] and good == []
-    found = lint_source(PG + "print('a')\nprint('b')\n" + END).findings
-    assert [(f.line, f.also) for f in found if f.rule == "unguarded-print"] == [(5, [6])]
-
-
-def test_prints_routed_through_a_replaced_builtin_print():
-    """setup_for_distributed: `builtins.print = ...` keeps every print to the main process."""
-    bad, good = pair("""
-        print("epoch done")
-        """, """
-        import builtins
-        def quiet_unless(is_master):
-            builtin_print = builtins.print
-            def print(*args, **kwargs):
-                if is_master:
-                    builtin_print(*args, **kwargs)
-            builtins.print = print
-        quiet_unless(dist.get_rank() == 0)
-        print("epoch done")
-        """)
-    assert bad == ["unguarded-print"] and good == []
-
-
-def test_loader_rule_skips_evaluation_loaders_and_sees_a_sampler_that_is_none():
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
-        "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n"
-    bad, good = pair("""
-        def build(distributed):
-            if distributed:
-                sampler = DistributedSampler(ds)
-            else:
-                sampler = None
-            sampler = None
-            return DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
-        """, """
-        def build(distributed):
-            if distributed:
-                sampler = DistributedSampler(ds)
-            else:
-                sampler = None
-            train_loader = DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
-            val_loader = DataLoader(ds, batch_size=2, shuffle=True)
-            return train_loader, val_loader
-        """, setup)
-    assert bad == ["loader-without-sampler"] and good == []
-
-
-def test_random_draws_inside_the_loop_are_noise_not_the_dataset():
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
-    bad, good = pair("""
-        x = torch.randn(16, 1)
-        for step in range(4):
-            model(x).sum().backward()
-        """, """
-        torch.manual_seed(0)
-        x = torch.randn(16, 1)
-        for step in range(4):
-            noise = torch.randn(16, 1) * 0.01
-            model(x + noise).sum().backward()
-        """, setup)
-    assert bad == ["unseeded-random-data"] and good == []
-
-
-def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
-    """Under srun without torchrun, copying SLURM_PROCID into RANK is the script's job; a fallback port too."""
-    bad, good = pair("""
-        os.environ["RANK"] = "0"
-        os.environ["MASTER_PORT"] = "29500"
-        """, """
-        proc_id = int(os.environ["SLURM_PROCID"])
-        os.environ["RANK"] = str(proc_id)
-        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-        if "MASTER_PORT" in os.environ:
-            pass
-        else:
-            os.environ["MASTER_PORT"] = "29500"
-        """)
-    assert bad == ["sets-rank-env", "sets-master-env"] and good == []
-
-
 def test_cli_lints_several_scripts_at_once():
     good, trainer_ok = HERE / "scripts" / "good_ddp.py", HERE / "scripts" / "lint_trainer_ok.py"
     ran = cli("lint", str(good), str(trainer_ok))
@@ -581,23 +113,441 @@ def test_cli_lints_several_scripts_at_once():
     assert [len(r["findings"]) for r in data["results"]] == [0, len(expected(BAD))]
 
 
-def test_a_sampler_handed_to_what_runs_the_epochs_sets_its_epoch_there():
-    """`Checkpointer(..., sampler=sampler)` then `for epoch in ckpt.epochs(n)` (ddplab.resume, what `ddplab new`
-    writes): the epoch is set where the sampler went, out of the rule's sight; kept only by the loader, it is not."""
-    setup = PG + "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n" \
-        "model = torch.nn.Linear(1, 1)\n"
-    bad, good = pair("""
-        sampler = DistributedSampler(ds)
-        loader = DataLoader(ds, sampler=sampler)
-        for epoch in range(3):
-            for x in loader:
-                model(x).sum().backward()
-        """, """
-        sampler = DistributedSampler(ds)
-        loader = DataLoader(ds, sampler=sampler)
-        ckpt = Checkpointer("ckpt", model=model, sampler=sampler)
-        for epoch in ckpt.epochs(3):
-            for x in ckpt.batches(loader):
-                model(x).sum().backward()
-        """, setup)
-    assert bad == ["sampler-no-set-epoch"] and good == []
+# --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
+
+
+@pytest.mark.parametrize("name", ["lint_shared_write.py", "lint_unreduced_metric.py", "lint_rank0_break.py",
+                                  "lint_local_rank_flag.py"])
+def test_each_demo_script_is_found_on_its_line_and_nothing_else(name):
+    path = SCRIPTS / name
+    assert {(f.line, f.rule) for f in lint_file(path, show_all=True).findings} == expected(path)
+
+
+# ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
+
+
+CORRECT = """
+import os
+import time
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum = self.count = 0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+
+    def all_reduce(self):
+        t = torch.tensor([self.sum, self.count], dtype=torch.float64)
+        dist.all_reduce(t)
+        self.sum, self.count = t.tolist()
+
+    @property
+    def avg(self):
+        return self.sum / max(self.count, 1)
+
+
+def print0(*a):
+    if dist.get_rank() == 0:
+        print(*a)
+
+
+def cycle(loader, sampler):
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            yield batch
+        epoch += 1
+
+
+def validate(model, loader, device):
+    top1 = AverageMeter()
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x.to(device))
+            top1.update((out.argmax(1) == y.to(device)).float().mean().item(), x.size(0))
+    top1.all_reduce()
+    return top1.avg
+
+
+def main():
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    val_loader = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds, shuffle=False))
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).to(device),
+                device_ids=[local_rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * dist.get_world_size())
+    data = cycle(loader, sampler)
+    losses = AverageMeter()
+    start = time.time()
+    steps = 0
+    for step in range(200):
+        x, y = next(data)
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.update(t.item() / dist.get_world_size(), x.size(0))
+        if step % 50 == 0:
+            print0(f"step {step} loss {losses.avg:.3f} {steps / (time.time() - start):.1f} it/s")
+        if step % 100 == 0:
+            acc = validate(model, val_loader, device)
+            print0(f"val acc {acc:.3f}")
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "ckpt.pt")
+            dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_script_with_meters_generators_and_rates_is_quiet():
+    """Every idiom above done right: the loss all-reduced in place before the meter, the validation meter reduced by
+    its own all_reduce, set_epoch inside the endless generator, a speed (steps / elapsed time) beside the loss, the
+    evaluation on every rank: no finding at all."""
+    assert names(CORRECT, show_all=True) == []
+
+
+def test_correct_script_with_the_unreduced_loss_in_the_meter():
+    """The twin: the meter fed this rank's own loss.item() is one shard's running loss, shown by print0."""
+    wrong = CORRECT.replace("losses.update(t.item() / dist.get_world_size(), x.size(0))",
+                            "losses.update(loss.item(), x.size(0))")
+    assert names(wrong) == ["unreduced-metric"]
+
+
+CORRECT_TRAINER = """
+import os
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def ddp_setup():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+class Trainer:
+    def __init__(self, model, train_data, optimizer, save_every, snapshot_path):
+        self.gpu_id = int(os.environ["LOCAL_RANK"])
+        self.global_rank = int(os.environ["RANK"])
+        self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+        self.snapshot_path = snapshot_path
+        self.epochs_run = 0
+        self.step = 0
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(source), targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def _run_epoch(self, epoch):
+        self.train_data.sampler.set_epoch(epoch)
+        losses = []
+        self.epoch_loss = torch.zeros(1, device=self.gpu_id)
+        for source, targets in self.train_data:
+            loss = self._run_batch(source.to(self.gpu_id), targets.to(self.gpu_id))
+            self.epoch_loss += loss
+            self.step += 1
+            losses.append(loss)
+        dist.all_reduce(self.epoch_loss)
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, [l.item() for l in losses])
+        if self.global_rank == 0:
+            print(f"Epoch {epoch} | step {self.step} | loss {self.epoch_loss.item() / dist.get_world_size():.3f}")
+            print(f"median loss {np.median([x for g in gathered for x in g]):.3f}")
+
+    def _save_snapshot(self, epoch):
+        snapshot = {"MODEL_STATE": self.model.module.state_dict(), "EPOCHS_RUN": epoch}
+        torch.save(snapshot, self.snapshot_path)
+
+    def train(self, max_epochs):
+        for epoch in range(self.epochs_run, max_epochs):
+            self._run_epoch(epoch)
+            if self.global_rank == 0 and epoch % self.save_every == 0:
+                self._save_snapshot(epoch)
+
+
+def main():
+    ddp_setup()
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    loader = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds))
+    model = torch.nn.Linear(4, 2)
+    trainer = Trainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), 1, "snapshot.pt")
+    trainer.train(3)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_trainer_with_reduced_attribute_and_gathered_list_is_quiet():
+    """A trainer that all-reduces its epoch-loss attribute, all-gathers its list of losses, and shows its step
+    counter (`self.step += 1`) beside them on rank 0: nothing unreduced."""
+    assert names(CORRECT_TRAINER, show_all=True) == []
+
+
+def test_trainer_attribute_not_reduced_is_reported():
+    """The twin without the all_reduce of self.epoch_loss: one shard's loss shown as the epoch's."""
+    wrong = CORRECT_TRAINER.replace("        dist.all_reduce(self.epoch_loss)\n", "")
+    assert names(wrong) == ["unreduced-metric"]
+
+
+CORRECT_SPAWN = """
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def evaluate(model, loader, device):
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            pred = model(x.to(device)).argmax(1)
+            correct += (pred == y.to(device)).sum().item()
+            total += y.numel()
+    return correct / total
+
+
+def worker(rank, world_size):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = "29500"
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world_size)
+    device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randint(0, 2, (256,), generator=g))
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    test_loader = DataLoader(ds, batch_size=64)
+    model = DDP(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(device),
+                device_ids=[rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        running = torch.zeros(1, device=device)
+        n = 0
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            running += loss.detach()
+            n += 1
+        dist.all_reduce(running)
+        if rank == 0:
+            acc = evaluate(model.module, test_loader, device)
+            print(f"epoch {epoch} loss {running.item() / (n * world_size):.3f} acc {acc:.3f}")
+            torch.save(model.module.state_dict(), "model.pt")
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count() or 2
+    mp.spawn(worker, args=(world_size,), nprocs=world_size)
+"""
+
+
+def test_correct_spawn_script_whole_test_set_and_batch_count_is_quiet():
+    """Rank 0 evaluates `model.module` over a test loader with no sampler (the whole set, via a helper that returns
+    correct / total), and shows the all-reduced running loss divided by its batch count times the world size."""
+    assert names(CORRECT_SPAWN, show_all=True) == []
+
+
+def test_spawn_script_evaluating_a_shard_or_unreduced_loss_is_reported():
+    """The twins: the helper handed the training loader (this rank's DistributedSampler shard), or the running loss
+    not all-reduced."""
+    shard = CORRECT_SPAWN.replace("acc = evaluate(model.module, test_loader, device)",
+                                  "acc = evaluate(model.module, loader, device)")
+    assert names(shard) == ["unreduced-metric"]
+    unreduced = CORRECT_SPAWN.replace("        dist.all_reduce(running)\n", "")
+    assert names(unreduced) == ["unreduced-metric"]
+
+
+CORRECT_OPTIONAL_DDP = """
+import argparse
+import contextlib
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=2)
+    args = p.parse_args()
+    args.distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    args.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if args.distributed:
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        args.rank = dist.get_rank()
+    else:
+        args.rank = 0
+    device = torch.device("cuda", args.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randn(256, 1, generator=g))
+    sampler = DistributedSampler(ds) if args.distributed else RandomSampler(ds)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler)
+    model = nn.Linear(4, 1).to(device)
+    if args.distributed:
+        model = DDP(model, device_ids=[args.local_rank] if torch.cuda.is_available() else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    for epoch in range(args.epochs):
+        if args.distributed:
+            sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            last = (i + 1) % args.accum == 0
+            ctx = model.no_sync() if args.distributed and not last else contextlib.nullcontext()
+            with ctx:
+                with torch.autocast(device.type, enabled=torch.cuda.is_available()):
+                    loss = nn.functional.mse_loss(model(x.to(device)), y.to(device)) / args.accum
+                scaler.scale(loss).backward()
+            if last:
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+        if args.rank == 0:
+            state = model.module.state_dict() if args.distributed else model.state_dict()
+            torch.save({"model": state, "epoch": epoch}, "last.pt")
+    if args.distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_optional_ddp_script_is_quiet():
+    """DDP only `if args.distributed:`, no_sync on the accumulation micro-steps, set_epoch, and
+    `model.module.state_dict() if args.distributed else model.state_dict()`: on the else branch the model was never
+    wrapped, so its state_dict is the plain one."""
+    assert names(CORRECT_OPTIONAL_DDP, show_all=True) == []
+
+
+def test_optional_ddp_script_saving_the_wrapper_is_reported():
+    """The twin saving `model.state_dict()` on the distributed path too."""
+    wrong = CORRECT_OPTIONAL_DDP.replace(
+        "state = model.module.state_dict() if args.distributed else model.state_dict()",
+        "state = model.state_dict()")
+    assert names(wrong) == ["save-ddp-state-dict"]
+
+
+CORRECT_SLURM = """
+import os
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def setup():
+    rank = int(os.environ["SLURM_PROCID"])
+    world_size = int(os.environ["SLURM_NTASKS"])
+    gpus_per_node = torch.cuda.device_count()
+    local_rank = rank - gpus_per_node * (rank // gpus_per_node)
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world_size)
+    return rank, local_rank, world_size
+
+
+def main():
+    assert torch.cuda.is_available()
+    rank, local_rank, world_size = setup()
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(256, 4, generator=g), torch.randn(256, 1, generator=g))
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler, num_workers=2, pin_memory=True)
+    model = DDP(nn.Linear(4, 1).to(local_rank), device_ids=[local_rank])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    best = float("inf")
+    for epoch in range(5):
+        sampler.set_epoch(epoch)
+        loss_sum = torch.zeros(2, device=local_rank)
+        for x, y in loader:
+            x, y = x.to(local_rank, non_blocking=True), y.to(local_rank, non_blocking=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum += torch.stack([loss.detach() * x.size(0), torch.tensor(float(x.size(0)), device=local_rank)])
+        dist.all_reduce(loss_sum)
+        epoch_loss = (loss_sum[0] / loss_sum[1]).item()
+        stop = torch.zeros(1, device=local_rank)
+        if rank == 0:
+            print(f"epoch {epoch} loss {epoch_loss:.4f}")
+            if epoch_loss < best:
+                best = epoch_loss
+                torch.save(model.module.state_dict(), "best.pt")
+            elif epoch > 2:
+                stop += 1
+        dist.broadcast(stop, src=0)
+        if stop.item() > 0:
+            break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_correct_slurm_script_with_the_cuda_check_in_the_caller_is_quiet():
+    """`assert torch.cuda.is_available()` in main, then setup() with nccl: the check precedes the group; the local
+    rank from SLURM_PROCID modulo the GPUs, sums all-reduced, rank 0's stop decision broadcast before the break."""
+    assert names(CORRECT_SLURM, show_all=True) == []
+
+
+def test_slurm_script_without_an_availability_check_gets_nccl():
+    """The twins: no check at all, or a check of the GPU count against the scheduler's (not that GPUs exist)."""
+    none = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n", "")
+    assert names(none) == ["nccl-hardcoded"]
+    count = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n",
+                                  "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n")
+    assert names(count) == ["nccl-hardcoded"]

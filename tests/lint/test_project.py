@@ -1,6 +1,7 @@
 """ddplab lint reads a project, not a file: guards, print filters, device and process-group setup and DDP factories
 in the modules a script imports count; a broken neighbour never stops it; a folder is linted script by script;
-rank tests in every shape; confidence (default output: sure; --all: possible too)."""
+rank tests in every shape; confidence (default output: sure; --all: possible too); a function of another module
+judged by how the script runs it."""
 
 from __future__ import annotations
 
@@ -9,20 +10,7 @@ from pathlib import Path
 
 from conftest import cli
 from ddplab.lint import lint_file, lint_source
-
-HERE = Path(__file__).parents[1]
-
-
-def write(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return folder / next(iter(files))
-
-
-def found(path: Path, show_all: bool = False) -> set[tuple[str | None, int, str]]:
-    return {(f.path and Path(f.path).name, f.line, f.rule) for f in lint_file(path, show_all).findings}
+from lintcase import HEAD, HERE, found, rules_after_pg as rules, write
 
 
 TRAIN = """\
@@ -35,6 +23,8 @@ TRAIN = """\
         torch.save(model.module.state_dict(), "model.pt")
     finish()
 """
+
+
 UTILS = """\
     import builtins
     import os
@@ -142,14 +132,6 @@ def test_a_folder_is_linted_script_by_script(tmp_path):
     empty.mkdir()
     ran = cli("lint", str(empty))
     assert ran.code == 2 and "no Python file" in ran.err
-
-
-PG = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n" \
-     "dist.destroy_process_group()\n"
-
-
-def rules(source: str) -> list[str]:
-    return sorted(f.rule for f in lint_source(PG + textwrap.dedent(source)).findings)
 
 
 def test_rank_tests_in_every_shape():
@@ -272,3 +254,62 @@ def test_a_random_tensor_only_rank_0_uses_is_not_the_data():
     assert [(f.line, f.rule) for f in lint_source(noise).findings] == [(7, "unseeded-random-data")]
     only_preview = noise.replace("x = torch.randn(8, 4)", "x = torch.randn(8, 4, generator=torch.Generator())")
     assert lint_source(only_preview).findings == []
+
+
+# ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
+
+
+TRAIN_MODULE = """\
+    import torch
+    from torchvision.datasets import MNIST
+
+    def train(args):
+        data = MNIST(root=args.data, download=True)
+        print("training")
+        model = torch.nn.Linear(2, 2)
+        if args.local_rank == 0:
+            torch.save(model.state_dict(), "best.pt")
+"""
+
+
+def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_path):
+    script = write(tmp_path, {"run.py": """\
+        import os
+        import torch.distributed as dist
+        from utils.train import train
+
+        def main(args):
+            dist.init_process_group("gloo")
+            train(args)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main(None)
+    """, "utils/__init__.py": "", "utils/train.py": TRAIN_MODULE})
+    assert found(script) == {("train.py", 5, "shared-path-write"), ("train.py", 6, "unguarded-print"),
+                             ("train.py", 9, "local-rank-save")}
+    guarded = script.read_text().replace("    train(args)", "    if dist.get_rank() == 0:\n        train(args)")
+    script.write_text(guarded)
+    assert found(script) == set()  # only rank 0 calls it
+    assert {(f, line, rule) for f, line, rule in found(script, show_all=True)} >= {("train.py", 5, "shared-path-write")}
+
+
+# ------------------------------------------------------------------ issue 28, fifth pass (was test_lint_mechanisms5.py)
+
+
+def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path):
+    """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
+    reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
+    from ddplab.lint import lint_file
+    (tmp_path / "worker.py").write_text(HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
+                                        "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
+                                        "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
+                                        "    dist.destroy_process_group()\n")
+    script = "import torch\nimport torch.multiprocessing as mp\nfrom worker import ddp_main\n\n" \
+        "if __name__ == '__main__':\n    mp.spawn(ddp_main, args=(2,), nprocs=2)\n"
+    (tmp_path / "train.py").write_text(script)
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" in rules and "unguarded-print" in rules
+    (tmp_path / "train.py").write_text(script.replace("mp.spawn(ddp_main, args=(2,), nprocs=2)", "pass"))
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules
