@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ddplab.diagnose.explain import explain_text
+from ddplab.explain.matcher import explain_text
 
-TESTS = Path(__file__).resolve().parent.parent / "tests" / "diagnose"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "explain"
 sys.path.insert(0, str(TESTS))
 from test_explain_corpus import HELD_OUT, LOGS, read_quoted  # noqa: E402  the corpus's one reader
 

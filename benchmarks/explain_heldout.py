@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddplab.diagnose.explain import explain_text
+from ddplab.explain.matcher import explain_text
 
 HELDOUT = Path(__file__).resolve().parent / "explain_heldout"
 

@@ -2,7 +2,7 @@
 
 Makes a log of training-step lines with a real failure at the end (tests/logs/cuda_oom.log's quote) in a temporary
 folder (deleted after), then runs, each in a fresh process, side by side in this one run:
-  - new:  `python -m ddplab explain LOG` (ddplab.diagnose.logread streams it through the prefilter), on --size-mb;
+  - new:  `python -m ddplab explain LOG` (ddplab.explain.logread streams it through the prefilter), on --size-mb;
   - old:  the whole-file path the command had before (read all, decode, explain_text on the whole text), on
           --baseline-mb (a smaller file of the same lines: the old path needs ~5 bytes of memory per byte of log).
           With --baseline-src, the old path runs from that source tree (a checkout of the commit before).
@@ -32,11 +32,11 @@ import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 t = time.perf_counter()
 if mode == "new":
-    from ddplab.diagnose.explain import explain_log
-    from ddplab.diagnose.logread import read_path
+    from ddplab.explain.matcher import explain_log
+    from ddplab.explain.logread import read_path
     e = explain_log(read_path(path))
 else:
-    from ddplab.diagnose.explain import explain_text
+    from ddplab.explain.matcher import explain_text
     with open(path, "rb") as f:
         e = explain_text(f.read().decode("utf-8", errors="replace"), source=path)
 seconds = time.perf_counter() - t

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent / "lint_heldout"  # truth.json, sources.json
 ROOT = Path("/tmp/lint_heldout")  # the scripts (main() sets it from the command line)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from ddplab.diagnose.lint import lint_file  # noqa: E402
+from ddplab.lint import lint_file  # noqa: E402
 
 
 def statement_starts(path: Path) -> dict[int, int]:

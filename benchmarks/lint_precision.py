@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from ddplab.diagnose.lint import lint_file  # noqa: E402
+from ddplab.lint import lint_file  # noqa: E402
 
 
 @dataclass

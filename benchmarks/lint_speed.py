@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from ddplab.diagnose.lint import lint_file  # noqa: E402
+from ddplab.lint import lint_file  # noqa: E402
 
 BUDGET = 2.0
 

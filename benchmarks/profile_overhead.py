@@ -34,7 +34,7 @@ from inrun import MLP_STEPS, run_ranks  # noqa: E402
 PLANT = Path(__file__).resolve().parent.parent / "tests" / "scripts" / "profile_plant.py"
 
 IN_RUN = r"""
-from ddplab.diagnose import profhook
+from ddplab.perf import profhook
 profhook.install()  # before torch: as the ranks' sitecustomize does it
 """ + MLP_STEPS + r"""
 import torch.optim.optimizer as optimizer_module

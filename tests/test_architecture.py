@@ -1,34 +1,44 @@
 """The layers stay layers: imports point downward, ranks start in one place, commands stay thin.
 
 Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
-  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo, resume, ckptfile, statedict: what every
-             process may need
-  diagnose   explain's rules, lint, exit codes: knowledge about failures, no processes
-  launcher   starting, watching and ending ranks (uses diagnose to name a root cause)
+  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo, data, discover, resume, ckptfile, statedict:
+             what every process may need (users' scripts import ddplab.dist and ddplab.resume by these names)
+  diagnosis  three packages that know about failures and start no process, none importing another (SIBLINGS):
+             explain (log reading, the rule table, exit codes), lint (the static analyser), flight (the Flight
+             Recorder's reader and the dump thread each rank runs)
+  launcher   starting, watching and ending ranks (uses explain to name a root cause, flight to say where ranks wait)
   library    checks, train, recipes, perf, observe, userscript: what the commands do; inside it, perf predicts and
              measures train's runs, so perf may import train and train never imports perf (ONE_WAY)
   commands   one module per subcommand, and cliargs (the CLI's shared argument types)
-  cli        the entry point
+  entry      the entry points: the CLI (cli, __main__) and boot/sitecustomize.py, which every rank of a user's script
+             runs at start-up to install flight's dump thread and --profile's hook (perf.profhook)
 """
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).parent.parent / "src" / "ddplab"
 LAYERS = {
     "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
-                "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.resume", "ddplab.ckptfile",
-                "ddplab.statedict"],
-    "diagnose": ["ddplab.diagnose"],
+                "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.discover", "ddplab.resume",
+                "ddplab.ckptfile", "ddplab.statedict"],
+    "diagnosis": ["ddplab.explain", "ddplab.lint", "ddplab.flight"],
     "launcher": ["ddplab.launcher"],
     "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",
                 "ddplab.userscript", "ddplab.templates"],
     "commands": ["ddplab.commands", "ddplab.cliargs"],
-    "cli": ["ddplab.cli", "ddplab.__main__"],
+    "entry": ["ddplab.cli", "ddplab.__main__", "ddplab.boot"],
 }
 ORDER = list(LAYERS)
 # Packages of one layer whose dependency points one way: (package, the package it never imports).
 ONE_WAY = [("ddplab.train", "ddplab.perf")]
+# Packages of one layer that import nothing of each other.
+SIBLINGS = ["ddplab.explain", "ddplab.lint", "ddplab.flight"]
+# Basenames that two modules of different jobs still share (left by issue 38, which renamed lint's rules.py,
+# reading.py and result.py): the list only shrinks; a new pair fails the test, and so does a pair that is gone.
+SHARED_BASENAMES = {"memory.py": {"train", "perf"}, "progress.py": {"launcher", "train"},
+                    "worker.py": {"checks", "launcher"}}
 COMMAND_MAX_LINES = 250
 
 
@@ -88,6 +98,27 @@ def test_library_packages_depend_one_way():
     wrong = [f"{name} imports {imported}" for name, tree, _ in _modules() for package, never in ONE_WAY
              if _within(name, package) for imported in _imports(tree, name) if _within(imported, never)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_sibling_packages_import_nothing_of_each_other():
+    """explain, lint and flight were one package (diagnose/) that mixed three kinds of code; apart they stay apart."""
+    wrong = [f"{name} imports {imported}" for name, tree, _ in _modules() for package in SIBLINGS
+             if _within(name, package) for imported in _imports(tree, name)
+             if any(_within(imported, other) for other in SIBLINGS if other != package)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_two_modules_share_a_basename():
+    """A module's file name says what it is, wherever it is read (a traceback, a grep, an editor tab): two rules.py
+    with different jobs is what issue 38 undid. __init__.py and __main__.py are exempt, and so is a command's module:
+    commands/NAME.py is named after its subcommand and may share that name with the one library module it fronts."""
+    where = defaultdict(set)
+    for path in SRC.rglob("*.py"):
+        folder = path.relative_to(SRC).parent
+        if path.name not in ("__init__.py", "__main__.py") and folder.parts[:1] != ("commands",):
+            where[path.name].add(folder.as_posix())
+    shared = {name: folders for name, folders in where.items() if len(folders) > 1}
+    assert shared == SHARED_BASENAMES, f"shared basenames (rename the new one after what it holds): {shared}"
 
 
 def test_no_command_imports_another_command_or_the_cli():

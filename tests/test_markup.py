@@ -119,8 +119,8 @@ def test_train_result_failure_and_notes(capsys):
 
 def test_launch_failure_and_hang(capsys):
     from ddplab.commands.launch import render
-    from ddplab.diagnose.explain import explain_text as explain
-    from ddplab.diagnose.lint.result import Finding
+    from ddplab.explain.matcher import explain_text as explain
+    from ddplab.lint.findings import Finding
     from ddplab.userscript.analysis import LaunchResult, RankReport
 
     explanation = explain("RuntimeError: Connection closed by peer " + MARK, source=MARK)
@@ -138,8 +138,8 @@ def test_launch_failure_and_hang(capsys):
 
 def test_explain_and_lint(capsys):
     from ddplab.commands.lint import render as render_lint
-    from ddplab.diagnose.explain import explain_text as explain, render
-    from ddplab.diagnose.lint.result import Finding, LintResult
+    from ddplab.explain.matcher import explain_text as explain, render
+    from ddplab.lint.findings import Finding, LintResult
 
     e = explain(f"[rank1]: RuntimeError: {MARK} Connection closed by peer", source=MARK)
     assert e.matches

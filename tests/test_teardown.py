@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import torchrun
 from ddplab.commands.new import render_script
-from ddplab.diagnose.explain import explain_text
+from ddplab.explain.matcher import explain_text
 
 # Every run here: the ranks' stderr in order with their stdout (the abort's text), no core file for an abort.
 RUN = {"timeout": 240, "merge_stderr": True, "core_files": False}

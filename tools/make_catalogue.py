@@ -6,7 +6,7 @@
     python tools/make_catalogue.py --write --nccl-wheel WHEEL    # or use a wheel already downloaded
     python tools/make_catalogue.py --uncovered SOURCE    # list what no rule covers
 
-Sources (one gzip'd JSON file each under src/ddplab/diagnose/catalogue/, with the version it came from):
+Sources (one gzip'd JSON file each under src/ddplab/explain/catalogue/, with the version it came from):
 - torch-python: every `raise X("...")`, `warnings.warn("...")` and `logger.warning/error/...("...")` in the Python
   sources of torch.distributed (elastic and its rendezvous, c10d, DDP, FSDP/fully_shard, DTensor, DeviceMesh,
   checkpoint), found with `ast`; f-strings and %-formats keep their fields as `{}` / `%s`.
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ddplab.diagnose import catalogue  # noqa: E402
+from ddplab.explain import catalogue  # noqa: E402
 
 # torch.distributed's parts the issue names; paths relative to the torch package
 TORCH_PY_DIRS = ("distributed/elastic", "distributed/fsdp", "distributed/_composable", "distributed/tensor",
@@ -232,7 +232,7 @@ def _unique(items: list[dict]) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ coverage
 
 def report(uncovered: str | None = None) -> int:
-    from ddplab.diagnose.rules import coverage
+    from ddplab.explain.rules import coverage
 
     rows = []
     for source in catalogue.SOURCES:
@@ -258,7 +258,7 @@ def report(uncovered: str | None = None) -> int:
     for source, version, total, c, user, share in rows:
         print(f"{source:13s} {version[:22]:22s} {total:9d} {c['rule']:6d} {c['family']:6d} {c['internal']:15d} "
               f"{c['uncovered']:9d} {share:7.1f}%")
-    from ddplab.diagnose.rules import NOT_USER_FACING
+    from ddplab.explain.rules import NOT_USER_FACING
     print("not user-facing: " + "; ".join(NOT_USER_FACING.values()), flush=True)
     return 0
 

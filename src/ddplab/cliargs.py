@@ -154,7 +154,7 @@ PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough 
 
 
 def add_profile(parser) -> None:
-    """--profile [STEPS]: torch.profiler in every rank (ddplab.diagnose.profhook), the breakdown after the run."""
+    """--profile [STEPS]: torch.profiler in every rank (ddplab.perf.profhook), the breakdown after the run."""
     parser.add_argument("--profile", nargs="?", type=positive_int, const=PROFILE_STEPS, default=None,
                         metavar="STEPS",
                         help=f"torch.profiler over STEPS optimizer steps (default {PROFILE_STEPS}) in every rank, "

@@ -1,4 +1,4 @@
-"""Real multi-rank failures for tests/diagnose/test_explain.py, made one after another in one 2-rank gloo group.
+"""Real multi-rank failures for tests/explain/test_explain.py, made one after another in one 2-rank gloo group.
 
 Each caught traceback is printed after a `### RULE` line. At the end rank 1 leaves the group while rank 0 is in an
 all_reduce (gloo: "Connection closed by peer"), then is SIGKILLed, so that torchrun prints its failure summary with

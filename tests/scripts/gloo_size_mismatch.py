@@ -1,7 +1,7 @@
 """Two ranks all-reduce tensors of different sizes on gloo (run with torchrun --nproc-per-node 2).
 
 The rank that receives more bytes than it expects aborts (C++ `terminate called ... what(): ... Received data size
-doesn't match expected size`, exit -6); the other reports a reset connection: a consequence. tests/diagnose/test_explain.py
+doesn't match expected size`, exit -6); the other reports a reset connection: a consequence. tests/explain/test_explain.py
 checks that `ddplab explain` names the mismatch as the root cause.
 """
 

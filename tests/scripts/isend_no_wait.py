@@ -1,6 +1,6 @@
 """Rank 0 sends with dist.isend() and exits without wait(); rank 1 is still receiving (torchrun --nproc-per-node 2).
 
-gloo on rank 1 then reports "Connection closed by peer": tests/diagnose/test_explain.py checks that `ddplab explain` names it
+gloo on rank 1 then reports "Connection closed by peer": tests/explain/test_explain.py checks that `ddplab explain` names it
 (peer-closed, whose explanation covers isend/irecv without wait()).
 """
 

@@ -1,4 +1,4 @@
-"""Every mistake `ddplab lint` knows, one per marked line (`# expect: RULE`). Linted by tests/diagnose/test_lint.py; never run."""
+"""Every mistake `ddplab lint` knows, one per marked line (`# expect: RULE`). Linted by tests/lint/test_lint.py; never run."""
 
 import os
 

@@ -1,6 +1,6 @@
 """A script that starts its own workers with mp.spawn, as the one-node tutorials do, written the careful way:
 it is its own launcher, so setting MASTER_ADDR/MASTER_PORT is its job, and its `__main__` block runs once.
-`ddplab lint` must find nothing here. Linted by tests/diagnose/test_lint.py; never run."""
+`ddplab lint` must find nothing here. Linted by tests/lint/test_lint.py; never run."""
 
 import os
 

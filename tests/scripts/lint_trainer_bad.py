@@ -1,5 +1,5 @@
 """The same torchrun trainer with the mistakes real scripts make, one per marked line (`# expect: RULE`).
-Linted by tests/diagnose/test_lint.py; never run."""
+Linted by tests/lint/test_lint.py; never run."""
 
 import os
 

@@ -1,5 +1,5 @@
 """A torchrun trainer shaped like the class-based tutorials, written the careful way: `ddplab lint` must find
-nothing here. Linted by tests/diagnose/test_lint.py; never run."""
+nothing here. Linted by tests/lint/test_lint.py; never run."""
 
 import io
 import os

@@ -299,7 +299,7 @@ def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
     import subprocess
     import sys
 
-    from ddplab.diagnose import flight
+    from ddplab.flight import reader as flight
     from ddplab.launcher import local
 
     ran = subprocess.run([sys.executable, "-c", TORCH_DUMP, str(tmp_path / f"{local.TORCH_DUMP_PREFIX}0")],

@@ -30,7 +30,7 @@ class CheckResult:
     problems: list[dict] = field(default_factory=list)  # per failing rank: traceback or stack, for people to read
     nnodes: int = 1
     ranks: list[int] = field(default_factory=list)  # the global ranks that ran on this node
-    flight: object = None  # a hung or failed run: which collective each rank last called (diagnose.flight)
+    flight: object = None  # a hung or failed run: which collective each rank last called (flight.reader)
     nodes: list[dict] = field(default_factory=list)  # several nodes: each one's facts and verdict (crossnode)
     kept: str = ""  # a failed or hung run: the folder that keeps every rank's whole output
 
@@ -221,7 +221,7 @@ def render(con, r: CheckResult) -> None:
             con.print(report.text("\n", report.bold(f"rank {p['rank']} {kind}"), f" (last phase: {p['phase']}):"))
             con.print(text, soft_wrap=True)
     if r.flight is not None and r.flight.available:
-        from ddplab.diagnose.flight import render as render_flight
+        from ddplab.flight.reader import render as render_flight
 
         con.print("\n" + render_flight(r.flight))
     if r.kept:

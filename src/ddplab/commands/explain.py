@@ -1,6 +1,6 @@
 """`ddplab explain [LOGFILE | -]`: what this error means and how to fix it.
 
-Matches the log against ddplab's rule table (ddplab/diagnose/rules.py): the root cause first when the log holds
+Matches the log against ddplab's rule table (ddplab/explain/rules.py): the root cause first when the log holds
 torchrun's failure summary, then every known error in the order it first appears. LOG may be a file, '-' (stdin) or
 a log folder (`ddplab launch`'s, torchrun --log-dir's: every rank's file is read). Exit 0 when something matched,
 1 when nothing did (then what the log says: first failed rank, error, your frame, layer), 2 when the log cannot be
@@ -26,13 +26,13 @@ def add_parser(sub) -> None:
 
 def read_log(name: str | None):
     """The log as logread.LogText; bad input is a DdplabError (one line, exit 2)."""
-    from ddplab.diagnose.logread import read_path, read_stdin
+    from ddplab.explain.logread import read_path, read_stdin
 
     return read_stdin() if name is None or name == "-" else read_path(name)
 
 
 def run(args) -> int:
-    from ddplab.diagnose.explain import explain_log, render
+    from ddplab.explain.matcher import explain_log, render
 
     result = explain_log(read_log(args.log))
     report.emit(result, args.json, render)

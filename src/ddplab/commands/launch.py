@@ -89,10 +89,10 @@ def run(args) -> int:
         build_parser().print_help(sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     from ddplab.launcher.script import EarlyAgent, run_script
+    from ddplab.perf import profhook  # each rank is told where --profile's config would be; read only if written
 
-    # The agent first: it imports torch (seconds) and reads the options with torchrun's parser; this process never
-    # imports torch.
-    early = EarlyAgent()
+    # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
+    early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile"})
     try:
         ns, hang_timeout, lint, as_json, grace, profile_steps = _options(early.parser(build_parser), argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
@@ -204,7 +204,7 @@ def render(con, r) -> None:
             con.print(f"    {r.cause.code}", markup=False)
             _render_lint(con, r.related_lint, "lint saw it before the run")
         if r.explanation is not None:
-            from ddplab.diagnose.explain import render as render_explanation  # 0.3 s: only when there is one
+            from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
 
             con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
             render_explanation(con, r.explanation, show_root=False)
@@ -226,7 +226,7 @@ def _render_lint(con, findings, title: str) -> None:
 
 def _render_flight(con, report) -> None:
     if report is not None and report.available:
-        from ddplab.diagnose.flight import render as render_flight
+        from ddplab.flight.reader import render as render_flight
 
         con.print(render_flight(report), markup=False, highlight=False)
 

@@ -1,7 +1,7 @@
 """`ddplab lint PATH [PATH...] [--all] [--json]`: which DDP mistakes these scripts (or every script of a folder)
 make, read from their source with the local modules they import (nothing is run).
 
-Each finding: file, line, rule id, level, confidence, message, fix (the rules: ddplab/diagnose/lint/rules.py,
+Each finding: file, line, rule id, level, confidence, message, fix (the rules: ddplab/lint/checks.py,
 docs/lint.md). The default output shows what lint is sure of; --all adds the possible ones (each saying what lint
 could not see). Exit 1 when a shown finding is an error (the run would hang or crash), 0 when there are only warnings
 or none, 2 when a path cannot be read. --json prints one LintResult; with several paths, one object with "results"
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ddplab.diagnose.lint import lint_file
+    from ddplab.lint import lint_file
 
     results = [lint_file(script, show_all=args.show_all) for script in args.script]
     if len(results) == 1:

@@ -66,7 +66,7 @@ def _guess(argv: list[str]):
 
 def run(args) -> int:
     from ddplab.launcher import startup
-    from ddplab.diagnose import profhook
+    from ddplab.perf import profhook
     from ddplab.perf import profile
     from ddplab.train.ranks import start_ranks
 

@@ -25,7 +25,8 @@ import traceback
 import uuid
 from pathlib import Path
 
-from ddplab.diagnose import flight, frdump
+from ddplab.flight import rankdump
+from ddplab.flight import reader as flight
 from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.lifeline import die_with_parent
@@ -77,8 +78,8 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
         return 1
     failures, launcher_error = {}, None
-    if os.environ.get(frdump.DIR_ENV):
-        _records_before_the_end(os.environ[frdump.DIR_ENV])
+    if os.environ.get(rankdump.DIR_ENV):
+        _records_before_the_end(os.environ[rankdump.DIR_ENV])
     if spec["kind"] == "script":
         _quiet_about_saved_preemptions()
     try:

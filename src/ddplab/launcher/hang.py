@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from ddplab.diagnose import flight
+from ddplab.flight import reader as flight
 from ddplab.launcher import stacks as stack_reader
 from ddplab.launcher.logs import output_bytes
 
@@ -60,7 +60,7 @@ class ScriptWatch:
                  since: float | None = None, flight_dir: Path | None = None):
         """rank_logs: the --log-dir torch writes each rank's stdout/stderr under; their growth is the script's
         output. Without it, call note_output() whenever the job prints. since: when the job began (time.time()).
-        flight_dir: where the ranks answer Flight Recorder requests (diagnose.flight), when they record."""
+        flight_dir: where the ranks answer Flight Recorder requests (flight.reader), when they record."""
         self.agent_pid = agent_pid
         self.flight_dir = flight_dir
         self.detector = HangDetector(timeout, since)

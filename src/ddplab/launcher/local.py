@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import psutil
 
-from ddplab.diagnose import flight as flight_recorder
 from ddplab.errors import DdplabError
+from ddplab.flight import reader as flight_recorder
 from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import HangDetector

@@ -35,7 +35,7 @@ class RunResult:
     reason: str = ""
     run_dir: str = ""
     last_progress: float | None = None  # epoch seconds of the last mark any rank made
-    flight: Any = None  # diagnose.flight.FlightReport: which collective each rank last called (a failed run)
+    flight: Any = None  # flight.reader.FlightReport: which collective each rank last called (a failed run)
 
     @property
     def ok(self) -> bool:
@@ -111,13 +111,13 @@ def origin_itself(root: Failed, others_finished: bool) -> bool:
 
 
 def _consequence_patterns() -> list[re.Pattern]:
-    from ddplab.diagnose.explain import COMPILED  # explain's knowledge of which errors follow another rank's failure
+    from ddplab.explain.matcher import COMPILED  # explain's knowledge of which errors follow another rank's failure
 
     return [p for rule, patterns in COMPILED if rule.consequence for p in patterns]
 
 
 def exit_text(code: int | None) -> str:
     """'exit code -9 (SIGKILL): killed: usually the kernel's out-of-memory killer...', for a root-cause line."""
-    from ddplab.diagnose.exitcodes import describe_exit
+    from ddplab.explain.exitcodes import describe_exit
 
     return "no exit code" if code is None else describe_exit(code)

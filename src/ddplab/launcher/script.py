@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddplab import faults
-from ddplab.diagnose import flight, profhook
 from ddplab.errors import DdplabError
+from ddplab.flight import reader as flight
 from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
@@ -47,13 +47,17 @@ class EarlyAgent:
     """The agent started first: it imports torch (the longest part of start-up) and waits for "go"; run_script
     completes its spec just before. The caller never imports torch: the agent parses the options with torchrun's
     parser (parser()) while the caller lints and checks. Its folder holds the spec and the Flight Recorder's
-    records; it is the run's log folder unless --log-dir names another."""
+    records; it is the run's log folder unless --log-dir names another.
 
-    def __init__(self):
+    rank_folders: {VARIABLE: NAME} for the caller's own rank-side hooks (`--profile`'s): each rank gets VARIABLE set to
+    the run's folder NAME, and NAME is kept with the run's logs; the launcher knows nothing else of the hook."""
+
+    def __init__(self, rank_folders: dict[str, str] | None = None):
         self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
+        self.rank_folders = dict(rank_folders or {})
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
         env = {**os.environ, **flight.worker_env(self.folder / "flight"),
-               profhook.DIR_ENV: str(self.folder / "profile"),  # read by the ranks only if --profile wrote its config
+               **{var: str(self.folder / name) for var, name in self.rank_folders.items()},
                preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE),  # where ddplab.resume says it saved
                faults.NOTICE_PID_VAR: str(os.getpid())}  # a `preempt` fault's notice comes here, as a cloud's would
         reply, reply_to = os.pipe()
@@ -195,7 +199,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     if dumps is None and status == "failed":
         dumps = flight.read_dumps(flight_dir)  # what each rank wrote as it exited
     if early.folder != log_dir:  # the user's --log-dir keeps everything of the run; nothing stays in /tmp
-        for name in ("flight", "profile"):
+        for name in ("flight", *early.rank_folders.values()):
             if not (early.folder / name).exists():
                 continue
             # A --log-dir used again: this run's folder replaces the last run's (a move into an existing folder

@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ddplab.diagnose import frdump
+from ddplab.flight import rankdump
 from ddplab.launcher import progress
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.lifeline import die_with_parent
@@ -41,7 +41,7 @@ def main(spec_path: str) -> None:
     progress.open_events(run_dir / "events" / f"local{local}.jsonl")
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)  # the caller's stack request
-    frdump.install()  # a forked rank never ran the bootstrap's sitecustomize: answer Flight Recorder requests here
+    rankdump.install()  # a forked rank never ran the bootstrap's sitecustomize: answer Flight Recorder requests here
     progress.mark("start", pid=os.getpid(), rank=int(os.environ["RANK"]),
                   attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     try:

@@ -1,6 +1,6 @@
 """`--profile`: each rank's step split into its parts, the straggler named, the causes of lost speed ranked.
 
-Read from the Chrome traces the ranks wrote (ddplab/diagnose/profhook.py) and the facts beside them. Definitions,
+Read from the Chrome traces the ranks wrote (ddplab/perf/profhook.py) and the facts beside them. Definitions,
 the same for every rank and every part, so that the parts stay within the whole:
 - a step: a `ProfilerStep#N` range, from the end of one optimizer.step() to the end of the next;
 - data wait: the DataLoader's `__next__` ranges; forward: `DistributedDataParallel.forward` (DDP's own range;
@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab.diagnose import profhook
+from ddplab.perf import profhook
 
 PARTS = ("data", "forward", "ddp_post_forward", "backward", "optimizer", "comm_exposed", "host_sync", "other")
 LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP after forward",

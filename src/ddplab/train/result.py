@@ -166,7 +166,7 @@ class TrainFailure:
     summary: str
     root_cause: int | None
     ranks: list[dict] = field(default_factory=list)
-    flight: object = None  # which collective each rank last called (diagnose.flight)
+    flight: object = None  # which collective each rank last called (flight.reader)
     kept: str = ""  # the folder holding every rank's whole output ("" when there was none)
 
 
@@ -192,7 +192,7 @@ def render_failure(con, f: TrainFailure) -> None:
             con.print(f"--- rank {r['rank']} ({'stack' if f.status == 'hang' else 'last output'}):")
             con.print(detail, markup=False, highlight=False)
     if f.flight is not None and f.flight.available:
-        from ddplab.diagnose.flight import render as render_flight
+        from ddplab.flight.reader import render as render_flight
 
         con.print(render_flight(f.flight), markup=False, highlight=False)
     if f.kept:

@@ -64,7 +64,7 @@ class LaunchResult:
     related_lint: list = field(default_factory=list)  # lint findings that explain the hang or the failure
     cause: OwnCause | None = None  # the root-cause rank's own line, when its error only looks like a consequence
     explanation: object = None  # ddplab explain's Explanation of the failure
-    flight: object = None  # diagnose.flight.FlightReport: the per-collective view from PyTorch's Flight Recorder
+    flight: object = None  # flight.reader.FlightReport: the per-collective view from PyTorch's Flight Recorder
     profile: object = None  # perf.profile.Profile: `--profile`'s per-rank step breakdown and ranked causes
 
 
@@ -84,7 +84,7 @@ def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> Launc
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    from ddplab.diagnose.explain import clean, strip_prefixes
+    from ddplab.explain.matcher import clean, strip_prefixes
 
     try:
         text = clean(path.read_text(errors="replace"))
@@ -103,7 +103,7 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
                                "finished run (another checkpoint folder trains again)")
         result.ranks = [RankReport(rank=None, local_rank=lr, exitcode=0, log=str(p)) for lr, p in sorted(logs.items())]
         return
-    from ddplab.diagnose.explain import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
+    from ddplab.explain.matcher import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
 
     result.status, result.exit_code = "failed", 1
     ranks, failed = {}, []
@@ -186,7 +186,7 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
 def _own_frame(stderr: Path) -> tuple[Path, int, str] | None:
     """(file, line, source) of the innermost frame of the script's own code in the last traceback of a rank's
     stderr, or None."""
-    from ddplab.diagnose.explain import strip_prefixes
+    from ddplab.explain.matcher import strip_prefixes
     from ddplab.launcher.stacks import own_code
 
     try:
@@ -239,7 +239,7 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
 def _flight(run: ScriptRun, **known):
     """The Flight Recorder's view of the ranks (which collective each last called and completed), or None when no
     rank left a record: the stacks and the tracebacks are then all there is."""
-    from ddplab.diagnose import flight
+    from ddplab.flight import reader as flight
 
     if not run.dumps:
         return None

@@ -98,7 +98,7 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     script = _script_file(ns)
     lint_result = None
     if script is not None and lint:
-        from ddplab.diagnose.lint import lint_file
+        from ddplab.lint import lint_file
 
         lint_result = lint_file(script)
         for f in lint_result.findings:

@@ -1,0 +1,65 @@
+"""The messages torch, NCCL and the OS can print, extracted from the software itself by tools/make_catalogue.py.
+
+One gzip'd JSON file per source: {"source", "version", "templates": [{"text", "file", ...}]}. A template's fields
+are `{}` (Python) or printf's `%s`/`%d`/... (C). explain's family rules (explain/rules.py) derive patterns from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SOURCES = ("torch-python", "torch-native", "nccl", "os")
+FIELD = re.compile(r"\{[^{}]*\}|%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L|q)?[diouxXeEfgGcspn]|%%")
+
+
+@functools.lru_cache(maxsize=None)
+def load(source: str) -> dict | None:
+    path = HERE / f"{source}.json.gz"
+    if not path.exists():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write(source: str, version: str, templates: list[dict]) -> Path:
+    path = HERE / f"{source}.json.gz"
+    data = {"source": source, "version": version, "templates": sorted(templates, key=lambda t: (t["file"], t["text"]))}
+    # mtime=0: the same extraction writes the same bytes
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(json.dumps(data, indent=0, sort_keys=True).encode())
+    load.cache_clear()
+    return path
+
+
+def render(text: str) -> str:
+    """A template as a log could show it: each field replaced by a sample value."""
+    return FIELD.sub("7", text)
+
+
+def chunks(text: str) -> list[str]:
+    """The literal parts of a template, between its fields."""
+    return [c.strip() for c in FIELD.split(text) if c.strip()]
+
+
+def closest(error: str, shortest: int = 12) -> str | None:
+    """The catalogue entry whose literal parts the error line contains most of (parts of `shortest` characters and
+    more: short ones match anything), said with where it comes from; None when no entry shares such a part."""
+    best, best_score = None, 0.0
+    for source in SOURCES:
+        data = load(source)
+        for t in (data or {}).get("templates", ()):
+            parts = [c for c in chunks(t["text"]) if len(c) >= shortest]
+            found = sum(len(c) for c in parts if c in error)
+            score = found / max(1, sum(len(c) for c in chunks(t["text"])))
+            if found and score > best_score:
+                best, best_score = (data, t), score
+    if best is None:
+        return None
+    data, t = best
+    where = f"{t['file']}:{t['line']}" if t.get("line") else t["file"]
+    return f"{t['text']} ({data['source']} {data['version']}, {where})"

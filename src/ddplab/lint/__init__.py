@@ -1,0 +1,501 @@
+"""Static checks of a DDP training script (Python ast): the mistakes that make multi-GPU runs hang, crash, or train
+on the wrong data without saying so. Each finding has a line, a rule id, a level, a message and a fix.
+
+Errors break or hang a distributed run for certain; warnings are mistakes with a cost (wrong data, lost or
+unloadable checkpoints, a script that runs on GPUs only). Checks are heuristics over names and one file: scriptread.py
+follows rank guards as a reader does, checks.py holds the checks; docs/lint.md lists them and how often they are
+right on public scripts.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import gc
+import os
+import re
+from pathlib import Path
+
+from ddplab.errors import DdplabError
+from ddplab.lint import project as projects
+from ddplab.lint.callers import Callers
+from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
+from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block,
+                                    static)
+
+__all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
+
+# What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
+# Prints there count only in functions some caller runs on every rank (callers.py).
+MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collective-in-rank-branch",
+                "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
+                "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
+                "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
+                "world-size-scaled-twice", "unseeded-random-split"}
+# Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
+GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
+               "collective-in-rank-branch", "rank0-early-exit"}
+# Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
+# launcher: init_process_group_mpi next to the env:// one the script calls).
+SETUP_RULES = {"nccl-hardcoded", "no-destroy", "sets-master-env", "sets-rank-env"}
+# Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
+PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
+
+
+def _without_cycle_collection(lint):
+    """A project's syntax trees are a few million small objects that reference counting alone frees (a tree and
+    the maps over it hold no cycles); Python's cycle collector would walk them all again each time enough new ones
+    are made: a quarter of the time on a 100-file project (benchmarks/lint_speed.py). Paused for the lint."""
+    @functools.wraps(lint)
+    def paused(*args, **kwargs):
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return lint(*args, **kwargs)
+        finally:
+            forget_trees()  # this lint's trees go now, freed by their counts, before the collector is back
+            if was:
+                gc.enable()
+    return paused
+
+
+@_without_cycle_collection
+def lint_file(path: str | Path, show_all: bool = False) -> LintResult:
+    """Lint a script with the local modules it imports, or every Python file of a folder."""
+    path = Path(path)
+    if path.is_dir():
+        return lint_folder(path, show_all)
+    if path.is_file():
+        try:
+            project = projects.of_script(path)
+        except SyntaxError as e:
+            raise DdplabError(f"{e.args[0]}: fix the syntax, then lint again") from None
+        except (OSError, ValueError) as e:
+            raise DdplabError(f"{path}: cannot read it ({e}): check its permissions") from None
+    else:
+        raise DdplabError(f"{path}: no such file or folder: pass the path of a Python training script or its folder")
+    return lint_project(project, str(path), show_all)
+
+
+def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
+    """Each script of the folder read with its own imports (scripts side by side do not share their setup); a module
+    no script imports is read on its own. One result, every finding naming its file."""
+    cache: dict = {}
+    whole = projects.of_folder(folder, cache)
+    if not whole.trees and not whole.unread:
+        raise DdplabError(f"{folder}: no Python file in this folder: pass a training script or its folder")
+    findings: dict[tuple, Finding] = {}
+    hidden: set[tuple] = set()
+    backend = backend_line = None
+    for entry in whole.entries:
+        project = projects.of_script(entry, cache)
+        result = lint_project(project, str(folder), show_all=True, shown_from=(folder, whole.root))
+        backend, backend_line = backend or result.backend, backend_line or result.backend_line
+        for f in result.findings:
+            key = (f.path, f.line, f.rule)
+            if f.confidence == SURE or show_all:
+                findings.setdefault(key, f)
+            else:
+                hidden.add(key)
+    ordered = sorted(findings.values(), key=lambda f: (f.path or "", f.line, f.rule))
+    errors = sum(f.level == ERROR for f in ordered)
+    return LintResult(script=str(folder), findings=ordered, errors=errors, warnings=len(ordered) - errors,
+                      backend=backend, backend_line=backend_line, ok=errors == 0, possible=len(hidden - set(findings)),
+                      files=len(whole.trees), unread=whole.unread)
+
+
+@_without_cycle_collection
+def lint_source(source: str, script: str = "<script>", show_all: bool = False) -> LintResult:
+    try:
+        tree = ast.parse(source, filename=script)
+    except SyntaxError as e:
+        where = f"{script}:{e.lineno}" if e.lineno else script  # a NUL byte has no line
+        raise DdplabError(f"{where}: not valid Python ({e.msg}): fix the syntax, then lint again") from None
+    entry = Path(script)
+    return lint_project(projects.Project(root=entry.parent, trees={entry: tree}, entries=[entry]), script, show_all)
+
+
+def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
+    """What every file says about the run: read once, used by the checks of each file."""
+    facts = Facts(unread=list(unread))
+    readers = [Checks(tree) for tree in trees.values()]
+    # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
+    # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
+    used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)} if any(
+        r.calls_by_name.get("destroy_process_group") and any(is_main_block(n) for n in r.tree.body)
+        for r in readers) else set()
+    spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
+    for reader in readers:
+        facts.replaces_print |= reader.replaces_print_here(spawn_flags)
+        facts.sets_device |= reader.sets_device_here()
+        facts.destroys |= reader.destroys_group(used)
+        facts.distributed |= reader.distributed
+        facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
+        facts.spawns |= reader.spawns
+        facts.visible_per_process |= reader.visible_per_process_here()
+        facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
+                             for n in reader.nodes)
+        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
+        facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
+        facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
+        facts.backward_helpers |= {f.name for c in reader.calls_by_name.get("backward", [])
+                                   if (f := reader.enclosing_function(c)) is not None}
+        reader.check_backend()
+        facts.backend_nccl |= reader.backend == "nccl"
+        tests, values, factories = reader.helper_results()
+        facts.rank_tests.update(tests)
+        facts.rank_values.update(values)
+        facts.ddp_factories |= factories
+        facts.sum_returners.update(reader.sum_returners())
+        facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
+        facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
+        facts.rank0_printers |= reader.rank0_printers_here
+        facts.reduce_returners.update(reader.reduce_returners())
+    facts.buffer_classes = _buffer_classes(readers)
+    defs, calls = _definitions(readers)
+    for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
+        found = _rank_parameters(defs, calls)
+        if found == (facts.param_ranks, facts.param_tests):
+            break
+        facts.param_ranks, facts.param_tests = found
+        named = {name.split(".")[0] for name, _ in [*found[0], *found[1]]}
+        for reader in readers:
+            reader.facts.param_ranks, reader.facts.param_tests = found
+            if named & (set(reader.functions) | {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}):
+                reader.learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
+    calls: dict[str, set[str]] = {}
+    facts.print_installers = _print_installers(readers, calls)
+    facts.group_makers = _group_makers(calls)
+    facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
+    return facts
+
+
+def _definitions(readers: list) -> tuple[dict, dict]:
+    """The project's functions by the name that calls them (a class's name calls its __init__), and the calls of
+    each such name: (reader, call)."""
+    defs: dict[str, list] = {}
+    for reader in readers:
+        for node in reader.nodes:
+            if isinstance(node, ast.ClassDef):
+                defs.setdefault(node.name, []).extend(
+                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+            elif isinstance(node, ast.FunctionDef) and node.name != "__init__":
+                defs.setdefault(node.name, []).append(node)
+    calls: dict[str, list] = {}
+    for reader in readers:
+        for name, found in reader.calls_by_name.items():
+            if name in defs:
+                calls.setdefault(name, []).extend((reader, c) for c in found)
+    return defs, calls
+
+
+def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
+    """Parameters every call in the project fills with a rank (`setup_logger(name, dir, get_rank())`: the
+    parameter is the global rank) or with a rank-0 test (`parse_args(rank == 0)`, or False: `if verbose: print`
+    runs on rank 0 only): (function, parameter) -> kind, and -> (kind, rank0). `defs`, `calls`: _definitions."""
+    kinds: dict = {}
+    tests: dict = {}
+    for name, funcs in defs.items():
+        sites = [(r, c) for r, c in calls.get(name, []) if r.enclosing_function(c) not in funcs]
+        if not funcs or not sites or len({tuple(a.arg for a in f.args.args) for f in funcs}) != 1:
+            continue  # never called, or namesakes with other parameters
+        params = [a.arg for a in funcs[0].args.args]
+        for param in params:
+            if param in ("self", "cls"):
+                continue
+            given = [(reader, given_for(call, funcs[0], param)) for reader, call in sites]
+            if any(v is None for _, v in given):
+                continue
+            found = {r.rank_kind(v) for r, v in given}
+            key = (funcs[0].name, param) if funcs[0].name != "__init__" else (f"{name}.__init__", param)
+            if len(found) == 1 and None not in found:
+                kinds[key] = found.pop()
+                continue
+            found_tests = {(False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v))
+                           for r, v in given}
+            rank0 = {t for t in found_tests if t}
+            if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
+                tests[key] = (rank0.pop()[0], True)
+    return kinds, tests
+
+
+def _group_makers(calls: dict[str, set[str]]) -> set[str]:
+    """Functions of the project that make the process group: call init_process_group, or a function that does
+    (`calls`: each function's callees, as _print_installers gathered them)."""
+    return _with_callers({name for name, called in calls.items() if "init_process_group" in called}, calls)
+
+
+def _with_callers(found: set[str], calls: dict[str, set[str]]) -> set[str]:
+    """`found` and the functions that call one of them, up to four calls away (`calls`: each function's callees)."""
+    for _ in range(4):
+        grown = {name for name, called in calls.items() if called & found} - found
+        if not grown:
+            break
+        found |= grown
+    return found
+
+
+def _sets_print(reader, n: ast.AST) -> bool:
+    """`builtins.print = ...` (a print filter being installed)."""
+    return isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                             reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                             for t in n.targets)
+
+
+def _filter_installed(readers: list, installers: set[str]) -> bool:
+    """The print filter is installed somewhere that runs: `builtins.print = ...` at a module's top level, or a call
+    of an installer from outside the installers (init_distributed_mode -> setup_for_distributed, called by the
+    script). DETR's util/misc.py copied into a project whose script never calls init_distributed_mode filters
+    nothing."""
+    for reader in readers:
+        for n in reader.nodes:
+            if _sets_print(reader, n) and reader.enclosing_function(n) is None:
+                return True
+            if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
+                    (func := reader.enclosing_function(n)) is None or func.name not in installers):
+                return True
+    return False
+
+
+def _conditional(reader, node: ast.AST, stop: ast.AST) -> bool:
+    """`node` sits under an `if` (or a conditional expression) inside `stop`."""
+    parent = reader.parent.get(node)
+    while parent is not None and parent is not stop:
+        if isinstance(parent, (ast.If, ast.IfExp)):
+            return True
+        parent = reader.parent.get(parent)
+    return False
+
+
+def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
+    """Functions that install the print filter (`builtins.print = ...`), or call one that does; fills `calls` with
+    each function's callees on the way."""
+    found: set[str] = set()
+    for reader in readers:
+        for n in reader.nodes:  # each call and print assignment counts for every function it is in (one walk up)
+            if isinstance(n, ast.FunctionDef):
+                calls.setdefault(n.name, set())
+            call, sets = isinstance(n, ast.Call), _sets_print(reader, n)
+            if not (call or sets):
+                continue
+            outer = reader.parent.get(n)
+            while outer is not None:
+                if isinstance(outer, ast.FunctionDef):
+                    if call:
+                        calls.setdefault(outer.name, set()).add(reader.callee_last(n))
+                    if sets:
+                        found.add(outer.name)
+                outer = reader.parent.get(outer)
+    return _with_callers(found, calls)
+
+
+def _buffer_classes(readers: list) -> set[str]:
+    """Classes of the project whose modules hold buffers: a BatchNorm layer or register_buffer in the class, a
+    torchvision network with BatchNorm, or another such class of the project (`class Net: self.block = Block()`)."""
+    uses: dict[str, set[str]] = {}
+    buffered: set[str] = set()
+    for reader in readers:
+        for cls in (n for n in reader.nodes if isinstance(n, ast.ClassDef)):
+            calls = [c for c in ast.walk(cls) if isinstance(c, ast.Call)]
+            uses.setdefault(cls.name, set()).update(reader.callee_last(c) for c in calls)
+            # a buffer made only under a condition (nanoGPT: `if not self.flash: self.register_buffer(...)`, no
+            # buffer on torch >= 2) is no evidence
+            if any((BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
+                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)))
+                   and not _conditional(reader, c, cls) for c in calls):
+                buffered.add(cls.name)
+    for _ in range(4):  # a class built from buffered classes holds their buffers
+        grown = {name for name, called in uses.items() if called & buffered} - buffered
+        if not grown:
+            break
+        buffered |= grown
+    return buffered
+
+
+def _references(tree: ast.Module) -> dict[str, list[int]]:
+    """Each name the file uses (called, passed on, looked up as an attribute, imported) -> the lines it is used on."""
+    refs: dict[str, list[int]] = {}
+    for n in static(tree)[0]:
+        if isinstance(n, ast.Name):
+            refs.setdefault(n.id, []).append(n.lineno)
+        elif isinstance(n, ast.Attribute):
+            refs.setdefault(n.attr, []).append(n.lineno)
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):  # a method called by its class
+                refs.setdefault(f"self.{n.attr}", []).append(n.lineno)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            for a in n.names:
+                refs.setdefault(a.name.rsplit(".", 1)[-1], []).append(n.lineno)
+    return refs
+
+
+def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]],
+                    path: Path) -> list[tuple[int, int]]:
+    """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
+    the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
+    method counts as called where its class is named too (GPT.from_pretrained, not another library's), and not
+    from its own body."""
+    nodes = static(tree)[0]
+    owner = {id(f): c.name for c in nodes if isinstance(c, ast.ClassDef) for f in c.body}
+    spans = []
+    for n in nodes:
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or (methods_only and id(n) not in owner) or \
+                n.name.startswith("__") or n.name == "forward" or any(  # called by Python, torch, or a registry
+                    dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
+            continue
+        span = range(n.lineno, (n.end_lineno or n.lineno) + 1)
+        if id(n) in owner:
+            needed = (n.name, owner[id(n)])
+            if any(all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
+                   for p, r in refs.items()) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
+                continue
+        elif any(any(line not in span or p != path for line in r.get(n.name, [])) for p, r in refs.items()):
+            continue
+        spans.append((n.lineno, n.end_lineno or n.lineno))
+    return spans
+
+
+def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: list[Path]) -> None:
+    """`if is_main_process(): stats = evaluate(...)` in the script, where evaluate (in another module) runs an
+    all_reduce: every call of that function is under a rank test, so the collective runs on those ranks only.
+    Reported at the script's guarded call."""
+    for path, reader in readers.items():
+        if path in entries:
+            continue
+        for call in reader.calls:
+            if not reader.is_collective(call) or any(g.kind != "single" for g in reader.guards(call)):
+                continue
+            func = reader.enclosing_function(call)
+            if func is None:
+                continue
+            sites = [(w, s) for w, s in callers.sites(path, func) if w != path]
+            if not sites or any(w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"})
+                                for w, s in sites):
+                continue
+            for where, site in sites:
+                guards = [g for g in readers[where].guards(site) if g.kind != "single"]
+                if not guards:
+                    continue
+                name = reader.callee_last(call)
+                readers[where].add(site, "collective-in-rank-branch", ERROR,
+                                   f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
+                                   f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
+                                   f"on line {guards[0].node.lineno}): the others never join it and it hangs",
+                                   f"call {func.name}() on every rank, outside the rank test; keep only the "
+                                   "printing/saving inside")
+
+
+def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
+    """Every call of `func` (in any file) passes for `param` a loader its file builds without a sampler
+    (`evaluate(epoch, model, val_loader)` with `val_loader = prepare_dataloader(val, cfg)`, a plain DataLoader)."""
+    sites = callers.sites(path, func)
+    if not sites:
+        return False
+    for where, call in sites:
+        given = given_for(call, func, param)
+        if given is None or not readers[where].built_without_sampler(given):
+            return False
+    return True
+
+
+def _function_at(reader: Checks, line: int) -> ast.AST | None:
+    """The innermost function (or method) holding this line."""
+    around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= line <= (n.end_lineno or 0)]
+    return max(around, key=lambda n: n.lineno, default=None)
+
+
+def _printed_on_every_rank(f: Finding, reader: Checks, callers: Callers, path: Path) -> bool:
+    """Keep, of a module's print finding, the lines in functions some caller runs on every rank (a print at a
+    module's top level, or in a function only rank 0 calls, is left to the script)."""
+    lines = [line for line in (f.line, *f.also)
+             if (func := _function_at(reader, line)) is not None and callers.called_by_script(path, func) is not None]
+    if not lines:
+        return False
+    f.line, f.also = lines[0], lines[1:]
+    more = f" (also lines {', '.join(map(str, lines[1:6]))}{'...' if len(lines) > 6 else ''})" if len(lines) > 1 else ""
+    f.message = f"print runs on every rank: each line appears once per process, interleaved{more}"
+    return True
+
+
+def lint_project(project: projects.Project, script: str, show_all: bool = False,
+                 shown_from: tuple[Path, Path] | None = None) -> LintResult:
+    """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
+    the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
+    facts = gather(project.trees, project.unread)
+    refs = {p: _references(t) for p, t in project.trees.items()}
+    typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
+    findings: list[Finding] = []
+    backend = backend_line = None
+    readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
+    callers = Callers(readers, project.entries)
+    _collectives_behind_guarded_calls(readers, callers, project.entries)
+    for path, tree in project.trees.items():
+        checks = readers[path]
+        checks.run()
+        entry = path in project.entries
+        if entry and backend is None and checks.backend:
+            backend, backend_line = checks.backend, checks.backend_line
+        # the script's own functions count as uncalled only when it has a `__main__` block: then how it runs is
+        # written down, and a function nothing reaches is dead code (a loader kept for later); without one they
+        # are read as a reviewer reads them, called or not
+        spans = _uncalled_spans(tree, entry and not any(is_main_block(n) for n in tree.body), refs, path)
+        if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
+            spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if is_main_block(n)]
+        for f in checks.findings:
+            if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
+                lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]
+                if lines and lines != [f.line, *f.also]:
+                    f.line, f.also = lines[0], lines[1:]
+                    more = f" (also lines {', '.join(map(str, f.also[:5]))}{'...' if len(f.also) > 5 else ''})"
+                    f.message = re.sub(r" \(also lines [^)]*\)", more if f.also else "", f.message)
+            if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
+                continue
+            if shown_from is None and path == project.entries[0]:
+                f.path = None
+            else:
+                f.path = os.path.normpath(typed / os.path.relpath(path, base))
+            if not entry and f.rule == "unguarded-print" and not _printed_on_every_rank(f, checks, callers, path):
+                continue
+            if f.rule == "shared-path-write" and f.line in checks.path_params and f.confidence == SURE:
+                func, param = checks.path_params[f.line]
+                if callers.passed_per_rank(path, func, param) is not False:
+                    f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
+                        "pass may differ per rank"
+            if not entry and f.rule == "unseeded-random-split" and facts.seeded:
+                continue  # the script (or another module) seeds the generators: which runs first is not known
+            if f.rule == "unreduced-metric" and f.line in checks.loader_params and _whole_loader_given(
+                    callers, readers, path, *checks.loader_params[f.line]):
+                continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
+            if not entry and f.rule in GUARD_RULES and f.confidence == SURE and (
+                    func := _function_at(checks, f.line)) is not None:
+                site = callers.every_rank(path, func)
+                if site is None:
+                    f.confidence, f.why = POSSIBLE, "in a function of an imported module that no caller is seen " \
+                        "running on every rank"
+                else:
+                    where = callers.where(site)
+                    f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
+            if not entry and f.rule == "nccl-hardcoded" and (func := _function_at(checks, f.line)) is not None and (
+                    sites := callers.sites(path, func)) and all(readers[w]._cuda_checked(c) for w, c in sites):
+                continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
+            if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
+                    func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
+                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches " \
+                    "(another launcher's setup, or one called in a way lint does not follow)"
+            if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
+                unread = facts.unread[0].split(": ")[0]
+                f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
+            findings.append(f)
+    findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
+    # one --local_rank flag, one mistake: where the parser lives in an options module, each file that picks a device
+    # from it would say so; the first (the script's) speaks for all
+    flag = [f for f in findings if f.rule == "local-rank-argparse"]
+    findings = [f for f in findings if f.rule != "local-rank-argparse" or f is flag[0]]
+    shown = findings if show_all else [f for f in findings if f.confidence == SURE]
+    errors = sum(f.level == ERROR for f in shown)
+    return LintResult(script=script, findings=shown, errors=errors, warnings=len(shown) - errors, backend=backend,
+                      backend_line=backend_line, ok=errors == 0, possible=len(findings) - len(shown),
+                      files=len(project.trees), unread=project.unread)

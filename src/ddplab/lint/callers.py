@@ -1,0 +1,229 @@
+"""Who calls a function of an imported module, and on which ranks: a reviewer who finds `MNIST(download=True)` in
+`utils/train.py` looks at `run.py` calling `train(args)` on every rank before judging it. A function is reached on
+every rank when some call of it, in any file of the project, runs on every rank: no rank-0 test around it, not in a
+branch its callers never take (`if dataset == "pretrain":` when every caller passes "caption_coco"), and in a
+function that is itself reached on every rank (or in the script, or handed to mp.spawn)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
+from ddplab.lint.scriptread import _walk_same_function as ScriptReader_walk
+
+CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
+
+MAX_DEPTH = 6
+
+
+class Callers:
+    def __init__(self, readers: dict[Path, ScriptReader], entries: list[Path]):
+        self.readers = readers
+        self.entries = set(entries)
+        self._memo: dict[tuple[Path, int], ast.Call | None] = {}
+        self._star_direct: dict[str, set[str]] | None = None  # module -> modules it star-imports (_stars)
+        self._star_memo: dict[Path, set[str]] = {}
+        self._owner = {id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef)
+                       for f in c.body}
+
+    def every_rank(self, path: Path, func: ast.AST, depth: int = 0) -> ast.Call | None:
+        """A call of `func` (a function or method of `path`) that runs on every rank, or None."""
+        key = (path, id(func))
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a recursion back here finds nothing new
+        found = None if depth > MAX_DEPTH else next(
+            (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None)
+        # handed by the script to mp.spawn (`mp.spawn(main, ...)`, main imported): every worker runs it, whatever
+        # its direct calls do (the one-process fallback `else: main(0, 1)`)
+        found = found or self._handed_by_script(path, func)
+        self._memo[key] = found
+        return found
+
+    def called_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
+        """A call of `func` written in the script itself that runs on every rank: the script decides who runs it
+        (a print in a logger or meter several calls away is the library's own business)."""
+        found = next((site for where, site in self.sites(path, func)
+                      if where in self.entries and self._site_every_rank(where, site, 0)), None)
+        return found or self._handed_by_script(path, func)
+
+    def _handed_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
+        """The script's own call that hands `func` over (`mp.spawn(ddp_main, ...)` with ddp_main imported from
+        `path`), when every rank runs it: the workers run `func` on every rank."""
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        for where in self.entries:
+            reader = self.readers.get(where)
+            if reader is None or func.name not in reader.passed or module not in reader.resolve(func.name).split("."):
+                continue
+            for call in reader.calls:
+                handed = [a.id if isinstance(a, ast.Name) else a.attr for a in [*call.args, *(
+                    k.value for k in call.keywords)] if isinstance(a, (ast.Name, ast.Attribute))]
+                if func.name in handed and not reader.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                    return call
+        return None
+
+    def reached(self, path: Path, func: ast.AST, depth: int = 0) -> bool:
+        """Some chain of calls from the script (or from a module's top level, or a function handed to another
+        call) reaches `func`, on any rank: the code runs at all."""
+        if depth > MAX_DEPTH:
+            return False
+        for where, site in self.sites(path, func):
+            reader = self.readers[where]
+            outer = reader.enclosing_function(site)
+            if where in self.entries or outer is None or self._handed_over(where, outer) or \
+                    self.reached(where, outer, depth + 1):
+                return True
+        return False
+
+    def _handed_over(self, path: Path, func: ast.AST) -> bool:
+        """`func` is handed to another call (mp.spawn(ddp_main, ...)) in its own file, or in a file that imports it
+        from its module (`from ddp.ddp_main import ddp_main` in the script): it runs where that call runs it."""
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        return any(func.name in reader.passed and (where == path or module in reader.resolve(func.name).split("."))
+                   for where, reader in self.readers.items())
+
+    def passed_per_rank(self, path: Path, func: ast.AST, param: str) -> bool | None:
+        """What the callers of `func` give for `param`: False when every call passes a value that is the same on
+        every rank (a constant, a config lookup: `config["ann_root"]`, `args.root`), True when one passes something
+        built elsewhere (a variable, a path joined from another parameter), None when no call is seen."""
+        sites = self.sites(path, func)
+        if not sites:
+            return None
+        for where, call in sites:
+            value = given_for(call, func, param)
+            if value is None:
+                continue  # the parameter's default
+            if not self._same_everywhere(self.readers[where], value, call):
+                return True
+        return False
+
+    def _same_everywhere(self, reader: ScriptReader, value: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+        """`value` is the same on every rank, by data flow in the caller's function: each name in it is assigned
+        there (before `at`) only from config fields (`args.result_path`), constants, and calls of rank-free
+        arguments (`os.path.join(...)`, a project helper `setup_logging(save_path=..., run_name=...)` whose body
+        draws no rank, process id, uuid or clock). A parameter of the caller, a rank, a fresh name: not known."""
+        if depth > 3:
+            return False
+        func = reader.enclosing_function(at)
+        for n in ast.walk(value):
+            if isinstance(n, ast.Call) and not self._call_same_everywhere(reader, n):
+                return False
+            if isinstance(n, (ast.Name, ast.Attribute)) and reader.rank_kind(n):
+                return False
+            if not isinstance(n, ast.Name):
+                continue
+            parent = reader.parent.get(n)
+            if isinstance(parent, ast.Call) and parent.func is n:
+                continue  # the callee: judged as a call
+            assigned = [a for a in ScriptReader_walk(func.body) if isinstance(a, ast.Assign) and a.lineno < at.lineno
+                        and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)] if func else []
+            if assigned:
+                if not all(self._same_everywhere(reader, a.value, a, depth + 1) for a in assigned):
+                    return False
+            elif not (isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is n):
+                return False  # a bare parameter of the caller, or a name lint cannot follow
+        return True
+
+    def _call_same_everywhere(self, reader: ScriptReader, call: ast.Call) -> bool:
+        name = reader.callee_last(call)
+        if name in UNIQUE_NAMES or name in CLOCK_NAMES or reader.rank_kind(call):
+            return False
+        if not hasattr(self, "_defs"):
+            self._defs: dict[str, list] = {}
+            for p, r in self.readers.items():
+                for f in r.nodes:
+                    if isinstance(f, ast.FunctionDef):
+                        self._defs.setdefault(f.name, []).append((p, f))
+        for p, f in self._defs.get(name, []):  # a project helper: its own body must draw nothing per process
+            r = self.readers[p]
+            if any(isinstance(c, ast.Call) and (r.callee_last(c) in UNIQUE_NAMES | CLOCK_NAMES or r.rank_kind(c))
+                   for c in ast.walk(f)) or any(isinstance(x, (ast.Name, ast.Attribute)) and r.rank_kind(x)
+                                                for x in ast.walk(f)):
+                return False
+        return True
+
+    def _parent_of(self, node: ast.AST) -> ast.AST | None:
+        return next((r.parent[node] for r in self.readers.values() if node in r.parent), None)
+
+    def where(self, site: ast.Call) -> Path | None:
+        return next((p for p, r in self.readers.items() if site in r.parent), None)
+
+    def sites(self, path: Path, func: ast.AST) -> list[tuple[Path, ast.Call]]:
+        """Calls of `func` by name: in its own file any (not from its own body), in another file only those that
+        import it from its module (`from utils.train import train`, `utils.train(...)`). `__init__` is called by
+        its class's name."""
+        owner = self._owner.get(id(func))
+        name = owner.name if owner is not None and func.name == "__init__" else func.name
+        module = path.parent.name if path.stem == "__init__" else path.stem
+        found = []
+        for where, reader in self.readers.items():
+            for call in reader.calls_by_name.get(name, []):
+                if reader.enclosing_function(call) is func:
+                    continue
+                if where != path and module not in reader.callee(call).split(".")[:-1] and not (
+                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases) \
+                        and not (isinstance(call.func, ast.Name) and module in self._stars(where)):
+                    continue  # another file's function of the same name (a method: its class imported there)
+                found.append((where, call))
+        return found
+
+    def _stars(self, where: Path) -> set[str]:
+        """The project modules whose names `where` takes with `from m import *`, also through a package that does
+        the same in its __init__ (`from src import *`, src/__init__.py: `from .train_utils import *`)."""
+        if self._star_direct is None:
+            direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports
+            for p, r in self.readers.items():
+                name = p.parent.name if p.stem == "__init__" else p.stem
+                direct.setdefault(str(p), set()).update(
+                    n.module.rsplit(".", 1)[-1] for n in r.nodes if isinstance(n, ast.ImportFrom) and n.module
+                    and any(a.name == "*" for a in n.names))
+                direct.setdefault(name, set()).update(direct[str(p)])
+            self._star_direct = direct
+        if where not in self._star_memo:
+            found, todo = set(), list(self._star_direct.get(str(where), ()))
+            while todo:
+                m = todo.pop()
+                if m not in found:
+                    found.add(m)
+                    todo += self._star_direct.get(m, ())
+            self._star_memo[where] = found
+        return self._star_memo[where]
+
+    def _site_every_rank(self, where: Path, site: ast.Call, depth: int) -> bool:
+        reader = self.readers[where]
+        if reader.runs_on_rank0_only(site, ANY_RANK0) or self._branch_not_taken(reader, site):
+            return False
+        func = reader.enclosing_function(site)
+        if func is None or self._handed_over(where, func):
+            return True  # module level (the script, or an import every rank runs), or handed to mp.spawn
+        if self.every_rank(where, func, depth + 1) is not None:
+            return True
+        # a function of the script itself that nothing calls by name (a `main` a framework calls) runs everywhere
+        return where in self.entries and not self.sites(where, func)
+
+    def _branch_not_taken(self, reader: ScriptReader, site: ast.Call) -> bool:
+        """Inside `if param == "x":` (or its elif chain) where every caller of the function passes another constant
+        for `param`: that branch never runs."""
+        func = reader.enclosing_function(site)
+        if func is None:
+            return False
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        child, parent = site, reader.parent.get(site)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Compare) and \
+                    len(parent.test.ops) == 1 and isinstance(parent.test.ops[0], ast.Eq) and \
+                    isinstance(parent.test.left, ast.Name) and parent.test.left.id in params and \
+                    (wanted := const_str(parent.test.comparators[0])) is not None:
+                given = self._given(func, parent.test.left.id)
+                if given and all(g is not None and g != wanted for g in given):
+                    return True
+            child, parent = parent, reader.parent.get(parent)
+        return False
+
+    def _given(self, func: ast.AST, param: str) -> list[str | None]:
+        """The constant each call of `func` passes for `param` (None where it is not a string literal)."""
+        where = next((p for p, r in self.readers.items() if func in r.parent), None)
+        if where is None:
+            return []
+        return [const_str(given_for(call, func, param)) for _, call in self.sites(where, func)]

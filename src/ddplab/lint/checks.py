@@ -1,0 +1,1079 @@
+"""The rules of `ddplab lint`: each check reads the script through ScriptReader and adds findings (line, rule,
+level, message, fix). docs/lint.md lists them and how often they are right on public scripts."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
+from ddplab.lint.multigpu import MultiGpuChecks
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
+                                    _calls_in, _exits, _method, _walk_same_function, const_str, dotted,
+                                    is_main_block, keyword, last)
+
+LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
+SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
+RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
+DATA_USES = {"numpy", "tolist", "size", "shape", "dim", "ndim", "numel", "float", "long", "squeeze", "unsqueeze",
+             "view", "reshape", "sum", "mean"}  # a loaded object used so is a tensor of data, not a checkpoint
+DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
+BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
+# torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
+BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
+                              r"|googlenet|shufflenet|mnasnet|vgg\d+_bn)\w*")
+
+
+class Checks(MultiGpuChecks):
+    def __init__(self, tree: ast.Module, facts: Facts | None = None):
+        self.findings: list[Finding] = []
+        self.backend: str | None = None  # the backend init_process_group is given as a literal, if any
+        self.backend_line: int | None = None
+        super().__init__(tree, facts)
+
+    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str, also: list[int] | None = None,
+            sure: bool = True, why: str = "") -> None:
+        """A finding; `sure=False` (with `why`: what lint could not see) puts it behind --all."""
+        line = getattr(node, "lineno", 0)
+        if not any(f.line == line and f.rule == rule for f in self.findings):
+            self.findings.append(Finding(line, rule, level, message, fix, also or [], SURE if sure else POSSIBLE,
+                                         why))
+
+    # --------------------------------------------------------------------------------------- rules
+
+    def run(self) -> None:
+        self.check_launcher_env()
+        self.check_backend()
+        self.check_cuda_devices()
+        self.check_random_data()
+        self.check_sampler()
+        self.check_saving()
+        self.check_loading()
+        self.check_teardown()
+        self.check_ddp_device_ids()
+        self.check_collectives_in_rank_branches()
+        self.check_rank0_ddp_forward()
+        self.check_loader_without_sampler()
+        self.check_grad_accumulation()
+        self.run_multigpu()
+
+    def _skipped_when_launched(self, node: ast.AST) -> bool:
+        """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
+        child, parent = node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.If):
+                for sub in ast.walk(parent.test):
+                    if isinstance(sub, ast.Compare) and any(self.resolve(dotted(c)) == "os.environ"
+                                                            for c in sub.comparators):
+                        # `if V not in os.environ: <here>`, or `if V in os.environ: ... else: <here>`
+                        if any(isinstance(op, ast.NotIn) for op in sub.ops) and child in parent.body or \
+                                any(isinstance(op, ast.In) for op in sub.ops) and child in parent.orelse:
+                            return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _from_scheduler(self, value: ast.AST) -> bool:
+        """`os.environ["RANK"] = str(int(os.environ["SLURM_PROCID"]))`: the script translates its scheduler's ranks
+        (Slurm, Open MPI, PMI) into the env:// variables: it is the launcher there (directly or through one name)."""
+        def reads_scheduler(expr: ast.AST) -> bool:
+            return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and
+                       n.value.startswith(SCHEDULER_PREFIXES) for n in ast.walk(expr))
+        if reads_scheduler(value):
+            return True
+        for name in (n for n in ast.walk(value) if isinstance(n, ast.Name)):
+            held = self._reaching_value(name)
+            if held is not None and reads_scheduler(held):
+                return True
+        return False
+
+    def _reads_scheduler(self, scope: ast.AST) -> bool:
+        """Reads the ranks a scheduler or MPI gives (SLURM_PROCID, MPI.COMM_WORLD): it starts the ranks itself."""
+        return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(SCHEDULER_PREFIXES)
+                   or isinstance(n, ast.Attribute) and n.attr == "COMM_WORLD" for n in ast.walk(scope))
+
+    def check_launcher_env(self) -> None:
+        def report(node: ast.AST, var: str) -> None:
+            if self._skipped_when_launched(node) or self.spawns or self.facts.spawns:
+                return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
+            value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
+            value = getattr(node, "value", value)
+            if var in LAUNCHER_VARS and not isinstance(value, ast.Constant) and \
+                    self._reads_scheduler(self.enclosing_function(node) or self.tree):
+                return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun);
+            #         a constant ('127.0.0.1') there is still one address for every node
+            if var in LAUNCHER_VARS:
+                self.add(node, "sets-master-env", ERROR,
+                         f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
+                         "the ranks look for the rendezvous where nobody serves it and hang in init_process_group",
+                         "delete the line: torchrun / ddplab launch set MASTER_ADDR and MASTER_PORT (choose them with "
+                         "--master-addr / --master-port)")
+            else:
+                self.add(node, "sets-rank-env", ERROR,
+                         f"sets {var} inside the script: it overrides what the launcher gave this process, so ranks "
+                         "disagree on who is who (init_process_group fails or waits forever)",
+                         f"delete the line: the launcher sets {var} for every process")
+
+        env_vars = LAUNCHER_VARS | RANK_VARS
+        for node in self.nodes:
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and self.resolve(dotted(target.value)) == "os.environ":
+                    var = const_str(target.slice)
+                    scheduler = self._from_scheduler(node.value) or self._reads_scheduler(
+                        self.enclosing_function(node) or self.tree)
+                    if var in env_vars and not (var in RANK_VARS and scheduler):
+                        report(node, var)
+        for call in self.calls:
+            name = self.callee(call)
+            if name == "os.environ.update":
+                keys = [const_str(k) for a in call.args if isinstance(a, ast.Dict) for k in a.keys]
+                keys += [k.arg for k in call.keywords]
+                for var in keys:
+                    if var in env_vars:
+                        report(call, var)
+            elif name == "os.putenv" and call.args and const_str(call.args[0]) in env_vars:
+                report(call, const_str(call.args[0]))
+            elif last(name) == "init_process_group":
+                method = keyword(call, "init_method")
+                text = const_str(method) or (const_str(method.values[0]) if isinstance(method, ast.JoinedStr)
+                                             and method.values else None)
+                if text and text.startswith("tcp://") and not self.spawns:
+                    self.add(call, "sets-master-env", ERROR,
+                             "init_process_group(init_method='tcp://...') hard-codes the rendezvous address: under a "
+                             "launcher every rank then ignores the address it was given",
+                             "drop init_method (env:// is the default: it reads what the launcher set)")
+                for arg in ("rank", "world_size"):
+                    value = keyword(call, arg)
+                    if isinstance(value, ast.Constant) and not (self.spawns and arg == "world_size"):
+                        self.add(call, "sets-rank-env", ERROR,
+                                 f"init_process_group({arg}={value.value!r}) hard-codes the {arg}: every process "
+                                 "claims the same one, so the group never forms",
+                                 f"drop {arg}= (the launcher's environment gives each process its own)")
+
+    def check_backend(self) -> None:
+        for call in self.calls:
+            if not self.is_(call, "init_process_group"):
+                continue
+            backend = keyword(call, "backend") or (call.args[0] if call.args else None)
+            value = self._backend_value(backend)
+            if value is None:
+                continue
+            self.backend, self.backend_line = value.lower(), call.lineno
+            if value.lower() == "nccl" and not self._cuda_checked(call):
+                self.add(call, "nccl-hardcoded", WARNING,
+                         "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
+                         "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
+                         "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+
+    def _backend_value(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """What the backend expression evaluates to, when the script decides it: a literal, the enum
+        (`Backend.NCCL`, `dist.Backend("nccl")`), a module constant, a parameter default no caller overrides, or a
+        value assigned once in the same function. An argparse option or a config file is the user's choice: None."""
+        if depth > 3 or node is None:
+            return None
+        if (text := const_str(node)) is not None:
+            return text
+        if isinstance(node, ast.Attribute) and node.attr.upper() in ("NCCL", "GLOO", "MPI", "UCC") and \
+                last(dotted(node.value)) == "Backend":
+            return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
+        if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
+            return self._backend_value(node.args[0], depth + 1)
+        if (chosen := _by_platform(node)) is not None:
+            return self._backend_value(chosen, depth + 1)
+        value = self._default_never_overridden(node) or self._assigned_literal(node) or self._attribute_literal(node)
+        if value is None and isinstance(node, ast.Name):
+            held = self.module_constant(node.id)
+            value = self._backend_value(held, depth + 1) if held is not None else None
+        return value
+
+    def _attribute_literal(self, node: ast.AST | None) -> str | None:
+        """`args.backend = 'nccl'` once in the file (in the main block, say) and `init_process_group(args.backend)`
+        in the function it is handed to: a literal, when no argparse option of that name exists to change it."""
+        if not isinstance(node, ast.Attribute) or self.calls_by_name.get("exec") or self.calls_by_name.get("setattr"):
+            return None
+        values = [n.value for n in self.nodes if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)]
+        option = any(_method(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
+            (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
+        return const_str(values[0]) if len(values) == 1 and not option else None
+
+    def _assigned_literal(self, node: ast.AST | None) -> str | None:
+        """`args.dist_backend = 'nccl'` earlier in the same function, and nothing else assigned to it there."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        scope = self.enclosing_function(node)
+        if scope is None and isinstance(node, ast.Name):
+            return None  # a module-level knob (nanoGPT's `backend = 'nccl'`, overridden by its configurator)
+        scope = scope or self.tree
+        values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
+                  and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
+        if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
+            return const_str(chosen)
+        return const_str(values[0]) if len(values) == 1 else None
+
+    def _default_never_overridden(self, name: ast.AST | None) -> str | None:
+        """`def setup(backend="nccl"): init_process_group(backend=backend)` and no call of setup passes a backend:
+        the default is the backend, as if written in the call."""
+        func = self.enclosing_function(name) if isinstance(name, ast.Name) else None
+        if func is None:
+            return None
+        params = [*func.args.posonlyargs, *func.args.args]
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
+        value = const_str(defaults.get(name.id))
+        targets = [t for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        if value is None or any(isinstance(t, ast.Name) and t.id == name.id for x in targets for t in ast.walk(x)):
+            return None
+        index = next(i for i, a in enumerate(params) if a.arg == name.id) if name.id in [a.arg for a in params] else None
+        for site in self.call_sites(func):
+            offset = 1 if isinstance(site.func, ast.Attribute) and params and params[0].arg == "self" else 0
+            if keyword(site, name.id) is not None or any(k.arg is None for k in site.keywords) or (
+                    index is not None and len(site.args) + offset > index):
+                return None
+        return value
+
+    def _in_branch_never_taken(self, node: ast.AST) -> bool:
+        """Inside `if flag:` where flag is a parameter whose default is False/None/0 and no call of the function
+        (by its name, or its class's for __init__; at least one seen) passes it: `def __init__(self, n,
+        re_train=False): if re_train: torch.load(...)` built as `Net(n)`."""
+        func = self.enclosing_function(node)
+        if func is None:
+            return False
+        params = [*func.args.posonlyargs, *func.args.args]
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        child, parent = node, self.parent.get(node)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Name) and \
+                    isinstance(default := defaults.get(parent.test.id), ast.Constant) and not default.value:
+                name = self.parent.get(func).name if func.name == "__init__" and isinstance(
+                    self.parent.get(func), ast.ClassDef) else func.name
+                sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
+                index = [a.arg for a in params].index(parent.test.id)
+                offset = 1 if params and params[0].arg in ("self", "cls") else 0
+                if sites and not any(keyword(c, parent.test.id) is not None or any(k.arg is None for k in c.keywords)
+                                     or len(c.args) + offset > index for c in sites):
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _chain_ends_in_exit(self, node: ast.If) -> bool:
+        """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
+        while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+        return _exits(node.orelse)
+
+    def _mentions_cuda_check(self, node: ast.AST) -> bool:
+        """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
+        whether torch was built with distributed support, GPUs or not)."""
+        return any(isinstance(n, ast.Call) and (last(dotted(n.func)) == "is_nccl_available" or last(dotted(
+            n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
+            "distributed"]) for n in ast.walk(node))
+
+    def _cuda_checked(self, call: ast.Call, depth: int = 0) -> bool:
+        """A CUDA check decides whether `call` runs: an enclosing `if torch.cuda.is_available()`, an assert or an
+        exit on it in the same function, or the same in every caller of that function in this file (`assert
+        torch.cuda.is_available()` in main, then `setup()`)."""
+        if self._cuda_checked_here(call) if depth == 0 else self._cuda_checked_here(call, strict=True):
+            return True
+        func = self.enclosing_function(call)
+        if func is None or depth > 2 or func.name in self.passed:
+            return False
+        sites = self.call_sites(func)
+        return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
+
+    def _cleared_without_cuda(self, flag: ast.AST) -> bool:
+        """`if args.distributed:` where the flag is set False on the branch without CUDA (`if torch.cuda.
+        is_available(): ... else: args.distributed = False`): the flag holds only with CUDA."""
+        if not isinstance(flag, (ast.Name, ast.Attribute)):
+            return False
+        for n in self.nodes:
+            if not (isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is False and
+                    any(dotted(t) == dotted(flag) for t in n.targets)):
+                continue
+            child = n
+            for p in self.ancestors(n):
+                if isinstance(p, ast.If) and self._mentions_cuda_check(p.test):
+                    negated = isinstance(p.test, ast.UnaryOp) and isinstance(p.test.op, ast.Not)
+                    if (child in p.orelse) != negated:
+                        return True
+                child = p
+        return False
+
+    def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
+        """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
+        there checks the GPU count the scheduler gave, not that there are GPUs."""
+        def check(test: ast.AST) -> bool:
+            return self._mentions_cuda_check(test) and (not strict or any(
+                isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test)))
+
+        parent = self.parent.get(call)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and (check(parent.test) or self._cleared_without_cuda(
+                    parent.test)):
+                return True
+            parent = self.parent.get(parent)
+        scope = self.enclosing_function(call)
+        scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
+        for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
+            if isinstance(node, ast.Assert) and check(node.test):
+                return True
+            if isinstance(node, ast.If) and check(node.test) and (
+                    _exits(node.body) or _exits(node.orelse) or self._chain_ends_in_exit(node)):
+                return True
+        return False
+
+    def check_cuda_devices(self) -> None:
+        for call in self.calls:
+            fixed = None
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
+                arg = call.args[0] if call.args else keyword(call, "device")
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, int):
+                    fixed = f".cuda({arg.value})"
+                elif arg is None and not call.args and not self.sets_device and self.distributed:
+                    self.add(call, "hardcoded-cuda-device", WARNING,
+                             ".cuda() without torch.cuda.set_device(local_rank): every rank puts its tensors on GPU 0",
+                             "call torch.cuda.set_device(local_rank) before init_process_group, or use "
+                             ".to(torch.device('cuda', local_rank))")
+            if self.callee(call) == "torch.device" and len(call.args) == 2 and isinstance(call.args[1], ast.Constant):
+                fixed = f"torch.device({call.args[0].value!r}, {call.args[1].value!r})" \
+                    if isinstance(call.args[0], ast.Constant) else None
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                text = const_str(arg)
+                if text and re.fullmatch(r"cuda:\d+", text) and self.callee_last(call) != "add_argument":
+                    fixed = repr(text)  # (an option's default is the user's choice, as a backend option is)
+            if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
+                                                        self.visible_per_process_here()):
+                fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
+            if fixed and self.distributed:
+                self.add(call, "hardcoded-cuda-device", ERROR,
+                         f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
+                         "'Duplicate GPU detected', or the others sit idle)",
+                         "use torch.device('cuda', local_rank) with local_rank = int(os.environ['LOCAL_RANK'])")
+
+    def _random_call(self, node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call) or keyword(node, "generator") is not None:
+            return False
+        full = self.callee(node)
+        return (full.startswith("torch.") and last(full) in RANDOM_TORCH) or full.startswith("numpy.random.")
+
+    def check_random_data(self) -> None:
+        if not any(self._random_call(c) or self.callee_last(c) == "random_split" for c in self.calls):
+            return  # nothing random drawn in this file
+        tainted: dict[str, int] = {}  # names holding unseeded random values -> line
+        assigns = [n for n in self.nodes if isinstance(n, ast.Assign)]
+        for _ in range(3):  # y = 2 * x + noise: follow a few assignments
+            for node in assigns:
+                uses = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
+                           for n in ast.walk(node.value))
+                if uses:
+                    for target in node.targets:
+                        for n in ast.walk(target):
+                            if isinstance(n, ast.Name):
+                                tainted.setdefault(n.id, node.lineno)
+        seeds = [c.lineno for c in self.calls if self.callee_last(c) in SEED_CALLS]
+        fix = ("draw from a seeded generator: g = torch.Generator().manual_seed(0); torch.randn(..., generator=g) "
+               "(or torch.manual_seed(0) first)")
+        for call in self.calls:
+            if self.callee_last(call) == "random_split" and keyword(call, "generator") is None and \
+                    len(call.args) < 3 and self.distributed and not any(line <= call.lineno for line in seeds):
+                self.add(call, "unseeded-random-split", WARNING,
+                         "random_split without a seeded generator: every rank draws its own split, so the ranks "
+                         "train on different subsets and one rank's test samples are in another's training set",
+                         "random_split(dataset, lengths, generator=torch.Generator().manual_seed(0))")
+        flagged = False
+        for call in self.calls:
+            name = self.callee_last(call)
+            if not (name.endswith("Dataset") or name in ("TensorData",)):
+                continue
+            parts = [*call.args, *(k.value for k in call.keywords)]
+            random_in = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
+                            for p in parts for n in ast.walk(p))
+            if random_in and not any(line <= call.lineno for line in seeds) and self.distributed:
+                flagged = True
+                self.add(call, "unseeded-random-data", WARNING,
+                         f"{name}(...) is built from random tensors drawn without a seed: every rank draws different "
+                         "data, so the sampler's shards are not pieces of one dataset", fix)
+        if flagged or not self.distributed:
+            return
+        # Without a Dataset: random tensors used directly by a training loop (one that calls .backward()).
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
+            if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
+                continue
+            # a draw only rank 0 uses (a preview, a sample grid) is not the data the ranks train on
+            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted
+                           and not self.runs_on_rank0_only(n, ANY_RANK0)})
+            # the data: drawn once before the loop, in its scope (draws in the loop or elsewhere are per-step noise)
+            before = {a.lineno for a in assigns if a.lineno < loop.lineno and
+                      self.enclosing_function(a) is self.enclosing_function(loop)}
+            drawn = [line for line in used if not any(seed <= line for seed in seeds) and line in before]
+            if drawn:
+                node = next(a for a in assigns if a.lineno == drawn[0])
+                self.add(node, "unseeded-random-data", WARNING,
+                         "the training loop uses random tensors drawn without a seed: every rank trains on "
+                         "different data", fix)
+                return
+
+    def check_sampler(self) -> None:
+        samplers = [c for c in self.calls if self.callee_last(c) == "DistributedSampler"]
+        for call in self.calls:
+            if self.callee_last(call) != "DataLoader":
+                continue
+            shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
+            if isinstance(shuffle, ast.Constant) and shuffle.value is True and sampler is not None and not (
+                    isinstance(sampler, ast.Constant) and sampler.value is None):
+                self.add(call, "shuffle-with-sampler", ERROR,
+                         "DataLoader gets shuffle=True and a sampler: it raises 'sampler option is mutually exclusive "
+                         "with shuffle'",
+                         "drop shuffle=True: DistributedSampler shuffles by itself (and set_epoch reshuffles each epoch)")
+        if not samplers:
+            # the sampler is made in an imported module (a loader factory) and nothing in the project ever calls
+            # set_epoch: the script's epoch loop is where it is missing
+            if self.facts.sampler and not self.facts.set_epoch and (loop := self._epoch_loop()) is not None:
+                self.add(loop, "sampler-no-set-epoch", WARNING,
+                         "this epoch loop never calls sampler.set_epoch(epoch), and nothing in the project does: the "
+                         "DistributedSampler built in an imported module shuffles every epoch the same way",
+                         "call train_loader.sampler.set_epoch(epoch) at the start of every epoch")
+            return
+        set_epoch_in_loop = any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
+            for c in self.calls)
+        if set_epoch_in_loop or self._sampler_handed_over(samplers):
+            return
+        loop = self._epoch_loop()
+        if loop is not None:
+            self.add(loop, "sampler-no-set-epoch", WARNING,
+                     "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
+                     "epoch the same way",
+                     "call sampler.set_epoch(epoch) at the start of every epoch")
+        elif (restart := self._endless_pass()) is not None:
+            shuffled = [c for c in samplers if not (isinstance(keyword(c, "shuffle"), ast.Constant)
+                                                    and keyword(c, "shuffle").value is False)]
+            if shuffled:
+                self.add(shuffled[0], "sampler-no-set-epoch", WARNING,
+                         f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
+                         "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
+                         "pass shuffles the same way",
+                         "count the passes and call sampler.set_epoch(n) before each one")
+
+    def _endless_pass(self) -> ast.While | None:
+        """`def cycle(dl): while True: for batch in dl: yield batch` (or the same loop inline): a loop over a loader
+        restarted by an outer loop that has no epoch counter: each restart is a new epoch for the sampler."""
+        for node in self.nodes:
+            if isinstance(node, ast.While) and any(
+                    isinstance(n, ast.For) and isinstance(n.iter, (ast.Name, ast.Attribute, ast.Call))
+                    for n in ast.walk(node) if n is not node):
+                inner = [n for n in ast.walk(node) if isinstance(n, ast.For)]
+                func = self.enclosing_function(node)
+                params = {a.arg for a in func.args.args} if func is not None else set()
+                if any(isinstance(n.iter, ast.Name) and n.iter.id in params or
+                       "loader" in dotted(n.iter).lower() for n in inner):
+                    return node
+        return None
+
+    def _sampler_handed_over(self, samplers: list[ast.Call]) -> bool:
+        """A sampler given to anything but a DataLoader (a checkpointer's epochs(), a trainer, a helper): what sets
+        its epoch is there, out of this rule's sight."""
+        names = {t.id for c in samplers if isinstance(self.parent.get(c), ast.Assign)
+                 for t in self.parent[c].targets if isinstance(t, ast.Name)}
+        return any(isinstance(value, ast.Name) and value.id in names
+                   for call in self.calls if self.callee_last(call) != "DataLoader"
+                   for value in [*call.args, *(k.value for k in call.keywords)])
+
+    def _in_loop(self, node: ast.AST, across_calls: bool = False, depth: int = 0) -> bool:
+        parent = self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.For, ast.While, ast.AsyncFor)):
+                return True
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not across_calls or depth > 3:
+                    return False
+                sites = [c for c in self.calls if last(dotted(c.func)) == parent.name]
+                return any(self._in_loop(c, True, depth + 1) for c in sites)
+            parent = self.parent.get(parent)
+        return False
+
+    def _epoch_loop(self) -> ast.For | ast.While | None:
+        """The loop over epochs: `for epoch in ...`, `while epoch <= max_epoch`, else the first loop around another
+        loop that is not itself a loop over batches."""
+        loops = [n for n in self.nodes if isinstance(n, ast.For)]
+        for loop in loops:
+            if "epoch" in dotted(loop.target).lower():
+                return loop
+        for loop in (n for n in self.nodes if isinstance(n, ast.While)):
+            if any(isinstance(n, (ast.Name, ast.Attribute)) and "epoch" in last(dotted(n)).lower()
+                   for n in ast.walk(loop.test)):
+                return loop
+        for loop in loops:
+            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop) and \
+                    not self._over_batches(loop.iter):
+                return loop
+        return None
+
+    def check_saving(self) -> None:
+        if any(self.callee(c) == "torch.save" for c in self.calls):
+            for call in self.calls:
+                if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
+                    owner = dotted(call.func.value)
+                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
+                            owner not in self.loaded_into and not self._handed_to_loader(owner) and \
+                            not self._on_unwrapped_path(call, owner):
+                        self.add(call, "save-ddp-state-dict", WARNING,
+                                 f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
+                                 "the file does not load into the plain model",
+                                 f"save {owner}.module.state_dict()")
+        if not self.distributed:
+            return
+        for call in self.calls:
+            name = self.callee(call)
+            if name != "torch.save" and ("save" not in last(name).lower() or last(name) in self.functions
+                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")
+                                         or self._data_file_write(name)):
+                continue  # a save function of this file is followed inside: its torch.save is the one judged
+            if self._in_memory(call) or self._mentions_rank(call):
+                continue  # into a BytesIO, or one file per rank
+            if self.runs_on_rank0_only(call, frozenset({"global", "single"})):
+                continue
+            if self.runs_on_rank0_only(call, frozenset({"global", "single", "local"})):
+                self.add(call, "local-rank-save", WARNING,
+                         "saved when local_rank == 0: there is a local rank 0 on every machine, so every node writes "
+                         "(the same file on shared storage, concurrently)",
+                         "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = int(os.environ['RANK']))")
+            elif name == "torch.save" and not self.runs_on_rank0_only(call, ANY_RANK0):
+                self.add(call, "unguarded-save", WARNING,
+                         "torch.save runs on every rank: all processes write the same file at once (a corrupt "
+                         "checkpoint, or N copies)",
+                         "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
+        self._save_helper_sites()
+        # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
+        # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter, once it
+        # is installed: a print earlier in the function that installs it (or calls what does) is not filtered
+        filtered = self.replaces_print_here() or self.facts.replaces_print
+        prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
+                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
+                         and not self._stdout_redirected(c) and (not filtered or self._before_filter(c))),
+                        key=lambda c: c.lineno)
+        if prints:
+            more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
+                if len(prints) > 1 else ""
+            self.add(prints[0], "unguarded-print", WARNING,
+                     f"print runs on every rank: each line appears once per process, interleaved{more}",
+                     "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
+                     also=[c.lineno for c in prints[1:]])
+
+    @staticmethod
+    def _data_file_write(name: str) -> bool:
+        """np.savetxt / np.save, a figure, an image: a data or picture file, not a checkpoint (the shared-write
+        rule judges those)."""
+        return last(name) in DATA_SAVES or name.split(".")[0] in ("numpy", "np", "pandas", "scipy", "cv2", "PIL")
+
+    def _before_filter(self, call: ast.Call) -> bool:
+        """A later statement of the print's own function installs the print filter (`builtins.print = ...`, or a
+        call of a function that does): this print runs before it, on every rank."""
+        scope = self.enclosing_function(call)
+        if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self.ancestors(call, scope)):
+            return False  # module level (imports run first), or a loop that may come round after the install
+        installers = self.facts.print_installers
+        for n in _walk_same_function(scope.body):
+            if getattr(n, "lineno", 0) <= call.lineno:
+                continue
+            if isinstance(n, ast.Call) and self.callee_last(n) in installers:
+                return True
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
+                                                 self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                                                 for t in n.targets):
+                return True
+        return False
+
+    def _prints(self, call: ast.Call) -> bool:
+        """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
+        return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
+
+    def _stdout_redirected(self, call: ast.Call) -> bool:
+        """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
+        the console."""
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and n.lineno < call.lineno and self.enclosing_function(n) is scope and
+                   any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets) and
+                   not self.resolve(dotted(n.value)).startswith("sys.__")
+                   for n in self.nodes)
+
+    def _save_helper_sites(self) -> None:
+        """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
+        torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
+        by_function: dict[ast.AST, list[ast.Call]] = {}
+        for c in self.calls:
+            if self.callee(c) == "torch.save" and (func := self.enclosing_function(c)) is not None and \
+                    not self._in_memory(c) and not self._mentions_rank(c):
+                by_function.setdefault(func, []).append(c)
+        for func, saves in by_function.items():
+            if any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
+                continue
+            for site in self.call_sites(func):
+                if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and \
+                        self.runs_on_rank0_only(site, frozenset({"global", "single", "local"})):
+                    self.add(site, "local-rank-save", WARNING,
+                             f"{func.name}() saves (torch.save on line {saves[0].lineno}) when local_rank == 0: there "
+                             "is a local rank 0 on every machine, so every node writes the same file",
+                             "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = "
+                             "int(os.environ['RANK']))")
+
+    def _in_memory(self, call: ast.Call) -> bool:
+        """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
+        target = call.args[1] if len(call.args) > 1 else keyword(call, "f")
+        if target is None:
+            return False
+        if isinstance(target, ast.Call):
+            return last(self.callee(target)) == "BytesIO"
+        scope = self.enclosing_function(call)
+        return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and
+                   last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
+                   for n in (ast.walk(scope) if scope else self.nodes))
+
+    def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
+        """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file.
+        `sometimes`: a name the rank labels on some path counts (`device = "cuda"`, then `device = f"cuda:{rank}"`
+        when DDP is on: printed, it says which process speaks wherever there are several)."""
+        held = self.rank_labelled if sometimes else self.rank_derived
+        for node in ast.walk(call):
+            if node is call:
+                continue
+            if isinstance(node, ast.Call) and last(self.callee(node)) in UNIQUE_NAMES:
+                return True
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(node):
+                return True
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
+                return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
+            if isinstance(node, ast.Name) and self._held(self.rank_labelled, node) and \
+                    self._per_rank_when_several(node):
+                return True
+        return False
+
+    def _per_rank_when_several(self, name: ast.Name) -> bool:
+        """`suffix = ""`, then `if get_world_size() > 1: suffix = f"_{dist.get_rank()}"`: the name is a per-rank
+        label wherever there are several processes (a constant only for the one process)."""
+        scope = self.enclosing_function(name)
+        assigns = [n for n in (_walk_same_function(scope.body) if scope else self.tree.body)
+                   if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
+        labels = [a for a in assigns if not isinstance(a.value, ast.Constant)]
+        return bool(labels) and all(self._labels_rank(a.value) and any(
+            isinstance(p, ast.If) and a in p.body and self._launcher_test(p.test) is True for p in self.ancestors(a))
+            for a in labels)
+
+    def _handed_to_loader(self, owner: str) -> bool:
+        """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
+        checkpoints go back into the wrapper."""
+        return any(any(dotted(a) == owner for a in [*c.args, *(k.value for k in c.keywords)]) and
+                   any(w in self.callee_last(c).lower() for w in ("load", "restore", "resume", "restart"))
+                   for c in self.calls)
+
+    def check_loading(self) -> None:
+        for call in self.calls:
+            if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
+                    and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+                if self.runs_on_rank0_only(call, ANY_RANK0) or self._in_branch_never_taken(call):
+                    continue  # one process (per node) loads: the saving GPU is its own, no other rank's lands there
+                own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
+                if self._loaded_as_data(call):
+                    self.add(call, "load-no-map-location", WARNING,
+                             "torch.load without map_location puts every tensor back on the device it was saved from",
+                             "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=False,
+                             why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
+                             "a data file is usually written from the CPU, where it comes back")
+                    continue
+                self.add(call, "load-no-map-location", WARNING,
+                         "torch.load without map_location puts every tensor back on the device it was saved from "
+                         "(cuda:0): every rank loads onto GPU 0",
+                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
+                         why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
+                         "goes back there unless the GPU layout changed between runs" if own else "")
+
+    def _loaded_as_data(self, call: ast.Call) -> bool:
+        """The loaded object is used as a tensor of data (`torch.load(f).numpy()`, `freq = torch.load(f)` then
+        `freq.size(0)`), never as a checkpoint (given to load_state_dict, indexed by a key, .items() / .keys())."""
+        parent = self.parent.get(call)
+        if isinstance(parent, ast.Attribute):
+            return parent.attr in DATA_USES
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and
+                isinstance(parent.targets[0], ast.Name)):
+            return False
+        name, scope = parent.targets[0].id, self.enclosing_function(call)
+        uses = [n for n in (_walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
+                and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno]
+        data = checkpoint = False
+        for use in uses:
+            holder = self.parent.get(use)
+            if isinstance(holder, ast.Attribute):
+                data |= holder.attr in DATA_USES
+                checkpoint |= holder.attr in ("items", "keys", "get", "values")
+            elif isinstance(holder, ast.Subscript) and const_str(holder.slice) is not None:
+                checkpoint = True  # ckpt["model"]
+            elif isinstance(holder, ast.Call) and use in holder.args and self.callee_last(holder) == "load_state_dict":
+                checkpoint = True
+            elif isinstance(holder, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in holder.ops):
+                checkpoint = True  # "model" in ckpt
+        return data and not checkpoint
+
+    def check_teardown(self) -> None:
+        inits = [c for c in self.calls if self.is_(c, "init_process_group")]
+        if inits and not self.destroys_group() and not self.facts.destroys:
+            endless = self._ends_in_endless_loop(inits[0])
+            self.add(inits[0], "no-destroy", WARNING,
+                     "the process group is never destroyed: on exit or after an error the other ranks may wait for "
+                     "this one until the timeout",
+                     "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
+                     sure=not endless, why="the run ends in a `while True` loop with no way out but an error: a "
+                     "destroy at the end would never run" if endless else "")
+
+    def destroys_group(self, used: set[str] | None = None) -> bool:
+        """A destroy_process_group that runs: at module level, or in a function something names (`used`: the
+        names of the project, else this file's). In a file whose `__main__` block says how it runs, a `cleanup()`
+        nothing calls destroys nothing; without one, its functions are read as called."""
+        destroys = self.calls_by_name.get("destroy_process_group", [])
+        if not destroys or not any(is_main_block(n) for n in self.tree.body):
+            return bool(destroys)
+        if used is None:
+            used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
+                    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+        return any((func := self.enclosing_function(c)) is None or func.name in used for c in destroys)
+
+    def _ends_in_endless_loop(self, node: ast.AST) -> bool:
+        """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
+        scope = self.enclosing_function(node) or self.tree
+        return any(isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
+                   and n.lineno > node.lineno and
+                   not any(isinstance(b, (ast.Break, ast.Return)) for b in _walk_same_function(n.body, False))
+                   for n in _walk_same_function(scope.body))
+
+    def check_ddp_device_ids(self) -> None:
+        """torch's DDP on a GPU with no device_ids: fine when the current device was set (a single-device module on
+        this process's GPU needs none), a mistake when the model sits on the default GPU. Wrappers of other
+        libraries (apex, fairscale) have their own signatures: apex's DDP takes no device_ids at all."""
+        gpu = self.backend == "nccl" or any(
+            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" or self._bare_cuda(c) for c in self.calls)
+        if not gpu:
+            return
+        for call in self.calls:
+            if self.sets_device and not self._other_branch_sets_device(call):
+                continue  # the device is set on this path (not only on the other branch of an `if`)
+            if self.callee_last(call) in DDP_NAMES and self.is_torch_ddp(call) and \
+                    keyword(call, "device_ids") is None and len(call.args) < 2:
+                self.add(call, "ddp-no-device-ids", WARNING,
+                         "DistributedDataParallel without device_ids, and the current device is not set on this path: "
+                         "the model sits on the default GPU, GPU 0 on every rank",
+                         "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
+
+    def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
+        """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
+        under `if args.distributed:`: on the branch where that flag is false the model was never wrapped. Also the
+        branch a wrapper test sends plain models to (`... if hasattr(net, "module") else net.state_dict()`)."""
+        if self._wrapper_test_excludes(node, owner):
+            return True
+        flags = set()
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
+                    isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES:
+                flags |= self._conditions(n)
+        if not flags:
+            return False
+        child, parent = node, self.parent.get(node)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, (ast.Name, ast.Attribute)) and \
+                    dotted(parent.test) in flags:
+                orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+                if child in orelse:
+                    return True
+            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, ast.UnaryOp) and \
+                    isinstance(parent.test.op, ast.Not) and dotted(parent.test.operand) in flags:
+                body = parent.body if isinstance(parent.body, list) else [parent.body]
+                if child in body:
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def _wrapper_test_excludes(self, node: ast.AST, owner: str) -> bool:
+        """`node` is on the branch of `hasattr(owner, "module")` / `isinstance(owner, DDP)` where owner is no
+        wrapper (the else, or the body of its negation)."""
+        child, parent = node, self.parent.get(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test, wrapped_branch = parent.test, "body"
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, wrapped_branch = test.operand, "orelse"
+                if isinstance(test, ast.Call) and len(test.args) == 2 and dotted(test.args[0]) == owner and (
+                        self.callee_last(test) == "hasattr" and const_str(test.args[1]) == "module" or
+                        self.callee_last(test) == "isinstance" and last(dotted(test.args[1])) in DDP_NAMES):
+                    other = getattr(parent, "orelse" if wrapped_branch == "body" else "body")
+                    return child in (other if isinstance(other, list) else [other])
+            child, parent = parent, self.parent.get(parent)
+        return False
+
+    def check_collectives_in_rank_branches(self) -> None:
+        for call in self.calls:
+            if not self.is_collective(call):
+                continue
+            name = self.callee_last(call)
+            direct = [g for g in self.guards(call) if g.kind != "single"]
+            if not direct:
+                self._collective_in_guarded_helper(call, name)
+            for guard in direct:
+                paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
+                             for branch in guard.other for n in ast.walk(branch)) or \
+                    self._paired_elsewhere(call, name, guard)
+                if not paired:
+                    who = "rank 0" if guard.rank0 else "every rank but 0"
+                    self.add(call, "collective-in-rank-branch", ERROR,
+                             f"{name} runs on {who} only (the {guard.kind} rank test on line {guard.node.lineno}): "
+                             "a collective needs every rank, so the others never join and it hangs",
+                             f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
+                    break
+
+    def _collective_in_guarded_helper(self, call: ast.Call, name: str, depth: int = 0,
+                                      func: ast.AST | None = None) -> None:
+        """`if rank == 0: val = evaluate(model)` where evaluate (or a helper it calls) runs all_reduce: the
+        collective runs on rank 0 only, reported at the guarded call."""
+        func = func or self.enclosing_function(call)
+        if func is None or depth > 3 or func.name in self.passed:
+            return
+        sites = self.call_sites(func)
+        if not sites or not all(self.runs_on_rank0_only(s, ANY_RANK0 - {"single"}) for s in sites):
+            return
+        for site in sites:
+            guards = [g for g in self.guards(site) if g.kind != "single"]
+            if not guards:
+                self._collective_in_guarded_helper(call, name, depth + 1, self.enclosing_function(site))
+                continue
+            if any(isinstance(n, ast.Call) and self.callee_last(n) == func.name
+                   for g in guards for branch in g.other for n in ast.walk(branch)):
+                continue  # the same helper on the other ranks' branch too
+            who = "rank 0" if guards[0].rank0 else "every rank but 0"
+            self.add(site, "collective-in-rank-branch", ERROR,
+                     f"{func.name}() runs {name} (line {call.lineno}) and is called on {who} only here (the "
+                     f"{guards[0].kind} rank test on line {guards[0].node.lineno}): a collective needs every rank, "
+                     "so the others never join and it hangs",
+                     f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside")
+
+    def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
+        """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
+        same collective under the opposite test of the same kind: every rank reaches it once."""
+        scope = self.enclosing_function(call)
+        return any(other is not call and self.callee_last(other) == name and self.enclosing_function(other) is scope
+                   and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
+                   for other in self.calls)
+
+    def check_rank0_ddp_forward(self) -> None:
+        """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
+        under torch.no_grad() in the first forward after a training step: a forward through the wrapper on rank 0
+        alone is a broadcast nobody else joins. Checked by running it: 2 gloo ranks, BatchNorm1d, rank 0 evaluating
+        through the wrapper: both ranks stop at "Timed out waiting ... for send operation to complete"."""
+        wrappers = [c for c in self.calls if self.callee_last(c) in DDP_NAMES]
+        syncs = [c for c in wrappers if not any(
+            isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
+            for k in ("broadcast_buffers", "forward_sync_buffers"))]
+        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
+            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) or
+            self.callee_last(c) in self.facts.buffer_classes for c in self.calls)  # a project class with BatchNorm
+        if not syncs or not has_buffers:
+            return
+        for call in self.calls:
+            name = dotted(call.func)
+            owner = name[: -len(".forward")] if name.endswith(".forward") else name
+            if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                continue
+            if self.ddp_names.get(owner, 0) > call.lineno:
+                continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
+            self.add(call, "rank0-ddp-forward", ERROR,
+                     f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
+                     "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
+                     "never join that broadcast: the run hangs",
+                     f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
+                     "all_reduce the metric")
+
+    def check_loader_without_sampler(self) -> None:
+        if not self.distributed:
+            return
+        samplers = [c for c in self.calls if self.callee_last(c) == "DistributedSampler"]
+        for call in self.calls:
+            if self.callee_last(call) != "DataLoader":
+                continue
+            shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
+            always_none = sampler is not None and self._always_none(sampler)
+            shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True or (
+                always_none and isinstance(shuffle, ast.Compare) and isinstance(shuffle.ops[0], ast.Is)
+                and dotted(shuffle.left) == dotted(sampler))  # shuffle=(sampler is None)
+            if not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None:
+                continue
+            if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call) or self._for_evaluation(call):
+                continue
+            beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
+            self.add(call, "loader-without-sampler", WARNING,
+                     "DataLoader(shuffle=True) without a DistributedSampler: every rank reads the whole dataset in "
+                     f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
+                     "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
+                     "sampler.set_epoch(epoch) every epoch")
+
+    def _always_none(self, name: ast.AST) -> bool:
+        """`sampler=train_sampler` where train_sampler is only ever assigned None."""
+        if not isinstance(name, ast.Name):
+            return isinstance(name, ast.Constant) and name.value is None
+        value = self._reaching_value(name)
+        return isinstance(value, ast.Constant) and value.value is None
+
+    def _reaching_value(self, name: ast.Name) -> ast.AST | None:
+        """The value of the nearest `name = ...` on the straight path before this use (same block or enclosing
+        ones), as a reader finds it scrolling up."""
+        child, parent = name, self.parent.get(name)
+        while parent is not None and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for field_name in ("body", "orelse", "finalbody"):
+                block = getattr(parent, field_name, None)
+                if isinstance(block, list) and child in block:
+                    for stmt in reversed(block[: block.index(child)]):
+                        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
+                                                                for t in stmt.targets):
+                            return stmt.value
+                        if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
+                                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                                for n in _walk_same_function([stmt])):
+                            return None  # set on some path only: not one value
+            child, parent = parent, self.parent.get(parent)
+        return None
+
+    def _for_evaluation(self, call: ast.Call) -> bool:
+        """A validation/test loader (by its name, or a dataset built with train=False): every rank reading all of
+        it costs time, not correctness."""
+        parent = self.parent.get(call)
+        names = [dotted(t).lower() for t in getattr(parent, "targets", [])]
+        if any(w in n for n in names for w in ("val", "test", "eval")):
+            return True
+        return any(isinstance(n, ast.Call) and isinstance(keyword(n, "train"), ast.Constant)
+                   and keyword(n, "train").value is False for n in ast.walk(call))
+
+    def _dataset_sharded(self, call: ast.Call) -> bool:
+        """The dataset given to the loader is already this rank's piece (built from the rank)."""
+        dataset = call.args[0] if call.args else keyword(call, "dataset")
+        if dataset is None:
+            return False
+        exprs = [dataset] + [n.value for n in self.nodes if isinstance(n, ast.Assign)
+                             and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)]
+        return any(isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
+                   for e in exprs for n in ast.walk(e))
+
+    def check_grad_accumulation(self) -> None:
+        """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""
+        if not (self.ddp_names or self.facts.ddp) or self.facts.no_sync or any(
+                (isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync"))
+                for n in self.nodes):
+            return
+        for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
+            here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
+            backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
+            if backward is None and (where := self._steps_every_k_beside_helper(loop, here)) is not None:
+                self.add(where, "grad-accum-no-sync", WARNING,
+                         "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
+                         "that runs backward on the others too, so DDP all-reduces in every backward (k-1 of every "
+                         "k all-reduces are wasted)",
+                         "run the micro-steps but the last inside `with model.no_sync():`")
+                continue
+            if backward is None:
+                # loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0): backward every call, the step
+                # every k-th, inside a helper
+                if any(isinstance(c, ast.Call) and any(
+                        isinstance(k.value, ast.Compare) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
+                                                                 for b in ast.walk(k.value)) for k in c.keywords)
+                       and any("loss" in dotted(a).lower() for a in c.args) for c in here):
+                    self.add(loop, "grad-accum-no-sync", WARNING,
+                             "gradient accumulation without no_sync(): the helper runs backward every micro-step and "
+                             "steps every k-th, and DDP all-reduces the gradients in each of those backwards (k-1 of "
+                             "every k all-reduces are wasted)",
+                             "run the micro-steps but the last inside `with model.no_sync():`")
+                continue
+            # `if (i + 1) % accum == 0: optimizer.step()` beside a backward on every iteration
+            stepped_every_k = any(
+                isinstance(n, ast.If) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
+                                              for b in ast.walk(n.test))
+                and any(_method(c) == "step" for c in _calls_in(n.body))
+                and not any(c is backward for c in _calls_in(n.body))
+                for n in here) or self._skips_until_every_k(loop, backward)
+            # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
+            outer = self.parent.get(loop)
+            while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
+                outer = self.parent.get(outer)
+            inner_no_step = isinstance(outer, (ast.For, ast.While)) and \
+                not any(_method(c) == "step" for c in _calls_in(loop.body)) and \
+                any(isinstance(c, ast.Call) and _method(c) == "step" and c.lineno > loop.lineno
+                    for c in _walk_same_function(outer.body, into_loops=False))
+            if stepped_every_k or inner_no_step:
+                self.add(loop, "grad-accum-no-sync", WARNING,
+                         "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
+                         "backward, also on the micro-steps where no optimizer step follows (k-1 of every k "
+                         "all-reduces are wasted)",
+                         "run the micro-steps but the last inside `with model.no_sync():` (or set "
+                         "model.require_backward_grad_sync = is_last_micro_step before the forward)")
+
+
+    def _skips_until_every_k(self, loop: ast.AST, backward: ast.Call) -> bool:
+        """`if batch_idx % k != 0: continue` after the backward, then `optimizer.step()` further down the loop's
+        body: accumulation written as an early skip."""
+        for i, stmt in enumerate(loop.body):
+            if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue) and stmt.lineno > backward.lineno \
+                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test)):
+                return any(_method(c) == "step" and "sched" not in dotted(c.func.value).lower()
+                           for c in _calls_in(loop.body[i + 1:]))
+        return False
+
+    def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
+        """`should_step = step % accum == 0; if should_step: optimizer.step()` with a project helper that runs
+        backward (`loss = self.training_step(...)`, in this file or another) called on the iterations that do not
+        step too: accumulation written as a step counter and a helper. Returns where the `% k` is written."""
+        helpers = [c for c in here if isinstance(c, ast.Call) and self.callee_last(c) in self.facts.backward_helpers]
+        if not helpers:
+            return None
+        scope = self.enclosing_function(loop)
+        for branch in (n for n in here if isinstance(n, ast.If)):
+            if (counted := self._every_k(branch, scope)) is None:
+                continue
+            steps = [c for c in _calls_in(branch.body) if _method(c) == "step" and
+                     "sched" not in dotted(c.func.value).lower() and "lr" not in last(dotted(c.func.value)).lower()]
+            inside = set(map(id, _calls_in(branch.body)))
+            if steps and any(id(h) not in inside for h in helpers):
+                return counted
+        return None
+
+    def _every_k(self, branch: ast.If, scope: ast.AST | None) -> ast.AST | None:
+        """Where the `if`'s `% k` test is written: in the `if` itself, or the assignment of the name it tests
+        (`should_step = i % k == 0`); None when it tests no `% k`."""
+        def counts(node: ast.AST) -> bool:
+            return any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(node))
+        if counts(branch.test):
+            return branch
+        if isinstance(branch.test, (ast.Name, ast.Attribute)):
+            stored = [n for n in (_walk_same_function(scope.body) if scope else self.nodes)
+                      if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)]
+            if stored and all(counts(n.value) for n in stored):
+                return min(stored, key=lambda n: n.lineno)
+        return None
+
+
+PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}
+
+
+def _by_platform(node: ast.AST) -> ast.AST | None:
+    """`'gloo' if os.name == 'nt' else 'nccl'`: the branch a Linux machine takes when the choice is by operating
+    system only. An OS is no CUDA check: a Linux machine without GPUs still gets the other branch."""
+    if not isinstance(node, ast.IfExp):
+        return None
+    tested = {dotted(n) for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
+    if not tested or not all(any(t.startswith(p) for p in PLATFORM_TESTS) or any(p.startswith(t + ".") for p in
+                                                                                  PLATFORM_TESTS) for t in tested):
+        return None
+    if any(isinstance(n, ast.Name) and n.id not in ("os", "sys", "platform") for n in ast.walk(node.test)):
+        return None
+    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {"nt", "win", "win32", "Windows"}
+    if not windows:
+        return None
+    negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1
+    return node.body if negated else node.orelse  # the test is true on Windows unless negated

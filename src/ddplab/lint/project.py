@@ -1,0 +1,170 @@
+"""The files lint reads together: a script and the local modules it imports (beside it, or in packages beside it),
+or every Python file of a folder. Guards, print filters, process-group setup and DDP factories often live in a
+`utils.py`; a reviewer opens it, so lint does too. A module that cannot be read (syntax error, unreadable file) is
+named in the result and skipped: it never stops the lint of the rest."""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
+MAX_FILES = 2000  # a folder bigger than this is not one training project
+
+
+@dataclass
+class Project:
+    root: Path  # the folder imports are resolved from (the script's own folder: sys.path[0] when it runs)
+    trees: dict[Path, ast.Module] = field(default_factory=dict)  # every file read, entry scripts first
+    entries: list[Path] = field(default_factory=list)  # the files the user asked about
+    unread: list[str] = field(default_factory=list)  # "path: why" for each module that could not be read
+
+
+def read(path: Path, cache: dict | None = None) -> tuple[ast.Module | None, str | None]:
+    """The module's syntax tree, or why it cannot be had; `cache` keeps what was read for the next script."""
+    if cache is not None and path in cache:
+        return cache[path]
+    result = _read(path)
+    if cache is not None:
+        cache[path] = result
+    return result
+
+
+def _read(path: Path) -> tuple[ast.Module | None, str | None]:
+    try:
+        source = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return None, f"{path}: cannot read it ({e.strerror})"
+    try:
+        return ast.parse(source, filename=str(path)), None
+    except SyntaxError as e:
+        where = f"{path}:{e.lineno}" if e.lineno else str(path)  # a NUL byte has no line
+        return None, f"{where}: not valid Python ({e.msg})"
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes; nesting too deep for the parser
+        return None, f"{path}: not valid Python ({type(e).__name__}: {e})"
+
+
+def _candidates(base: Path, dotted_name: str) -> list[Path]:
+    parts = [p for p in dotted_name.split(".") if p]
+    target = base.joinpath(*parts) if parts else base
+    return [target.with_suffix(".py") if parts else base / "__init__.py", target / "__init__.py"]
+
+
+def search_roots(script_dir: Path) -> list[Path]:
+    """Where the script's imports are found: its folder (sys.path[0]), then, for a script in a sub-folder of a
+    project (`scripts/train.py` of a package installed with `pip install -e .`), the folders up to the project's
+    root (the first with setup.py, setup.cfg or pyproject.toml, at most 3 levels up)."""
+    roots = [script_dir]
+    for parent in list(script_dir.parents)[:3]:
+        if any((parent / marker).is_file() for marker in ("setup.py", "setup.cfg", "pyproject.toml")):
+            roots += [p for p in script_dir.parents if p != parent and parent in p.parents][:3] + [parent]
+            break
+    else:  # no project marker: packages (folders with __init__.py) up to 2 levels up still count
+        roots += [p for p in list(script_dir.parents)[:2] if p.parent != p]
+    return roots
+
+
+def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> list[Path]:
+    """The project files this module imports: `import utils`, `from util import misc`, `from .trainer import x`,
+    resolved against the script's folder (and, for relative imports, the module's own package)."""
+    roots = [roots] if isinstance(roots, Path) else roots
+    found: list[Path] = []
+
+    def add(base: Path, name: str) -> bool:
+        for candidate in _candidates(base, name):
+            if candidate.is_file():
+                found.append(candidate)
+                return True
+        return False
+
+    from ddplab.lint.scriptread import static
+
+    for node in static(tree)[0]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                for root in roots:
+                    if (root == roots[0] or (root / parts[0] / "__init__.py").is_file()) and add(root, parts[0]):
+                        for i in range(2, len(parts) + 1):  # import a.b.c loads a, a.b and a.b.c
+                            add(root, ".".join(parts[:i]))
+                        break
+        elif isinstance(node, ast.ImportFrom):
+            base = path.parent
+            for _ in range(max(node.level - 1, 0)):
+                base = base.parent
+            top = (node.module or "").split(".")[0]
+            # a folder above the script without __init__.py is a namespace package when the project root is on
+            # the path (`PYTHONPATH=./ python scripts/train.py`, `from utils.init import init`)
+            bases = [base] if node.level else [roots[0], *(r for r in roots[1:] if (r / top).is_dir()), path.parent]
+            for b in bases:
+                module = node.module or ""
+                if module:
+                    parts = module.split(".")
+                    for i in range(1, len(parts)):
+                        add(b, ".".join(parts[:i]))  # the packages on the way
+                here = add(b, module) if module else False
+                for alias in node.names:  # `from pkg import module`
+                    if alias.name != "*":
+                        here = add(b, f"{module}.{alias.name}" if module else alias.name) or here
+                if here:
+                    break
+    return found
+
+
+def of_script(script: Path, cache: dict | None = None) -> Project:
+    """The script, then every local module it reaches through imports."""
+    script = script.resolve()
+    roots = search_roots(script.parent)
+    project = Project(root=roots[-1], entries=[script])
+    tree, why = read(script, cache)
+    if tree is None:
+        raise SyntaxError(why)
+    project.trees[script] = tree
+    queue = [script]
+    while queue and len(project.trees) < MAX_FILES:
+        path = queue.pop(0)
+        for module in local_imports(path, project.trees[path], roots):
+            module = module.resolve()
+            if module in project.trees or any(u.startswith(f"{module}:") for u in project.unread):
+                continue
+            sub, why = read(module, cache)
+            if sub is None:
+                project.unread.append(why or str(module))
+                continue
+            project.trees[module] = sub
+            queue.append(module)
+    return project
+
+
+def of_folder(folder: Path, cache: dict | None = None) -> Project:
+    """Every Python file under the folder (not hidden folders or virtual environments); the entries are the ones no
+    other file imports, or that run something as a script."""
+    folder = folder.resolve()
+    project = Project(root=folder)
+    files = []
+    for here, dirs, names in os.walk(folder):  # hidden folders, caches and virtual environments are not the project
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and
+                         not os.path.exists(os.path.join(here, d, "pyvenv.cfg")))
+        files += [Path(here) / n for n in sorted(names) if n.endswith(".py")]
+        if len(files) >= MAX_FILES:
+            break
+    files = files[:MAX_FILES]
+    for path in files:
+        tree, why = read(path, cache)
+        if tree is None:
+            project.unread.append(why or str(path))
+        else:
+            project.trees[path] = tree
+    imported: set[Path] = set()
+    for path, tree in project.trees.items():
+        for module in local_imports(path, tree, path.parent):
+            imported.add(module)
+    project.entries = [p for p, t in project.trees.items() if p not in imported or _runs_as_script(t)]
+    return project
+
+
+def _runs_as_script(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
+               and n.test.left.id == "__name__" for n in tree.body)

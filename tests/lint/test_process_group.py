@@ -1,0 +1,266 @@
+"""The process group's setup and end: sets-master-env, sets-rank-env (the launcher's variables set by the script),
+nccl-hardcoded, no-destroy.
+
+Each test is a minimal script that shows a mechanism and, most often, its twin that must behave the other way;
+the section comments say which evaluation round (issue 28) a test came from."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.lint import lint_file, lint_source
+from lintcase import (HEAD, PG_OPEN as PG, found_by_name as found, line_names, names, names_time, pair,
+                      rules_after as rules, write_flat as write)
+
+
+# ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
+
+
+def test_launcher_env_only_as_a_fallback_is_fine():
+    assert rules(PG, """
+        os.environ.setdefault("MASTER_PORT", "29500")
+        if "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+        dist.destroy_process_group()
+    """) == []
+
+
+def test_hard_coded_rank_and_init_method_are_errors():
+    found = lint_source(textwrap.dedent("""
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456", rank=0, world_size=2)
+        dist.destroy_process_group()
+    """))
+    assert sorted(f.rule for f in found.findings) == ["sets-master-env", "sets-rank-env"]
+    assert not found.ok
+
+
+def test_a_script_that_spawns_its_workers_is_its_own_launcher():
+    spawn = "import torch.multiprocessing as mp\n"
+    bad, good = pair("""
+        os.environ["MASTER_PORT"] = "29500"
+        if __name__ == "__main__":
+            print("starting")
+        """, """
+        os.environ["MASTER_PORT"] = "29500"
+        def worker(rank):
+            pass
+        if __name__ == "__main__":
+            print("starting")
+            mp.spawn(worker, nprocs=2)
+        """, spawn + PG)
+    assert bad == ["sets-master-env", "unguarded-print"] and good == []
+
+
+def test_a_backend_default_nobody_overrides_is_hard_coded():
+    bad, good = pair("""
+        def setup(backend="nccl"):
+            dist.init_process_group(backend=backend)
+        setup()
+        """, """
+        def setup(backend="nccl"):
+            dist.init_process_group(backend=backend)
+        setup("nccl" if torch.cuda.is_available() else "gloo")
+        """, "import os\nimport torch\nimport torch.distributed as dist\n")
+    assert bad == ["nccl-hardcoded"] and good == []
+
+
+def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
+    """Under srun without torchrun, copying SLURM_PROCID into RANK is the script's job; a fallback port too."""
+    bad, good = pair("""
+        os.environ["RANK"] = "0"
+        os.environ["MASTER_PORT"] = "29500"
+        """, """
+        proc_id = int(os.environ["SLURM_PROCID"])
+        os.environ["RANK"] = str(proc_id)
+        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+        if "MASTER_PORT" in os.environ:
+            pass
+        else:
+            os.environ["MASTER_PORT"] = "29500"
+        """)
+    assert bad == ["sets-rank-env", "sets-master-env"] and good == []
+
+
+# ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
+
+
+def test_the_backend_is_any_expression_that_is_nccl():
+    for backend, setup in [("dist.Backend.NCCL", ""), ("Backend.NCCL", "from torch.distributed import Backend\n"),
+                           ('dist.Backend("nccl")', ""), ("BACKEND", 'BACKEND = "nccl"\n')]:
+        source = HEAD + setup + f"dist.init_process_group(backend={backend})\ndist.destroy_process_group()\n"
+        assert "nccl-hardcoded" in line_names(source), backend
+    # the user's choice (a module name the script rewrites through exec, an option) is not hard-coded
+    assert "nccl-hardcoded" not in line_names(HEAD + 'backend = "nccl"\nexec(open("config.py").read())\n'
+                                         "dist.init_process_group(backend=backend)\ndist.destroy_process_group()\n")
+    assert "nccl-hardcoded" not in line_names(HEAD + "dist.init_process_group(backend=dist.Backend.GLOO)\n"
+                                         "dist.destroy_process_group()\n")
+
+
+# ------------------------------------------------------------- issue 28, third held-out set (was test_lint_heldout3.py)
+
+
+MP_MAIN = """
+import os
+import torch.multiprocessing as mp
+from dist_utils import init_distributed
+
+def worker(rank, world_size):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)
+    init_distributed(rank, world_size)
+    device = torch.device("cuda:0")
+    torch.cuda.set_device(device)
+
+if __name__ == "__main__":
+    for rank in range(2):
+        mp.Process(target=worker, args=(rank, 2)).start()
+"""
+
+
+MP_UTILS = """
+import os
+import torch.distributed as dist
+
+def init_distributed(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "40112"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+"""
+
+
+def test_rendezvous_set_in_a_module_of_a_script_that_starts_its_workers(tmp_path):
+    """The script starts its own workers (multiprocessing.Process): the MASTER_ADDR its setup module writes is its
+    own rendezvous; the same module under a script run by torchrun overrides the launcher's."""
+    (tmp_path / "own").mkdir()
+    own = write(tmp_path / "own", {"main.py": "import torch\n" + MP_MAIN, "dist_utils.py": MP_UTILS})
+    assert ("dist_utils.py", "sets-master-env") not in found(own)
+    torchrun = MP_MAIN.split("if __name__")[0] + "worker(int(os.environ['RANK']), int(os.environ['WORLD_SIZE']))\n"
+    (tmp_path / "run").mkdir()
+    launched = write(tmp_path / "run", {"main.py": "import torch\n" + torchrun, "dist_utils.py": MP_UTILS})
+    assert ("dist_utils.py", "sets-master-env") in found(launched)
+
+
+SETUPS = """
+import torch
+import torch.distributed as dist
+
+def init_env():
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+def init_mpi():
+    dist.init_process_group(backend="nccl", init_method="env://")
+
+def init_on_cluster():  # names init_mpi; nothing calls it
+    init_mpi()
+"""
+
+
+def test_setup_function_no_call_reaches_is_possible(tmp_path):
+    """A module with one setup per launcher: the nccl literal in the one the script never reaches is possible
+    (--all); called from the script, it is sure."""
+    script = "import dist_utils\ndist_utils.init_env()\ndist_utils.dist.destroy_process_group()\n"
+    entry = write(tmp_path, {"train.py": script, "dist_utils.py": SETUPS})
+    assert ("dist_utils.py", "nccl-hardcoded") not in found(entry)
+    assert any(f.rule == "nccl-hardcoded" for f in lint_file(entry, show_all=True).findings)
+    (tmp_path / "train.py").write_text(script.replace("init_env()", "init_mpi()"))
+    assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
+
+
+def test_nccl_in_a_module_after_the_callers_cuda_check(tmp_path):
+    """The script raises without CUDA before calling the module's setup: its nccl literal has a CUDA check (in the
+    caller); without that check it is reported."""
+    utils = "import torch.distributed as dist\n\ndef setup():\n    dist.init_process_group(backend='nccl')\n"
+    script = ("import torch\nfrom dist_utils import setup, dist\n\ndef main():\n"
+              "    if torch.cuda.is_available() is False:\n        raise EnvironmentError('no GPU')\n"
+              "    setup()\n    dist.destroy_process_group()\n\nmain()\n")
+    entry = write(tmp_path, {"train.py": script, "dist_utils.py": utils})
+    assert ("dist_utils.py", "nccl-hardcoded") not in found(entry)
+    (tmp_path / "train.py").write_text(script.replace("    if torch.cuda.is_available() is False:\n"
+                                                      "        raise EnvironmentError('no GPU')\n", ""))
+    assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
+
+
+def test_dist_is_available_is_no_cuda_check():
+    """`if dist.is_available() and dist.is_initialized(): return` says nothing about GPUs: the nccl literal after it
+    has no CUDA check; `torch.cuda.is_available()` there is one."""
+    setup = """
+    def init_distributed():
+        if dist.is_available() and dist.is_initialized():
+            return
+        dist.init_process_group(backend="nccl")
+    init_distributed()
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" in names(setup)
+    assert "nccl-hardcoded" not in names(setup.replace("dist.is_available() and dist.is_initialized()",
+                                                       "not torch.cuda.is_available()"), show_all=True)
+
+
+# ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
+
+
+def test_backend_chosen_by_operating_system_is_nccl_on_linux():
+    """`'gloo' if os.name == 'nt' else 'nccl'`: the choice is by OS, not by CUDA; a Linux machine without GPUs gets
+    nccl. The same choice by `torch.cuda.is_available()` is the fix."""
+    by_os = """
+    def init():
+        backend = 'gloo' if os.name == 'nt' else 'nccl'
+        dist.init_process_group(backend=backend, init_method='env://')
+    init()
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" in names_time(by_os)
+    inline = by_os.replace("backend=backend", "backend='gloo' if sys.platform.startswith('win') else 'nccl'")
+    assert "nccl-hardcoded" in names_time(inline.replace("def init():", "import sys\n    def init():"))
+    by_cuda = by_os.replace("os.name == 'nt'", "not torch.cuda.is_available()")
+    assert "nccl-hardcoded" not in names_time(by_cuda, show_all=True)
+    gloo_on_linux = by_os.replace("'gloo' if os.name == 'nt' else 'nccl'", "'nccl' if os.name == 'nt' else 'gloo'")
+    assert "nccl-hardcoded" not in names_time(gloo_on_linux, show_all=True)
+
+
+# ------------------------------------------------------------------ issue 28, fifth pass (was test_lint_mechanisms5.py)
+
+
+def test_a_cleanup_nothing_calls_destroys_nothing():
+    """`def cleanup(): dist.destroy_process_group()` defined and never called: the group is never destroyed."""
+    src = "def cleanup():\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n" \
+        "    dist.init_process_group('gloo')\n"
+    assert "no-destroy" in names(src)
+    assert "no-destroy" not in names(src + "    cleanup()\n")
+    assert "no-destroy" not in names(src.replace("if __name__ == '__main__':\n    ", ""))  # no main: read as called
+
+
+def test_backend_attribute_set_once_in_the_file_is_a_literal():
+    """`args.backend = 'nccl'` once (no --backend option) and `init_process_group(args.backend)` in main(args)."""
+    src = "import argparse\ndef main(args):\n    dist.init_process_group(args.backend)\n" \
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace()\n" \
+        "    args.backend = 'nccl'\n    main(args)\n"
+    assert "nccl-hardcoded" in names(src)
+    with_option = src.replace("    args = argparse.Namespace()\n",
+                              "    p = argparse.ArgumentParser()\n    p.add_argument('--backend')\n    args = p.parse_args()\n")
+    assert "nccl-hardcoded" not in names(with_option)
+
+
+# ------------------------------------------------------------------ issue 28, sixth pass (was test_lint_mechanisms6.py)
+
+
+def test_flag_cleared_without_cuda_is_a_cuda_check():
+    """`if torch.cuda.is_available(): ... else: args.distributed = False`, then `if args.distributed:
+    init_process_group("nccl")`: NCCL runs only where CUDA is."""
+    src = """
+    class A:
+        pass
+    args = A()
+    args.distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    if torch.cuda.is_available():
+        args.device = "cuda"
+    else:
+        args.distributed = False
+    if args.distributed:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend="nccl")
+    dist.destroy_process_group()
+    """
+    assert "nccl-hardcoded" not in names(src)
+    assert "nccl-hardcoded" in names(src.replace("    args.distributed = False", "    args.device = 'cpu'"))

@@ -1,0 +1,315 @@
+"""ddplab lint reads a project, not a file: guards, print filters, device and process-group setup and DDP factories
+in the modules a script imports count; a broken neighbour never stops it; a folder is linted script by script;
+rank tests in every shape; confidence (default output: sure; --all: possible too); a function of another module
+judged by how the script runs it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from conftest import cli
+from ddplab.lint import lint_file, lint_source
+from lintcase import HEAD, HERE, found, rules_after_pg as rules, write
+
+
+TRAIN = """\
+    import torch
+    from utils import init_distributed, is_chief, build_ddp, finish
+    init_distributed()
+    model = build_ddp(torch.nn.Linear(2, 2).cuda())
+    print("starting")
+    if is_chief():
+        torch.save(model.module.state_dict(), "model.pt")
+    finish()
+"""
+
+
+UTILS = """\
+    import builtins
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def init_distributed():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        quiet = dist.get_rank() != 0
+        plain = builtins.print
+        builtins.print = lambda *a, **k: None if quiet else plain(*a, **k)
+
+    def is_chief():
+        return dist.get_rank() == 0
+
+    def build_ddp(model):
+        return DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])])
+
+    def finish():
+        dist.destroy_process_group()
+"""
+
+
+def test_setup_in_a_neighbouring_module_counts(tmp_path):
+    """The helper module sets the device, filters prints, gives the rank-0 predicate and destroys the group."""
+    train = write(tmp_path, {"train.py": TRAIN, "utils.py": UTILS})
+    assert found(train, show_all=True) == set()
+    # the same script without its helpers' bodies: every one of those verdicts changes
+    bare = write(tmp_path / "bare", {"train.py": TRAIN, "utils.py": """\
+        import torch.distributed as dist
+        def init_distributed():
+            dist.init_process_group("gloo")
+        def is_chief():
+            return True
+        def build_ddp(model):
+            return model
+        def finish():
+            pass
+    """})
+    assert {rule for _, _, rule in found(bare)} == {"unguarded-print", "hardcoded-cuda-device", "no-destroy",
+                                                    "unguarded-save"}  # is_chief() is True everywhere
+    alone = lint_source(textwrap.dedent(TRAIN).replace("from utils import", "# from utils import") +
+                        "import torch.distributed as dist\ndist.init_process_group('gloo')\n")
+    assert {"unguarded-print", "hardcoded-cuda-device", "no-destroy"} <= {f.rule for f in alone.findings}
+
+
+def test_mistakes_in_an_imported_module_name_their_file(tmp_path):
+    train = write(tmp_path, {"train.py": "from lib.setup import setup\nsetup()\n",
+                             "lib/__init__.py": "",
+                             "lib/setup.py": """\
+                                 import torch.distributed as dist
+                                 def setup(backend="nccl"):
+                                     dist.init_process_group(backend)
+                                 def never_called():
+                                     dist.init_process_group("nccl")
+                             """})
+    assert found(train) == {("setup.py", 3, "nccl-hardcoded"), ("setup.py", 3, "no-destroy")}
+    ran = cli("lint", str(train))
+    assert ran.code == 0 and f"{tmp_path / 'lib' / 'setup.py'}:3:" in ran.out.replace("\n", "")
+
+
+def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
+    train = write(tmp_path, {"train.py": """\
+        import torch.distributed as dist
+        import helpers, other
+        dist.init_process_group("gloo")
+        print("hello")
+        dist.destroy_process_group()
+    """, "helpers.py": "def f(:\n", "other.py": "x = 1\n"})
+    (tmp_path / "other.py").chmod(0)
+    try:
+        result = lint_file(train, show_all=True)
+        unreadable = (tmp_path / "other.py").open  # root can read it anyway: then only helpers.py is unread
+    finally:
+        (tmp_path / "other.py").chmod(0o644)
+    assert any(u.startswith(str(tmp_path / "helpers.py")) and "not valid Python" in u for u in result.unread)
+    del unreadable
+    # what the unread module might have done (a print filter) makes the print finding possible, not sure
+    assert [(f.rule, f.confidence) for f in result.findings] == [("unguarded-print", "possible")]
+    assert "helpers.py" in result.findings[0].why
+    ran = cli("lint", str(train))
+    assert ran.code == 0 and "could not read it" in ran.out and "1 possible finding(s) not shown" in ran.out
+    ran = cli("lint", str(train), "--all", "--json")
+    assert ran.code == 0 and ran.json()["findings"][0]["confidence"] == "possible"
+
+
+def test_a_folder_is_linted_script_by_script(tmp_path):
+    write(tmp_path, {"a.py": "import torch.distributed as dist\nimport common\ndist.init_process_group('gloo')\n"
+                             "print('hi')\n",
+                     "b.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                             "dist.destroy_process_group()\n",
+                     "common.py": "import builtins\nbuiltins.print = lambda *a: None\n",
+                     "broken.py": "def f(:\n"})
+    result = lint_file(tmp_path)
+    # a.py's print goes through common's filter; b.py's destroy does not count for a.py
+    assert {(Path(f.path).name, f.line, f.rule) for f in result.findings} == {("a.py", 3, "no-destroy")}
+    assert result.files == 3 and len(result.unread) == 1
+    ran = cli("lint", str(tmp_path))
+    assert ran.code == 0 and "a.py:3:" in ran.out and "broken.py" in ran.out
+    ran = cli("lint", str(tmp_path / "missing"))
+    assert ran.code == 2 and "no such file or folder" in ran.err and "Traceback" not in ran.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    ran = cli("lint", str(empty))
+    assert ran.code == 2 and "no Python file" in ran.err
+
+
+def test_rank_tests_in_every_shape():
+    """==, in, not, a stored flag, a helper predicate, a rank from a helper: all are rank guards."""
+    assert rules("""
+        local_rank = int(os.environ["LOCAL_RANK"])
+        if local_rank in [-1, 0]:
+            print("one line per node")
+        def is_chief():
+            return int(os.environ["RANK"]) == 0
+        if is_chief():
+            torch.save({}, "a.pt")
+        def my_rank():
+            return dist.get_rank()
+        if my_rank() == 0:
+            torch.save({}, "b.pt")
+        chief = my_rank() == 0
+        if not chief:
+            pass
+        else:
+            torch.save({}, "c.pt")
+    """) == []
+    assert rules("""
+        rank = dist.get_rank()
+        if rank not in (0,):
+            print("every rank but 0")
+    """) == ["unguarded-print"]
+
+
+def test_a_collective_skipped_by_some_ranks_is_found():
+    """Issue 32: `if rank != world - 1: all_reduce` (the last rank skips it) hangs: lint said OK."""
+    result = lint_file(HERE / "scripts" / "hang_skip.py")
+    assert (18, "collective-in-rank-branch") in {(f.line, f.rule) for f in result.findings} and not result.ok
+    assert rules("""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        t = torch.ones(1)
+        if rank == 1:
+            dist.all_reduce(t)
+    """) == ["collective-in-rank-branch"]
+
+
+def test_confidence_default_shows_the_sure_ones(tmp_path):
+    script = write(tmp_path, {"t.py": """\
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        while True:
+            dist.barrier()
+    """})
+    assert lint_file(script).findings == [] and lint_file(script).possible == 1
+    [f] = lint_file(script, show_all=True).findings
+    assert (f.rule, f.confidence) == ("no-destroy", "possible") and "while True" in f.why
+    assert all(f.confidence == "sure" for f in lint_file(HERE / "scripts" / "lint_bad.py").findings)
+
+
+def test_a_function_nothing_calls_is_not_linted(tmp_path):
+    script = write(tmp_path, {"t.py": """\
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        class Model:
+            @classmethod
+            def from_pretrained(cls):
+                print("loading")
+        dist.destroy_process_group()
+    """})
+    assert lint_file(script).findings == []
+    script.write_text(script.read_text() + "Model.from_pretrained()\n")
+    assert [f.rule for f in lint_file(script).findings] == ["unguarded-print"]
+
+
+def test_the_single_process_branch_of_a_launcher_flag():
+    """`ddp = int(os.environ.get("RANK", -1)) != -1`: its else branch (or `if not ddp`) runs without a launcher."""
+    source = textwrap.dedent("""
+        import os
+        import torch.distributed as dist
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        if ddp:
+            dist.init_process_group("gloo")
+        else:
+            print("one process")
+        launched = "WORLD_SIZE" in os.environ
+        if not launched:
+            print("one process too")
+        if ddp:
+            print("every rank")
+        dist.destroy_process_group()
+    """)
+    assert [(f.line, f.rule, f.also) for f in lint_source(source).findings] == [(13, "unguarded-print", [])]
+
+
+def test_a_folder_skips_hidden_folders_and_virtual_environments(tmp_path):
+    write(tmp_path, {"train.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                                 "dist.destroy_process_group()\n",
+                     ".venv/pyvenv.cfg": "home = /usr\n",
+                     ".venv/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
+                     "env/pyvenv.cfg": "home = /usr\n",
+                     "env/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n"})
+    result = lint_file(tmp_path)
+    assert result.files == 1 and result.findings == []
+
+
+def test_a_random_tensor_only_rank_0_uses_is_not_the_data():
+    source = textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 4))
+        torch.manual_seed(0)
+        x = torch.randn(8, 4)
+        preview = None
+        for step in range(10):
+            model(x).sum().backward()
+            if dist.get_rank() == 0:
+                print(model.module(preview if preview is not None else x).mean())
+        dist.destroy_process_group()
+    """)
+    assert lint_source(source).findings == []
+    noise = source.replace("torch.manual_seed(0)\n", "").replace("preview = None", "preview = torch.randn(2, 4)")
+    # the data x is now unseeded too: that is the finding; the preview alone would not be one
+    assert [(f.line, f.rule) for f in lint_source(noise).findings] == [(7, "unseeded-random-data")]
+    only_preview = noise.replace("x = torch.randn(8, 4)", "x = torch.randn(8, 4, generator=torch.Generator())")
+    assert lint_source(only_preview).findings == []
+
+
+# ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
+
+
+TRAIN_MODULE = """\
+    import torch
+    from torchvision.datasets import MNIST
+
+    def train(args):
+        data = MNIST(root=args.data, download=True)
+        print("training")
+        model = torch.nn.Linear(2, 2)
+        if args.local_rank == 0:
+            torch.save(model.state_dict(), "best.pt")
+"""
+
+
+def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_path):
+    script = write(tmp_path, {"run.py": """\
+        import os
+        import torch.distributed as dist
+        from utils.train import train
+
+        def main(args):
+            dist.init_process_group("gloo")
+            train(args)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main(None)
+    """, "utils/__init__.py": "", "utils/train.py": TRAIN_MODULE})
+    assert found(script) == {("train.py", 5, "shared-path-write"), ("train.py", 6, "unguarded-print"),
+                             ("train.py", 9, "local-rank-save")}
+    guarded = script.read_text().replace("    train(args)", "    if dist.get_rank() == 0:\n        train(args)")
+    script.write_text(guarded)
+    assert found(script) == set()  # only rank 0 calls it
+    assert {(f, line, rule) for f, line, rule in found(script, show_all=True)} >= {("train.py", 5, "shared-path-write")}
+
+
+# ------------------------------------------------------------------ issue 28, fifth pass (was test_lint_mechanisms5.py)
+
+
+def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path):
+    """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
+    reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
+    from ddplab.lint import lint_file
+    (tmp_path / "worker.py").write_text(HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
+                                        "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
+                                        "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
+                                        "    dist.destroy_process_group()\n")
+    script = "import torch\nimport torch.multiprocessing as mp\nfrom worker import ddp_main\n\n" \
+        "if __name__ == '__main__':\n    mp.spawn(ddp_main, args=(2,), nprocs=2)\n"
+    (tmp_path / "train.py").write_text(script)
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" in rules and "unguarded-print" in rules
+    (tmp_path / "train.py").write_text(script.replace("mp.spawn(ddp_main, args=(2,), nprocs=2)", "pass"))
+    rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules

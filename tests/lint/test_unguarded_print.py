@@ -1,0 +1,443 @@
+"""unguarded-print, and the rank guards in every shape it (and the save rules) must read as guards.
+
+Each test is a minimal script that shows a mechanism and, most often, its twin that must behave the other way;
+the section comments say which evaluation round (issue 28) a test came from."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.lint import lint_source
+from lintcase import (END, HEAD, HEAD_TIME, PG_OPEN as PG, SETUP, line_rules, names, names_time, pair,
+                      rules_after as rules)
+
+
+# ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
+
+
+def test_rank_guards_in_their_usual_shapes():
+    assert rules(PG, """
+        rank = dist.get_rank()
+        is_main = rank == 0
+        def save(model):
+            torch.save(model.state_dict(), "m.pt")
+        def report():
+            if not is_main:
+                return
+            print("done")
+        if dist.get_rank() == 0:
+            save(torch.nn.Linear(1, 1))
+        report()
+        print(f"rank {rank} ready")
+        if int(os.environ["RANK"]) != 0:
+            pass
+        else:
+            torch.save({}, "x.pt")
+        dist.destroy_process_group()
+    """) == []
+
+
+def test_a_function_called_from_a_guarded_and_an_unguarded_site_is_not():
+    bad, good = pair("""
+        def note(text):
+            print(text)
+        if dist.get_rank() == 0:
+            note("a")
+        note("b")
+        """, """
+        def note(text):
+            print(text)
+        if dist.get_rank() == 0:
+            note("a")
+            note("b")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_a_device_index_guard_is_fine_for_printing():
+    bad, good = pair("""
+        def train(gpu):
+            print("epoch done")
+        """, """
+        def train(gpu):
+            if gpu == 0:
+                print("epoch done")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_a_print_that_says_who_prints():
+    bad, good = pair("""
+        device = torch.device("cpu")
+        print(f"running on {device}")
+        """, """
+        local_rank = int(os.environ["LOCAL_RANK"])
+        print(f"[GPU{local_rank}] running")
+        print(f"[{os.getpid()}] running")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_a_label_made_from_the_rank_says_who_prints():
+    bad, good = pair("""
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cpu")
+        loss = torch.ones(1, device=f"cuda:{local_rank}").sum()
+        print(device, loss)
+        """, """
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda:{}".format(local_rank))
+        print("using", device)
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
+    bad, good = pair("""
+        pool = [1, 5, 6, 7]
+        def work(rank):
+            device = pool[0]
+            print(f"training on {device}")
+        if "RANK" in os.environ:
+            print("launched")
+        """, """
+        pool = [1, 5, 6, 7]
+        def work(rank):
+            device = pool[rank]
+            print(f"training on {device}")
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            pass
+        else:
+            print("not distributed: one process")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+    found = lint_source(PG + "print('a')\nprint('b')\n" + END).findings
+    assert [(f.line, f.also) for f in found if f.rule == "unguarded-print"] == [(5, [6])]
+
+
+def test_prints_routed_through_a_replaced_builtin_print():
+    """setup_for_distributed: `builtins.print = ...` keeps every print to the main process."""
+    bad, good = pair("""
+        print("epoch done")
+        """, """
+        import builtins
+        def quiet_unless(is_master):
+            builtin_print = builtins.print
+            def print(*args, **kwargs):
+                if is_master:
+                    builtin_print(*args, **kwargs)
+            builtins.print = print
+        quiet_unless(dist.get_rank() == 0)
+        print("epoch done")
+        """)
+    assert bad == ["unguarded-print"] and good == []
+
+
+# ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
+
+
+def test_a_print_filter_installed_on_the_spawn_path_only_leaves_torchrun_printing():
+    source = HEAD + """\
+        import builtins
+        import torch.multiprocessing as mp
+
+        def worker(gpu, args):
+            if args.multiprocessing_distributed and gpu != 0:
+                builtins.print = lambda *a, **k: None
+            dist.init_process_group("gloo")
+            print("training")
+            dist.destroy_process_group()
+
+        def main(args):
+            if args.multiprocessing_distributed:
+                mp.spawn(worker, nprocs=2, args=(args,))
+            else:
+                worker(int(os.environ.get("LOCAL_RANK", 0)), args)
+    """
+    assert line_rules(source) == [(11, "unguarded-print")]
+    everywhere = source.replace("args.multiprocessing_distributed and gpu != 0", "gpu != 0")
+    assert line_rules(everywhere) == []  # installed on every path: the filter holds
+
+
+# ------------------------------------------------------------- issue 28, third held-out set (was test_lint_heldout3.py)
+
+
+def test_print_of_a_device_that_names_the_rank_when_ddp_is_on():
+    """`device = f"cuda:{local_rank}"` under DDP, "cuda" on the one-process path: printing it says which process
+    speaks wherever there are several; a device that never names the rank does not."""
+    labelled = """
+    if int(os.environ.get("RANK", -1)) != -1:
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+    else:
+        device = "cuda"
+    print(f"using device: {device}")
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(labelled, show_all=True)
+    assert "unguarded-print" in names(labelled.replace('f"cuda:{local_rank}"', '"cuda"'))
+
+
+def test_print_into_a_redirected_stdout_is_a_file_write():
+    """`sys.stdout = f` then print: the lines go to that file, not the console (no per-rank console noise)."""
+    redirected = """
+    import sys
+    dist.init_process_group("gloo")
+    def dump(args):
+        with open(f"params_{dist.get_rank()}.txt", "w") as f:
+            sys.stdout = f
+            print("lr", args)
+        sys.stdout = sys.__stdout__
+    dump(0.1)
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(redirected, show_all=True)
+    assert "unguarded-print" in names(redirected.replace("            sys.stdout = f\n", ""))
+
+
+def test_pprint_prints():
+    """pprint (the module function or a PrettyPrinter's method) writes stdout on every rank like print; given a
+    stream it writes that stream."""
+    pretty = """
+    import pprint
+    dist.init_process_group("gloo")
+    pp = pprint.PrettyPrinter(indent=4)
+    pp.pprint({"lr": 0.1})
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" in names(pretty)
+    assert "unguarded-print" not in names(pretty.replace('pp.pprint({"lr": 0.1})',
+                                                         'pp.pprint({"lr": 0.1}, stream=open("p.txt", "w"))'),
+                                          show_all=True)
+
+
+# ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
+
+
+FILTER_ORDER = """
+import builtins
+
+def setup_for_distributed(is_master):
+    builtin_print = builtins.print
+    def filtered(*args, **kwargs):
+        if is_master or kwargs.pop("force", False):
+            builtin_print(*args, **kwargs)
+    builtins.print = filtered
+
+def init_dist_and_get_args(extra):
+    dist.init_process_group("gloo")
+    if extra:
+        print("WARNING: unexpected extra args", extra)
+    setup_for_distributed(dist.get_rank() == 0)
+
+def main():
+    init_dist_and_get_args(os.environ.get("EXTRA"))
+    print("training starts")
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_print_before_the_filter_is_installed_runs_on_every_rank():
+    """The print filter (`builtins.print = ...`) is installed by setup_for_distributed at the end of
+    init_dist_and_get_args: the warning printed before it, in the same function, comes from every rank."""
+    found = [f for f in lint_source(HEAD_TIME + textwrap.dedent(FILTER_ORDER)).findings if f.rule == "unguarded-print"]
+    assert [f.line for f in found] == [18] and not found[0].also
+
+
+def test_print_after_the_filter_is_installed_is_quiet():
+    """The same warning printed after setup_for_distributed goes through the filter (rank 0 only)."""
+    after = FILTER_ORDER.replace('        print("WARNING: unexpected extra args", extra)\n    setup_for_distributed('
+                                 'dist.get_rank() == 0)\n',
+                                 '        pass\n    setup_for_distributed(dist.get_rank() == 0)\n'
+                                 '    print("WARNING: unexpected extra args", extra)\n')
+    assert "unguarded-print" not in names_time(after, show_all=True)
+
+
+def test_the_main_block_that_hands_its_worker_to_a_project_spawner_runs_once(tmp_path):
+    from lintcase import found, write
+    utils = ("import torch.multiprocessing as mp\n\ndef run(fn, world_size):\n"
+             "    mp.spawn(fn, args=(world_size,), nprocs=world_size, join=True)\n")
+    train = ("import torch\nimport torch.distributed as dist\nimport utils\n\n"
+             "def worker(rank, world_size):\n"
+             "    dist.init_process_group('gloo', rank=rank, world_size=world_size)\n\n"
+             "if __name__ == '__main__':\n    print('starting')\n    utils.run(worker, 2)\n")
+    spawner = write(tmp_path / "a", {"train.py": train, "utils.py": utils})
+    assert not [f for f in found(spawner) if f[2] == "unguarded-print"]
+    # quiet twin the other way: the helper does not spawn, so the block runs on every launched rank
+    plain = write(tmp_path / "b", {"train.py": train, "utils.py": "def run(fn, world_size):\n    fn(0, world_size)\n"})
+    assert [f for f in found(plain) if f[2] == "unguarded-print"]
+
+
+# ------------------------------------------------------------------ issue 28, fifth pass (was test_lint_mechanisms5.py)
+
+
+def test_no_rank_or_rank0_flag_is_a_rank0_guard():
+    """`main = rank is None or rank == 0`: rank 0, or the one process no launcher started."""
+    src = SETUP + "main = rank is None or rank == 0\nif main:\n    print('hello')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("rank is None or rank == 0", "rank is None or rank > 0"))
+
+
+def test_no_rank_test_is_one_process():
+    """`if opt.local_rank is None:` (or `== -1`) is the path without a launcher: one process."""
+    src = SETUP + "if rank is None:\n    print('single')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" not in names(src.replace("rank is None", "rank == -1"))
+    assert "unguarded-print" in names(src.replace("rank is None", "rank is not None"))
+
+
+def test_object_made_only_on_rank0_guards_its_uses():
+    """`run = wandb.init() if rank == 0 else None` and later `if run:`: the test under another name."""
+    src = SETUP + "import wandb\nrun = wandb.init() if rank == 0 else None\nif run:\n    print('logging')\n" \
+        "if run is not None:\n    print('again')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("if rank == 0 else None", "if rank >= 0 else 1"))
+
+
+def test_rank_compared_with_a_module_constant_is_one_rank():
+    """`local_rank == OFFSET + 1` with `OFFSET = 1` at module level: one process per node, like rank 0."""
+    src = "OFFSET = 1\n" + SETUP + "if rank == OFFSET + 1:\n    print('one voice')\ndist.destroy_process_group()\n"
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("OFFSET = 1\n", "OFFSET = int(os.environ['X'])\n"))
+
+
+def test_else_of_a_group_flag_is_one_process():
+    """`args.distributed = False; return` before the group, `= True` where it is made: `else:` of `if
+    args.distributed:` runs without a group."""
+    src = """
+    import argparse
+    def init(args):
+        if "RANK" not in os.environ:
+            args.distributed = False
+            return
+        args.distributed = True
+        dist.init_process_group("gloo")
+    args = argparse.Namespace()
+    init(args)
+    if args.distributed:
+        if dist.get_rank() == 0:
+            print("distributed")
+        dist.destroy_process_group()
+    else:
+        print("single")
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("args.distributed = False", "args.distributed = args.flag"))
+
+
+def test_option_value_other_than_the_one_that_makes_the_group_is_one_process():
+    """`if args.dist == "OFF":` beside `if args.dist == "ON": init_process_group()`: the OFF path is one process."""
+    src = """
+    import argparse
+    args = argparse.Namespace(dist="ON")
+    if args.dist == "OFF":
+        print("single")
+    if args.dist == "ON":
+        dist.init_process_group("gloo")
+        dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace('if args.dist == "OFF"', 'if args.dist == "ON"'))
+
+
+def test_function_a_script_with_a_main_block_never_calls_does_not_run():
+    """A script whose `__main__` block says how it runs: a function nothing reaches (a loader kept for later) prints
+    nothing; without a main block its functions are read as a reviewer reads them."""
+    src = """
+    def load_model(path):
+        print("loading", path)
+        return torch.load(path, map_location="cpu")
+
+    def main():
+        dist.init_process_group("gloo")
+        print("training")
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+    """
+    def prints(source: str) -> list:
+        return [f for f in lint_source(HEAD + textwrap.dedent(source)).findings if f.rule == "unguarded-print"]
+
+    shown = prints(src)
+    assert len(shown) == 1 and shown[0].also == [] and "also" not in shown[0].message
+    twin = prints(src.replace('if __name__ == "__main__":\n        main()', "main()"))
+    assert len(twin) == 1 and len(twin[0].also) == 1  # no main block: load_model's print is read too
+
+
+def test_print_filter_nothing_installs_filters_nothing(tmp_path):
+    """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
+    script never calls: every rank still prints."""
+    from ddplab.lint import lint_file
+    (tmp_path / "misc.py").write_text("import builtins\ndef setup_for_distributed(is_master):\n"
+                                      "    builtin_print = builtins.print\n"
+                                      "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
+                                      "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
+                                      "    setup_for_distributed(rank == 0)\n")
+    script = HEAD + "import misc\n" + SETUP + "print('hello')\ndist.destroy_process_group()\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("print('hello')", "misc.init_distributed_mode(rank)\nprint('hi')"))
+    assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
+    """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
+    the if branch runs without a group, as one process."""
+    from ddplab.lint import lint_file
+    (tmp_path / "utils.py").write_text(HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', "
+                                       "rank=rank, world_size=n)\n")
+    script = HEAD + "import argparse\nfrom utils import ddp_setup\n\ndef main(rank):\n    ddp_setup(rank, 2)\n" \
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace(multi=False)\n" \
+        "    single_gpu = not args.multi\n    if single_gpu:\n        print('one gpu')\n    else:\n" \
+        "        main(int(os.environ['RANK']))\n"
+    (tmp_path / "train.py").write_text(script)
+    assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("        main(int(os.environ['RANK']))\n",
+                                                      "        pass\n    main(int(os.environ['RANK']))\n"))
+    assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+# ------------------------------------------------------------------ issue 28, sixth pass (was test_lint_mechanisms6.py)
+
+
+def test_no_group_or_rank0_is_a_rank0_guard():
+    """`if not is_distributed or local_rank == 0:` with is_distributed set True where the group is made: the first
+    part holds only on the one-process path, so the block runs on rank 0 only."""
+    src = """
+    def main(local_rank, world_size):
+        if world_size > 1:
+            is_distributed = True
+            dist.init_process_group("gloo", rank=local_rank, world_size=world_size)
+        else:
+            is_distributed = False
+        if not is_distributed or local_rank == 0:
+            print("hello")
+            torch.save({}, "ckpt.pt")
+        dist.destroy_process_group()
+    """
+    assert names(src) == []
+    found = names(src.replace("not is_distributed or local_rank == 0", "not is_distributed or local_rank >= 0"))
+    assert "unguarded-print" in found and "unguarded-save" in found
+
+
+def test_parameter_every_caller_fills_with_a_rank_test():
+    """`def parse_args(verbose): if verbose: print(...)`, called `parse_args(rank == 0)` and `parse_args(False)`:
+    the print runs on rank 0 only. One call passing True makes it every rank's."""
+    src = """
+    def parse_args(verbose):
+        if verbose:
+            print("options")
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    parse_args(rank == 0)
+    parse_args(False)
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(src)
+    assert "unguarded-print" in names(src.replace("parse_args(False)", "parse_args(True)"))
