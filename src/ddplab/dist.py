@@ -180,7 +180,9 @@ def init(backend: str | None = None, device: str | None = None,
     delta = timedelta(seconds=timeout)
     # Before the group exists: imported later (DDP does), torch.distributed.nn keeps the group in default arguments,
     # and destroy_process_group then leaves gloo's threads running into interpreter exit (docs/teardown.md).
-    import torch.distributed.nn  # noqa: F401
+    # Bound to another name: a bare `import torch.distributed.nn` makes `torch` a local of this whole function,
+    # and torch.cuda.set_device above then raised UnboundLocalError on every GPU rank (ruff F823).
+    import torch.distributed.nn as _keeps_group_args  # noqa: F401
     try:
         # device_id (torch >= 2.3) binds the group to this rank's GPU: NCCL's communicator is made here, at once,
         # rather than lazily by the first collective, and barrier() knows its device instead of guessing.

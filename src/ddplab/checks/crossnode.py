@@ -79,10 +79,10 @@ class Local:
     interface: str = ""
 
     def label(self) -> str:
-        return _label({"node_rank": self.node_rank, "hostname": self.hostname, "address": self.address})
+        return node_label({"node_rank": self.node_rank, "hostname": self.hostname, "address": self.address})
 
 
-def _label(facts: dict) -> str:
+def node_label(facts: dict) -> str:
     who = f"{facts['hostname']}, {facts['address']}"
     if facts.get("node_rank") is not None:
         return f"node {facts['node_rank']} ({who})"
@@ -255,12 +255,12 @@ def probe_store(me: Local, wait: float, say=None) -> Finding | None:
                            f"{nodes.host}:{nodes.port}")
         if say and not said:
             say(f"waiting for the rendezvous store on {nodes.host}:{nodes.port} "
-                f"({'connection refused: node 0 not started yet?' if refused else _why(err)})")
+                f"({'connection refused: node 0 not started yet?' if refused else socket_error_text(err)})")
             said = True
         time.sleep(0.5 if refused else 0.2)
 
 
-def _why(err: OSError) -> str:
+def socket_error_text(err: OSError) -> str:
     if isinstance(err, (socket.timeout, TimeoutError)):
         return "no answer"
     return err.strerror or str(err)

@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 
 from ddplab import faults
-from ddplab.checks.crossnode import CONNECT_S, CrossNodeResult, Local, _label, _why
+from ddplab.checks.crossnode import CONNECT_S, CrossNodeResult, Local, node_label, socket_error_text
 from ddplab.checks.preflight import Finding
 
 PREFIX = "ddplab-preflight/"
@@ -81,7 +81,7 @@ def _connect(facts: dict) -> str:
             s.settimeout(CONNECT_S)
             got = s.recv(64).decode(errors="replace").split()
     except OSError as e:
-        return _why(e)
+        return socket_error_text(e)
     if got[-1:] != [str(facts["slot"])]:
         return "the connection reached another process (not that node)"
     return ""
@@ -178,7 +178,7 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
     for f in facts:  # each node's own local failures and warnings, as it found them
         for found in f["problems"]:
             blame(f["slot"], found["level"], found["what"] if found["what"].startswith("node ")
-                  else f"{_label(f)}: {found['what']}", found["fix"])
+                  else f"{node_label(f)}: {found['what']}", found["fix"])
     ref = every[next((s for s in sorted(every) if every[s]["is_host"]), min(every))]  # the host's facts count
     counts = sorted({f["nnodes"] for f in facts})
     if len(counts) > 1 or len(facts) < nodes.count:
@@ -186,12 +186,12 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
         for f in facts:
             if f["nnodes"] != arrived:
                 blame(f["slot"], "fail",
-                      f"{_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came "
-                      f"({', '.join(_label(o) for o in facts)})"
+                      f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came "
+                      f"({', '.join(node_label(o) for o in facts)})"
                       + (f"; the others say --nnodes {', '.join(str(c) for c in counts if c != f['nnodes'])}"
                          if len(counts) > 1 else "") + f": it waits for {f['nnodes'] - arrived} node(s) that never come"
                       if f["nnodes"] > arrived else
-                      f"{_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came",
+                      f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came",
                       "start every node with the same --nnodes, the number of machines "
                       f"(here --nnodes {arrived}, or start the missing node(s))")
     for key, flag in (("rdzv_id", "--rdzv-id"), ("rdzv_backend", "--rdzv-backend"), ("backend", "the backend")):
@@ -199,7 +199,7 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
         if len(values) > 1:
             for f in facts:
                 if f[key] != ref[key]:
-                    blame(f["slot"], "fail", f"{_label(f)} has {flag} {f[key]!r}, {_label(ref)} "
+                    blame(f["slot"], "fail", f"{node_label(f)} has {flag} {f[key]!r}, {node_label(ref)} "
                                              f"has {ref[key]!r}: the nodes would not meet in one job",
                           f"use the same {flag} on every node ({ref[key]!r})")
     seen: dict[tuple, dict] = {}
@@ -212,7 +212,7 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
             if key[1] is None:
                 continue
             if key in seen:
-                blame(f["slot"], "fail", f"{_label(f)} and {_label(seen[key])} both have {what}", fix)
+                blame(f["slot"], "fail", f"{node_label(f)} and {node_label(seen[key])} both have {what}", fix)
             else:
                 seen[key] = f
     for name in ("torch", "cuda", "nccl", "driver"):
@@ -221,23 +221,23 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
             if a != b:
                 strict = name == "torch" or (name in ("cuda", "nccl") and "nccl" in (me.backend, f["backend"]))
                 blame(f["slot"], "fail" if strict else "warn",
-                      f"{_label(f)} has {name} {a}, {_label(ref)} has {name} {b}",
+                      f"{node_label(f)} has {name} {a}, {node_label(ref)} has {name} {b}",
                       f"install the same {name} on every node (pip install torch=={b} where it differs)"
                       if name == "torch" else f"install the same {name} on every node")
     for f in facts:
         if f["nproc"] != ref["nproc"]:
-            blame(f["slot"], "warn", f"{_label(f)} starts {f['nproc']} rank(s), {_label(ref)} {ref['nproc']}: "
+            blame(f["slot"], "warn", f"{node_label(f)} starts {f['nproc']} rank(s), {node_label(ref)} {ref['nproc']}: "
                                      "the world size is not nnodes x nproc",
                   "give every node the same --nproc-per-node unless that is intended")
         skew = abs((f["clock"] - f["clock_seen"]) if "clock_seen" in f else 0.0)
         if skew > CLOCK_SKEW_S:
-            blame(f["slot"], "warn", f"{_label(f)}'s clock is {skew:.0f} s off this node's: logs will not line up",
+            blame(f["slot"], "warn", f"{node_label(f)}'s clock is {skew:.0f} s off this node's: logs will not line up",
                   "run NTP (chrony/systemd-timesyncd) on every node")
     for src, mesh in meshes.items():
         for dst, why in mesh.items():
             if why and int(dst) in every:
                 target = every[int(dst)]
-                blame(int(dst), "fail", f"{_label(every[src])} cannot connect to {_label(target)} at its advertised "
+                blame(int(dst), "fail", f"{node_label(every[src])} cannot connect to {node_label(target)} at its advertised "
                                         f"address {target['address']} ({why}): the collectives need every pair "
                                         "of nodes to connect, not only the store",
                       f"on {target['hostname']}: export GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface on "
@@ -251,7 +251,7 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
         findings += unique
         fails = [p for p in unique if p.level == "fail"]
         f = every[s]
-        verdicts.append({"node": _label(f), "node_rank": f["node_rank"], "hostname": f["hostname"],
+        verdicts.append({"node": node_label(f), "node_rank": f["node_rank"], "hostname": f["hostname"],
                          "address": f["address"], "interface": f["interface"], "nnodes": f["nnodes"],
                          "nproc": f["nproc"], "versions": f["versions"], "this_node": s == slot,
                          "verdict": "READY" if not fails else "NOT READY",

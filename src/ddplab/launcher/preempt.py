@@ -17,9 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 
-from ddplab.launcher.procs import alive
+from ddplab.launcher.procs import pid_alive
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 DEFAULT_GRACE_S = 30.0  # GKE's default notice; AWS spot gives 120 s, RunPod's interruptible pods ~5 s
@@ -65,7 +64,7 @@ class Forwarder:
 
     def ranks_gone(self) -> bool:
         """Every rank that was told has exited (it saved, or could not)."""
-        return bool(self.sent) and not any(_alive(pid) for pid in self.sent)
+        return bool(self.sent) and not any(pid_alive(pid) for pid in self.sent)
 
     def expired(self) -> bool:
         return self.requested and time.monotonic() - self.at > self.grace
@@ -73,13 +72,6 @@ class Forwarder:
     @property
     def name(self) -> str:
         return signal.Signals(self.signal).name if self.signal else ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return alive(psutil.Process(pid))  # a zombie (exited, not yet reaped by the agent) holds nothing
-    except psutil.NoSuchProcess:
-        return False
 
 
 def read_note(folder: Path) -> dict:

@@ -32,6 +32,14 @@ def end_tree(agent: subprocess.Popen, also: Iterable[psutil.Process] = (), timeo
     wait_dead(procs, timeout)
 
 
+def pid_alive(pid: int) -> bool:
+    """A process with this pid runs (a zombie - exited, not yet reaped - holds nothing)."""
+    try:
+        return alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
 def alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE

@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
-from ddplab.lint.scriptread import _walk_same_function as ScriptReader_walk
+from ddplab.lint.scriptread import walk_same_function
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
@@ -116,7 +116,7 @@ class Callers:
             parent = reader.parent.get(n)
             if isinstance(parent, ast.Call) and parent.func is n:
                 continue  # the callee: judged as a call
-            assigned = [a for a in ScriptReader_walk(func.body) if isinstance(a, ast.Assign) and a.lineno < at.lineno
+            assigned = [a for a in walk_same_function(func.body) if isinstance(a, ast.Assign) and a.lineno < at.lineno
                         and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)] if func else []
             if assigned:
                 if not all(self._same_everywhere(reader, a.value, a, depth + 1) for a in assigned):
@@ -142,9 +142,6 @@ class Callers:
                                                 for x in ast.walk(f)):
                 return False
         return True
-
-    def _parent_of(self, node: ast.AST) -> ast.AST | None:
-        return next((r.parent[node] for r in self.readers.values() if node in r.parent), None)
 
     def where(self, site: ast.Call) -> Path | None:
         return next((p for p, r in self.readers.items() if site in r.parent), None)

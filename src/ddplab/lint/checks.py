@@ -9,7 +9,7 @@ import re
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
 from ddplab.lint.multigpu import MultiGpuChecks
 from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                    _calls_in, _exits, _method, _walk_same_function, const_str, dotted,
+                                    calls_in, body_exits, method_name, walk_same_function, const_str, dotted,
                                     is_main_block, keyword, last)
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
@@ -197,7 +197,7 @@ class Checks(MultiGpuChecks):
             return None
         values = [n.value for n in self.nodes if isinstance(n, ast.Assign)
                   and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)]
-        option = any(_method(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
+        option = any(method_name(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
             (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
         return const_str(values[0]) if len(values) == 1 and not option else None
 
@@ -209,7 +209,7 @@ class Checks(MultiGpuChecks):
         if scope is None and isinstance(node, ast.Name):
             return None  # a module-level knob (nanoGPT's `backend = 'nccl'`, overridden by its configurator)
         scope = scope or self.tree
-        values = [n.value for n in _walk_same_function(scope.body) if isinstance(n, ast.Assign)
+        values = [n.value for n in walk_same_function(scope.body) if isinstance(n, ast.Assign)
                   and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
         if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
             return const_str(chosen)
@@ -265,7 +265,7 @@ class Checks(MultiGpuChecks):
         """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
         while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
             node = node.orelse[0]
-        return _exits(node.orelse)
+        return body_exits(node.orelse)
 
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
         """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
@@ -323,7 +323,7 @@ class Checks(MultiGpuChecks):
             if isinstance(node, ast.Assert) and check(node.test):
                 return True
             if isinstance(node, ast.If) and check(node.test) and (
-                    _exits(node.body) or _exits(node.orelse) or self._chain_ends_in_exit(node)):
+                    body_exits(node.body) or body_exits(node.orelse) or self._chain_ends_in_exit(node)):
                 return True
         return False
 
@@ -578,7 +578,7 @@ class Checks(MultiGpuChecks):
         if scope is None or any(isinstance(p, (ast.For, ast.While)) for p in self.ancestors(call, scope)):
             return False  # module level (imports run first), or a loop that may come round after the install
         installers = self.facts.print_installers
-        for n in _walk_same_function(scope.body):
+        for n in walk_same_function(scope.body):
             if getattr(n, "lineno", 0) <= call.lineno:
                 continue
             if isinstance(n, ast.Call) and self.callee_last(n) in installers:
@@ -657,7 +657,7 @@ class Checks(MultiGpuChecks):
         """`suffix = ""`, then `if get_world_size() > 1: suffix = f"_{dist.get_rank()}"`: the name is a per-rank
         label wherever there are several processes (a constant only for the one process)."""
         scope = self.enclosing_function(name)
-        assigns = [n for n in (_walk_same_function(scope.body) if scope else self.tree.body)
+        assigns = [n for n in (walk_same_function(scope.body) if scope else self.tree.body)
                    if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
         labels = [a for a in assigns if not isinstance(a.value, ast.Constant)]
         return bool(labels) and all(self._labels_rank(a.value) and any(
@@ -702,7 +702,7 @@ class Checks(MultiGpuChecks):
                 isinstance(parent.targets[0], ast.Name)):
             return False
         name, scope = parent.targets[0].id, self.enclosing_function(call)
-        uses = [n for n in (_walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
+        uses = [n for n in (walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
                 and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno]
         data = checkpoint = False
         for use in uses:
@@ -746,8 +746,8 @@ class Checks(MultiGpuChecks):
         scope = self.enclosing_function(node) or self.tree
         return any(isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
                    and n.lineno > node.lineno and
-                   not any(isinstance(b, (ast.Break, ast.Return)) for b in _walk_same_function(n.body, False))
-                   for n in _walk_same_function(scope.body))
+                   not any(isinstance(b, (ast.Break, ast.Return)) for b in walk_same_function(n.body, False))
+                   for n in walk_same_function(scope.body))
 
     def check_ddp_device_ids(self) -> None:
         """torch's DDP on a GPU with no device_ids: fine when the current device was set (a single-device module on
@@ -937,7 +937,7 @@ class Checks(MultiGpuChecks):
                             return stmt.value
                         if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
                                 isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                                for n in _walk_same_function([stmt])):
+                                for n in walk_same_function([stmt])):
                             return None  # set on some path only: not one value
             child, parent = parent, self.parent.get(parent)
         return None
@@ -969,8 +969,8 @@ class Checks(MultiGpuChecks):
                 for n in self.nodes):
             return
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
-            here = list(_walk_same_function(loop.body, into_loops=False))  # this loop's own level
-            backward = next((c for c in here if isinstance(c, ast.Call) and _method(c) == "backward"), None)
+            here = list(walk_same_function(loop.body, into_loops=False))  # this loop's own level
+            backward = next((c for c in here if isinstance(c, ast.Call) and method_name(c) == "backward"), None)
             if backward is None and (where := self._steps_every_k_beside_helper(loop, here)) is not None:
                 self.add(where, "grad-accum-no-sync", WARNING,
                          "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
@@ -995,17 +995,17 @@ class Checks(MultiGpuChecks):
             stepped_every_k = any(
                 isinstance(n, ast.If) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
                                               for b in ast.walk(n.test))
-                and any(_method(c) == "step" for c in _calls_in(n.body))
-                and not any(c is backward for c in _calls_in(n.body))
+                and any(method_name(c) == "step" for c in calls_in(n.body))
+                and not any(c is backward for c in calls_in(n.body))
                 for n in here) or self._skips_until_every_k(loop, backward)
             # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
             outer = self.parent.get(loop)
             while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
                 outer = self.parent.get(outer)
             inner_no_step = isinstance(outer, (ast.For, ast.While)) and \
-                not any(_method(c) == "step" for c in _calls_in(loop.body)) and \
-                any(isinstance(c, ast.Call) and _method(c) == "step" and c.lineno > loop.lineno
-                    for c in _walk_same_function(outer.body, into_loops=False))
+                not any(method_name(c) == "step" for c in calls_in(loop.body)) and \
+                any(isinstance(c, ast.Call) and method_name(c) == "step" and c.lineno > loop.lineno
+                    for c in walk_same_function(outer.body, into_loops=False))
             if stepped_every_k or inner_no_step:
                 self.add(loop, "grad-accum-no-sync", WARNING,
                          "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
@@ -1021,8 +1021,8 @@ class Checks(MultiGpuChecks):
         for i, stmt in enumerate(loop.body):
             if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue) and stmt.lineno > backward.lineno \
                     and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test)):
-                return any(_method(c) == "step" and "sched" not in dotted(c.func.value).lower()
-                           for c in _calls_in(loop.body[i + 1:]))
+                return any(method_name(c) == "step" and "sched" not in dotted(c.func.value).lower()
+                           for c in calls_in(loop.body[i + 1:]))
         return False
 
     def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
@@ -1036,9 +1036,9 @@ class Checks(MultiGpuChecks):
         for branch in (n for n in here if isinstance(n, ast.If)):
             if (counted := self._every_k(branch, scope)) is None:
                 continue
-            steps = [c for c in _calls_in(branch.body) if _method(c) == "step" and
+            steps = [c for c in calls_in(branch.body) if method_name(c) == "step" and
                      "sched" not in dotted(c.func.value).lower() and "lr" not in last(dotted(c.func.value)).lower()]
-            inside = set(map(id, _calls_in(branch.body)))
+            inside = set(map(id, calls_in(branch.body)))
             if steps and any(id(h) not in inside for h in helpers):
                 return counted
         return None
@@ -1051,7 +1051,7 @@ class Checks(MultiGpuChecks):
         if counts(branch.test):
             return branch
         if isinstance(branch.test, (ast.Name, ast.Attribute)):
-            stored = [n for n in (_walk_same_function(scope.body) if scope else self.nodes)
+            stored = [n for n in (walk_same_function(scope.body) if scope else self.nodes)
                       if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)]
             if stored and all(counts(n.value) for n in stored):
                 return min(stored, key=lambda n: n.lineno)

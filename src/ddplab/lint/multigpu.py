@@ -10,9 +10,9 @@ import ast
 import bisect
 import re
 
-from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, ScriptReader, _exits, _method, const_str, dotted,
+from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, ScriptReader, body_exits, method_name, const_str, dotted,
                                     given_for, keyword, last)
-from ddplab.lint.scriptread import _walk_same_function as _same_scope
+from ddplab.lint.scriptread import walk_same_function
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
@@ -55,7 +55,7 @@ class MultiGpuChecks(ScriptReader):
 
     def local_rank_flags(self) -> list[tuple[ast.Call, str]]:
         """This file's argparse --local_rank flags, with the attribute each stores into."""
-        return [(c, const_str(keyword(c, "dest")) or "local_rank") for c in self.calls if _method(c) == "add_argument"
+        return [(c, const_str(keyword(c, "dest")) or "local_rank") for c in self.calls if method_name(c) == "add_argument"
                 and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
 
     def check_local_rank_flag(self) -> None:
@@ -121,7 +121,7 @@ class MultiGpuChecks(ScriptReader):
         if self.sets_device:
             # `.cuda()` on the branch of an `if` whose other branch is the one that sets the device
             for call in self.calls:
-                if _method(call) == "cuda" and not call.args and not call.keywords and self.distributed and \
+                if method_name(call) == "cuda" and not call.args and not call.keywords and self.distributed and \
                         self._other_branch_sets_device(call) and self._wraps_in_ddp_here(call):
                     self.add(call, "no-set-device", ERROR,
                              ".cuda() on a path where torch.cuda.set_device is not called (only the other branch of "
@@ -170,7 +170,7 @@ class MultiGpuChecks(ScriptReader):
             return const_str(arg) == "cuda"
         return bool(call.args) and cuda(call.args[0]) and (
             self.callee(call) == "torch.device" and len(call.args) == 1 and keyword(call, "index") is None
-            or _method(call) == "to")
+            or method_name(call) == "to")
 
     def _wraps_in_ddp_here(self, node: ast.AST) -> bool:
         """The block this line is in builds the DDP wrapper: the path is a distributed one."""
@@ -269,7 +269,7 @@ class MultiGpuChecks(ScriptReader):
                 picks = list(ids.elts)
             elif self.callee_last(call) in ("set_device", "set_device_index") and call.args:
                 picks = [call.args[0]]
-            elif _method(call) == "cuda" and call.args:
+            elif method_name(call) == "cuda" and call.args:
                 picks = [call.args[0]]
             elif self.callee(call) == "torch.device" and len(call.args) == 2:
                 picks = [call.args[1]]
@@ -280,8 +280,8 @@ class MultiGpuChecks(ScriptReader):
                 targets = where.values if isinstance(where, ast.Dict) else [where]
                 picks = [i for t in targets for i in _cuda_index(t)]
                 fallback = True
-            elif (self.callee(call) == "torch.device" or _method(call) == "to") and len(call.args) == 1:
-                picks = _cuda_index(call.args[0]) if _method(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
+            elif (self.callee(call) == "torch.device" or method_name(call) == "to") and len(call.args) == 1:
+                picks = _cuda_index(call.args[0]) if method_name(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
                     else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
                 fallback = True
             for pick in picks:
@@ -313,7 +313,7 @@ class MultiGpuChecks(ScriptReader):
         reducing = [c for name, calls in self.calls_by_name.items() if any(w in name.lower() for w in REDUCERS)
                     for c in calls if self._reduces(c)]  # (the names first: one test per name, not per call)
         for func in {self.enclosing_function(c) for c in reducing} - {None}:
-            body = list(_same_scope(func.body))
+            body = list(walk_same_function(func.body))
             reduced = {t.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                        and self._reduces(n.value) for t in n.targets if isinstance(t, ast.Name)}
             if not reduced:
@@ -333,7 +333,7 @@ class MultiGpuChecks(ScriptReader):
         names: set[str] = set()
         if not self.facts.reduce_returners:
             return names
-        for node in _same_scope(body):
+        for node in walk_same_function(body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) and \
                     (positions := self.facts.reduce_returners.get(self.callee_last(node.value))):
                 target = node.targets[0]
@@ -351,11 +351,11 @@ class MultiGpuChecks(ScriptReader):
                       and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
         for func in candidates:
             body = func.body
-            if any(self._reduces(c) for c in _same_scope(body)
+            if any(self._reduces(c) for c in walk_same_function(body)
                    if isinstance(c, ast.Call)):
                 continue
             summed = self._summed_over_batches(body)
-            returned = {n.id for r in _same_scope(body) if isinstance(r, ast.Return) and r.value is not None
+            returned = {n.id for r in walk_same_function(body) if isinstance(r, ast.Return) and r.value is not None
                         for n in ast.walk(r.value) if isinstance(n, ast.Name)}
             if summed.keys() & returned:
                 found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
@@ -367,7 +367,7 @@ class MultiGpuChecks(ScriptReader):
         accumulated: dict[str, ast.AST] = {}
         clocks = self._clock_names(body)
 
-        in_place = {n.id for c in _same_scope(body) if isinstance(c, ast.Call) and
+        in_place = {n.id for c in walk_same_function(body) if isinstance(c, ast.Call) and
                     self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
 
         in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
@@ -376,17 +376,17 @@ class MultiGpuChecks(ScriptReader):
             return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
                        self._reduces(x) for x in ast.walk(value))
 
-        lists = {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and (
+        lists = {t.id for n in walk_same_function(body) if isinstance(n, ast.Assign) and (
             isinstance(n.value, ast.List) and not n.value.elts or isinstance(n.value, ast.Call) and
             dotted(n.value.func) == "list" and not n.value.args) for t in n.targets if isinstance(t, ast.Name)}
 
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return self._timed(value, clocks)
 
-        for node in _same_scope(body):
+        for node in walk_same_function(body):
             if isinstance(node, (ast.For, ast.AsyncFor)) and (self._over_batches(node.iter) or
                                                               self._draws_batches(node)):
-                for sub in _same_scope(node.body):
+                for sub in walk_same_function(node.body):
                     if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
                             isinstance(sub.target, ast.Name) and not timed(sub.value) and not whole(sub.value):
                         accumulated.setdefault(sub.target.id, node)
@@ -396,13 +396,13 @@ class MultiGpuChecks(ScriptReader):
                         accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
                         accumulated.setdefault(sub.func.value.id, node)
-                    elif isinstance(sub, ast.Call) and _method(sub) == "append" and sub.args and \
+                    elif isinstance(sub, ast.Call) and method_name(sub) == "append" and sub.args and \
                             isinstance(sub.func.value, ast.Name) and sub.func.value.id in lists and \
                             not timed(sub.args[0]) and not whole(sub.args[0]):
                         accumulated.setdefault(sub.func.value.id, node)  # losses.append(loss.item())
         for name in self._step_counters(body) & accumulated.keys():
             del accumulated[name]
-        for node in _same_scope(body):  # avg_loss = total_loss / len(loader): the same shard's number
+        for node in walk_same_function(body):  # avg_loss = total_loss / len(loader): the same shard's number
             if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                     isinstance(node.targets[0], ast.Name):
                 grown = [dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))
@@ -415,7 +415,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _clock_names(self, body: list[ast.stmt]) -> set[str]:
         """Names assigned a clock reading in this scope (`start = time.time()`)."""
-        return {t.id for n in _same_scope(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+        return {t.id for n in walk_same_function(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                 and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
 
     def _timed(self, value: ast.AST, clocks: set[str]) -> bool:
@@ -442,7 +442,7 @@ class MultiGpuChecks(ScriptReader):
         metric of a shard."""
         grown: dict[str, bool] = {}
         indexed: set[str] = set()
-        for n in _same_scope(body):
+        for n in walk_same_function(body):
             if isinstance(n, ast.AugAssign) and isinstance(n.target, (ast.Name, ast.Attribute)):
                 key = dotted(n.target)
                 grown[key] = grown.get(key, True) and isinstance(n.value, ast.Constant)
@@ -453,7 +453,7 @@ class MultiGpuChecks(ScriptReader):
             elif isinstance(n, ast.Call):
                 indexed |= {k.value.id for k in n.keywords if k.arg in ("step", "global_step", "iteration")
                             and isinstance(k.value, ast.Name)}
-                if _method(n) in ("add_scalar", "add_scalars", "add_image", "add_figure") and len(n.args) > 2 \
+                if method_name(n) in ("add_scalar", "add_scalars", "add_image", "add_figure") and len(n.args) > 2 \
                         and isinstance(n.args[2], ast.Name):
                     indexed.add(n.args[2].id)
         return {name for name, constant in grown.items() if constant} & indexed
@@ -470,7 +470,7 @@ class MultiGpuChecks(ScriptReader):
     def _draws_batches(self, loop: ast.AST) -> bool:
         """`for _ in range(steps): x, y = val_loader.next_batch()` (or `next(train_iter)` of a loader): each
         iteration takes this rank's next batch, as `for x in loader` does."""
-        for c in _same_scope(loop.body):
+        for c in walk_same_function(loop.body):
             if not isinstance(c, ast.Call):
                 continue
             source = c.func.value if isinstance(c.func, ast.Attribute) and any(
@@ -501,13 +501,13 @@ class MultiGpuChecks(ScriptReader):
         if not hasattr(self, "_printers0"):
             by_function: dict[ast.AST, list[bool]] = {}
             for c in self.calls:
-                if (self.callee(c) == "print" or _method(c) in REPORTS) and \
+                if (self.callee(c) == "print" or method_name(c) in REPORTS) and \
                         (func := self.enclosing_function(c)) is not None:
                     by_function.setdefault(func, []).append(self._passes_on_rank0(c, func))
             # a reporter is straight-line code that hands its message on (a `train()` that prints on rank 0 is
             # no report of what it is given)
             self._printers0 = {f.name for f, ok in by_function.items() if all(ok) and not any(
-                isinstance(n, (ast.For, ast.While)) for n in _same_scope(f.body))}
+                isinstance(n, (ast.For, ast.While)) for n in walk_same_function(f.body))}
         return self._printers0
 
     def _passes_on_rank0(self, report: ast.Call, func: ast.AST) -> bool:
@@ -529,7 +529,7 @@ class MultiGpuChecks(ScriptReader):
                 isinstance(call.func.value, ast.Name) and call.args):
             return False
         meter = call.func.value.id
-        made = [n.value for n in _same_scope(body) if isinstance(n, ast.Assign) and len(n.targets) == 1
+        made = [n.value for n in walk_same_function(body) if isinstance(n, ast.Assign) and len(n.targets) == 1
                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == meter]
         if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
             return False
@@ -537,7 +537,7 @@ class MultiGpuChecks(ScriptReader):
         if any(isinstance(n, ast.Call) and self.callee_last(n) in CLOCK_CALLS for n in ast.walk(given)):
             return False
         names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
-        for n in _same_scope(body):
+        for n in walk_same_function(body):
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets) and \
                     any(isinstance(c, ast.Call) and self._reduces(c)
                         for c in ast.walk(n.value)):
@@ -555,13 +555,13 @@ class MultiGpuChecks(ScriptReader):
         scopes = {self.enclosing_function(c) for c in reports}  # only where something is reported
         for func in (self.tree if f is None else f for f in scopes):
             body = func.body
-            calls = [n for n in _same_scope(body) if isinstance(n, ast.Call)]
+            calls = [n for n in walk_same_function(body) if isinstance(n, ast.Call)]
             reducers = [c for c in calls if self._reduces(c)]
             if any(not c.args and not c.keywords for c in reducers):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
             accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
-            for node in _same_scope(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
+            for node in walk_same_function(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                         self.callee_last(node.value) in self.facts.sum_returners:
                     for target in node.targets:
@@ -599,7 +599,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
         """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
-        return self.callee(call) == "print" or _method(call) in REPORTS or self.callee_last(call) in printers0
+        return self.callee(call) == "print" or method_name(call) in REPORTS or self.callee_last(call) in printers0
 
     def _reads_whole_dataset(self, loop: ast.AST) -> bool:
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
@@ -644,7 +644,7 @@ class MultiGpuChecks(ScriptReader):
         found = named(loop.iter)
         if not found and isinstance(loop.iter, ast.Name) and loop.iter.id in self._loader_streams:
             scope = self.enclosing_function(loop)
-            for n in (_same_scope(scope.body) if scope else self.nodes):
+            for n in (walk_same_function(scope.body) if scope else self.nodes):
                 if isinstance(n, ast.Assign) and any(dotted(t) == loop.iter.id for t in n.targets):
                     found += [x for x in named(n.value) if x not in found and dotted(x) not in
                               {dotted(f) for f in found}]
@@ -655,7 +655,7 @@ class MultiGpuChecks(ScriptReader):
         cfg): loader = DataLoader(ds, batch_size=...); return loader`): every rank reads the whole set from it."""
         found = set()
         for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
-            returned = [r.value for r in _same_scope(func.body) if isinstance(r, ast.Return)]
+            returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
             if returned and all(isinstance(v, ast.Name) and self.built_without_sampler(v, func) or
                                 isinstance(v, ast.Call) and self._plain_loader_call(v) for v in returned):
                 found.add(func.name)
@@ -670,7 +670,7 @@ class MultiGpuChecks(ScriptReader):
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
-        built = [n.value for n in (_same_scope(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)
+        built = [n.value for n in (walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)
                  and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)]
         if not built:
             return False
@@ -715,7 +715,7 @@ class MultiGpuChecks(ScriptReader):
         """Names given to a reducer, directly or through one assignment (t = torch.tensor([correct, total]);
         dist.all_reduce(t))."""
         given = {dotted(n) for c in reducers for n in ast.walk(c) if isinstance(n, (ast.Name, ast.Attribute))}
-        for node in _same_scope(body):
+        for node in walk_same_function(body):
             if isinstance(node, ast.Assign) and any(dotted(t) in given for t in node.targets):
                 given |= {dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))}
         return given
@@ -801,7 +801,7 @@ class MultiGpuChecks(ScriptReader):
         scope = self.enclosing_function(call)
         body = scope.body if scope is not None else self.tree.body
         assigned: dict[str, list[ast.AST]] = {}
-        for node in _same_scope(body):
+        for node in walk_same_function(body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
         todo, seen = [*call.args, *(k.value for k in call.keywords)], set()
@@ -847,7 +847,7 @@ class MultiGpuChecks(ScriptReader):
         return None
 
     def _writes(self, call: ast.Call) -> str | None:
-        name, method = self.callee(call), _method(call)
+        name, method = self.callee(call), method_name(call)
         if name == "open" or (method == "open" and isinstance(call.func, ast.Attribute) and
                               not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))):
             args = call.args[1:] if name == "open" else call.args
@@ -966,25 +966,25 @@ class MultiGpuChecks(ScriptReader):
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
         def syncing(c: ast.AST) -> bool:
             return isinstance(c, ast.Call) and (
-                self.is_collective(c) or (_method(c) == "backward" and (self.ddp_names or self.facts.ddp)))
+                self.is_collective(c) or (method_name(c) == "backward" and (self.ddp_names or self.facts.ddp)))
 
         lines = sorted(c.lineno for c in self.calls if syncing(c))
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             at = bisect.bisect_left(lines, loop.lineno)
             if at == len(lines) or lines[at] > (loop.end_lineno or loop.lineno):
                 continue  # no collective within its lines (most loops): not walked
-            syncs = [c for c in _same_scope(loop.body, into_loops=True) if syncing(c)]
+            syncs = [c for c in walk_same_function(loop.body, into_loops=True) if syncing(c)]
             if not syncs:
                 continue
-            for node in _same_scope(loop.body, into_loops=False):
-                if not (isinstance(node, ast.If) and _exits(node.body) and not node.orelse):
+            for node in walk_same_function(loop.body, into_loops=False):
+                if not (isinstance(node, ast.If) and body_exits(node.body) and not node.orelse):
                     continue
                 test = self.rank_test(node.test)
                 if test is None or isinstance(node.body[-1], ast.Continue):
                     continue
                 self._report_early_exit(node.body[-1], node, test, syncs[0])
             # `if rank == 0: ... if val < best: ... else: break`: the exit sits deeper under the rank test
-            for leave in _same_scope(loop.body, into_loops=True):
+            for leave in walk_same_function(loop.body, into_loops=True):
                 if not (isinstance(leave, (ast.Break, ast.Return)) or isinstance(leave, ast.Expr) and
                         isinstance(leave.value, ast.Call) and last(dotted(leave.value.func)) in ("exit", "_exit")):
                     continue

@@ -89,7 +89,7 @@ def is_main_block(node: ast.AST) -> bool:
         any(const_str(c) == "__main__" for c in test.comparators)
 
 
-def _exits(body: list[ast.stmt]) -> bool:
+def body_exits(body: list[ast.stmt]) -> bool:
     """The block always leaves: return / continue / break / raise / sys.exit()."""
     if not body:
         return False
@@ -100,11 +100,11 @@ def _exits(body: list[ast.stmt]) -> bool:
         "exit", "_exit")
 
 
-def _method(call: ast.Call) -> str:
+def method_name(call: ast.Call) -> str:
     return call.func.attr if isinstance(call.func, ast.Attribute) else ""
 
 
-def _walk_same_function(body: list[ast.stmt], into_loops: bool = True):
+def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
     """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
     stack = list(body)
     skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
@@ -116,8 +116,8 @@ def _walk_same_function(body: list[ast.stmt], into_loops: bool = True):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _calls_in(body: list[ast.stmt]) -> list[ast.Call]:
-    return [n for n in _walk_same_function(body) if isinstance(n, ast.Call)]
+def calls_in(body: list[ast.stmt]) -> list[ast.Call]:
+    return [n for n in walk_same_function(body) if isinstance(n, ast.Call)]
 
 
 def _kind_by_name(name: str) -> str | None:
@@ -320,7 +320,7 @@ class ScriptReader:
                                          for r in values_returned) or any(
                     isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in
                     DDP_NAMES and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
-                    for n in _walk_same_function(func.body))):
+                    for n in walk_same_function(func.body))):
                 factories.add(func.name)
         return tests, values, factories
 
@@ -518,7 +518,7 @@ class ScriptReader:
         stored = self.__dict__.setdefault("_stored_params", {})  # (function, name) -> reassigned in its body
         if (func, name.id) not in stored:
             stored[(func, name.id)] = any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                                          for n in _walk_same_function(func.body))
+                                          for n in walk_same_function(func.body))
         return None if stored[(func, name.id)] else table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
@@ -694,7 +694,7 @@ class ScriptReader:
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
                     for stmt in block[: block.index(child)]:
-                        if isinstance(stmt, ast.If) and not stmt.orelse and _exits(stmt.body):
+                        if isinstance(stmt, ast.If) and not stmt.orelse and body_exits(stmt.body):
                             test = self.rank_test(stmt.test)
                             if test:
                                 found.append(_Guard(test[0], not test[1], stmt))
@@ -709,7 +709,7 @@ class ScriptReader:
         if key not in cache:
             makers = {"init_process_group", *self.facts.group_makers}
             cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or spawning and
-                                                          self.callee(c) in SPAWN_CALLS) for c in _calls_in(block))
+                                                          self.callee(c) in SPAWN_CALLS) for c in calls_in(block))
         return cache[key]
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
@@ -774,7 +774,7 @@ class ScriptReader:
             return True
         if isinstance(expr, ast.Name) and depth < 2:
             scope = self.enclosing_function(expr)
-            values = [n.value for n in _walk_same_function((scope or self.tree).body)
+            values = [n.value for n in walk_same_function((scope or self.tree).body)
                       if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id
                                                            for t in n.targets)]
             return len(values) == 1 and self._world_count(values[0], depth + 1)

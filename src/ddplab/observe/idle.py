@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import psutil
+
+from ddplab.launcher.procs import pid_alive
 
 # A GPU at work shows far more: nvidia-smi's utilisation is the share of time a kernel ran, and an idle GPU
 # reads 0 % between the driver's own short tasks.
@@ -56,7 +57,7 @@ def what_is_busy(read_gpus: Callable[[], list]) -> list[str]:
 
     reasons = []
     for job in find_jobs():
-        alive = [m.pid for m in job.members if _alive(m.pid)]
+        alive = [m.pid for m in job.members if pid_alive(m.pid)]
         if alive:
             reasons.append(f"{job.id}: {len(alive)} rank(s) alive")
     for g in read_gpus():
@@ -68,13 +69,6 @@ def what_is_busy(read_gpus: Callable[[], list]) -> list[str]:
 
 def _keys(reasons: list[str]) -> set[str]:
     return {r.split(":")[0] if r.startswith("GPU") else r.rsplit(":", 1)[0] for r in reasons}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @dataclass

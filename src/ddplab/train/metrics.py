@@ -145,15 +145,6 @@ def state_digest(state: dict) -> str:
     return h.hexdigest()
 
 
-def parameter_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's bytes: equal digests mean bitwise-identical parameters."""
-    h = hashlib.sha256()
-    for name, p in model.named_parameters():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 class JsonlWriter:
     """Metrics as one JSON object per line, appended (a resumed run continues the same file). Rank 0 only."""
 
