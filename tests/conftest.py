@@ -95,6 +95,26 @@ def cli(*args: str, env: dict | None = None, timeout: float = 120, cwd=None) -> 
     return Ran(proc.returncode, out, err, time.monotonic() - start)
 
 
+def refused(capsys, *args: str, cwd=None) -> str:
+    """The real CLI entry point run in this process on bad input, which must never start a process (the spawn guard
+    says so if it does): exit code 2 and one line, no traceback. Returns that line. A subprocess per case cost ~3 s
+    (an interpreter importing torch) for what is an argument check."""
+    from ddplab.cli import main
+
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    finally:
+        os.chdir(here)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (code, err)
+    return err
+
+
 def finish(proc: subprocess.Popen, timeout: float, overstayed: str) -> tuple[str, str]:
     """proc's (stdout, stderr) once it ends; past `timeout`, it and every process it started are killed and the
     test fails with `overstayed` and the end of its stderr."""

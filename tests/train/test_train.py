@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import cli
+from conftest import cli, refused
 from ddplab.recipes import gpt, mlp
 from ddplab.train.data import ShardedBatches
 from ddplab.train.loop import fit
@@ -30,19 +30,6 @@ def train(*flags: str, nproc: int = 2, expect: int = 0):
     ran = cli("train", "mlp", "--nproc", str(nproc), *FLAGS, *flags, timeout=150)
     assert ran.code == expect, ran.err[-3000:]
     return ran
-
-
-def refused(capsys, *args: str) -> str:
-    """Run the real CLI entry point in this process (bad input never starts a worker); return its one error line."""
-    from ddplab.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (code, err)
-    return err
 
 
 def weights(directory) -> dict:
@@ -253,7 +240,7 @@ def test_a_hanging_rank_is_reported_with_its_stack_exit_3(tmp_path, no_leftover_
 
 def test_bucket_size_and_fp16_gradient_compression_still_converge(no_leftover_workers):
     """The knobs `ddplab scale --try-advice` turns: DDP's bucket_cap_mb and a 16-bit compression comm hook."""
-    from conftest import cli
+    from conftest import cli, refused
 
     ran = cli("train", "linear", "--nproc", "2", "--comm-hook", "fp16", "--bucket-cap-mb", "0.5", "--json")
     assert ran.code == 0, ran.err
@@ -263,7 +250,7 @@ def test_bucket_size_and_fp16_gradient_compression_still_converge(no_leftover_wo
 
 
 def test_bf16_compression_needs_nccl():
-    from conftest import cli
+    from conftest import cli, refused
 
     ran = cli("train", "linear", "--device", "cpu", "--comm-hook", "bf16")
     assert ran.code == 2 and "needs NCCL" in ran.err and len(ran.err.strip().splitlines()) == 1
