@@ -84,10 +84,9 @@ def test_ctrl_c_ends_every_worker(no_leftover_workers):
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the ranks exist
-            if len(psutil.Process(proc.pid).children(recursive=True)) >= 3:
+            if len(psutil.Process(proc.pid).children(recursive=True)) >= 3:  # the agent and both ranks
                 break
             time.sleep(0.2)
-        time.sleep(1.0)
         workers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=15)

@@ -71,7 +71,8 @@ def test_a_failing_module_traceback_starts_in_the_module(tmp_path):
 def test_the_rank_dies_with_its_parent_even_in_a_session_of_its_own(tmp_path, no_leftover_workers):
     """As the elastic agent starts it: a new session, so only the parent-death signal can end it."""
     script = tmp_path / "sleep.py"
-    script.write_text("import time\ntime.sleep(600)\n")
+    started = tmp_path / "started"  # the script runs: the bootstrap has armed the parent-death signal before it
+    script.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(600)\n")
     parent_code = (f"import subprocess, sys, time\n"
                    f"p = subprocess.Popen([sys.executable, {str(BOOTSTRAP)!r}, {str(script)!r}], "
                    f"start_new_session=True)\nprint(p.pid, flush=True)\ntime.sleep(600)\n")
@@ -79,8 +80,10 @@ def test_the_rank_dies_with_its_parent_even_in_a_session_of_its_own(tmp_path, no
     child = None
     try:
         child = int(parent.stdout.readline())
-        time.sleep(1.0)
-        assert alive([child])
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists() and alive([child])
         parent.kill()
         parent.wait(timeout=10)
         deadline = time.monotonic() + 5

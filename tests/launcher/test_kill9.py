@@ -32,8 +32,7 @@ def _ranks_running(pid: int, want: int) -> list[psutil.Process]:
         family = psutil.Process(pid).children(recursive=True)
         agents = [p for p in family if "ddplab.launcher.agent" in " ".join(p.cmdline())]
         ranks = [c for a in agents for c in a.children()]
-        if len(ranks) >= want:
-            time.sleep(1.0)  # let them settle into their work
+        if len(ranks) >= want:  # a rank that exists has armed its parent-death signal, or exits by itself
             return psutil.Process(pid).children(recursive=True)
         time.sleep(0.2)
     raise AssertionError("the ranks never started")

@@ -152,7 +152,7 @@ def work(payload):
     rank = int(os.environ["RANK"])
     here = Path(payload["dir"])
     (here / f"ready.{rank}").write_text(str(os.getpid()))
-    end = time.time() + 60
+    end, marks = time.time() + 60, 0
     while time.time() < end and not (here / "stop").exists():
         if rank == 1:
             time.sleep(0.1)  # the straggler: makes no progress and uses no CPU
@@ -161,6 +161,9 @@ def work(payload):
             for _ in range(50000):
                 x += 1
             mark("step")
+            marks += 1
+            if marks == 20:  # a few marks ahead of rank 1: the test samples from here on
+                (here / "ahead").write_text("")
     return rank
 """
 
@@ -189,7 +192,7 @@ def slow_rank_job(where: Path):
 
 def test_monitor_flags_an_idle_rank_behind_the_others_in_a_ddplab_job(tmp_path, no_leftover_workers):
     with slow_rank_job(tmp_path) as pids:
-        time.sleep(1.5)  # let rank 0 get a few marks ahead
+        wait_for(lambda: (tmp_path / "ahead").exists(), 90, "rank 0 to get a few marks ahead")
         ran = cli("monitor", "--once", "--json", "--interval", "1", "--pids", *map(str, pids), timeout=60)
 
     assert ran.code == 1, ran.err  # something is flagged

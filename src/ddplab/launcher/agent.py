@@ -29,7 +29,7 @@ from ddplab.flight import rankdump
 from ddplab.flight import reader as flight
 from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
-from ddplab.launcher.lifeline import die_with_parent
+from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
 
 BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 
@@ -40,6 +40,7 @@ def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, std
     answers the caller's requests meanwhile on the spec's reply_fd (one of pass_fds; see _until_go)."""
     spec_path = run_dir / "ddplab-spec.json"
     spec_path.write_text(json.dumps({**spec, "run_dir": str(run_dir), "wait_for_go": stdin is not None}))
+    env = {**env, PARENT_VAR: str(os.getpid())}  # the agent dies with this process, even if it dies first
     return subprocess.Popen([sys.executable, "-m", "ddplab.launcher.agent", str(spec_path)], stdout=stdout,
                             stderr=stderr, stdin=stdin, env=env, start_new_session=True, pass_fds=pass_fds)
 

@@ -13,6 +13,11 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+# The pid of the process that started this one, set by that process (agent.spawn for the agent; the agent itself,
+# through its environment, for its ranks). os.getppid() read here cannot tell: a parent that died before this process
+# read it shows as the subreaper's pid, unchanged after the request, and this process lived on (seen when kill -9
+# came within a moment of the ranks' start: tests/launcher/test_kill9.py without its old one-second wait).
+PARENT_VAR = "DDPLAB_LIFELINE_PARENT"
 
 
 def die_with_parent() -> None:
@@ -20,8 +25,10 @@ def die_with_parent() -> None:
         return
     import ctypes
 
-    parent = os.getppid()
+    told = os.environ.get(PARENT_VAR, "")
+    parent = int(told) if told.isdigit() else os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the request took effect: nobody would kill this process
         os.kill(os.getpid(), signal.SIGKILL)
+    os.environ[PARENT_VAR] = str(os.getpid())  # what this process starts (the agent's ranks) knows its parent
