@@ -4,7 +4,6 @@ bad input."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import subprocess
 import sys
@@ -177,7 +176,7 @@ def test_price_file_replaces_the_table(tmp_path):
 ])
 def test_each_broken_row_is_one_line_naming_the_line(tmp_path, row, expect):
     f = price_file(tmp_path, "A100,RunPod,secure,1.59,USD,1,,https://x,2026-12-01,", row)
-    offers, problems = cost.parse_prices(f.read_text(), "q.csv", ON)
+    _, problems = cost.parse_prices(f.read_text(), "q.csv", ON)
     assert len(problems) == 1 and problems[0].startswith("q.csv line 3: ") and expect in problems[0], problems
     with pytest.raises(DdplabError, match="line 3"):
         cost.load_prices(str(f), ON)
@@ -192,10 +191,12 @@ def test_broken_headers_and_empty_files(tmp_path):
         "source, date_read)", *(f"q.csv line 1: no column '{c}' (required: gpu, provider, tier, price_per_gpu_hour, "
                                 "currency, gpus_per_box, source, date_read)"
                                 for c in ("price_per_gpu_hour", "currency", "gpus_per_box", "source", "date_read"))]
-    assert "unknown column 'colour'" in problems(HEADER + ",colour\nH100,X,spot,2,USD,1,,https://x,2026-12-01,,red\n")[0]
+    colour = HEADER + ",colour\nH100,X,spot,2,USD,1,,https://x,2026-12-01,,red\n"
+    assert "unknown column 'colour'" in problems(colour)[0]
     assert problems("# only a comment\n") == ["q.csv: no header row (the columns: " + ", ".join(cost.COLUMNS) + ")"]
     assert problems(HEADER + "\n") == ["q.csv: a header but no offers"]
-    twice = HEADER + "\nH100,X,spot,2,USD,1,,https://x,2026-12-01,\n# a note\nh100,x,Spot,2.5,usd,1,,https://y,2026-12-02,\n"
+    twice = (HEADER + "\nH100,X,spot,2,USD,1,,https://x,2026-12-01,\n# a note\n"
+             "h100,x,Spot,2.5,usd,1,,https://y,2026-12-02,\n")
     assert problems(twice) == ["q.csv line 4: the same offer as line 2 (H100 x spot, 1 per box, USD): keep one"]
 
 
