@@ -175,12 +175,14 @@ def test_scale_cost_memory(capsys):
                     advice=[Advice(name=MARK, why=MARK, flags=[MARK], predicted_gain=1.0, note=MARK)], plot=MARK,
                     notes=[MARK])
     assert_verbatim(*rendered(s, render_scale, capsys), times=4)
-    option = Option(gpu=MARK, count=1, samples_per_sec=1.0, hours=1.0, usd=1.0, usd_per_gpu_hour=1.0, speed_ratio=1.0,
-                    speed_basis="assumed", scaling_basis=MARK, cheapest=True, fastest=True)
+    option = Option(gpu=MARK, offer=0, count=1, billed_gpus=1, samples_per_sec=1.0, hours=1.0, cost=1.0,
+                    currency="USD", price_per_gpu_hour=1.0, speed_ratio=1.0, speed_basis="assumed",
+                    scaling_basis=MARK, cheapest=True, fastest=True)
     c = CostResult(samples=1.0, base_samples_per_sec=1.0, measured_on=MARK, options=[option],
-                   prices=[Price(MARK, 1.0, MARK, MARK, MARK, MARK)], peaks=[Peak(MARK, 1.0, MARK, MARK)],
-                   assumptions=[MARK])
-    assert_verbatim(*rendered(c, render_cost, capsys), times=8)
+                   prices=[Price(MARK, 1.0, "USD", MARK, MARK, 1, MARK, MARK, MARK, MARK)],
+                   peaks=[Peak(MARK, 1.0, MARK, MARK)], assumptions=[MARK], notes=[MARK], prices_age_days=1,
+                   prices_oldest=MARK)
+    assert_verbatim(*rendered(c, render_cost, capsys), times=12)
     pred = MemPrediction(strategy="ddp", nproc=1, batch_size=1, peak_bytes=1, parts=[Part(MARK, 1, MARK)],
                          between_steps_bytes=1)
     m = MemoryReport(model=MARK, settings={}, parameters=1, batch_size=1, nproc=1, amp=MARK, predictions=[pred],

@@ -77,8 +77,11 @@ def run(args) -> int:
     report.log(f"memory: {args.recipe}: tracing one training step on fake tensors at {ns.nproc} rank(s)")
     spec = memory.recipe_spec(args.recipe, cfg)
     settings = {k: v for k, v in cfg.to_dict().items() if k not in OWN}
+    from ddplab.envinfo import cuda_available
+
+    host = None if cuda_available() else memory.host_memory()  # no GPU: the ranks would train on this CPU
     result = memory.plan(spec, args.recipe, settings, names, ns.nproc, gpus, margin,
-                         progress=lambda line: report.log(f"memory: {line}"))
+                         progress=lambda line: report.log(f"memory: {line}"), host=host)
     report.log(f"memory: traced in {time.monotonic() - start:.1f}s")
     report.emit(result, ns.json, render)
     return 0
@@ -151,11 +154,17 @@ def render(con, r) -> None:
     f.add_column("usable", justify="right")
     for p in r.predictions:
         f.add_column(p.strategy, justify="right")
-    for fit in r.fits:
-        f.add_row(fit.gpu, f"{gib(fit.memory_bytes)} GiB", f"{gib(fit.usable_bytes)} GiB",
-                  *(f"{'yes' if fit.fits[p.strategy] else 'no'} ({fit.largest_batch[p.strategy]})"
-                    for p in r.predictions))
+    rows = [(fit.gpu, fit.memory_bytes, fit.usable_bytes, fit.fits, fit.largest_batch) for fit in r.fits]
+    if r.host:
+        rows.append(("this CPU", r.host.ram_bytes, r.host.usable_bytes, r.host.fits, r.host.largest_batch))
+    for name, total, usable, fits, largest in rows:
+        f.add_row(name, f"{gib(total)} GiB", f"{gib(usable)} GiB",
+                  *(f"{'yes' if fits[p.strategy] else 'no'} ({largest[p.strategy]})" for p in r.predictions))
     con.print(f)
+    if r.host:
+        con.print(f"this CPU: no GPU is visible, so `ddplab train` runs the {r.host.nproc} rank(s) on the CPU, all "
+                  f"from its RAM ({gib(r.host.available_bytes)} GiB of it free now): usable = the RAM less the "
+                  f"margin, divided by {r.host.nproc}")
     for line in r.advice:
         con.print(f"advice: {line}")
     for line in r.basis:

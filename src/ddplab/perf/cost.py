@@ -2,20 +2,25 @@
 
     samples/s(gpu, N) = base samples/s × speed(gpu) / speed(measured-on) × N × efficiency(N)
     hours             = dataset size × epochs / samples/s / 3600
-    dollars           = hours × N × price per GPU-hour
+    cost              = hours × GPUs billed (N in whole boxes) × price per GPU-hour, in the offer's currency
 
 Every input is labelled with where it comes from: measured (you ran it), predicted (the scaling model fitted on
-your runs), or assumed (a datasheet ratio, ideal scaling). Prices below and peaks (ddplab.train.peaks: MFU uses
-them too) carry their source and the date they were read; prices move weekly, so `--prices FILE` replaces the
-whole table with your own quotes.
+your runs), or assumed (a datasheet ratio: a ceiling; ideal scaling). Prices are data (ddplab/data/prices.csv: one
+row per offer, its page, the day it was read and the copy it was read from); peaks (ddplab.train.peaks: MFU uses
+them too) carry their source and date. Prices move weekly: `ddplab cost` says how old the oldest one used is, warns
+past STALE_DAYS, and `--prices FILE` (the same CSV format) replaces the whole table with your own quotes.
 """
 
 from __future__ import annotations
 
-import json
+import csv
+import functools
 import math
-import sys
+import os
+import re
 from dataclasses import dataclass, field
+from datetime import date
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
@@ -23,32 +28,38 @@ from ddplab.errors import DdplabError
 from ddplab.train.peaks import DEVICE_NAMES, PEAKS, Peak, device_peak, gpu_of_device  # noqa: F401  the tables
 
 
+TIERS = ("secure", "community", "spot", "on-demand")  # secure/community: RunPod's two clouds; spot: interruptible
+STALE_DAYS = 60  # prices move weekly: past this, `ddplab cost` warns
+TODAY_ENV = "DDPLAB_TODAY"  # YYYY-MM-DD: the day the price age is counted to (tests; reproducing an old output)
+PRICE_FILE = "prices.csv"  # the shipped table, in ddplab/data: one row per offer, each with its source and date
+COLUMNS = ("gpu", "provider", "tier", "price_per_gpu_hour", "currency", "gpus_per_box", "offer", "source", "date_read",
+           "read_from", "peak_tflops")
+REQUIRED = ("gpu", "provider", "tier", "price_per_gpu_hour", "currency", "gpus_per_box", "source", "date_read")
+
+
 @dataclass(frozen=True)
 class Price:
+    """One offer: a GPU type rented from a provider at a price per GPU-hour, as read from a page on a date."""
+
     gpu: str
-    usd_per_gpu_hour: float
-    offer: str  # what exactly is rented at that price
+    price_per_gpu_hour: float
+    currency: str  # ISO 4217 code: USD, EUR, CNY ...
+    provider: str
+    tier: str  # one of TIERS
+    gpus_per_box: int  # GPUs rented together (AWS p5: 8): N GPUs are billed in whole boxes
     source: str  # the provider's page
-    date: str  # when the price was read
-    via: str = ""  # the public transcription it was read from, when not the page itself
+    date_read: str  # YYYY-MM-DD
+    offer: str = ""  # what exactly is rented at that price
+    read_from: str = ""  # the copy the figure was read from (a dated transcription), when not the page itself
+    peak_tflops: float | None = None  # a user's speed basis for a GPU without a sourced peak
 
+    @property
+    def name(self) -> str:
+        return f"{self.gpu} {self.provider} {self.tier}"
 
-# On-demand prices per GPU-hour, no commitment. One provider per GPU where possible (RunPod Secure Cloud bills
-# per GPU, so N GPUs cost N × the price); the A10G exists only on AWS.
-_RUNPOD_VIA = "https://github.com/tgarg01/silybench-data/blob/main/derived/csv/gpu_prices.csv (checked_at column)"
-PRICES: dict[str, Price] = {p.gpu: p for p in [
-    Price("A10G", 1.006, "AWS g5.xlarge (1 GPU, 4 vCPU), us-east-1, Linux on-demand",
-          "https://aws.amazon.com/ec2/pricing/on-demand/", "2026-06-17",
-          "https://www.factualminds.com/blog/amazon-ec2-on-demand-pricing-instance-families-2026/"),
-    Price("RTX4090", 0.74, "RTX 4090 24GB, RunPod Secure Cloud, on-demand",
-          "https://www.runpod.io/pricing", "2026-09-25", _RUNPOD_VIA),
-    Price("A100", 1.59, "A100 SXM 80GB, RunPod Secure Cloud, on-demand",
-          "https://www.runpod.io/pricing", "2026-09-25", _RUNPOD_VIA),
-    Price("H100", 3.49, "H100 SXM 80GB, RunPod Secure Cloud, on-demand",
-          "https://www.runpod.io/pricing", "2026-09-25", _RUNPOD_VIA),
-    Price("H200", 4.59, "H200 141GB, RunPod Secure Cloud, on-demand",
-          "https://www.runpod.io/pricing", "2026-09-25", _RUNPOD_VIA),
-]}
+    def billed(self, count: int) -> int:
+        """GPUs paid for when COUNT are used: whole boxes."""
+        return -(-count // self.gpus_per_box) * self.gpus_per_box
 
 
 @dataclass(frozen=True)
@@ -132,63 +143,149 @@ def canonical(name: str, known) -> str | None:
 # ----------------------------------------------------------------------------------------------- price files
 
 
-def load_prices(path: str) -> tuple[dict[str, Price], dict[str, Peak]]:
-    """Read a user's price file (JSON, or TOML on Python 3.11+); it replaces the shipped table.
+def today() -> date:
+    """The day price ages are counted to: $DDPLAB_TODAY (YYYY-MM-DD) when set, else the clock's."""
+    text = os.environ.get(TODAY_ENV, "").strip()
+    if not text:
+        return date.today()
+    day = iso_date(text)
+    if day is None:
+        raise DdplabError(f"{TODAY_ENV}={text!r} is not a date: give YYYY-MM-DD, or unset it")
+    return day
 
-    Shape (TOML shown; JSON is the same object):   [H100]
-                                                    usd_per_gpu_hour = 2.49
-                                                    source = "quote from ..."   # optional
-                                                    date = "2026-12-01"         # optional
-                                                    peak_tflops = 989.4         # optional, the speed basis
-    """
+
+def iso_date(text: str) -> date | None:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # fromisoformat takes more than this on 3.11+
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def parse_prices(text: str, where: str, on: date | None = None) -> tuple[list[Price], list[str]]:
+    """The offers of a price file (CSV, a header row naming COLUMNS, lines starting with # ignored) and its problems,
+    one line each ("WHERE line N: ..."). ON: dates after it are refused (None: not checked)."""
+    # Comment lines become blank ones (which csv skips), so the reader's line numbers stay the file's.
+    lines = ["" if line.lstrip().startswith("#") else line for line in text.splitlines()]
+    reader = csv.reader(lines)
+    problems: list[str] = []
+    header: list[str] | None = None
+    offers: list[Price] = []
+    seen: dict[tuple, int] = {}
+    for cells in reader:
+        line = reader.line_num
+        cells = [c.strip() for c in cells]
+        if not any(cells):
+            continue
+        at = f"{where} line {line}"
+        if header is None:
+            header = [c.lower() for c in cells]
+            unknown = [c for c in header if c not in COLUMNS]
+            missing = [c for c in REQUIRED if c not in header]
+            twice = sorted({c for c in header if header.count(c) > 1})
+            problems += [f"{at}: unknown column {c!r} (columns: {', '.join(COLUMNS)})" for c in unknown]
+            problems += [f"{at}: no column {c!r} (required: {', '.join(REQUIRED)})" for c in missing]
+            problems += [f"{at}: column {c!r} given twice" for c in twice]
+            if missing or twice:
+                return [], problems
+            continue
+        if len(cells) != len(header):
+            problems.append(f"{at}: {len(cells)} cells, the header names {len(header)} (a comma inside a value "
+                            "needs the value in double quotes)")
+            continue
+        row = dict(zip(header, cells))
+        found = _row_problems(row, on)
+        problems += [f"{at}: {p}" for p in found]
+        if found:
+            continue
+        gpu = canonical(row["gpu"], {**PEAKS, **MEMORY}) or row["gpu"]
+        price = Price(gpu, float(row["price_per_gpu_hour"]), row["currency"].upper(), row["provider"],
+                      row["tier"].lower(), int(row["gpus_per_box"]), row["source"], row["date_read"],
+                      row.get("offer", ""), row.get("read_from", ""),
+                      float(row["peak_tflops"]) if row.get("peak_tflops") else None)
+        key = (gpu, price.provider.lower(), price.tier, price.gpus_per_box, price.currency)
+        if key in seen:
+            problems.append(f"{at}: the same offer as line {seen[key]} ({price.name}, {price.gpus_per_box} per box, "
+                            f"{price.currency}): keep one")
+            continue
+        seen[key] = line
+        offers.append(price)
+    if header is None:
+        problems.append(f"{where}: no header row (the columns: {', '.join(COLUMNS)})")
+    elif not offers and not problems:
+        problems.append(f"{where}: a header but no offers")
+    return offers, problems
+
+
+def _row_problems(row: dict, on: date | None) -> list[str]:
+    found = [f"{c} is empty" for c in REQUIRED if not row[c]]
+    if row["tier"] and row["tier"].lower() not in TIERS:
+        found.append(f"tier {row['tier']!r} is not one of {', '.join(TIERS)}")
+    if row["price_per_gpu_hour"] and _positive_number(row["price_per_gpu_hour"]) is None:
+        found.append(f"price_per_gpu_hour {row['price_per_gpu_hour']!r} is not a positive number")
+    if row["currency"] and not re.fullmatch(r"[A-Za-z]{3}", row["currency"]):
+        found.append(f"currency {row['currency']!r} is not a 3-letter code (USD, EUR, CNY ...)")
+    box = row["gpus_per_box"]
+    if box and not (box.isdigit() and int(box) >= 1):
+        found.append(f"gpus_per_box {box!r} is not a whole number of 1 or more")
+    if row["date_read"]:
+        day = iso_date(row["date_read"])
+        if day is None:
+            found.append(f"date_read {row['date_read']!r} is not a date as YYYY-MM-DD")
+        elif on is not None and day > on:
+            found.append(f"date_read {row['date_read']} is in the future (today is {on.isoformat()})")
+    if row.get("peak_tflops") and _positive_number(row["peak_tflops"]) is None:
+        found.append(f"peak_tflops {row['peak_tflops']!r} is not a positive number")
+    return found
+
+
+def _positive_number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def shipped() -> tuple[Price, ...]:
+    """The offers in ddplab/data/prices.csv (their dates are checked by tools/check_prices.py and the tests)."""
+    text = resources.files("ddplab").joinpath("data", PRICE_FILE).read_text(encoding="utf-8")
+    offers, problems = parse_prices(text, f"ddplab/data/{PRICE_FILE}")
+    if problems:
+        raise DdplabError(f"the shipped price table is broken ({problems[0]}): reinstall ddplab, or give your own "
+                          "with --prices FILE")
+    return tuple(offers)
+
+
+def load_prices(path: str, on: date | None = None) -> tuple[list[Price], dict[str, Peak]]:
+    """A user's price file, in the shipped file's format (CSV, see PRICE_FILE); it replaces the shipped table.
+    Returns its offers and the peaks its peak_tflops column gives."""
     p = Path(path)
+    if p.suffix.lower() in (".json", ".toml"):
+        raise DdplabError(f"--prices {path}: price files are CSV now, one row per offer with a date: write the header "
+                          f"{','.join(REQUIRED)} and a row per price (docs/scale.md shows one)")
     if not p.is_file():
-        raise DdplabError(f"--prices {path}: no such file: give the path of a JSON or TOML price file")
-    text = p.read_text(errors="replace")
-    if p.suffix.lower() == ".toml":
-        data = _parse_toml(path, text)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DdplabError(f"--prices {path}: not valid JSON (line {e.lineno}: {e.msg}): fix the file, or name "
-                              "it .toml if it is TOML") from None
-    if not isinstance(data, dict) or not data:
-        raise DdplabError(f"--prices {path}: expected a table of GPUs, e.g. {{\"H100\": {{\"usd_per_gpu_hour\": 2.49}}}}")
-    prices, peaks = {}, {}
-    for gpu, row in data.items():
-        if not isinstance(row, dict):
-            raise DdplabError(f"--prices {path}: entry {gpu!r} must be a table with usd_per_gpu_hour, got {row!r}")
-        usd = _positive(row.get("usd_per_gpu_hour"), f"--prices {path}: {gpu}.usd_per_gpu_hour")
-        name = canonical(gpu, PEAKS) or canonical(gpu, PRICES) or gpu
-        prices[name] = Price(name, usd, str(row.get("offer", "your price file")), str(row.get("source", path)),
-                             str(row.get("date", "not given")))
-        if "peak_tflops" in row:
-            peaks[name] = Peak(name, _positive(row["peak_tflops"], f"--prices {path}: {gpu}.peak_tflops"),
-                               f"your price file {path}", str(row.get("date", "not given")))
-    return prices, peaks
+        raise DdplabError(f"--prices {path}: no such file: give the path of a CSV price file (docs/scale.md)")
+    offers, problems = parse_prices(p.read_text(errors="replace"), f"--prices {path}", on or today())
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s): python tools/check_prices.py {path} lists them)" \
+            if len(problems) > 1 else ""
+        raise DdplabError(f"{problems[0]}{more}")
+    peaks = {o.gpu: Peak(o.gpu, o.peak_tflops, f"your price file {path}", o.date_read)
+             for o in offers if o.peak_tflops is not None}
+    return offers, peaks
 
 
-def _parse_toml(path: str, text: str) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib
-        except ModuleNotFoundError:
-            raise DdplabError(f"--prices {path}: reading TOML needs Python 3.11+ (this is "
-                              f"{sys.version_info.major}.{sys.version_info.minor}): write the same table as JSON, "
-                              "or pip install tomli") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise DdplabError(f"--prices {path}: not valid TOML ({e}): fix the file") from None
-
-
-def _positive(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise DdplabError(f"{what} must be a positive number, got {value!r}")
-    return float(value)
+def age(offers, on: date) -> tuple[int, Price] | None:
+    """Days since the oldest of these offers was read, and that offer; None when there are none."""
+    dated = [(o, iso_date(o.date_read)) for o in offers]
+    dated = [(o, d) for o, d in dated if d is not None]
+    if not dated:
+        return None
+    oldest, day = min(dated, key=lambda od: od[1])
+    return (on - day).days, oldest
 
 
 # ----------------------------------------------------------------------------------------------- arithmetic
@@ -197,16 +294,21 @@ def _positive(value, what: str) -> float:
 @dataclass
 class Option:
     gpu: str
+    offer: int  # index into CostResult.prices
     count: int
+    billed_gpus: int  # count rounded up to whole boxes
     samples_per_sec: float | None  # None: no sourced speed for this GPU
     hours: float | None
-    usd: float | None
-    usd_per_gpu_hour: float
+    cost: float | None
+    currency: str
+    price_per_gpu_hour: float
     speed_ratio: float | None  # speed per device relative to the measured-on GPU
-    speed_basis: str  # measured | assumed (peak BF16 ratio) | unknown (no sourced peak)
+    speed_basis: str  # measured | assumed (peak BF16 ratio: a ceiling) | unknown (no sourced peak)
     scaling_basis: str  # measured | predicted (scaling model) | assumed (ideal)
-    cheapest: bool = False
+    cheapest: bool = False  # the lowest cost in its currency (several when tied)
     fastest: bool = False
+    tied_cheapest: bool = False  # another row prints the same lowest cost
+    tied_fastest: bool = False
 
 
 @dataclass
@@ -218,7 +320,11 @@ class CostResult:
     prices: list[Price]
     peaks: list[Peak]
     assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how to read the marks
     memory: dict | None = None  # with --memory: per GPU and strategy, whether one rank's step fits (ddplab memory)
+    prices_age_days: int | None = None  # since the oldest price used was read
+    prices_oldest: str = ""  # that offer, and its date
+    prices_stale: bool = False  # older than STALE_DAYS
 
 
 # efficiency(count) -> (efficiency, basis); basis is "measured", "predicted" (scaling model) or "assumed" (ideal)
@@ -229,15 +335,16 @@ def ideal(count: int) -> tuple[float, str]:
     return 1.0, "assumed"
 
 
-def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float, epochs: float, gpus: list[str],
-             counts: list[int], prices: dict[str, Price], peaks: dict[str, Peak],
-             efficiency: Efficiency = ideal) -> CostResult:
-    """Time and money of every (GPU, count) option; cheapest and fastest marked among those with a known speed."""
+def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float, epochs: float, offers: list[Price],
+             counts: list[int], peaks: dict[str, Peak], efficiency: Efficiency = ideal,
+             on: date | None = None) -> CostResult:
+    """Time and money of every (offer, count); cheapest (per currency) and fastest marked among those with a known
+    speed, every row that prints the same figure marked alike (a tie is a tie). ON: the day prices age to."""
     samples = dataset_size * epochs
     ref_peak = peaks.get(measured_on)
     options = []
-    for gpu in gpus:
-        price = prices[gpu]
+    for i, price in enumerate(offers):
+        gpu = price.gpu
         if gpu == measured_on:
             ratio, speed_basis = 1.0, "measured"
         elif ref_peak and gpu in peaks:
@@ -246,52 +353,161 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
             ratio, speed_basis = None, "unknown"
         for count in counts:
             eff, scaling_basis = efficiency(count)
-            if ratio is None:
-                options.append(Option(gpu, count, None, None, None, price.usd_per_gpu_hour, None, speed_basis,
-                                      scaling_basis))
-                continue
-            sps = base_samples_per_sec * ratio * count * eff
-            hours = samples / sps / 3600
-            options.append(Option(gpu, count, sps, hours, hours * count * price.usd_per_gpu_hour,
-                                  price.usd_per_gpu_hour, ratio, speed_basis, scaling_basis))
-    known = [o for o in options if o.usd is not None]
+            row = Option(gpu, i, count, price.billed(count), None, None, None, price.currency,
+                         price.price_per_gpu_hour, ratio, speed_basis, scaling_basis)
+            if ratio is not None:
+                row.samples_per_sec = base_samples_per_sec * ratio * count * eff
+                row.hours = samples / row.samples_per_sec / 3600
+                row.cost = row.hours * row.billed_gpus * price.price_per_gpu_hour
+            options.append(row)
+    _mark(options)
+    result = CostResult(samples, base_samples_per_sec, measured_on, options, list(offers),
+                        [peaks[g] for g in dict.fromkeys([measured_on, *(o.gpu for o in offers)]) if g in peaks])
+    result.assumptions = _assumptions(result, ref_peak)
+    result.notes = _notes(options)
+    read = age(offers, on or today())
+    if read is not None:
+        result.prices_age_days, oldest = read
+        result.prices_oldest = f"{oldest.name}, {oldest.date_read}"
+        result.prices_stale = result.prices_age_days > STALE_DAYS
+    return result
+
+
+def _mark(options: list[Option]) -> None:
+    """Cheapest per currency (no exchange rate is assumed), fastest over all; ties as they print."""
+    known = [o for o in options if o.cost is not None]
+    for currency in dict.fromkeys(o.currency for o in known):
+        rows = [o for o in known if o.currency == currency]
+        low = format_money(min(o.cost for o in rows), currency)
+        tied = [o for o in rows if format_money(o.cost, currency) == low]
+        for o in tied:
+            o.cheapest, o.tied_cheapest = True, len(tied) > 1
     if known:
-        min(known, key=lambda o: (o.usd, o.hours)).cheapest = True
-        min(known, key=lambda o: (o.hours, o.usd)).fastest = True
-    assumptions = ["cost = hours × GPUs × price per GPU-hour (per-GPU billing; storage, egress and idle time "
-                   "are not counted)"]
+        low = format_hours(min(o.hours for o in known))
+        tied = [o for o in known if format_hours(o.hours) == low]
+        for o in tied:
+            o.fastest, o.tied_fastest = True, len(tied) > 1
+
+
+def _assumptions(r: CostResult, ref_peak: Peak | None) -> list[str]:
+    options, measured_on = r.options, r.measured_on
+    lines = ["cost = hours × GPUs billed × price per GPU-hour (GPUs billed: N rounded up to whole boxes where an offer "
+             "rents boxes; storage, egress and idle time are not counted)"]
     if any(o.speed_basis == "assumed" for o in options):
-        assumptions.append(f"speed of other GPU types = speed on {measured_on} × ratio of peak dense BF16 tensor "
-                           "TFLOPS: a ceiling, memory-bound models gain less; measure on the GPU you rent")
+        lines.append(f"ceiling (speed) = speed on {measured_on} × the ratio of peak dense BF16 tensor TFLOPS, an upper "
+                     "bound: memory-bound models gain less; measure on the GPU you rent")
     unknown = sorted({o.gpu for o in options if o.speed_basis == "unknown"})
     if unknown:
         missing = measured_on if ref_peak is None else ", ".join(unknown)
-        assumptions.append(f"no sourced peak for {missing}, so no time or cost for {', '.join(unknown)}: measure "
-                           "on it (--measured-on), or give peak_tflops in a --prices file")
+        lines.append(f"no sourced peak for {missing}, so no time or cost for {', '.join(unknown)}: measure on it "
+                     "(--measured-on), or give peak_tflops in a --prices file")
     if any(o.scaling_basis == "assumed" and o.count > 1 for o in options):
-        assumptions.append("N GPUs = N × one GPU (ideal scaling, an upper bound): run `ddplab scale ... --json` "
-                           "on that GPU type and pass --from for measured and predicted efficiency")
-    used_peaks = [peaks[g] for g in dict.fromkeys([measured_on, *gpus]) if g in peaks]
-    return CostResult(samples, base_samples_per_sec, measured_on, options, [prices[g] for g in gpus], used_peaks,
-                      assumptions)
+        lines.append("ideal (scaling) = N GPUs do N × one GPU's work, an upper bound: run `ddplab scale ... --json` "
+                     "on that GPU type and pass --from for measured and predicted efficiency")
+    return lines
+
+
+def _notes(options: list[Option]) -> list[str]:
+    lines = []
+    if any(o.tied_cheapest or o.tied_fastest for o in options):
+        lines.append("(tie) = rows whose figures print the same: none of them is cheaper or faster than the others"
+                     + ("; with ideal scaling N GPUs cost what one does, so the count that is cheapest is not known: "
+                        "measured scaling (--from) tells them apart"
+                        if any(o.tied_cheapest and o.scaling_basis == "assumed" and o.count > 1 for o in options)
+                        else ""))
+    currencies = list(dict.fromkeys(o.currency for o in options))
+    if len(currencies) > 1:
+        lines.append(f"costs in {', '.join(currencies)}: compared within each currency (the cheapest of each is "
+                     "marked), no exchange rate applied")
+    return lines
 
 
 def format_hours(hours: float | None) -> str:
-    """A duration as people read it; two different times never print the same below 10 minutes (95 s is
-    "1 min 35 s", 150 s "2 min 30 s", not both "2 min")."""
+    """A duration, compact and never split: 47s, 9m50s, 38m, 1.3h, 3.0d. Two different times never print the same
+    below 10 minutes (95 s is "1m35s", 150 s "2m30s")."""
     if hours is None:
         return "—"
     seconds = round(hours * 3600)
     if seconds < 60:
-        return f"{seconds} s"
+        return f"{seconds}s"
     if seconds < 600:
         minutes, rest = divmod(seconds, 60)
-        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
     if hours < 1:
-        return f"{hours * 60:.0f} min"
+        return f"{hours * 60:.0f}m"
     if hours < 48:
-        return f"{hours:.1f} h"
-    return f"{hours / 24:.1f} d"
+        return f"{hours:.1f}h"
+    return f"{hours / 24:.1f}d"
+
+
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}  # unambiguous; every other currency prints its code after the figure
+
+
+def format_money(amount: float | None, currency: str) -> str:
+    """$12.40, $0.047, $1,234, €3.10, 12.40 CNY: cents below 1,000, two significant digits below 1."""
+    if amount is None:
+        return "—"
+    if amount < 0.995:  # two significant digits: $0.37, $0.047, $0.0042
+        digits = min(6, max(2, 1 - math.floor(math.log10(amount)))) if amount > 0 else 2
+        figure = f"{amount:.{digits}f}"
+    elif amount < 999.995:
+        figure = f"{amount:,.2f}"
+    else:
+        figure = f"{amount:,.0f}"
+    symbol = SYMBOLS.get(currency)
+    return f"{symbol}{figure}" if symbol else f"{figure} {currency}"
+
+
+def format_price(p: Price) -> str:
+    """A price as the file states it (1.006 stays 1.006), per GPU-hour."""
+    figure = f"{p.price_per_gpu_hour:.2f}" if round(p.price_per_gpu_hour, 2) == p.price_per_gpu_hour \
+        else f"{p.price_per_gpu_hour:g}"
+    symbol = SYMBOLS.get(p.currency)
+    return f"{symbol}{figure}" if symbol else f"{figure} {p.currency}"
+
+
+def format_rate(samples_per_sec: float | None) -> str:
+    if samples_per_sec is None:
+        return "—"
+    return f"{samples_per_sec:,.0f}" if samples_per_sec >= 100 else f"{samples_per_sec:.3g}"
+
+
+def from_scale(data, path: str, measured_on: str | None, known: dict):
+    """Base samples/s (1 rank), the GPU it stands for, and efficiency(N) measured where run, predicted elsewhere."""
+    from ddplab.perf.scaling import ScalingModel, efficiency
+
+    try:
+        points = {int(pt["world_size"]): float(pt["samples_per_sec"]) for pt in data["points"]}
+        device, strong = str(data["device"]), bool(data.get("strong", False))
+        batch, accum = int(data["batch_per_rank"]), int(data.get("accum_steps", 1))
+        model = ScalingModel.from_dict(data["model"]) if data.get("model") else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise DdplabError(f"--from {path}: not the JSON `ddplab scale --json` writes ({type(e).__name__}: {e}): "
+                          "re-run ddplab scale with --json") from None
+    if 1 not in points and model is None:
+        raise DdplabError(f"--from {path} has no 1-rank run to start from: run ddplab scale with --nproc 1,...")
+    if measured_on is not None:
+        gpu = canonical(measured_on, known)
+        if gpu is None:
+            raise DdplabError(f"--measured-on {measured_on!r} is not a GPU ddplab knows (known: {', '.join(known)})")
+    else:
+        gpu = gpu_of_device(device)
+        if gpu is None:
+            raise DdplabError(f"--from {path} was measured on {device!r}, and samples/s there say nothing about a "
+                              "GPU (nor does the scaling: with slower compute, communication weighs less): run "
+                              "`ddplab scale ... --json` on the GPU type you want to price, or price a throughput "
+                              "measured on a GPU with --samples-per-sec X --measured-on GPU (--measured-on with "
+                              "this file would price these figures as that GPU's)")
+    base = points.get(1) or model.samples_per_sec(1, batch, accum)
+
+    def eff(count: int) -> tuple[float, str]:
+        if count in points:
+            return points[count] / (count * base), "measured"
+        if model is None:
+            return 1.0, "assumed"
+        return efficiency(model, count, batch, accum, strong), "predicted"
+
+    return base, gpu, eff
 
 
 def memory_fits(report: dict, gpus: list[str]) -> dict:

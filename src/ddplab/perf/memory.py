@@ -81,6 +81,20 @@ class Fit:
 
 
 @dataclass
+class HostFit:
+    """This machine when the ranks train on its CPU: every rank's memory comes out of the same RAM, so N ranks need
+    N times one rank's peak (issue 42 point 3: 2 ranks of 20 GiB on a 23.5 GiB host were OOM-killed)."""
+
+    ram_bytes: int  # psutil's total
+    available_bytes: int  # what psutil says is free now
+    nproc: int  # ranks on this machine
+    usable_bytes: int  # per rank: RAM - margin, shared out
+    need_bytes: dict[str, int] = field(default_factory=dict)  # strategy -> every rank's peak together
+    fits: dict[str, bool] = field(default_factory=dict)
+    largest_batch: dict[str, int] = field(default_factory=dict)  # per rank, at nproc ranks
+
+
+@dataclass
 class MemoryReport:
     model: str
     settings: dict  # the flags that shape the step
@@ -96,6 +110,7 @@ class MemoryReport:
     margin: float = MARGIN
     advice: list[str] = field(default_factory=list)
     basis: list[str] = field(default_factory=list)
+    host: HostFit | None = None  # this machine, when its ranks would train on the CPU
 
 
 BASIS = [
@@ -119,8 +134,9 @@ def largest_batch(at_batch: int, peak: int, per_sample: float, usable: int) -> i
 
 def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], nproc: int, gpus: dict,
          margin: float = MARGIN, context_bytes: int = CUDA_CONTEXT_BYTES,
-         progress: Callable[[str], None] = lambda _: None) -> MemoryReport:
-    """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory).
+         progress: Callable[[str], None] = lambda _: None, host: tuple[int, int] | None = None) -> MemoryReport:
+    """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory),
+    and, given HOST = (RAM, free now) of a machine whose ranks train on its CPU, whether nproc ranks fit its RAM.
     progress: told before each trace (they take seconds each on CPU)."""
     batch = int(spec.batch[0].shape[0])
     predictions, per_sample = [], {}
@@ -142,13 +158,58 @@ def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], np
         fits.append(fit)
     report = MemoryReport(model_name, settings, parameters, batch, nproc, spec.amp, predictions, per_sample, fits,
                           context_bytes, CUDA_CONTEXT_SOURCE, margin, basis=list(BASIS))
+    if host is not None:
+        report.host = host_fit(predictions, per_sample, batch, nproc, margin, *host)
     report.advice = advice(report)
     return report
 
 
+def host_memory() -> tuple[int, int]:
+    """This machine's RAM and what is free of it now (bytes)."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return int(vm.total), int(vm.available)
+
+
+def host_fit(predictions: list[Prediction], per_sample: dict[str, float], batch: int, nproc: int, margin: float,
+             ram: int, available: int) -> HostFit:
+    """Whether nproc ranks fit this machine's RAM together, per strategy, with the same margin as a GPU's (no CUDA
+    context on CPU), and the largest per-rank batch at nproc ranks."""
+    usable = int(ram * (1 - margin)) // nproc
+    fit = HostFit(ram, available, nproc, usable)
+    for p in predictions:
+        fit.need_bytes[p.strategy] = nproc * p.peak_bytes
+        fit.fits[p.strategy] = p.peak_bytes <= usable
+        fit.largest_batch[p.strategy] = largest_batch(batch, p.peak_bytes, per_sample[p.strategy], usable)
+    return fit
+
+
+def host_shortfall(peak: int, nproc: int, ram: int, what: str, model_flags: str = "its shape flags") -> str | None:
+    """`ddplab train`'s refusal on CPU, or None: the ranks' predicted peaks together pass this machine's RAM, so the
+    kernel's OOM killer would end the run (after minutes of training, or of swapping). WHAT: the run, for the
+    message; MODEL_FLAGS: the flags that make its model smaller. Refused only past the whole RAM: the prediction
+    is within 10 % of the allocator's peak (docs/memory.md), and a run this far over cannot fit."""
+    need = nproc * peak
+    if need <= ram:
+        return None
+    most = ram // peak
+    smaller = f"a smaller --batch-size or model ({model_flags})"
+    fix = f"fewer ranks (about {most} fit: --nproc {most}), or {smaller}" if most >= 1 else \
+        f"{smaller}: even 1 rank needs more"
+    return (f"{what}: {nproc} rank(s) × {gib(peak)} GiB predicted per rank = {gib(need)} GiB, more than this "
+            f"machine's {gib(ram)} GiB of RAM (on CPU every rank's memory comes from it): use {fix}; `ddplab "
+            "memory` with the same flags shows the largest batch that fits")
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f}"
+
+
 def advice(report: MemoryReport) -> list[str]:
-    """Per GPU: whether DDP fits, and if not, the first strategy that does (least communication first)."""
-    lines = []
+    """Per GPU: whether DDP fits, and if not, the first strategy that does (least communication first); on this
+    machine's CPU, which strategies fit its RAM at nproc ranks and what would."""
+    lines = host_advice(report.host, report.batch_size, report.margin) if report.host else []
     for fit in report.fits:
         if fit.fits.get("ddp"):
             continue
@@ -160,6 +221,27 @@ def advice(report: MemoryReport) -> list[str]:
             lines.append(f"{fit.gpu}: no strategy fits batch {report.batch_size} at {report.nproc} rank(s): more "
                          "ranks (fsdp shrinks with them), a smaller --batch-size with --grad-accum, or --amp bf16")
     return lines
+
+
+def host_advice(host: HostFit, batch: int, margin: float) -> list[str]:
+    short = [s for s, ok in host.fits.items() if not ok]
+    if not short:
+        worst = max(host.need_bytes.values())
+        if worst > host.available_bytes:
+            return [f"this CPU: {host.nproc} rank(s) fit its {gib(host.ram_bytes)} GiB of RAM but need up to "
+                    f"{gib(worst)} GiB, and {gib(host.available_bytes)} GiB is free now: close other programs first"]
+        return []
+    needs = ", ".join(f"{s} needs {host.nproc} × {gib(host.need_bytes[s] / host.nproc)} = {gib(host.need_bytes[s])}"
+                      for s in short)
+    fitting = [s for s, ok in host.fits.items() if ok]
+    if fitting:
+        fix = f"{fitting[0]} fits (largest batch {host.largest_batch[fitting[0]]})"
+    else:
+        best = max(host.largest_batch, key=host.largest_batch.get)
+        fix = (f"fewer ranks (--nproc), a smaller --batch-size (the largest that fits at {host.nproc} rank(s): "
+               f"{host.largest_batch[best]}, {best}) or a smaller --size")
+    return [f"this CPU: its {host.nproc} rank(s) share {gib(host.ram_bytes)} GiB of RAM ({gib(host.usable_bytes)} "
+            f"GiB each with the {100 * margin:.0f} % margin); at batch {batch}, {needs} GiB: too much; {fix}"]
 
 
 # --------------------------------------------------------------------------------------------------- subprocess
@@ -177,10 +259,14 @@ class PredictHere:
     """predict_recipe on a thread of this process, started now and collected later, used as
     ddplab.train.memory.PredictElsewhere is (done, cancel, result().peak_mib): for `ddplab train`'s own process, which joins no process group and has imported torch and the
     recipe already, so the trace costs no interpreter start (~2 s of importing torch, more than a small recipe's
-    trace and training together). It runs while the ranks start and train, at the lowest CPU priority where the
-    system allows a thread its own (Linux), so that it takes only CPU time the ranks leave."""
+    trace and training together). In the background (the default) it runs while the ranks start and train, at the
+    lowest CPU priority where the system allows a thread its own (Linux), so that it takes only CPU time the ranks
+    leave; `ddplab train` on CPU waits for it before starting the ranks instead (require_host_fits)."""
 
-    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu"):
+    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu",
+                 background: bool = True):
+        """background=False: at normal priority, for a caller that waits for it before starting the ranks
+        (require_host_fits): a thread at the lowest priority would wait behind every busy process."""
         import threading
 
         self._done = threading.Event()
@@ -191,7 +277,7 @@ class PredictHere:
             import os
             import sys
 
-            if sys.platform.startswith("linux"):  # elsewhere the niceness would be the whole process's
+            if background and sys.platform.startswith("linux"):  # elsewhere the niceness is the whole process's
                 try:
                     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
                 except OSError:
@@ -208,6 +294,9 @@ class PredictHere:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def wait(self, timeout_s: float) -> bool:
+        return self._done.wait(timeout_s)
+
     def cancel(self) -> None:
         """Nothing to stop: the thread is a daemon, it ends with this process."""
 
@@ -219,6 +308,34 @@ class PredictHere:
             text = str(self._error).splitlines()[0] if str(self._error) else type(self._error).__name__
             raise DdplabError(f"memory prediction failed: {text}")
         return self._value
+
+
+HOST_CHECK_QUIET_S = 5.0  # a pause this short passes unannounced (a small recipe's trace: 1-8 s on 2 cores)
+HOST_CHECK_LIMIT_S = 600.0  # past this the ranks start anyway, and the result table reports the prediction
+
+
+def require_host_fits(predicting: PredictHere, nproc: int, recipe_name: str, cfg) -> None:
+    """`ddplab train` on CPU, before any rank starts: wait for the run's traced peak and refuse (DdplabError, exit 2)
+    when nproc ranks of it pass this machine's RAM. A prediction that failed or took too long refuses nothing: the
+    run goes on and its result says why it has no prediction, as before this check."""
+    from ddplab import report
+
+    if not predicting.wait(HOST_CHECK_QUIET_S):
+        report.log(f"checking that {nproc} rank(s) fit this machine's RAM (`ddplab memory`'s trace of this run) ...")
+    try:
+        peak = predicting.result(HOST_CHECK_LIMIT_S).peak_bytes
+    except DdplabError:
+        return
+    ram, free = host_memory()
+    flags = ["--size"] if hasattr(cfg, "size") else [f"--{k.replace('_', '-')}" for k in cfg.shape()]
+    problem = host_shortfall(peak, nproc, ram, f"ddplab train {recipe_name} ({cfg.strategy}, batch {cfg.batch_size} "
+                             "per rank)", ", ".join(flags) or "its shape flags")
+    if problem:
+        raise DdplabError(problem)
+    if nproc * peak > free:
+        report.log(f"WARN {nproc} rank(s) × {gib(peak)} GiB predicted = {gib(nproc * peak)} GiB, but only {gib(free)} "
+                   "GiB of this machine's RAM is free now: other programs may have to give memory back, or the run "
+                   "be OOM-killed")
 
 
 if __name__ == "__main__":
