@@ -89,21 +89,17 @@ def run(args) -> int:
             from ddplab.checks import crossnode
 
             crossnode.require(crossnode.own_ranks(launch.nodes, "nccl" if device == "cuda" else "gloo", nproc))
-        from ddplab.perf.memory import PredictHere, require_host_fits
+        from ddplab.perf.memory import PredictHere
         from ddplab.train.memory import PredictElsewhere
 
-        # `ddplab memory`'s prediction of the run's peak (rank 0 started a new interpreter for it after the steps and
-        # waited for it: ~5 s of a small run's 13). On CPU, here, before any rank starts: the ranks share this
-        # machine's RAM, so a run whose ranks need more is refused instead of OOM-killed minutes in (issue 42
-        # point 3). On GPUs, while the ranks start, in a child that ends early: a fake CUDA tensor makes a real one
-        # on the current GPU (torch/_subclasses/fake_tensor.py, init_gpu_context), so the tracer holds a CUDA
-        # context on GPU 0, rank 0's, for as long as it lives.
+        # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
+        # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in
+        # a child that ends early: a fake CUDA tensor makes a real one on the current GPU
+        # (torch/_subclasses/fake_tensor.py, init_gpu_context), so the tracer holds a CUDA context on GPU 0, rank
+        # 0's, for as long as it lives.
+        predict = PredictHere if device == "cpu" else PredictElsewhere
         world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
-        if device == "cpu":
-            predicting = PredictHere(args.recipe, cfg.to_dict(), cfg.strategy, world, device, background=False)
-            require_host_fits(predicting, nproc, args.recipe, cfg)
-        else:
-            predicting = PredictElsewhere(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
+        predicting = predict(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
         try:
             return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
         finally:

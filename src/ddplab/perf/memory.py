@@ -185,23 +185,6 @@ def host_fit(predictions: list[Prediction], per_sample: dict[str, float], batch:
     return fit
 
 
-def host_shortfall(peak: int, nproc: int, ram: int, what: str, model_flags: str = "its shape flags") -> str | None:
-    """`ddplab train`'s refusal on CPU, or None: the ranks' predicted peaks together pass this machine's RAM, so the
-    kernel's OOM killer would end the run (after minutes of training, or of swapping). WHAT: the run, for the
-    message; MODEL_FLAGS: the flags that make its model smaller. Refused only past the whole RAM: the prediction
-    is within 10 % of the allocator's peak (docs/memory.md), and a run this far over cannot fit."""
-    need = nproc * peak
-    if need <= ram:
-        return None
-    most = ram // peak
-    smaller = f"a smaller --batch-size or model ({model_flags})"
-    fix = f"fewer ranks (about {most} fit: --nproc {most}), or {smaller}" if most >= 1 else \
-        f"{smaller}: even 1 rank needs more"
-    return (f"{what}: {nproc} rank(s) × {gib(peak)} GiB predicted per rank = {gib(need)} GiB, more than this "
-            f"machine's {gib(ram)} GiB of RAM (on CPU every rank's memory comes from it): use {fix}; `ddplab "
-            "memory` with the same flags shows the largest batch that fits")
-
-
 def gib(n: float) -> str:
     return f"{n / 2**30:.2f}"
 
@@ -259,14 +242,10 @@ class PredictHere:
     """predict_recipe on a thread of this process, started now and collected later, used as
     ddplab.train.memory.PredictElsewhere is (done, cancel, result().peak_mib): for `ddplab train`'s own process, which joins no process group and has imported torch and the
     recipe already, so the trace costs no interpreter start (~2 s of importing torch, more than a small recipe's
-    trace and training together). In the background (the default) it runs while the ranks start and train, at the
-    lowest CPU priority where the system allows a thread its own (Linux), so that it takes only CPU time the ranks
-    leave; `ddplab train` on CPU waits for it before starting the ranks instead (require_host_fits)."""
+    trace and training together). It runs while the ranks start and train, at the lowest CPU priority where the
+    system allows a thread its own (Linux), so that it takes only CPU time the ranks leave."""
 
-    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu",
-                 background: bool = True):
-        """background=False: at normal priority, for a caller that waits for it before starting the ranks
-        (require_host_fits): a thread at the lowest priority would wait behind every busy process."""
+    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu"):
         import threading
 
         self._done = threading.Event()
@@ -277,7 +256,7 @@ class PredictHere:
             import os
             import sys
 
-            if background and sys.platform.startswith("linux"):  # elsewhere the niceness is the whole process's
+            if sys.platform.startswith("linux"):  # elsewhere the niceness would be the whole process's
                 try:
                     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
                 except OSError:
@@ -294,9 +273,6 @@ class PredictHere:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def wait(self, timeout_s: float) -> bool:
-        return self._done.wait(timeout_s)
-
     def cancel(self) -> None:
         """Nothing to stop: the thread is a daemon, it ends with this process."""
 
@@ -308,34 +284,6 @@ class PredictHere:
             text = str(self._error).splitlines()[0] if str(self._error) else type(self._error).__name__
             raise DdplabError(f"memory prediction failed: {text}")
         return self._value
-
-
-HOST_CHECK_QUIET_S = 5.0  # a pause this short passes unannounced (a small recipe's trace: 1-8 s on 2 cores)
-HOST_CHECK_LIMIT_S = 600.0  # past this the ranks start anyway, and the result table reports the prediction
-
-
-def require_host_fits(predicting: PredictHere, nproc: int, recipe_name: str, cfg) -> None:
-    """`ddplab train` on CPU, before any rank starts: wait for the run's traced peak and refuse (DdplabError, exit 2)
-    when nproc ranks of it pass this machine's RAM. A prediction that failed or took too long refuses nothing: the
-    run goes on and its result says why it has no prediction, as before this check."""
-    from ddplab import report
-
-    if not predicting.wait(HOST_CHECK_QUIET_S):
-        report.log(f"checking that {nproc} rank(s) fit this machine's RAM (`ddplab memory`'s trace of this run) ...")
-    try:
-        peak = predicting.result(HOST_CHECK_LIMIT_S).peak_bytes
-    except DdplabError:
-        return
-    ram, free = host_memory()
-    flags = ["--size"] if hasattr(cfg, "size") else [f"--{k.replace('_', '-')}" for k in cfg.shape()]
-    problem = host_shortfall(peak, nproc, ram, f"ddplab train {recipe_name} ({cfg.strategy}, batch {cfg.batch_size} "
-                             "per rank)", ", ".join(flags) or "its shape flags")
-    if problem:
-        raise DdplabError(problem)
-    if nproc * peak > free:
-        report.log(f"WARN {nproc} rank(s) × {gib(peak)} GiB predicted = {gib(nproc * peak)} GiB, but only {gib(free)} "
-                   "GiB of this machine's RAM is free now: other programs may have to give memory back, or the run "
-                   "be OOM-killed")
 
 
 if __name__ == "__main__":
