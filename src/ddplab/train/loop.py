@@ -29,7 +29,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -43,6 +42,7 @@ from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
 from ddplab import ckptfile, statedict
 from ddplab.train import metrics, strategy
+from ddplab.train.checkpointer import Checkpointer, Preempted, check_compatible, restarting  # noqa: F401  (API)
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.memory import AllocatorPeak, PredictElsewhere
@@ -113,11 +113,6 @@ def run_worker(payload: dict) -> dict:
     return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
 
 
-def restarting() -> bool:
-    """True when the elastic agent restarted this group after a failure: continue from the latest checkpoint."""
-    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
-
-
 def preflight(cfg: TrainConfig) -> None:
     """Checks that need no process group: the flags, and that the checkpoint directory is usable."""
     cfg.check()
@@ -136,23 +131,6 @@ def preflight(cfg: TrainConfig) -> None:
 
 
 NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
-
-
-@dataclass
-class Preempted:
-    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
-
-    step: int
-    checkpoint: str | None
-
-    @property
-    def exit_code(self) -> int:
-        return resume.PREEMPTED_EXIT if self.checkpoint else 1
-
-    def line(self) -> str:
-        if self.checkpoint:
-            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
-        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
 
 
 def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
@@ -228,22 +206,16 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
             wrapped.ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
         comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
 
-    epoch, step_in_epoch, resumed_from = 0, 0, None
-    found = _find_checkpoint(cfg, note, ctx)
-    if found is not None:
-        epoch, step_in_epoch = _restore(found, recipe, cfg, raw_model, optimizer, scaler, ctx, global_batch,
-                                        steps_per_epoch, note)
-        resumed_from = str(found.path)
-        found = dataclasses.replace(found, state={})  # loaded: the whole checkpoint need not stay in memory
-    else:
-        torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
+    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, raw_model, optimizer, scaler, global_batch=global_batch,
+                               steps_per_epoch=steps_per_epoch, stop=stop)
+    epoch, step_in_epoch = checkpoints.restore(note)
     autocast = _autocast(cfg.amp, device)
 
     step = epoch * steps_per_epoch + step_in_epoch
     stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
     directory = cfg.checkpoint_path
     jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
-    if jsonl.path and found is None and jsonl.path.exists():
+    if jsonl.path and checkpoints.resumed_from is None and jsonl.path.exists():
         jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
     parameters = sum(p.numel() for p in raw_model.parameters() if p.requires_grad)
     out.start(recipe=recipe.name, parameters=parameters, world_size=world, backend=ctx.backend, device=str(device),
@@ -256,7 +228,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
     shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved, predicting, preempted, saved_step = 0, None, None, None, None
+    run_steps, predicting, preempted = 0, None, None
     log_t, log_step, log_wait = time.perf_counter(), step, None
     if comm is not None:
         comm.begin(log_t)
@@ -319,19 +291,9 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
             else:
                 out.tick(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
 
-            # 6. Checkpoints: every N steps, at the end of each epoch, and where the run stops.
-            end_of_epoch = s == steps_per_epoch - 1
-            if directory and (done or end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
-                saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
-                                         s + 1, step, global_batch)
-                saved_step = step
-            # A signal seen by any rank stops every rank here, after the same step (ddplab.resume.StopFlag: a small
-            # all-reduce every few steps).
-            if not done and stop is not None and stop.agreed():
-                if directory and saved_step != step:
-                    saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
-                                             s + 1, step, global_batch)
-                preempted = Preempted(step, (str(saved) if saved else str(directory)) if directory else None)
+            # 6. Checkpoints: saved when due; a signal any rank saw stops every rank here, saved.
+            preempted = checkpoints.after_step(step, epoch, s + 1, done)
+            if preempted is not None:
                 break
             if done:
                 break
@@ -363,10 +325,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                      predicted_peak_mb=predicted_mb)
     everyone: list = [None] * world
     dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds, total))
-    model_file = None
-    if directory and ctx.is_main:
-        model_file = directory / "model.pt"
-        ckptfile.atomic_save(final_weights, model_file)
+    model_file = checkpoints.save_model(final_weights)
     out.end()
     if not ctx.is_main:
         return None
@@ -386,8 +345,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         samples_per_sec=timed_steps * global_batch / steady if timed_steps else 0.0,
         final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
         parameters=parameters,
-        resumed_from=resumed_from, stopped_early=step < planned,
-        model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
+        resumed_from=checkpoints.resumed_from, stopped_early=step < planned,
+        model_file=str(model_file) if model_file else None, checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
         metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,
         warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
     if not identical:
@@ -470,123 +429,6 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(rows, mine)
     return [r.tolist() for r in rows]
-
-
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> ckptfile.Found | None:
-    if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
-        return None
-    # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
-    # unhashed. Every rank hashing its own copy held N copies of the checkpoint in host memory at once.
-    chosen: list = [(None, None)]  # (path, error): every damaged file is an error all ranks must hear
-    found = None
-    if ctx.is_main:
-        try:
-            found = ckptfile.latest(cfg.checkpoint_path, warn=note)
-            chosen[0] = (str(found.path) if found else None, None)
-        except DdplabError as e:
-            chosen[0] = (None, str(e))
-    if ctx.world_size > 1:
-        dist.broadcast_object_list(chosen, src=0)
-    name, error = chosen[0]
-    if error:
-        raise DdplabError(error)
-    if name is None:
-        if cfg.resume and not restarting():
-            raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
-        return None
-    if ctx.is_main:
-        return found
-    path = Path(name)
-    try:
-        state = ckptfile.load(path, verified=True)
-    except (ValueError, OSError) as e:
-        raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
-                          "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
-    return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
-
-
-def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-                     ctx: dd.DistContext, data: TensorData, epoch: int, step_in_epoch: int, step: int,
-                     global_batch: int) -> Path | None:
-    # Every rank's RNG state goes in (dropout differs per rank); gathering them is a collective, so all ranks come.
-    rng = {"torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None}
-    states: list = [None] * ctx.world_size
-    dist.all_gather_object(states, rng)
-    # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
-    weights = statedict.full_state_dict(model, rank0_on_cpu=True)
-    optimizer_state = statedict.optimizer_state_dict(model, optimizer, ctx.rank)
-    if not ctx.is_main:
-        return None
-    state = {
-        "recipe": recipe.name, "shape": cfg.shape(), "config": cfg.to_dict(), "data_info": data.info,
-        "strategy": cfg.strategy, "param_shapes": {k: list(v.shape) for k, v in weights.items()},
-        "model": weights, "optimizer": optimizer_state,
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
-        "world_size": ctx.world_size, "global_batch": global_batch,
-        "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
-    }
-    return ckptfile.save(directory, state, step, cfg.keep)
-
-
-def _restore(found: ckptfile.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-             ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
-             note: Callable[[str], None]) -> tuple[int, int]:
-    """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
-    state, name = found.state, found.path.name
-    check_compatible(state, recipe.name, cfg, found.path)
-    here = {k: list(v.shape) for k, v in model.state_dict().items()}  # a DTensor's shape is the whole one
-    if here != state["param_shapes"]:
-        key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
-        raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
-                          f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
-                          "decides some shapes): resume with the same flags and data, or choose another "
-                          "--checkpoint-dir")
-    statedict.load_full_state_dict(model, state["model"])
-    statedict.load_optimizer_state_dict(model, optimizer, state["optimizer"])
-    if scaler is not None and state["scaler"] is not None:
-        scaler.load_state_dict(state["scaler"])
-
-    epoch, step_in_epoch = state["epoch"], state["step_in_epoch"]
-    old_world = state["world_size"]
-    if state["world_size"] == ctx.world_size and state["global_batch"] == global_batch:
-        torch.set_rng_state(state["rng_torch"][ctx.rank])
-        if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
-            torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
-        note(f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
-             "the epoch")
-    else:
-        # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
-        # samples seen so far are a prefix of it: continue after the same number of samples.
-        samples_done = step_in_epoch * state["global_batch"]
-        step_in_epoch = samples_done // global_batch
-        torch.set_rng_state(state["rng_torch"][ctx.rank % old_world])
-        note(f"resumed from {name}, written by {old_world} rank(s) with global batch {state['global_batch']}, on "
-             f"{ctx.world_size} rank(s) with global batch {global_batch}: the model and optimizer are replicated, "
-             f"so this works; epoch {epoch + 1} continues after sample {step_in_epoch * global_batch} "
-             "(a changed world size or batch cannot match an uninterrupted run bitwise)")
-    if step_in_epoch >= steps_per_epoch:
-        epoch, step_in_epoch = epoch + 1, 0
-    return epoch, step_in_epoch
-
-
-def check_compatible(state: dict, recipe_name: str, cfg: TrainConfig, path: Path) -> None:
-    """A checkpoint resumes only into the recipe and model shape it was written by."""
-    if state.get("strategy", "ddp") != cfg.strategy:  # optimizer states are laid out per strategy
-        raise DdplabError(f"checkpoint {path} was written with --strategy {state.get('strategy', 'ddp')}, this run "
-                          f"has --strategy {cfg.strategy}: resume with the same strategy (model.pt, a plain "
-                          "state_dict, loads into any)")
-    if state.get("recipe") != recipe_name:
-        raise DdplabError(f"checkpoint {path} was written by the {state.get('recipe')} recipe, not {recipe_name}: "
-                          f"resume with `ddplab train {state.get('recipe')}`, or choose another --checkpoint-dir")
-    shape, saved = cfg.shape(), state.get("shape", {})
-    differs = [k for k in shape if saved.get(k) != shape[k]]
-    if differs:
-        was = " ".join(f"--{k.replace('_', '-')} {saved.get(k)}" for k in differs)
-        now = " ".join(f"--{k.replace('_', '-')} {shape[k]}" for k in differs)
-        raise DdplabError(f"checkpoint {path} holds a model trained with {was}, this run has {now}: resume with "
-                          "the same model flags, or choose another --checkpoint-dir")
 
 
 def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
