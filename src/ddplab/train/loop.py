@@ -182,9 +182,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         if not (ctx.is_main and predict_memory):
             return None
         return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
-    torch.manual_seed(cfg.seed)
-    model = recipe.model(cfg, data).to(device)
-    scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
+    model = build_model(recipe, cfg, ctx, data)
     notes: list[str] = []
 
     def note(text: str) -> None:
@@ -192,24 +190,11 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         if ctx.is_main:
             out.note(text)
 
-    raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
-    if cfg.compile:
-        model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
-    # ddp / zero1 / fsdp (ddplab.train.strategy); DDP also broadcasts rank 0's weights so that every rank starts
-    # identical, and FSDP shards the identical weights every rank built from the seed.
-    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), world, device,
-                            device_ids=ctx.device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
-    ddp, optimizer, no_sync = wrapped.forward, wrapped.optimizer, wrapped.no_sync
-    comm = None
-    if wrapped.ddp is not None:
-        if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
-            wrapped.ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
-        comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
-
-    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, raw_model, optimizer, scaler, global_batch=global_batch,
-                               steps_per_epoch=steps_per_epoch, stop=stop)
+    raw_model, optimizer, comm = model.raw, model.optimizer, model.comm
+    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, raw_model, optimizer, model.scaler,
+                               global_batch=global_batch, steps_per_epoch=steps_per_epoch, stop=stop)
     epoch, step_in_epoch = checkpoints.restore(note)
-    autocast = _autocast(cfg.amp, device)
+    train_step = TrainStep(recipe, cfg, model, device, planned)
 
     step = epoch * steps_per_epoch + step_in_epoch
     stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
@@ -238,29 +223,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     while step < stop_at:
         batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
         for s in range(step_in_epoch, steps_per_epoch):
-            if recipe.lr_at is not None:
-                for group in optimizer.param_groups:
-                    group["lr"] = recipe.lr_at(cfg, step, planned)
-            for micro in range(cfg.grad_accum):
-                batch = batches[s * cfg.grad_accum + micro]
-                sync = micro == cfg.grad_accum - 1  # all-reduce only once per optimizer step
-                with contextlib.nullcontext() if sync else no_sync():
-                    with autocast():
-                        loss = recipe.loss(ddp, batch)
-                    scaled = loss / cfg.grad_accum if cfg.grad_accum > 1 else loss
-                    (scaler.scale(scaled) if scaler else scaled).backward()
-            if scaler is not None:
-                if cfg.grad_clip:
-                    scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
-                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
+            last_loss = train_step(batches, s, step)
+            step, run_steps = step + 1, run_steps + 1
             if comm is not None:
                 comm.step_done(time.perf_counter())
             if run_steps == MEASURED_STEPS:
@@ -346,7 +310,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
         parameters=parameters,
         resumed_from=checkpoints.resumed_from, stopped_early=step < planned,
-        model_file=str(model_file) if model_file else None, checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
+        model_file=str(model_file) if model_file else None,
+        checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
         metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,
         warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
     if not identical:
@@ -365,6 +330,85 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     if recipe.flops_per_sample is not None:
         result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, raw_model), result, device)
     return result
+
+
+# --------------------------------------------------------------------------------------------------- the step
+
+
+@dataclass
+class Model:
+    """The recipe's model as the loop's parts need it, spread over the ranks by --strategy."""
+
+    raw: nn.Module  # what is saved and compared: neither DDP's "module." nor compile's "_orig_mod." prefix
+    forward: nn.Module  # what the loss calls: DDP's wrapper, the sharded model or the compiled one
+    optimizer: torch.optim.Optimizer
+    no_sync: Callable[[], contextlib.AbstractContextManager]  # no gradient all-reduce on accumulation micro-steps
+    scaler: torch.amp.GradScaler | None  # fp16 only: its range needs the loss scaled, bf16's does not
+    comm: metrics.CommWait | None  # DDP's exposed communication time; None without DDP
+
+
+def build_model(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, data: TensorData) -> Model:
+    """The same initial weights on every rank (built from the seed), compiled (optional), spread by --strategy."""
+    torch.manual_seed(cfg.seed)
+    raw = recipe.model(cfg, data).to(ctx.device)
+    scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
+    model = torch.compile(raw) if cfg.compile else raw  # before DDP, as DDP's graph-break-per-bucket optimizer expects
+    # ddp / zero1 / fsdp (ddplab.train.strategy); DDP also broadcasts rank 0's weights so that every rank starts
+    # identical, and FSDP shards the identical weights every rank built from the seed.
+    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), ctx.world_size, ctx.device,
+                            device_ids=ctx.device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
+    comm = None
+    if wrapped.ddp is not None:
+        if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
+            wrapped.ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
+        comm = metrics.CommWait(wrapped.ddp, rate=1 if ctx.device.type == "cpu" else cfg.log_every)
+    return Model(raw, wrapped.forward, wrapped.optimizer, wrapped.no_sync, scaler, comm)
+
+
+class TrainStep:
+    """One optimizer step: this step's learning rate, the micro-batches that accumulate gradients locally (only the
+    last one all-reduces), then the update (under fp16 through the GradScaler)."""
+
+    def __init__(self, recipe: Recipe, cfg: TrainConfig, model: Model, device: torch.device, planned: int):
+        self.recipe, self.cfg, self.model, self.planned = recipe, cfg, model, planned
+        self.autocast = _autocast(cfg.amp, device)
+
+    def __call__(self, batches: ShardedBatches, index: int, step: int) -> Tensor:
+        """Take global step `step`, the index-th of its epoch; return its last micro-batch's loss, detached."""
+        self._set_lr(step)
+        loss = self._accumulate(batches, index)
+        self._update()
+        return loss.detach()
+
+    def _set_lr(self, step: int) -> None:
+        if self.recipe.lr_at is not None:  # a schedule over the whole run (planned steps), resumed with the step
+            for group in self.model.optimizer.param_groups:
+                group["lr"] = self.recipe.lr_at(self.cfg, step, self.planned)
+
+    def _accumulate(self, batches: ShardedBatches, index: int) -> Tensor:
+        accum, scaler = self.cfg.grad_accum, self.model.scaler
+        for micro in range(accum):
+            batch = batches[index * accum + micro]
+            sync = micro == accum - 1  # all-reduce only once per optimizer step
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with self.autocast():
+                    loss = self.recipe.loss(self.model.forward, batch)
+                scaled = loss / accum if accum > 1 else loss  # the gradients' sum is then the mean over micro-batches
+                (scaler.scale(scaled) if scaler else scaled).backward()
+        return loss
+
+    def _update(self) -> None:
+        optimizer, scaler, clip = self.model.optimizer, self.model.scaler, self.cfg.grad_clip
+        if scaler is not None and clip:
+            scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
+        if clip:
+            nn.utils.clip_grad_norm_(self.model.raw.parameters(), clip)
+        if scaler is not None:
+            scaler.step(optimizer)  # skips the step when the scaled gradients overflowed
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
