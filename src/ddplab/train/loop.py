@@ -198,10 +198,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
 
     step = epoch * steps_per_epoch + step_in_epoch
     stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
-    directory = cfg.checkpoint_path
-    jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
-    if jsonl.path and checkpoints.resumed_from is None and jsonl.path.exists():
-        jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
+    log = LogWindow(cfg, ctx, out, model, global_batch, fresh=checkpoints.resumed_from is None)
     parameters = sum(p.numel() for p in raw_model.parameters() if p.requires_grad)
     out.start(recipe=recipe.name, parameters=parameters, world_size=world, backend=ctx.backend, device=str(device),
               global_batch=global_batch, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
@@ -212,9 +209,9 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
 
     usage = metrics.Utilisation(device)
     last_loss = torch.zeros((), device=device)
-    shown = {"loss": None, "samples_per_sec": None}
     run_steps, predicting, preempted = 0, None, None
-    log_t, log_step, log_wait = time.perf_counter(), step, None
+    log_t = time.perf_counter()
+    log.begin(log_t, step, usage)
     if comm is not None:
         comm.begin(log_t)
     timer, warm_wait = Steady(log_t), None
@@ -237,23 +234,8 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
                 warm_wait = comm.snapshot() if comm else None
             done = step >= stop_at
 
-            # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
-            if step % cfg.log_every == 0 or done:
-                now = time.perf_counter()
-                wait, log_wait = _wait_share(comm, log_wait, world)
-                usage.sample()
-                rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
-                shown["loss"] = sum(r[0] for r in rows) / world
-                shown["samples_per_sec"] = (step - log_step) * global_batch / max(rows[0][1], 1e-9)
-                jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
-                             "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
-                             "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                             "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
-                                                   for r in rows]})
-                out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
-                log_t, log_step = now, step
-            else:
-                out.tick(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
+            # 5. The loss averaged over ranks and each rank's step time, when a log window ends.
+            log.after_step(step, epoch, last_loss, done)
 
             # 6. Checkpoints: saved when due; a signal any rank saw stops every rank here, saved.
             preempted = checkpoints.after_step(step, epoch, s + 1, done)
@@ -312,7 +294,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
         resumed_from=checkpoints.resumed_from, stopped_early=step < planned,
         model_file=str(model_file) if model_file else None,
         checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
-        metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,
+        metrics_file=log.metrics_file, notes=notes,
         warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
     if not identical:
         result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
@@ -409,6 +391,56 @@ class TrainStep:
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+
+# --------------------------------------------------------------------------------------------------- the log
+
+
+class LogWindow:
+    """Decides when to log, and logs: every --log-every steps and after the last one, the loss averaged over the
+    ranks and each rank's step time and communication wait (one small all_gather, so every rank decides alike),
+    a metrics.jsonl line (rank 0, in --checkpoint-dir) and the progress bar's numbers; between windows the bar
+    only ticks, with the numbers last shown."""
+
+    def __init__(self, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter, model: Model, global_batch: int,
+                 fresh: bool):
+        self.cfg, self.ctx, self.out, self.global_batch = cfg, ctx, out, global_batch
+        self.optimizer, self.comm = model.optimizer, model.comm
+        directory = cfg.checkpoint_path
+        self.jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
+        if self.jsonl.path and fresh and self.jsonl.path.exists():
+            self.jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
+        self.shown: dict = {"loss": None, "samples_per_sec": None}
+        self.since, self.since_step, self.wait_since, self.usage = 0.0, 0, None, None
+
+    @property
+    def metrics_file(self) -> str | None:
+        return str(self.jsonl.path) if self.jsonl.path else None
+
+    def begin(self, now: float, step: int, usage: metrics.Utilisation) -> None:
+        """The first window opens at `now`, before global step `step`; usage is sampled at each window's end."""
+        self.since, self.since_step, self.usage = now, step, usage
+
+    def after_step(self, step: int, epoch: int, loss: Tensor, done: bool) -> None:
+        if step % self.cfg.log_every == 0 or done:
+            self._log(step, epoch, loss)
+        else:
+            self.out.tick(step=step, epoch=epoch, epochs=self.cfg.epochs, **self.shown)
+
+    def _log(self, step: int, epoch: int, loss: Tensor) -> None:
+        now, world, shown = time.perf_counter(), self.ctx.world_size, self.shown
+        wait, self.wait_since = _wait_share(self.comm, self.wait_since, world)
+        self.usage.sample()
+        rows = _gather_floats([loss.item(), now - self.since, step - self.since_step, wait], self.ctx.device)
+        shown["loss"] = sum(r[0] for r in rows) / world
+        shown["samples_per_sec"] = (step - self.since_step) * self.global_batch / max(rows[0][1], 1e-9)
+        self.jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
+                          "samples_per_sec": shown["samples_per_sec"], "lr": self.optimizer.param_groups[0]["lr"],
+                          "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
+                          "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
+                                                for r in rows]})
+        self.out.log(step=step, epoch=epoch, epochs=self.cfg.epochs, **shown)
+        self.since, self.since_step = now, step
 
 
 # --------------------------------------------------------------------------------------------------- helpers
