@@ -4,21 +4,25 @@ A recipe (ddplab/recipes/*.py) says *what* to train: data, model, loss, optimize
 for all of them:
 
  1. Join the process group the launcher described (ddplab.dist: gloo on CPU, NCCL on GPUs, device from LOCAL_RANK).
- 2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard.
- 3. Build the model from the same seed; torch.compile it (optional); spread it over the ranks by --strategy
-    (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every rank starts
-    identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
+ 2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard
+    (`Schedule`: steps per epoch, planned, where --max-steps stops).
+ 3. Build the model from the same seed (`build_model`); torch.compile it (optional); spread it over the ranks by
+    --strategy (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every
+    rank starts identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
     ZeroRedundancyOptimizer; fsdp shards it with FSDP2's fully_shard. Then restore a checkpoint when resuming.
- 4. Each step: micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the last one
-    synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
-    or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
- 5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
+ 4. Each step (`TrainStep`): micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the
+    last one synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16
+    autocast on CPU or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real
+    gradient norms.
+ 5. Every log_every steps (`LogWindow`): the loss averaged over ranks, per-rank step times, one JSONL line, the
+    progress bar.
  6. Checkpoints by rank 0 (ddplab.ckptfile) with the sampler position and every rank's RNG state, so that
-    --resume takes exactly the batch an uninterrupted run would have taken next.
- 7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
-    first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
-    whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile, no
-    shards from FSDP).
+    --resume takes exactly the batch an uninterrupted run would have taken next; one `Checkpointer`
+    (train/checkpointer.py) decides when: every N steps, each epoch's end, the run's end, an agreed signal.
+ 7. At the end: per-rank statistics (`Measurements`) gathered to rank 0 (with the allocator's peak over the
+    model's build and first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across
+    ranks, and the whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from
+    torch.compile, no shards from FSDP).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -157,161 +161,114 @@ def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: f
 
 def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
          predict_memory: bool = True, stop: resume.StopFlag | None = None) -> TrainResult | Preempted | None:
-    device, world = ctx.device, ctx.world_size
-
+    """The plan of a run; each part owns its decisions (see the module docstring's numbers)."""
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
     data = recipe.data(cfg)
-    batches = ShardedBatches(data.to(device), cfg.batch_size, ctx.rank, world, cfg.seed)
-    steps_per_epoch = len(batches) // cfg.grad_accum
-    global_batch = cfg.batch_size * world * cfg.grad_accum
-    if steps_per_epoch == 0:
-        raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
-                          f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a smaller "
-                          "--batch-size / --grad-accum / --nproc")
-    planned = steps_per_epoch * cfg.epochs
+    batches = ShardedBatches(data.to(ctx.device), cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+    schedule = Schedule.of(cfg, data, batches, ctx.world_size)
 
-    # 3. Same initial weights everywhere (DDP would broadcast rank 0's anyway); then restore, compile, wrap.
-    # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
-    # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
-    peak = AllocatorPeak(device)
-    peak.start()
-
-    def predict() -> PredictElsewhere | None:
-        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
-        # it would take cores from the ranks and slow the timed steps, so it starts after them.
-        if not (ctx.is_main and predict_memory):
-            return None
-        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
+    # 3. The model, measured from its build on; restored when resuming.
+    measure = Measurements(recipe.name, cfg, ctx, predict_memory)
+    notes = Notes(out, ctx.is_main)
     model = build_model(recipe, cfg, ctx, data)
-    notes: list[str] = []
+    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, model.raw, model.optimizer, model.scaler,
+                               global_batch=schedule.global_batch, steps_per_epoch=schedule.steps_per_epoch,
+                               stop=stop)
+    epoch, index = checkpoints.restore(notes)
+    step = epoch * schedule.steps_per_epoch + index
+    log = LogWindow(cfg, ctx, out, model, schedule.global_batch, fresh=checkpoints.resumed_from is None)
+    parameters = sum(p.numel() for p in model.raw.parameters() if p.requires_grad)
+    _announce(out, notes, recipe.name, cfg, ctx, schedule, parameters, epoch, step)
 
-    def note(text: str) -> None:
-        notes.append(text)
-        if ctx.is_main:
-            out.note(text)
-
-    raw_model, optimizer, comm = model.raw, model.optimizer, model.comm
-    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, raw_model, optimizer, model.scaler,
-                               global_batch=global_batch, steps_per_epoch=steps_per_epoch, stop=stop)
-    epoch, step_in_epoch = checkpoints.restore(note)
-    train_step = TrainStep(recipe, cfg, model, device, planned)
-
-    step = epoch * steps_per_epoch + step_in_epoch
-    stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
-    log = LogWindow(cfg, ctx, out, model, global_batch, fresh=checkpoints.resumed_from is None)
-    parameters = sum(p.numel() for p in raw_model.parameters() if p.requires_grad)
-    out.start(recipe=recipe.name, parameters=parameters, world_size=world, backend=ctx.backend, device=str(device),
-              global_batch=global_batch, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
-              steps_per_epoch=steps_per_epoch, epochs=cfg.epochs, planned_steps=stop_at, start_step=step,
-              start_epoch=min(epoch, cfg.epochs - 1))
-    if step >= stop_at:
-        note(f"nothing left to train: the checkpoint is at step {step} of {stop_at}; raise --epochs to go on")
-
-    usage = metrics.Utilisation(device)
-    last_loss = torch.zeros((), device=device)
-    run_steps, predicting, preempted = 0, None, None
-    log_t = time.perf_counter()
-    log.begin(log_t, step, usage)
-    if comm is not None:
-        comm.begin(log_t)
-    timer, warm_wait = Steady(log_t), None
-
-    # 4. The steps.
-    while step < stop_at:
-        batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
-        for s in range(step_in_epoch, steps_per_epoch):
-            last_loss = train_step(batches, s, step)
-            step, run_steps = step + 1, run_steps + 1
-            if comm is not None:
-                comm.step_done(time.perf_counter())
-            if run_steps == MEASURED_STEPS:
-                peak.stop()
-                predicting = predict() if device.type == "cuda" else None
-            if run_steps == WARMUP_STEPS:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
-                timer.warm()
-                warm_wait = comm.snapshot() if comm else None
-            done = step >= stop_at
-
-            # 5. The loss averaged over ranks and each rank's step time, when a log window ends.
-            log.after_step(step, epoch, last_loss, done)
-
-            # 6. Checkpoints: saved when due; a signal any rank saw stops every rank here, saved.
-            preempted = checkpoints.after_step(step, epoch, s + 1, done)
-            if preempted is not None:
-                break
-            if done:
-                break
+    # 4.-6. The steps; after each, the log window and the checkpoints decide whether it is their turn.
+    train_step = TrainStep(recipe, cfg, model, ctx.device, schedule.planned)
+    run_steps, last_loss = 0, torch.zeros((), device=ctx.device)
+    started = measure.begin(model.comm)
+    log.begin(started, step, measure.usage)
+    for epoch, index in schedule.steps_from(batches, epoch, index):
+        last_loss = train_step(batches, index, step)
+        step, run_steps = step + 1, run_steps + 1
+        measure.step_done(run_steps)
+        done = step >= schedule.stop_at
+        log.after_step(step, epoch, last_loss, done)
+        preempted = checkpoints.after_step(step, epoch, index + 1, done)
         if preempted is not None:
-            break
-        epoch, step_in_epoch = epoch + 1, 0
-    if preempted is not None:
-        out.end()
-        return preempted
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    timed_steps, seconds, total = timer.stop(run_steps)
-    cpu_percent = usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction below
-    wait, _ = _wait_share(comm, warm_wait if timed_steps < run_steps else None, world)
-    step_ms = 1000 * seconds / max(timed_steps, 1)
+            out.end()
+            return preempted
 
     # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
     # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
-    final_weights = statedict.full_state_dict(raw_model)
-    if predicting is None:
-        predicting = predict()
-    predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
-    mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
-                     cpu_percent=cpu_percent, gpu_util_percent=usage.gpu_percent(),
-                     peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
-                     digest=metrics.state_digest(final_weights), allocator_peak_mb=peak.measured_mb(),
-                     predicted_peak_mb=predicted_mb)
-    everyone: list = [None] * world
-    dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds, total))
+    timing = measure.stop(run_steps)
+    final_weights = statedict.full_state_dict(model.raw)
+    mine = measure.rank_stats(timing, run_steps, last_loss, final_weights, notes)
+    everyone = _gather_ranks(mine, timing, ctx.world_size)
     model_file = checkpoints.save_model(final_weights)
     out.end()
     if not ctx.is_main:
         return None
-
-    ranks = [RankStats(**r) for r, _, _ in everyone]
-    for r in ranks:  # one prediction per run: the rank that needs most (they differ only under zero1)
-        r.predicted_peak_mb = predicted_mb
-    steady = max(s for _, s, _ in everyone)  # the slowest rank's time: what the run as a whole achieved
-    samples = run_steps * global_batch
-    identical = len({r.digest for r in ranks}) == 1
-    result = TrainResult(
-        recipe=recipe.name, strategy=cfg.strategy, status="PASS" if identical else "FAIL", world_size=world,
-        backend=ctx.backend,
-        device=str(device), batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=global_batch,
-        epochs=cfg.epochs, steps=run_steps, total_steps=step, planned_steps=planned, samples=samples,
-        seconds=max(t for _, _, t in everyone), timed_steps=timed_steps,
-        samples_per_sec=timed_steps * global_batch / steady if timed_steps else 0.0,
-        final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
-        parameters=parameters,
-        resumed_from=checkpoints.resumed_from, stopped_early=step < planned,
-        model_file=str(model_file) if model_file else None,
-        checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
-        metrics_file=log.metrics_file, notes=notes,
-        warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
-    if not identical:
-        result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
-                                  "only if every rank starts from the same weights and applies the same all-reduced "
-                                  "gradients; look for per-rank code that changes parameters outside DDP")
-    if recipe.summary is not None:
-        whole = raw_model
-        if statedict.is_sharded(raw_model):  # a sharded forward needs every rank: evaluate the gathered weights
-            whole = recipe.model(cfg, data).to(device)
-            whole.load_state_dict(final_weights)
-        for key, value in recipe.summary(cfg, whole, data).items():
-            setattr(result, key, value)
-    if recipe.tokens_per_sample is not None:
-        result.tokens_per_sec = result.samples_per_sec * recipe.tokens_per_sample(cfg)
-    if recipe.flops_per_sample is not None:
-        result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, raw_model), result, device)
+    result = _result(recipe.name, cfg, ctx, schedule, everyone, timing, steps=run_steps, total_steps=step,
+                     parameters=parameters, predicted_mb=mine.predicted_peak_mb, notes=notes.lines,
+                     resumed_from=checkpoints.resumed_from, model_file=str(model_file) if model_file else None,
+                     checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
+                     metrics_file=log.metrics_file)
+    _recipe_figures(result, recipe, cfg, model.raw, data, final_weights, ctx.device)
     return result
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many optimizer steps: per epoch (this rank's shard in steps of --grad-accum micro-batches), planned over
+    --epochs (what a learning-rate schedule spans), and where this run stops (--max-steps: a stopped run resumes
+    exactly); with the global batch they make."""
+
+    steps_per_epoch: int
+    planned: int
+    stop_at: int
+    global_batch: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, data: TensorData, batches: ShardedBatches, world: int) -> Schedule:
+        steps_per_epoch = len(batches) // cfg.grad_accum
+        if steps_per_epoch == 0:
+            raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
+                              f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a "
+                              "smaller --batch-size / --grad-accum / --nproc")
+        planned = steps_per_epoch * cfg.epochs
+        return cls(steps_per_epoch, planned, min(planned, cfg.max_steps) if cfg.max_steps else planned,
+                   cfg.batch_size * world * cfg.grad_accum)
+
+    def steps_from(self, batches: ShardedBatches, epoch: int, index: int) -> Iterator[tuple[int, int]]:
+        """(epoch, index in the epoch) of every step left from there to stop_at, each epoch's shuffle set first."""
+        while epoch * self.steps_per_epoch + index < self.stop_at:
+            batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
+            for i in range(index, min(self.steps_per_epoch, self.stop_at - epoch * self.steps_per_epoch)):
+                yield epoch, i
+            epoch, index = epoch + 1, 0
+
+
+@dataclass
+class Notes:
+    """What the result lists under notes; rank 0 also shows each one as it comes."""
+
+    out: Reporter
+    is_main: bool
+    lines: list[str] = dataclasses.field(default_factory=list)
+
+    def __call__(self, text: str) -> None:
+        self.lines.append(text)
+        if self.is_main:
+            self.out.note(text)
+
+
+def _announce(out: Reporter, note: Notes, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext,
+              schedule: Schedule, parameters: int, epoch: int, step: int) -> None:
+    """The run's first line (the progress bar's start); a resumed run with nothing left says so."""
+    out.start(recipe=recipe_name, parameters=parameters, world_size=ctx.world_size, backend=ctx.backend,
+              device=str(ctx.device), global_batch=schedule.global_batch, batch_size=cfg.batch_size,
+              grad_accum=cfg.grad_accum, steps_per_epoch=schedule.steps_per_epoch, epochs=cfg.epochs,
+              planned_steps=schedule.stop_at, start_step=step, start_epoch=min(epoch, cfg.epochs - 1))
+    if step >= schedule.stop_at:
+        note(f"nothing left to train: the checkpoint is at step {step} of {schedule.stop_at}; raise --epochs to go on")
 
 
 # --------------------------------------------------------------------------------------------------- the step
@@ -441,6 +398,146 @@ class LogWindow:
                                                 for r in rows]})
         self.out.log(step=step, epoch=epoch, epochs=self.cfg.epochs, **shown)
         self.since, self.since_step = now, step
+
+
+# --------------------------------------------------------------------------------------------------- the figures
+
+
+@dataclass(frozen=True)
+class Timing:
+    """This rank's clock at the end of the steps."""
+
+    timed_steps: int  # the steps after the warm-up (all of them in a run too short to have any)
+    seconds: float  # their wall time
+    total: float  # the whole loop's
+    cpu_percent: float
+    wait_share: float  # of the timed steps' time, in exposed communication (-1: not measured)
+
+    @property
+    def step_ms(self) -> float:
+        return 1000 * self.seconds / max(self.timed_steps, 1)
+
+
+class Measurements:
+    """This rank's figures for the table, measured as the run goes: the allocator's peak from the model's build
+    through the first MEASURED_STEPS steps (what `ddplab memory` predicts: ddplab.perf.memory traces the same
+    span), the clock (steady after WARMUP_STEPS), DDP's exposed communication, CPU and GPU use, and rank 0's
+    request for `ddplab memory`'s prediction."""
+
+    def __init__(self, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, predict_memory: bool):
+        self.recipe_name, self.cfg, self.ctx, self.predict_memory = recipe_name, cfg, ctx, predict_memory
+        self.cuda = ctx.device.type == "cuda"
+        self.peak = AllocatorPeak(ctx.device)
+        self.peak.start()  # before the model is built: its weights are part of the peak
+        self.predicting: PredictElsewhere | None = None
+        self.comm: metrics.CommWait | None = None
+        self.usage: metrics.Utilisation | None = None
+        self.timer: Steady | None = None
+        self.warm_wait = None  # DDP's communication timers when the warm-up ended
+
+    def begin(self, comm: metrics.CommWait | None) -> float:
+        """Right before the first step: start the clocks; return the time they start from."""
+        self.usage, self.comm = metrics.Utilisation(self.ctx.device), comm
+        now = time.perf_counter()
+        if comm is not None:
+            comm.begin(now)
+        self.timer = Steady(now)
+        return now
+
+    def step_done(self, run_steps: int) -> None:
+        if self.comm is not None:
+            self.comm.step_done(time.perf_counter())
+        if run_steps == MEASURED_STEPS:
+            self.peak.stop()
+            self.predicting = self._predict() if self.cuda else None
+        if run_steps == WARMUP_STEPS:
+            if self.cuda:
+                torch.cuda.synchronize(self.ctx.device)  # the warm-up's kernels must not count as steady time
+            self.timer.warm()
+            self.warm_wait = self.comm.snapshot() if self.comm else None
+
+    def _predict(self) -> PredictElsewhere | None:
+        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
+        # it would take cores from the ranks and slow the timed steps, so it starts after them.
+        if not (self.ctx.is_main and self.predict_memory):
+            return None
+        return PredictElsewhere(self.recipe_name, self.cfg.to_dict(), self.cfg.strategy, self.ctx.world_size,
+                                self.ctx.device.type)
+
+    def stop(self, run_steps: int) -> Timing:
+        if self.cuda:
+            torch.cuda.synchronize(self.ctx.device)
+        timed_steps, seconds, total = self.timer.stop(run_steps)
+        cpu_percent = self.usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction
+        wait, _ = _wait_share(self.comm, self.warm_wait if timed_steps < run_steps else None, self.ctx.world_size)
+        return Timing(timed_steps, seconds, total, cpu_percent, wait)
+
+    def rank_stats(self, timing: Timing, run_steps: int, last_loss: Tensor, weights: dict,
+                   note: Callable[[str], None]) -> RankStats:
+        """This rank's row of the table (weights: the whole model, whose digest proves the ranks agree)."""
+        if self.predicting is None:
+            self.predicting = self._predict()
+        predicted_mb = _predicted_peak_mb(self.predicting, note) if self.predicting is not None else None
+        step_ms, wait = timing.step_ms, timing.wait_share
+        return RankStats(rank=self.ctx.rank, samples=run_steps * self.cfg.batch_size * self.cfg.grad_accum,
+                         steps=run_steps, step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
+                         cpu_percent=timing.cpu_percent, gpu_util_percent=self.usage.gpu_percent(),
+                         peak_memory_mb=metrics.peak_memory_mb(self.ctx.device), final_loss=float(last_loss.item()),
+                         digest=metrics.state_digest(weights), allocator_peak_mb=self.peak.measured_mb(),
+                         predicted_peak_mb=predicted_mb)
+
+
+def _gather_ranks(mine: RankStats, timing: Timing, world: int) -> list[tuple[dict, float, float]]:
+    """Every rank's (stats, steady seconds, total seconds), in rank order; a collective."""
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, (dataclasses.asdict(mine), timing.seconds, timing.total))
+    return everyone
+
+
+# --------------------------------------------------------------------------------------------------- the result
+
+
+def _result(recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, schedule: Schedule,
+            everyone: list[tuple[dict, float, float]], timing: Timing, *, steps: int, total_steps: int,
+            parameters: int, predicted_mb: float | None, notes: list[str], **files: str | None) -> TrainResult:
+    """Rank 0's TrainResult from every rank's row; files: resumed_from, model_file, checkpoint, metrics_file."""
+    ranks = [RankStats(**r) for r, _, _ in everyone]
+    for r in ranks:  # one prediction per run: the rank that needs most (they differ only under zero1)
+        r.predicted_peak_mb = predicted_mb
+    steady = max(s for _, s, _ in everyone)  # the slowest rank's time: what the run as a whole achieved
+    identical = len({r.digest for r in ranks}) == 1
+    timed, global_batch = timing.timed_steps, schedule.global_batch
+    result = TrainResult(
+        recipe=recipe_name, strategy=cfg.strategy, status="PASS" if identical else "FAIL",
+        world_size=ctx.world_size, backend=ctx.backend, device=str(ctx.device), batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum, global_batch=global_batch, epochs=cfg.epochs, steps=steps,
+        total_steps=total_steps, planned_steps=schedule.planned, samples=steps * global_batch,
+        seconds=max(t for _, _, t in everyone), timed_steps=timed,
+        samples_per_sec=timed * global_batch / steady if timed else 0.0,
+        final_loss=sum(r.final_loss for r in ranks) / ctx.world_size, params_identical=identical, ranks=ranks,
+        parameters=parameters, stopped_early=total_steps < schedule.planned, notes=notes,
+        warnings=rank_warnings(ranks) if steps else [], **files)  # a resumed, finished run has nothing to judge
+    if not identical:
+        result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
+                                  "only if every rank starts from the same weights and applies the same all-reduced "
+                                  "gradients; look for per-rank code that changes parameters outside DDP")
+    return result
+
+
+def _recipe_figures(result: TrainResult, recipe: Recipe, cfg: TrainConfig, model: nn.Module, data: TensorData,
+                    weights: dict, device: torch.device) -> None:
+    """What the recipe adds to the result: its own summary of the trained model, tokens/s, MFU."""
+    if recipe.summary is not None:
+        whole = model
+        if statedict.is_sharded(model):  # a sharded forward needs every rank: evaluate the gathered weights
+            whole = recipe.model(cfg, data).to(device)
+            whole.load_state_dict(weights)
+        for key, value in recipe.summary(cfg, whole, data).items():
+            setattr(result, key, value)
+    if recipe.tokens_per_sample is not None:
+        result.tokens_per_sec = result.samples_per_sec * recipe.tokens_per_sample(cfg)
+    if recipe.flops_per_sample is not None:
+        result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, model), result, device)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
