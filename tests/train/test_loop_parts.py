@@ -107,3 +107,64 @@ def test_the_last_step_never_asks_and_no_folder_saves_nothing(monkeypatch, tmp_p
     ckpt, saves = checkpoints(monkeypatch, None, every=1, stop=Agreed(3))
     stopped = run(ckpt, 10)
     assert stopped == Preempted(3, None) and saves == [] and stopped.exit_code == 1
+
+
+class Scaler:
+    """GradScaler's calls, recorded (the real one is CUDA-only: --amp fp16 runs on GPUs alone)."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def scale(self, loss):
+        self.calls.append("scale")
+        return loss
+
+    def unscale_(self, optimizer):
+        self.calls.append("unscale_")
+
+    def step(self, optimizer):
+        self.calls.append("scaler.step")
+        optimizer.step()
+
+    def update(self):
+        self.calls.append("update")
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_one_optimizer_step_accumulates_without_sync_then_unscales_clips_and_steps(monkeypatch, fp16, clip):
+    import contextlib
+
+    import torch
+
+    from ddplab.train.loop import Model, TrainStep
+
+    calls: list = []
+
+    @contextlib.contextmanager
+    def no_sync():
+        calls.append("no_sync")
+        yield
+
+    def clip_grad_norm_(parameters, max_norm):
+        calls.append(f"clip {max_norm}")
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_grad_norm_)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    monkeypatch.setattr(optimizer, "step", lambda: calls.append("step"))
+    monkeypatch.setattr(optimizer, "zero_grad", lambda set_to_none: calls.append("zero_grad"))
+    recipe = SimpleNamespace(lr_at=lambda cfg, step, planned: 0.5 * (1 - step / planned),
+                             loss=lambda model, batch: model(batch).sum())
+    cfg = SimpleNamespace(grad_accum=3, grad_clip=clip, amp="none")
+    model = Model(net, net, optimizer, no_sync, Scaler(calls) if fp16 else None, None)
+    batches = [torch.full((2, 3), float(i)) for i in range(6)]
+    loss = TrainStep(recipe, cfg, model, torch.device("cpu"), planned=10)(batches, 1, step=4)
+
+    scale = ["scale"] if fp16 else []
+    update = (["unscale_"] if fp16 and clip else []) + ([f"clip {clip}"] if clip else []) + \
+        (["scaler.step", "step", "update"] if fp16 else ["step"])
+    assert calls == ["no_sync", *scale, "no_sync", *scale, *scale, *update, "zero_grad"]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.3)  # the schedule at step 4 of 10
+    assert loss.item() == net(batches[5]).sum().item() and not loss.requires_grad  # the last micro-batch's
