@@ -2,6 +2,7 @@
 
 Everything that starts ranks goes through here (check, train, bench, scale, launch; monitor reads its runs):
 - `agent`     the one agent entry point, `python -m ddplab.launcher.agent SPEC`: elastic_launch, called once here
+- `launchplan`what the agent will start, decided from its spec alone (a pure function: no process, socket or store)
 - `worker`    what a ddplab-owned rank runs (a `module:function` target); `progress.mark()` is all a target imports
 - `bootstrap` what a user script's rank runs first: die with the agent, then the script itself (runpy)
 - `local`     the caller's side for ddplab-owned workers: start(), PendingRun.run() -> RunResult

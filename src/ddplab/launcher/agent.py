@@ -1,11 +1,10 @@
 """The one agent: `python -m ddplab.launcher.agent SPEC` runs torch's elastic_launch for a run and records how its
 workers ended. It is the only place in ddplab that calls elastic_launch.
 
-A run's SPEC (JSON, in its run folder) says what to start:
-- kind "function": ddplab's own `module:function` target on `nproc` local ranks (check, train, bench, scale), over a
-  static rendezvous on loopback, or torchrun's c10d rendezvous when several nodes meet (`nodes`);
-- kind "script": a user's script with torchrun's own options (`ddplab launch`), configured by torchrun's own
-  config_from_args, each rank started through bootstrap.py so that it dies with this agent.
+A run's SPEC (JSON, in its run folder) says what to start: ddplab's own `module:function` target ("function") or a
+user's script with torchrun's options ("script"). What that means for torch, `launcher.plan.plan(spec)` decides
+without side effects; the agent does the rest: it serves a single node's loopback rendezvous store, sets the
+variables torchrun would set for the ranks (OMP_NUM_THREADS), and launches.
 
 The agent runs in a session of its own (the caller ends the whole group on any path) and dies with its caller.
 The outcome (`ddplab-outcome.json`) maps each failed global rank to its local rank, pid, exit code and time.
@@ -13,7 +12,6 @@ The outcome (`ddplab-outcome.json`) maps each failed global rank to its local ra
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -22,7 +20,6 @@ import socket
 import subprocess
 import sys
 import traceback
-import uuid
 from pathlib import Path
 
 from ddplab.flight import rankdump
@@ -30,8 +27,7 @@ from ddplab.flight import reader as flight
 from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
-
-BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
+from ddplab.launcher.launchplan import BOOTSTRAP, Refused, plan, plan_script
 
 
 def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None,
@@ -70,27 +66,27 @@ def main(spec_path: str) -> int:
         spec = json.loads(Path(spec_path).read_text())
         run_dir = Path(spec["run_dir"])
     try:
-        if spec["kind"] == "function":
-            config, entry, args, store = _function_plan(spec, spec_path)  # noqa: F841  store: kept alive, see below
-        else:
-            config, entry, args = _script_plan(spec)
+        launch = plan(spec, spec_path)
+        # Kept alive until the launch ends: torch's static rendezvous reuses the server this process runs.
+        store = None if launch.loopback_port is None else _loopback_store(launch.loopback_port)  # noqa: F841
     except Exception as e:
         write_atomic(run_dir / "ddplab-outcome.json", {"failures": {}, "launcher_error": _one_line(e)})
         traceback.print_exc()
         return 1
+    os.environ.update(launch.env)  # where torchrun sets them: every rank inherits the agent's environment
     failures, launcher_error = {}, None
     if os.environ.get(rankdump.DIR_ENV):
         _records_before_the_end(os.environ[rankdump.DIR_ENV])
     if spec["kind"] == "script":
         _quiet_about_saved_preemptions()
     try:
-        elastic_launch(config, entry)(*args)
+        elastic_launch(launch.config, launch.entrypoint)(*launch.args)
     except ChildFailedError as e:
         failures = {str(rank): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode,
                                 "time": f.timestamp, "message": f.message}
                     for rank, f in e.failures.items()}
         if spec["kind"] == "script":  # torchrun names the first argument, bootstrap.py: say the user's script
-            e = ChildFailedError(_user_entry(args), e.failures)
+            e = ChildFailedError(_user_entry(launch.args), e.failures)
         if not _saved_on_notice(f.exitcode for f in e.failures.values()):
             print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
     except Exception as e:  # a rendezvous that never completed, a bad option torch found late
@@ -148,10 +144,6 @@ def _quiet_about_saved_preemptions() -> None:
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(keep)
 
 
-class Refused(Exception):
-    """torchrun's own configuration refused the options (torch.distributed.run.config_from_args)."""
-
-
 def _until_go(reply_fd: int | None) -> bool:
     """Serve the caller's requests until it says "go" (True) or leaves (False). Each request is one line, `parse
     {...}`, `counts {...}` or `check {...}`, answered by one JSON line on reply_fd: the work on torchrun's options
@@ -198,11 +190,14 @@ def _check(request: dict) -> dict:
     level = logger.level
     logger.setLevel(logging.ERROR)  # its notices (OMP_NUM_THREADS) come once, from the launch itself
     try:
-        _script_plan({"torchrun": request["torchrun"]})
+        checked = plan_script(request["torchrun"])
     except Refused as e:
         return {"refused": str(e)}
     finally:
         logger.setLevel(level)
+    # Set here, as torchrun's config_from_args did when this check ran it: the launch then finds them set and
+    # repeats no notice (ddplab's preflight says its own word on OMP_NUM_THREADS).
+    os.environ.update(checked.env)
     return {}
 
 
@@ -229,57 +224,6 @@ def _user_entry(args) -> str:
 
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0]
-
-
-def _function_plan(spec: dict, spec_path: str):
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.launcher.api import LaunchConfig
-
-    run_dir = Path(spec["run_dir"])
-    common = dict(nproc_per_node=spec["nproc"], max_restarts=spec["max_restarts"], monitor_interval=0.05,
-                  start_method="fork",
-                  logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE))
-    nodes, store = spec["nodes"], None
-    if nodes is None:  # this machine alone: a static rendezvous on loopback
-        store = _loopback_store(spec["master_port"])  # kept alive: torch's rendezvous reuses its server
-        config = LaunchConfig(min_nodes=1, max_nodes=1, run_id=spec["run_id"], rdzv_backend="static",
-                              rdzv_endpoint=f"127.0.0.1:{spec['master_port']}", rdzv_configs={"rank": 0},
-                              local_addr="127.0.0.1", **common)
-    else:  # several machines: torchrun's c10d rendezvous, hosted by node 0
-        config = LaunchConfig(min_nodes=nodes["count"], max_nodes=nodes["count"], run_id=nodes["rdzv_id"],
-                              rdzv_backend="c10d", rdzv_endpoint=f"{nodes['host']}:{nodes['port']}",
-                              rdzv_configs={"is_host": nodes["rank"] == 0, "join_timeout": nodes["join_timeout"]},
-                              local_addr=nodes["local_addr"], **common)
-    if spec["fresh_workers"]:
-        return config, sys.executable, ("-u", "-m", "ddplab.launcher.worker", spec_path), store
-    from ddplab.launcher.worker import main as worker_main
-
-    return config, worker_main, (spec_path,), store
-
-
-def _script_plan(spec: dict):
-    """torchrun's own configuration of its options; each rank's command goes through bootstrap.py."""
-    from torch.distributed.run import config_from_args, parse_min_max_nnodes
-
-    ns = argparse.Namespace(**spec["torchrun"])
-    # What torch.distributed.run.run() decides before config_from_args (torch 2.6-2.13 alike): a standalone or
-    # single-node static run without a port gets its own c10d store on a free port.
-    if ns.standalone or (ns.rdzv_backend == "static" and not ns.rdzv_endpoint and ns.master_port is None
-                         and parse_min_max_nnodes(ns.nnodes)[1] == 1):
-        ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
-    if ns.master_port is None:
-        ns.master_port = 29500
-    try:
-        config, cmd, cmd_args = config_from_args(ns)
-    except (ValueError, AssertionError, RuntimeError) as e:
-        raise Refused(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    # --run-path (where torch has it): torchrun would call runpy in a spawned child; a script it is
-    if callable(cmd) or getattr(ns, "run_path", False):
-        cmd, cmd_args = os.getenv("PYTHON_EXEC", sys.executable), ["-u", *cmd_args]
-    if ns.no_python:
-        return config, sys.executable, ("-u", BOOTSTRAP, "--exec", cmd, *cmd_args)
-    assert cmd_args[0] == "-u"
-    return config, cmd, ("-u", BOOTSTRAP, *cmd_args[1:])
 
 
 def _loopback_store(port: int):

@@ -4,21 +4,25 @@ A recipe (ddplab/recipes/*.py) says *what* to train: data, model, loss, optimize
 for all of them:
 
  1. Join the process group the launcher described (ddplab.dist: gloo on CPU, NCCL on GPUs, device from LOCAL_RANK).
- 2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard.
- 3. Build the model from the same seed; torch.compile it (optional); spread it over the ranks by --strategy
-    (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every rank starts
-    identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
+ 2. Build the same dataset on every rank from the seed; each rank trains on its DistributedSampler shard
+    (`Schedule`: steps per epoch, planned, where --max-steps stops).
+ 3. Build the model from the same seed (`build_model`); torch.compile it (optional); spread it over the ranks by
+    --strategy (ddplab.train.strategy): ddp wraps it in DDP, which also broadcasts rank 0's weights so that every
+    rank starts identical (a single process skips the wrapper: there is nothing to synchronise); zero1 adds a
     ZeroRedundancyOptimizer; fsdp shards it with FSDP2's fully_shard. Then restore a checkpoint when resuming.
- 4. Each step: micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the last one
-    synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16 autocast on CPU
-    or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real gradient norms.
- 5. Every log_every steps: the loss averaged over ranks, per-rank step times, one JSONL line, the progress bar.
+ 4. Each step (`TrainStep`): micro-batches accumulate gradients locally under no_sync() (no all-reduce), only the
+    last one synchronises; the loss is divided by the number of micro-batches so the sum is the mean. bf16
+    autocast on CPU or GPU; fp16 needs a GradScaler, and unscale_() before clipping so the clip sees real
+    gradient norms.
+ 5. Every log_every steps (`LogWindow`): the loss averaged over ranks, per-rank step times, one JSONL line, the
+    progress bar.
  6. Checkpoints by rank 0 (ddplab.ckptfile) with the sampler position and every rank's RNG state, so that
-    --resume takes exactly the batch an uninterrupted run would have taken next.
- 7. At the end: per-rank statistics gathered to rank 0 (with the allocator's peak over the model's build and
-    first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across ranks, and the
-    whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from torch.compile, no
-    shards from FSDP).
+    --resume takes exactly the batch an uninterrupted run would have taken next; one `Checkpointer`
+    (train/checkpointer.py) decides when: every N steps, each epoch's end, the run's end, an agreed signal.
+ 7. At the end: per-rank statistics (`Measurements`) gathered to rank 0 (with the allocator's peak over the
+    model's build and first two steps, next to `ddplab memory`'s prediction of it), the parameters compared across
+    ranks, and the whole model saved as a plain state_dict (no "module." from DDP, no "_orig_mod." from
+    torch.compile, no shards from FSDP).
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -43,6 +46,7 @@ from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
 from ddplab import ckptfile, statedict
 from ddplab.train import metrics, strategy
+from ddplab.train.checkpointer import Checkpointer, Preempted, check_compatible, restarting  # noqa: F401  (API)
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.memory import AllocatorPeak, PredictElsewhere
@@ -113,11 +117,6 @@ def run_worker(payload: dict) -> dict:
     return dataclasses.asdict(result) if result is not None else {"rank": int(os.environ.get("RANK", "0"))}
 
 
-def restarting() -> bool:
-    """True when the elastic agent restarted this group after a failure: continue from the latest checkpoint."""
-    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
-
-
 def preflight(cfg: TrainConfig) -> None:
     """Checks that need no process group: the flags, and that the checkpoint directory is usable."""
     cfg.check()
@@ -136,23 +135,6 @@ def preflight(cfg: TrainConfig) -> None:
 
 
 NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
-
-
-@dataclass
-class Preempted:
-    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
-
-    step: int
-    checkpoint: str | None
-
-    @property
-    def exit_code(self) -> int:
-        return resume.PREEMPTED_EXIT if self.checkpoint else 1
-
-    def line(self) -> str:
-        if self.checkpoint:
-            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
-        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
 
 
 def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
@@ -179,233 +161,383 @@ def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: f
 
 def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
          predict_memory: bool = True, stop: resume.StopFlag | None = None) -> TrainResult | Preempted | None:
-    device, world = ctx.device, ctx.world_size
-
+    """The plan of a run; each part owns its decisions (see the module docstring's numbers)."""
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
     data = recipe.data(cfg)
-    batches = ShardedBatches(data.to(device), cfg.batch_size, ctx.rank, world, cfg.seed)
-    steps_per_epoch = len(batches) // cfg.grad_accum
-    global_batch = cfg.batch_size * world * cfg.grad_accum
-    if steps_per_epoch == 0:
-        raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
-                          f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a smaller "
-                          "--batch-size / --grad-accum / --nproc")
-    planned = steps_per_epoch * cfg.epochs
+    batches = ShardedBatches(data.to(ctx.device), cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+    schedule = Schedule.of(cfg, data, batches, ctx.world_size)
 
-    # 3. Same initial weights everywhere (DDP would broadcast rank 0's anyway); then restore, compile, wrap.
-    # The allocator's peak from the model's build through the first MEASURED_STEPS steps: what
-    # `ddplab memory` predicts (ddplab.perf.memory traces the same span).
-    peak = AllocatorPeak(device)
-    peak.start()
+    # 3. The model, measured from its build on; restored when resuming.
+    measure = Measurements(recipe.name, cfg, ctx, predict_memory)
+    notes = Notes(out, ctx.is_main)
+    model = build_model(recipe, cfg, ctx, data)
+    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, model.raw, model.optimizer, model.scaler,
+                               global_batch=schedule.global_batch, steps_per_epoch=schedule.steps_per_epoch,
+                               stop=stop)
+    epoch, index = checkpoints.restore(notes)
+    step = epoch * schedule.steps_per_epoch + index
+    log = LogWindow(cfg, ctx, out, model, schedule.global_batch, fresh=checkpoints.resumed_from is None)
+    parameters = sum(p.numel() for p in model.raw.parameters() if p.requires_grad)
+    _announce(out, notes, recipe.name, cfg, ctx, schedule, parameters, epoch, step)
 
-    def predict() -> PredictElsewhere | None:
-        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
-        # it would take cores from the ranks and slow the timed steps, so it starts after them.
-        if not (ctx.is_main and predict_memory):
-            return None
-        return PredictElsewhere(recipe.name, cfg.to_dict(), cfg.strategy, world, device.type)
+    # 4.-6. The steps; after each, the log window and the checkpoints decide whether it is their turn.
+    train_step = TrainStep(recipe, cfg, model, ctx.device, schedule.planned)
+    run_steps, last_loss = 0, torch.zeros((), device=ctx.device)
+    started = measure.begin(model.comm)
+    log.begin(started, step, measure.usage)
+    for epoch, index in schedule.steps_from(batches, epoch, index):
+        last_loss = train_step(batches, index, step)
+        step, run_steps = step + 1, run_steps + 1
+        measure.step_done(run_steps)
+        done = step >= schedule.stop_at
+        log.after_step(step, epoch, last_loss, done)
+        preempted = checkpoints.after_step(step, epoch, index + 1, done)
+        if preempted is not None:
+            out.end()
+            return preempted
+
+    # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
+    # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
+    timing = measure.stop(run_steps)
+    final_weights = statedict.full_state_dict(model.raw)
+    mine = measure.rank_stats(timing, run_steps, last_loss, final_weights, notes)
+    everyone = _gather_ranks(mine, timing, ctx.world_size)
+    model_file = checkpoints.save_model(final_weights)
+    out.end()
+    if not ctx.is_main:
+        return None
+    result = _result(recipe.name, cfg, ctx, schedule, everyone, timing, steps=run_steps, total_steps=step,
+                     parameters=parameters, predicted_mb=mine.predicted_peak_mb, notes=notes.lines,
+                     resumed_from=checkpoints.resumed_from, model_file=str(model_file) if model_file else None,
+                     checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
+                     metrics_file=log.metrics_file)
+    _recipe_figures(result, recipe, cfg, model.raw, data, final_weights, ctx.device)
+    return result
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many optimizer steps: per epoch (this rank's shard in steps of --grad-accum micro-batches), planned over
+    --epochs (what a learning-rate schedule spans), and where this run stops (--max-steps: a stopped run resumes
+    exactly); with the global batch they make."""
+
+    steps_per_epoch: int
+    planned: int
+    stop_at: int
+    global_batch: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, data: TensorData, batches: ShardedBatches, world: int) -> Schedule:
+        steps_per_epoch = len(batches) // cfg.grad_accum
+        if steps_per_epoch == 0:
+            raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
+                              f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a "
+                              "smaller --batch-size / --grad-accum / --nproc")
+        planned = steps_per_epoch * cfg.epochs
+        return cls(steps_per_epoch, planned, min(planned, cfg.max_steps) if cfg.max_steps else planned,
+                   cfg.batch_size * world * cfg.grad_accum)
+
+    def steps_from(self, batches: ShardedBatches, epoch: int, index: int) -> Iterator[tuple[int, int]]:
+        """(epoch, index in the epoch) of every step left from there to stop_at, each epoch's shuffle set first."""
+        while epoch * self.steps_per_epoch + index < self.stop_at:
+            batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
+            for i in range(index, min(self.steps_per_epoch, self.stop_at - epoch * self.steps_per_epoch)):
+                yield epoch, i
+            epoch, index = epoch + 1, 0
+
+
+@dataclass
+class Notes:
+    """What the result lists under notes; rank 0 also shows each one as it comes."""
+
+    out: Reporter
+    is_main: bool
+    lines: list[str] = dataclasses.field(default_factory=list)
+
+    def __call__(self, text: str) -> None:
+        self.lines.append(text)
+        if self.is_main:
+            self.out.note(text)
+
+
+def _announce(out: Reporter, note: Notes, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext,
+              schedule: Schedule, parameters: int, epoch: int, step: int) -> None:
+    """The run's first line (the progress bar's start); a resumed run with nothing left says so."""
+    out.start(recipe=recipe_name, parameters=parameters, world_size=ctx.world_size, backend=ctx.backend,
+              device=str(ctx.device), global_batch=schedule.global_batch, batch_size=cfg.batch_size,
+              grad_accum=cfg.grad_accum, steps_per_epoch=schedule.steps_per_epoch, epochs=cfg.epochs,
+              planned_steps=schedule.stop_at, start_step=step, start_epoch=min(epoch, cfg.epochs - 1))
+    if step >= schedule.stop_at:
+        note(f"nothing left to train: the checkpoint is at step {step} of {schedule.stop_at}; raise --epochs to go on")
+
+
+# --------------------------------------------------------------------------------------------------- the step
+
+
+@dataclass
+class Model:
+    """The recipe's model as the loop's parts need it, spread over the ranks by --strategy."""
+
+    raw: nn.Module  # what is saved and compared: neither DDP's "module." nor compile's "_orig_mod." prefix
+    forward: nn.Module  # what the loss calls: DDP's wrapper, the sharded model or the compiled one
+    optimizer: torch.optim.Optimizer
+    no_sync: Callable[[], contextlib.AbstractContextManager]  # no gradient all-reduce on accumulation micro-steps
+    scaler: torch.amp.GradScaler | None  # fp16 only: its range needs the loss scaled, bf16's does not
+    comm: metrics.CommWait | None  # DDP's exposed communication time; None without DDP
+
+
+def build_model(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, data: TensorData) -> Model:
+    """The same initial weights on every rank (built from the seed), compiled (optional), spread by --strategy."""
     torch.manual_seed(cfg.seed)
-    model = recipe.model(cfg, data).to(device)
+    raw = recipe.model(cfg, data).to(ctx.device)
     scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
-    notes: list[str] = []
-
-    def note(text: str) -> None:
-        notes.append(text)
-        if ctx.is_main:
-            out.note(text)
-
-    raw_model = model  # what gets saved: neither DDP's "module." nor compile's "_orig_mod." prefix
-    if cfg.compile:
-        model = torch.compile(model)  # before DDP, as DDP's graph-break-per-bucket optimizer expects
+    model = torch.compile(raw) if cfg.compile else raw  # before DDP, as DDP's graph-break-per-bucket optimizer expects
     # ddp / zero1 / fsdp (ddplab.train.strategy); DDP also broadcasts rank 0's weights so that every rank starts
     # identical, and FSDP shards the identical weights every rank built from the seed.
-    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), world, device,
+    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), ctx.world_size, ctx.device,
                             device_ids=ctx.device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
-    ddp, optimizer, no_sync = wrapped.forward, wrapped.optimizer, wrapped.no_sync
     comm = None
     if wrapped.ddp is not None:
         if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
             wrapped.ddp.register_comm_hook(None, getattr(default_hooks, f"{cfg.comm_hook}_compress_hook"))
-        comm = metrics.CommWait(wrapped.ddp, rate=1 if device.type == "cpu" else cfg.log_every)
+        comm = metrics.CommWait(wrapped.ddp, rate=1 if ctx.device.type == "cpu" else cfg.log_every)
+    return Model(raw, wrapped.forward, wrapped.optimizer, wrapped.no_sync, scaler, comm)
 
-    epoch, step_in_epoch, resumed_from = 0, 0, None
-    found = _find_checkpoint(cfg, note, ctx)
-    if found is not None:
-        epoch, step_in_epoch = _restore(found, recipe, cfg, raw_model, optimizer, scaler, ctx, global_batch,
-                                        steps_per_epoch, note)
-        resumed_from = str(found.path)
-        found = dataclasses.replace(found, state={})  # loaded: the whole checkpoint need not stay in memory
-    else:
-        torch.manual_seed(cfg.seed + ctx.rank)  # per-rank randomness (dropout) must differ between ranks
-    autocast = _autocast(cfg.amp, device)
 
-    step = epoch * steps_per_epoch + step_in_epoch
-    stop_at = min(planned, cfg.max_steps) if cfg.max_steps else planned
-    directory = cfg.checkpoint_path
-    jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
-    if jsonl.path and found is None and jsonl.path.exists():
-        jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
-    parameters = sum(p.numel() for p in raw_model.parameters() if p.requires_grad)
-    out.start(recipe=recipe.name, parameters=parameters, world_size=world, backend=ctx.backend, device=str(device),
-              global_batch=global_batch, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
-              steps_per_epoch=steps_per_epoch, epochs=cfg.epochs, planned_steps=stop_at, start_step=step,
-              start_epoch=min(epoch, cfg.epochs - 1))
-    if step >= stop_at:
-        note(f"nothing left to train: the checkpoint is at step {step} of {stop_at}; raise --epochs to go on")
+class TrainStep:
+    """One optimizer step: this step's learning rate, the micro-batches that accumulate gradients locally (only the
+    last one all-reduces), then the update (under fp16 through the GradScaler)."""
 
-    usage = metrics.Utilisation(device)
-    last_loss = torch.zeros((), device=device)
-    shown = {"loss": None, "samples_per_sec": None}
-    run_steps, saved, predicting, preempted, saved_step = 0, None, None, None, None
-    log_t, log_step, log_wait = time.perf_counter(), step, None
-    if comm is not None:
-        comm.begin(log_t)
-    timer, warm_wait = Steady(log_t), None
+    def __init__(self, recipe: Recipe, cfg: TrainConfig, model: Model, device: torch.device, planned: int):
+        self.recipe, self.cfg, self.model, self.planned = recipe, cfg, model, planned
+        self.autocast = _autocast(cfg.amp, device)
 
-    # 4. The steps.
-    while step < stop_at:
-        batches.set_epoch(epoch)  # a different shuffle each epoch, identical on every rank
-        for s in range(step_in_epoch, steps_per_epoch):
-            if recipe.lr_at is not None:
-                for group in optimizer.param_groups:
-                    group["lr"] = recipe.lr_at(cfg, step, planned)
-            for micro in range(cfg.grad_accum):
-                batch = batches[s * cfg.grad_accum + micro]
-                sync = micro == cfg.grad_accum - 1  # all-reduce only once per optimizer step
-                with contextlib.nullcontext() if sync else no_sync():
-                    with autocast():
-                        loss = recipe.loss(ddp, batch)
-                    scaled = loss / cfg.grad_accum if cfg.grad_accum > 1 else loss
-                    (scaler.scale(scaled) if scaler else scaled).backward()
-            if scaler is not None:
-                if cfg.grad_clip:
-                    scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
-                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step, run_steps, last_loss = step + 1, run_steps + 1, loss.detach()
-            if comm is not None:
-                comm.step_done(time.perf_counter())
-            if run_steps == MEASURED_STEPS:
-                peak.stop()
-                predicting = predict() if device.type == "cuda" else None
-            if run_steps == WARMUP_STEPS:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # the warm-up's kernels must not count as steady time
-                timer.warm()
-                warm_wait = comm.snapshot() if comm else None
-            done = step >= stop_at
+    def __call__(self, batches: ShardedBatches, index: int, step: int) -> Tensor:
+        """Take global step `step`, the index-th of its epoch; return its last micro-batch's loss, detached."""
+        self._set_lr(step)
+        loss = self._accumulate(batches, index)
+        self._update()
+        return loss.detach()
 
-            # 5. Logging: one small all_gather every log_every steps (every rank takes the same decision).
-            if step % cfg.log_every == 0 or done:
-                now = time.perf_counter()
-                wait, log_wait = _wait_share(comm, log_wait, world)
-                usage.sample()
-                rows = _gather_floats([last_loss.item(), now - log_t, step - log_step, wait], device)
-                shown["loss"] = sum(r[0] for r in rows) / world
-                shown["samples_per_sec"] = (step - log_step) * global_batch / max(rows[0][1], 1e-9)
-                jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
-                             "samples_per_sec": shown["samples_per_sec"], "lr": optimizer.param_groups[0]["lr"],
-                             "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                             "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
-                                                   for r in rows]})
-                out.log(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
-                log_t, log_step = now, step
-            else:
-                out.tick(step=step, epoch=epoch, epochs=cfg.epochs, **shown)
+    def _set_lr(self, step: int) -> None:
+        if self.recipe.lr_at is not None:  # a schedule over the whole run (planned steps), resumed with the step
+            for group in self.model.optimizer.param_groups:
+                group["lr"] = self.recipe.lr_at(self.cfg, step, self.planned)
 
-            # 6. Checkpoints: every N steps, at the end of each epoch, and where the run stops.
-            end_of_epoch = s == steps_per_epoch - 1
-            if directory and (done or end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
-                saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
-                                         s + 1, step, global_batch)
-                saved_step = step
-            # A signal seen by any rank stops every rank here, after the same step (ddplab.resume.StopFlag: a small
-            # all-reduce every few steps).
-            if not done and stop is not None and stop.agreed():
-                if directory and saved_step != step:
-                    saved = _save_checkpoint(directory, recipe, cfg, raw_model, optimizer, scaler, ctx, data, epoch,
-                                             s + 1, step, global_batch)
-                preempted = Preempted(step, (str(saved) if saved else str(directory)) if directory else None)
-                break
-            if done:
-                break
-        if preempted is not None:
-            break
-        epoch, step_in_epoch = epoch + 1, 0
-    if preempted is not None:
-        out.end()
-        return preempted
+    def _accumulate(self, batches: ShardedBatches, index: int) -> Tensor:
+        accum, scaler = self.cfg.grad_accum, self.model.scaler
+        for micro in range(accum):
+            batch = batches[index * accum + micro]
+            sync = micro == accum - 1  # all-reduce only once per optimizer step
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with self.autocast():
+                    loss = self.recipe.loss(self.model.forward, batch)
+                scaled = loss / accum if accum > 1 else loss  # the gradients' sum is then the mean over micro-batches
+                (scaler.scale(scaled) if scaler else scaled).backward()
+        return loss
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    timed_steps, seconds, total = timer.stop(run_steps)
-    cpu_percent = usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction below
-    wait, _ = _wait_share(comm, warm_wait if timed_steps < run_steps else None, world)
-    step_ms = 1000 * seconds / max(timed_steps, 1)
+    def _update(self) -> None:
+        optimizer, scaler, clip = self.model.optimizer, self.model.scaler, self.cfg.grad_clip
+        if scaler is not None and clip:
+            scaler.unscale_(optimizer)  # clip real gradients, not scaled ones
+        if clip:
+            nn.utils.clip_grad_norm_(self.model.raw.parameters(), clip)
+        if scaler is not None:
+            scaler.step(optimizer)  # skips the step when the scaled gradients overflowed
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
-    # 7. The proof: what each rank did, and whether they all hold the same parameters (under fsdp, the whole
-    # model gathered from the shards; every rank gets the same copy, so there the digests prove the save path).
-    final_weights = statedict.full_state_dict(raw_model)
-    if predicting is None:
-        predicting = predict()
-    predicted_mb = _predicted_peak_mb(predicting, note) if predicting is not None else None
-    mine = RankStats(rank=ctx.rank, samples=run_steps * cfg.batch_size * cfg.grad_accum, steps=run_steps,
-                     step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
-                     cpu_percent=cpu_percent, gpu_util_percent=usage.gpu_percent(),
-                     peak_memory_mb=metrics.peak_memory_mb(device), final_loss=float(last_loss.item()),
-                     digest=metrics.state_digest(final_weights), allocator_peak_mb=peak.measured_mb(),
-                     predicted_peak_mb=predicted_mb)
+
+# --------------------------------------------------------------------------------------------------- the log
+
+
+class LogWindow:
+    """Decides when to log, and logs: every --log-every steps and after the last one, the loss averaged over the
+    ranks and each rank's step time and communication wait (one small all_gather, so every rank decides alike),
+    a metrics.jsonl line (rank 0, in --checkpoint-dir) and the progress bar's numbers; between windows the bar
+    only ticks, with the numbers last shown."""
+
+    def __init__(self, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter, model: Model, global_batch: int,
+                 fresh: bool):
+        self.cfg, self.ctx, self.out, self.global_batch = cfg, ctx, out, global_batch
+        self.optimizer, self.comm = model.optimizer, model.comm
+        directory = cfg.checkpoint_path
+        self.jsonl = metrics.JsonlWriter(directory / "metrics.jsonl" if directory and ctx.is_main else None)
+        if self.jsonl.path and fresh and self.jsonl.path.exists():
+            self.jsonl.path.unlink()  # a fresh run starts a fresh metrics file; a resumed one appends
+        self.shown: dict = {"loss": None, "samples_per_sec": None}
+        self.since, self.since_step, self.wait_since, self.usage = 0.0, 0, None, None
+
+    @property
+    def metrics_file(self) -> str | None:
+        return str(self.jsonl.path) if self.jsonl.path else None
+
+    def begin(self, now: float, step: int, usage: metrics.Utilisation) -> None:
+        """The first window opens at `now`, before global step `step`; usage is sampled at each window's end."""
+        self.since, self.since_step, self.usage = now, step, usage
+
+    def after_step(self, step: int, epoch: int, loss: Tensor, done: bool) -> None:
+        if step % self.cfg.log_every == 0 or done:
+            self._log(step, epoch, loss)
+        else:
+            self.out.tick(step=step, epoch=epoch, epochs=self.cfg.epochs, **self.shown)
+
+    def _log(self, step: int, epoch: int, loss: Tensor) -> None:
+        now, world, shown = time.perf_counter(), self.ctx.world_size, self.shown
+        wait, self.wait_since = _wait_share(self.comm, self.wait_since, world)
+        self.usage.sample()
+        rows = _gather_floats([loss.item(), now - self.since, step - self.since_step, wait], self.ctx.device)
+        shown["loss"] = sum(r[0] for r in rows) / world
+        shown["samples_per_sec"] = (step - self.since_step) * self.global_batch / max(rows[0][1], 1e-9)
+        self.jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
+                          "samples_per_sec": shown["samples_per_sec"], "lr": self.optimizer.param_groups[0]["lr"],
+                          "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
+                          "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
+                                                for r in rows]})
+        self.out.log(step=step, epoch=epoch, epochs=self.cfg.epochs, **shown)
+        self.since, self.since_step = now, step
+
+
+# --------------------------------------------------------------------------------------------------- the figures
+
+
+@dataclass(frozen=True)
+class Timing:
+    """This rank's clock at the end of the steps."""
+
+    timed_steps: int  # the steps after the warm-up (all of them in a run too short to have any)
+    seconds: float  # their wall time
+    total: float  # the whole loop's
+    cpu_percent: float
+    wait_share: float  # of the timed steps' time, in exposed communication (-1: not measured)
+
+    @property
+    def step_ms(self) -> float:
+        return 1000 * self.seconds / max(self.timed_steps, 1)
+
+
+class Measurements:
+    """This rank's figures for the table, measured as the run goes: the allocator's peak from the model's build
+    through the first MEASURED_STEPS steps (what `ddplab memory` predicts: ddplab.perf.memory traces the same
+    span), the clock (steady after WARMUP_STEPS), DDP's exposed communication, CPU and GPU use, and rank 0's
+    request for `ddplab memory`'s prediction."""
+
+    def __init__(self, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, predict_memory: bool):
+        self.recipe_name, self.cfg, self.ctx, self.predict_memory = recipe_name, cfg, ctx, predict_memory
+        self.cuda = ctx.device.type == "cuda"
+        self.peak = AllocatorPeak(ctx.device)
+        self.peak.start()  # before the model is built: its weights are part of the peak
+        self.predicting: PredictElsewhere | None = None
+        self.comm: metrics.CommWait | None = None
+        self.usage: metrics.Utilisation | None = None
+        self.timer: Steady | None = None
+        self.warm_wait = None  # DDP's communication timers when the warm-up ended
+
+    def begin(self, comm: metrics.CommWait | None) -> float:
+        """Right before the first step: start the clocks; return the time they start from."""
+        self.usage, self.comm = metrics.Utilisation(self.ctx.device), comm
+        now = time.perf_counter()
+        if comm is not None:
+            comm.begin(now)
+        self.timer = Steady(now)
+        return now
+
+    def step_done(self, run_steps: int) -> None:
+        if self.comm is not None:
+            self.comm.step_done(time.perf_counter())
+        if run_steps == MEASURED_STEPS:
+            self.peak.stop()
+            self.predicting = self._predict() if self.cuda else None
+        if run_steps == WARMUP_STEPS:
+            if self.cuda:
+                torch.cuda.synchronize(self.ctx.device)  # the warm-up's kernels must not count as steady time
+            self.timer.warm()
+            self.warm_wait = self.comm.snapshot() if self.comm else None
+
+    def _predict(self) -> PredictElsewhere | None:
+        # Never during the measured span. On GPUs the tracing child runs on the host while the steps go on; on CPU
+        # it would take cores from the ranks and slow the timed steps, so it starts after them.
+        if not (self.ctx.is_main and self.predict_memory):
+            return None
+        return PredictElsewhere(self.recipe_name, self.cfg.to_dict(), self.cfg.strategy, self.ctx.world_size,
+                                self.ctx.device.type)
+
+    def stop(self, run_steps: int) -> Timing:
+        if self.cuda:
+            torch.cuda.synchronize(self.ctx.device)
+        timed_steps, seconds, total = self.timer.stop(run_steps)
+        cpu_percent = self.usage.cpu_percent()  # over the steps only: not rank 0's wait for the prediction
+        wait, _ = _wait_share(self.comm, self.warm_wait if timed_steps < run_steps else None, self.ctx.world_size)
+        return Timing(timed_steps, seconds, total, cpu_percent, wait)
+
+    def rank_stats(self, timing: Timing, run_steps: int, last_loss: Tensor, weights: dict,
+                   note: Callable[[str], None]) -> RankStats:
+        """This rank's row of the table (weights: the whole model, whose digest proves the ranks agree)."""
+        if self.predicting is None:
+            self.predicting = self._predict()
+        predicted_mb = _predicted_peak_mb(self.predicting, note) if self.predicting is not None else None
+        step_ms, wait = timing.step_ms, timing.wait_share
+        return RankStats(rank=self.ctx.rank, samples=run_steps * self.cfg.batch_size * self.cfg.grad_accum,
+                         steps=run_steps, step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
+                         cpu_percent=timing.cpu_percent, gpu_util_percent=self.usage.gpu_percent(),
+                         peak_memory_mb=metrics.peak_memory_mb(self.ctx.device), final_loss=float(last_loss.item()),
+                         digest=metrics.state_digest(weights), allocator_peak_mb=self.peak.measured_mb(),
+                         predicted_peak_mb=predicted_mb)
+
+
+def _gather_ranks(mine: RankStats, timing: Timing, world: int) -> list[tuple[dict, float, float]]:
+    """Every rank's (stats, steady seconds, total seconds), in rank order; a collective."""
     everyone: list = [None] * world
-    dist.all_gather_object(everyone, (dataclasses.asdict(mine), seconds, total))
-    model_file = None
-    if directory and ctx.is_main:
-        model_file = directory / "model.pt"
-        ckptfile.atomic_save(final_weights, model_file)
-    out.end()
-    if not ctx.is_main:
-        return None
+    dist.all_gather_object(everyone, (dataclasses.asdict(mine), timing.seconds, timing.total))
+    return everyone
 
+
+# --------------------------------------------------------------------------------------------------- the result
+
+
+def _result(recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, schedule: Schedule,
+            everyone: list[tuple[dict, float, float]], timing: Timing, *, steps: int, total_steps: int,
+            parameters: int, predicted_mb: float | None, notes: list[str], **files: str | None) -> TrainResult:
+    """Rank 0's TrainResult from every rank's row; files: resumed_from, model_file, checkpoint, metrics_file."""
     ranks = [RankStats(**r) for r, _, _ in everyone]
     for r in ranks:  # one prediction per run: the rank that needs most (they differ only under zero1)
         r.predicted_peak_mb = predicted_mb
     steady = max(s for _, s, _ in everyone)  # the slowest rank's time: what the run as a whole achieved
-    samples = run_steps * global_batch
     identical = len({r.digest for r in ranks}) == 1
+    timed, global_batch = timing.timed_steps, schedule.global_batch
     result = TrainResult(
-        recipe=recipe.name, strategy=cfg.strategy, status="PASS" if identical else "FAIL", world_size=world,
-        backend=ctx.backend,
-        device=str(device), batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=global_batch,
-        epochs=cfg.epochs, steps=run_steps, total_steps=step, planned_steps=planned, samples=samples,
-        seconds=max(t for _, _, t in everyone), timed_steps=timed_steps,
-        samples_per_sec=timed_steps * global_batch / steady if timed_steps else 0.0,
-        final_loss=sum(r.final_loss for r in ranks) / world, params_identical=identical, ranks=ranks,
-        parameters=parameters,
-        resumed_from=resumed_from, stopped_early=step < planned,
-        model_file=str(model_file) if model_file else None, checkpoint=str(saved) if saved else None,
-        metrics_file=str(jsonl.path) if jsonl.path else None, notes=notes,
-        warnings=rank_warnings(ranks) if run_steps else [])  # a resumed, finished run has nothing to judge
+        recipe=recipe_name, strategy=cfg.strategy, status="PASS" if identical else "FAIL",
+        world_size=ctx.world_size, backend=ctx.backend, device=str(ctx.device), batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum, global_batch=global_batch, epochs=cfg.epochs, steps=steps,
+        total_steps=total_steps, planned_steps=schedule.planned, samples=steps * global_batch,
+        seconds=max(t for _, _, t in everyone), timed_steps=timed,
+        samples_per_sec=timed * global_batch / steady if timed else 0.0,
+        final_loss=sum(r.final_loss for r in ranks) / ctx.world_size, params_identical=identical, ranks=ranks,
+        parameters=parameters, stopped_early=total_steps < schedule.planned, notes=notes,
+        warnings=rank_warnings(ranks) if steps else [], **files)  # a resumed, finished run has nothing to judge
     if not identical:
         result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
                                   "only if every rank starts from the same weights and applies the same all-reduced "
                                   "gradients; look for per-rank code that changes parameters outside DDP")
+    return result
+
+
+def _recipe_figures(result: TrainResult, recipe: Recipe, cfg: TrainConfig, model: nn.Module, data: TensorData,
+                    weights: dict, device: torch.device) -> None:
+    """What the recipe adds to the result: its own summary of the trained model, tokens/s, MFU."""
     if recipe.summary is not None:
-        whole = raw_model
-        if statedict.is_sharded(raw_model):  # a sharded forward needs every rank: evaluate the gathered weights
+        whole = model
+        if statedict.is_sharded(model):  # a sharded forward needs every rank: evaluate the gathered weights
             whole = recipe.model(cfg, data).to(device)
-            whole.load_state_dict(final_weights)
+            whole.load_state_dict(weights)
         for key, value in recipe.summary(cfg, whole, data).items():
             setattr(result, key, value)
     if recipe.tokens_per_sample is not None:
         result.tokens_per_sec = result.samples_per_sec * recipe.tokens_per_sample(cfg)
     if recipe.flops_per_sample is not None:
-        result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, raw_model), result, device)
-    return result
+        result.mfu, result.mfu_note = _mfu(cfg, recipe.flops_per_sample(cfg, model), result, device)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -470,123 +602,6 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(rows, mine)
     return [r.tolist() for r in rows]
-
-
-def _find_checkpoint(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> ckptfile.Found | None:
-    if cfg.checkpoint_path is None or not (cfg.resume or restarting()):
-        return None
-    # Rank 0 picks the newest file that verifies (reading and hashing it); the others load that file memory-mapped,
-    # unhashed. Every rank hashing its own copy held N copies of the checkpoint in host memory at once.
-    chosen: list = [(None, None)]  # (path, error): every damaged file is an error all ranks must hear
-    found = None
-    if ctx.is_main:
-        try:
-            found = ckptfile.latest(cfg.checkpoint_path, warn=note)
-            chosen[0] = (str(found.path) if found else None, None)
-        except DdplabError as e:
-            chosen[0] = (None, str(e))
-    if ctx.world_size > 1:
-        dist.broadcast_object_list(chosen, src=0)
-    name, error = chosen[0]
-    if error:
-        raise DdplabError(error)
-    if name is None:
-        if cfg.resume and not restarting():
-            raise DdplabError(f"--resume: {cfg.checkpoint_path} holds no checkpoint: run once without --resume")
-        return None
-    if ctx.is_main:
-        return found
-    path = Path(name)
-    try:
-        state = ckptfile.load(path, verified=True)
-    except (ValueError, OSError) as e:
-        raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
-                          "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
-    return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
-
-
-def _save_checkpoint(directory: Path, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-                     ctx: dd.DistContext, data: TensorData, epoch: int, step_in_epoch: int, step: int,
-                     global_batch: int) -> Path | None:
-    # Every rank's RNG state goes in (dropout differs per rank); gathering them is a collective, so all ranks come.
-    rng = {"torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None}
-    states: list = [None] * ctx.world_size
-    dist.all_gather_object(states, rng)
-    # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
-    weights = statedict.full_state_dict(model, rank0_on_cpu=True)
-    optimizer_state = statedict.optimizer_state_dict(model, optimizer, ctx.rank)
-    if not ctx.is_main:
-        return None
-    state = {
-        "recipe": recipe.name, "shape": cfg.shape(), "config": cfg.to_dict(), "data_info": data.info,
-        "strategy": cfg.strategy, "param_shapes": {k: list(v.shape) for k, v in weights.items()},
-        "model": weights, "optimizer": optimizer_state,
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
-        "world_size": ctx.world_size, "global_batch": global_batch,
-        "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
-    }
-    return ckptfile.save(directory, state, step, cfg.keep)
-
-
-def _restore(found: ckptfile.Found, recipe: Recipe, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-             ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
-             note: Callable[[str], None]) -> tuple[int, int]:
-    """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
-    state, name = found.state, found.path.name
-    check_compatible(state, recipe.name, cfg, found.path)
-    here = {k: list(v.shape) for k, v in model.state_dict().items()}  # a DTensor's shape is the whole one
-    if here != state["param_shapes"]:
-        key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
-        raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
-                          f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
-                          "decides some shapes): resume with the same flags and data, or choose another "
-                          "--checkpoint-dir")
-    statedict.load_full_state_dict(model, state["model"])
-    statedict.load_optimizer_state_dict(model, optimizer, state["optimizer"])
-    if scaler is not None and state["scaler"] is not None:
-        scaler.load_state_dict(state["scaler"])
-
-    epoch, step_in_epoch = state["epoch"], state["step_in_epoch"]
-    old_world = state["world_size"]
-    if state["world_size"] == ctx.world_size and state["global_batch"] == global_batch:
-        torch.set_rng_state(state["rng_torch"][ctx.rank])
-        if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
-            torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
-        note(f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
-             "the epoch")
-    else:
-        # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
-        # samples seen so far are a prefix of it: continue after the same number of samples.
-        samples_done = step_in_epoch * state["global_batch"]
-        step_in_epoch = samples_done // global_batch
-        torch.set_rng_state(state["rng_torch"][ctx.rank % old_world])
-        note(f"resumed from {name}, written by {old_world} rank(s) with global batch {state['global_batch']}, on "
-             f"{ctx.world_size} rank(s) with global batch {global_batch}: the model and optimizer are replicated, "
-             f"so this works; epoch {epoch + 1} continues after sample {step_in_epoch * global_batch} "
-             "(a changed world size or batch cannot match an uninterrupted run bitwise)")
-    if step_in_epoch >= steps_per_epoch:
-        epoch, step_in_epoch = epoch + 1, 0
-    return epoch, step_in_epoch
-
-
-def check_compatible(state: dict, recipe_name: str, cfg: TrainConfig, path: Path) -> None:
-    """A checkpoint resumes only into the recipe and model shape it was written by."""
-    if state.get("strategy", "ddp") != cfg.strategy:  # optimizer states are laid out per strategy
-        raise DdplabError(f"checkpoint {path} was written with --strategy {state.get('strategy', 'ddp')}, this run "
-                          f"has --strategy {cfg.strategy}: resume with the same strategy (model.pt, a plain "
-                          "state_dict, loads into any)")
-    if state.get("recipe") != recipe_name:
-        raise DdplabError(f"checkpoint {path} was written by the {state.get('recipe')} recipe, not {recipe_name}: "
-                          f"resume with `ddplab train {state.get('recipe')}`, or choose another --checkpoint-dir")
-    shape, saved = cfg.shape(), state.get("shape", {})
-    differs = [k for k in shape if saved.get(k) != shape[k]]
-    if differs:
-        was = " ".join(f"--{k.replace('_', '-')} {saved.get(k)}" for k in differs)
-        now = " ".join(f"--{k.replace('_', '-')} {shape[k]}" for k in differs)
-        raise DdplabError(f"checkpoint {path} holds a model trained with {was}, this run has {now}: resume with "
-                          "the same model flags, or choose another --checkpoint-dir")
 
 
 def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
