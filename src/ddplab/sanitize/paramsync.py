@@ -11,8 +11,8 @@ optimizer.step() was called. Nothing is sent between ranks (a collective of ddpl
 change what the script does: a rank at another step would pair it with one of the script's); the reader compares
 the ranks' digests after the run.
 
-Parameters sharded on purpose are not compared: FSDP (its flat parameters, or any FSDP module alive), DTensor
-parameters, ZeroRedundancyOptimizer (each rank steps its own shard).
+Parameters sharded on purpose are not compared: FSDP (its flat parameters, or an FSDP module built: its __init__ is
+watched as DDP's is), DTensor parameters, ZeroRedundancyOptimizer (each rank steps its own shard).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 import gc
 import struct
-import sys
 import weakref
 import zlib
 
+from ddplab import afterimport
 from ddplab.sanitize import Finding, rankside, ranks_text, short
 
 ID = "params-diverge"
@@ -45,6 +45,7 @@ class Observer(rankside.Observer):
         self.direct_where: str | None = None
         self.checks: list[dict] = []
         self.sharded: str | None = None
+        self.names: tuple[dict[int, str], set[int]] | None = None  # found once: the search may walk the heap
 
     def attach(self, torch) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -61,6 +62,23 @@ class Observer(rankside.Observer):
 
         DistributedDataParallel.__init__ = __init__
         self.undo = [(DistributedDataParallel, "__init__", init)]
+        afterimport.when_imported("torch.distributed.fsdp.fully_sharded_data_parallel", self._watch_fsdp,
+                                  "sanitizer's FSDP watch")
+
+    def _watch_fsdp(self, module) -> None:
+        if not self.on:
+            return
+        kind = module.FullyShardedDataParallel
+        init = kind.__init__
+        obs = self
+
+        @functools.wraps(init)
+        def __init__(fsdp, *args, **kwargs):
+            init(fsdp, *args, **kwargs)
+            obs.sharded = "FSDP: each rank holds its own shard of the parameters"
+
+        kind.__init__ = __init__
+        self.undo.append((kind, "__init__", init))
 
     def built(self, ddp) -> None:
         self.ddps.add(ddp)
@@ -95,7 +113,9 @@ class Observer(rankside.Observer):
         self.sharded = _sharded(params)
         if self.sharded:
             return
-        names, in_ddp = self._names(params)
+        if self.names is None:
+            self.names = self._names(params)
+        names, in_ddp = self.names
         digests = _digests(self.torch, params)
         self.checks.append({
             "step": step, "where": self.window.where(),
@@ -145,10 +165,6 @@ def _sharded(params) -> str | None:
             return "DTensor parameters (FSDP2 or tensor parallel): each rank holds its own shard"
         if "FlatParameter" in kinds or getattr(p, "_is_flat_param", False):
             return "FSDP's flat parameters: each rank holds its own shard"
-    fsdp = sys.modules.get("torch.distributed.fsdp.fully_sharded_data_parallel")
-    kind = getattr(fsdp, "FullyShardedDataParallel", None)
-    if kind is not None and any(issubclass(type(o), kind) for o in gc.get_objects()):
-        return "FSDP: each rank holds its own shard of the parameters"
     return None
 
 
