@@ -106,8 +106,8 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     class Odd(torch.Tensor):  # a library's tensor type that refuses an operation the fingerprint uses
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func is torch.Tensor.reshape:
-                raise RuntimeError("Odd tensors cannot be reshaped\nsecond line")
+            if func is torch.Tensor.detach:
+                raise RuntimeError("Odd tensors cannot be detached\nsecond line")
             return super().__torch_function__(func, types, args, kwargs or {})
 
     original = DataLoader.__dict__["__iter__"]
@@ -116,8 +116,8 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     batches = list(loader)
     assert len(batches) == 3 and all(type(b) is Odd for b in batches)
     assert capsys.readouterr().err == ("ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be "
-                                       "reshaped\n")
-    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be reshaped"} and w.observers == []
+                                       "detached\n")
+    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be detached"} and w.observers == []
     assert DataLoader.__dict__["__iter__"] is original
 
 
@@ -137,3 +137,14 @@ def test_user_code_is_what_is_neither_python_nor_a_package_nor_ddplab():
     assert not userframe.is_user(torch.__file__) and not userframe.is_user(json.__file__)
     assert not userframe.is_user(rankside.__file__) and not userframe.is_user("<frozen importlib._bootstrap>")
     assert userframe.where(1).startswith(f"{__file__}:")
+
+
+@pytest.mark.parametrize("config", [None, '{"steps": 0}', "{not json"])
+def test_nothing_is_installed_without_a_window_to_watch(tmp_path, monkeypatch, config):
+    """`ddplab launch --sanitize-steps 0` writes no config; a rank then installs nothing (nor does a torn one)."""
+    monkeypatch.setenv("DDPLAB_SANITIZE_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("DDPLAB_SANITIZE_OWNER", raising=False)
+    if config is not None:
+        (tmp_path / "config.json").write_text(config)
+    assert rankside.install() is False and rankside._window is None

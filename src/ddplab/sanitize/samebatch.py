@@ -132,16 +132,58 @@ def fingerprints(torch, batch, rows: int) -> list[int]:
     if not tensors:
         return []
     t = max(tensors, key=lambda t: t.numel() // t.shape[0])
+    n, width = min(rows, t.shape[0]), t.numel() // t.shape[0]
+    step = max(1, width // COLS)
     with torch.no_grad():
-        x = t[:rows].reshape(min(rows, t.shape[0]), -1)
-        x = x[:, ::max(1, x.shape[1] // COLS)][:, :COLS].detach().cpu().clone()
-        if x.dtype.is_complex:
-            x = torch.view_as_real(x).reshape(x.shape[0], -1)
-        raw = x.view(torch.uint8)
+        x = t.detach()
+        if x.device.type != "cpu":  # only the values read cross to the CPU
+            x = x[:n].reshape(n, -1)[:, ::step][:, :COLS].cpu()
         try:
-            data, width = raw.numpy().tobytes(), raw.shape[1]
-        except RuntimeError:  # torch built without numpy
-            data, width = bytes(raw.reshape(-1).tolist()), raw.shape[1]
+            import numpy
+
+            values = x.numpy()  # bfloat16 and friends have no numpy type: bytes below
+        except (ImportError, RuntimeError, TypeError):
+            return _crc_rows(torch, x[:n].reshape(n, -1)[:, ::step][:, :COLS])
+    return _hash_rows(numpy, values[:n].reshape(n, -1)[:, ::step][:, :COLS])
+
+
+_WEIGHTS: list = []
+
+
+def _hash_rows(numpy, values) -> list[int]:
+    """A multiply-add hash of each row's bytes, 64-bit words times fixed odd weights, wrapping: one vectorised pass
+    (a row-by-row crc costs ~1 us a row in Python). Equal rows, equal numbers, in every process."""
+    raw = numpy.ascontiguousarray(values).view(numpy.uint8).reshape(values.shape[0], -1)
+    pad = -raw.shape[1] % 8
+    if pad:
+        raw = numpy.concatenate([raw, numpy.zeros((raw.shape[0], pad), numpy.uint8)], axis=1)
+    words = raw.view(numpy.uint64)
+    if len(_WEIGHTS) < words.shape[1]:
+        _WEIGHTS[:] = _splitmix(words.shape[1])
+    weights = numpy.array(_WEIGHTS[:words.shape[1]], dtype=numpy.uint64)
+    mixed = (words ^ (words >> numpy.uint64(29))) * weights
+    return (mixed.sum(axis=1, dtype=numpy.uint64) ^ numpy.uint64(raw.shape[1])).tolist()
+
+
+def _splitmix(n: int) -> list[int]:
+    """n odd 64-bit weights from a fixed seed (splitmix64): the same in every rank."""
+    out, state, mask = [], 0x9E3779B97F4A7C15, (1 << 64) - 1
+    for _ in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append((z ^ (z >> 31)) | 1)
+    return out
+
+
+def _crc_rows(torch, x) -> list[int]:
+    """Without numpy (or for a dtype it lacks): crc32 and adler32 of each row's bytes."""
+    x = x.clone()
+    if x.dtype.is_complex:
+        x = torch.view_as_real(x).reshape(x.shape[0], -1)
+    raw = x.view(torch.uint8)
+    data, width = bytes(raw.reshape(-1).tolist()), raw.shape[1]
     out = []
     for i in range(x.shape[0]):
         row = data[i * width:(i + 1) * width]
