@@ -7,7 +7,8 @@ audit event is raised); a write is kept when the file is opened for writing and 
 user's code (a frame outside the standard library, installed packages and ddplab; not inside an import, which
 writes .pyc files): the absolute path, append or write, the user's line, the step. The run's own folders
 (ddplab's, /dev, /proc, caches) are skipped. Python cannot remove an audit hook: after the window it returns at
-its first test.
+its first test, for every audit event of the run (about 0.6 us each; a training step of the `ddplab new` template
+raises 4, `builtins.id` from torch's optimizer).
 
 Reader: a path written by more than one rank.
 """
@@ -41,7 +42,19 @@ class Observer(rankside.Observer):
         own = [os.path.dirname(os.path.abspath(window.folder))]  # the launcher's run folder: flight, profile, notes
         own += [os.environ[v] for v in (DIR_ENV, *OWN_DIRS) if os.environ.get(v)]
         self.skip = tuple(os.path.join(os.path.abspath(p), "") for p in own) + SKIP_ROOTS
-        sys.addaudithook(self._audit)
+        self.listening = listening = [True]  # the audit hook's switch: a list cell, the cheapest test it can make
+        opened, fail = self._opened, self.window.fail
+
+        def audit(event: str, args: tuple) -> None:
+            # A closure, not a method: Python calls it for every audit event of the run (0.6 us against 2 us).
+            if event == "open" and listening[0]:
+                try:
+                    opened(*args)
+                except Exception as e:  # noqa: BLE001 - an audit hook's error would be the user's open()'s
+                    listening[0] = False
+                    fail(self, e)
+
+        sys.addaudithook(audit)
 
     def attach(self, torch) -> None:
         save = torch.save
@@ -55,15 +68,6 @@ class Observer(rankside.Observer):
 
         torch.save = torch.serialization.save = patched
         self.undo = [(torch, "save", save, patched), (torch.serialization, "save", save, patched)]
-
-    def _audit(self, event: str, args: tuple) -> None:
-        if event != "open" or not self.on:
-            return
-        try:
-            self._opened(*args)
-        except Exception as e:  # noqa: BLE001 - an audit hook's error would be the user's open()'s
-            self.on = False
-            self.window.fail(self, e)
 
     def _opened(self, path, mode, flags) -> None:
         if isinstance(path, int) or path is None:
@@ -87,7 +91,7 @@ class Observer(rankside.Observer):
                                  "step": self.window.step, "count": 1}
 
     def stop(self) -> None:
-        self.on = False  # the audit hook itself stays (Python has no way to remove one): one test per event
+        self.on = self.listening[0] = False  # the audit hook stays (Python cannot remove one): one test per event
         for owner, name, original, ours in self.undo:
             if getattr(owner, name, None) is ours:  # unless someone wrapped it again since
                 setattr(owner, name, original)
