@@ -122,7 +122,7 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                     f"{ranks_text(seen['ranks'])}): {stayed}, so every epoch trains on the same order")
         fix = ("call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
                "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)")
-        findings.append(Finding(ID, observed, fix, where=where,
-                                evidence={"ranks": seen["ranks"], "epochs": epochs, "indices": first["n"],
-                                          "order_crc32": first["order"], "second_epoch_at_step": seen["second"]["step"]}))
+        evidence = {"ranks": seen["ranks"], "epochs": epochs, "indices": first["n"], "order_crc32": first["order"],
+                    "second_epoch_at_step": seen["second"]["step"]}
+        findings.append(Finding(ID, observed, fix, where=where, evidence=evidence))
     return findings

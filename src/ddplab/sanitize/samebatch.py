@@ -2,10 +2,11 @@
 
 Rank side: every batch a DataLoader yields (torch.utils.data's iterator, whatever the loader's workers) leaves a
 fingerprint of each of its samples: the batch's largest tensor, row by row, up to COLS values evenly spread over
-the row, hashed (crc32 and adler32 of the bytes). Per loader (named by where the user's code built it and its order
-there) and per pass over it (an epoch: each iter(loader)), up to PASS_SAMPLES samples; the sampler's kind, and a
-DistributedSampler's rank, num_replicas and shuffle. A loader counts as a training loader once an optimizer step
-follows one of its batches (an evaluation loader read in full on every rank is not a mistake).
+the row, hashed to 64 bits (all rows in one numpy pass; crc32 and adler32 where numpy cannot read the dtype).
+Per loader (named by where the user's code built it and its order there) and per pass over it (an epoch: each
+iter(loader)), up to PASS_SAMPLES samples; the sampler's kind, and a DistributedSampler's rank, num_replicas and
+shuffle. A loader counts as a training loader once an optimizer step follows one of its batches (an evaluation
+loader read in full on every rank is not a mistake).
 
 Reader: the same pass of the same loader on two ranks, compared as sets. A DistributedSampler gives each rank its
 own samples (padding repeats at most WORLD_SIZE - 1 of them); SHARE of a rank's samples or more read by another
@@ -240,8 +241,8 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
     a, b = top["ranks"]
     epoch = f"epoch {found['pass']}" if found["pass"] > 1 else "the first epoch"
     if all(p["same_order"] for p in pairs) and len(ranks) == len(records):
-        observed = (f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the same "
-                    f"order ({top['of']} samples fingerprinted on each), in {epoch}")
+        observed = (f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the "
+                    f"same order ({top['of']} samples fingerprinted on each), in {epoch}")
     else:
         observed = (f"in {epoch}, {top['shared']} of the {top['of']} samples rank {a} read were also read by rank {b} "
                     f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks overlap" if len(pairs) > 1
