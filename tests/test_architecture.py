@@ -1,17 +1,19 @@
 """The layers stay layers: imports point downward, ranks start in one place, commands stay thin.
 
 Layers, lowest first; a module may import from its own layer or a lower one, never a higher one:
-  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo, data, discover, resume, ckptfile, statedict:
-             what every process may need (users' scripts import ddplab.dist and ddplab.resume by these names)
-  diagnosis  three packages that know about failures and start no process, none importing another (SIBLINGS):
+  runtime    ddplab.dist, errors, faults, compat, ports, report, envinfo, data, discover, resume, ckptfile, statedict,
+             afterimport: what every process may need (users' scripts import ddplab.dist and ddplab.resume by these
+             names; the ranks' start-up hooks reach torch through afterimport)
+  diagnosis  four packages that know about failures and start no process, none importing another (SIBLINGS):
              explain (log reading, the rule table, exit codes), lint (the static analyser), flight (the Flight
-             Recorder's reader and the dump thread each rank runs)
+             Recorder's reader and the dump thread each rank runs), sanitize (what each rank did in its first steps,
+             observed by hooks each rank runs, and the findings read from it)
   launcher   starting, watching and ending ranks (uses explain to name a root cause, flight to say where ranks wait)
   library    checks, train, recipes, perf, observe, userscript: what the commands do; inside it, perf predicts and
              measures train's runs, so perf may import train and train never imports perf (ONE_WAY)
   commands   one module per subcommand, and cliargs (the CLI's shared argument types)
   entry      the entry points: the CLI (cli, __main__) and boot/sitecustomize.py, which every rank of a user's script
-             runs at start-up to install flight's dump thread and --profile's hook (perf.profhook)
+             runs at start-up to install flight's dump thread, --profile's hook (perf.profhook) and the sanitizer
 """
 
 import ast
@@ -22,8 +24,8 @@ SRC = Path(__file__).parent.parent / "src" / "ddplab"
 LAYERS = {
     "runtime": ["ddplab", "ddplab.dist", "ddplab.errors", "ddplab.faults", "ddplab.compat", "ddplab.ports",
                 "ddplab.report", "ddplab.envinfo", "ddplab.data", "ddplab.discover", "ddplab.resume",
-                "ddplab.ckptfile", "ddplab.statedict"],
-    "diagnosis": ["ddplab.explain", "ddplab.lint", "ddplab.flight"],
+                "ddplab.ckptfile", "ddplab.statedict", "ddplab.afterimport"],
+    "diagnosis": ["ddplab.explain", "ddplab.lint", "ddplab.flight", "ddplab.sanitize"],
     "launcher": ["ddplab.launcher"],
     "library": ["ddplab.checks", "ddplab.train", "ddplab.recipes", "ddplab.perf", "ddplab.observe",
                 "ddplab.userscript", "ddplab.templates"],
@@ -34,7 +36,7 @@ ORDER = list(LAYERS)
 # Packages of one layer whose dependency points one way: (package, the package it never imports).
 ONE_WAY = [("ddplab.train", "ddplab.perf")]
 # Packages of one layer that import nothing of each other.
-SIBLINGS = ["ddplab.explain", "ddplab.lint", "ddplab.flight"]
+SIBLINGS = ["ddplab.explain", "ddplab.lint", "ddplab.flight", "ddplab.sanitize"]
 # Basenames that two modules of different jobs still share (left by issue 38, which renamed lint's rules.py,
 # reading.py and result.py): the list only shrinks; a new pair fails the test, and so does a pair that is gone.
 SHARED_BASENAMES = {"memory.py": {"train", "perf"}, "progress.py": {"launcher", "train"},
@@ -101,7 +103,8 @@ def test_library_packages_depend_one_way():
 
 
 def test_sibling_packages_import_nothing_of_each_other():
-    """explain, lint and flight were one package (diagnose/) that mixed three kinds of code; apart they stay apart."""
+    """explain, lint and flight were one package (diagnose/) that mixed three kinds of code; apart they stay apart,
+    and so does sanitize, the fourth."""
     wrong = [f"{name} imports {imported}" for name, tree, _ in _modules() for package in SIBLINGS
              if _within(name, package) for imported in _imports(tree, name)
              if any(_within(imported, other) for other in SIBLINGS if other != package)]

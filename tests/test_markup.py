@@ -134,6 +134,13 @@ def test_launch_failure_and_hang(capsys):
                         ranks=[RankReport(rank=0, local_rank=0, pid=1, stuck_in=MARK, where=MARK, stack=MARK)],
                         related_lint=[Finding(line=1, rule=MARK, level="error", message=MARK, fix=MARK)])
     assert_verbatim(*rendered(hang, render, capsys), times=4)
+    from ddplab.sanitize import Finding as Seen
+    from ddplab.sanitize.readout import SanitizeReport
+
+    sanitized = LaunchResult(status="ok", exit_code=0, summary=MARK, command=[MARK], nproc_per_node=2, nnodes="1",
+                             endpoint=None, log_dir=None, seconds=1.0,
+                             sanitize=SanitizeReport(50, [0, 1], 50, [Seen(MARK, MARK, MARK, "x.py:1", MARK)]))
+    assert_verbatim(*rendered(sanitized, render, capsys), times=5)
 
 
 def test_explain_and_lint(capsys):

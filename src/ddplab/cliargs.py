@@ -162,6 +162,24 @@ def add_profile(parser) -> None:
                              "traces and a PNG kept in the run's folder (docs/profile.md)")
 
 
+SANITIZE_STEPS = 50  # = ddplab.sanitize.DEFAULT_STEPS (not imported here: cliargs stays light)
+
+
+def add_sanitize(parser) -> None:
+    """--sanitize-steps N: the sanitizer's window in every rank (ddplab.sanitize), its findings after the run."""
+    parser.add_argument("--sanitize-steps", metavar="N", type=_whole, default=SANITIZE_STEPS,
+                        help="watch every rank's first N optimizer steps for DDP mistakes: the same samples on "
+                             "several ranks, an epoch repeating the last one's order, parameters that differ "
+                             "between ranks, several ranks writing one file; the findings come after the run "
+                             f"(default {SANITIZE_STEPS}; 0 turns it off; docs/sanitize.md)")
+
+
+def _whole(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, e.g. 50 (0 turns it off)")
+    return int(text)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)

@@ -14,6 +14,10 @@ Around torchrun it adds:
 - `--profile [STEPS]`: torch.profiler over STEPS optimizer steps in every rank (no change to the script): each
   rank's step split into its parts, the straggler, the causes of lost speed ranked with fix and expected gain,
   Chrome traces and a PNG in the run's folder, which is kept (docs/profile.md);
+- the sanitizer, on by default (--sanitize-steps 50; 0 turns it off): every rank's first N optimizer steps watched
+  for DDP mistakes (the same samples on several ranks, an epoch repeating the last one's order, parameters that
+  differ between ranks after a step, several ranks writing one file); what it saw comes after the verdict, with the
+  evidence, the line and the fix (docs/sanitize.md);
 - a hang watchdog, on by default (--hang-timeout 60; 0 turns it off): no output for that long, confirmed by idle
   CPU or every rank seen in the same distributed wait twice -> every rank's Python stack (py-spy), where each one
   is stuck, related lint findings, every worker ended, exit 3;
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -42,7 +45,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("launch", help="run any script under torchrun with preflight checks and a hang watchdog",
                        add_help=False, prefix_chars="\0",
                        usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-                             "[torchrun options] SCRIPT [args]")
+                             "[--sanitize-steps N] [torchrun options] SCRIPT [args]")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -68,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
                                                            "(the script's own output goes to stderr)")
     cliargs.add_profile(group)
+    cliargs.add_sanitize(group)
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
@@ -90,11 +94,13 @@ def run(args) -> int:
         return 0 if argv else 2
     from ddplab.launcher.script import EarlyAgent, run_script
     from ddplab.perf import profhook  # each rank is told where --profile's config would be; read only if written
+    from ddplab.sanitize import readout as sanitizer  # and the sanitizer's
 
     # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
-    early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile"})
+    early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile", sanitizer.DIR_ENV: "sanitize"})
     try:
-        ns, hang_timeout, lint, as_json, grace, profile_steps = _options(early.parser(build_parser), argv)
+        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps = _options(early.parser(build_parser),
+                                                                                         argv)
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -119,6 +125,7 @@ def run(args) -> int:
         from ddplab.perf import profile
 
         profile.request(early.folder / "profile", profile_steps)
+    sanitizer.request(early.folder / "sanitize", sanitize_steps)  # the findings: analyse() reads them
     ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
                      output=sys.stderr if as_json else sys.stdout, grace=grace)
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
@@ -149,14 +156,14 @@ def _options(parser, argv: list[str]):
     ns = parser.parse_args(_bare_profile(argv, len(argv)))
     if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
         ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
-    hang_timeout, lint, as_json, grace, profile = ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile
-    for name in ("hang_timeout", "no_lint", "json", "grace", "profile"):
+    ours = (ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile, ns.sanitize_steps)
+    for name in ("hang_timeout", "no_lint", "json", "grace", "profile", "sanitize_steps"):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         from ddplab.envinfo import cuda_available
 
         ns.nproc_per_node = "gpu" if cuda_available() else "2"
-    return ns, hang_timeout, lint, as_json, grace, profile
+    return (ns, *ours)
 
 
 def _bare_profile(argv: list[str], end: int) -> list[str]:
@@ -179,14 +186,21 @@ def _clean(log_dir, asked: bool, keep: bool) -> bool:
 
 
 def render(con, r) -> None:
+    from ddplab.sanitize.readout import render as render_sanitize
+
     status = {"ok": "PASS", "failed": "FAIL", "hang": "TIMEOUT", "interrupted": "WARN"}[r.status]
     con.print(report.text("ddplab launch: ", report.styled(status), f" {r.summary}"))
+    sanitized = render_sanitize(r.sanitize)  # after the verdict; first when the run failed on what it saw
+    if sanitized and r.sanitize.leading:
+        con.print(sanitized, markup=False, highlight=False)
     if r.status == "hang":
+        from ddplab.launcher.stacks import brief
+
         for rank in r.ranks:
             who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
             con.print(f"  {who} (pid {rank.pid}): in {rank.stuck_in or 'no distributed call'} at {rank.where or '?'}")
             if rank.stack:
-                con.print(_brief(rank.stack), markup=False)
+                con.print(brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
         _render_lint(con, r.related_lint, "likely cause")
         con.print("  every worker was ended")
@@ -212,6 +226,8 @@ def render(con, r) -> None:
         from ddplab.perf.profile import render as render_profile
 
         render_profile(con, r.profile)
+    if sanitized and not r.sanitize.leading:
+        con.print(sanitized, markup=False, highlight=False)
     # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.
     con.print(f"  logs: {r.log_dir}" if r.log_dir else
               "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)")
@@ -229,22 +245,3 @@ def _render_flight(con, report) -> None:
         from ddplab.flight.reader import render as render_flight
 
         con.print(render_flight(report), markup=False, highlight=False)
-
-
-def _brief(stack: str) -> str:
-    """The script's own frames as they are; torch's frames below them folded into one line of names."""
-    out, inside = [], []
-    for line in stack.splitlines():
-        m = re.match(r'\s*File "(.*)", line \d+, in (.*)', line)
-        if m and f"{os.sep}torch{os.sep}" in m.group(1):
-            name = m.group(2).rsplit(".", 1)[-1]
-            if name != "wrapper":  # torch's logging decorators
-                inside.append(name)
-            continue
-        if inside:
-            out.append(f"      in torch: {' > '.join(inside)}")
-            inside = []
-        out.append(f"    {line.strip()}")
-    if inside:
-        out.append(f"      in torch: {' > '.join(inside)}")
-    return "\n".join(out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,3 +159,23 @@ def read_all(targets: list[tuple[int, int | None, int | None]]) -> list[RankStac
         kind, call, where = classify(frames)
         result.append(RankStack(rank, local_rank, pid, kind, call, where, format_stack(frames)))
     return result
+
+
+def brief(stack: str) -> str:
+    """A stack for a person (`ddplab launch` on a hang): the script's own frames as they are; torch's frames below
+    them folded into one line of names."""
+    out, inside = [], []
+    for line in stack.splitlines():
+        m = re.match(r'\s*File "(.*)", line \d+, in (.*)', line)
+        if m and f"{os.sep}torch{os.sep}" in m.group(1):
+            name = m.group(2).rsplit(".", 1)[-1]
+            if name != "wrapper":  # torch's logging decorators
+                inside.append(name)
+            continue
+        if inside:
+            out.append(f"      in torch: {' > '.join(inside)}")
+            inside = []
+        out.append(f"    {line.strip()}")
+    if inside:
+        out.append(f"      in torch: {' > '.join(inside)}")
+    return "\n".join(out)

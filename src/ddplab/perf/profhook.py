@@ -17,12 +17,12 @@ costs one Python call per optimizer step.
 from __future__ import annotations
 
 import gc
-import importlib.abc
-import importlib.util
 import json
 import os
 import sys
 import time
+
+from ddplab import afterimport
 
 DIR_ENV = "DDPLAB_PROFILE_DIR"
 CONFIG = "config.json"  # written by the caller before the ranks start: {"steps": N, "skip": S}; absent = off
@@ -45,38 +45,9 @@ def install() -> bool:
     _state.update(folder=folder, rank=int(os.environ.get("RANK", "0")), steps=int(config.get("steps", DEFAULT_STEPS)),
                   skip=int(config.get("skip", DEFAULT_SKIP)), count=0, optimizer=None, prof=None,
                   pid=os.getpid())
-    if "torch.optim.optimizer" in sys.modules:  # torch already loaded (a ddplab worker calls install() late)
-        _attach(sys.modules["torch.optim.optimizer"])
-    else:
-        sys.meta_path.insert(0, _AfterImport("torch.optim.optimizer", _attach))
+    # At once when torch is already loaded (a ddplab worker calls install() late), else as the script imports it.
+    afterimport.when_imported("torch.optim.optimizer", _attach, "--profile hook")
     return True
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `then(module)` once `name` has been imported, wherever the import came from."""
-
-    def __init__(self, name, then):
-        self.name, self.then = name, then
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, then = spec.loader, self.then
-        original = loader.exec_module
-
-        def exec_module(module):
-            original(module)
-            try:
-                then(module)
-            except Exception as e:  # noqa: BLE001 - the user's script must run even if the hook cannot
-                sys.stderr.write(f"ddplab: --profile hook not installed: {e}\n")
-
-        loader.exec_module = exec_module
-        return spec
 
 
 def _attach(optimizer_module) -> None:

@@ -1,5 +1,6 @@
 """What a user's script run under `ddplab launch` came to: per-rank reports, the root cause of a failure with
-`ddplab explain`'s diagnosis, or where every rank of a hung job is stuck, with the lint findings that explain it."""
+`ddplab explain`'s diagnosis, or where every rank of a hung job is stuck, with the lint findings that explain it;
+and what the sanitizer saw the ranks do in their first steps (ddplab/sanitize/)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ class LaunchResult:
     explanation: object = None  # ddplab explain's Explanation of the failure
     flight: object = None  # flight.reader.FlightReport: the per-collective view from PyTorch's Flight Recorder
     profile: object = None  # perf.profile.Profile: `--profile`'s per-rank step breakdown and ranked causes
+    sanitize: object = None  # sanitize.readout.SanitizeReport: what the ranks did in their first steps, the mistakes
 
 
 def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> LaunchResult:
@@ -80,7 +82,19 @@ def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> Launc
         result.exit_code, result.summary = 130, "interrupted: every worker was ended"
     else:
         _finished(result, run, plan)
+    result.sanitize = _sanitized(result, Path(plan.log_dir) / "sanitize")
     return result
+
+
+def _sanitized(result: LaunchResult, folder: Path):
+    """The sanitizer's findings (None when it was off); when the run failed, whether it failed on one of them."""
+    from ddplab.sanitize import readout
+
+    found = readout.read(folder)
+    if found is not None and found.findings and result.status == "failed":
+        root = next((r for r in result.ranks if r.rank == result.root_cause), None)
+        readout.lead(found, "\n".join(filter(None, [root and root.traceback, root and root.error, result.summary])))
+    return found
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:

@@ -1,0 +1,168 @@
+"""What the sanitizer costs: `ddplab new`'s template under `ddplab launch`, with the sanitizer (the default window,
+--sanitize-steps 50) and without it (--sanitize-steps 0), paired rounds in one run, the order alternated.
+
+    python benchmarks/sanitize_overhead.py [--rounds 6] [--epochs 10] [--nproc 2]
+
+The template runs unchanged. Each rank's step times come from an optimizer step hook of the benchmark's own (a
+sitecustomize.py on the ranks' PYTHONPATH, which ddplab's bootstrap runs after its own), the same in both variants.
+Printed, per round and then as the median of the per-round ratios sanitized/plain with a 95 % sign-test interval:
+  window  the time from the end of step 1 to the end of step N+1 (rank 0): N steps with everything the sanitizer
+          does in them (each batch's fingerprints, the parameter digests at steps 1, 2 and N, the observation
+          files, the hooks' removal); step 1 and its warm-up left out
+  after   the median step after the window (from step N+10 to the end): what stays is the audit hook's one test per
+          event, nothing per step
+  wall    the whole `ddplab launch --json` run (start-up, the script, the findings read after it)
+Whole runs on a shared machine differ by more than the sanitizer costs, so the same hook also times the sanitizer's
+own code directly in the sanitized runs (every entry point it runs in the script's thread: the step hook with the
+checks' step work and the files, the DataLoader/DistributedSampler/DDP hooks, the write hook's recording; an inner
+call inside an outer one counted once): printed as microseconds per step of the window and as a share of the plain
+runs' median step in the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_raw import median_interval  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+TIMER = r'''
+import atexit, json, os, time
+
+if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
+    _times, _pid = [], os.getpid()
+
+    def _attach(module):
+        module.register_optimizer_step_post_hook(lambda opt, args, kwargs: _times.append(time.perf_counter()))
+
+    def _write():
+        if os.getpid() == _pid:
+            with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"rank{os.environ['RANK']}.json"), "w") as f:
+                json.dump(_times, f)
+
+    from ddplab import afterimport
+
+    afterimport.when_imported("torch.optim.optimizer", _attach, "benchmark step timer")
+    atexit.register(_write)
+
+    # The sanitizer's own time, when it runs: its entry points wrapped before torch is imported (they are bound
+    # when the script imports torch and builds its DDP), the outermost call timed.
+    from ddplab.sanitize import rankside
+
+    if rankside._window is not None:
+        from ddplab.sanitize import paramsync, sharedwrite
+
+        _own = {"s": 0.0, "calls": 0, "depth": 0, "start_s": 0.0, "by": {}}
+
+        def _timed(function, label):
+            def timed(*args, **kwargs):
+                _own["depth"] += 1
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    _own["depth"] -= 1
+                    if _own["depth"] == 0:
+                        spent = time.perf_counter() - start
+                        if rankside._window.step == 0 and label != "_after_step":  # start-up: imports' opens
+                            _own["start_s"] += spent
+                        else:
+                            _own["s"] += spent
+                            _own["calls"] += 1
+                            _own["by"][label] = _own["by"].get(label, 0.0) + spent
+            return timed
+
+        for owner, name in ((rankside.Window, "_after_step"), (rankside.Observer, "guarded"),
+                            (paramsync.Observer, "_enter"), (paramsync.Observer, "_leave"),
+                            (paramsync.Observer, "_module"), (sharedwrite.Observer, "_opened")):
+            setattr(owner, name, _timed(getattr(owner, name), name))
+        _times_write = _write
+
+        def _write():
+            _times_write()
+            if os.getpid() == _pid:
+                with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"own{os.environ['RANK']}.json"), "w") as f:
+                    json.dump(_own, f)
+
+        atexit.unregister(_times_write)
+        atexit.register(_write)
+'''
+
+
+def one_run(folder: Path, steps: int, epochs: int, nproc: int, window: int) -> dict:
+    times = Path(tempfile.mkdtemp(dir=folder, prefix="times-"))
+    env = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1", "BENCH_STEP_TIMES": str(times),
+           "PYTHONPATH": os.pathsep.join([SRC, str(folder / "timer")])}
+    ran = subprocess.run([sys.executable, "-m", "ddplab", "launch", "--json", "--no-lint", "--nproc", str(nproc),
+                          "--sanitize-steps", str(steps), "train.py", "--epochs", str(epochs), "--checkpoint-dir",
+                          str(tempfile.mkdtemp(dir=folder, prefix="ckpt-"))],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    if ran.returncode != 0:
+        raise SystemExit(f"ddplab launch --sanitize-steps {steps} failed ({ran.returncode}):\n{ran.stderr[-3000:]}")
+    result = json.loads(ran.stdout)
+    if steps and (result["sanitize"] is None or result["sanitize"]["findings"]):
+        raise SystemExit(f"the template is not clean under the sanitizer: {result['sanitize']}")
+    t = json.loads((times / "rank0.json").read_text())
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    own = json.loads((times / "own0.json").read_text()) if steps else {"s": 0.0, "calls": 0}
+    return {"window_s": t[window] - t[0], "after_ms": 1e3 * statistics.median(gaps[window + 10:]),
+            "wall_s": result["seconds"], "steps": len(t), "window_step_ms": 1e3 * statistics.median(gaps[:window]),
+            "own_s": own["s"], "own_calls": own["calls"], "own_start_s": own.get("start_s", 0.0),
+            "own_by": own.get("by", {})}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=10, help="the template's epochs (32 steps each at 2 ranks)")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--window", type=int, default=50, help="--sanitize-steps of the sanitized runs")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ddplab-sanitize-overhead-") as tmp:
+        folder = Path(tmp)
+        (folder / "timer").mkdir()
+        (folder / "timer" / "sitecustomize.py").write_text(TIMER)
+        made = subprocess.run([sys.executable, "-m", "ddplab", "new", "train.py"], cwd=folder, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": SRC})
+        if made.returncode != 0:
+            raise SystemExit(made.stderr)
+        ratios: dict[str, list[float]] = {"window_s": [], "after_ms": [], "wall_s": []}
+        own_us, share = [], []
+        for r in range(args.rounds):
+            got = {}
+            for steps in ((args.window, 0) if r % 2 == 0 else (0, args.window)):
+                got[steps] = one_run(folder, steps, args.epochs, args.nproc, args.window)
+            on, off = got[args.window], got[0]
+            for key in ratios:
+                ratios[key].append(on[key] / off[key])
+            own_us.append(1e6 * on["own_s"] / args.window)
+            share.append(own_us[-1] / 1e3 / off["window_step_ms"])
+            print(f"round {r + 1}: window {on['window_s'] * 1e3:.1f} vs {off['window_s'] * 1e3:.1f} ms, after "
+                  f"{on['after_ms']:.3f} vs {off['after_ms']:.3f} ms/step, wall {on['wall_s']:.2f} vs "
+                  f"{off['wall_s']:.2f} s ({on['steps']} steps); the sanitizer's own code {on['own_s'] * 1e3:.2f} ms "
+                  f"in {on['own_calls']} calls from the first step on (by entry point, ms: "
+                  f"{', '.join(f'{k} {v * 1e3:.1f}' for k, v in on['own_by'].items())}), "
+                  f"{on['own_start_s'] * 1e3:.1f} ms before it", flush=True)
+    print(f"sanitized / plain, median of {args.rounds} paired rounds (95 % sign-test interval), {args.nproc} ranks, "
+          f"window {args.window} steps:")
+    for key, label in (("window_s", "the window's steps"), ("after_ms", "a step after the window"),
+                       ("wall_s", "the whole launch")):
+        median, low, high = median_interval(ratios[key])
+        print(f"  {label:<24} {median:.3f}  ({low:.3f}..{high:.3f})")
+    median, low, high = median_interval(own_us)
+    print(f"the sanitizer's own code in the window: {median:.0f} us per step ({low:.0f}..{high:.0f}), "
+          f"{100 * statistics.median(share):.1f} % of a plain step in the window (median "
+          f"{100 * min(share):.1f}..{100 * max(share):.1f} % over the rounds)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Check `params-diverge`: after an optimizer step the ranks hold different parameters - the gradients were not
+averaged, so each rank trains its own model and the job is N separate trainings.
+
+DDP keeps the replicas bitwise identical: every rank gets the same averaged gradient (the all-reduce leaves the same
+bits everywhere) and applies the same update. Rank side: after optimizer steps 1, 2 and the window's last, a digest
+of each parameter the counted optimizer steps: up to SAMPLE values evenly spread over it, as float64 (exact for any
+float dtype), their crc32 and their sum; and what explains a difference: whether a DistributedDataParallel holds
+the parameter, how many forwards since the last step went through the wrapper and how many reached the wrapped
+module around it (ddp.module(x); where, the first time), whether no_sync() was in effect at the step, and where
+optimizer.step() was called. Nothing is sent between ranks (a collective of ddplab's among the script's could
+change what the script does: a rank at another step would pair it with one of the script's); the reader compares
+the ranks' digests after the run.
+
+Parameters sharded on purpose are not compared: FSDP (its flat parameters, or an FSDP module built: its __init__ is
+watched as DDP's is), DTensor parameters, ZeroRedundancyOptimizer (each rank steps its own shard).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import struct
+import weakref
+import zlib
+
+from ddplab import afterimport
+from ddplab.sanitize import Finding, rankside, ranks_text, short
+
+ID = "params-diverge"
+SAMPLE = 256  # values per parameter: unaveraged gradients change nearly every value, so a few hundred show it
+
+
+class Observer(rankside.Observer):
+    ID = ID
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.on = True
+        self.at = {1, 2, window.steps}
+        self.ddps = weakref.WeakSet()
+        self.handles: list = []
+        self.undo: list = []
+        self.depth = 0  # inside a DDP forward
+        self.calls = {"ddp": 0, "direct": 0}
+        self.direct_where: str | None = None
+        self.checks: list[dict] = []
+        self.sharded: str | None = None
+        self.names: tuple[dict[int, str], set[int]] | None = None  # found once: the search may walk the heap
+
+    def attach(self, torch) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.torch = torch
+        init = DistributedDataParallel.__init__
+        obs = self
+
+        @functools.wraps(init)
+        def __init__(ddp, *args, **kwargs):
+            init(ddp, *args, **kwargs)
+            if obs.on:
+                obs.guarded(obs.built, ddp)
+
+        DistributedDataParallel.__init__ = __init__
+        self.undo = [(DistributedDataParallel, "__init__", init)]
+        afterimport.when_imported("torch.distributed.fsdp.fully_sharded_data_parallel", self._watch_fsdp,
+                                  "sanitizer's FSDP watch")
+
+    def _watch_fsdp(self, module) -> None:
+        if not self.on:
+            return
+        kind = module.FullyShardedDataParallel
+        init = kind.__init__
+        obs = self
+
+        @functools.wraps(init)
+        def __init__(fsdp, *args, **kwargs):
+            init(fsdp, *args, **kwargs)
+            obs.sharded = "FSDP: each rank holds its own shard of the parameters"
+
+        kind.__init__ = __init__
+        self.undo.append((kind, "__init__", init))
+
+    def built(self, ddp) -> None:
+        self.ddps.add(ddp)
+        self.handles += [ddp.register_forward_pre_hook(self._enter), ddp.register_forward_hook(self._leave),
+                         ddp.module.register_forward_pre_hook(self._module)]
+
+    def _enter(self, module, args) -> None:
+        self.depth += 1
+        self.calls["ddp"] += 1
+
+    def _leave(self, module, args, output) -> None:
+        self.depth = max(0, self.depth - 1)
+
+    def _module(self, module, args) -> None:
+        if self.depth == 0:
+            self.calls["direct"] += 1
+            if self.direct_where is None:
+                self.guarded(self._where_direct)
+
+    def _where_direct(self) -> None:
+        self.direct_where = self.window.where()
+
+    def on_optimizer(self, optimizer) -> None:
+        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+            self.sharded = "ZeroRedundancyOptimizer: each rank steps its own shard of the parameters"
+
+    def on_step(self, step: int, optimizer) -> None:
+        calls, self.calls, self.depth = self.calls, {"ddp": 0, "direct": 0}, 0
+        if step not in self.at or self.sharded:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.sharded = _sharded(params)
+        if self.sharded:
+            return
+        if self.names is None:
+            self.names = self._names(params)
+        names, in_ddp = self.names
+        digests = _digests(self.torch, params)
+        self.checks.append({
+            "step": step, "where": self.window.where(),
+            "params": [[names.get(i, f"parameter #{i}"), n, crc, total, i in in_ddp]
+                       for i, (n, crc, total) in enumerate(digests)],
+            "ddps": len(self.ddps), "ddp_forwards": calls["ddp"], "direct_forwards": calls["direct"],
+            "direct_where": self.direct_where,
+            "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in self.ddps)})
+
+    def _names(self, params) -> tuple[dict[int, str], set[int]]:
+        """Parameter names from the DDP wrappers first, else from the live modules that no other module holds."""
+        index = {id(p): i for i, p in enumerate(params)}
+        names: dict[int, str] = {}
+        for ddp in list(self.ddps):
+            for name, p in ddp.module.named_parameters():
+                if id(p) in index:
+                    names.setdefault(index[id(p)], name)
+        in_ddp = set(names)
+        if len(names) < len(params):
+            Module = self.torch.nn.Module
+            modules = [o for o in gc.get_objects() if issubclass(type(o), Module)]  # not isinstance: lazy proxies
+            held = {id(c) for m in modules for c in m._modules.values() if c is not None}
+            roots = [m for m in modules if id(m) not in held]
+            for root in sorted(roots, key=lambda m: -sum(1 for _ in m.parameters())):
+                for name, p in root.named_parameters():
+                    if id(p) in index:
+                        names.setdefault(index[id(p)], name)
+        return names, in_ddp
+
+    def stop(self) -> None:
+        self.on = False
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        for owner, name, original in self.undo:
+            setattr(owner, name, original)
+        self.undo = []
+
+    def data(self) -> dict:
+        return {"checks": self.checks, "sharded": self.sharded}
+
+
+def _sharded(params) -> str | None:
+    for p in params:
+        kinds = {c.__name__ for c in type(p).__mro__}
+        if "DTensor" in kinds:
+            return "DTensor parameters (FSDP2 or tensor parallel): each rank holds its own shard"
+        if "FlatParameter" in kinds or getattr(p, "_is_flat_param", False):
+            return "FSDP's flat parameters: each rank holds its own shard"
+    return None
+
+
+def _digests(torch, params) -> list[tuple[int, int, float]]:
+    """(numel, crc32 of the sampled values as float64, their sum) per parameter: one copy to the CPU for them all."""
+    with torch.no_grad():
+        sampled = []
+        for p in params:
+            flat = p.detach().reshape(-1)
+            sampled.append(flat[::max(1, flat.numel() // SAMPLE)][:SAMPLE].to(torch.float64))
+        if not sampled:
+            return []
+        same_device = len({s.device for s in sampled}) == 1
+        values = torch.cat(sampled).cpu() if same_device else torch.cat([s.cpu() for s in sampled])
+        try:
+            raw = values.numpy().tobytes()
+        except RuntimeError:  # torch built without numpy
+            raw = struct.pack(f"{values.numel()}d", *values.tolist())
+        sums = [float(s.sum()) for s in values.split([s.numel() for s in sampled])]
+    out, at = [], 0
+    for p, s, total in zip(params, sampled, sums):
+        n = s.numel() * 8
+        out.append((p.numel(), zlib.crc32(raw[at:at + n]), total))
+        at += n
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ reader side
+def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
+    if len(ranks) < 2 or any(d.get("sharded") for d in ranks.values()):
+        return []
+    by_step: dict[int, dict[int, dict]] = {}
+    for rank, data in ranks.items():
+        for check in data.get("checks", []):
+            by_step.setdefault(check["step"], {})[rank] = check
+    for step in sorted(by_step):
+        checks = by_step[step]
+        counts = {len(c["params"]) for c in checks.values()}
+        if len(checks) < 2 or len(counts) != 1:
+            continue
+        differ = [i for i in range(counts.pop()) if len({c["params"][i][2] for c in checks.values()}) > 1]
+        if differ:
+            return [_finding(step, checks, differ)]
+    return []
+
+
+def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
+    ranks = sorted(checks)
+    first = checks[ranks[0]]
+    name, numel = first["params"][differ[0]][0], first["params"][differ[0]][1]
+    sums = ", ".join(f"{c['params'][differ[0]][3]:.6g} on rank {r}" for r, c in sorted(checks.items())[:4])
+    total = len(first["params"])
+    observed = (f"after optimizer step {step}, ranks {ranks_text(ranks)} hold different parameters: {len(differ)} "
+                f"of {total} differ (first `{name}`, {numel} values: sampled sum {sums})")
+    # What explains it, from what the ranks saw (the first rank that saw each, so that one odd rank counts).
+    no_sync = [r for r, c in checks.items() if c["no_sync"]]
+    direct = [r for r, c in checks.items() if c["direct_forwards"]]
+    where = first["where"]
+    if not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"]):
+        cause = "no DistributedDataParallel holds the parameters the optimizer steps: nothing averaged the gradients"
+        fix = ("wrap the model: ddp_model = DDP(model, device_ids=[local_rank]) on GPUs (device_ids=None on CPU), "
+               "and call ddp_model(x) in the loop")
+    elif no_sync:
+        cause = (f"the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync) > 1 else ''} "
+                 f"{ranks_text(no_sync)}): DDP did not average this step's gradients")
+        fix = ("use no_sync() only around the accumulation micro-steps; run the backward of the micro-step before "
+               "optimizer.step() outside it")
+    elif direct:
+        c = checks[direct[0]]
+        how = "none" if not c["ddp_forwards"] else f"only {c['ddp_forwards']}"
+        cause = (f"of the forwards before this step on rank {direct[0]}, {c['direct_forwards']} reached the wrapped "
+                 f"module without the DDP wrapper ({how} through it), e.g. ddp_model.module(x) at "
+                 f"{short(c['direct_where'])}: DDP averages the gradients of the forwards it runs")
+        fix = "call ddp_model(x), not ddp_model.module(x) or the model it wraps"
+        where = c["direct_where"] or where
+    elif not first["params"][differ[0]][4]:
+        cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
+        fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
+    else:
+        cause = ("DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
+                 "(a rank-dependent update, or weights loaded on one rank after DDP's start-up broadcast)")
+        fix = ("make every change to the parameters the same on every rank: load a checkpoint on every rank "
+               "before wrapping the model in DDP")
+    evidence = {"step": step, "ranks": ranks, "differ": len(differ), "of": total,
+                "first": {"name": name, "numel": numel, "sampled_sums": {r: c["params"][differ[0]][3]
+                                                                        for r, c in checks.items()}},
+                "differing": [first["params"][i][0] for i in differ[:10]],
+                "ddp_forwards": {r: c["ddp_forwards"] for r, c in checks.items()},
+                "direct_forwards": {r: c["direct_forwards"] for r, c in checks.items()}, "no_sync": no_sync}
+    return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)

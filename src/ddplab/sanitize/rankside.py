@@ -1,0 +1,206 @@
+"""Rank side of the sanitizer: watch the first N optimizer steps of a user's script, unchanged, then get out of the way.
+
+Installed by ddplab/boot/sitecustomize.py in every rank of `ddplab launch` when the caller wrote DIR/config.json
+({"steps": N}). A step is found as `--profile` finds it (perf/profhook.py): torch's global optimizer step hook,
+the first optimizer that steps counting (GradScaler and LR schedulers call the same step). Each check is an
+Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
+
+- creates them at start-up (the write audit hook needs no torch) and attaches them the moment the script's
+  `import torch` completes (ddplab.afterimport): nothing imports torch before the script does;
+- tells them of every counted step; after step N it removes the step hook and every check's hooks (a check whose
+  event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window;
+- writes DIR/rank<RANK>.json after steps 1 and 2 (a rank killed later still leaves something), at the window's end,
+  and at exit. Only the rank that installed writes: a DataLoader worker forked from it does not.
+
+Any error inside a check turns that check off with one stderr line; the user's script never sees it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import sys
+
+from ddplab import afterimport
+from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, OWNER_ENV
+
+_window: Window | None = None
+
+
+def install() -> bool:
+    """Start watching in a torchrun worker when the caller asked for it; False (nothing done) otherwise."""
+    global _window
+    folder = os.environ.get(DIR_ENV)
+    if _window is not None or not folder or "LOCAL_RANK" not in os.environ:
+        return _window is not None
+    owner = os.environ.get(OWNER_ENV)
+    if owner and owner != str(os.getpid()):
+        return False
+    try:
+        with open(os.path.join(folder, CONFIG), encoding="utf-8") as f:
+            steps = int(json.load(f).get("steps", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
+    if steps <= 0:
+        return False
+    os.environ[OWNER_ENV] = str(os.getpid())
+    _window = Window(folder, steps)
+    afterimport.when_imported("torch", _window.attach, "sanitizer")
+    atexit.register(_window.write)
+    return True
+
+
+class Window:
+    """The window over the first `steps` optimizer steps and the checks that watch it (`checks`: module names)."""
+
+    def __init__(self, folder: str, steps: int, checks: tuple[str, ...] = CHECKS):
+        self.folder, self.steps = folder, steps
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.pid = os.getpid()
+        self.step = 0  # optimizer steps counted so far
+        self.open = True  # inside the window
+        self.optimizer: int | None = None  # id() of the optimizer whose steps count
+        self.handle = None  # the step hook's handle
+        self.off: dict[str, str] = {}  # check id -> why it was turned off
+        self.observers = []
+        for name in checks:
+            module = importlib.import_module(f"ddplab.sanitize.{name}")
+            try:
+                self.observers.append(module.Observer(self))
+            except Exception as e:  # noqa: BLE001
+                self._off(module.ID, e)
+
+    # -- what the observers call
+    def fail(self, observer, error: BaseException) -> None:
+        """An error inside a check: that check is off for the rest of the run (one stderr line), its hooks removed."""
+        if observer in self.observers:
+            self.observers.remove(observer)
+            self._off(observer.ID, error)
+            try:
+                observer.stop()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def done(self, observer) -> None:
+        """A check that stayed after the window (linger()) has seen what it waited for."""
+        try:
+            observer.stop()
+        except Exception as e:  # noqa: BLE001
+            self.fail(observer, e)
+        self.write()
+
+    def where(self) -> str | None:
+        from ddplab.sanitize.userframe import where
+
+        return where(1)
+
+    # -- the window itself
+    def attach(self, torch) -> None:
+        for observer in list(self.observers):
+            try:
+                observer.attach(torch)
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.handle = register_optimizer_step_post_hook(self._after_step)
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        if not self.open:
+            return
+        for observer in list(self.observers):
+            try:
+                observer.on_optimizer(optimizer)
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        if self.optimizer is None:
+            self.optimizer = id(optimizer)
+        elif self.optimizer != id(optimizer):
+            return
+        self.step += 1
+        for observer in list(self.observers):
+            try:
+                observer.on_step(self.step, optimizer)
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        if self.step >= self.steps:
+            self.close()
+        elif self.step <= 2:
+            self.write()
+
+    def close(self) -> None:
+        self.open = False
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        for observer in list(self.observers):
+            if not observer.linger():
+                try:
+                    observer.stop()
+                except Exception as e:  # noqa: BLE001
+                    self.fail(observer, e)
+        self.write()
+
+    def _off(self, check: str, error: BaseException) -> None:
+        message = (str(error).strip().splitlines() or [""])[0]
+        self.off[check] = f"{type(error).__name__}: {message}"[:300]
+        sys.stderr.write(f"ddplab: sanitizer check {check} off: {self.off[check]}\n")
+
+    def write(self) -> None:
+        """DIR/rank<RANK>.json, atomically; never from a process forked off the rank."""
+        if os.getpid() != self.pid:
+            return
+        checks = {}
+        for observer in list(self.observers):
+            try:
+                checks[observer.ID] = observer.data()
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        record = {"rank": self.rank, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+                  "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "pid": self.pid, "window": self.steps,
+                  "steps": self.step, "closed": not self.open, "checks": checks, "off": dict(self.off)}
+        path = os.path.join(self.folder, f"rank{self.rank}.json")
+        try:
+            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(f"{path}.tmp", path)
+        except (OSError, TypeError, ValueError) as e:
+            sys.stderr.write(f"ddplab: sanitizer could not write {path}: {e}\n")
+
+
+class Observer:
+    """What a check does in a rank; every method is called guarded (an error turns the check off)."""
+
+    ID = ""
+
+    def __init__(self, window: Window):
+        self.window = window
+
+    def guarded(self, fn, *args) -> None:
+        """fn(*args) from inside a hook in the user's call: an error turns this check off, never reaches the user."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001
+            self.window.fail(self, e)
+
+    def attach(self, torch) -> None:
+        """torch was just imported by the script: install the hooks."""
+
+    def on_optimizer(self, optimizer) -> None:
+        """Any optimizer stepped (inside the window), counted or not."""
+
+    def on_step(self, step: int, optimizer) -> None:
+        """The counted optimizer finished step `step` (1-based)."""
+
+    def linger(self) -> bool:
+        """The window is over: True to stay (keeping only the hook it still needs, then calling window.done(self)
+        once finished); False to be stopped now."""
+        return False
+
+    def stop(self) -> None:
+        """Remove every hook: the window is over."""
+
+    def data(self) -> dict:
+        return {}

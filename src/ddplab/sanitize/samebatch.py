@@ -1,0 +1,273 @@
+"""Check `same-samples`: several ranks read the same samples, so N ranks do the work of one, N times.
+
+Rank side: every batch a DataLoader yields (torch.utils.data's iterator, whatever the loader's workers) leaves a
+fingerprint of each of its samples: the batch's largest tensor, row by row, up to COLS values evenly spread over
+the row, hashed to 64 bits (all rows in one numpy pass; crc32 and adler32 where numpy cannot read the dtype).
+Per loader (named by where the user's code built it and its order there) and per pass over it (an epoch: each
+iter(loader)), up to PASS_SAMPLES samples; the sampler's kind, and a DistributedSampler's rank, num_replicas and
+shuffle. A loader counts as a training loader once an optimizer step follows one of its batches (an evaluation
+loader read in full on every rank is not a mistake).
+
+Reader: the same pass of the same loader on two ranks, compared as sets. A DistributedSampler gives each rank its
+own samples (padding repeats at most WORLD_SIZE - 1 of them); SHARE of a rank's samples or more read by another
+rank is the mistake. A rank whose own samples repeat (constant data) tells nothing: not judged.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+import zlib
+from collections import Counter
+from itertools import combinations
+
+from ddplab.sanitize import Finding, rankside, ranks_text, short
+
+ID = "same-samples"
+ROWS = 1024  # samples fingerprinted per batch
+COLS = 256  # values per sample: enough to tell real samples apart, few enough to cost microseconds
+PASS_SAMPLES = 8192  # per pass over a loader
+PASSES = 4  # passes per loader
+LOADERS = 16
+SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the same pass
+MIN_SAMPLES = 8
+DISTINCT = 0.9  # a rank's own fingerprints must be this distinct to tell anything
+
+
+class Observer(rankside.Observer):
+    ID = ID
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.on = True
+        self.loaders: list[dict] = []
+        self.by_loader = weakref.WeakKeyDictionary()  # DataLoader -> index in self.loaders
+        self.by_iter = weakref.WeakKeyDictionary()  # its iterator -> (loader index, the pass's record)
+        self.last: int | None = None  # the loader that yielded the last batch
+        self.undo: list = []
+
+    def attach(self, torch) -> None:
+        from torch.utils.data import BatchSampler, DistributedSampler, IterableDataset, dataloader
+
+        self.torch, self.kinds = torch, (BatchSampler, DistributedSampler, IterableDataset)
+        DataLoader, Iter = dataloader.DataLoader, dataloader._BaseDataLoaderIter
+        init, iterate, step = DataLoader.__init__, DataLoader.__iter__, Iter.__next__
+        obs = self
+
+        @functools.wraps(init)
+        def __init__(loader, *args, **kwargs):
+            init(loader, *args, **kwargs)
+            if obs.on:
+                obs.guarded(obs.built, loader)
+
+        @functools.wraps(iterate)
+        def __iter__(loader):
+            it = iterate(loader)
+            if obs.on:
+                obs.guarded(obs.started, loader, it)
+            return it
+
+        @functools.wraps(step)
+        def __next__(it):
+            batch = step(it)
+            if obs.on:
+                obs.guarded(obs.seen, it, batch)
+            return batch
+
+        DataLoader.__init__, DataLoader.__iter__, Iter.__next__ = __init__, __iter__, __next__
+        self.undo = [(DataLoader, "__init__", init), (DataLoader, "__iter__", iterate), (Iter, "__next__", step)]
+
+    def built(self, loader) -> None:
+        if len(self.loaders) >= LOADERS:
+            return
+        BatchSampler, DistributedSampler, IterableDataset = self.kinds
+        sampler, given = loader.sampler, loader.batch_sampler
+        if given is not None and not isinstance(given, BatchSampler):  # a batch_sampler of the user's: its own
+            sampler = getattr(given, "sampler", given)
+        record = {"where": self.window.where(), "sampler": type(sampler).__name__,
+                  "iterable": isinstance(loader.dataset, IterableDataset), "distributed": None, "trained": False,
+                  "passes": []}
+        if isinstance(sampler, DistributedSampler):
+            record["distributed"] = {"rank": int(sampler.rank), "num_replicas": int(sampler.num_replicas),
+                                     "shuffle": bool(sampler.shuffle)}
+        self.by_loader[loader] = len(self.loaders)
+        self.loaders.append(record)
+
+    def started(self, loader, it) -> None:
+        index = self.by_loader.get(loader)
+        if index is None or len(self.loaders[index]["passes"]) >= PASSES:
+            return
+        record = {"batches": 0, "samples": []}
+        self.loaders[index]["passes"].append(record)
+        self.by_iter[it] = (index, record)
+
+    def seen(self, it, batch) -> None:
+        tag = self.by_iter.get(it)
+        if tag is None:
+            return
+        self.last, record = tag
+        record["batches"] += 1
+        room = PASS_SAMPLES - len(record["samples"])
+        if room > 0:
+            record["samples"] += fingerprints(self.torch, batch, min(room, ROWS))
+
+    def on_step(self, step: int, optimizer) -> None:
+        if self.last is not None:
+            self.loaders[self.last]["trained"] = True
+
+    def stop(self) -> None:
+        self.on = False
+        for owner, name, original in self.undo:
+            setattr(owner, name, original)
+        self.undo = []
+
+    def data(self) -> dict:
+        return {"loaders": self.loaders}
+
+
+def fingerprints(torch, batch, rows: int) -> list[int]:
+    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor."""
+    parts = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else [batch]
+    tensors = [t for t in parts if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 1
+               and t.shape[0] > 0]  # a sparse or nested batch has no rows to read: not fingerprinted
+    if not tensors:
+        return []
+    t = max(tensors, key=lambda t: t.numel() // t.shape[0])
+    n, width = min(rows, t.shape[0]), t.numel() // t.shape[0]
+    step = max(1, width // COLS)
+    with torch.no_grad():
+        x = t.detach()
+        if x.device.type != "cpu":  # only the values read cross to the CPU
+            x = x[:n].reshape(n, -1)[:, ::step][:, :COLS].cpu()
+        try:
+            import numpy
+
+            values = x.numpy()  # bfloat16 and friends have no numpy type: bytes below
+        except (ImportError, RuntimeError, TypeError):
+            return _crc_rows(torch, x[:n].reshape(n, -1)[:, ::step][:, :COLS])
+    return _hash_rows(numpy, values[:n].reshape(n, -1)[:, ::step][:, :COLS])
+
+
+_WEIGHTS: list = []
+
+
+def _hash_rows(numpy, values) -> list[int]:
+    """A multiply-add hash of each row's bytes, 64-bit words times fixed odd weights, wrapping: one vectorised pass
+    (a row-by-row crc costs ~1 us a row in Python). Equal rows, equal numbers, in every process."""
+    raw = numpy.ascontiguousarray(values).view(numpy.uint8).reshape(values.shape[0], -1)
+    pad = -raw.shape[1] % 8
+    if pad:
+        raw = numpy.concatenate([raw, numpy.zeros((raw.shape[0], pad), numpy.uint8)], axis=1)
+    words = raw.view(numpy.uint64)
+    if len(_WEIGHTS) < words.shape[1]:
+        _WEIGHTS[:] = _splitmix(words.shape[1])
+    weights = numpy.array(_WEIGHTS[:words.shape[1]], dtype=numpy.uint64)
+    mixed = (words ^ (words >> numpy.uint64(29))) * weights
+    return (mixed.sum(axis=1, dtype=numpy.uint64) ^ numpy.uint64(raw.shape[1])).tolist()
+
+
+def _splitmix(n: int) -> list[int]:
+    """n odd 64-bit weights from a fixed seed (splitmix64): the same in every rank."""
+    out, state, mask = [], 0x9E3779B97F4A7C15, (1 << 64) - 1
+    for _ in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append((z ^ (z >> 31)) | 1)
+    return out
+
+
+def _crc_rows(torch, x) -> list[int]:
+    """Without numpy (or for a dtype it lacks): crc32 and adler32 of each row's bytes."""
+    x = x.clone()
+    if x.dtype.is_complex:
+        x = torch.view_as_real(x).reshape(x.shape[0], -1)
+    raw = x.view(torch.uint8)
+    data, width = bytes(raw.reshape(-1).tolist()), raw.shape[1]
+    out = []
+    for i in range(x.shape[0]):
+        row = data[i * width:(i + 1) * width]
+        out.append(zlib.crc32(row) << 32 | zlib.adler32(row))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ reader side
+def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
+    loaders: dict[tuple, dict[int, dict]] = {}
+    for rank, data in ranks.items():
+        seen = Counter()
+        for record in data.get("loaders", []):
+            key = (record["where"], seen[record["where"]])  # the same line may build several loaders
+            seen[record["where"]] += 1
+            loaders.setdefault(key, {})[rank] = record
+    findings = []
+    for (where, _), records in loaders.items():
+        if len(records) > 1 and any(r["trained"] for r in records.values()):
+            found = _overlap(records, world)
+            if found is not None:
+                findings.append(_finding(where, records, world, found))
+    return findings
+
+
+def _overlap(records: dict[int, dict], world: int) -> dict | None:
+    """The first pass in which ranks share samples: the pairs that do, with their counts."""
+    passes = min(len(r["passes"]) for r in records.values())
+    for p in range(passes):
+        pairs = []
+        for a, b in combinations(sorted(records), 2):
+            sa, sb = records[a]["passes"][p]["samples"], records[b]["passes"][p]["samples"]
+            if min(len(sa), len(sb)) < MIN_SAMPLES or _repeats(sa) or _repeats(sb):
+                continue
+            shared = len(set(sa) & set(sb))
+            smaller = min(len(set(sa)), len(set(sb)))
+            if shared >= max(world, 2) and shared / smaller >= SHARE:
+                pairs.append({"ranks": [a, b], "shared": shared, "of": smaller, "share": round(shared / smaller, 3),
+                              "same_order": sa == sb,
+                              "batches": min(records[a]["passes"][p]["batches"], records[b]["passes"][p]["batches"])})
+        if pairs:
+            return {"pass": p + 1, "pairs": pairs}
+    return None
+
+
+def _repeats(samples: list[int]) -> bool:
+    return len(set(samples)) < DISTINCT * len(samples)
+
+
+def _finding(where: str | None, records: dict[int, dict], world: int, found: dict) -> Finding:
+    pairs = found["pairs"]
+    ranks = sorted({r for p in pairs for r in p["ranks"]})
+    top = max(pairs, key=lambda p: p["share"])
+    a, b = top["ranks"]
+    epoch = f"epoch {found['pass']}" if found["pass"] > 1 else "the first epoch"
+    if all(p["same_order"] for p in pairs) and len(ranks) == len(records):
+        observed = (f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the "
+                    f"same order ({top['of']} samples fingerprinted on each), in {epoch}")
+    else:
+        observed = (f"in {epoch}, {top['shared']} of the {top['of']} samples rank {a} read were also read by rank {b} "
+                    f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks overlap" if len(pairs) > 1
+                                                        else ""))
+    sampler = records[a]
+    dist = [r["distributed"] for r in records.values()]
+    if all(d is not None for d in dist) and len({d["rank"] for d in dist}) < len(dist):
+        cause = (f"its DistributedSampler was given rank={dist[0]['rank']} on more than one rank, so they were handed "
+                 "the same shard")
+        fix = ("build the sampler after init_process_group without rank= and num_replicas= (it reads them from the "
+               "process group), or pass rank=dist.get_rank(), num_replicas=dist.get_world_size()")
+    elif all(d is not None for d in dist) and any(d["num_replicas"] < world for d in dist):
+        cause = (f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for "
+                 f"{world} ranks")
+        fix = "pass num_replicas=dist.get_world_size(), or leave it out (the sampler reads it from the process group)"
+    elif sampler["iterable"]:
+        cause = "its dataset is an IterableDataset, which every rank iterates in full: DDP splits nothing by itself"
+        fix = ("split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
+               "world_size), and by torch.utils.data.get_worker_info() across loader workers)")
+    else:
+        cause = (f"its sampler is a {sampler['sampler']}, not a DistributedSampler: every rank reads the whole data "
+                 "set" + (" (the same shuffle on every rank: the same seed)" if top["same_order"] else ""))
+        fix = ("give the DataLoader sampler=DistributedSampler(dataset) (shuffle goes to the sampler, and the "
+               "loader's shuffle= is left out), and call sampler.set_epoch(epoch) at the start of each epoch")
+    return Finding(ID, f"{observed}, from the DataLoader built at {short(where)}: {cause}", fix, where=where,
+                   evidence={"ranks": ranks, "epoch": found["pass"], "pairs": pairs,
+                             "sampler": sampler["sampler"], "distributed": dist})
+

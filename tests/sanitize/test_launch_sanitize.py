@@ -1,0 +1,135 @@
+"""`ddplab launch`'s sanitizer for real: DDP mistakes planted in a plain script (tests/scripts/sanitize_plant.py), 2
+gloo ranks; each check finds its mistake with its evidence and nothing else is found; the same script written right,
+and `ddplab new`'s template, are silent. Two mistakes of different checks share a run (each run costs seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+
+PLANT = Path(__file__).parent.parent / "scripts" / "sanitize_plant.py"
+
+
+def line_of(text: str, path: Path = PLANT) -> str:
+    """'PATH:LINE' of the first line of `path` holding `text`, as a finding names it."""
+    lines = path.read_text().splitlines()
+    return f"{path}:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
+def launched(tmp_path: Path, *mistakes: str, flags: tuple[str, ...] = ()) -> dict:
+    ran = cli("launch", "--no-lint", "--json", *flags, str(PLANT), *mistakes, "--out", str(tmp_path), timeout=150,
+              cwd=tmp_path)
+    assert ran.code == 0, ran.err[-3000:]
+    return ran.json()
+
+
+def findings(result: dict) -> dict[str, dict]:
+    found = result["sanitize"]["findings"]
+    assert result["sanitize"]["off"] == {}, result["sanitize"]["off"]
+    return {f["check"]: f for f in found}
+
+
+def same_samples(f: dict) -> None:
+    """no-sampler: both ranks read every batch, in the same order, from the loader built without a sampler."""
+    assert f["where"] == line_of("DataLoader(data, batch_size=16, shuffle=True)")
+    pair = f["evidence"]["pairs"][0]
+    assert f["evidence"]["ranks"] == [0, 1] and pair["share"] == 1.0 and pair["same_order"]
+    assert pair["batches"] == 16 and pair["of"] == 256 and f["evidence"]["sampler"] == "RandomSampler"
+    assert "read the same 16 batches, sample for sample and in the same order" in f["observed"]
+
+
+def shared_write(f: dict, tmp_path: Path) -> None:
+    """all-save: both ranks torch.save() the model to one path after the last step (3 epochs x 16 batches)."""
+    assert f["evidence"]["path"] == str(tmp_path / "model.pt") and f["evidence"]["ranks"] == [0, 1]
+    assert f["where"] == line_of('torch.save(model.state_dict(), path)')
+    assert f["evidence"]["step"] == {"0": 48, "1": 48}
+    assert f["code"] == "torch.save(model.state_dict(), path)"
+
+
+def epoch_repeats(f: dict) -> None:
+    """no-set-epoch: the DistributedSampler's second epoch (at step 8: 128 indices per rank / 16) repeats the first."""
+    assert f["where"] == line_of("sampler = DistributedSampler(")
+    assert f["evidence"]["ranks"] == [0, 1] and f["evidence"]["epochs"] == [0] and f["evidence"]["indices"] == 128
+    assert f["evidence"]["second_epoch_at_step"] == 8
+    assert "set_epoch() was never called" in f["observed"]
+
+
+def params_diverge(f: dict) -> None:
+    """module-forward: ddp.module(x) every step, so DDP averages nothing: every parameter differs after step 1."""
+    assert f["evidence"]["step"] == 1 and f["evidence"]["ranks"] == [0, 1]
+    assert f["evidence"]["differ"] == f["evidence"]["of"] == 4 and f["evidence"]["first"]["name"] == "0.weight"
+    assert f["evidence"]["ddp_forwards"] == {"0": 0, "1": 0} and f["evidence"]["direct_forwards"] == {"0": 1, "1": 1}
+    assert f["where"] == line_of("out = ddp.module(xb)")
+    assert "call ddp_model(x)" in f["fix"]
+
+
+@pytest.mark.parametrize("mistakes", [("no-sampler", "all-save"), ("no-set-epoch", "module-forward")],
+                         ids=["same-samples+shared-write", "epoch-repeats+params-diverge"])
+def test_planted_mistakes_are_found_with_their_evidence(tmp_path, mistakes, no_leftover_workers):
+    result = launched(tmp_path, *mistakes)
+    found = findings(result)
+    assert result["status"] == "ok" and result["sanitize"]["ranks"] == [0, 1]
+    if "no-sampler" in mistakes:
+        assert sorted(found) == ["same-samples", "shared-write"], found
+        same_samples(found["same-samples"])
+        shared_write(found["shared-write"], tmp_path)
+    else:
+        assert sorted(found) == ["epoch-repeats", "params-diverge"], found
+        epoch_repeats(found["epoch-repeats"])
+        params_diverge(found["params-diverge"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake,check,words", [
+    ("rank0-sampler", "same-samples", "rank=0 on more than one rank"),
+    ("no-ddp", "params-diverge", "no DistributedDataParallel holds the parameters"),
+    ("no-sync", "params-diverge", "the step ran inside ddp.no_sync()"),
+    ("all-log", "shared-write", "both appended to train.log")])
+def test_more_planted_mistakes_are_named(tmp_path, mistake, check, words, no_leftover_workers):
+    found = findings(launched(tmp_path, mistake))
+    assert list(found) == [check] and words in found[check]["observed"], found
+
+
+def test_the_same_script_written_right_is_silent(tmp_path, no_leftover_workers):
+    """DistributedSampler, set_epoch, DDP, rank 0 saving: nothing found (the window is over at step 24, the end)."""
+    result = launched(tmp_path, flags=("--sanitize-steps", "20"))
+    assert findings(result) == {}
+    assert result["sanitize"]["steps"] == 20 and result["sanitize"]["steps_seen"] == 20
+
+
+def test_a_run_that_fails_on_a_shared_file_leads_with_it(tmp_path, no_leftover_workers):
+    """Every rank saves to model.pt.tmp, then renames it: the second rename fails. The text output says what the
+    sanitizer saw right after the verdict, before the failing rank's traceback."""
+    ran = cli("launch", "--no-lint", str(PLANT), "all-save-replace", "--out", str(tmp_path), timeout=150, cwd=tmp_path)
+    assert ran.code == 1, ran.err[-3000:]
+    lines = ran.out.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("ddplab launch: FAIL"))
+    assert "FileNotFoundError" in lines[verdict]
+    assert lines[verdict + 1].endswith("watched): the run failed on what the sanitizer saw")
+    save = line_of('torch.save(model.state_dict(), path + ".tmp")')
+    assert lines[verdict + 2] == (f"  1. [shared-write] ranks 0 and 1 both wrote model.pt.tmp (at {save}, from step "
+                                  "24): the last writer wins, a reader can meet a half-written file, and a rename of "
+                                  "the same temporary file fails on all ranks but one")
+    assert lines[verdict + 3].endswith(': torch.save(model.state_dict(), path + ".tmp")')
+    assert lines[verdict + 4].startswith("       fix: write from one rank only")
+    assert "last lines" in lines[verdict + 5]
+
+
+@pytest.mark.slow
+def test_off_with_zero_steps(tmp_path, no_leftover_workers):
+    """--sanitize-steps 0: no rank watches, no report, though the mistake is there."""
+    result = launched(tmp_path, "no-sampler", flags=("--sanitize-steps", "0", "--log-dir", str(tmp_path / "logs")))
+    assert result["sanitize"] is None and not (tmp_path / "logs" / "sanitize").exists()
+
+
+def test_the_template_of_ddplab_new_runs_sanitized_and_clean(tmp_path, no_leftover_workers):
+    made = cli("new", "train.py", cwd=tmp_path)
+    assert made.code == 0, made.err
+    ran = cli("launch", "--json", "train.py", "--epochs", "2", timeout=150, cwd=tmp_path)
+    assert ran.code == 0, ran.err[-3000:]
+    result = ran.json()
+    assert findings(result) == {} and result["sanitize"]["ranks"] == [0, 1]
+    assert result["sanitize"]["steps_seen"] == 50  # 2 epochs of 32 steps: the whole window watched

@@ -1,0 +1,150 @@
+"""The sanitizer's rank side in this process, on real torch objects (a 1-process gloo group for DDP): what it records,
+that every hook is gone once the window is over, and that an error inside a check costs the user's code nothing.
+The write audit hook (sharedwrite) is left to tests/sanitize/test_launch_sanitize.py: Python cannot remove one, and
+this process would keep it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, dataloader
+
+from ddplab.sanitize import rankside, userframe
+from ddplab.sanitize.samebatch import fingerprints
+
+HOOKED = [(DataLoader, "__init__"), (DataLoader, "__iter__"), (dataloader._BaseDataLoaderIter, "__next__"),
+          (DistributedSampler, "__init__"), (DistributedSampler, "__iter__"), (DDP, "__init__")]
+
+
+@pytest.fixture
+def window(tmp_path):
+    """A window over 3 steps with the checks that patch torch; afterwards nothing of it is left, whatever happened."""
+    originals = {(owner, name): owner.__dict__[name] for owner, name in HOOKED}
+    made = []
+
+    def make(steps: int = 3, checks=("samebatch", "epochorder", "paramsync")):
+        w = rankside.Window(str(tmp_path), steps, checks)
+        w.attach(torch)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        if w.handle is not None:
+            w.handle.remove()
+        for observer in w.observers:
+            observer.stop()
+    for (owner, name), original in originals.items():
+        setattr(owner, name, original)
+
+
+def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, one_process_group):
+    originals = {(owner, name): owner.__dict__[name] for owner, name in HOOKED}
+    w = window(steps=3)
+    assert all(owner.__dict__[name] is not originals[owner, name] for owner, name in HOOKED)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:  # 4 batches: the window ends after the third step
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    assert w.step == 3 and not w.open and w.handle is None
+    still = [f"{owner.__name__}.{name}" for owner, name in HOOKED if owner.__dict__[name] is not originals[owner, name]]
+    assert still == ["DistributedSampler.__iter__"]  # once per epoch: it waits for the second epoch
+    assert not model._forward_pre_hooks and not model.module._forward_pre_hooks and not model._forward_hooks
+    list(loader)  # the second epoch, set_epoch never called
+    assert DistributedSampler.__dict__["__iter__"] is originals[DistributedSampler, "__iter__"]
+
+    record = json.loads((tmp_path / "rank0.json").read_text())
+    assert record["steps"] == 3 and record["closed"] and record["off"] == {}
+    (batches,) = record["checks"]["same-samples"]["loaders"]
+    assert batches["trained"] and batches["sampler"] == "DistributedSampler" and __file__ in batches["where"]
+    assert [(p["batches"], len(p["samples"])) for p in batches["passes"]] == [(3, 48)]  # nothing after the window
+    assert len(set(batches["passes"][0]["samples"])) == 48
+    (order,) = record["checks"]["epoch-repeats"]["samplers"]
+    assert [(p["epoch"], p["n"]) for p in order["passes"]] == [(0, 64), (0, 64)]
+    assert order["passes"][0]["order"] == order["passes"][1]["order"] and order["shuffle"]
+    checks = record["checks"]["params-diverge"]["checks"]
+    assert [c["step"] for c in checks] == [1, 2, 3] and record["checks"]["params-diverge"]["sharded"] is None
+    assert [p[0] for p in checks[0]["params"]] == ["weight", "bias"] and all(p[4] for p in checks[0]["params"])
+    assert [(c["ddp_forwards"], c["direct_forwards"], c["no_sync"]) for c in checks] == [(1, 0, False)] * 3
+    assert checks[0]["params"][0][2] != checks[1]["params"][0][2]  # the step changed the weights
+    optimizer.step()
+    assert w.step == 3  # the step hook is gone
+
+
+def test_a_forward_around_the_wrapper_and_no_sync_are_seen(window, one_process_group):
+    w = window(steps=2, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.module(torch.randn(2, 4)).sum().backward()  # around the wrapper
+    optimizer.step()
+    with model.no_sync():
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    first, second = w.observers[0].data()["checks"]
+    assert (first["ddp_forwards"], first["direct_forwards"], first["no_sync"]) == (0, 1, False)
+    assert first["direct_where"] == f"{__file__}:{_line('model.module(torch.randn(2, 4))')}"
+    assert (second["ddp_forwards"], second["direct_forwards"], second["no_sync"]) == (1, 0, True)
+    assert second["where"] == f"{__file__}:{_line('optimizer.step()', after='with model.no_sync()')}"
+
+
+def _line(text: str, after: str | None = None) -> int:
+    lines = open(__file__).read().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines) if i >= start and text in line and "_line(" not in line) + 1
+
+
+def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_on(window, capsys):
+    class Odd(torch.Tensor):  # a library's tensor type that refuses an operation the fingerprint uses
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.detach:
+                raise RuntimeError("Odd tensors cannot be detached\nsecond line")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    original = DataLoader.__dict__["__iter__"]
+    w = window(steps=5, checks=("samebatch",))
+    loader = DataLoader(list(range(6)), batch_size=2, collate_fn=lambda b: torch.ones(2, 3).as_subclass(Odd))
+    batches = list(loader)
+    assert len(batches) == 3 and all(type(b) is Odd for b in batches)
+    assert capsys.readouterr().err == ("ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be "
+                                       "detached\n")
+    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be detached"} and w.observers == []
+    assert DataLoader.__dict__["__iter__"] is original
+
+
+def test_fingerprints_tell_samples_apart_row_by_row_from_the_largest_tensor():
+    x = torch.randn(8, 3, 32, 32)
+    labels = torch.zeros(8, dtype=torch.long)  # alike in every sample: not the tensor to read
+    a = fingerprints(torch, (labels, x), 1024)
+    assert len(a) == 8 and len(set(a)) == 8
+    assert fingerprints(torch, {"y": labels, "x": x[[2, 5]]}, 1024) == [a[2], a[5]]
+    assert fingerprints(torch, x.to(torch.bfloat16), 3) == fingerprints(torch, x.to(torch.bfloat16)[:3], 1024)
+    assert fingerprints(torch, ["text", torch.tensor(1.0)], 1024) == []
+    assert fingerprints(torch, torch.eye(4).to_sparse(), 1024) == []
+
+
+def test_user_code_is_what_is_neither_python_nor_a_package_nor_ddplab():
+    assert userframe.is_user(__file__)
+    assert not userframe.is_user(torch.__file__) and not userframe.is_user(json.__file__)
+    assert not userframe.is_user(rankside.__file__) and not userframe.is_user("<frozen importlib._bootstrap>")
+    assert userframe.where(1).startswith(f"{__file__}:")
+
+
+@pytest.mark.parametrize("config", [None, '{"steps": 0}', "{not json"])
+def test_nothing_is_installed_without_a_window_to_watch(tmp_path, monkeypatch, config):
+    """`ddplab launch --sanitize-steps 0` writes no config; a rank then installs nothing (nor does a torn one)."""
+    monkeypatch.setenv("DDPLAB_SANITIZE_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("DDPLAB_SANITIZE_OWNER", raising=False)
+    if config is not None:
+        (tmp_path / "config.json").write_text(config)
+    assert rankside.install() is False and rankside._window is None

@@ -1,0 +1,81 @@
+"""A plain DDP training script (no ddplab import) with DDP mistakes planted on purpose, for `ddplab launch`'s
+sanitizer (tests/sanitize/). Without a mistake it is a correct script: DistributedSampler, set_epoch, DDP, rank 0
+saves.
+
+    torchrun --nproc-per-node 2 sanitize_plant.py [MISTAKE ...] [--out DIR] [--epochs N]
+
+MISTAKE: no-sampler (every rank reads the whole data set in the same order) | rank0-sampler (DistributedSampler
+given rank=0 everywhere) | no-set-epoch | module-forward (ddp.module(x)) | no-ddp | no-sync (never left) |
+all-save (every rank saves the model to one path) | all-save-replace (every rank saves to one temporary file, then
+renames it: all but one rank fail) | all-log (every rank appends to one log file).
+"""
+
+import argparse
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group, as the template does (see its comment)
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
+            "all-save-replace", "all-log"}
+p = argparse.ArgumentParser()
+p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
+p.add_argument("--out", default=".")
+p.add_argument("--epochs", type=int, default=3)
+args = p.parse_args()
+planted = set(args.mistakes)
+if planted - MISTAKES:
+    p.error(f"unknown mistake {sorted(planted - MISTAKES)}: choose from {sorted(MISTAKES)}")
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    data = TensorDataset(x, x.sum(dim=1, keepdim=True))
+    sampler = None
+    if "no-sampler" in planted:
+        torch.manual_seed(0)  # the same shuffle on every rank
+        loader = DataLoader(data, batch_size=16, shuffle=True)
+    else:
+        sampler = DistributedSampler(data, num_replicas=world, rank=0 if "rank0-sampler" in planted else rank,
+                                     seed=0)
+        loader = DataLoader(data, batch_size=16, sampler=sampler)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    ddp = model if "no-ddp" in planted else DDP(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    log = open(os.path.join(args.out, "train.log"), "a") if "all-log" in planted else None
+    with ddp.no_sync() if "no-sync" in planted else contextlib.nullcontext():
+        for epoch in range(args.epochs):
+            if sampler is not None and "no-set-epoch" not in planted:
+                sampler.set_epoch(epoch)
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                out = ddp.module(xb) if "module-forward" in planted else ddp(xb)
+                loss = nn.functional.mse_loss(out, yb)
+                loss.backward()
+                optimizer.step()
+            if log is not None:
+                log.write(f"rank {rank} epoch {epoch} loss {loss.item():.4f}\n")
+    print(f"rank {rank}: trained, loss {loss.item():.4f}", flush=True)
+    path = os.path.join(args.out, "model.pt")
+    if "all-save-replace" in planted:
+        torch.save(model.state_dict(), path + ".tmp")
+        dist.barrier()  # every rank has written the temporary file: the second rename finds it gone
+        os.replace(path + ".tmp", path)
+    elif "all-save" in planted or rank == 0:
+        torch.save(model.state_dict(), path)
+    dist.barrier()  # leave together, then let go of what holds the group (docs/teardown.md)
+    del ddp
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
