@@ -44,8 +44,9 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 GUIDE = DOCS / "guide.md"
-BLOCK = re.compile(r'<!-- run(?P<opts>(?: [a-z]+(?:=(?:"[^"]*"|\S+))?)*): (?P<cmd>.+?) -->\n```console\n.*?```',
-                   re.DOTALL)
+BLOCK = re.compile(
+    r'<!-- run(?P<opts>(?: [a-z]+(?:=(?:"[^"]*"|\S+))?)*): (?P<cmd>.+?) -->\n```console\n.*?```', re.DOTALL
+)
 OPTION = re.compile(r' ([a-z]+)(?:=("[^"]*"|\S+))?')
 TIMEOUT_S = 600
 TRACEBACK = "Traceback (most recent call last)"
@@ -69,8 +70,10 @@ def parse(match: re.Match) -> Block:
         elif name == "shows":
             block.shows.append(value.strip('"'))
         else:  # env= once hid variables from the reader: a command must be complete as printed
-            raise ValueError(f"unknown option {name!r} in the guide's block `{block.command}`: use exit=N, slow or "
-                             "shows=\"TEXT\" (write environment variables inline in the command)")
+            raise ValueError(
+                f"unknown option {name!r} in the guide's block `{block.command}`: use exit=N, slow or "
+                'shows="TEXT" (write environment variables inline in the command)'
+            )
     return block
 
 
@@ -116,8 +119,15 @@ def run_block(block: Block, sandbox: Sandbox, timeout: float = TIMEOUT_S) -> Out
     env.pop("DOCS", None)  # an old guide's variable: a command using it must fail here as it does for a reader
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     before, start = sandbox.leftovers(), time.monotonic()
-    proc = subprocess.Popen(["bash", "-c", block.command], cwd=sandbox.root, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", block.command],
+        cwd=sandbox.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
@@ -184,8 +194,11 @@ def strays(block: Block, outcome: Outcome) -> list[str]:
     """ddplab folders the run left in /tmp that the user was not told about: only a run that failed (as the guide
     says it does) may keep its logs there, and its output must name the folder."""
     told = outcome.code != 0 and outcome.code == block.exit
-    return [f"left /tmp/{name} behind" + ("" if outcome.code == 0 else " without naming it in its output")
-            for name in outcome.left if not (told and f"/tmp/{name}" in outcome.output)]
+    return [
+        f"left /tmp/{name} behind" + ("" if outcome.code == 0 else " without naming it in its output")
+        for name in outcome.left
+        if not (told and f"/tmp/{name}" in outcome.output)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox = Sandbox(Path(tmp))
         for match in BLOCK.finditer(text):
             block = parse(match)
-            pieces.append(text[last:match.start()])
+            pieces.append(text[last : match.start()])
             last = match.end()
             if block.slow and args.fast:
                 pieces.append(match.group(0))

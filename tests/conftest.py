@@ -89,8 +89,15 @@ def cli(*args: str, env: dict | None = None, timeout: float = 120, cwd=None) -> 
 
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=full_env, start_new_session=True, cwd=cwd)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+        cwd=cwd,
+    )
     out, err = finish(proc, timeout, f"ddplab {' '.join(args)} overstayed {timeout}s")
     return Ran(proc.returncode, out, err, time.monotonic() - start)
 
@@ -127,29 +134,57 @@ def finish(proc: subprocess.Popen, timeout: float, overstayed: str) -> tuple[str
 
 
 # What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.
-LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+LAUNCHER_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+)
 
 
-def torchrun(script, *args: str, nproc: int = 2, timeout: float = 150, merge_stderr: bool = False,
-             core_files: bool = True) -> subprocess.CompletedProcess:
+def torchrun(
+    script, *args: str, nproc: int = 2, timeout: float = 150, merge_stderr: bool = False, core_files: bool = True
+) -> subprocess.CompletedProcess:
     """Run `script` under plain torchrun (no ddplab involved) on the CPU/gloo path, in the script's folder; kill
     everything if it overstays `timeout`, and assert that no process of it is left. merge_stderr: the ranks' and
     launcher's stderr in stdout, in order; core_files=False: an expected abort writes no core file."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # the CPU/gloo path, even on a GPU machine
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                             str(nproc), script.name, *args], cwd=script.parent, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            start_new_session=True, preexec_fn=None if core_files else _no_core_file)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            script.name,
+            *args,
+        ],
+        cwd=script.parent,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=None if core_files else _no_core_file,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         proc.communicate()
         raise AssertionError(f"{script.name} on {nproc} ranks overstayed {timeout}s")
-    leftover = [p.pid for p in psutil.process_iter(["cmdline"]) if script.name in " ".join(p.info["cmdline"] or [])
-                and str(script.parent) in (_cwd(p) or "")]
+    leftover = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if script.name in " ".join(p.info["cmdline"] or []) and str(script.parent) in (_cwd(p) or "")
+    ]
     assert not leftover, f"processes left behind: {leftover}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err or "")
 
@@ -255,10 +290,30 @@ import types  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OURS = (HERE, HERE.parent / "src", HERE.parent / "docs")  # code whose calls are followed
-SPAWN_MODULES = {"subprocess", "multiprocessing", "torch.multiprocessing", "torch.distributed.run",
-                 "torch.distributed.launcher.api", "concurrent.futures.process", "pty"}
-SPAWN_CALLS = {"os": {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
-                      "spawnl", "execv", "execvp"}}
+SPAWN_MODULES = {
+    "subprocess",
+    "multiprocessing",
+    "torch.multiprocessing",
+    "torch.distributed.run",
+    "torch.distributed.launcher.api",
+    "concurrent.futures.process",
+    "pty",
+}
+SPAWN_CALLS = {
+    "os": {
+        "fork",
+        "forkpty",
+        "system",
+        "popen",
+        "posix_spawn",
+        "posix_spawnp",
+        "spawnv",
+        "spawnve",
+        "spawnl",
+        "execv",
+        "execvp",
+    }
+}
 
 
 def _ours(code: types.CodeType) -> bool:
@@ -319,8 +374,11 @@ def _walk(code: types.CodeType, globals_: dict) -> bool:
             if isinstance(value, types.ModuleType):
                 if value.__name__ in SPAWN_MODULES or names & SPAWN_CALLS.get(value.__name__, set()):
                     return True
-                if any(_reaches_a_spawn(getattr(value, attr)) for attr in names  # module.function() of ours
-                       if inspect.isfunction(getattr(value, attr, None))):
+                if any(
+                    _reaches_a_spawn(getattr(value, attr))
+                    for attr in names  # module.function() of ours
+                    if inspect.isfunction(getattr(value, attr, None))
+                ):
                     return True
             elif getattr(value, "__module__", None) in SPAWN_MODULES and callable(value):
                 return True
@@ -335,7 +393,7 @@ def _walk(code: types.CodeType, globals_: dict) -> bool:
 def _starts_processes(item) -> bool:
     funcs = [getattr(item, "function", None)]
     info = getattr(item, "_fixtureinfo", None)
-    for name, defs in (info.name2fixturedefs.items() if info else ()):
+    for name, defs in info.name2fixturedefs.items() if info else ():
         funcs += [d.func for d in defs if name != "spawn_guard"]
     return any(f is not None and _reaches_a_spawn(f) for f in funcs)
 
@@ -375,5 +433,7 @@ def spawn_guard(request):
         yield
     finally:
         subprocess.Popen._execute_child, os.fork = original_child, original_fork
-    assert not _spawned, (f"this test started a process ({_spawned[0][:200]}) but is not marked e2e: conftest "
-                          "could not see it from the test's code; mark it @pytest.mark.e2e")
+    assert not _spawned, (
+        f"this test started a process ({_spawned[0][:200]}) but is not marked e2e: conftest "
+        "could not see it from the test's code; mark it @pytest.mark.e2e"
+    )

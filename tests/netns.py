@@ -43,8 +43,10 @@ def hosts(count: int = 2, loopback: tuple[int, ...] = ()):
         pytest.skip("multi-host test needs root, iproute2's `ip` and `unshare` to create network namespaces")
     tag = _tag()
     switch = f"ddplab{tag}sw"
-    made = [Host(f"ddplab{tag}h{i}", SUBNET.format(n=tag, host=i + 1), f"ddplab-node{i}", f"dl{tag}h{i}")
-            for i in range(count)]
+    made = [
+        Host(f"ddplab{tag}h{i}", SUBNET.format(n=tag, host=i + 1), f"ddplab-node{i}", f"dl{tag}h{i}")
+        for i in range(count)
+    ]
     namespaces = [switch, *(h.ns for h in made)]
     etc_made = not os.path.isdir(NETNS_ETC)
 
@@ -96,6 +98,11 @@ def popen_in(host, argv: list[str], env: dict | None = None) -> subprocess.Popen
     if isinstance(host, Host):
         argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host.name, *argv]
         host = host.ns
-    return subprocess.Popen(["ip", "netns", "exec", host, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
-                            start_new_session=True)
+    return subprocess.Popen(
+        ["ip", "netns", "exec", host, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )

@@ -4,10 +4,10 @@ default (cliargs.HANG_TIMEOUT_S) in each --help, the older names still accepted.
 from __future__ import annotations
 
 import pytest
-
 from conftest import cli
-from ddplab.cliargs import HANG_TIMEOUT_S
+
 from ddplab.cli import build_parser
+from ddplab.cliargs import HANG_TIMEOUT_S
 
 
 @pytest.mark.parametrize("command", [["check"], ["bench"], ["train", "mlp"], ["launch"]])
@@ -20,14 +20,17 @@ def test_help_shows_hang_timeout_with_its_default(command):
     assert f"(default {HANG_TIMEOUT_S[command[0]]:g}" in text
 
 
-@pytest.mark.parametrize("argv, dest, value", [
-    (["check", "--timeout", "7"], "timeout", 7.0),
-    (["check", "--hang-timeout", "7"], "timeout", 7.0),
-    (["check"], "timeout", HANG_TIMEOUT_S["check"]),
-    (["bench", "--timeout", "9"], "timeout", 9.0),
-    (["bench", "--hang-timeout", "9"], "timeout", 9.0),
-    (["bench"], "timeout", HANG_TIMEOUT_S["bench"]),
-])
+@pytest.mark.parametrize(
+    "argv, dest, value",
+    [
+        (["check", "--timeout", "7"], "timeout", 7.0),
+        (["check", "--hang-timeout", "7"], "timeout", 7.0),
+        (["check"], "timeout", HANG_TIMEOUT_S["check"]),
+        (["bench", "--timeout", "9"], "timeout", 9.0),
+        (["bench", "--hang-timeout", "9"], "timeout", 9.0),
+        (["bench"], "timeout", HANG_TIMEOUT_S["bench"]),
+    ],
+)
 def test_old_names_are_aliases(argv, dest, value):
     assert getattr(build_parser().parse_args(argv), dest) == value
 

@@ -7,8 +7,16 @@ import torch.distributed as dist
 import ddplab.dist as dd
 from ddplab.errors import DdplabError
 
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE")
+LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
 
 
 @pytest.fixture
@@ -18,14 +26,17 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"LOCAL_RANK": "abc"}, "LOCAL_RANK='abc' is not an integer"),
-    ({"WORLD_SIZE": "0", "RANK": "0"}, "WORLD_SIZE=0 must be at least 1"),
-    ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK=2 is outside"),
-    ({"WORLD_SIZE": "2", "RANK": "1"}, "MASTER_ADDR/MASTER_PORT are not set"),
-    ({"MASTER_PORT": "70000"}, "is not a TCP port"),
-    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK=-1 is negative"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"LOCAL_RANK": "abc"}, "LOCAL_RANK='abc' is not an integer"),
+        ({"WORLD_SIZE": "0", "RANK": "0"}, "WORLD_SIZE=0 must be at least 1"),
+        ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK=2 is outside"),
+        ({"WORLD_SIZE": "2", "RANK": "1"}, "MASTER_ADDR/MASTER_PORT are not set"),
+        ({"MASTER_PORT": "70000"}, "is not a TCP port"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK=-1 is negative"),
+    ],
+)
 def test_broken_launcher_env_is_one_line_with_a_fix(env, words):
     with pytest.raises(DdplabError) as err:
         dd.read_launcher_env(env)

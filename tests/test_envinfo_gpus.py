@@ -11,10 +11,19 @@ import pytest
 from ddplab import envinfo
 
 
-@pytest.mark.parametrize("raw, ids", [
-    (None, None), ("", []), ("-1", []), ("0,1", ["0", "1"]), ("0,-1,1", ["0"]), (" 2 , 3 ", ["2", "3"]),
-    ("GPU-8f3a", ["GPU-8f3a"]), ("0,,1", ["0"]),
-])
+@pytest.mark.parametrize(
+    "raw, ids",
+    [
+        (None, None),
+        ("", []),
+        ("-1", []),
+        ("0,1", ["0", "1"]),
+        ("0,-1,1", ["0"]),
+        (" 2 , 3 ", ["2", "3"]),
+        ("GPU-8f3a", ["GPU-8f3a"]),
+        ("0,,1", ["0"]),
+    ],
+)
 def test_visible_gpus_as_cuda_reads_them(raw, ids):
     assert envinfo.visible_gpus(raw) == ids
 
@@ -25,12 +34,15 @@ def fake_torch(cuda: str | None, available: bool, says: str = ""):
             warnings.warn(says, UserWarning)
         return available
 
-    return SimpleNamespace(__version__="2.9.0+cu126", version=SimpleNamespace(cuda=cuda),
-                           cuda=SimpleNamespace(is_available=is_available))
+    return SimpleNamespace(
+        __version__="2.9.0+cu126", version=SimpleNamespace(cuda=cuda), cuda=SimpleNamespace(is_available=is_available)
+    )
 
 
-TOO_OLD = ("CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). Please update "
-           "your GPU driver by downloading and installing a new version from the URL: ...")
+TOO_OLD = (
+    "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). Please update "
+    "your GPU driver by downloading and installing a new version from the URL: ..."
+)
 
 
 def test_a_driver_older_than_torchs_cuda_is_named_with_the_version_needed():
@@ -46,13 +58,16 @@ def test_a_recent_driver_torch_cannot_use_is_still_a_problem():
     assert "--gpus all" in problem.fix
 
 
-@pytest.mark.parametrize("torch_, environ, gpus", [
-    (fake_torch("12.6", True), {}, 8),  # torch uses them
-    (fake_torch("12.6", False, TOO_OLD), {"CUDA_VISIBLE_DEVICES": "-1"}, 8),  # hidden on purpose
-    (fake_torch("12.6", False, TOO_OLD), {"CUDA_VISIBLE_DEVICES": ""}, 8),
-    (fake_torch(None, False), {}, 8),  # a CPU build: `ddplab env` says so on its own
-    (fake_torch("12.6", False), {}, 0),  # no GPU for the driver to see
-])
+@pytest.mark.parametrize(
+    "torch_, environ, gpus",
+    [
+        (fake_torch("12.6", True), {}, 8),  # torch uses them
+        (fake_torch("12.6", False, TOO_OLD), {"CUDA_VISIBLE_DEVICES": "-1"}, 8),  # hidden on purpose
+        (fake_torch("12.6", False, TOO_OLD), {"CUDA_VISIBLE_DEVICES": ""}, 8),
+        (fake_torch(None, False), {}, 8),  # a CPU build: `ddplab env` says so on its own
+        (fake_torch("12.6", False), {}, 0),  # no GPU for the driver to see
+    ],
+)
 def test_no_problem_where_cpu_ranks_are_right(torch_, environ, gpus):
     assert envinfo.unusable_gpus(torch_, environ, driver="470.57.02", gpus=gpus) is None
 
@@ -82,6 +97,7 @@ def test_preflight_fails_cpu_ranks_where_the_driver_sees_unusable_gpus(monkeypat
     for ranks_vs_devices in (True, False):  # train asks without the ranks-vs-devices finding
         found = preflight.environment_findings(2, "cpu", "gloo", ranks_vs_devices=ranks_vs_devices)
         assert [(f.level, f.fix) for f in found if "driver" in f.what] == [("fail", "update the driver")]
-    assert not [f for f in preflight.environment_findings(1, "cuda", "nccl", ranks_vs_devices=False)
-                if "driver 470" in f.what]
+    assert not [
+        f for f in preflight.environment_findings(1, "cuda", "nccl", ranks_vs_devices=False) if "driver 470" in f.what
+    ]
     assert seen == ["torch", "torch"]

@@ -5,9 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import conftest
+import pytest
 
 TESTS = Path(__file__).parent
 
@@ -21,25 +20,44 @@ class Config:
         return self.markexpr
 
 
-@pytest.mark.parametrize("markexpr, asked", [
-    ("", False), ("not slow", False), ("not gpu", False), ("not slow and not gpu", False),
-    ("gpu", True), ("gpu and not slow", True), ("slow or gpu", True), ("gpus", False),
-])
+@pytest.mark.parametrize(
+    "markexpr, asked",
+    [
+        ("", False),
+        ("not slow", False),
+        ("not gpu", False),
+        ("not slow and not gpu", False),
+        ("gpu", True),
+        ("gpu and not slow", True),
+        ("slow or gpu", True),
+        ("gpus", False),
+    ],
+)
 def test_the_gpu_group_is_asked_for_by_name(markexpr, asked):
     assert conftest.gpu_group_asked(Config(markexpr)) is asked
 
 
 def test_this_run_and_its_subprocesses_see_no_gpu():
     assert conftest.PINNED_TO_CPU and os.environ["CUDA_VISIBLE_DEVICES"] == ""
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "0", out.stderr
 
 
 def _pytest(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
-                          cwd=TESTS.parent, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_without_a_gpu_the_gpu_group_skips_with_one_reason():
@@ -59,4 +77,3 @@ def test_a_default_run_does_not_collect_the_gpu_group():
     assert "tests/gpu" in ran.stdout  # named explicitly: collected, and skipped for want of -m gpu
     ran = _pytest("--collect-only", "-q", "-m", "not slow")
     assert "tests/gpu/" not in ran.stdout, ran.stdout[-2000:]
-

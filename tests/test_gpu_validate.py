@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cli
 
 ROOT = Path(__file__).parent.parent
@@ -21,8 +20,13 @@ def test_the_script_parses():
 
 def test_without_a_gpu_it_says_so_in_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "results.md"
-    ran = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHON": sys.executable})
+    ran = subprocess.run(
+        ["bash", str(SCRIPT), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert ran.returncode == 2 and ran.stderr.strip().count("\n") == 0 and "no CUDA GPU" in ran.stderr
     assert not out.exists()
 
@@ -48,17 +52,42 @@ def test_the_report_renders_real_outputs_and_names_what_did_not_run(tmp_path, no
     (work / "train_fsdp.err").write_text("starting\nrank 0: `[bold]` stuck | here\n")
     rows += ["train_fsdp\t124\t120\t120", "train_zero1\tskipped\t0\t120"]
     (work / "steps.tsv").write_text("\n".join(rows) + "\n")
-    junit = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            f"--junitxml={work / 'gpu_tests.xml'}",
-                            "tests/test_gpu_group.py::test_the_gpu_group_is_asked_for_by_name"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    junit = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={work / 'gpu_tests.xml'}",
+            "tests/test_gpu_group.py::test_the_gpu_group_is_asked_for_by_name",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert junit.returncode == 0, junit.stdout
     rows.append("gpu_tests\t0\t5\t270")
     (work / "steps.tsv").write_text("\n".join(rows) + "\n")
 
     out = tmp_path / "results.md"
-    ran = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_report.py"), str(work), str(out),
-                          "--gpus", "1", "--seconds", "42"], capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_report.py"),
+            str(work),
+            str(out),
+            "--gpus",
+            "1",
+            "--seconds",
+            "42",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
     md = out.read_text()
     assert "in 42 s, world size 1" in md and "8 passed, 0 failed" in md

@@ -46,18 +46,19 @@ def test_every_block_is_complete_as_printed():
     for block in found:
         assert not re.search(r"\$(?!!)[A-Za-z_{]", block.command), f"a variable the guide never sets: {block.command}"
         written.update(re.findall(r"(?:ddplab new |2> |> )([\w./-]+)", block.command))
-        for path in re.findall(r"(?<![\w/.-])((?:docs|src|tests)/[\w./-]+\.\w+|[\w-]+\.(?:py|log|pt))\b",
-                               block.command):
+        for path in re.findall(
+            r"(?<![\w/.-])((?:docs|src|tests)/[\w./-]+\.\w+|[\w-]+\.(?:py|log|pt))\b", block.command
+        ):
             assert (make_guide.ROOT / path).is_file() or path in written, f"{path} in `{block.command}`"
         shown = " ".join(shown_output(block.command).split())
-        assert block.shows or block.exit, f"say what the output must show (shows=\"...\"): {block.command}"
+        assert block.shows or block.exit, f'say what the output must show (shows="..."): {block.command}'
         for text in block.shows:
             assert " ".join(text.split()) in shown, f"the guide's own output lacks {text!r}: {block.command}"
         assert make_guide.TRACEBACK not in shown, block.command
 
 
 def test_a_hidden_environment_is_refused():
-    match = make_guide.BLOCK.search('<!-- run env=DDPLAB_FAULT=x: ddplab check -->\n```console\n$ x\n```')
+    match = make_guide.BLOCK.search("<!-- run env=DDPLAB_FAULT=x: ddplab check -->\n```console\n$ x\n```")
     with pytest.raises(ValueError, match="inline"):
         make_guide.parse(match)
 
@@ -78,22 +79,28 @@ def test_a_block_fails_when_its_run_differs_from_the_guide(tmp_path):
     assert check("echo $DOCS/examples") == []  # the old guide's variable is not set for the commands
     assert check("mkdir $TMPDIR/ddplab-run-x") == ["left /tmp/ddplab-run-x behind"]
     assert check("mkdir $TMPDIR/ddplab-launch-y; exit 3", exit=3) == [
-        "left /tmp/ddplab-launch-y behind without naming it in its output"]
+        "left /tmp/ddplab-launch-y behind without naming it in its output"
+    ]
     assert check("mkdir $TMPDIR/ddplab-launch-z; echo logs: $TMPDIR/ddplab-launch-z; exit 3", exit=3) == []
     assert check("sleep 30 > /dev/null 2>&1 &") == ["left a process running after it ended"]  # and it was ended
     block = make_guide.Block("sleep 30 & wait", 0)
     outcome = make_guide.run_block(block, sandbox, timeout=1)
-    assert outcome.code == -1 and make_guide.problems(block, outcome) == ["overstayed its deadline (exit code 0 "
-                                                                          "expected)"]
+    assert outcome.code == -1 and make_guide.problems(block, outcome) == [
+        "overstayed its deadline (exit code 0 expected)"
+    ]
     assert (sandbox.root / "docs").resolve() == make_guide.ROOT / "docs"  # the stand-in links the checkout's
 
 
 def test_paths_in_the_output_are_the_projects_not_this_machines(tmp_path):
     """A real command's output, as the generator writes it: no absolute path of this machine is left."""
     sandbox = make_guide.Sandbox(tmp_path)
-    outcome = make_guide.run_block(make_guide.Block(
-        'python -c "import os, sys, tempfile, torch, ddplab; print(torch.__file__, ddplab.__file__, sys.executable, '
-        'os.__file__, os.getcwd(), os.path.realpath(\'docs/guide.md\'), tempfile.mkdtemp(prefix=\'x-\'))"'), sandbox)
+    outcome = make_guide.run_block(
+        make_guide.Block(
+            'python -c "import os, sys, tempfile, torch, ddplab; print(torch.__file__, ddplab.__file__, sys.executable, '
+            "os.__file__, os.getcwd(), os.path.realpath('docs/guide.md'), tempfile.mkdtemp(prefix='x-'))\""
+        ),
+        sandbox,
+    )
     assert outcome.code == 0, outcome.output
     torch_file, ddplab_file, python, stdlib, cwd, guide, tmp = outcome.output.split()
     assert torch_file == "<site-packages>/torch/__init__.py"

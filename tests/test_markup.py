@@ -15,13 +15,18 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cli
+
 from ddplab import report
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ddplab"
-MARKS = ["[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]", "[bold]", "[/]",
-         "[link=http://x]y[/link]", "[red]not red[/red]"]
+MARKS = [
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]",
+    "[bold]",
+    "[/]",
+    "[link=http://x]y[/link]",
+    "[red]not red[/red]",
+]
 MARK = " ".join(MARKS)
 
 
@@ -52,11 +57,18 @@ def test_env(capsys):
     from ddplab.commands.env import render
     from ddplab.envinfo import EnvReport
 
-    r = EnvReport(python={"version": MARK, "executable": MARK}, platform={"system": MARK, "release": "", "machine": ""},
-                  torch={"version": "2.13.0", "build": MARK, "cudnn": None, "nccl": None}, backends={"gloo": True},
-                  devices=[], driver=MARK, cpu={"physical_cores": 2, "logical_cores": 2},
-                  memory={"total_gib": 1, "shm_mib": 1}, env_vars={"NCCL_DEBUG": MARK},
-                  warnings=[{"problem": MARK, "fix": MARK}])
+    r = EnvReport(
+        python={"version": MARK, "executable": MARK},
+        platform={"system": MARK, "release": "", "machine": ""},
+        torch={"version": "2.13.0", "build": MARK, "cudnn": None, "nccl": None},
+        backends={"gloo": True},
+        devices=[],
+        driver=MARK,
+        cpu={"physical_cores": 2, "logical_cores": 2},
+        memory={"total_gib": 1, "shm_mib": 1},
+        env_vars={"NCCL_DEBUG": MARK},
+        warnings=[{"problem": MARK, "fix": MARK}],
+    )
     assert_verbatim(*rendered(r, render, capsys), times=6)
 
 
@@ -64,12 +76,23 @@ def test_check_failure_and_result(capsys):
     from ddplab.checks import FAIL, PASS, TIMEOUT, StageResult
     from ddplab.commands.check import CheckResult, render
 
-    stages = [StageResult("devices", PASS, 1.0, figure=MARK,
-                          details={"findings": [{"level": "warn", "what": MARK, "fix": MARK}]}),
-              StageResult("collectives", FAIL, 1.0, figure=MARK, cause=MARK, fix=MARK),
-              StageResult("ddp", TIMEOUT, 1.0, cause=MARK, fix=MARK)]
-    r = CheckResult(ok=False, verdict=MARK, nproc=2, device="cpu", backend="gloo", seconds=1.0, stages=stages,
-                    problems=[{"rank": 1, "phase": MARK, "traceback": MARK}, {"rank": 0, "phase": "x", "stack": MARK}])
+    stages = [
+        StageResult(
+            "devices", PASS, 1.0, figure=MARK, details={"findings": [{"level": "warn", "what": MARK, "fix": MARK}]}
+        ),
+        StageResult("collectives", FAIL, 1.0, figure=MARK, cause=MARK, fix=MARK),
+        StageResult("ddp", TIMEOUT, 1.0, cause=MARK, fix=MARK),
+    ]
+    r = CheckResult(
+        ok=False,
+        verdict=MARK,
+        nproc=2,
+        device="cpu",
+        backend="gloo",
+        seconds=1.0,
+        stages=stages,
+        problems=[{"rank": 1, "phase": MARK, "traceback": MARK}, {"rank": 0, "phase": "x", "stack": MARK}],
+    )
     assert_verbatim(*rendered(r, render, capsys), times=9)
 
 
@@ -78,40 +101,110 @@ def test_bench_result_and_failure(capsys):
     from ddplab.launcher.outcome import RankOutcome, RunResult
     from ddplab.perf.bench import BenchResult
 
-    r = BenchResult(status="PASS", backend="gloo", device="cpu", world_size=2, dtype="float32", iters=1, warmup=1,
-                    in_place=True, notes=[MARK])
+    r = BenchResult(
+        status="PASS",
+        backend="gloo",
+        device="cpu",
+        world_size=2,
+        dtype="float32",
+        iters=1,
+        warmup=1,
+        in_place=True,
+        notes=[MARK],
+    )
     assert_verbatim(*rendered(r, render, capsys))
-    run = RunResult(status="failed", seconds=1.0, nproc=1, master_port=1,
-                    ranks=[RankOutcome(rank=0, exitcode=1, traceback=MARK)],
-                    root_cause=0)
+    run = RunResult(
+        status="failed",
+        seconds=1.0,
+        nproc=1,
+        master_port=1,
+        ranks=[RankOutcome(rank=0, exitcode=1, traceback=MARK)],
+        root_cause=0,
+    )
     assert _run_failed(run) == 1
     assert MARK in capsys.readouterr().err
 
 
 def test_train_result_failure_and_notes(capsys):
-    from ddplab.train.result import TrainFailure, render_failure
     from ddplab.train.progress import ProgressView
-    from ddplab.train.result import RankStats, TrainResult, render
+    from ddplab.train.result import RankStats, TrainFailure, TrainResult, render, render_failure
 
-    ranks = [RankStats(rank=0, samples=1, steps=1, step_ms=1.0, comm_wait_ms=None, cpu_percent=1.0,
-                       gpu_util_percent=None, peak_memory_mb=1.0, final_loss=1.0, digest=MARK)]
-    r = TrainResult(recipe=MARK, parameters=1, world_size=1, backend="gloo", device="cpu", batch_size=1, grad_accum=1,
-                    global_batch=1, epochs=1, steps=1, total_steps=1, planned_steps=1, seconds=1.0, timed_steps=1,
-                    samples=1, samples_per_sec=1.0, final_loss=1.0, params_identical=False, ranks=ranks,
-                    strategy="ddp", status="PASS", mfu_note=MARK, tokens_per_sec=1.0, model_file=MARK,
-                    checkpoint=MARK, metrics_file=MARK, notes=[MARK], warnings=[MARK])
+    ranks = [
+        RankStats(
+            rank=0,
+            samples=1,
+            steps=1,
+            step_ms=1.0,
+            comm_wait_ms=None,
+            cpu_percent=1.0,
+            gpu_util_percent=None,
+            peak_memory_mb=1.0,
+            final_loss=1.0,
+            digest=MARK,
+        )
+    ]
+    r = TrainResult(
+        recipe=MARK,
+        parameters=1,
+        world_size=1,
+        backend="gloo",
+        device="cpu",
+        batch_size=1,
+        grad_accum=1,
+        global_batch=1,
+        epochs=1,
+        steps=1,
+        total_steps=1,
+        planned_steps=1,
+        seconds=1.0,
+        timed_steps=1,
+        samples=1,
+        samples_per_sec=1.0,
+        final_loss=1.0,
+        params_identical=False,
+        ranks=ranks,
+        strategy="ddp",
+        status="PASS",
+        mfu_note=MARK,
+        tokens_per_sec=1.0,
+        model_file=MARK,
+        checkpoint=MARK,
+        metrics_file=MARK,
+        notes=[MARK],
+        warnings=[MARK],
+    )
     assert_verbatim(*rendered(r, render, capsys), times=7)
-    gloo = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
-            "Timed out waiting 60000ms for recv operation to complete")
-    f = TrainFailure("failed", MARK + gloo, 0, [{"rank": 0, "phase": "x", "exitcode": 1, "error": MARK,
-                                                 "output_tail": MARK + gloo, "stack": None}])
+    gloo = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+        "Timed out waiting 60000ms for recv operation to complete"
+    )
+    f = TrainFailure(
+        "failed",
+        MARK + gloo,
+        0,
+        [{"rank": 0, "phase": "x", "exitcode": 1, "error": MARK, "output_tail": MARK + gloo, "stack": None}],
+    )
     text, data = rendered(f, render_failure, capsys)
     assert_verbatim(text, data, times=2)
     assert gloo in text
     view = ProgressView()
-    view.start({"recipe": MARK, "parameters": 1, "world_size": 1, "backend": "gloo", "device": "cpu",
-                "global_batch": 1, "batch_size": 1, "grad_accum": 1, "steps_per_epoch": 1, "epochs": 1,
-                "planned_steps": 1, "start_step": 0, "start_epoch": 0})
+    view.start(
+        {
+            "recipe": MARK,
+            "parameters": 1,
+            "world_size": 1,
+            "backend": "gloo",
+            "device": "cpu",
+            "global_batch": 1,
+            "batch_size": 1,
+            "grad_accum": 1,
+            "steps_per_epoch": 1,
+            "epochs": 1,
+            "planned_steps": 1,
+            "start_step": 0,
+            "start_epoch": 0,
+        }
+    )
     view.note(MARK)
     view.close()
     assert capsys.readouterr().err.count(MARK) == 2
@@ -124,28 +217,61 @@ def test_launch_failure_and_hang(capsys):
     from ddplab.userscript.analysis import LaunchResult, RankReport
 
     explanation = explain("RuntimeError: Connection closed by peer " + MARK, source=MARK)
-    ranks = [RankReport(rank=0, local_rank=0, pid=1, exitcode=1, error=MARK, traceback=MARK, log=MARK),
-             RankReport(rank=1, local_rank=1, pid=2, exitcode=1, error=MARK)]
-    r = LaunchResult(status="failed", exit_code=1, summary=MARK, command=[MARK], nproc_per_node=2, nnodes="1",
-                     endpoint=None, log_dir=MARK, seconds=1.0, ranks=ranks, root_cause=0, explanation=explanation)
+    ranks = [
+        RankReport(rank=0, local_rank=0, pid=1, exitcode=1, error=MARK, traceback=MARK, log=MARK),
+        RankReport(rank=1, local_rank=1, pid=2, exitcode=1, error=MARK),
+    ]
+    r = LaunchResult(
+        status="failed",
+        exit_code=1,
+        summary=MARK,
+        command=[MARK],
+        nproc_per_node=2,
+        nnodes="1",
+        endpoint=None,
+        log_dir=MARK,
+        seconds=1.0,
+        ranks=ranks,
+        root_cause=0,
+        explanation=explanation,
+    )
     assert_verbatim(*rendered(r, render, capsys), times=5)
-    hang = LaunchResult(status="hang", exit_code=3, summary=MARK, command=[MARK], nproc_per_node=2, nnodes="1",
-                        endpoint=None, log_dir=MARK, seconds=1.0,
-                        ranks=[RankReport(rank=0, local_rank=0, pid=1, stuck_in=MARK, where=MARK, stack=MARK)],
-                        related_lint=[Finding(line=1, rule=MARK, level="error", message=MARK, fix=MARK)])
+    hang = LaunchResult(
+        status="hang",
+        exit_code=3,
+        summary=MARK,
+        command=[MARK],
+        nproc_per_node=2,
+        nnodes="1",
+        endpoint=None,
+        log_dir=MARK,
+        seconds=1.0,
+        ranks=[RankReport(rank=0, local_rank=0, pid=1, stuck_in=MARK, where=MARK, stack=MARK)],
+        related_lint=[Finding(line=1, rule=MARK, level="error", message=MARK, fix=MARK)],
+    )
     assert_verbatim(*rendered(hang, render, capsys), times=4)
     from ddplab.sanitize import Finding as Seen
     from ddplab.sanitize.readout import SanitizeReport
 
-    sanitized = LaunchResult(status="ok", exit_code=0, summary=MARK, command=[MARK], nproc_per_node=2, nnodes="1",
-                             endpoint=None, log_dir=None, seconds=1.0,
-                             sanitize=SanitizeReport(50, [0, 1], 50, [Seen(MARK, MARK, MARK, "x.py:1", MARK)]))
+    sanitized = LaunchResult(
+        status="ok",
+        exit_code=0,
+        summary=MARK,
+        command=[MARK],
+        nproc_per_node=2,
+        nnodes="1",
+        endpoint=None,
+        log_dir=None,
+        seconds=1.0,
+        sanitize=SanitizeReport(50, [0, 1], 50, [Seen(MARK, MARK, MARK, "x.py:1", MARK)]),
+    )
     assert_verbatim(*rendered(sanitized, render, capsys), times=5)
 
 
 def test_explain_and_lint(capsys):
     from ddplab.commands.lint import render as render_lint
-    from ddplab.explain.matcher import explain_text as explain, render
+    from ddplab.explain.matcher import explain_text as explain
+    from ddplab.explain.matcher import render
     from ddplab.lint.findings import Finding, LintResult
 
     e = explain(f"[rank1]: RuntimeError: {MARK} Connection closed by peer", source=MARK)
@@ -154,9 +280,15 @@ def test_explain_and_lint(capsys):
     nothing = explain(MARK, source=MARK)
     render(report.console(), nothing)  # no known error: next steps, nothing raises
     capsys.readouterr()
-    lint = LintResult(script=MARK, findings=[Finding(line=1, rule=MARK, level="error", message=MARK, fix=MARK),
-                                             Finding(line=2, rule="x", level="warning", message=MARK, fix=MARK)],
-                      errors=1, warnings=1)
+    lint = LintResult(
+        script=MARK,
+        findings=[
+            Finding(line=1, rule=MARK, level="error", message=MARK, fix=MARK),
+            Finding(line=2, rule="x", level="warning", message=MARK, fix=MARK),
+        ],
+        errors=1,
+        warnings=1,
+    )
     assert_verbatim(*rendered(lint, render_lint, capsys), times=5)
     clean = LintResult(script=MARK, findings=[])
     assert_verbatim(*rendered(clean, render_lint, capsys))
@@ -169,32 +301,96 @@ def test_scale_cost_memory(capsys):
     from ddplab.perf.advice import Advice
     from ddplab.perf.cost import CostResult, Option, Peak, Price
     from ddplab.perf.memory import Fit, MemoryReport
-    from ddplab.perf.memory_trace import Part, Prediction as MemPrediction
+    from ddplab.perf.memory_trace import Part
+    from ddplab.perf.memory_trace import Prediction as MemPrediction
     from ddplab.perf.prediction import Point
     from ddplab.perf.study import ScaleResult
 
-    point = Point(world_size=2, batch_per_rank=1, accum_steps=1, samples_per_sec=1.0, speedup=1.0, efficiency=0.1,
-                  step_ms=1.0, compute_ms=1.0, exposed_comm_ms=1.0, model_samples_per_sec=1.0, run_samples_per_sec=1.0)
-    model = {"compute_fixed_s": 0.0, "compute_per_sample_s": 0.0, "step_fixed_s": 0.0, "latency_s": 0.0,
-             "bus_bytes_per_s": None, "overlap": 0.0}
-    s = ScaleResult(recipe=MARK, device="cpu", backend="gloo", strong=False, batch_per_rank=1, accum_steps=1,
-                    grad_bytes=1, recipe_flags=[MARK], points=[point], model=model, predictions=[], interconnects=[],
-                    advice=[Advice(name=MARK, why=MARK, flags=[MARK], predicted_gain=1.0, note=MARK)], plot=MARK,
-                    notes=[MARK])
+    point = Point(
+        world_size=2,
+        batch_per_rank=1,
+        accum_steps=1,
+        samples_per_sec=1.0,
+        speedup=1.0,
+        efficiency=0.1,
+        step_ms=1.0,
+        compute_ms=1.0,
+        exposed_comm_ms=1.0,
+        model_samples_per_sec=1.0,
+        run_samples_per_sec=1.0,
+    )
+    model = {
+        "compute_fixed_s": 0.0,
+        "compute_per_sample_s": 0.0,
+        "step_fixed_s": 0.0,
+        "latency_s": 0.0,
+        "bus_bytes_per_s": None,
+        "overlap": 0.0,
+    }
+    s = ScaleResult(
+        recipe=MARK,
+        device="cpu",
+        backend="gloo",
+        strong=False,
+        batch_per_rank=1,
+        accum_steps=1,
+        grad_bytes=1,
+        recipe_flags=[MARK],
+        points=[point],
+        model=model,
+        predictions=[],
+        interconnects=[],
+        advice=[Advice(name=MARK, why=MARK, flags=[MARK], predicted_gain=1.0, note=MARK)],
+        plot=MARK,
+        notes=[MARK],
+    )
     assert_verbatim(*rendered(s, render_scale, capsys), times=4)
-    option = Option(gpu=MARK, offer=0, count=1, billed_gpus=1, samples_per_sec=1.0, hours=1.0, cost=1.0,
-                    currency="USD", price_per_gpu_hour=1.0, speed_ratio=1.0, speed_basis="assumed",
-                    scaling_basis=MARK, cheapest=True, fastest=True)
-    c = CostResult(samples=1.0, base_samples_per_sec=1.0, measured_on=MARK, options=[option],
-                   prices=[Price(MARK, 1.0, "USD", MARK, MARK, 1, MARK, MARK, MARK, MARK)],
-                   peaks=[Peak(MARK, 1.0, MARK, MARK)], assumptions=[MARK], notes=[MARK], prices_age_days=1,
-                   prices_oldest=MARK)
+    option = Option(
+        gpu=MARK,
+        offer=0,
+        count=1,
+        billed_gpus=1,
+        samples_per_sec=1.0,
+        hours=1.0,
+        cost=1.0,
+        currency="USD",
+        price_per_gpu_hour=1.0,
+        speed_ratio=1.0,
+        speed_basis="assumed",
+        scaling_basis=MARK,
+        cheapest=True,
+        fastest=True,
+    )
+    c = CostResult(
+        samples=1.0,
+        base_samples_per_sec=1.0,
+        measured_on=MARK,
+        options=[option],
+        prices=[Price(MARK, 1.0, "USD", MARK, MARK, 1, MARK, MARK, MARK, MARK)],
+        peaks=[Peak(MARK, 1.0, MARK, MARK)],
+        assumptions=[MARK],
+        notes=[MARK],
+        prices_age_days=1,
+        prices_oldest=MARK,
+    )
     assert_verbatim(*rendered(c, render_cost, capsys), times=12)
-    pred = MemPrediction(strategy="ddp", nproc=1, batch_size=1, peak_bytes=1, parts=[Part(MARK, 1, MARK)],
-                         between_steps_bytes=1)
-    m = MemoryReport(model=MARK, settings={}, parameters=1, batch_size=1, nproc=1, amp=MARK, predictions=[pred],
-                     per_sample_bytes={"ddp": 1.0}, fits=[Fit(MARK, 1.0, 1, {"ddp": True}, {"ddp": 1}, MARK)],
-                     cuda_context_source=MARK, advice=[MARK], basis=[MARK])
+    pred = MemPrediction(
+        strategy="ddp", nproc=1, batch_size=1, peak_bytes=1, parts=[Part(MARK, 1, MARK)], between_steps_bytes=1
+    )
+    m = MemoryReport(
+        model=MARK,
+        settings={},
+        parameters=1,
+        batch_size=1,
+        nproc=1,
+        amp=MARK,
+        predictions=[pred],
+        per_sample_bytes={"ddp": 1.0},
+        fits=[Fit(MARK, 1.0, 1, {"ddp": True}, {"ddp": 1}, MARK)],
+        cuda_context_source=MARK,
+        advice=[MARK],
+        basis=[MARK],
+    )
     assert_verbatim(*rendered(m, render_memory, capsys), times=6)
 
 
@@ -202,11 +398,20 @@ def test_monitor_new_slurm(capsys):
     from ddplab.commands import monitor, new, slurm
     from ddplab.observe.monitor import JobView, RankView, Snapshot
 
-    rank = RankView(pid=1, rank=0, local_rank=0, status=MARK, cpu_percent=1.0, cpu_seconds=1.0, phase=MARK,
-                    progress=1, flags=[MARK])
-    snap = Snapshot(time=0.0, interval_s=1.0, jobs=[JobView(id=MARK, launcher="torchrun", agent_pid=None,
-                                                            world_size=1, ranks=[rank])],
-                    gpus=[], nvml=MARK, problems=[MARK], notes=[MARK], verdict=MARK, ok=True)
+    rank = RankView(
+        pid=1, rank=0, local_rank=0, status=MARK, cpu_percent=1.0, cpu_seconds=1.0, phase=MARK, progress=1, flags=[MARK]
+    )
+    snap = Snapshot(
+        time=0.0,
+        interval_s=1.0,
+        jobs=[JobView(id=MARK, launcher="torchrun", agent_pid=None, world_size=1, ranks=[rank])],
+        gpus=[],
+        nvml=MARK,
+        problems=[MARK],
+        notes=[MARK],
+        verdict=MARK,
+        ok=True,
+    )
     assert_verbatim(*rendered(snap, monitor.render, capsys), times=7)
     n = new.NewResult(path=MARK, task="classification", lines=1, overwritten=False, run=MARK)
     assert_verbatim(*rendered(n, new.render, capsys), times=2)
@@ -235,11 +440,18 @@ def test_no_module_reads_markup():
                 offenders.append(f"{rel}:{node.lineno} imports rich.markup")
             if isinstance(node, ast.Attribute) and node.attr in ("from_markup", "render_markup"):
                 offenders.append(f"{rel}:{node.lineno} {node.attr}")
-            if isinstance(node, ast.keyword) and node.arg == "markup" and not (
-                    isinstance(node.value, ast.Constant) and node.value.value is False):
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "markup"
+                and not (isinstance(node.value, ast.Constant) and node.value.value is False)
+            ):
                 offenders.append(f"{rel}:{node.lineno} markup=...")
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Console"
-                    and str(rel) != "report.py"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "Console"
+                and str(rel) != "report.py"
+            ):
                 offenders.append(f"{rel}:{node.lineno} makes its own Console")
     assert not offenders, offenders
     assert report.console()._markup is False and report.console(stderr=True)._markup is False
@@ -262,10 +474,12 @@ def test_lint_of_a_script_whose_path_and_line_carry_markup(tmp_path):
     folder = tmp_path / "[" / "x.cc:78]"  # the path holds "[/x.cc:78]"
     folder.mkdir(parents=True)
     script = folder / "[bold]train.py"
-    script.write_text("import torch.distributed as dist\n"
-                      "dist.init_process_group('gloo')\n"
-                      f"if dist.get_rank() == 0:  # {MARK}\n"
-                      "    dist.all_reduce(x)\n")
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        f"if dist.get_rank() == 0:  # {MARK}\n"
+        "    dist.all_reduce(x)\n"
+    )
     ran = cli("lint", str(script), timeout=60)
     assert "Traceback" not in ran.err and ran.code == 1, ran.err
     assert f"{script}:4:" in ran.out, ran.out
@@ -292,8 +506,14 @@ def _piped(*args: str) -> str:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    ran = subprocess.run([sys.executable, "-m", "ddplab", *args], env={**env, "NO_COLOR": "1"},
-                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-m", "ddplab", *args],
+        env={**env, "NO_COLOR": "1"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "Traceback" not in ran.stderr, ran.stderr
     return ran.stdout
 
@@ -302,10 +522,12 @@ def test_piped_output_keeps_paths_and_sentences_whole_without_trailing_spaces(tm
     folder = tmp_path / ("a-folder-name-long-enough-that-the-path-alone-passes-eighty-columns-" * 2)
     folder.mkdir()
     script = folder / "train.py"
-    script.write_text("import torch.distributed as dist\n"
-                      "dist.init_process_group('gloo')\n"
-                      "if dist.get_rank() == 0:\n"
-                      "    dist.all_reduce(x)\n")
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    dist.all_reduce(x)\n"
+    )
     lint = _piped("lint", str(script))
     finding = next(line for line in lint.splitlines() if line.startswith(f"{script}:4: error"))
     assert len(finding) > 120  # the path, the rule and the message on one line, as an editor's jump list wants
@@ -314,7 +536,9 @@ def test_piped_output_keeps_paths_and_sentences_whole_without_trailing_spaces(tm
     explain = _piped("explain", str(log))
     matches = json.loads(_piped("explain", str(log), "--json"))["matches"]
     for m in matches:  # each reference (URLs) and cause whole on its line
-        assert f"   see:   {m['reference']}" in explain.splitlines() and f"   cause: {m['cause']}" in explain.splitlines()
+        assert (
+            f"   see:   {m['reference']}" in explain.splitlines() and f"   cause: {m['cause']}" in explain.splitlines()
+        )
     assert any(len(m["cause"]) > 80 for m in matches)
     env = _piped("env")  # a table: fits 80 columns, and its padding leaves no spaces at line ends
     for text in (lint, explain, env):

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, kill_tree
 from conftest import finish as ended
 
@@ -41,8 +40,18 @@ def losses(path: Path) -> dict[int, str]:
 
 
 def run_script(tmp: Path, name: str, *extra: str, expect: int = 0, timeout: float = 150):
-    ran = cli(*LAUNCH, str(SCRIPT), "--ckpt", str(tmp / name), "--losses", str(tmp / f"{name}.losses"),
-              "--out", str(tmp / f"{name}.out"), *extra, timeout=timeout)
+    ran = cli(
+        *LAUNCH,
+        str(SCRIPT),
+        "--ckpt",
+        str(tmp / name),
+        "--losses",
+        str(tmp / f"{name}.losses"),
+        "--out",
+        str(tmp / f"{name}.out"),
+        *extra,
+        timeout=timeout,
+    )
     assert ran.code == expect, ran.err[-3000:]
     return ran
 
@@ -57,8 +66,15 @@ def reference(tmp_path_factory):
 
 def start(args: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "ddplab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddplab", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        **kw,
+    )
 
 
 def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str) -> None:
@@ -87,8 +103,20 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
     ref_losses, ref_out = reference
     ckpt, log = tmp_path / "run", tmp_path / "run.losses"
     at = random.randint(2, len(ref_losses) - 8)  # a random step, not the first nor near the end
-    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
-                  "--sleep", "0.05"])
+    proc = start(
+        [
+            *LAUNCH,
+            str(SCRIPT),
+            "--ckpt",
+            str(ckpt),
+            "--losses",
+            str(log),
+            "--out",
+            str(tmp_path / "o"),
+            "--sleep",
+            "0.05",
+        ]
+    )
     wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
     done_at_signal = lines_in(log)
     proc.send_signal(signal.SIGTERM)
@@ -112,8 +140,20 @@ def test_the_preempt_fault_stops_the_run_after_its_step_whatever_the_machines_sp
     200 steps) however fast its steps are - no --sleep here, the steps take milliseconds (the guide's demo). The run
     has 480 steps; the same command then resumes from the saved step and finishes, and once more trains nothing
     and says so."""
-    args = [*LAUNCH, str(SCRIPT), "--ckpt", str(tmp_path / "c"), "--losses", str(tmp_path / "run.losses"),
-            "--out", str(tmp_path / "run.out"), "--epochs", "30", "--every", "16"]  # saved at each epoch's end
+    args = [
+        *LAUNCH,
+        str(SCRIPT),
+        "--ckpt",
+        str(tmp_path / "c"),
+        "--losses",
+        str(tmp_path / "run.losses"),
+        "--out",
+        str(tmp_path / "run.out"),
+        "--epochs",
+        "30",
+        "--every",
+        "16",
+    ]  # saved at each epoch's end
     ran = cli(*args, env={"DDPLAB_FAULT": "preempt:1:step.4"}, timeout=150)
     assert ran.code == 4, ran.out + ran.err[-3000:]
     said = re.search(r"^ddplab launch: preempted \(SIGTERM\), state saved at step (\d+): ", ran.out, re.M)
@@ -133,8 +173,19 @@ def test_a_stop_on_an_epochs_last_step_runs_that_epochs_end_first(tmp_path, no_l
     (--batch 256 of 256 samples per rank), so wherever the stop lands it is an epoch's last step: the epoch's end
     (an all-reduce on every rank, rank 0's line) runs, then exit 4, and the resumed run starts the next epoch."""
     epochs, log, run = tmp_path / "epochs", tmp_path / "run.losses", ["--batch", "256", "--epochs", "40"]
-    args = [*LAUNCH, str(SCRIPT), "--ckpt", str(tmp_path / "c"), "--losses", str(log), "--out", str(tmp_path / "o"),
-            "--epoch-log", str(epochs), *run]
+    args = [
+        *LAUNCH,
+        str(SCRIPT),
+        "--ckpt",
+        str(tmp_path / "c"),
+        "--losses",
+        str(log),
+        "--out",
+        str(tmp_path / "o"),
+        "--epoch-log",
+        str(epochs),
+        *run,
+    ]
     proc = start([*args, "--sleep", "0.1"])
     wait_for(lambda: lines_in(log) >= 3, proc, 120, "step 3")
     proc.send_signal(signal.SIGTERM)
@@ -143,7 +194,9 @@ def test_a_stop_on_an_epochs_last_step_runs_that_epochs_end_first(tmp_path, no_l
     saved = int(re.search(r"state saved at step (\d+)", out).group(1))
     assert [int(line.split()[0]) for line in epochs.read_text().splitlines()] == list(range(saved)), out
     again = cli(*args, timeout=150)
-    assert again.code == 0 and f"resumed at step {saved} (the start of epoch {saved + 1})" in again.out, again.err[-3000:]
+    assert again.code == 0 and f"resumed at step {saved} (the start of epoch {saved + 1})" in again.out, again.err[
+        -3000:
+    ]
     assert [int(line.split()[0]) for line in epochs.read_text().splitlines()] == list(range(40))
 
 
@@ -153,17 +206,31 @@ def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(
     saves on SIGTERM at all."""
     quick = ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "1"]
     log = tmp_path / "slow.losses"
-    proc = start([*quick, str(SCRIPT), "--ckpt", str(tmp_path / "c"), "--losses", str(log), "--out",
-                  str(tmp_path / "o"), "--sleep", "8"])
+    proc = start(
+        [
+            *quick,
+            str(SCRIPT),
+            "--ckpt",
+            str(tmp_path / "c"),
+            "--losses",
+            str(log),
+            "--out",
+            str(tmp_path / "o"),
+            "--sleep",
+            "8",
+        ]
+    )
     wait_for(lambda: lines_in(log) >= 1, proc, 120, "step 1")
     proc.send_signal(signal.SIGTERM)  # the ranks are in an 8 s step: no save can come within 1 s
     code, out, err = finish(proc, 1 + 15)
-    assert code == 1 and "were listening (ddplab.resume) but none said it saved within the 1 s grace" in out, \
+    assert code == 1 and "were listening (ddplab.resume) but none said it saved within the 1 s grace" in out, (
         out + err[-2000:]
+    )
 
     plain = tmp_path / "plain.py"
-    plain.write_text("import os, pathlib, time\n"
-                     "pathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\ntime.sleep(120)\n")
+    plain.write_text(
+        "import os, pathlib, time\npathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\ntime.sleep(120)\n"
+    )
     mark = tmp_path / "started"
     proc = start([*quick, str(plain)], env={"MARK": str(mark)})
     wait_for(lambda: all(Path(f"{mark}{r}").exists() for r in (0, 1)), proc, 120, "both ranks started")
@@ -180,17 +247,21 @@ def test_the_lines_a_rank_prints_as_it_leaves_on_the_notice_all_come_out(tmp_pat
     rank 0 leaves with 100 000 lines, far more than the agent copies in the moment it is given: every one of them
     must come out, in order."""
     leaving = tmp_path / "leaving.py"
-    leaving.write_text("import os, pathlib, signal, sys, time\n"
-                       "def leave(*_):\n"
-                       "    if os.environ['RANK'] == '0':\n"
-                       "        print('\\n'.join(f'line {i}' for i in range(100_000)), flush=True)\n"
-                       "    sys.exit(4)\n"
-                       "signal.signal(signal.SIGTERM, leave)\n"
-                       "pathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\n"
-                       "time.sleep(120)\n")
+    leaving.write_text(
+        "import os, pathlib, signal, sys, time\n"
+        "def leave(*_):\n"
+        "    if os.environ['RANK'] == '0':\n"
+        "        print('\\n'.join(f'line {i}' for i in range(100_000)), flush=True)\n"
+        "    sys.exit(4)\n"
+        "signal.signal(signal.SIGTERM, leave)\n"
+        "pathlib.Path(os.environ['MARK'] + os.environ['RANK']).touch()\n"
+        "time.sleep(120)\n"
+    )
     mark = tmp_path / "started"
-    proc = start(["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "20", str(leaving)],
-                 env={"MARK": str(mark)})
+    proc = start(
+        ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "20", str(leaving)],
+        env={"MARK": str(mark)},
+    )
     wait_for(lambda: all(Path(f"{mark}{r}").exists() for r in (0, 1)), proc, 120, "both ranks started")
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, 20 + 15)
@@ -206,8 +277,22 @@ def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_l
     run_script(tmp_path, "ref", "--wrap", wrap)
     ckpt, log = tmp_path / "run", tmp_path / "run.losses"
     at = random.randint(2, 20)
-    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
-                  "--sleep", "0.05", "--wrap", wrap])
+    proc = start(
+        [
+            *LAUNCH,
+            str(SCRIPT),
+            "--ckpt",
+            str(ckpt),
+            "--losses",
+            str(log),
+            "--out",
+            str(tmp_path / "o"),
+            "--sleep",
+            "0.05",
+            "--wrap",
+            wrap,
+        ]
+    )
     wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
     proc.send_signal(signal.SIGTERM)
     code, out, err = finish(proc, 5 + 15)
@@ -220,17 +305,31 @@ def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_l
 
 
 @pytest.mark.slow
-def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(reference, tmp_path,
-                                                                             no_leftover_workers):
+def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(reference, tmp_path, no_leftover_workers):
     """A 64 MiB state written every 6 steps; kill -9 of ddplab while rank 0 writes one (its temporary file exists):
     the next start takes the newest complete checkpoint, never the torn temporary file, and ends bitwise as the
     uninterrupted run."""
     ckpt, log = tmp_path / "run", tmp_path / "run.losses"
-    proc = start([*LAUNCH, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"),
-                  "--every", "6", "--big", "64"])
+    proc = start(
+        [
+            *LAUNCH,
+            str(SCRIPT),
+            "--ckpt",
+            str(ckpt),
+            "--losses",
+            str(log),
+            "--out",
+            str(tmp_path / "o"),
+            "--every",
+            "6",
+            "--big",
+            "64",
+        ]
+    )
 
     def writing() -> bool:
         return bool(list(ckpt.glob("step-*.pt"))) and any(p.stat().st_size for p in ckpt.glob(".step-*.tmp"))
+
     wait_for(writing, proc, 120, "a checkpoint being written after a complete one")
     os.killpg(proc.pid, signal.SIGKILL)  # ddplab's session; its agent and the ranks die with it
     proc.communicate()
@@ -248,14 +347,32 @@ def test_another_runs_checkpoints_are_refused_in_one_line_and_kept(tmp_path, no_
     """A checkpoint of a 1-process run: another model shape, another run name, another number of ranks - each one
     line, exit 2, the files untouched."""
     ckpt = tmp_path / "run"
-    subprocess.run([sys.executable, str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(tmp_path / "l"), "--out",
-                    str(tmp_path / "o"), "--epochs", "1", "--every", "5"], check=True, timeout=120,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--ckpt",
+            str(ckpt),
+            "--losses",
+            str(tmp_path / "l"),
+            "--out",
+            str(tmp_path / "o"),
+            "--epochs",
+            "1",
+            "--every",
+            "5",
+        ],
+        check=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     before = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
     assert before
-    for extra, says in ((["--hidden", "16"], "holds checkpoints of another run (other model shapes)"),
-                        (["--name", "other"], "holds checkpoints of another run (run: '' there, 'other' here)"),
-                        ([], "was written by 1 rank(s), this run has 2: resume with 1")):
+    for extra, says in (
+        (["--hidden", "16"], "holds checkpoints of another run (other model shapes)"),
+        (["--name", "other"], "holds checkpoints of another run (run: '' there, 'other' here)"),
+        ([], "was written by 1 rank(s), this run has 2: resume with 1"),
+    ):
         ran = run_script(tmp_path, "run", *extra, expect=2)
         ours = [line for line in ran.err.splitlines() if line.startswith("ddplab launch: error:")]
         assert len(ours) == 1 and says in ours[0] and "Traceback" not in ran.err, ran.err[-2000:]
@@ -270,11 +387,18 @@ def in_own_mounts(tmp_path: Path, mount: str, *script_args: str) -> subprocess.C
     mount a tiny or read-only tmpfs for real, without privileges."""
     folder = tmp_path / "mnt"
     folder.mkdir()
-    command = (f"mount -t tmpfs -o size=256k tmpfs {folder} && {mount} "
-               f"exec {sys.executable} {SCRIPT} --ckpt {folder}/ckpt --losses {tmp_path}/l --out {tmp_path}/o "
-               + " ".join(script_args))
-    return subprocess.run([UNSHARE, "-Urm", "sh", "-c", command], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = (
+        f"mount -t tmpfs -o size=256k tmpfs {folder} && {mount} "
+        f"exec {sys.executable} {SCRIPT} --ckpt {folder}/ckpt --losses {tmp_path}/l --out {tmp_path}/o "
+        + " ".join(script_args)
+    )
+    return subprocess.run(
+        [UNSHARE, "-Urm", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _namespaces_work() -> bool:
@@ -282,10 +406,14 @@ def _namespaces_work() -> bool:
 
 
 @pytest.mark.skipif(not _namespaces_work(), reason="no unprivileged user namespaces here (unshare -Urm)")
-@pytest.mark.parametrize("mount, args, says", [
-    ("mount -o remount,ro {folder} &&", [], "is not writable (Read-only file system)"),
-    ("", ["--every", "2", "--big", "1"], "could not write checkpoint step 2"),
-], ids=["read-only", "full"])
+@pytest.mark.parametrize(
+    "mount, args, says",
+    [
+        ("mount -o remount,ro {folder} &&", [], "is not writable (Read-only file system)"),
+        ("", ["--every", "2", "--big", "1"], "could not write checkpoint step 2"),
+    ],
+    ids=["read-only", "full"],
+)
 def test_a_read_only_or_full_folder_is_one_line_and_exit_2(tmp_path, mount, args, says):
     ran = in_own_mounts(tmp_path, mount.format(folder=tmp_path / "mnt"), "--epochs", "1", *args)
     assert ran.returncode == 2, ran.stderr[-2000:]

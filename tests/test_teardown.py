@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from conftest import torchrun
+
 from ddplab.commands.new import render_script
 from ddplab.explain.matcher import explain_text
 

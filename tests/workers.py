@@ -17,8 +17,15 @@ def sum_ranks(payload):
         mark("all_reduce")
         t = torch.tensor([float(ctx.rank + 1)])
         dist.all_reduce(t)
-        return {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank,
-                "sum": t.item(), "backend": ctx.backend, "pid": os.getpid(), "argv": sys.argv}
+        return {
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "local_rank": ctx.local_rank,
+            "sum": t.item(),
+            "backend": ctx.backend,
+            "pid": os.getpid(),
+            "argv": sys.argv,
+        }
 
 
 def slow_steps(payload):
@@ -52,5 +59,8 @@ def steps_with_all_reduce(payload):
             dist.all_reduce(t)
             total += t
             time.sleep(payload["sleep"])
-        return {"rank": ctx.rank, "total": total.item(),
-                "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
+        return {
+            "rank": ctx.rank,
+            "total": total.item(),
+            "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        }

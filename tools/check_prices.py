@@ -25,8 +25,11 @@ from ddplab.perf import cost  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", help="the price file (CSV)")
-    ap.add_argument("--today", metavar="YYYY-MM-DD", help=f"the day dates may not pass (default: ${cost.TODAY_ENV}, "
-                                                          "else the clock's)")
+    ap.add_argument(
+        "--today",
+        metavar="YYYY-MM-DD",
+        help=f"the day dates may not pass (default: ${cost.TODAY_ENV}, else the clock's)",
+    )
     args = ap.parse_args(argv)
     try:
         on = cost.today() if args.today is None else cost.iso_date(args.today)

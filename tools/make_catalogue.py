@@ -41,12 +41,25 @@ sys.path.insert(0, str(ROOT / "src"))
 from ddplab.explain import catalogue  # noqa: E402
 
 # torch.distributed's parts the issue names; paths relative to the torch package
-TORCH_PY_DIRS = ("distributed/elastic", "distributed/fsdp", "distributed/_composable", "distributed/tensor",
-                 "distributed/checkpoint", "distributed/launcher")
-TORCH_PY_FILES = ("distributed/distributed_c10d.py", "distributed/rendezvous.py", "distributed/run.py",
-                  "distributed/device_mesh.py", "distributed/utils.py", "distributed/c10d_logger.py",
-                  "distributed/_functional_collectives.py", "nn/parallel/distributed.py",
-                  "nn/modules/batchnorm.py")
+TORCH_PY_DIRS = (
+    "distributed/elastic",
+    "distributed/fsdp",
+    "distributed/_composable",
+    "distributed/tensor",
+    "distributed/checkpoint",
+    "distributed/launcher",
+)
+TORCH_PY_FILES = (
+    "distributed/distributed_c10d.py",
+    "distributed/rendezvous.py",
+    "distributed/run.py",
+    "distributed/device_mesh.py",
+    "distributed/utils.py",
+    "distributed/c10d_logger.py",
+    "distributed/_functional_collectives.py",
+    "nn/parallel/distributed.py",
+    "nn/modules/batchnorm.py",
+)
 LOG_CALLS = {"warning", "warn", "error", "exception", "critical", "fatal", "info", "debug"}
 NATIVE_LIBS = ("libtorch_cpu.so", "libtorch_python.so", "libtorch_cuda.so")
 NATIVE_PATH = re.compile(r"(?:torch/csrc/distributed/c10d/|third_party/gloo/gloo/)[\w/.-]+\.(?:cpp|cc|h|hpp)$")
@@ -55,6 +68,7 @@ MIN_MESSAGE = re.compile(r"[A-Za-z]{3,}.*\s.*[A-Za-z]{3,}")  # two words at leas
 
 
 # ------------------------------------------------------------------------------------------------ torch's Python
+
 
 def _text(node: ast.AST) -> str | None:
     """A message argument as a template: literals kept, every formatted field as {}."""
@@ -107,18 +121,26 @@ def python_templates(torch_dir: Path) -> list[dict]:
                 continue
             text = _text(args[0])
             if text and MIN_MESSAGE.search(text):
-                found.append({"text": " ".join(text.split()), "file": rel, "line": node.lineno, "kind": kind,
-                              **({"exc": exc} if exc else {})})
+                found.append(
+                    {
+                        "text": " ".join(text.split()),
+                        "file": rel,
+                        "line": node.lineno,
+                        "kind": kind,
+                        **({"exc": exc} if exc else {}),
+                    }
+                )
     return _unique(found)
 
 
 # ------------------------------------------------------------------------------------------------ native libraries
 
+
 def _rodata(path: Path) -> tuple[int, bytes]:
     """(file offset, bytes) of an ELF64 file's .rodata section: the literals, not the debug strings."""
     with open(path, "rb") as f:
         head = f.read(64)
-        shoff, = struct.unpack_from("<Q", head, 0x28)
+        (shoff,) = struct.unpack_from("<Q", head, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
         f.seek(shoff)
         table = f.read(shentsize * shnum)
@@ -127,7 +149,7 @@ def _rodata(path: Path) -> tuple[int, bytes]:
         f.seek(names_off)
         names = f.read(names_size)
         for sec in sections:
-            name = names[sec[0]:names.index(b"\0", sec[0])].decode()
+            name = names[sec[0] : names.index(b"\0", sec[0])].decode()
             if name == ".rodata":
                 f.seek(sec[4])
                 return sec[4], f.read(sec[5])
@@ -141,8 +163,12 @@ def _strings(data: bytes, minimum: int = 6) -> list[tuple[int, str]]:
 def _attribute(strings: list[tuple[int, str]], path_re: re.Pattern, window: int | None) -> list[tuple[str, str]]:
     """(text, source file) for each string within `window` bytes of the nearest source-path string (any distance
     when window is None)."""
-    paths = [(off, m.group(1) if m.groups() else m.group()) for off, s in strings
-             for m in [path_re.search(s.strip())] if m and "INTERNAL ASSERT" not in s]
+    paths = [
+        (off, m.group(1) if m.groups() else m.group())
+        for off, s in strings
+        for m in [path_re.search(s.strip())]
+        if m and "INTERNAL ASSERT" not in s
+    ]
     offsets = [p[0] for p in paths]
     import bisect
 
@@ -160,8 +186,10 @@ def _attribute(strings: list[tuple[int, str]], path_re: re.Pattern, window: int 
 
 # The linker pools short literals apart from their file's path; a string counts as c10d/gloo's when most of its
 # neighbours in the pool name c10d/gloo things.
-POOL_MARK = re.compile(r"c10d|gloo|Gloo|ProcessGroup|TCPStore|Store|socket|Socket|[Rr]educer|DDP|collective|"
-                       r"rendezvous|enforce fail|bucket|world_size|rank")
+POOL_MARK = re.compile(
+    r"c10d|gloo|Gloo|ProcessGroup|TCPStore|Store|socket|Socket|[Rr]educer|DDP|collective|"
+    r"rendezvous|enforce fail|bucket|world_size|rank"
+)
 
 
 def _pooled(strings: list[tuple[int, str]], span: int = 20, share: float = 0.3) -> list[tuple[str, str]]:
@@ -187,8 +215,11 @@ def native_templates(torch_dir: Path) -> tuple[list[dict], list[str]]:
         _, data = _rodata(path)
         strings = _strings(data)
         for text, src in _attribute(strings, NATIVE_PATH, window=4096) + _pooled(strings):  # noqa: E501
-            own = re.search(r'INTERNAL ASSERT FAILED at "[^"]*?((?:torch/csrc/distributed/c10d|third_party/gloo)'
-                            r'/[^"]+)"', text)
+            own = re.search(
+                r'INTERNAL ASSERT FAILED at "[^"]*?((?:torch/csrc/distributed/c10d|third_party/gloo)'
+                r'/[^"]+)"',
+                text,
+            )
             src = own.group(1) if own else src
             src = re.sub(r"^.*?(torch/csrc/|third_party/gloo/)", r"\1", src)
             if MIN_MESSAGE.search(text):
@@ -210,8 +241,11 @@ def nccl_templates(wheel: Path) -> tuple[list[dict], str]:
 
 
 def os_templates() -> list[dict]:
-    found = [{"text": os.strerror(n), "file": "strerror", "errno": n} for n in range(1, 134)
-             if not os.strerror(n).startswith("Unknown error")]
+    found = [
+        {"text": os.strerror(n), "file": "strerror", "errno": n}
+        for n in range(1, 134)
+        if not os.strerror(n).startswith("Unknown error")
+    ]
     for sig in signal.Signals:
         text = signal.strsignal(sig)
         if text:
@@ -230,6 +264,7 @@ def _unique(items: list[dict]) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ coverage
+
 
 def report(uncovered: str | None = None) -> int:
     from ddplab.explain.rules import coverage
@@ -253,12 +288,17 @@ def report(uncovered: str | None = None) -> int:
         if uncovered == source:
             for t in missing:
                 print(f"  {t['file']}: {t['text'][:150]}")
-    print(f"{'source':13s} {'version':22s} {'templates':>9s} {'rule':>6s} {'family':>6s} {'not user-facing':>15s} "
-          f"{'uncovered':>9s} {'covered':>8s}")
-    for source, version, total, c, user, share in rows:
-        print(f"{source:13s} {version[:22]:22s} {total:9d} {c['rule']:6d} {c['family']:6d} {c['internal']:15d} "
-              f"{c['uncovered']:9d} {share:7.1f}%")
+    print(
+        f"{'source':13s} {'version':22s} {'templates':>9s} {'rule':>6s} {'family':>6s} {'not user-facing':>15s} "
+        f"{'uncovered':>9s} {'covered':>8s}"
+    )
+    for source, version, total, c, _user, share in rows:
+        print(
+            f"{source:13s} {version[:22]:22s} {total:9d} {c['rule']:6d} {c['family']:6d} {c['internal']:15d} "
+            f"{c['uncovered']:9d} {share:7.1f}%"
+        )
     from ddplab.explain.rules import NOT_USER_FACING
+
     print("not user-facing: " + "; ".join(NOT_USER_FACING.values()), flush=True)
     return 0
 
@@ -280,8 +320,20 @@ def main(argv: list[str] | None = None) -> int:
         catalogue.write("os", f"{sys.platform} {os.uname().release}", os_templates())
         wheel = Path(args.nccl_wheel) if args.nccl_wheel else None
         if args.download_nccl:
-            subprocess.run([sys.executable, "-m", "pip", "download", "nvidia-nccl-cu12", "--no-deps", "-q", "-d",
-                            args.download_nccl], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "nvidia-nccl-cu12",
+                    "--no-deps",
+                    "-q",
+                    "-d",
+                    args.download_nccl,
+                ],
+                check=True,
+            )
             wheel = max(Path(args.download_nccl).glob("nvidia_nccl_cu*.whl"))
         if wheel is not None:
             templates, version = nccl_templates(wheel)

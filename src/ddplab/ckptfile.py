@@ -17,9 +17,10 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -54,8 +55,9 @@ def prepare(directory: Path) -> Path:
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as e:
-        raise DdplabError(f"checkpoint directory {directory} is not writable ({e.strerror or e}): "
-                          "choose a writable --checkpoint-dir") from None
+        raise DdplabError(
+            f"checkpoint directory {directory} is not writable ({e.strerror or e}): choose a writable --checkpoint-dir"
+        ) from None
     return directory
 
 
@@ -94,8 +96,10 @@ def atomic_save(obj: Any, path: Path) -> str:
     except Exception as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise DdplabError(f"could not write {path} ({_why(e, path.parent)}): free space or choose a writable "
-                          "--checkpoint-dir" + ("; the previous one is intact" if path.exists() else "")) from None
+        raise DdplabError(
+            f"could not write {path} ({_why(e, path.parent)}): free space or choose a writable "
+            "--checkpoint-dir" + ("; the previous one is intact" if path.exists() else "")
+        ) from None
     return sha
 
 
@@ -129,8 +133,10 @@ def save(directory: Path, state: dict, step: int, keep: int) -> Path:
         with contextlib.suppress(OSError):
             tmp.unlink()
         intact = f"; the previous checkpoint {before[0][1].name} is intact" if before else ""
-        raise DdplabError(f"could not write checkpoint step {step} to {directory} ({_why(e, directory)}): free "
-                          f"space or choose a writable --checkpoint-dir{intact}") from None
+        raise DdplabError(
+            f"could not write checkpoint step {step} to {directory} ({_why(e, directory)}): free "
+            f"space or choose a writable --checkpoint-dir{intact}"
+        ) from None
     for _, old in listed(directory)[keep:]:
         with contextlib.suppress(OSError):
             old.unlink()
@@ -182,6 +188,8 @@ def latest(directory: Path, warn: Callable[[str], None] = lambda msg: None) -> F
             continue
         return Found(path, step, state)
     if damaged:
-        raise DdplabError(f"every checkpoint in {directory} is damaged ({', '.join(p.name for p in damaged)}): "
-                          "start again without --resume in an empty --checkpoint-dir")
+        raise DdplabError(
+            f"every checkpoint in {directory} is damaged ({', '.join(p.name for p in damaged)}): "
+            "start again without --resume in an empty --checkpoint-dir"
+        )
     return None

@@ -16,8 +16,21 @@ from ddplab.cliargs import Parser
 from ddplab.errors import DdplabError
 
 # Help lists commands in the order a learner meets them; any other module in ddplab/commands comes after.
-ORDER = ("env", "check", "bench", "train", "launch", "explain", "lint", "scale", "cost", "memory", "new", "monitor",
-         "slurm")
+ORDER = (
+    "env",
+    "check",
+    "bench",
+    "train",
+    "launch",
+    "explain",
+    "lint",
+    "scale",
+    "cost",
+    "memory",
+    "new",
+    "monitor",
+    "slurm",
+)
 
 
 def command_names() -> list[str]:

@@ -47,15 +47,21 @@ HANG_TIMEOUT_S = {
 HANG_TIMEOUT_HELP = "no progress on any rank for S seconds: the run is hung, every rank's stack is shown, exit 3"
 
 
-def add_hang_timeout(parser, command: str, *aliases: str, dest: str | None = None, extra: str = "",
-                     off: bool = False) -> None:
+def add_hang_timeout(
+    parser, command: str, *aliases: str, dest: str | None = None, extra: str = "", off: bool = False
+) -> None:
     """--hang-timeout S for `command`, with its default from HANG_TIMEOUT_S shown in --help; `aliases` are the
     command's older names for it (kept working). off: 0 turns the watchdog off (None)."""
     default = HANG_TIMEOUT_S[command]
-    parser.add_argument("--hang-timeout", *aliases, dest=dest or "hang_timeout", metavar="S", default=default,
-                        type=hang_seconds if off else positive_float,
-                        help=f"{HANG_TIMEOUT_HELP}{extra} (default {default:g}"
-                             + (", 0: off" if off else "") + ")")
+    parser.add_argument(
+        "--hang-timeout",
+        *aliases,
+        dest=dest or "hang_timeout",
+        metavar="S",
+        default=default,
+        type=hang_seconds if off else positive_float,
+        help=f"{HANG_TIMEOUT_HELP}{extra} (default {default:g}" + (", 0: off" if off else "") + ")",
+    )
 
 
 def hang_seconds(text: str) -> float | None:
@@ -111,10 +117,13 @@ def add_nodes(parser: argparse.ArgumentParser) -> None:
     """--nnodes/--node-rank/--rdzv-endpoint/--rdzv-id, as torchrun spells them."""
     group = parser.add_argument_group("several machines (torchrun's c10d rendezvous)")
     group.add_argument("--nnodes", type=positive_int, default=1, help="machines taking part (default 1)")
-    group.add_argument("--node-rank", type=int, default=0, help="this machine's number, 0..nnodes-1; 0 hosts the "
-                                                                 "rendezvous")
-    group.add_argument("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (private network only: "
-                                               "the store is unauthenticated)")
+    group.add_argument(
+        "--node-rank", type=int, default=0, help="this machine's number, 0..nnodes-1; 0 hosts the rendezvous"
+    )
+    group.add_argument(
+        "--rdzv-endpoint",
+        help="HOST:PORT of node 0, the same on every node (private network only: the store is unauthenticated)",
+    )
     group.add_argument("--rdzv-id", default="ddplab", help="a name shared by the nodes of one job (default ddplab)")
 
 
@@ -128,14 +137,17 @@ def nodes_from(args):
             raise DdplabError(f"--node-rank {args.node_rank} needs --nnodes > 1")
         return None
     if not args.rdzv_endpoint:
-        raise DdplabError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address), the same on "
-                          "every node")
+        raise DdplabError(
+            f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address), the same on every node"
+        )
     nodes = Nodes.parse(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
     if nodes.rank == 0:
         from ddplab.report import log
 
-        log(f"warning: the c10d rendezvous store on {nodes.host}:{nodes.port} is unauthenticated: anyone who can "
-            "reach that port can join or disturb the job, so keep it on a private network")
+        log(
+            f"warning: the c10d rendezvous store on {nodes.host}:{nodes.port} is unauthenticated: anyone who can "
+            "reach that port can join or disturb the job, so keep it on a private network"
+        )
     return nodes
 
 
@@ -144,10 +156,15 @@ GRACE_S = 30.0  # = ddplab.launcher.preempt.DEFAULT_GRACE_S (not imported here: 
 
 def add_grace(parser) -> None:
     """--grace S: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks may take to save before they are ended."""
-    parser.add_argument("--grace", metavar="S", type=_seconds, default=GRACE_S,
-                        help="on SIGTERM/SIGUSR1/SIGUSR2 (a preemption notice) every rank is sent SIGTERM and has "
-                             "this long to save (ddplab.resume) before it is ended; exit code 4 once the state is "
-                             f"saved (default {GRACE_S:g})")
+    parser.add_argument(
+        "--grace",
+        metavar="S",
+        type=_seconds,
+        default=GRACE_S,
+        help="on SIGTERM/SIGUSR1/SIGUSR2 (a preemption notice) every rank is sent SIGTERM and has "
+        "this long to save (ddplab.resume) before it is ended; exit code 4 once the state is "
+        f"saved (default {GRACE_S:g})",
+    )
 
 
 PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
@@ -155,11 +172,17 @@ PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough 
 
 def add_profile(parser) -> None:
     """--profile [STEPS]: torch.profiler in every rank (ddplab.perf.profhook), the breakdown after the run."""
-    parser.add_argument("--profile", nargs="?", type=positive_int, const=PROFILE_STEPS, default=None,
-                        metavar="STEPS",
-                        help=f"torch.profiler over STEPS optimizer steps (default {PROFILE_STEPS}) in every rank, "
-                             "after 3 warm-up steps: per-rank breakdown, the causes of lost speed ranked, Chrome "
-                             "traces and a PNG kept in the run's folder (docs/profile.md)")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        type=positive_int,
+        const=PROFILE_STEPS,
+        default=None,
+        metavar="STEPS",
+        help=f"torch.profiler over STEPS optimizer steps (default {PROFILE_STEPS}) in every rank, "
+        "after 3 warm-up steps: per-rank breakdown, the causes of lost speed ranked, Chrome "
+        "traces and a PNG kept in the run's folder (docs/profile.md)",
+    )
 
 
 SANITIZE_STEPS = 50  # = ddplab.sanitize.DEFAULT_STEPS (not imported here: cliargs stays light)
@@ -167,11 +190,16 @@ SANITIZE_STEPS = 50  # = ddplab.sanitize.DEFAULT_STEPS (not imported here: cliar
 
 def add_sanitize(parser) -> None:
     """--sanitize-steps N: the sanitizer's window in every rank (ddplab.sanitize), its findings after the run."""
-    parser.add_argument("--sanitize-steps", metavar="N", type=_whole, default=SANITIZE_STEPS,
-                        help="watch every rank's first N optimizer steps for DDP mistakes: the same samples on "
-                             "several ranks, an epoch repeating the last one's order, parameters that differ "
-                             "between ranks, several ranks writing one file; the findings come after the run "
-                             f"(default {SANITIZE_STEPS}; 0 turns it off; docs/sanitize.md)")
+    parser.add_argument(
+        "--sanitize-steps",
+        metavar="N",
+        type=_whole,
+        default=SANITIZE_STEPS,
+        help="watch every rank's first N optimizer steps for DDP mistakes: the same samples on "
+        "several ranks, an epoch repeating the last one's order, parameters that differ "
+        "between ranks, several ranks writing one file; the findings come after the run "
+        f"(default {SANITIZE_STEPS}; 0 turns it off; docs/sanitize.md)",
+    )
 
 
 def _whole(text: str) -> int:

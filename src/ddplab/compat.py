@@ -55,9 +55,11 @@ def python_problem(torch_version: str, python: tuple[int, int]) -> str | None:
     row = release(torch_version)
     if row is None or row.python_min <= python <= row.python_max:
         return None
-    return (f"Python {fmt(python)} is outside torch {fmt(row.version)}'s supported range "
-            f"{fmt(row.python_min)}–{fmt(row.python_max)} ({SOURCE}): use a Python in that range, "
-            "or a torch release that supports yours")
+    return (
+        f"Python {fmt(python)} is outside torch {fmt(row.version)}'s supported range "
+        f"{fmt(row.python_min)}–{fmt(row.python_max)} ({SOURCE}): use a Python in that range, "
+        "or a torch release that supports yours"
+    )
 
 
 # The private APIs of torch and CPython that ddplab relies on: none is promised to last, so each is named here with
@@ -72,26 +74,66 @@ class PrivateApi:
 
 
 PRIVATE_APIS = [
-    PrivateApi("torch._C._distributed_c10d:_dump_fr_trace_json|_dump_nccl_trace_json", "flight/rankdump.py",
-               "no Flight Recorder record in a hang's report (either name will do: torch renamed it)", "2.6-2.13"),
-    PrivateApi("torch.distributed.elastic.multiprocessing.api:PContext.close", "launcher/agent.py (wrapped)",
-               "survivors of a failed rank are ended without their Flight Recorder record", "2.6-2.13"),
-    PrivateApi("torch.distributed._tools.mem_tracker:MemTracker", "perf/memory_trace.py",
-               "`ddplab memory` refuses in one line (needs torch>=2.6)", "2.6-2.13"),
-    PrivateApi("torch.distributed._tools.fsdp2_mem_tracker:FSDPMemTracker", "perf/fsdp_tracker.py",
-               "the fsdp prediction uses torch's tracker unchanged", "2.6-2.13"),
-    PrivateApi("torch.distributed.tensor._sharding_prop:ShardingPropagator", "perf/fsdp_tracker.py",
-               "the fsdp prediction counts DTensor's cached sharding as torch does", "2.6-2.13"),
-    PrivateApi("torch.testing._internal.distributed.fake_pg", "perf/memory_trace.py",
-               "`ddplab memory` traces one rank without a fake process group", "2.6-2.13"),
-    PrivateApi("torch._subclasses.fake_tensor:FakeTensorMode", "perf/memory_trace.py",
-               "`ddplab memory` cannot trace without allocating", "2.6-2.13"),
-    PrivateApi("torch.nn.parallel:DistributedDataParallel._get_ddp_logging_data", "train/metrics.py, perf/profhook.py",
-               "no bucket sizes or comm-hook facts in the metrics and --profile", "2.6-2.13"),
-    PrivateApi("torch.nn.parallel:DistributedDataParallel._set_ddp_runtime_logging_sample_rate", "train/metrics.py",
-               "DDP's own timings are sampled at torch's default rate", "2.6-2.13"),
-    PrivateApi("torch.distributed.optim:ZeroRedundancyOptimizer._partition_parameters", "perf/memory_trace.py",
-               "the zero1 prediction assumes an even split", "2.6-2.13"),
+    PrivateApi(
+        "torch._C._distributed_c10d:_dump_fr_trace_json|_dump_nccl_trace_json",
+        "flight/rankdump.py",
+        "no Flight Recorder record in a hang's report (either name will do: torch renamed it)",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.distributed.elastic.multiprocessing.api:PContext.close",
+        "launcher/agent.py (wrapped)",
+        "survivors of a failed rank are ended without their Flight Recorder record",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.distributed._tools.mem_tracker:MemTracker",
+        "perf/memory_trace.py",
+        "`ddplab memory` refuses in one line (needs torch>=2.6)",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.distributed._tools.fsdp2_mem_tracker:FSDPMemTracker",
+        "perf/fsdp_tracker.py",
+        "the fsdp prediction uses torch's tracker unchanged",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.distributed.tensor._sharding_prop:ShardingPropagator",
+        "perf/fsdp_tracker.py",
+        "the fsdp prediction counts DTensor's cached sharding as torch does",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.testing._internal.distributed.fake_pg",
+        "perf/memory_trace.py",
+        "`ddplab memory` traces one rank without a fake process group",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch._subclasses.fake_tensor:FakeTensorMode",
+        "perf/memory_trace.py",
+        "`ddplab memory` cannot trace without allocating",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.nn.parallel:DistributedDataParallel._get_ddp_logging_data",
+        "train/metrics.py, perf/profhook.py",
+        "no bucket sizes or comm-hook facts in the metrics and --profile",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.nn.parallel:DistributedDataParallel._set_ddp_runtime_logging_sample_rate",
+        "train/metrics.py",
+        "DDP's own timings are sampled at torch's default rate",
+        "2.6-2.13",
+    ),
+    PrivateApi(
+        "torch.distributed.optim:ZeroRedundancyOptimizer._partition_parameters",
+        "perf/memory_trace.py",
+        "the zero1 prediction assumes an even split",
+        "2.6-2.13",
+    ),
 ]
 
 

@@ -95,18 +95,23 @@ def read_launcher_env(environ=None) -> LauncherEnv:
     if world_size < 1:
         raise DdplabError(f"WORLD_SIZE={world_size} must be at least 1: set it to the total number of processes")
     if not 0 <= rank < world_size:
-        raise DdplabError(f"RANK={rank} is outside 0..WORLD_SIZE-1={world_size - 1}: each process needs a distinct "
-                          "rank below WORLD_SIZE (torchrun sets both)")
+        raise DdplabError(
+            f"RANK={rank} is outside 0..WORLD_SIZE-1={world_size - 1}: each process needs a distinct "
+            "rank below WORLD_SIZE (torchrun sets both)"
+        )
     if local_rank < 0:
         raise DdplabError(f"LOCAL_RANK={local_rank} is negative: it must be 0..(processes on this node - 1)")
     if master_port is not None and not 0 < master_port < 65536:
         raise DdplabError(f"MASTER_PORT={master_port} is not a TCP port: use 1024..65535")
     master_addr = environ.get("MASTER_ADDR") or None
     if world_size > 1 and (master_addr is None or master_port is None):
-        raise DdplabError(f"WORLD_SIZE={world_size} but MASTER_ADDR/MASTER_PORT are not set: start the script with "
-                          "torchrun or `ddplab launch`, which set them")
-    return LauncherEnv(rank, local_rank, world_size, local_world_size, master_addr, master_port, restart_count,
-                       launched)
+        raise DdplabError(
+            f"WORLD_SIZE={world_size} but MASTER_ADDR/MASTER_PORT are not set: start the script with "
+            "torchrun or `ddplab launch`, which set them"
+        )
+    return LauncherEnv(
+        rank, local_rank, world_size, local_world_size, master_addr, master_port, restart_count, launched
+    )
 
 
 def choose_device(local_rank: int, device: str | None = None) -> torch.device:
@@ -117,13 +122,17 @@ def choose_device(local_rank: int, device: str | None = None) -> torch.device:
     if kind != "cuda":
         raise DdplabError(f"device {kind!r} is not supported: use cpu or cuda")
     if not torch.cuda.is_available():
-        raise DdplabError("device 'cuda' asked for, but torch sees no CUDA GPU "
-                          f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}): use --device cpu")
+        raise DdplabError(
+            "device 'cuda' asked for, but torch sees no CUDA GPU "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}): use --device cpu"
+        )
     count = torch.cuda.device_count()
     if local_rank >= count:
-        raise DdplabError(f"LOCAL_RANK={local_rank} but only {count} GPU(s) are visible "
-                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
-                          f"start at most {count} processes per node")
+        raise DdplabError(
+            f"LOCAL_RANK={local_rank} but only {count} GPU(s) are visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): "
+            f"start at most {count} processes per node"
+        )
     return torch.device("cuda", local_rank)
 
 
@@ -133,8 +142,10 @@ def choose_backend(device: torch.device, backend: str | None = None) -> str:
         return "nccl" if device.type == "cuda" and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
         if not dist.is_nccl_available():
-            raise DdplabError("backend 'nccl' asked for, but this torch build has no NCCL "
-                              f"(torch {torch.__version__}): use --backend gloo, or install a CUDA build of torch")
+            raise DdplabError(
+                "backend 'nccl' asked for, but this torch build has no NCCL "
+                f"(torch {torch.__version__}): use --backend gloo, or install a CUDA build of torch"
+            )
         if device.type != "cuda":
             raise DdplabError("backend 'nccl' needs CUDA GPUs, but the device is cpu: use --backend gloo on CPU")
     elif backend == "gloo":
@@ -153,9 +164,14 @@ def _store(env: LauncherEnv, timeout: timedelta) -> dist.Store:
         return dist.HashStore()
     # Under torchelastic the agent may serve the store on MASTER_ADDR:MASTER_PORT; otherwise rank 0 hosts it.
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size,
-                          is_master=env.rank == 0 and not agent_store, timeout=timeout,
-                          wait_for_workers=False)
+    store = dist.TCPStore(
+        env.master_addr,
+        env.master_port,
+        env.world_size,
+        is_master=env.rank == 0 and not agent_store,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
     one_agent = os.environ.get("GROUP_WORLD_SIZE", "1") == "1"
     if agent_store and one_agent:
         # The agent's store outlives a restart, and the previous attempt's keys are still in it: a restarted group
@@ -166,8 +182,7 @@ def _store(env: LauncherEnv, timeout: timedelta) -> dist.Store:
     return store
 
 
-def init(backend: str | None = None, device: str | None = None,
-         timeout: float = DEFAULT_TIMEOUT_S) -> DistContext:
+def init(backend: str | None = None, device: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> DistContext:
     """Join the process group the launcher described (or a 1-process group) and return who we are."""
     global _context
     if _context is not None:
@@ -183,17 +198,27 @@ def init(backend: str | None = None, device: str | None = None,
     # Bound to another name: a bare `import torch.distributed.nn` makes `torch` a local of this whole function,
     # and torch.cuda.set_device above then raised UnboundLocalError on every GPU rank (ruff F823).
     import torch.distributed.nn as _keeps_group_args  # noqa: F401
+
     try:
         # device_id (torch >= 2.3) binds the group to this rank's GPU: NCCL's communicator is made here, at once,
         # rather than lazily by the first collective, and barrier() knows its device instead of guessing.
-        dist.init_process_group(chosen, store=_store(env, delta), rank=env.rank, world_size=env.world_size,
-                                timeout=delta, device_id=dev if dev.type == "cuda" else None)
+        dist.init_process_group(
+            chosen,
+            store=_store(env, delta),
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=delta,
+            device_id=dev if dev.type == "cuda" else None,
+        )
     except DdplabError:
         raise
     except Exception as e:  # torch's errors here are long; keep the cause, add the likely fix
-        raise DdplabError(f"could not join the process group ({chosen}, rank {env.rank}/{env.world_size} via "
-                          f"{env.master_addr}:{env.master_port}): {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                          " — check that every rank was started and can reach MASTER_ADDR", exit_code=1) from e
+        raise DdplabError(
+            f"could not join the process group ({chosen}, rank {env.rank}/{env.world_size} via "
+            f"{env.master_addr}:{env.master_port}): {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            " — check that every rank was started and can reach MASTER_ADDR",
+            exit_code=1,
+        ) from e
     _context = DistContext(env.rank, env.local_rank, env.world_size, env.local_world_size, chosen, dev)
     return _context
 

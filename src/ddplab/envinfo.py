@@ -17,8 +17,17 @@ from ddplab.errors import DdplabError
 
 # NCCL's shared-memory transport needs room in /dev/shm; Docker's 64 MiB default fails with "unhandled system error".
 MIN_SHM_MB = 512
-STEERING_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                 "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+STEERING_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+)
 STEERING_PREFIXES = ("NCCL_", "TORCH_", "TORCHELASTIC_", "GLOO_")
 SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
@@ -72,8 +81,9 @@ def torch_build(torch) -> dict:
 
 
 def backends(dist) -> dict[str, bool]:
-    return {name: bool(getattr(dist, f"is_{name}_available", lambda: False)())
-            for name in ("nccl", "gloo", "mpi", "ucc")}
+    return {
+        name: bool(getattr(dist, f"is_{name}_available", lambda: False)()) for name in ("nccl", "gloo", "mpi", "ucc")
+    }
 
 
 def cuda_devices(torch) -> list[dict]:
@@ -82,8 +92,14 @@ def cuda_devices(torch) -> list[dict]:
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
-        out.append({"index": i, "name": p.name, "total_memory_gib": round(p.total_memory / 2**30, 1),
-                    "compute_capability": f"{p.major}.{p.minor}"})
+        out.append(
+            {
+                "index": i,
+                "name": p.name,
+                "total_memory_gib": round(p.total_memory / 2**30, 1),
+                "compute_capability": f"{p.major}.{p.minor}",
+            }
+        )
     return out
 
 
@@ -134,7 +150,7 @@ def torch_build_fields() -> dict[str, str | None] | None:
     except (OSError, SyntaxError, ValueError, ImportError):
         return None
     fields = {}
-    for node in (tree.body if tree else []):
+    for node in tree.body if tree else []:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         target = targets[0] if len(targets) == 1 else None
         if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and isinstance(node.value, ast.Constant):
@@ -216,10 +232,14 @@ def unusable_gpus(torch, environ=None, driver: str | None = None, gpus: int | No
     why = next((str(w.message).splitlines()[0] for w in caught if "CUDA" in str(w.message)), "")
     if needed and driver != "?" and _version(driver) < _version(needed):
         cause = f"NVIDIA driver {driver} is older than torch's CUDA {cuda} needs (>= {needed})"
-        fix = (f"update the driver to {needed} or newer, or install a torch built for an older CUDA "
-               "(https://pytorch.org/get-started/previous-versions/)")
+        fix = (
+            f"update the driver to {needed} or newer, or install a torch built for an older CUDA "
+            "(https://pytorch.org/get-started/previous-versions/)"
+        )
     else:
-        cause = f"the NVIDIA driver ({driver}) sees {gpus} GPU(s) but torch {torch.__version__} (CUDA {cuda}) can use none"
+        cause = (
+            f"the NVIDIA driver ({driver}) sees {gpus} GPU(s) but torch {torch.__version__} (CUDA {cuda}) can use none"
+        )
         fix = "run nvidia-smi; in a container, start it with --gpus all"
     if why:
         cause += f" (torch: {why})"
@@ -261,17 +281,24 @@ def find_problems(report: EnvReport, environ) -> list[Warning_]:
     problems = []
     version = compat.major_minor(report.torch["version"])
     if version is not None and version < compat.MIN_TORCH:
-        problems.append(Warning_(f"torch {report.torch['version']} is older than {compat.fmt(compat.MIN_TORCH)}",
-                                 "pip install -U 'torch>=2.6'"))
+        problems.append(
+            Warning_(
+                f"torch {report.torch['version']} is older than {compat.fmt(compat.MIN_TORCH)}",
+                "pip install -U 'torch>=2.6'",
+            )
+        )
     py = sys.version_info[:2]
     msg = compat.python_problem(report.torch["version"], py)
     if msg:
         problem, _, fix = msg.partition(": ")
         problems.append(Warning_(problem, fix))
     if report.driver and report.torch["build"] == "CPU":
-        problems.append(Warning_(f"NVIDIA driver {report.driver} is installed but torch is a CPU-only build",
-                                 "install a CUDA build: pip install torch --index-url "
-                                 "https://download.pytorch.org/whl/cu126"))
+        problems.append(
+            Warning_(
+                f"NVIDIA driver {report.driver} is installed but torch is a CPU-only build",
+                "install a CUDA build: pip install torch --index-url https://download.pytorch.org/whl/cu126",
+            )
+        )
     import torch
 
     unusable = unusable_gpus(torch, environ, driver=report.driver)
@@ -279,9 +306,12 @@ def find_problems(report: EnvReport, environ) -> list[Warning_]:
         problems.append(unusable)
     shm = report.memory["shm_mib"]
     if shm is not None and shm < MIN_SHM_MB:
-        problems.append(Warning_(f"/dev/shm is only {shm} MiB; NCCL's shared-memory transport then fails with "
-                                 "'unhandled system error'",
-                                 "docker run --shm-size=2g (or --ipc=host), or set NCCL_SHM_DISABLE=1"))
+        problems.append(
+            Warning_(
+                f"/dev/shm is only {shm} MiB; NCCL's shared-memory transport then fails with 'unhandled system error'",
+                "docker run --shm-size=2g (or --ipc=host), or set NCCL_SHM_DISABLE=1",
+            )
+        )
     try:
         env = ddist.read_launcher_env(environ)
     except DdplabError as e:
@@ -290,6 +320,10 @@ def find_problems(report: EnvReport, environ) -> list[Warning_]:
     else:
         launched_here = "TORCHELASTIC_RUN_ID" in environ  # inside a run the port is busy by design: the agent's store
         if env.master_port is not None and not launched_here and not port_is_free(env.master_port):
-            problems.append(Warning_(f"MASTER_PORT={env.master_port} is already in use on this machine",
-                                     "unset MASTER_PORT (ddplab picks a free one) or choose another port"))
+            problems.append(
+                Warning_(
+                    f"MASTER_PORT={env.master_port} is already in use on this machine",
+                    "unset MASTER_PORT (ddplab picks a free one) or choose another port",
+                )
+            )
     return problems

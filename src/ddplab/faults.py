@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 KINDS = ("crash", "hang", "exit", "corrupt", "version", "preempt")
 NOTICE_PID_VAR = "DDPLAB_NOTICE_PID"  # set by `ddplab launch` for its ranks: the process a machine's notice reaches
@@ -73,6 +73,7 @@ def feed(phase: str):
     def corrupt(tensor):
         tensor.view(-1)[0] += 1
         return tensor
+
     return corrupt
 
 
@@ -94,8 +95,9 @@ def preempt_after(step: int, noticed: Callable[[], bool]) -> None:
     if not spec:
         return
     rank = int(os.environ.get("RANK", "0"))
-    if not any(kind == "preempt" and fault_rank == rank and phase == f"step.{step}"
-               for kind, fault_rank, phase in parse(spec)):
+    if not any(
+        kind == "preempt" and fault_rank == rank and phase == f"step.{step}" for kind, fault_rank, phase in parse(spec)
+    ):
         return
     target = os.environ.get(NOTICE_PID_VAR, "")
     os.kill(int(target) if target.isdigit() else os.getpid(), signal.SIGTERM)

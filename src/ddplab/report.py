@@ -10,20 +10,27 @@ Styles are given as objects instead: styled(), text(), or a `style=` argument.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 import io
 import json
 import re
 import sys
-from typing import Any, Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow", "TIMEOUT": "bold magenta",
-                "WARN": "yellow", "OK": "bold green"}
+STATUS_STYLE = {
+    "PASS": "bold green",
+    "FAIL": "bold red",
+    "SKIP": "yellow",
+    "TIMEOUT": "bold magenta",
+    "WARN": "yellow",
+    "OK": "bold green",
+}
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -47,7 +54,7 @@ class _NoTrailingSpaces(io.TextIOBase):
     def write(self, s: str) -> int:
         text = re.sub(r" +(?=\n)", "", self.held + s)
         body = text.rstrip(" ")
-        self.held = text[len(body):]
+        self.held = text[len(body) :]
         self.stream.write(body)
         return len(s)
 
@@ -83,11 +90,10 @@ def console(stderr: bool = False) -> Console:
     copied; the reader's pager wraps), tables still fit the width, and no line ends in spaces."""
     stream = sys.stderr if stderr else sys.stdout
     tty = Console(file=stream).is_terminal  # rich's own test: FORCE_COLOR, TTY_COMPATIBLE, isatty
-    return _Console(file=stream if tty else _NoTrailingSpaces(stream), highlight=False, markup=False,
-                    soft_wrap=not tty)
+    return _Console(file=stream if tty else _NoTrailingSpaces(stream), highlight=False, markup=False, soft_wrap=not tty)
 
 
-Part = Union[str, Text, tuple]
+Part = str | Text | tuple
 
 
 def text(*parts: Part) -> Text:
@@ -119,8 +125,13 @@ def _cells(value: RenderableType) -> list[int]:
     return [line.cell_len for line in text.split("\n")] or [0]
 
 
-def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[RenderableType]],
-              narrowest_text: int = 8, **table_args) -> tuple[Table, list[str]]:
+def fit_table(
+    width: int,
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[RenderableType]],
+    narrowest_text: int = 8,
+    **table_args,
+) -> tuple[Table, list[str]]:
     """A rich Table that fits WIDTH without cutting an id or a number (rich's own fitting, past a point, shrinks
     every column and ends values with "…"). Tried in turn: as is; narrow (no box lines, multi-word headers of id
     columns on several lines); then narrow without the optional columns, least useful first; last, ids marked
@@ -129,6 +140,7 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Ren
     Width needed = id columns at their widest + text columns at `narrowest_text` (or less when they are shorter) +
     rich's gaps (padding 1 each side of every column but the table's edges, one line between columns with a box).
     """
+
     def build(keep: list[int], narrow: bool, fold: bool = False) -> tuple[Table, int]:
         table = Table(pad_edge=False, **({**table_args, "box": None} if narrow else table_args))
         need = 0

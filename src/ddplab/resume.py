@@ -35,8 +35,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,8 +131,12 @@ def _collective_device() -> torch.device:
 
 def rng_state() -> dict:
     """Every random number generator this process draws from."""
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None, "numpy": None}
+    state = {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy": None,
+    }
     numpy = sys.modules.get("numpy")  # only when the script uses it: importing it here would cost every script
     if numpy is not None:
         state["numpy"] = numpy.random.get_state()
@@ -175,8 +180,17 @@ def _numpy_state(value):
 class Checkpointer:
     """Register what makes up the training state; resume from the newest complete checkpoint on construction."""
 
-    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, every: int = 0, run: str = "",
-                 sampler: Any = None, signals: Iterable[str] = SIGNALS, **objects: Any):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep: int = 3,
+        every: int = 0,
+        run: str = "",
+        sampler: Any = None,
+        signals: Iterable[str] = SIGNALS,
+        **objects: Any,
+    ):
         """objects: anything with state_dict()/load_state_dict() (model, optimizer, LR scheduler, GradScaler).
         every: also save every N steps (0: only when stopped). run: a name that must match to resume.
         sampler: a DistributedSampler (or anything with set_epoch), set each epoch by epochs()."""
@@ -184,8 +198,10 @@ class Checkpointer:
         self.objects = {k: v for k, v in objects.items() if v is not None}
         for name, obj in self.objects.items():
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                _refuse(f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(): register a model, "
-                        "an optimizer, a scheduler or a GradScaler")
+                _refuse(
+                    f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(): register a model, "
+                    "an optimizer, a scheduler or a GradScaler"
+                )
         self.rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.identity = {"run": run, "objects": sorted(self.objects), "shapes": self._shapes()}
@@ -198,8 +214,11 @@ class Checkpointer:
         self.resumed_from = self._resume()
 
     def _shapes(self) -> dict:
-        return {name: {k: list(v.shape) for k, v in obj.state_dict().items() if isinstance(v, torch.Tensor)}
-                for name, obj in self.objects.items() if isinstance(obj, torch.nn.Module)}
+        return {
+            name: {k: list(v.shape) for k, v in obj.state_dict().items() if isinstance(v, torch.Tensor)}
+            for name, obj in self.objects.items()
+            if isinstance(obj, torch.nn.Module)
+        }
 
     # ------------------------------------------------------------------------------------------------- the loop
 
@@ -207,9 +226,12 @@ class Checkpointer:
         if self.resumed_from is not None and self.epoch >= count and self.rank == 0:
             # Started again after it finished (the same command twice, or an edited script): nothing runs, and a
             # learner must not read the launcher's PASS as "my edit ran".
-            print(f"nothing left to train: {self.resumed_from} is the end of this run (step {self.step}, "
-                  f"{count} epoch(s) done); to train again, pass another checkpoint folder or remove this one",
-                  file=sys.stderr, flush=True)
+            print(
+                f"nothing left to train: {self.resumed_from} is the end of this run (step {self.step}, "
+                f"{count} epoch(s) done); to train again, pass another checkpoint folder or remove this one",
+                file=sys.stderr,
+                flush=True,
+            )
             _note({"finished": self.step, "path": os.path.abspath(self.resumed_from)})
         for epoch in range(self.epoch, count):
             if self.stopped:  # stopped on the last step of the epoch before: its end has run (step_done)
@@ -277,8 +299,15 @@ class Checkpointer:
         else:
             rngs = [{"step": mine, "epoch": _plain_epoch(epoch_rng)}]
         objects = self._state_dicts()  # every rank: a sharded model or optimizer gathers its shares to rank 0
-        state = {"identity": self.identity, "world_size": self.world_size, "step": self.step, "epoch": epoch,
-                 "batch": batch, "rng": rngs, "objects": objects if self.rank == 0 else {}}
+        state = {
+            "identity": self.identity,
+            "world_size": self.world_size,
+            "step": self.step,
+            "epoch": epoch,
+            "batch": batch,
+            "rng": rngs,
+            "objects": objects if self.rank == 0 else {},
+        }
         return _agree(lambda: ckptfile.save(self.directory, state, self.step, self.keep) if self.rank == 0 else None)
 
     def _state_dicts(self) -> dict:
@@ -311,24 +340,33 @@ class Checkpointer:
 
     def _resume(self) -> str | None:
         def pick():
-            found = ckptfile.latest(self.directory, warn=lambda msg: print(f"ddplab.resume: {msg}", file=sys.stderr,
-                                                                          flush=True))
+            found = ckptfile.latest(
+                self.directory, warn=lambda msg: print(f"ddplab.resume: {msg}", file=sys.stderr, flush=True)
+            )
             return str(found.path) if found else None
+
         name = _agree(pick)
         if name is None:
             return None
         try:
             state = ckptfile.load(Path(name), verified=self.rank != 0)  # rank 0 has just verified it
         except (ValueError, OSError) as e:
-            _refuse(f"checkpoint {name} does not load on rank {self.rank} ({e}): every rank must see the same "
-                    "checkpoint folder (on several machines, a shared file system)", everyone=True)
+            _refuse(
+                f"checkpoint {name} does not load on rank {self.rank} ({e}): every rank must see the same "
+                "checkpoint folder (on several machines, a shared file system)",
+                everyone=True,
+            )
         if state.get("identity") != self.identity:
-            _refuse(f"{self.directory} holds checkpoints of another run ({_difference(state.get('identity'), self.identity)}"
-                    "): choose an empty folder for this run (nothing was overwritten)")
+            _refuse(
+                f"{self.directory} holds checkpoints of another run ({_difference(state.get('identity'), self.identity)}"
+                "): choose an empty folder for this run (nothing was overwritten)"
+            )
         if state["world_size"] != self.world_size:
-            _refuse(f"checkpoint {name} was written by {state['world_size']} rank(s), this run has "
-                    f"{self.world_size}: resume with {state['world_size']} (each rank's shard of the data depends on "
-                    "the number of ranks, so the data order could not continue exactly)")
+            _refuse(
+                f"checkpoint {name} was written by {state['world_size']} rank(s), this run has "
+                f"{self.world_size}: resume with {state['world_size']} (each rank's shard of the data depends on "
+                "the number of ranks, so the data order could not continue exactly)"
+            )
         for key, obj in self.objects.items():
             self._load(key, obj, state["objects"][key])
         self.step, self.epoch, self.batch = state["step"], state["epoch"], state["batch"]
@@ -338,8 +376,11 @@ class Checkpointer:
         self._step_rng = rng["step"] if self.batch else None
         set_rng_state(rng["step"])
         if self.rank == 0:  # epochs counted from 1, as the script's own epoch lines count them
-            where = f"epoch {self.epoch + 1}, after batch {self.batch}" if self.batch else \
-                f"the start of epoch {self.epoch + 1}"
+            where = (
+                f"epoch {self.epoch + 1}, after batch {self.batch}"
+                if self.batch
+                else f"the start of epoch {self.epoch + 1}"
+            )
             print(f"resumed at step {self.step} ({where}) from {name}", flush=True)
         return name
 
@@ -402,5 +443,3 @@ def _note(what: dict) -> None:
         tmp = Path(f"{note}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(what))
         os.replace(tmp, note)
-
-

@@ -43,8 +43,9 @@ def optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, ran
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         # Gathered to rank 0's host memory only (see full_state_dict): only rank 0 saves it.
-        return get_optimizer_state_dict(model, optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_optimizer_state_dict(
+            model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     if hasattr(optimizer, "consolidate_state_dict"):  # ZeroRedundancyOptimizer: gather every share on rank 0
         optimizer.consolidate_state_dict(to=0)
         return optimizer.state_dict() if rank == 0 else None

@@ -8,7 +8,6 @@ import time
 
 import psutil
 import pytest
-
 from conftest import cli, kill_tree, refused, sigint_as_ctrl_c
 
 STAGE_NAMES = ["preflight", "devices", "collectives", "ddp"]
@@ -54,8 +53,13 @@ def test_a_crashing_rank_fails_its_stage_by_name(no_leftover_workers):
 def test_a_rank_sending_wrong_data_fails_collectives(no_leftover_workers):
     # Rank 1 really sends one wrong element, as a broken transport would: as the root of a broadcast (both ranks then
     # hold it) and into the all_reduce sum (both ranks' sums are off in one element). Nothing else may be blamed.
-    ran = cli("check", "--json", "--stages", "collectives",
-              env={"DDPLAB_FAULT": "corrupt:1:collectives.broadcast,corrupt:1:collectives.all_reduce.sum"})
+    ran = cli(
+        "check",
+        "--json",
+        "--stages",
+        "collectives",
+        env={"DDPLAB_FAULT": "corrupt:1:collectives.broadcast,corrupt:1:collectives.all_reduce.sum"},
+    )
     assert ran.code == 1, ran.err
     stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
     assert stage["status"] == "FAIL" and "all_reduce.sum (2), broadcast (2)" in stage["cause"]
@@ -64,8 +68,7 @@ def test_a_rank_sending_wrong_data_fails_collectives(no_leftover_workers):
 
 def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
     timeout = 3
-    ran = cli("check", "--json", "--timeout", str(timeout),
-              env={"DDPLAB_FAULT": "hang:1:collectives.all_reduce.sum"})
+    ran = cli("check", "--json", "--timeout", str(timeout), env={"DDPLAB_FAULT": "hang:1:collectives.all_reduce.sum"})
     ended = time.time()
     assert ran.code == 3, ran.err
     stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
@@ -78,9 +81,14 @@ def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
 
 def test_ctrl_c_ends_every_worker(no_leftover_workers):
     env = {**os.environ, "DDPLAB_FAULT": "hang:0:collectives", "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "check", "--timeout", "120"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=sigint_as_ctrl_c)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "check", "--timeout", "120"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=sigint_as_ctrl_c,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until the ranks exist
@@ -118,15 +126,18 @@ def test_every_worker_stage_is_a_module_with_both_halves():
         stage_module("preflight")  # runs in the CLI process, not on the ranks
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--nproc", "0"], "not a positive whole number"),
-    (["--nproc", "abc"], "not a positive whole number"),
-    (["--nnodes", "2"], "needs --rdzv-endpoint"),
-    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29500"], "--node-rank 2 is outside"),
-    (["--stages", "warp"], "unknown stage"),
-    (["--timeout", "-1"], "not a positive number"),
-    (["--device", "tpu"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--nproc", "0"], "not a positive whole number"),
+        (["--nproc", "abc"], "not a positive whole number"),
+        (["--nnodes", "2"], "needs --rdzv-endpoint"),
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29500"], "--node-rank 2 is outside"),
+        (["--stages", "warp"], "unknown stage"),
+        (["--timeout", "-1"], "not a positive number"),
+        (["--device", "tpu"], "invalid choice"),
+    ],
+)
 def test_usage_errors_are_one_line_exit_2(args, words, capsys):
     assert words in refused(capsys, "check", *args)
 
@@ -141,8 +152,15 @@ def test_cuda_without_gpu_is_a_usage_error(no_leftover_workers):
 def test_the_send_recv_ring_is_one_batch_that_carries_data(nproc, no_leftover_workers):
     # The ring goes through dist.batch_isend_irecv (NCCL needs a rank's send and receive grouped); on gloo the
     # same call runs, and a wrong element rank 1 sends is counted by the rank it sends to, and only there.
-    ran = cli("check", "--json", "--nproc", str(nproc), "--stages", "collectives",
-              env={"DDPLAB_FAULT": "corrupt:1:collectives.send_recv_ring"})
+    ran = cli(
+        "check",
+        "--json",
+        "--nproc",
+        str(nproc),
+        "--stages",
+        "collectives",
+        env={"DDPLAB_FAULT": "corrupt:1:collectives.send_recv_ring"},
+    )
     assert ran.code == 1, ran.err
     stage = {s["name"]: s for s in ran.json()["stages"]}["collectives"]
     assert {op: n for op, n in stage["details"]["wrong"].items() if n} == {"send_recv_ring": 1}

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, kill_tree
 from netns import hosts, popen_in
 
@@ -37,14 +36,35 @@ def _run_all(hs, argv_for, env_for=lambda i: {}, timeout=DEADLINE):
 
 
 def _check(endpoint: str, count: int, rank: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "ddplab", "check", "--json", "--stages", "preflight", "--nproc", "1",
-            "--device", "cpu", "--nnodes", str(count), "--node-rank", str(rank), "--rdzv-endpoint", endpoint, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "check",
+        "--json",
+        "--stages",
+        "preflight",
+        "--nproc",
+        "1",
+        "--device",
+        "cpu",
+        "--nnodes",
+        str(count),
+        "--node-rank",
+        str(rank),
+        "--rdzv-endpoint",
+        endpoint,
+        *extra,
+    ]
 
 
 def _preflight(out: str) -> dict:
     result = json.loads(out)
-    return {"result": result, "stage": result["stages"][0],
-            "failed": [f for f in result["stages"][0]["details"]["findings"] if f["level"] == "fail"]}
+    return {
+        "result": result,
+        "stage": result["stages"][0],
+        "failed": [f for f in result["stages"][0]["details"]["findings"] if f["level"] == "fail"],
+    }
 
 
 def test_three_healthy_hosts_are_ready_and_every_pair_connects(no_leftover_workers):
@@ -56,7 +76,8 @@ def test_three_healthy_hosts_are_ready_and_every_pair_connects(no_leftover_worke
         assert seen["result"]["ok"] and "3 node(s) met at the preflight" in seen["stage"]["figure"]
         nodes = seen["result"]["nodes"]
         assert [(n["hostname"], n["address"], n["verdict"]) for n in nodes] == [
-            (h.name, h.addr, "READY") for h in sorted(hs, key=lambda h: [n["hostname"] for n in nodes].index(h.name))]
+            (h.name, h.addr, "READY") for h in sorted(hs, key=lambda h: [n["hostname"] for n in nodes].index(h.name))
+        ]
         assert sum(n["this_node"] for n in nodes) == 1
 
 
@@ -64,12 +85,22 @@ def test_three_healthy_hosts_are_ready_and_every_pair_connects(no_leftover_worke
 # stale launcher variables are warnings (torchrun gives its ranks their own; plain torchrun trains with them, see
 # docs/multinode.md), the rest stop the job
 FAULTS = {
-    "wrong interface": ({"GLOO_SOCKET_IFNAME": "lo"}, [], "GLOO_SOCKET_IFNAME=lo", "export GLOO_SOCKET_IFNAME=dl",
-                        "fail"),
+    "wrong interface": (
+        {"GLOO_SOCKET_IFNAME": "lo"},
+        [],
+        "GLOO_SOCKET_IFNAME=lo",
+        "export GLOO_SOCKET_IFNAME=dl",
+        "fail",
+    ),
     "stale NODE_RANK": ({"NODE_RANK": "0"}, [], "NODE_RANK=0", "unset NODE_RANK", "warn"),
     "stale MASTER_PORT": ({"MASTER_PORT": "29400"}, [], "MASTER_PORT=29400", "unset MASTER_PORT", "warn"),
-    "nnodes disagree": ({}, ["--nnodes", "3"], "was started with --nnodes 3, but 2 node(s) came",
-                        "same --nnodes", "fail"),
+    "nnodes disagree": (
+        {},
+        ["--nnodes", "3"],
+        "was started with --nnodes 3, but 2 node(s) came",
+        "same --nnodes",
+        "fail",
+    ),
     "torch differs": ({"DDPLAB_FAULT": "version:1:torch"}, [], "+planted", "install the same torch", "fail"),
 }
 
@@ -130,9 +161,25 @@ def test_launch_names_a_hostname_mapped_to_loopback(no_leftover_workers):
     """A user's script under `ddplab launch` (torchrun's c10d, no interface variable): node 1's /etc/hosts maps its
     hostname to 127.0.1.1, so gloo would advertise loopback; both nodes stop before any rank, naming node 1."""
     with hosts(2, loopback=(1,)) as hs:
-        ran = _run_all(hs, lambda i, h: [
-            sys.executable, "-m", "ddplab", "launch", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
-            "c10d", "--rdzv-endpoint", f"{hs[0].addr}:29585", "--no-lint", str(SCRIPTS / "good_ddp.py")])
+        ran = _run_all(
+            hs,
+            lambda i, h: [
+                sys.executable,
+                "-m",
+                "ddplab",
+                "launch",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{hs[0].addr}:29585",
+                "--no-lint",
+                str(SCRIPTS / "good_ddp.py"),
+            ],
+        )
     for code, out, err in ran:
         assert code == 2, err[-3000:]
         last = err.strip().splitlines()[-1]
@@ -145,9 +192,25 @@ def test_launch_names_a_host_node_torch_would_not_recognise(no_leftover_workers)
     """--rdzv-endpoint is node 0's address, but its hostname resolves to loopback: torch's c10d backend decides by
     hostname who serves the store, so nobody would; named on node 0 with --rdzv-conf is_host=1 as the fix."""
     with hosts(2, loopback=(0,)) as hs:
-        [(code, out, err)] = _run_all(hs[:1], lambda i, h: [
-            sys.executable, "-m", "ddplab", "launch", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
-            "c10d", "--rdzv-endpoint", f"{hs[0].addr}:29586", "--no-lint", str(SCRIPTS / "good_ddp.py")])
+        [(code, out, err)] = _run_all(
+            hs[:1],
+            lambda i, h: [
+                sys.executable,
+                "-m",
+                "ddplab",
+                "launch",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{hs[0].addr}:29586",
+                "--no-lint",
+                str(SCRIPTS / "good_ddp.py"),
+            ],
+        )
     assert code == 2, err[-3000:]
     assert "will not serve the rendezvous store" in err and "--rdzv-conf is_host=1" in err, err[-3000:]
     assert "Traceback" not in err

@@ -11,15 +11,18 @@ import torch
 from ddplab.checks import devices
 
 
-@pytest.mark.parametrize("device_type, allow_tf32, precision, mode", [
-    ("cuda", False, "highest", "ieee"),  # torch's default for matmul
-    ("cuda", True, "highest", "tf32"),  # torch.backends.cuda.matmul.allow_tf32 = True
-    ("cuda", True, "high", "tf32"),  # set_float32_matmul_precision("high"), or the cuBLAS override variable
-    ("cuda", False, "medium", "bf16"),
-    ("cpu", True, "highest", "ieee"),  # TF32 is a tensor-core format: the cuBLAS flag does not touch CPU matmuls
-    ("cpu", False, "high", "tf32"),
-    ("cpu", False, "medium", "bf16"),
-])
+@pytest.mark.parametrize(
+    "device_type, allow_tf32, precision, mode",
+    [
+        ("cuda", False, "highest", "ieee"),  # torch's default for matmul
+        ("cuda", True, "highest", "tf32"),  # torch.backends.cuda.matmul.allow_tf32 = True
+        ("cuda", True, "high", "tf32"),  # set_float32_matmul_precision("high"), or the cuBLAS override variable
+        ("cuda", False, "medium", "bf16"),
+        ("cpu", True, "highest", "ieee"),  # TF32 is a tensor-core format: the cuBLAS flag does not touch CPU matmuls
+        ("cpu", False, "high", "tf32"),
+        ("cpu", False, "medium", "bf16"),
+    ],
+)
 def test_float32_mode_follows_torchs_flags(device_type, allow_tf32, precision, mode):
     assert devices.float32_mode(device_type, allow_tf32, precision) == mode
 
@@ -34,8 +37,9 @@ def test_tolerance_widens_only_float32_and_only_when_narrowed():
 def test_the_cublas_override_variable_reaches_the_chosen_mode():
     # NVIDIA's PyTorch containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1; torch folds it into allow_tf32 (no GPU
     # needed to read the flag), and the stage must then allow TF32's error on a GPU.
-    code = ("import torch; from ddplab.checks import devices; "
-            "print(devices.current_float32_mode(torch.device('cuda', 0)))")
+    code = (
+        "import torch; from ddplab.checks import devices; print(devices.current_float32_mode(torch.device('cuda', 0)))"
+    )
     for value, mode in (("1", "tf32"), (None, "ieee")):
         env = {k: v for k, v in os.environ.items() if k != "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"}
         if value:
@@ -48,7 +52,7 @@ def test_a_tf32_sized_error_passes_only_where_tf32_is_allowed():
     # A float32 matmul whose inputs were rounded to TF32's 10 mantissa bits, as tensor cores round them.
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(devices.CHECK_N, devices.CHECK_N, generator=gen, dtype=torch.float64) for _ in range(2))
-    tf32 = (a.to(torch.float16).double() @ b.to(torch.float16).double())  # float16 keeps the same 10 bits
+    tf32 = a.to(torch.float16).double() @ b.to(torch.float16).double()  # float16 keeps the same 10 bits
     err = ((tf32 - a @ b).norm() / (a @ b).norm()).item()
     assert devices.tolerance(torch.float32) < err <= devices.tolerance(torch.float32, "tf32")
 

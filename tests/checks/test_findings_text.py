@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import cli
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -36,8 +35,10 @@ def flat(text: str) -> str:
 
 CASES = {
     "check: a broken launcher variable (a warning)": (["check", "--stages", "preflight"], {"WORLD_SIZE": "abc"}),
-    "check: two failures and a warning": (["check", "--stages", "preflight"],
-                                          {"GLOO_SOCKET_IFNAME": "eth9", "OMP_NUM_THREADS": "abc", "RANK": "0"}),
+    "check: two failures and a warning": (
+        ["check", "--stages", "preflight"],
+        {"GLOO_SOCKET_IFNAME": "eth9", "OMP_NUM_THREADS": "abc", "RANK": "0"},
+    ),
     "env: a broken launcher variable": (["env"], {"WORLD_SIZE": "abc"}),
     "lint: a script with mistakes": (["lint", str(SCRIPTS / "lint_bad.py")], {}),
 }

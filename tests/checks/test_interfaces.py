@@ -7,8 +7,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import cli
+
 from ddplab.checks.preflight import interface_matches
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -16,21 +16,26 @@ HERE = sorted(psutil.net_if_addrs())
 MISSING = "eth9" if "eth9" not in HERE else "ddplab-no-such-if0"
 
 
-@pytest.mark.parametrize("var, value, used, unmatched", [
-    ("GLOO_SOCKET_IFNAME", "eth0", ["eth0"], []),
-    ("GLOO_SOCKET_IFNAME", "eth", [], ["eth"]),  # gloo takes exact names, no prefixes
-    ("GLOO_SOCKET_IFNAME", "lo,eth9", ["lo"], ["eth9"]),
-    ("GLOO_SOCKET_IFNAME", "x", [], []),  # torch ignores a value of one character
-    ("NCCL_SOCKET_IFNAME", "eth", ["eth0", "eth1"], []),  # NCCL: prefixes
-    ("NCCL_SOCKET_IFNAME", "=eth", [], ["eth"]),  # "=": exact names
-    ("NCCL_SOCKET_IFNAME", "eth0:29400,ib", ["eth0"], ["ib"]),  # ":port" after a name
-    ("NCCL_SOCKET_IFNAME", "^lo,docker", ["eth0", "eth1"], []),  # "^": every interface but these
-    ("NCCL_SOCKET_IFNAME", "^eth,lo,docker", [], []),  # excludes everything: nothing left to use
-    ("NCCL_SOCKET_IFNAME", "^=eth", ["docker0", "eth0", "eth1", "lo"], []),  # no interface is named "eth"
-])
+@pytest.mark.parametrize(
+    "var, value, used, unmatched",
+    [
+        ("GLOO_SOCKET_IFNAME", "eth0", ["eth0"], []),
+        ("GLOO_SOCKET_IFNAME", "eth", [], ["eth"]),  # gloo takes exact names, no prefixes
+        ("GLOO_SOCKET_IFNAME", "lo,eth9", ["lo"], ["eth9"]),
+        ("GLOO_SOCKET_IFNAME", "x", [], []),  # torch ignores a value of one character
+        ("NCCL_SOCKET_IFNAME", "eth", ["eth0", "eth1"], []),  # NCCL: prefixes
+        ("NCCL_SOCKET_IFNAME", "=eth", [], ["eth"]),  # "=": exact names
+        ("NCCL_SOCKET_IFNAME", "eth0:29400,ib", ["eth0"], ["ib"]),  # ":port" after a name
+        ("NCCL_SOCKET_IFNAME", "^lo,docker", ["eth0", "eth1"], []),  # "^": every interface but these
+        ("NCCL_SOCKET_IFNAME", "^eth,lo,docker", [], []),  # excludes everything: nothing left to use
+        ("NCCL_SOCKET_IFNAME", "^=eth", ["docker0", "eth0", "eth1", "lo"], []),  # no interface is named "eth"
+    ],
+)
 def test_names_are_matched_as_each_library_does(var, value, used, unmatched):
     assert interface_matches(var, value, ["docker0", "eth0", "eth1", "lo"]) == (
-        [n for n in ["docker0", "eth0", "eth1", "lo"] if n in used], unmatched)
+        [n for n in ["docker0", "eth0", "eth1", "lo"] if n in used],
+        unmatched,
+    )
 
 
 def _names_the_interfaces(text: str) -> bool:
@@ -55,10 +60,13 @@ def test_nccl_name_only_warns_on_gloo():
     assert [f["level"] for f in warned] == ["warn"]
 
 
-@pytest.mark.parametrize("args", [
-    ["train", "linear", "--nproc", "2", "--epochs", "1"],
-    ["launch", "--nproc-per-node", "2", str(SCRIPTS / "good_ddp.py")],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "linear", "--nproc", "2", "--epochs", "1"],
+        ["launch", "--nproc-per-node", "2", str(SCRIPTS / "good_ddp.py")],
+    ],
+)
 def test_train_and_launch_refuse_before_any_rank_starts(args, no_leftover_workers):
     ran = cli(*args, env={"GLOO_SOCKET_IFNAME": MISSING}, timeout=120)
     assert ran.code == 2, ran.err

@@ -1,7 +1,6 @@
 """CUDA_VISIBLE_DEVICES as CUDA reads it, through the real CLI: -1 hides every GPU and is no error on CPU."""
 
 import pytest
-
 from conftest import cli
 
 

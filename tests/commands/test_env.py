@@ -3,6 +3,7 @@
 import sys
 
 from conftest import cli
+
 from ddplab import compat, envinfo
 
 
@@ -32,10 +33,14 @@ def test_a_problem_is_a_failed_check_exit_1_and_counted_in_words(capsys):
     from ddplab import report
     from ddplab.commands.env import render
 
-    two = _report(warnings=[{"problem": "a", "fix": "b"}, {"problem": "c", "fix": "d"}],
-                  python={"version": "3", "executable": "p"}, platform={"system": "", "release": "", "machine": ""},
-                  cpu={"physical_cores": 1, "logical_cores": 1}, memory={"total_gib": 1, "shm_mib": 1},
-                  torch={"version": "2.13.0", "build": "CPU", "cudnn": None, "nccl": None})
+    two = _report(
+        warnings=[{"problem": "a", "fix": "b"}, {"problem": "c", "fix": "d"}],
+        python={"version": "3", "executable": "p"},
+        platform={"system": "", "release": "", "machine": ""},
+        cpu={"physical_cores": 1, "logical_cores": 1},
+        memory={"total_gib": 1, "shm_mib": 1},
+        torch={"version": "2.13.0", "build": "CPU", "cudnn": None, "nccl": None},
+    )
     render(report.console(), two)
     assert "verdict: FAIL 2 problems to fix" in capsys.readouterr().out
 
@@ -60,15 +65,25 @@ def test_busy_master_port_is_a_warning(busy_port):
 
 
 def _report(**changes) -> envinfo.EnvReport:
-    base = dict(python={}, platform={}, torch={"version": "2.13.0", "build": "CPU"}, backends={}, devices=[],
-                driver=None, cpu={}, memory={"shm_mib": 4096}, env_vars={})
+    base = dict(
+        python={},
+        platform={},
+        torch={"version": "2.13.0", "build": "CPU"},
+        backends={},
+        devices=[],
+        driver=None,
+        cpu={},
+        memory={"shm_mib": 4096},
+        env_vars={},
+    )
     base.update(changes)
     return envinfo.EnvReport(**base)
 
 
 def test_small_shm_old_torch_and_cpu_torch_on_a_gpu_host_are_warnings():
-    problems = envinfo.find_problems(_report(memory={"shm_mib": 64}, driver="550.54.15",
-                                             torch={"version": "2.4.1", "build": "CPU"}), {})
+    problems = envinfo.find_problems(
+        _report(memory={"shm_mib": 64}, driver="550.54.15", torch={"version": "2.4.1", "build": "CPU"}), {}
+    )
     text = " | ".join(p.problem for p in problems)
     assert "/dev/shm is only 64 MiB" in text
     assert "older than 2.6" in text

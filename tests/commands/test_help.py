@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 import pytest
-
 from conftest import cli
+
 from ddplab import cli as ddplab_cli
 
 
@@ -22,8 +22,13 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def _description(help_text: str) -> str:
     """The paragraph between the usage lines and the first section (positional arguments:, options:)."""
     blocks = help_text.split("\n\n")
-    return blocks[1].strip() if len(blocks) > 1 and not blocks[1].rstrip().endswith(":") \
-        and not blocks[1].lstrip().startswith(("options:", "positional arguments:")) else ""
+    return (
+        blocks[1].strip()
+        if len(blocks) > 1
+        and not blocks[1].rstrip().endswith(":")
+        and not blocks[1].lstrip().startswith(("options:", "positional arguments:"))
+        else ""
+    )
 
 
 COMMANDS = ddplab_cli.command_names()
@@ -75,6 +80,24 @@ def test_monitor_help_explains_every_column_and_flag():
 
     text = ddplab_cli.build_parser()._subparsers._group_actions[0].choices["monitor"].format_help()
     assert monitor.COLUMNS.splitlines()[0] in text
-    for word in ("job", "rank", "local", "pid", "state", "CPU %", "CPU s", "RSS MiB", "GPU %", "GPU MiB", "marks",
-                 "phase", "idle", "behind", "waiting", "exited", "util %", "power W"):
+    for word in (
+        "job",
+        "rank",
+        "local",
+        "pid",
+        "state",
+        "CPU %",
+        "CPU s",
+        "RSS MiB",
+        "GPU %",
+        "GPU MiB",
+        "marks",
+        "phase",
+        "idle",
+        "behind",
+        "waiting",
+        "exited",
+        "util %",
+        "power W",
+    ):
         assert word in monitor.COLUMNS, word

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import LAUNCHER_VARS, cli, kill_tree, torchrun
+
 from ddplab.commands.new import TASKS, render_script
+
 
 def load_script(path: Path):
     """Import the written script as a module (its main() only runs under __main__), to reuse its model/data."""
@@ -63,7 +64,10 @@ def test_regression_script_trains_on_two_cpu_ranks_and_saves_the_plain_model(tmp
     assert torch.nn.functional.mse_loss(pred, y).item() < 0.02
     # the training state after each epoch (32 steps of 64 x 2 samples), the last 3 kept
     assert sorted(p.name[:13] for p in (tmp_path / "checkpoints").iterdir()) == [
-        "step-00000096", "step-00000128", "step-00000160"]
+        "step-00000096",
+        "step-00000128",
+        "step-00000160",
+    ]
 
 
 @pytest.mark.slow
@@ -81,7 +85,9 @@ def test_classification_script_trains_on_two_cpu_ranks_and_resumes(tmp_path):
     # Started again with more epochs: every rank loads the newest checkpoint and carries on with epoch 6.
     again = torchrun(script, "--checkpoint-dir", "ck", "--epochs", "6")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert re.search(r"^resumed at step 160 \(the start of epoch 6\) from ck/step-00000160-\w+\.pt$", again.stdout, re.M)
+    assert re.search(
+        r"^resumed at step 160 \(the start of epoch 6\) from ck/step-00000160-\w+\.pt$", again.stdout, re.M
+    )
     assert [line.split()[1] for line in epoch_lines(again.stdout)] == ["6/6"]
 
 
@@ -94,10 +100,33 @@ def test_sigterm_mid_run_saves_and_the_restart_ends_bitwise_equal(tmp_path):
     whole = torchrun(script, "--epochs", "30", "--checkpoint-dir", "whole", "--out", "whole.pt")
     assert whole.returncode == 0, whole.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    command = [sys.executable, "-m", "ddplab", "launch", "--nproc", "2", "--no-lint", "--grace", "20", "t.py",
-               "--epochs", "30", "--checkpoint-dir", "cut", "--out", "cut.pt"]
-    first = subprocess.Popen(command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "launch",
+        "--nproc",
+        "2",
+        "--no-lint",
+        "--grace",
+        "20",
+        "t.py",
+        "--epochs",
+        "30",
+        "--checkpoint-dir",
+        "cut",
+        "--out",
+        "cut.pt",
+    ]
+    first = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     # Read to the end by the one reader that saw the trigger: what it had read ahead past that line (on a busy
     # machine, the next epoch's line too) stays in its buffer, where communicate() would never see it.
     overstay = threading.Timer(150, kill_tree, [first.pid])
@@ -115,8 +144,14 @@ def test_sigterm_mid_run_saves_and_the_restart_ends_bitwise_equal(tmp_path):
     assert first.returncode == 4, f"exit {first.returncode} (-9: overstayed 150 s)\n{out}"
     saved = re.search(r"preempted \(SIGTERM\), state saved at step (\d+)", out)
     assert saved and 64 <= int(saved.group(1)) < 960, out
-    again = subprocess.run(command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env={**env, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resumed at step {saved.group(1)}" in again.stdout + again.stderr
     a, b = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "cut.pt")
@@ -131,8 +166,7 @@ def test_sigterm_mid_run_saves_and_the_restart_ends_bitwise_equal(tmp_path):
 def test_script_refuses_to_run_without_torchrun(tmp_path):
     assert cli("new", "t.py", cwd=tmp_path, timeout=60).code == 0
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    done = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == "start this script with torchrun: torchrun --standalone --nproc-per-node 2 t.py"
 
@@ -141,8 +175,12 @@ def test_script_refuses_to_run_without_torchrun(tmp_path):
 def test_written_script_needs_only_torch_and_ddplab_resume(task):
     tree = ast.parse(render_script(task))
     names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    names |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-              for alias in node.names}
+    names |= {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
     outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
     assert {n.split(".")[0] for n in outside} == {"torch", "ddplab"}, names
     assert {n for n in outside if n.startswith("ddplab")} == {"ddplab.resume"}  # the runtime's one module

@@ -70,8 +70,7 @@ def test_a_template_is_found_without_its_final_punctuation():
 def test_not_user_facing_has_a_reason_per_kind():
     assert internal_reason("torch-python", {"text": "x failed", "file": "f", "kind": "log.info"}) == "info"
     assert internal_reason("torch-python", {"text": "x failed", "file": "f", "kind": "raise"}) is None
-    assert internal_reason("torch-native", {"text": 'x INTERNAL ASSERT FAILED at "a.cpp":3', "file": "f"}) == \
-        "internal"
+    assert internal_reason("torch-native", {"text": 'x INTERNAL ASSERT FAILED at "a.cpp":3', "file": "f"}) == "internal"
     assert internal_reason("nccl", {"text": "Channel %02d : %d[%d] -> %d", "file": "f"}) == "no-error-word"
     assert internal_reason("nccl", {"text": "Call to ibv_reg_mr failed", "file": "f"}) is None
     assert internal_reason("os", {"text": "Connection refused", "file": "strerror", "errno": 111}) is None
@@ -79,6 +78,7 @@ def test_not_user_facing_has_a_reason_per_kind():
 
 
 # ----------------------------------------------------------------------------------------------- the extraction
+
 
 def test_python_templates_from_real_source(tmp_path):
     pkg = tmp_path / "distributed" / "elastic"
@@ -89,7 +89,8 @@ def test_python_templates_from_real_source(tmp_path):
         "    if n < 0:\n        raise ValueError(f'bad world size {n} for rank {rank}')\n"
         "    warnings.warn('this option is deprecated and ignored')\n"
         "    logger.info('starting %s workers now', n)\n"
-        "    raise RuntimeError('rank %d is out of range' % rank)\n")
+        "    raise RuntimeError('rank %d is out of range' % rank)\n"
+    )
     found = make_catalogue.python_templates(tmp_path)
     got = {(t["text"], t["kind"]) for t in found}
     assert ("bad world size {} for rank {}", "raise") in got
@@ -109,8 +110,13 @@ def test_native_strings_are_read_from_a_real_elf_rodata():
 
 
 def test_strings_are_attributed_to_the_nearest_source_path():
-    data = (b"\0" * 8 + b"misc/socket.cc\0" + b"Connect to %s failed : %s\0" + b"\0" * 3000 +
-            b"transport/net_ib.cc\0NET/IB : Got completion from peer %s with error %d\0")
+    data = (
+        b"\0" * 8
+        + b"misc/socket.cc\0"
+        + b"Connect to %s failed : %s\0"
+        + b"\0" * 3000
+        + b"transport/net_ib.cc\0NET/IB : Got completion from peer %s with error %d\0"
+    )
     strings = make_catalogue._strings(data)
     got = dict(make_catalogue._attribute(strings, make_catalogue.NCCL_PATH, window=None))
     assert got["Connect to %s failed : %s"] == "misc/socket.cc"
@@ -144,8 +150,11 @@ def test_trie_regex_matches_exactly_its_words():
 def test_closest_names_the_template_a_line_was_printed_from_and_nothing_for_foreign_text():
     from ddplab.explain import catalogue
 
-    template = next(t for t in catalogue.load("torch-python")["templates"]
-                    if t["kind"] == "raise" and len(catalogue.chunks(t["text"])) >= 2)
+    template = next(
+        t
+        for t in catalogue.load("torch-python")["templates"]
+        if t["kind"] == "raise" and len(catalogue.chunks(t["text"])) >= 2
+    )
     line = f"[rank1]: {template.get('exc') or 'RuntimeError'}: {catalogue.render(template['text'])}"
     found = catalogue.closest(line)
     assert found is not None and found.startswith(template["text"]) and template["file"] in found

@@ -12,8 +12,12 @@ from ddplab.explain.exitcodes import describe_exit
 
 # (how the child ends itself, its signal, words the explanation must hold)
 DEATHS = [
-    pytest.param("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 9, ("SIGKILL", "dmesg", "out-of-memory"),
-                 id="sigkill"),
+    pytest.param(
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        9,
+        ("SIGKILL", "dmesg", "out-of-memory"),
+        id="sigkill",
+    ),
     pytest.param("import os; os.abort()", 6, ("SIGABRT", "what():"), id="sigabrt"),
     pytest.param("import ctypes; ctypes.string_at(0)", 11, ("SIGSEGV", "segmentation fault"), id="sigsegv"),
     pytest.param("import os, signal; os.kill(os.getpid(), signal.SIGBUS)", 7, ("SIGBUS", "/dev/shm"), id="sigbus"),
@@ -32,10 +36,14 @@ def test_a_real_death_by_signal_is_named_in_every_form(code, number, words):
     assert returncode == -number
     shell = _run(["sh", "-c", f'"{sys.executable}" -c "{code}"; exit $?'])
     assert shell == 128 + number
-    forms = [returncode, shell, f"  exitcode  : {returncode} (pid: 4242)",
-             f"  traceback : Signal {number} ({signal.Signals(number).name}) received by PID 4242",
-             f"failed (exitcode: {returncode}) local_rank: 0 (pid: 4242) of binary: python",
-             f"Process finished with exit code {shell}"]
+    forms = [
+        returncode,
+        shell,
+        f"  exitcode  : {returncode} (pid: 4242)",
+        f"  traceback : Signal {number} ({signal.Signals(number).name}) received by PID 4242",
+        f"failed (exitcode: {returncode}) local_rank: 0 (pid: 4242) of binary: python",
+        f"Process finished with exit code {shell}",
+    ]
     for form in forms:
         line = describe_exit(form)
         assert all(w in line for w in words), (form, line)

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from torch import nn
-
 from conftest import cli, kill_tree
 from test_explain_corpus import read_quoted
+from torch import nn
+
 from ddplab.explain.matcher import explain_text
 from ddplab.explain.rules import BY_ID, RULES
 from ddplab.ports import free_port
@@ -124,6 +124,7 @@ def _load_with_prefix(prefix):
     def load():
         state = {prefix + k: v for k, v in nn.Linear(2, 2).state_dict().items()}
         nn.Linear(2, 2).load_state_dict(state)
+
     return load
 
 
@@ -224,7 +225,7 @@ def test_root_cause_comes_first_then_order_of_appearance(torchrun_log):
     rest = e.matches[1:]
     specific = [m for m in rest if not BY_ID[m.rule].covers]  # family rules (a whole layer) come after these
     assert [m.line for m in specific] == sorted(m.line for m in specific)
-    assert rest[:len(specific)] == specific
+    assert rest[: len(specific)] == specific
     assert not any(m.root_cause for m in rest)
 
 
@@ -236,8 +237,14 @@ def test_cli_explains_a_log_file_and_stdin(torchrun_log, tmp_path):
     assert ran.out.index("root cause: rank 1") < ran.out.index("[worker-killed]") < ran.out.index("[peer-closed]")
     assert "fix:" in ran.out and "https://" in ran.out
 
-    piped = subprocess.run([sys.executable, "-m", "ddplab", "explain", "-", "--json"], input=torchrun_log, text=True,
-                   capture_output=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    piped = subprocess.run(
+        [sys.executable, "-m", "ddplab", "explain", "-", "--json"],
+        input=torchrun_log,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert piped.returncode == 0, piped.stderr
     data = json.loads(piped.stdout)
     assert data["matched"] and data["root_cause"]["rank"] == 1
@@ -247,10 +254,25 @@ def test_cli_explains_a_log_file_and_stdin(torchrun_log, tmp_path):
 def torchrun_2_ranks(script: str, *options: str) -> str:
     """The console log of a real 2-rank torchrun run of tests/scripts/SCRIPT (torchrun OPTIONS first), which must
     fail."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           *options, str(HERE / "scripts" / script)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        *options,
+        str(HERE / "scripts" / script),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -298,9 +320,17 @@ def test_gpu_errors_made_on_this_gpu(tmp_path):
     ordinal = raised(lambda: torch.cuda.set_device(torch.cuda.device_count()))
     assert first_rule(ordinal) == "invalid-device-ordinal", ordinal[-800:]
     # A device-side assert spoils the CUDA context of the process that triggers it: make it in a child.
-    child = subprocess.run([sys.executable, "-c", "import torch; t = torch.zeros(2, device='cuda'); "
-                            "t[torch.tensor([5], device='cuda')] = 1; torch.cuda.synchronize()"],
-                           capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch; t = torch.zeros(2, device='cuda'); "
+            "t[torch.tensor([5], device='cuda')] = 1; torch.cuda.synchronize()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode != 0
     assert first_rule(child.stderr) == "device-side-assert", child.stderr[-800:]
 
@@ -327,8 +357,9 @@ def test_every_rule_is_tested_against_real_text():
     # A generic wrapper (NCCL's "invalid usage") never leads when its specific "Last error" is there too: it counts as
     # tested when it matches in a quoted log at all.
     wrappers = {r.id for r in RULES if r.generic}
-    tested |= {m.rule for p in quoted_logs() for m in explain_text(read_quoted(p.values[0])[1]).matches
-               if m.rule in wrappers}
+    tested |= {
+        m.rule for p in quoted_logs() for m in explain_text(read_quoted(p.values[0])[1]).matches if m.rule in wrappers
+    }
     from test_catalogue import covered_by  # family rules: against their own templates (the software's text)
     from test_rules import TESTED_HERE  # issue 27's rules, made for real there
 

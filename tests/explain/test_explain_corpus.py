@@ -17,8 +17,11 @@ from ddplab.explain.matcher import explain_text
 from ddplab.explain.rules import RULES
 
 LOGS = Path(__file__).parents[1] / "logs"
-HELD_OUT = {line.strip() for line in (LOGS / "HELDOUT.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+HELD_OUT = {
+    line.strip()
+    for line in (LOGS / "HELDOUT.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+}
 
 
 def read_quoted(path: Path) -> tuple[dict[str, str], str]:
@@ -62,9 +65,11 @@ def test_generic_wrappers_yield_to_the_specific_error():
 
 def test_terminate_what_leads_its_peers_consequences():
     """A rank's C++ `terminate called ... what():` is the cause of its peers' closed connections printed earlier."""
-    peer = ("[rank0]: Traceback (most recent call last):\n"
-            "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-            "[127.0.0.1]:10895\n")
+    peer = (
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[127.0.0.1]:10895\n"
+    )
     _, aborted = read_quoted(LOGS / "gloo_size_mismatch_gloo456.log")
     text = peer + "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  " + aborted
     rules = [m.rule for m in explain_text(text).matches]

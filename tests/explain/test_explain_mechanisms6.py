@@ -28,6 +28,7 @@ def traceback_of(make_error) -> str:
 
 # ------------------------------------------------------------------ torchrun's SignalException without its message
 
+
 @pytest.mark.parametrize("sig", ["SIGHUP", "SIGINT", "SIGQUIT"])
 def test_the_signal_exception_class_alone_is_a_signal(sig):
     # elastic's handler raises SignalException("Process {pid} got signal: {n}"); a title or a paste cut at the
@@ -52,6 +53,7 @@ def test_sigterm_stays_worker_terminated_though_its_traceback_shows_the_raise_li
 
 # ------------------------------------------------------------------ a launcher variable's KeyError, printed as str()
 
+
 @pytest.mark.parametrize("name", ["LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR"])
 def test_a_keyerror_for_a_launcher_variable_printed_without_its_type(name, monkeypatch):
     monkeypatch.delenv(name, raising=False)
@@ -62,9 +64,14 @@ def test_a_keyerror_for_a_launcher_variable_printed_without_its_type(name, monke
     assert shown == f"'{name}'"
     assert first_rule(shown) == "launcher-env-missing"
     # as Theodore-PKU/MC-DDPM#1 pasted it: the message, then the frames that read the variable
-    assert first_rule(f"{shown}\n\nDuring handling of the above exception, another exception occurred:\n\n"
-                      f"  File \"/x/dist_util.py\", line 22, in setup_dist\n"
-                      f"    th.cuda.set_device(int(os.environ[\"{name}\"]))\n") == "launcher-env-missing"
+    assert (
+        first_rule(
+            f"{shown}\n\nDuring handling of the above exception, another exception occurred:\n\n"
+            f'  File "/x/dist_util.py", line 22, in setup_dist\n'
+            f'    th.cuda.set_device(int(os.environ["{name}"]))\n'
+        )
+        == "launcher-env-missing"
+    )
 
 
 def test_a_keyerror_for_a_launcher_variable_as_a_logger_prints_it(monkeypatch):
@@ -94,9 +101,14 @@ def test_a_quoted_launcher_name_inside_a_line_is_not_a_keyerror():
 # ------------------------------------------------------------------ NCCL's result text in torch's slot
 
 # ncclGetErrorString's texts (catalogue: nccl include/comm.h) and the rule that explains each
-RESULTS = {"unhandled cuda error": ("nccl-cuda", 1), "unhandled system error": ("nccl-system-error", 2),
-           "internal error": ("nccl-internal-error", 3), "invalid argument": ("nccl-call", 4),
-           "invalid usage": ("nccl-invalid-usage", 5), "remote process exited": ("nccl-remote-error", 6)}
+RESULTS = {
+    "unhandled cuda error": ("nccl-cuda", 1),
+    "unhandled system error": ("nccl-system-error", 2),
+    "internal error": ("nccl-internal-error", 3),
+    "invalid argument": ("nccl-call", 4),
+    "invalid usage": ("nccl-invalid-usage", 5),
+    "remote process exited": ("nccl-remote-error", 6),
+}
 
 
 def _result_texts() -> dict[str, str]:
@@ -109,10 +121,12 @@ def test_nccl_result_text_in_torch_slot_in_every_form(key):
     rule, number = RESULTS[key]
     full = _result_texts()[key]
     where = "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "  # NCCLUtils.hpp
-    forms = [f"RuntimeError: {where}{full}, NCCL version 2.14.3",  # as torch prints it
-             f"RuntimeError: {where}{full.split(' (')[0]}",  # a title: no tail, no version
-             f"{where}{full.split(' (')[0].title()}",  # retyped in title case
-             f"torch.distributed.DistBackendError: NCCL Error {number}: {full}"]  # torch/csrc/cuda/nccl.cpp
+    forms = [
+        f"RuntimeError: {where}{full}, NCCL version 2.14.3",  # as torch prints it
+        f"RuntimeError: {where}{full.split(' (')[0]}",  # a title: no tail, no version
+        f"{where}{full.split(' (')[0].title()}",  # retyped in title case
+        f"torch.distributed.DistBackendError: NCCL Error {number}: {full}",
+    ]  # torch/csrc/cuda/nccl.cpp
     for text in forms:
         assert first_rule(text) == rule, text
 
@@ -127,17 +141,22 @@ def test_a_misspelt_nccl_result_text_is_read_by_its_key_words():
 
 # ------------------------------------------------------------------ DDP's per-parameter check across processes
 
+
 @pytest.mark.parametrize("what", ["sizes", "strides"])
 def test_ddp_param_check_across_processes_is_a_model_mismatch(what):
     # reducer.cpp verify_params_across_processes (catalogue: torch-native), with its fields filled as torch does
-    templates = [t["text"] for t in catalogue.load("torch-native")["templates"]
-                 if t["text"] == f"appears not to match {what} of the same param in process 0."]
+    templates = [
+        t["text"]
+        for t in catalogue.load("torch-native")["templates"]
+        if t["text"] == f"appears not to match {what} of the same param in process 0."
+    ]
     assert templates
     text = f"RuntimeError: params[182] in this process with sizes [256, 256, 1, 1] {templates[0]}"
     assert first_rule(text) == "ddp-model-mismatch"
 
 
 # ------------------------------------------------------------------ a message wrapped or retyped (made here)
+
 
 def _made_errors() -> dict[str, str]:
     """Real tracebacks from torch on this CPU: a collective before init_process_group, env:// without a launcher,
@@ -173,8 +192,9 @@ def test_a_message_wrapped_by_a_paste_keeps_its_rule(made_errors, width):
 
     for rule, text in made_errors.items():
         assert first_rule(text) == rule, text
-        wrapped = "\n".join(part for line in text.splitlines()
-                            for part in textwrap.wrap(line, width, break_long_words=False) or [""])
+        wrapped = "\n".join(
+            part for line in text.splitlines() for part in textwrap.wrap(line, width, break_long_words=False) or [""]
+        )
         assert wrapped != text
         assert first_rule(wrapped) == rule, wrapped
 
@@ -204,37 +224,47 @@ def test_case_is_ignored_only_when_no_specific_rule_matched_in_the_software_case
 
 # ------------------------------------------------------------------ two NCCL versions in one job's output
 
-ERROR_WITH_VERSION = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
-                      "internal error - please report this issue to the NCCL developers, NCCL version {}")
+ERROR_WITH_VERSION = (
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+    "internal error - please report this issue to the NCCL developers, NCCL version {}"
+)
 
 
 def test_ranks_that_print_different_nccl_versions_are_a_version_mismatch():
     # NVIDIA/nccl#1267: 2.20.5 on one node, 2.19.3 on the others; torch puts each rank's own version in its error
     # (NCCLUtils getNcclErrorDetailStr), NCCL its INFO line
     # (catalogue: include/cudawrap.h "NCCL version 2.32.3+cuda12.9")
-    two = "\n".join(["[rank0]: " + ERROR_WITH_VERSION.format("2.20.5"),
-                     "[rank8]: " + ERROR_WITH_VERSION.format("2.19.3")])
+    two = "\n".join(
+        ["[rank0]: " + ERROR_WITH_VERSION.format("2.20.5"), "[rank8]: " + ERROR_WITH_VERSION.format("2.19.3")]
+    )
     assert [m.rule for m in explain_text(two).matches][:2] == ["nccl-version-mismatch", "nccl-internal-error"]
     info = "node2:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n" + ERROR_WITH_VERSION.format("2.20.5")
     assert first_rule(info) == "nccl-version-mismatch"
 
 
 def test_one_nccl_version_printed_many_times_is_not_a_mismatch():
-    same = "\n".join(["node1:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3"] * 50
-                     + ["[rank3]: " + ERROR_WITH_VERSION.format("2.19.3")] * 4)
+    same = "\n".join(
+        ["node1:42:42 [0] NCCL INFO NCCL version 2.19.3+cuda12.3"] * 50
+        + ["[rank3]: " + ERROR_WITH_VERSION.format("2.19.3")] * 4
+    )
     assert first_rule(same) == "nccl-internal-error"
 
 
 def test_the_collnet_version_check_is_a_version_mismatch():
     # catalogue: nccl include/coll_net.h, fields filled in
-    template = next(t["text"] for t in catalogue.load("nccl")["templates"]
-                    if t["text"].startswith("Mismatched NCCL version detected"))
-    text = "node1:42:42 [0] include/coll_net.h:12 NCCL WARN " + template.replace("%d", "21903", 2).replace("%d", "1") \
-        .replace("%d", "22005")
+    template = next(
+        t["text"]
+        for t in catalogue.load("nccl")["templates"]
+        if t["text"].startswith("Mismatched NCCL version detected")
+    )
+    text = "node1:42:42 [0] include/coll_net.h:12 NCCL WARN " + template.replace("%d", "21903", 2).replace(
+        "%d", "1"
+    ).replace("%d", "22005")
     assert first_rule(text) == "nccl-version-mismatch"
 
 
 # ------------------------------------------------------------------ gloo's connectFullMesh with its source path cut
+
 
 def test_connectfullmesh_whose_pair_error_is_kept_but_path_cut_is_gloo_address():
     # aws-samples/aws-do-eks#50 as pasted: the bracketed pair.cc path replaced by "...", the pair's own error kept
@@ -246,22 +276,29 @@ def test_a_failed_comparison_is_an_error_word():
     # catalogue templates that say a comparison failed are user-facing, so a family or rule must cover them
     from ddplab.explain.rules import ERROR_WORD
 
-    for text in ("appears not to match strides of the same param in process 0.", "sizes do not match",
-                 "the shapes doesn't match"):
+    for text in (
+        "appears not to match strides of the same param in process 0.",
+        "sizes do not match",
+        "the shapes doesn't match",
+    ):
         assert ERROR_WORD.search(text), text
 
 
 def test_a_wrapped_message_only_a_family_knows_keeps_its_family():
     # catalogue: torch-python's DTensor "Operator {} does not have a sharding strategy registered.", as
     # pytorch/pytorch#147724 printed it, wrapped by a paste
-    template = next(t for t in catalogue.load("torch-python")["templates"]
-                    if t["text"].startswith("Operator {} does not have a sharding strategy registered"))
+    template = next(
+        t
+        for t in catalogue.load("torch-python")["templates"]
+        if t["text"].startswith("Operator {} does not have a sharding strategy registered")
+    )
     text = "[DTensor] [distributed]: " + catalogue.render(template["text"])
     assert first_rule(text) == "dtensor-api"
     assert first_rule(text.replace(" sharding ", " sharding\n")) == "dtensor-api"
 
 
 # ------------------------------------------------------------------ a root-cause pointer and an unprefixed error
+
 
 def _summary(rank: int, exitcode: int) -> str:
     """torchrun's failure summary, made by elastic's own ChildFailedError (the rank's lines carry no prefix: torch
@@ -282,6 +319,8 @@ def test_the_error_above_the_summary_comes_before_its_exit_code_pointer(made_err
 
 
 def test_the_pointer_still_comes_before_another_rank_s_consequence():
-    log = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-           "[10.0.0.2]:4242\n" + _summary(1, -11))
+    log = (
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[10.0.0.2]:4242\n" + _summary(1, -11)
+    )
     assert [m.rule for m in explain_text(log).matches][:2] == ["worker-segfault", "peer-closed"]

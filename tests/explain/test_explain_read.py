@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import cli, kill_tree
+
 from ddplab.explain import logread
 from ddplab.explain.logread import Prefilter, canonical, read_path, required_literals
 from ddplab.explain.matcher import explain_log, explain_text, parse_root_cause
@@ -34,14 +34,28 @@ TORCH_PREFIX = re.compile(r"^(?:\[default(\d+)\]:)?(?:\[rank(\d+)\]:)? ?")
 
 def run_torchrun(script: str, tmp: Path, *options: str, deadline_s: float = 170) -> str:
     """The console of a real 2-rank torchrun run (--tee 3: every rank's lines with `[defaultN]:`), which fails."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           "--log-dir", str(tmp), "--tee", "3", *options, str(SCRIPTS / script)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "--log-dir",
+        str(tmp),
+        "--tee",
+        "3",
+        *options,
+        str(SCRIPTS / script),
+    ]
     tag = uuid.uuid4().hex  # every process of this run inherits it: none may survive the run
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DDPLAB_TEST_TAG": tag}
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=deadline_s)
     except subprocess.TimeoutExpired:
@@ -80,7 +94,7 @@ def rank_lines(console: str, failed_first: int = 1) -> list[tuple[int, str]]:
     for line in console.splitlines():
         m = TORCH_PREFIX.match(line)
         if m and (m.group(1) or m.group(2)):
-            out.append((int(m.group(2) or m.group(1)), line[m.end():]))
+            out.append((int(m.group(2) or m.group(1)), line[m.end() :]))
     return sorted(out, key=lambda pair: pair[0] != failed_first)
 
 
@@ -138,6 +152,7 @@ def test_a_harness_echo_of_the_childs_streams_is_read_through(crash_console, tmp
     print(label, line.rstrip()) with label "stderr:" / "stdout:": the same findings and reading as the plain run."""
     import contextlib
     import io
+
     echoed = io.StringIO()
     with contextlib.redirect_stdout(echoed):
         for line in crash_console.splitlines():
@@ -157,8 +172,10 @@ def test_colours_crlf_and_progress_bars(crash_console, tmp_path):
     assert {("module-prefix", 1), ("peer-closed", 0)} <= {(m.rule, m.rank) for m in e.matches}
     assert not any("\x1b" in m.text or "\r" in m.text for m in e.matches)
     # a progress bar's carriage returns before the failure: its states are lines of their own
-    bar = explain_file(tmp_path, "epoch 1\r 10%|#   |\r 50%|##  |\r" + "\n".join(
-        f"[rank{k}]: {t}" for k, t in rank_lines(crash_console)))
+    bar = explain_file(
+        tmp_path,
+        "epoch 1\r 10%|#   |\r 50%|##  |\r" + "\n".join(f"[rank{k}]: {t}" for k, t in rank_lines(crash_console)),
+    )
     assert_rank1_checkpoint(bar, summary=False)
 
 
@@ -167,7 +184,7 @@ def test_interleaved_ranks_line_by_line(crash_console, tmp_path):
     lines = rank_lines(crash_console)
     zero = [f"[rank0]: {t}" for r, t in lines if r == 0]
     one = [f"[rank1]: {t}" for r, t in lines if r == 1]
-    woven = [line for pair in zip(one, zero) for line in pair] + one[len(zero):] + zero[len(one):]
+    woven = [line for pair in zip(one, zero) for line in pair] + one[len(zero) :] + zero[len(one) :]
     assert_rank1_checkpoint(explain_file(tmp_path, "\n".join(woven)), summary=False)
 
 
@@ -282,15 +299,21 @@ def test_bad_input_is_one_line_that_says_which(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"PK\x03\x04\x00\x00binary\x00" * 100)
     (tmp_path / "nologs").mkdir()
     (tmp_path / "nologs" / "model.pt").write_bytes(b"\x00")
-    cases = {"empty.log": "is empty", "blank.log": "holds only blank lines", "model.pt": "is a binary file",
-             "nologs": "is a folder with no logs", "missing.log": "no such file or folder"}
+    cases = {
+        "empty.log": "is empty",
+        "blank.log": "holds only blank lines",
+        "model.pt": "is a binary file",
+        "nologs": "is a folder with no logs",
+        "missing.log": "no such file or folder",
+    }
     for name, says in cases.items():
         ran = cli("explain", str(tmp_path / name))
         assert ran.code == 2, (name, ran.out, ran.err)
         assert says in ran.err and len(ran.err.strip().splitlines()) == 1, (name, ran.err)
         assert "Traceback" not in ran.err
-    piped = subprocess.run([sys.executable, "-m", "ddplab", "explain", "-"], input="", text=True,
-                           capture_output=True, timeout=60)
+    piped = subprocess.run(
+        [sys.executable, "-m", "ddplab", "explain", "-"], input="", text=True, capture_output=True, timeout=60
+    )
     assert piped.returncode == 2 and "<stdin>: is empty" in piped.stderr
 
 
@@ -336,8 +359,10 @@ def tied_summary(script: str, first: int, other: int, exitcode: int = 1) -> str:
     failures by whole-second timestamps, and a tie goes to the rank listed first."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    failures = {rank: ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file="<N/A>")
-                for rank in (first, other)}
+    failures = {
+        rank: ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file="<N/A>")
+        for rank in (first, other)
+    }
     for failure in failures.values():
         failure.timestamp = 1764800000
     return ChildFailedError(script, failures).format_msg()
@@ -355,6 +380,7 @@ def test_a_tie_in_torchruns_summary_goes_to_the_rank_with_its_own_error(tmp_path
     # a second apart, torchrun's order stands (the ranks' own order is its word, not a guess)
     apart = tied_summary("name_error.py", first=0, other=1).replace("time      : ", "time      : X", 1)
     assert explain_file(tmp_path, ranks + "\n" + apart).root_cause.rank == 0
+
 
 def test_the_rank_that_failed_first_lost_its_peer(tmp_path):
     """Issue 32: rank 0 alone evaluates through the DDP model (tests/scripts/rank0_eval.py) and is the root cause
@@ -387,6 +413,7 @@ def test_a_peer_that_aborted_at_exit_is_not_the_rank_that_failed_first(tmp_path)
     ran = cli("explain", str(tmp_path / "run.log"))
     assert "rank 0 failed first, and what it reports is a lost peer" in " ".join(ran.out.split()), ran.out
 
+
 def test_the_layer_and_the_setting_that_makes_it_say_more(tmp_path):
     """gloo's size check, made for real (tests/scripts/gloo_size_mismatch.py): printed by gloo."""
     console = run_torchrun("gloo_size_mismatch.py", tmp_path)
@@ -413,8 +440,10 @@ def test_the_log_folder_launch_prints_is_explained(tmp_path, no_leftover_workers
     (tmp_path / "helper.py").write_text("def lr():\n    return = 0.1\n")
     script = tmp_path / "broken.py"
     # rank 0 waits outside any collective, so it cannot fail first by itself (torchrun ends it with SIGTERM)
-    script.write_text("import time\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
-                      "if dist.get_rank() == 1:\n    import helper\ntime.sleep(120)\n")
+    script.write_text(
+        "import time\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 1:\n    import helper\ntime.sleep(120)\n"
+    )
     ran, folder = launch(script)
     try:
         assert ran.code == 1 and folder is not None, ran.out + ran.err
@@ -461,8 +490,10 @@ def test_ranking_by_mechanism_when_a_rule_says(monkeypatch):
 
     from ddplab.explain import matcher as explain_module
 
-    log = ("[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1\n"
-           "[rank1]: RuntimeError: Distributed package doesn't have NCCL built in\n")
+    log = (
+        "[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1\n"
+        "[rank1]: RuntimeError: Distributed package doesn't have NCCL built in\n"
+    )
     before = [m.rule for m in explain_text(log).matches]
     assert before == ["nccl-not-built", "peer-closed"]
     compiled = []

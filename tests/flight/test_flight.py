@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from conftest import kill_tree
+
 from ddplab.flight import reader as flight
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -28,10 +29,22 @@ STARTUP_DEADLINE_S = 150.0  # torch imports on a loaded 2-core machine
 
 def torchrun(script: str, nproc: int, dump_dir: Path, **popen) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", **flight.worker_env(dump_dir)}
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             f"--nproc-per-node={nproc}", str(SCRIPTS / script)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **popen)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            str(SCRIPTS / script),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def hang_report(script: str, nproc: int, tmp_path: Path, stacks=None) -> flight.FlightReport:
@@ -81,10 +94,17 @@ def test_no_record_says_why():
 
 def test_bootstrap_keeps_the_sitecustomize_it_shadows(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.SHADOWED_RAN = True\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(flight.BOOT_DIR), str(tmp_path)]),
-           flight.rankdump.DIR_ENV: str(tmp_path), "RANK": "0", "LOCAL_RANK": "0"}
-    code = ("import builtins, sys; from ddplab.flight import rankdump; "
-            "print(builtins.SHADOWED_RAN, rankdump._installed, 'torch' in sys.modules)")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(flight.BOOT_DIR), str(tmp_path)]),
+        flight.rankdump.DIR_ENV: str(tmp_path),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+    }
+    code = (
+        "import builtins, sys; from ddplab.flight import rankdump; "
+        "print(builtins.SHADOWED_RAN, rankdump._installed, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "True", "False"], out.stderr  # installed, chained, and torch not imported
     record = json.loads((tmp_path / "rank0.json").read_text())  # written at exit
@@ -100,5 +120,6 @@ def test_hang_inside_a_subgroup(tmp_path, no_leftover_workers):
     check(report.ranks[0].last_started, "all_reduce", 2, "float32[32]", "in progress")
     check(report.ranks[2].last_started, "barrier", 2, "", "in progress")
     assert report.verdict.startswith("rank 1 has not called all_reduce #2 in group 1"), report.verdict
-    assert report.also == ["ranks 0, 1 have not called barrier #2 (last: all_reduce #1 float32[16]); "
-                           "rank 2 waits in it"]
+    assert report.also == [
+        "ranks 0, 1 have not called barrier #2 (last: all_reduce #1 float32[16]); rank 2 waits in it"
+    ]

@@ -8,22 +8,37 @@ the memory and MFU figures.
 
 from __future__ import annotations
 
+import conftest
 import pytest
 import torch
-
-import conftest
 from conftest import cli
 
 if conftest.PINNED_TO_CPU:  # tests/gpu named without -m gpu: the run hid every GPU
     pytest.skip("the GPU group runs only when asked for: python -m pytest -m gpu", allow_module_level=True)
 if not torch.cuda.is_available():
-    pytest.skip(f"no CUDA GPU visible to torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}): "
-                "the GPU group needs one", allow_module_level=True)
+    pytest.skip(
+        f"no CUDA GPU visible to torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}): "
+        "the GPU group needs one",
+        allow_module_level=True,
+    )
 
 pytestmark = pytest.mark.gpu
 GPUS = torch.cuda.device_count()
-GPT = ["gpt", "--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--block-size", "64", "--max-steps", "8",
-       "--log-every", "4"]
+GPT = [
+    "gpt",
+    "--n-layer",
+    "2",
+    "--n-embd",
+    "64",
+    "--n-head",
+    "2",
+    "--block-size",
+    "64",
+    "--max-steps",
+    "8",
+    "--log-every",
+    "4",
+]
 
 
 def run(*args: str, timeout: float = 300, env: dict | None = None, code: int = 0):
@@ -42,8 +57,7 @@ def test_check_passes_on_every_gpu_with_nccl(no_leftover_workers):
 
 
 def test_check_passes_with_tf32_forced_as_nvidias_containers_do(no_leftover_workers):
-    result = run("check", "--json", "--stages", "devices,ddp",
-                 env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}).json()
+    result = run("check", "--json", "--stages", "devices,ddp", env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}).json()
     devices = {s["name"]: s for s in result["stages"]}["devices"]
     assert devices["status"] == "PASS", devices
     assert all(r["float32_as"] == "tf32" for r in devices["details"]["ranks"])
@@ -66,23 +80,34 @@ def test_bench_refuses_sizes_beyond_gpu_memory_in_one_line():
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_train_gpt_on_every_gpu(strategy, amp, tmp_path, no_leftover_workers):
-    result = run("train", *GPT, "--strategy", strategy, "--amp", amp, "--checkpoint-dir", str(tmp_path),
-                 "--json").json()
+    result = run(
+        "train", *GPT, "--strategy", strategy, "--amp", amp, "--checkpoint-dir", str(tmp_path), "--json"
+    ).json()
     assert result["status"] == "PASS" and result["world_size"] == GPUS and result["backend"] == "nccl"
     assert result["params_identical"] and result["steps"] == 8
     assert result["tokens_per_sec"] > 0 and result["mfu_note"]
 
 
 def test_train_gpt_compiled(tmp_path, no_leftover_workers):
-    result = run("train", *GPT, "--compile", "--amp", "bf16", "--checkpoint-dir", str(tmp_path), "--json",
-                 timeout=600).json()
+    result = run(
+        "train", *GPT, "--compile", "--amp", "bf16", "--checkpoint-dir", str(tmp_path), "--json", timeout=600
+    ).json()
     assert result["status"] == "PASS" and result["world_size"] == GPUS
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
 def test_stop_and_resume_on_gpus(strategy, tmp_path, no_leftover_workers):
-    common = ["train", *GPT[:-4], "--strategy", strategy, "--checkpoint-dir", str(tmp_path),
-              "--checkpoint-every", "2", "--json"]
+    common = [
+        "train",
+        *GPT[:-4],
+        "--strategy",
+        strategy,
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--checkpoint-every",
+        "2",
+        "--json",
+    ]
     first = run(*common, "--max-steps", "4").json()
     assert first["stopped_early"] and first["total_steps"] == 4
     resumed = run(*common, "--max-steps", "8", "--resume").json()

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from conftest import alive
 
 BOOTSTRAP = Path(__file__).parent.parent.parent / "src" / "ddplab" / "launcher" / "bootstrap.py"
@@ -19,8 +18,9 @@ SHOW = textwrap.dedent("""
 
 
 def _run(*args, cwd):
-    out = subprocess.run([sys.executable, "-u", str(BOOTSTRAP), *args], capture_output=True, text=True, cwd=cwd,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-u", str(BOOTSTRAP), *args], capture_output=True, text=True, cwd=cwd, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -30,8 +30,11 @@ def test_a_script_sees_what_python_script_py_would_give_it(tmp_path):
     script.parent.mkdir()
     script.write_text(SHOW)
     seen = _run(str(script), "--lr", "0.1", cwd=tmp_path)
-    direct = json.loads(subprocess.run([sys.executable, str(script), "--lr", "0.1"], capture_output=True, text=True,
-                                       cwd=tmp_path, timeout=60).stdout)
+    direct = json.loads(
+        subprocess.run(
+            [sys.executable, str(script), "--lr", "0.1"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        ).stdout
+    )
     assert seen == direct
 
 
@@ -61,8 +64,9 @@ def test_a_failing_module_traceback_starts_in_the_module(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "train.py").write_text("def step():\n    raise KeyError('labels')\n\nstep()\n")
-    out = subprocess.run([sys.executable, str(BOOTSTRAP), "-m", "pkg.train"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(BOOTSTRAP), "-m", "pkg.train"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     frames = [line for line in out.stderr.splitlines() if line.strip().startswith("File ")]
     assert out.returncode == 1 and "KeyError: 'labels'" in out.stderr
     assert "pkg/train.py" in frames[0] and len(frames) == 2 and "runpy" not in out.stderr
@@ -73,9 +77,11 @@ def test_the_rank_dies_with_its_parent_even_in_a_session_of_its_own(tmp_path, no
     script = tmp_path / "sleep.py"
     started = tmp_path / "started"  # the script runs: the bootstrap has armed the parent-death signal before it
     script.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(600)\n")
-    parent_code = (f"import subprocess, sys, time\n"
-                   f"p = subprocess.Popen([sys.executable, {str(BOOTSTRAP)!r}, {str(script)!r}], "
-                   f"start_new_session=True)\nprint(p.pid, flush=True)\ntime.sleep(600)\n")
+    parent_code = (
+        f"import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, {str(BOOTSTRAP)!r}, {str(script)!r}], "
+        f"start_new_session=True)\nprint(p.pid, flush=True)\ntime.sleep(600)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
     child = None
     try:

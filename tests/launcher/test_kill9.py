@@ -10,7 +10,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import alive, kill_tree
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
@@ -43,9 +42,13 @@ def test_kill_9_of_ddplab_leaves_no_process_of_its_run(command, no_leftover_work
     args, env = COMMANDS[command]
     family: list[psutil.Process] = []
     # A killed run cannot remove its temporary folder: TMPDIR keeps it in the test's own.
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", *args],
-                            env={**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmp_path), **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", *args],
+        env={**os.environ, "NO_COLOR": "1", "TMPDIR": str(tmp_path), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         family = _ranks_running(proc.pid, 1 if command == "scale" else 2)
         proc.send_signal(signal.SIGKILL)  # only ddplab itself: nothing else is told

@@ -17,13 +17,14 @@ import torch.distributed
 from torch.distributed.run import get_args_parser
 
 from ddplab.launcher import worker
-from ddplab.launcher.nodes import Nodes
 from ddplab.launcher.launchplan import BOOTSTRAP, Refused, plan, plan_script
+from ddplab.launcher.nodes import Nodes
 
 
 @pytest.fixture(autouse=True)
 def nothing_opened_or_started(monkeypatch):
     """Planning must open no socket and no store, and start no process."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("planning opened a socket, a store or a process")
 
@@ -49,8 +50,18 @@ def _files(spec: dict) -> list[str]:
 def function_spec(tmp_path, **given) -> dict:
     """A spec as launcher.local.start writes it (its run folder holds logs/ already)."""
     (tmp_path / "logs").mkdir(exist_ok=True)
-    return {"kind": "function", "target": "workers:sum_ranks", "nproc": 2, "master_port": 29555, "max_restarts": 0,
-            "run_id": "ddplab-run-x", "fresh_workers": False, "nodes": None, "run_dir": str(tmp_path), **given}
+    return {
+        "kind": "function",
+        "target": "workers:sum_ranks",
+        "nproc": 2,
+        "master_port": 29555,
+        "max_restarts": 0,
+        "run_id": "ddplab-run-x",
+        "fresh_workers": False,
+        "nodes": None,
+        "run_dir": str(tmp_path),
+        **given,
+    }
 
 
 def script_spec(tmp_path, *argv: str) -> dict:
@@ -93,8 +104,20 @@ def test_ddplab_target_on_several_nodes_meets_at_node_0s_c10d_rendezvous(tmp_pat
 
 def test_a_users_script_runs_through_bootstrap_with_torchruns_own_configuration(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    launch = planned(script_spec(tmp_path, "--nproc-per-node", "2", "--max-restarts", "3", "--master-port", "29511",
-                                 "train.py", "--lr", "0.1"))
+    launch = planned(
+        script_spec(
+            tmp_path,
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "3",
+            "--master-port",
+            "29511",
+            "train.py",
+            "--lr",
+            "0.1",
+        )
+    )
     c = launch.config
     assert (c.min_nodes, c.max_nodes, c.nproc_per_node, c.max_restarts) == (1, 1, 2, 3)
     assert (c.rdzv_backend, c.rdzv_endpoint, c.rdzv_configs["rank"]) == ("static", "127.0.0.1:29511", 0)
@@ -117,12 +140,29 @@ def test_a_single_node_without_a_port_gets_its_own_c10d_store_as_torchrun_gives_
 
 
 def test_several_nodes_and_elastic_counts_are_torchruns(tmp_path):
-    fixed = planned(script_spec(tmp_path, "--nnodes", "2", "--node-rank", "1", "--rdzv-backend", "c10d",
-                                "--rdzv-endpoint", "10.0.0.1:29400", "--rdzv-id", "job7", "train.py")).config
+    fixed = planned(
+        script_spec(
+            tmp_path,
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "10.0.0.1:29400",
+            "--rdzv-id",
+            "job7",
+            "train.py",
+        )
+    ).config
     assert (fixed.min_nodes, fixed.max_nodes, fixed.rdzv_backend) == (2, 2, "c10d")
     assert (fixed.rdzv_endpoint, fixed.run_id) == ("10.0.0.1:29400", "job7")
-    elastic = planned(script_spec(tmp_path, "--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                  "10.0.0.1:29400", "train.py")).config
+    elastic = planned(
+        script_spec(
+            tmp_path, "--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.1:29400", "train.py"
+        )
+    ).config
     assert (elastic.min_nodes, elastic.max_nodes) == (1, 4)
 
 
@@ -133,12 +173,16 @@ def test_a_module_and_a_program_go_through_bootstrap_too(tmp_path):
     assert (program.entrypoint, program.args) == (sys.executable, ("-u", BOOTSTRAP, "--exec", "./train.sh", "fast"))
 
 
-@pytest.mark.parametrize("argv", [
-    ["--nnodes", "0", "train.py"],
-    ["--max-restarts", "-1", "train.py"],
-    ["--nproc-per-node", "two", "train.py"],
-    ["--nproc-per-node", "2", "--no-python", "-m", "train.py"],  # refused after OMP_NUM_THREADS was set
-], ids=["no-nodes", "negative-restarts", "count-in-words", "no-python-module"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nnodes", "0", "train.py"],
+        ["--max-restarts", "-1", "train.py"],
+        ["--nproc-per-node", "two", "train.py"],
+        ["--nproc-per-node", "2", "--no-python", "-m", "train.py"],  # refused after OMP_NUM_THREADS was set
+    ],
+    ids=["no-nodes", "negative-restarts", "count-in-words", "no-python-module"],
+)
 def test_options_torchrun_refuses_are_refused_and_leave_nothing_set(tmp_path, monkeypatch, argv):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = dict(os.environ)
@@ -147,11 +191,14 @@ def test_options_torchrun_refuses_are_refused_and_leave_nothing_set(tmp_path, mo
     assert dict(os.environ) == before
 
 
-@pytest.mark.parametrize("spec, why", [
-    ({"kind": "binary"}, "spec kind 'binary'"),
-    ({"nproc": 0}, "need at least 1 process"),
-    ({"max_restarts": -1}, "no negative restarts"),
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"kind": "binary"}, "spec kind 'binary'"),
+        ({"nproc": 0}, "need at least 1 process"),
+        ({"max_restarts": -1}, "no negative restarts"),
+    ],
+)
 def test_a_bad_spec_is_a_value_error(tmp_path, spec, why):
     with pytest.raises(ValueError, match=why):
         plan({**function_spec(tmp_path), **spec}, "/run/spec.json")

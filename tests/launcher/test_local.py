@@ -5,10 +5,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import alive
-from ddplab.launcher import local
+
 from ddplab.errors import DdplabError
+from ddplab.launcher import local
 
 TESTS = str(Path(__file__).parents[1])
 ENV = {"PYTHONPATH": TESTS}
@@ -27,8 +27,9 @@ def test_init_and_exact_all_reduce(nproc, no_leftover_workers):
 
 
 def test_a_crashing_rank_is_named_and_every_worker_ends(no_leftover_workers):
-    result = local.run("workers:sum_ranks", nproc=3, stall_timeout=60,
-                        env={**ENV, "DDPLAB_FAULT": "crash:1:all_reduce"})
+    result = local.run(
+        "workers:sum_ranks", nproc=3, stall_timeout=60, env={**ENV, "DDPLAB_FAULT": "crash:1:all_reduce"}
+    )
     assert result.status == "failed"
     assert result.root_cause == 1
     crashed = result.ranks[1]
@@ -45,8 +46,9 @@ def test_fresh_workers_are_new_interpreters_and_report_as_forked_ones_do(no_left
     got = sorted(ok.results(), key=lambda r: r["rank"])
     assert [r["sum"] for r in got] == [3.0, 3.0]
     assert all(r["argv"][0].endswith("worker.py") for r in got)  # a fork would carry the agent's own arguments
-    crash = local.start("workers:sum_ranks", nproc=2, env={**ENV, "DDPLAB_FAULT": "crash:1:all_reduce"},
-                         fresh_workers=True).run(None, stall_timeout=60)
+    crash = local.start(
+        "workers:sum_ranks", nproc=2, env={**ENV, "DDPLAB_FAULT": "crash:1:all_reduce"}, fresh_workers=True
+    ).run(None, stall_timeout=60)
     assert crash.status == "failed" and crash.root_cause == 1
     assert "injected crash on rank 1" in crash.ranks[1].error and crash.ranks[1].phase == "all_reduce"
     assert not alive([r["pid"] for r in got] + [r.pid for r in crash.ranks])
@@ -54,8 +56,9 @@ def test_fresh_workers_are_new_interpreters_and_report_as_forked_ones_do(no_left
 
 def test_a_hanging_rank_is_named_within_the_timeout_plus_5s(no_leftover_workers):
     timeout = 3
-    result = local.run("workers:sum_ranks", nproc=2, stall_timeout=timeout,
-                        env={**ENV, "DDPLAB_FAULT": "hang:1:all_reduce"})
+    result = local.run(
+        "workers:sum_ranks", nproc=2, stall_timeout=timeout, env={**ENV, "DDPLAB_FAULT": "hang:1:all_reduce"}
+    )
     detected = time.time()
     assert result.status == "hang"
     assert result.stalled == [1]
@@ -68,8 +71,9 @@ def test_a_hanging_rank_is_named_within_the_timeout_plus_5s(no_leftover_workers)
 
 def test_the_deadline_ends_a_run_that_makes_progress_too_slowly(no_leftover_workers):
     start = time.monotonic()
-    result = local.run("workers:slow_steps", {"steps": 1000, "sleep": 0.2}, nproc=2, stall_timeout=30,
-                        deadline=4, env=ENV)
+    result = local.run(
+        "workers:slow_steps", {"steps": 1000, "sleep": 0.2}, nproc=2, stall_timeout=30, deadline=4, env=ENV
+    )
     assert result.status == "hang" and "deadline" in result.reason
     assert time.monotonic() - start <= 4 + 5
     assert not alive(r.pid for r in result.ranks)
@@ -77,8 +81,14 @@ def test_the_deadline_ends_a_run_that_makes_progress_too_slowly(no_leftover_work
 
 def test_steady_progress_is_not_a_hang(no_leftover_workers):
     events = []
-    result = local.run("workers:slow_steps", {"steps": 8, "sleep": 0.5}, nproc=2, stall_timeout=2, env=ENV,
-                        on_event=lambda rank, e: events.append((rank, e["phase"])))
+    result = local.run(
+        "workers:slow_steps",
+        {"steps": 8, "sleep": 0.5},
+        nproc=2,
+        stall_timeout=2,
+        env=ENV,
+        on_event=lambda rank, e: events.append((rank, e["phase"])),
+    )
     assert result.ok, result.summary()  # 4 s in total, but never 2 s without a step
     assert sum(1 for rank, phase in events if phase == "step") == 16
 

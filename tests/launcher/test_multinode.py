@@ -20,9 +20,26 @@ def _both(hosts, argv_for, timeout=120):
 def test_check_across_two_hosts(no_leftover_workers):
     with hosts(2) as made:
         endpoint = f"{made[0].addr}:29561"
-        ran = _both(made, lambda rank, addr: [
-            sys.executable, "-m", "ddplab", "check", "--json", "--nproc", "1", "--device", "cpu",
-            "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
+        ran = _both(
+            made,
+            lambda rank, addr: [
+                sys.executable,
+                "-m",
+                "ddplab",
+                "check",
+                "--json",
+                "--nproc",
+                "1",
+                "--device",
+                "cpu",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--rdzv-endpoint",
+                endpoint,
+            ],
+        )
     for code, out, err in ran:
         assert code == 0, err[-3000:] + out[-3000:]
         result = json.loads(out)
@@ -41,9 +58,25 @@ def test_training_across_two_hosts_equals_one_host_with_the_same_world_size(no_l
     flags = ["--epochs", "1", "--json", "--device", "cpu"]
     with hosts(2) as made:
         endpoint = f"{made[0].addr}:29562"
-        ran = _both(made, lambda rank, addr: [
-            sys.executable, "-m", "ddplab", "train", "linear", "--nproc", "1", *flags,
-            "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint])
+        ran = _both(
+            made,
+            lambda rank, addr: [
+                sys.executable,
+                "-m",
+                "ddplab",
+                "train",
+                "linear",
+                "--nproc",
+                "1",
+                *flags,
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--rdzv-endpoint",
+                endpoint,
+            ],
+        )
     for code, out, err in ran:
         assert code == 0, err[-3000:] + out[-3000:]
     across = json.loads(ran[0][1])  # node 0 holds rank 0 and prints the training's result
@@ -51,5 +84,8 @@ def test_training_across_two_hosts_equals_one_host_with_the_same_world_size(no_l
     alone = cli("train", "linear", "--nproc", "2", *flags).json()
     assert across["world_size"] == alone["world_size"] == 2
     # gloo sums two gradients in the same order on one host as on two: the results are bitwise equal
-    assert (across["weight"], across["bias"], across["final_loss"]) == (alone["weight"], alone["bias"],
-                                                                        alone["final_loss"])
+    assert (across["weight"], across["bias"], across["final_loss"]) == (
+        alone["weight"],
+        alone["bias"],
+        alone["final_loss"],
+    )

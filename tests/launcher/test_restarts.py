@@ -26,7 +26,7 @@ def _wait_for_progress(run_dir: Path, attempt: int, timeout: float = 60) -> dict
         for lr in range(2):
             marks = local.events(run_dir, lr)
             starts = [i for i, e in enumerate(marks) if e["phase"] == "start" and e["attempt"] == attempt]
-            if starts and sum(e["phase"] == "step" for e in marks[starts[-1]:]) >= 2:
+            if starts and sum(e["phase"] == "step" for e in marks[starts[-1] :]) >= 2:
                 pids[lr] = marks[starts[-1]]["pid"]
         if len(pids) == 2:
             return pids
@@ -37,11 +37,13 @@ def _wait_for_progress(run_dir: Path, attempt: int, timeout: float = 60) -> dict
 @pytest.mark.slow
 def test_ten_kills_ten_recoveries(no_leftover_workers):
     steps = 400  # long enough that the killer always finds the run in progress
-    pending = local.start("workers:steps_with_all_reduce", nproc=2, max_restarts=KILLS,
-                           env={"PYTHONPATH": TESTS})
+    pending = local.start("workers:steps_with_all_reduce", nproc=2, max_restarts=KILLS, env={"PYTHONPATH": TESTS})
     outcome = {}
-    thread = threading.Thread(target=lambda: outcome.update(
-        result=pending.run({"steps": steps, "sleep": 0.01}, stall_timeout=60, deadline=300)))
+    thread = threading.Thread(
+        target=lambda: outcome.update(
+            result=pending.run({"steps": steps, "sleep": 0.01}, stall_timeout=60, deadline=300)
+        )
+    )
     thread.start()
     try:
         for attempt in range(KILLS):
@@ -66,7 +68,6 @@ def test_kill_9_of_a_training_worker_resumes_to_the_same_weights(tmp_path, no_le
     import sys
 
     import psutil
-
     from conftest import cli, kill_tree
 
     flags = ["mlp", "--nproc", "2", "--epochs", "4", "--checkpoint-every", "40", "--json", "--device", "cpu"]
@@ -74,9 +75,13 @@ def test_kill_9_of_a_training_worker_resumes_to_the_same_weights(tmp_path, no_le
     assert alone.code == 0, alone.err
 
     ckpt = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *flags, "--checkpoint-dir", str(ckpt),
-                             "--max-restarts", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "train", *flags, "--checkpoint-dir", str(ckpt), "--max-restarts", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not list(ckpt.glob("*.pt")) and time.monotonic() < deadline:  # a checkpoint to resume from

@@ -19,13 +19,19 @@ SCRIPTS = HERE / "scripts"
 HEAD = "import os\nimport torch\nimport torch.distributed as dist\n"
 HEAD_TIME = "import os\nimport time\nimport torch\nimport torch.distributed as dist\n"  # snippets that time steps
 # A gloo group made and destroyed; PG_OPEN leaves the end to the snippet (END, or none: no-destroy).
-PG = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n" \
-     "dist.destroy_process_group()\n"
+PG = (
+    "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    "dist.destroy_process_group()\n"
+)
 PG_OPEN = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
-NCCL = "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n" \
-       "dist.destroy_process_group()\n"
-GPU = PG_OPEN.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'") + \
-    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+NCCL = (
+    "import os\nimport torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n"
+    "dist.destroy_process_group()\n"
+)
+GPU = (
+    PG_OPEN.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'")
+    + "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+)
 END = "\ndist.destroy_process_group()\n"
 SETUP = """
 dist.init_process_group("gloo")
@@ -45,6 +51,7 @@ def expected(path: Path) -> set[tuple[int, str]]:
 
 # ------------------------------------------------------------------------------------------- one snippet
 
+
 def names(source: str, show_all: bool = False) -> list[str]:
     """The rule of each finding; the source is dedented and put after HEAD."""
     return sorted(f.rule for f in lint_source(HEAD + textwrap.dedent(source), show_all=show_all).findings)
@@ -58,7 +65,7 @@ def names_time(source: str, show_all: bool = False) -> list[str]:
 def line_rules(source: str, show_all: bool = False) -> list[tuple[int, str]]:
     """(line, rule) of each finding; the source after HEAD is dedented (HEAD + an indented block)."""
     head = HEAD if source.startswith(HEAD) else ""
-    source = head + textwrap.dedent(source[len(head):])
+    source = head + textwrap.dedent(source[len(head) :])
     return sorted((f.line, f.rule) for f in lint_source(source, show_all=show_all).findings)
 
 
@@ -72,13 +79,18 @@ def rules_after(setup: str, source: str) -> list[str]:
 
 # Each pattern twice: the true alarm, then the same code written right (the false alarm lint must not raise).
 def pair(true_alarm: str, false_alarm: str, setup: str = PG_OPEN) -> tuple[list[str], list[str]]:
-    return (rules_after(setup, textwrap.dedent(true_alarm) + END),
-            rules_after(setup, textwrap.dedent(false_alarm) + END))
+    return (
+        rules_after(setup, textwrap.dedent(true_alarm) + END),
+        rules_after(setup, textwrap.dedent(false_alarm) + END),
+    )
 
 
 def rules_but_nccl(source: str, setup: str = PG, show_all: bool = False) -> list[str]:
-    return sorted(f.rule for f in lint_source(setup + textwrap.dedent(source), show_all=show_all).findings
-                  if f.rule not in ("nccl-hardcoded",))
+    return sorted(
+        f.rule
+        for f in lint_source(setup + textwrap.dedent(source), show_all=show_all).findings
+        if f.rule not in ("nccl-hardcoded",)
+    )
 
 
 def rules_after_pg(source: str) -> list[str]:
@@ -86,6 +98,7 @@ def rules_after_pg(source: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- a project folder
+
 
 def write(folder: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():

@@ -5,24 +5,29 @@ the section comments say which evaluation round (issue 28) a test came from."""
 
 from __future__ import annotations
 
-from lintcase import HEAD, PG_OPEN as PG, SETUP, line_names, line_rules as rules, names, pair
-
+from lintcase import HEAD, SETUP, line_names, names, pair
+from lintcase import PG_OPEN as PG
+from lintcase import line_rules as rules
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_a_wrapper_checkpoint_loaded_back_into_the_wrapper():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         model = DDP(torch.nn.Linear(1, 1))
         if dist.get_rank() == 0:
             torch.save(model.state_dict(), "m.pt")
-        """, """
+        """,
+        """
         model = DDP(torch.nn.Linear(1, 1))
         if dist.get_rank() == 0:
             torch.save(model.state_dict(), "m.pt")
         dist.barrier()
         model.load_state_dict(torch.load("m.pt", map_location="cpu"))
-        """, PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n")
+        """,
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n",
+    )
     assert bad == ["save-ddp-state-dict"] and good == []
 
 
@@ -30,7 +35,9 @@ def test_a_wrapper_checkpoint_loaded_back_into_the_wrapper():
 
 
 def test_the_wrapper_is_a_local_of_the_function_that_built_it():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         def train(model):
@@ -43,6 +50,7 @@ def test_the_wrapper_is_a_local_of_the_function_that_built_it():
             torch.save(model.state_dict(), "model.pt")
         dist.destroy_process_group()
     """
+    )
     assert "save-ddp-state-dict" not in line_names(source)  # `model` here is what train() returned: the plain module
     wrapper_saved = source.replace("return model.module", "torch.save(model.state_dict(), 'm.pt')")
     assert (8, "save-ddp-state-dict") in rules(wrapper_saved)
@@ -72,8 +80,10 @@ def test_load_of_a_per_rank_file_is_possible():
 
 def test_load_on_rank0_only_lands_on_its_own_gpu():
     """torch.load without map_location under a rank-0 test: the one process that loads is the saving one."""
-    src = SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n    model.load_state_dict(torch.load('m.pt'))\n" \
+    src = (
+        SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n    model.load_state_dict(torch.load('m.pt'))\n"
         "dist.destroy_process_group()\n"
+    )
     assert "load-no-map-location" not in names(src)
     assert "load-no-map-location" in names(src.replace("if rank == 0:", "if True:"))
 
@@ -83,27 +93,34 @@ def test_data_tensor_read_is_not_a_checkpoint_load():
     --all; loaded into a model it is a checkpoint."""
     src = SETUP + "freq = torch.load('freq.pt')\nassert freq.size(0) == 10\ndist.destroy_process_group()\n"
     assert "load-no-map-location" not in names(src)
-    assert "load-no-map-location" in names(src.replace("assert freq.size(0) == 10",
-                                                       "torch.nn.Linear(2, 2).load_state_dict(freq['model'])"))
+    assert "load-no-map-location" in names(
+        src.replace("assert freq.size(0) == 10", "torch.nn.Linear(2, 2).load_state_dict(freq['model'])")
+    )
 
 
 def test_state_dict_on_the_plain_branch_of_a_wrapper_test_is_not_the_wrappers():
     """`net.module.state_dict() if hasattr(net, "module") else net.state_dict()`: the else is a plain model."""
-    src = SETUP + "from torch.nn.parallel import DistributedDataParallel as DDP\nnet = DDP(torch.nn.Linear(2, 2))\n" \
-        "state = net.module.state_dict() if hasattr(net, 'module') else net.state_dict()\n" \
+    src = (
+        SETUP + "from torch.nn.parallel import DistributedDataParallel as DDP\nnet = DDP(torch.nn.Linear(2, 2))\n"
+        "state = net.module.state_dict() if hasattr(net, 'module') else net.state_dict()\n"
         "if dist.get_rank() == 0:\n    torch.save(state, 'm.pt')\ndist.destroy_process_group()\n"
+    )
     assert "save-ddp-state-dict" not in names(src)
-    assert "save-ddp-state-dict" in names(src.replace("if hasattr(net, 'module') else net.state_dict()",
-                                                      "if False else net.state_dict()"))
+    assert "save-ddp-state-dict" in names(
+        src.replace("if hasattr(net, 'module') else net.state_dict()", "if False else net.state_dict()")
+    )
 
 
 def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
     """A module's torch.load without map_location is judged with its callers, as a save is: called only under a
     rank-0 test, one process loads (onto its own GPU)."""
     from ddplab.lint import lint_file
+
     (tmp_path / "helpers.py").write_text("import torch\ndef load(p):\n    return torch.load(p)\n")
-    script = HEAD + "import helpers\n" + SETUP + "if rank == 0:\n    state = helpers.load('m.pt')\n" \
+    script = (
+        HEAD + "import helpers\n" + SETUP + "if rank == 0:\n    state = helpers.load('m.pt')\n"
         "dist.destroy_process_group()\n"
+    )
     (tmp_path / "train.py").write_text(script)
     assert "load-no-map-location" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("if rank == 0:\n    state", "if True:\n    state"))
@@ -112,8 +129,11 @@ def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
 
 def test_load_in_a_branch_no_caller_turns_on_never_runs():
     """`def __init__(self, n, re_train=False): if re_train: torch.load(...)` built as `Net(2)`: never loads."""
-    src = "class Net(torch.nn.Module):\n    def __init__(self, n, re_train=False):\n        super().__init__()\n" \
-        "        if re_train:\n            self.load_state_dict(torch.load('pre.pt'))\n\n" + SETUP + \
-        "net = Net(2)\ndist.destroy_process_group()\n"
+    src = (
+        "class Net(torch.nn.Module):\n    def __init__(self, n, re_train=False):\n        super().__init__()\n"
+        "        if re_train:\n            self.load_state_dict(torch.load('pre.pt'))\n\n"
+        + SETUP
+        + "net = Net(2)\ndist.destroy_process_group()\n"
+    )
     assert "load-no-map-location" not in names(src)
     assert "load-no-map-location" in names(src.replace("net = Net(2)", "net = Net(2, re_train=True)"))

@@ -9,16 +9,21 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from ddplab.lint import lint_file, lint_source
-from lintcase import (END, GPU, HEAD, HEAD_TIME, PG_OPEN as PG, SCRIPTS, line_rules, names, names_time,
-                      rules_after as rules, rules_but_nccl, write_train as _write)
+from lintcase import END, GPU, HEAD, HEAD_TIME, SCRIPTS, line_rules, names, names_time, rules_but_nccl
+from lintcase import PG_OPEN as PG
+from lintcase import rules_after as rules
+from lintcase import write_train as _write
 
+from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_collectives_paired_across_a_rank_branch_are_fine():
-    assert rules(PG, """
+    assert (
+        rules(
+            PG,
+            """
         t = torch.ones(1)
         if dist.get_rank() == 0:
             out = [torch.zeros(1) for _ in range(dist.get_world_size())]
@@ -26,17 +31,23 @@ def test_collectives_paired_across_a_rank_branch_are_fine():
         else:
             dist.gather(t, dst=0)
         dist.destroy_process_group()
-    """) == []
+    """,
+        )
+        == []
+    )
 
 
 def test_early_return_before_a_collective_hangs():
-    assert rules(PG, """
+    assert rules(
+        PG,
+        """
         def sync(rank):
             if rank != 0:
                 return
             dist.barrier()
         dist.destroy_process_group()
-    """) == ["collective-in-rank-branch"]
+    """,
+    ) == ["collective-in-rank-branch"]
 
 
 def test_rank0_evaluation_through_the_wrapper_of_a_module_with_buffers():
@@ -72,7 +83,8 @@ def test_rank0_leaving_a_loop_with_collectives():
             if dist.get_rank() == 0 and step > 3:
                 break
     """) == ["rank0-early-exit"]
-    assert rules_but_nccl("""
+    assert (
+        rules_but_nccl("""
         for step in range(10):
             dist.all_reduce(torch.ones(1))
             if step > 3:
@@ -81,14 +93,18 @@ def test_rank0_leaving_a_loop_with_collectives():
             if dist.get_rank() != 0:
                 break
             print(name)
-    """) == []
+    """)
+        == []
+    )
 
 
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 
 def test_a_torchvision_network_with_batchnorm_evaluated_through_the_wrapper_on_rank_0():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         import torchvision.models as models
         dist.init_process_group("gloo")
         model = torch.nn.parallel.DistributedDataParallel(models.resnet50())
@@ -97,6 +113,7 @@ def test_a_torchvision_network_with_batchnorm_evaluated_through_the_wrapper_on_r
                 out = model(torch.zeros(1, 3, 224, 224))
         dist.destroy_process_group()
     """
+    )
     assert line_rules(source) == [(9, "rank0-ddp-forward")]
     assert line_rules(source.replace("resnet50", "vit_b_16")) == []  # LayerNorm only: no buffers to broadcast
 
@@ -139,7 +156,7 @@ def test_rank0_forward_before_the_ddp_wrap_is_the_bare_module():
     assert "rank0-ddp-forward" not in names(before, show_all=True)
     lines = before.splitlines()
     wrap = lines.index("    model = DDP(model)")
-    after = "\n".join(lines[:wrap - 2] + [lines[wrap]] + lines[wrap - 2:wrap] + lines[wrap + 1:])
+    after = "\n".join(lines[: wrap - 2] + [lines[wrap]] + lines[wrap - 2 : wrap] + lines[wrap + 1 :])
     assert "rank0-ddp-forward" in names(after)
 
 
@@ -180,8 +197,10 @@ def test_break_decided_on_every_rank_or_in_an_inner_loop_is_quiet():
     inner loop (a preview over a few samples), leaves no one waiting."""
     everyone = EARLY.replace("    if rank == 0:\n        val = loss.item()", "    if True:\n        val = loss.item()")
     assert "rank0-early-exit" not in names_time(everyone, show_all=True)
-    inner = EARLY.replace("        if val < best:\n            best = val\n        else:\n            break\n",
-                          "        for i in range(3):\n            if i > val:\n                break\n")
+    inner = EARLY.replace(
+        "        if val < best:\n            best = val\n        else:\n            break\n",
+        "        for i in range(3):\n            if i > val:\n                break\n",
+    )
     assert "rank0-early-exit" not in names_time(inner, show_all=True)
 
 
@@ -213,15 +232,19 @@ dist.destroy_process_group()
 def test_collective_two_helpers_down_from_a_rank0_test():
     """`if rank == 0: evaluate(model)` where evaluate calls reduce_mean, which runs all_reduce: rank 0 waits in the
     all_reduce for ranks that never call it (reported at the guarded call)."""
-    found = [f for f in lint_source(HEAD_TIME + textwrap.dedent(HELPER_COLLECTIVE)).findings
-             if f.rule == "collective-in-rank-branch"]
+    found = [
+        f
+        for f in lint_source(HEAD_TIME + textwrap.dedent(HELPER_COLLECTIVE)).findings
+        if f.rule == "collective-in-rank-branch"
+    ]
     assert [f.line for f in found] == [24]
 
 
 def test_helper_with_a_collective_called_on_every_rank_is_quiet():
     """The same evaluation on every rank, the print alone under the rank test."""
-    everyone = HELPER_COLLECTIVE.replace("    if rank == 0:\n        val = evaluate(model)\n",
-                                         "    val = evaluate(model)\n    if rank == 0:\n")
+    everyone = HELPER_COLLECTIVE.replace(
+        "    if rank == 0:\n        val = evaluate(model)\n", "    val = evaluate(model)\n    if rank == 0:\n"
+    )
     assert "collective-in-rank-branch" not in names_time(everyone, show_all=True)
 
 
@@ -263,6 +286,7 @@ def test_rank0_forward_of_a_project_model_with_batchnorm_in_another_module(tmp_p
     alone evaluating through the wrapper hangs."""
     script = _write(tmp_path / "a", {"train.py": BN_TRAIN, "models.py": BN_MODELS})
     from ddplab.lint import lint_file
+
     assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]
 
 
@@ -270,21 +294,25 @@ def test_rank0_forward_of_a_project_model_without_buffers_is_quiet(tmp_path):
     """The same model with LayerNorm (parameters, no buffers): nothing to broadcast, no hang."""
     script = _write(tmp_path / "b", {"train.py": BN_TRAIN, "models.py": BN_MODELS.replace("BatchNorm1d", "LayerNorm")})
     from ddplab.lint import lint_file
+
     assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
 
 
 def test_buffer_made_only_under_a_condition_is_no_evidence(tmp_path):
     """nanoGPT's attention registers its causal mask only `if not self.flash` (no buffer on torch >= 2): a rank-0
     evaluation through the wrapper of such a model is left alone; the same buffer made unconditionally is reported."""
-    attention = BN_MODELS.replace("self.norm = nn.BatchNorm1d(4)",
-                                  "self.flash = True\n        if not self.flash:\n"
-                                  "            self.register_buffer('bias', torch.ones(4))")
+    attention = BN_MODELS.replace(
+        "self.norm = nn.BatchNorm1d(4)",
+        "self.flash = True\n        if not self.flash:\n            self.register_buffer('bias', torch.ones(4))",
+    )
     attention = "import torch\n" + attention
     script = _write(tmp_path / "c", {"train.py": BN_TRAIN, "models.py": attention})
     from ddplab.lint import lint_file
+
     assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
-    always = attention.replace("        if not self.flash:\n            self.register_buffer",
-                               "        self.register_buffer")
+    always = attention.replace(
+        "        if not self.flash:\n            self.register_buffer", "        self.register_buffer"
+    )
     script = _write(tmp_path / "d", {"train.py": BN_TRAIN, "models.py": always})
     assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]
 
@@ -321,17 +349,20 @@ def test_collective_in_a_module_function_the_script_calls_on_rank0_only(tmp_path
     """engine.evaluate all-reduces; the script calls it only under `dist.get_rank() == 0`: reported at that call."""
     script = _write(tmp_path / "e", {"train.py": ENGINE_MAIN, "engine.py": ENGINE})
     from ddplab.lint import lint_file
+
     found = [(f.path, f.line) for f in lint_file(script).findings if f.rule == "collective-in-rank-branch"]
     assert found == [(None, 12)]
 
 
 def test_collective_in_a_module_function_called_on_every_rank_is_quiet(tmp_path):
     """The same evaluation on every rank, the print alone under the test."""
-    everyone = ENGINE_MAIN.replace("    if dist.get_rank() == 0:\n        print(evaluate(model.module, torch.ones(2, 4)))",
-                                   "    val = evaluate(model.module, torch.ones(2, 4))\n"
-                                   "    if dist.get_rank() == 0:\n        print(val)")
+    everyone = ENGINE_MAIN.replace(
+        "    if dist.get_rank() == 0:\n        print(evaluate(model.module, torch.ones(2, 4)))",
+        "    val = evaluate(model.module, torch.ones(2, 4))\n    if dist.get_rank() == 0:\n        print(val)",
+    )
     script = _write(tmp_path / "f", {"train.py": everyone, "engine.py": ENGINE})
     from ddplab.lint import lint_file
+
     assert "collective-in-rank-branch" not in [f.rule for f in lint_file(script, show_all=True).findings]
 
 
@@ -341,7 +372,9 @@ def test_collective_in_a_module_function_called_on_every_rank_is_quiet(tmp_path)
 def test_module_function_handed_to_spawn_runs_on_every_rank(tmp_path):
     """`mp.spawn(main, ...)` in the script with `else: main(0, 1)` as the one-GPU fallback: main still runs on
     every rank, so what it does under its own rank test is judged as sure."""
-    (tmp_path / "train_module.py").write_text(HEAD + textwrap.dedent("""
+    (tmp_path / "train_module.py").write_text(
+        HEAD
+        + textwrap.dedent("""
     def main(rank, world_size):
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
@@ -352,7 +385,8 @@ def test_module_function_handed_to_spawn_runs_on_every_rank(tmp_path):
                 if epoch > 5:
                     break
         dist.destroy_process_group()
-    """))
+    """)
+    )
     script = textwrap.dedent("""
     import torch
     from train_module import main
@@ -367,8 +401,11 @@ def test_module_function_handed_to_spawn_runs_on_every_rank(tmp_path):
     (tmp_path / "run.py").write_text(script)
     assert "rank0-early-exit" in [f.rule for f in lint_file(tmp_path / "run.py").findings]
     # the workers run another function: main runs only in the one-process fallback, the parent
-    (tmp_path / "run.py").write_text(script.replace("spawn(main,", "spawn(other,").replace(
-        "if __name__", "def other(rank, n):\n    pass\n\nif __name__"))
+    (tmp_path / "run.py").write_text(
+        script.replace("spawn(main,", "spawn(other,").replace(
+            "if __name__", "def other(rank, n):\n    pass\n\nif __name__"
+        )
+    )
     assert "rank0-early-exit" not in [f.rule for f in lint_file(tmp_path / "run.py").findings]
 
 
@@ -387,5 +424,6 @@ def test_gpu_option_is_not_a_device_index_test():
     """
     assert "collective-in-rank-branch" not in names(src)
     held = src.replace("t = torch.ones(1)", "gpu = int(os.environ['LOCAL_RANK'])\n    t = torch.ones(1)").replace(
-        "if cfg.gpu:", "if gpu:")
+        "if cfg.gpu:", "if gpu:"
+    )
     assert "collective-in-rank-branch" in names(held)

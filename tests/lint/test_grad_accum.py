@@ -8,55 +8,71 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from lintcase import END, HEAD, names, pair
+from lintcase import PG_OPEN as PG
+from lintcase import rules_after as rules
 
 from ddplab.lint import lint_source
-from lintcase import END, HEAD, PG_OPEN as PG, names, pair, rules_after as rules
-
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 @pytest.mark.parametrize("accumulate", ["modulo", "inner-loop"])
 def test_gradient_accumulation_without_no_sync(accumulate):
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
+    setup = (
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.ones(2, 1)\naccum = 4\n"
+    )
     loops = {
-        "modulo": ("""
+        "modulo": (
+            """
             for i in range(8):
                 {sync}model(x).sum().backward()
                 if (i + 1) % accum == 0:
                     opt.step()
-            """, "model.require_backward_grad_sync = (i + 1) % accum == 0\n                "),
-        "inner-loop": ("""
+            """,
+            "model.require_backward_grad_sync = (i + 1) % accum == 0\n                ",
+        ),
+        "inner-loop": (
+            """
             for step in range(2):
                 for micro in range(accum):
                     {sync}model(x).sum().backward()
                 opt.step()
-            """, "model.require_backward_grad_sync = micro == accum - 1\n                    "),
+            """,
+            "model.require_backward_grad_sync = micro == accum - 1\n                    ",
+        ),
     }
     loop, sync = loops[accumulate]
     bad, good = pair(loop.replace("{sync}", ""), loop.replace("{sync}", sync), setup)
     assert bad == ["grad-accum-no-sync"] and good == []
     if accumulate == "inner-loop":
-        with_no_sync = loop.replace("{sync}model(x).sum().backward()",
-                                    "with model.no_sync():\n" + " " * 24 + "model(x).sum().backward()")
+        with_no_sync = loop.replace(
+            "{sync}model(x).sum().backward()", "with model.no_sync():\n" + " " * 24 + "model(x).sum().backward()"
+        )
         assert rules(setup, textwrap.dedent(with_no_sync) + END) == []
 
 
 def test_gradient_accumulation_is_found_by_its_shape_not_its_names():
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
+    setup = (
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.ones(2, 1)\nk = 4\n"
-    bad, good = pair("""
+    )
+    bad, good = pair(
+        """
         for batch in range(2):
             for j in range(k):
                 model(x).sum().backward()
             opt.step()
-        """, """
+        """,
+        """
         for batch in range(2):
             for j in range(k):
                 model(x).sum().backward()
                 opt.step()
-        """, setup)
+        """,
+        setup,
+    )
     assert bad == ["grad-accum-no-sync"] and good == []
 
 
@@ -95,8 +111,9 @@ def test_accumulation_as_a_step_counter_with_a_backward_helper():
     of k all-reduces wasted; reported where the `% k` is written."""
     found = [f for f in lint_source(HEAD + textwrap.dedent(ACCUM)).findings if f.rule == "grad-accum-no-sync"]
     assert len(found) == 1 and found[0].line == HEAD.count("\n") + 12  # should_step = ...
-    assert "grad-accum-no-sync" not in names(ACCUM.replace("        else:\n            training_step(model, batch)\n",
-                                                            ""))
+    assert "grad-accum-no-sync" not in names(
+        ACCUM.replace("        else:\n            training_step(model, batch)\n", "")
+    )
 
 
 # ------------------------------------------------------------------ issue 28, sixth pass (was test_lint_mechanisms6.py)
@@ -119,6 +136,7 @@ def test_accumulation_written_as_an_early_skip():
     dist.destroy_process_group()
     """
     assert "grad-accum-no-sync" in names(src)
-    twin = src.replace("        loss.backward()\n", "").replace("            continue\n",
-                                                                  "            continue\n        loss.backward()\n")
+    twin = src.replace("        loss.backward()\n", "").replace(
+        "            continue\n", "            continue\n        loss.backward()\n"
+    )
     assert "grad-accum-no-sync" not in names(twin)

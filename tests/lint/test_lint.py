@@ -5,11 +5,11 @@ each also with one mistake put back), and the CLI's exit codes, JSON and several
 from __future__ import annotations
 
 import pytest
-
 from conftest import cli
-from ddplab.lint import lint_file, lint_source
-from lintcase import HERE, SCRIPTS, expected, names_time as names
+from lintcase import HERE, SCRIPTS, expected
+from lintcase import names_time as names
 
+from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
@@ -26,9 +26,21 @@ def test_every_mistake_is_found_on_its_line_and_nothing_else():
 
 def test_all_rules_exist_in_the_bad_script():
     fired = {rule for _, rule in expected(BAD)}
-    assert {"sets-master-env", "nccl-hardcoded", "hardcoded-cuda-device", "unseeded-random-data",
-            "sampler-no-set-epoch", "shuffle-with-sampler", "save-ddp-state-dict", "unguarded-save",
-            "unguarded-print", "load-no-map-location", "no-destroy", "ddp-no-device-ids", "local-rank-save"} <= fired
+    assert {
+        "sets-master-env",
+        "nccl-hardcoded",
+        "hardcoded-cuda-device",
+        "unseeded-random-data",
+        "sampler-no-set-epoch",
+        "shuffle-with-sampler",
+        "save-ddp-state-dict",
+        "unguarded-save",
+        "unguarded-print",
+        "load-no-map-location",
+        "no-destroy",
+        "ddp-no-device-ids",
+        "local-rank-save",
+    } <= fired
 
 
 TRAINER_BAD = HERE / "scripts" / "lint_trainer_bad.py"
@@ -38,15 +50,27 @@ def test_the_trainer_mistakes_are_found_on_their_lines_and_nothing_else():
     """The careful trainer (lint_trainer_ok.py) with one mistake per pattern: each found where it is."""
     result = lint_file(TRAINER_BAD)
     assert {(f.line, f.rule) for f in result.findings} == expected(TRAINER_BAD)
-    assert {"unguarded-print", "local-rank-save", "rank0-ddp-forward", "grad-accum-no-sync",
-            "loader-without-sampler"} == {rule for _, rule in expected(TRAINER_BAD)}
+    assert {
+        "unguarded-print",
+        "local-rank-save",
+        "rank0-ddp-forward",
+        "grad-accum-no-sync",
+        "loader-without-sampler",
+    } == {rule for _, rule in expected(TRAINER_BAD)}
 
 
 SRC = HERE.parent / "src" / "ddplab"
 
 
-CLEAN = sorted([HERE / "scripts" / "good_ddp.py", HERE / "scripts" / "lint_trainer_ok.py",
-                HERE / "scripts" / "lint_spawn_ok.py", *SRC.glob("recipes/*.py"), *SRC.glob("train/*.py")])
+CLEAN = sorted(
+    [
+        HERE / "scripts" / "good_ddp.py",
+        HERE / "scripts" / "lint_trainer_ok.py",
+        HERE / "scripts" / "lint_spawn_ok.py",
+        *SRC.glob("recipes/*.py"),
+        *SRC.glob("train/*.py"),
+    ]
+)
 
 
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -98,9 +122,14 @@ def test_the_guides_tutorial_example_shows_its_quiet_mistakes():
     ran = cli("lint", "--json", str(script))
     assert ran.code == 1
     rules = sorted((f["rule"], f["line"]) for f in ran.json()["findings"])
-    for expected in [("sets-master-env", 13), ("sets-master-env", 14), ("unseeded-random-data", 18),
-                     ("save-ddp-state-dict", 28), ("unguarded-save", 28)]:
-        assert expected in rules, rules
+    for finding in [
+        ("sets-master-env", 13),
+        ("sets-master-env", 14),
+        ("unseeded-random-data", 18),
+        ("save-ddp-state-dict", 28),
+        ("unguarded-save", 28),
+    ]:
+        assert finding in rules, rules
 
 
 def test_cli_lints_several_scripts_at_once():
@@ -116,8 +145,9 @@ def test_cli_lints_several_scripts_at_once():
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
 
 
-@pytest.mark.parametrize("name", ["lint_shared_write.py", "lint_unreduced_metric.py", "lint_rank0_break.py",
-                                  "lint_local_rank_flag.py"])
+@pytest.mark.parametrize(
+    "name", ["lint_shared_write.py", "lint_unreduced_metric.py", "lint_rank0_break.py", "lint_local_rank_flag.py"]
+)
 def test_each_demo_script_is_found_on_its_line_and_nothing_else(name):
     path = SCRIPTS / name
     assert {(f.line, f.rule) for f in lint_file(path, show_all=True).findings} == expected(path)
@@ -232,8 +262,9 @@ def test_correct_script_with_meters_generators_and_rates_is_quiet():
 
 def test_correct_script_with_the_unreduced_loss_in_the_meter():
     """The twin: the meter fed this rank's own loss.item() is one shard's running loss, shown by print0."""
-    wrong = CORRECT.replace("losses.update(t.item() / dist.get_world_size(), x.size(0))",
-                            "losses.update(loss.item(), x.size(0))")
+    wrong = CORRECT.replace(
+        "losses.update(t.item() / dist.get_world_size(), x.size(0))", "losses.update(loss.item(), x.size(0))"
+    )
     assert names(wrong) == ["unreduced-metric"]
 
 
@@ -396,8 +427,9 @@ def test_correct_spawn_script_whole_test_set_and_batch_count_is_quiet():
 def test_spawn_script_evaluating_a_shard_or_unreduced_loss_is_reported():
     """The twins: the helper handed the training loader (this rank's DistributedSampler shard), or the running loss
     not all-reduced."""
-    shard = CORRECT_SPAWN.replace("acc = evaluate(model.module, test_loader, device)",
-                                  "acc = evaluate(model.module, loader, device)")
+    shard = CORRECT_SPAWN.replace(
+        "acc = evaluate(model.module, test_loader, device)", "acc = evaluate(model.module, loader, device)"
+    )
     assert names(shard) == ["unreduced-metric"]
     unreduced = CORRECT_SPAWN.replace("        dist.all_reduce(running)\n", "")
     assert names(unreduced) == ["unreduced-metric"]
@@ -473,8 +505,8 @@ def test_correct_optional_ddp_script_is_quiet():
 def test_optional_ddp_script_saving_the_wrapper_is_reported():
     """The twin saving `model.state_dict()` on the distributed path too."""
     wrong = CORRECT_OPTIONAL_DDP.replace(
-        "state = model.module.state_dict() if args.distributed else model.state_dict()",
-        "state = model.state_dict()")
+        "state = model.module.state_dict() if args.distributed else model.state_dict()", "state = model.state_dict()"
+    )
     assert names(wrong) == ["save-ddp-state-dict"]
 
 
@@ -548,6 +580,8 @@ def test_slurm_script_without_an_availability_check_gets_nccl():
     """The twins: no check at all, or a check of the GPU count against the scheduler's (not that GPUs exist)."""
     none = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n", "")
     assert names(none) == ["nccl-hardcoded"]
-    count = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n",
-                                  "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n")
+    count = CORRECT_SLURM.replace(
+        "    assert torch.cuda.is_available()\n",
+        "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n",
+    )
     assert names(count) == ["nccl-hardcoded"]

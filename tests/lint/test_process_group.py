@@ -8,69 +8,90 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.lint import lint_file, lint_source
-from lintcase import (HEAD, PG_OPEN as PG, found_by_name as found, line_names, names, names_time, pair,
-                      rules_after as rules, write_flat as write)
+from lintcase import HEAD, line_names, names, names_time, pair
+from lintcase import PG_OPEN as PG
+from lintcase import found_by_name as found
+from lintcase import rules_after as rules
+from lintcase import write_flat as write
 
+from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_launcher_env_only_as_a_fallback_is_fine():
-    assert rules(PG, """
+    assert (
+        rules(
+            PG,
+            """
         os.environ.setdefault("MASTER_PORT", "29500")
         if "MASTER_ADDR" not in os.environ:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
         dist.destroy_process_group()
-    """) == []
+    """,
+        )
+        == []
+    )
 
 
 def test_hard_coded_rank_and_init_method_are_errors():
-    found = lint_source(textwrap.dedent("""
+    found = lint_source(
+        textwrap.dedent("""
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456", rank=0, world_size=2)
         dist.destroy_process_group()
-    """))
+    """)
+    )
     assert sorted(f.rule for f in found.findings) == ["sets-master-env", "sets-rank-env"]
     assert not found.ok
 
 
 def test_a_script_that_spawns_its_workers_is_its_own_launcher():
     spawn = "import torch.multiprocessing as mp\n"
-    bad, good = pair("""
+    bad, good = pair(
+        """
         os.environ["MASTER_PORT"] = "29500"
         if __name__ == "__main__":
             print("starting")
-        """, """
+        """,
+        """
         os.environ["MASTER_PORT"] = "29500"
         def worker(rank):
             pass
         if __name__ == "__main__":
             print("starting")
             mp.spawn(worker, nprocs=2)
-        """, spawn + PG)
+        """,
+        spawn + PG,
+    )
     assert bad == ["sets-master-env", "unguarded-print"] and good == []
 
 
 def test_a_backend_default_nobody_overrides_is_hard_coded():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         def setup(backend="nccl"):
             dist.init_process_group(backend=backend)
         setup()
-        """, """
+        """,
+        """
         def setup(backend="nccl"):
             dist.init_process_group(backend=backend)
         setup("nccl" if torch.cuda.is_available() else "gloo")
-        """, "import os\nimport torch\nimport torch.distributed as dist\n")
+        """,
+        "import os\nimport torch\nimport torch.distributed as dist\n",
+    )
     assert bad == ["nccl-hardcoded"] and good == []
 
 
 def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
     """Under srun without torchrun, copying SLURM_PROCID into RANK is the script's job; a fallback port too."""
-    bad, good = pair("""
+    bad, good = pair(
+        """
         os.environ["RANK"] = "0"
         os.environ["MASTER_PORT"] = "29500"
-        """, """
+        """,
+        """
         proc_id = int(os.environ["SLURM_PROCID"])
         os.environ["RANK"] = str(proc_id)
         os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
@@ -78,7 +99,8 @@ def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
             pass
         else:
             os.environ["MASTER_PORT"] = "29500"
-        """)
+        """,
+    )
     assert bad == ["sets-rank-env", "sets-master-env"] and good == []
 
 
@@ -86,15 +108,22 @@ def test_a_script_that_maps_its_schedulers_ranks_is_its_own_launcher():
 
 
 def test_the_backend_is_any_expression_that_is_nccl():
-    for backend, setup in [("dist.Backend.NCCL", ""), ("Backend.NCCL", "from torch.distributed import Backend\n"),
-                           ('dist.Backend("nccl")', ""), ("BACKEND", 'BACKEND = "nccl"\n')]:
+    for backend, setup in [
+        ("dist.Backend.NCCL", ""),
+        ("Backend.NCCL", "from torch.distributed import Backend\n"),
+        ('dist.Backend("nccl")', ""),
+        ("BACKEND", 'BACKEND = "nccl"\n'),
+    ]:
         source = HEAD + setup + f"dist.init_process_group(backend={backend})\ndist.destroy_process_group()\n"
         assert "nccl-hardcoded" in line_names(source), backend
     # the user's choice (a module name the script rewrites through exec, an option) is not hard-coded
-    assert "nccl-hardcoded" not in line_names(HEAD + 'backend = "nccl"\nexec(open("config.py").read())\n'
-                                         "dist.init_process_group(backend=backend)\ndist.destroy_process_group()\n")
-    assert "nccl-hardcoded" not in line_names(HEAD + "dist.init_process_group(backend=dist.Backend.GLOO)\n"
-                                         "dist.destroy_process_group()\n")
+    assert "nccl-hardcoded" not in line_names(
+        HEAD + 'backend = "nccl"\nexec(open("config.py").read())\n'
+        "dist.init_process_group(backend=backend)\ndist.destroy_process_group()\n"
+    )
+    assert "nccl-hardcoded" not in line_names(
+        HEAD + "dist.init_process_group(backend=dist.Backend.GLOO)\ndist.destroy_process_group()\n"
+    )
 
 
 # ------------------------------------------------------------- issue 28, third held-out set (was test_lint_heldout3.py)
@@ -171,13 +200,16 @@ def test_nccl_in_a_module_after_the_callers_cuda_check(tmp_path):
     """The script raises without CUDA before calling the module's setup: its nccl literal has a CUDA check (in the
     caller); without that check it is reported."""
     utils = "import torch.distributed as dist\n\ndef setup():\n    dist.init_process_group(backend='nccl')\n"
-    script = ("import torch\nfrom dist_utils import setup, dist\n\ndef main():\n"
-              "    if torch.cuda.is_available() is False:\n        raise EnvironmentError('no GPU')\n"
-              "    setup()\n    dist.destroy_process_group()\n\nmain()\n")
+    script = (
+        "import torch\nfrom dist_utils import setup, dist\n\ndef main():\n"
+        "    if torch.cuda.is_available() is False:\n        raise EnvironmentError('no GPU')\n"
+        "    setup()\n    dist.destroy_process_group()\n\nmain()\n"
+    )
     entry = write(tmp_path, {"train.py": script, "dist_utils.py": utils})
     assert ("dist_utils.py", "nccl-hardcoded") not in found(entry)
-    (tmp_path / "train.py").write_text(script.replace("    if torch.cuda.is_available() is False:\n"
-                                                      "        raise EnvironmentError('no GPU')\n", ""))
+    (tmp_path / "train.py").write_text(
+        script.replace("    if torch.cuda.is_available() is False:\n        raise EnvironmentError('no GPU')\n", "")
+    )
     assert ("dist_utils.py", "nccl-hardcoded") in found(entry)
 
 
@@ -193,8 +225,9 @@ def test_dist_is_available_is_no_cuda_check():
     dist.destroy_process_group()
     """
     assert "nccl-hardcoded" in names(setup)
-    assert "nccl-hardcoded" not in names(setup.replace("dist.is_available() and dist.is_initialized()",
-                                                       "not torch.cuda.is_available()"), show_all=True)
+    assert "nccl-hardcoded" not in names(
+        setup.replace("dist.is_available() and dist.is_initialized()", "not torch.cuda.is_available()"), show_all=True
+    )
 
 
 # ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
@@ -224,8 +257,10 @@ def test_backend_chosen_by_operating_system_is_nccl_on_linux():
 
 def test_a_cleanup_nothing_calls_destroys_nothing():
     """`def cleanup(): dist.destroy_process_group()` defined and never called: the group is never destroyed."""
-    src = "def cleanup():\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n" \
+    src = (
+        "def cleanup():\n    dist.destroy_process_group()\n\nif __name__ == '__main__':\n"
         "    dist.init_process_group('gloo')\n"
+    )
     assert "no-destroy" in names(src)
     assert "no-destroy" not in names(src + "    cleanup()\n")
     assert "no-destroy" not in names(src.replace("if __name__ == '__main__':\n    ", ""))  # no main: read as called
@@ -233,12 +268,16 @@ def test_a_cleanup_nothing_calls_destroys_nothing():
 
 def test_backend_attribute_set_once_in_the_file_is_a_literal():
     """`args.backend = 'nccl'` once (no --backend option) and `init_process_group(args.backend)` in main(args)."""
-    src = "import argparse\ndef main(args):\n    dist.init_process_group(args.backend)\n" \
-        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace()\n" \
+    src = (
+        "import argparse\ndef main(args):\n    dist.init_process_group(args.backend)\n"
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace()\n"
         "    args.backend = 'nccl'\n    main(args)\n"
+    )
     assert "nccl-hardcoded" in names(src)
-    with_option = src.replace("    args = argparse.Namespace()\n",
-                              "    p = argparse.ArgumentParser()\n    p.add_argument('--backend')\n    args = p.parse_args()\n")
+    with_option = src.replace(
+        "    args = argparse.Namespace()\n",
+        "    p = argparse.ArgumentParser()\n    p.add_argument('--backend')\n    args = p.parse_args()\n",
+    )
     assert "nccl-hardcoded" not in names(with_option)
 
 

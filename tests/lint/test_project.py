@@ -9,9 +9,10 @@ import textwrap
 from pathlib import Path
 
 from conftest import cli
-from ddplab.lint import lint_file, lint_source
-from lintcase import HEAD, HERE, found, rules_after_pg as rules, write
+from lintcase import HEAD, HERE, found, write
+from lintcase import rules_after_pg as rules
 
+from ddplab.lint import lint_file, lint_source
 
 TRAIN = """\
     import torch
@@ -55,7 +56,11 @@ def test_setup_in_a_neighbouring_module_counts(tmp_path):
     train = write(tmp_path, {"train.py": TRAIN, "utils.py": UTILS})
     assert found(train, show_all=True) == set()
     # the same script without its helpers' bodies: every one of those verdicts changes
-    bare = write(tmp_path / "bare", {"train.py": TRAIN, "utils.py": """\
+    bare = write(
+        tmp_path / "bare",
+        {
+            "train.py": TRAIN,
+            "utils.py": """\
         import torch.distributed as dist
         def init_distributed():
             dist.init_process_group("gloo")
@@ -65,37 +70,57 @@ def test_setup_in_a_neighbouring_module_counts(tmp_path):
             return model
         def finish():
             pass
-    """})
-    assert {rule for _, _, rule in found(bare)} == {"unguarded-print", "hardcoded-cuda-device", "no-destroy",
-                                                    "unguarded-save"}  # is_chief() is True everywhere
-    alone = lint_source(textwrap.dedent(TRAIN).replace("from utils import", "# from utils import") +
-                        "import torch.distributed as dist\ndist.init_process_group('gloo')\n")
+    """,
+        },
+    )
+    assert {rule for _, _, rule in found(bare)} == {
+        "unguarded-print",
+        "hardcoded-cuda-device",
+        "no-destroy",
+        "unguarded-save",
+    }  # is_chief() is True everywhere
+    alone = lint_source(
+        textwrap.dedent(TRAIN).replace("from utils import", "# from utils import")
+        + "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    )
     assert {"unguarded-print", "hardcoded-cuda-device", "no-destroy"} <= {f.rule for f in alone.findings}
 
 
 def test_mistakes_in_an_imported_module_name_their_file(tmp_path):
-    train = write(tmp_path, {"train.py": "from lib.setup import setup\nsetup()\n",
-                             "lib/__init__.py": "",
-                             "lib/setup.py": """\
+    train = write(
+        tmp_path,
+        {
+            "train.py": "from lib.setup import setup\nsetup()\n",
+            "lib/__init__.py": "",
+            "lib/setup.py": """\
                                  import torch.distributed as dist
                                  def setup(backend="nccl"):
                                      dist.init_process_group(backend)
                                  def never_called():
                                      dist.init_process_group("nccl")
-                             """})
+                             """,
+        },
+    )
     assert found(train) == {("setup.py", 3, "nccl-hardcoded"), ("setup.py", 3, "no-destroy")}
     ran = cli("lint", str(train))
     assert ran.code == 0 and f"{tmp_path / 'lib' / 'setup.py'}:3:" in ran.out.replace("\n", "")
 
 
 def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
-    train = write(tmp_path, {"train.py": """\
+    train = write(
+        tmp_path,
+        {
+            "train.py": """\
         import torch.distributed as dist
         import helpers, other
         dist.init_process_group("gloo")
         print("hello")
         dist.destroy_process_group()
-    """, "helpers.py": "def f(:\n", "other.py": "x = 1\n"})
+    """,
+            "helpers.py": "def f(:\n",
+            "other.py": "x = 1\n",
+        },
+    )
     (tmp_path / "other.py").chmod(0)
     try:
         result = lint_file(train, show_all=True)
@@ -114,12 +139,15 @@ def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
 
 
 def test_a_folder_is_linted_script_by_script(tmp_path):
-    write(tmp_path, {"a.py": "import torch.distributed as dist\nimport common\ndist.init_process_group('gloo')\n"
-                             "print('hi')\n",
-                     "b.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
-                             "dist.destroy_process_group()\n",
-                     "common.py": "import builtins\nbuiltins.print = lambda *a: None\n",
-                     "broken.py": "def f(:\n"})
+    write(
+        tmp_path,
+        {
+            "a.py": "import torch.distributed as dist\nimport common\ndist.init_process_group('gloo')\nprint('hi')\n",
+            "b.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.destroy_process_group()\n",
+            "common.py": "import builtins\nbuiltins.print = lambda *a: None\n",
+            "broken.py": "def f(:\n",
+        },
+    )
     result = lint_file(tmp_path)
     # a.py's print goes through common's filter; b.py's destroy does not count for a.py
     assert {(Path(f.path).name, f.line, f.rule) for f in result.findings} == {("a.py", 3, "no-destroy")}
@@ -136,7 +164,8 @@ def test_a_folder_is_linted_script_by_script(tmp_path):
 
 def test_rank_tests_in_every_shape():
     """==, in, not, a stored flag, a helper predicate, a rank from a helper: all are rank guards."""
-    assert rules("""
+    assert (
+        rules("""
         local_rank = int(os.environ["LOCAL_RANK"])
         if local_rank in [-1, 0]:
             print("one line per node")
@@ -153,7 +182,9 @@ def test_rank_tests_in_every_shape():
             pass
         else:
             torch.save({}, "c.pt")
-    """) == []
+    """)
+        == []
+    )
     assert rules("""
         rank = dist.get_rank()
         if rank not in (0,):
@@ -174,12 +205,17 @@ def test_a_collective_skipped_by_some_ranks_is_found():
 
 
 def test_confidence_default_shows_the_sure_ones(tmp_path):
-    script = write(tmp_path, {"t.py": """\
+    script = write(
+        tmp_path,
+        {
+            "t.py": """\
         import torch.distributed as dist
         dist.init_process_group("gloo")
         while True:
             dist.barrier()
-    """})
+    """
+        },
+    )
     assert lint_file(script).findings == [] and lint_file(script).possible == 1
     [f] = lint_file(script, show_all=True).findings
     assert (f.rule, f.confidence) == ("no-destroy", "possible") and "while True" in f.why
@@ -187,7 +223,10 @@ def test_confidence_default_shows_the_sure_ones(tmp_path):
 
 
 def test_a_function_nothing_calls_is_not_linted(tmp_path):
-    script = write(tmp_path, {"t.py": """\
+    script = write(
+        tmp_path,
+        {
+            "t.py": """\
         import torch.distributed as dist
         dist.init_process_group("gloo")
         class Model:
@@ -195,7 +234,9 @@ def test_a_function_nothing_calls_is_not_linted(tmp_path):
             def from_pretrained(cls):
                 print("loading")
         dist.destroy_process_group()
-    """})
+    """
+        },
+    )
     assert lint_file(script).findings == []
     script.write_text(script.read_text() + "Model.from_pretrained()\n")
     assert [f.rule for f in lint_file(script).findings] == ["unguarded-print"]
@@ -222,12 +263,17 @@ def test_the_single_process_branch_of_a_launcher_flag():
 
 
 def test_a_folder_skips_hidden_folders_and_virtual_environments(tmp_path):
-    write(tmp_path, {"train.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
-                                 "dist.destroy_process_group()\n",
-                     ".venv/pyvenv.cfg": "home = /usr\n",
-                     ".venv/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
-                     "env/pyvenv.cfg": "home = /usr\n",
-                     "env/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n"})
+    write(
+        tmp_path,
+        {
+            "train.py": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+            "dist.destroy_process_group()\n",
+            ".venv/pyvenv.cfg": "home = /usr\n",
+            ".venv/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
+            "env/pyvenv.cfg": "home = /usr\n",
+            "env/lib/bad.py": "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
+        },
+    )
     result = lint_file(tmp_path)
     assert result.files == 1 and result.findings == []
 
@@ -273,7 +319,10 @@ TRAIN_MODULE = """\
 
 
 def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_path):
-    script = write(tmp_path, {"run.py": """\
+    script = write(
+        tmp_path,
+        {
+            "run.py": """\
         import os
         import torch.distributed as dist
         from utils.train import train
@@ -285,9 +334,16 @@ def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_p
 
         if __name__ == "__main__":
             main(None)
-    """, "utils/__init__.py": "", "utils/train.py": TRAIN_MODULE})
-    assert found(script) == {("train.py", 5, "shared-path-write"), ("train.py", 6, "unguarded-print"),
-                             ("train.py", 9, "local-rank-save")}
+    """,
+            "utils/__init__.py": "",
+            "utils/train.py": TRAIN_MODULE,
+        },
+    )
+    assert found(script) == {
+        ("train.py", 5, "shared-path-write"),
+        ("train.py", 6, "unguarded-print"),
+        ("train.py", 9, "local-rank-save"),
+    }
     guarded = script.read_text().replace("    train(args)", "    if dist.get_rank() == 0:\n        train(args)")
     script.write_text(guarded)
     assert found(script) == set()  # only rank 0 calls it
@@ -301,12 +357,17 @@ def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path
     """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
     reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
     from ddplab.lint import lint_file
-    (tmp_path / "worker.py").write_text(HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
-                                        "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
-                                        "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
-                                        "    dist.destroy_process_group()\n")
-    script = "import torch\nimport torch.multiprocessing as mp\nfrom worker import ddp_main\n\n" \
+
+    (tmp_path / "worker.py").write_text(
+        HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
+        "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
+        "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
+        "    dist.destroy_process_group()\n"
+    )
+    script = (
+        "import torch\nimport torch.multiprocessing as mp\nfrom worker import ddp_main\n\n"
         "if __name__ == '__main__':\n    mp.spawn(ddp_main, args=(2,), nprocs=2)\n"
+    )
     (tmp_path / "train.py").write_text(script)
     rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
     assert "nccl-hardcoded" in rules and "unguarded-print" in rules

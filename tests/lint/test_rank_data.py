@@ -8,27 +8,34 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.lint import lint_file
-from lintcase import END, HEAD, PG_OPEN as PG, line_rules, names, pair, rules_after as rules
+from lintcase import END, HEAD, line_rules, names, pair
+from lintcase import PG_OPEN as PG
+from lintcase import rules_after as rules
 
+from ddplab.lint import lint_file
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_a_shuffled_loader_beside_a_distributed_sampler():
     data = "from torch.utils.data import DataLoader, DistributedSampler, Subset\nds = list(range(8))\n"
-    bad, good = pair("""
+    bad, good = pair(
+        """
         sampler = DistributedSampler(ds)
         loader = DataLoader(ds, batch_size=2, shuffle=True)
-        """, """
+        """,
+        """
         sampler = DistributedSampler(ds)
         loader = DataLoader(ds, batch_size=2, sampler=sampler)
         mine = Subset(ds, range(dist.get_rank(), 8, dist.get_world_size()))
         own = DataLoader(mine, batch_size=2, shuffle=True)
         if dist.get_rank() == 0:
             whole = DataLoader(ds, batch_size=2, shuffle=True)
-        """, PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
-        + data)
+        """,
+        PG
+        + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
+        + data,
+    )
     assert bad == ["loader-without-sampler"] and good == []
 
 
@@ -40,9 +47,12 @@ def test_random_split_needs_the_same_generator_on_every_rank():
 
 
 def test_loader_rule_skips_evaluation_loaders_and_sees_a_sampler_that_is_none():
-    setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n" \
+    setup = (
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
         "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n"
-    bad, good = pair("""
+    )
+    bad, good = pair(
+        """
         def build(distributed):
             if distributed:
                 sampler = DistributedSampler(ds)
@@ -50,7 +60,8 @@ def test_loader_rule_skips_evaluation_loaders_and_sees_a_sampler_that_is_none():
                 sampler = None
             sampler = None
             return DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
-        """, """
+        """,
+        """
         def build(distributed):
             if distributed:
                 sampler = DistributedSampler(ds)
@@ -59,45 +70,57 @@ def test_loader_rule_skips_evaluation_loaders_and_sees_a_sampler_that_is_none():
             train_loader = DataLoader(ds, shuffle=(sampler is None), sampler=sampler)
             val_loader = DataLoader(ds, batch_size=2, shuffle=True)
             return train_loader, val_loader
-        """, setup)
+        """,
+        setup,
+    )
     assert bad == ["loader-without-sampler"] and good == []
 
 
 def test_random_draws_inside_the_loop_are_noise_not_the_dataset():
     setup = PG + "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(torch.nn.Linear(1, 1))\n"
-    bad, good = pair("""
+    bad, good = pair(
+        """
         x = torch.randn(16, 1)
         for step in range(4):
             model(x).sum().backward()
-        """, """
+        """,
+        """
         torch.manual_seed(0)
         x = torch.randn(16, 1)
         for step in range(4):
             noise = torch.randn(16, 1) * 0.01
             model(x + noise).sum().backward()
-        """, setup)
+        """,
+        setup,
+    )
     assert bad == ["unseeded-random-data"] and good == []
 
 
 def test_a_sampler_handed_to_what_runs_the_epochs_sets_its_epoch_there():
     """`Checkpointer(..., sampler=sampler)` then `for epoch in ckpt.epochs(n)` (ddplab.resume, what `ddplab new`
     writes): the epoch is set where the sampler went, out of the rule's sight; kept only by the loader, it is not."""
-    setup = PG + "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n" \
+    setup = (
+        PG + "from torch.utils.data import DataLoader, DistributedSampler\nds = list(range(8))\n"
         "model = torch.nn.Linear(1, 1)\n"
-    bad, good = pair("""
+    )
+    bad, good = pair(
+        """
         sampler = DistributedSampler(ds)
         loader = DataLoader(ds, sampler=sampler)
         for epoch in range(3):
             for x in loader:
                 model(x).sum().backward()
-        """, """
+        """,
+        """
         sampler = DistributedSampler(ds)
         loader = DataLoader(ds, sampler=sampler)
         ckpt = Checkpointer("ckpt", model=model, sampler=sampler)
         for epoch in ckpt.epochs(3):
             for x in ckpt.batches(loader):
                 model(x).sum().backward()
-        """, setup)
+        """,
+        setup,
+    )
     assert bad == ["sampler-no-set-epoch"] and good == []
 
 
@@ -105,7 +128,9 @@ def test_a_sampler_handed_to_what_runs_the_epochs_sets_its_epoch_there():
 
 
 def test_a_sampler_set_on_the_distributed_path_is_not_none():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
         data = list(range(8))
         sampler = None
@@ -117,6 +142,7 @@ def test_a_sampler_set_on_the_distributed_path_is_not_none():
                 sampler.set_epoch(epoch)
         dist.destroy_process_group()
     """
+    )
     assert line_rules(source) == []
     never_set = source.replace("sampler = torch.utils.data.distributed.DistributedSampler(data)", "pass")
     assert (9, "loader-without-sampler") in line_rules(never_set)
@@ -148,16 +174,20 @@ def test_else_of_several_processes_is_one_process():
 def test_unseeded_random_split_in_a_module(tmp_path):
     """A dataset module's `random_split(self, [n, m])` the script calls on every rank, nothing seeded anywhere:
     each rank its own split. A seed anywhere in the project (the script's torch.manual_seed) is left to it."""
-    (tmp_path / "data.py").write_text(textwrap.dedent("""
+    (tmp_path / "data.py").write_text(
+        textwrap.dedent("""
     from torch.utils.data import Dataset, random_split
     class Data(Dataset):
         def __len__(self):
             return 10
         def split(self):
             return random_split(self, [8, 2])
-    """))
-    script = HEAD + "from data import Data\ndist.init_process_group('gloo')\ntrain, val = Data().split()\n" \
+    """)
+    )
+    script = (
+        HEAD + "from data import Data\ndist.init_process_group('gloo')\ntrain, val = Data().split()\n"
         "dist.destroy_process_group()\n"
+    )
     (tmp_path / "train.py").write_text(script)
     assert "unseeded-random-split" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("train, val", "torch.manual_seed(0)\ntrain, val"))
@@ -167,12 +197,14 @@ def test_unseeded_random_split_in_a_module(tmp_path):
 def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
     """The DistributedSampler is built in an imported module's loader factory, the script's `while epoch <= n`
     loop is the epoch loop, and nothing in the project calls set_epoch: reported at that loop."""
-    (tmp_path / "data.py").write_text(textwrap.dedent("""
+    (tmp_path / "data.py").write_text(
+        textwrap.dedent("""
     import torch
     from torch.utils.data.distributed import DistributedSampler
     def get_loader(ds):
         return torch.utils.data.DataLoader(ds, sampler=DistributedSampler(ds))
-    """))
+    """)
+    )
     script = HEAD + textwrap.dedent("""
     from data import get_loader
     dist.init_process_group('gloo')
@@ -187,6 +219,7 @@ def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
     (tmp_path / "train.py").write_text(script)
     found = [(f.rule, f.line) for f in lint_file(tmp_path / "train.py").findings if f.rule == "sampler-no-set-epoch"]
     assert found == [("sampler-no-set-epoch", 9)]
-    (tmp_path / "train.py").write_text(script.replace("    for batch",
-                                                      "    loader.sampler.set_epoch(epoch)\n    for batch"))
+    (tmp_path / "train.py").write_text(
+        script.replace("    for batch", "    loader.sampler.set_epoch(epoch)\n    for batch")
+    )
     assert "sampler-no-set-epoch" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]

@@ -9,23 +9,30 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from ddplab.lint import lint_file, lint_source
-from lintcase import (HEAD, HEAD_TIME, NCCL, PG_OPEN as PG, SCRIPTS, SETUP, line_names, line_rules, names, names_time,
-                      rules_after, rules_but_nccl as rules)
+from lintcase import HEAD, HEAD_TIME, NCCL, SCRIPTS, SETUP, line_names, line_rules, names, names_time, rules_after
+from lintcase import PG_OPEN as PG
+from lintcase import rules_but_nccl as rules
 
+from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_cuda_picked_from_local_rank_is_fine():
-    assert rules_after(PG.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'"), """
+    assert (
+        rules_after(
+            PG.replace("'gloo'", "'nccl' if torch.cuda.is_available() else 'gloo'"),
+            """
         from torch.nn.parallel import DistributedDataParallel as DDP
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         model = DDP(torch.nn.Linear(1, 1).cuda(), device_ids=[local_rank])
         state = torch.load("m.pt", map_location=f"cuda:{local_rank}")
         dist.destroy_process_group()
-    """) == []
+    """,
+        )
+        == []
+    )
 
 
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
@@ -56,8 +63,9 @@ def test_current_device_never_set():
     assert rules("torch.accelerator.device_index(0)\n") == ["no-set-device"]  # a context manager, alone
     assert rules("with torch.accelerator.device_index(0):\n    pass\n") == []
     assert rules("x = torch.zeros(1).to('cuda')\n", setup=NCCL) == ["no-set-device"]
-    assert rules("torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\nx = torch.zeros(1).to('cuda')\n",
-                 setup=NCCL) == []
+    assert (
+        rules("torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\nx = torch.zeros(1).to('cuda')\n", setup=NCCL) == []
+    )
     # nccl and nothing that uses the current device by itself: possible only
     assert rules("x = 1\n", setup=NCCL) == [] and rules("x = 1\n", setup=NCCL, show_all=True) == ["no-set-device"]
     assert rules("torch.cuda.synchronize()\n", setup=NCCL) == ["no-set-device"]
@@ -84,35 +92,46 @@ def test_global_rank_as_a_device_index():
         from torch.nn.parallel import DistributedDataParallel as DDP
         m = DDP(torch.nn.Linear(1, 1), device_ids=[dist.get_rank()])
     """) == ["global-rank-device-ids"]
-    assert rules("""
+    assert (
+        rules("""
         rank = int(os.environ["RANK"])
         torch.cuda.set_device(rank % torch.cuda.device_count())
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         def worker(rank):  # an mp.spawn index: the local one
             torch.cuda.set_device(rank)
-    """) == []
+    """)
+        == []
+    )
 
 
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 
 def test_ddp_without_device_ids_only_where_the_model_is_on_the_default_gpu():
-    on_default = HEAD + """\
+    on_default = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(device))
         dist.destroy_process_group()
     """
+    )
     assert line_rules(on_default) == [(5, "no-set-device"), (6, "ddp-no-device-ids")]
-    device_set = HEAD + """\
+    device_set = (
+        HEAD
+        + """\
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("gloo")
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda())
         dist.destroy_process_group()
     """
+    )
     assert line_rules(device_set) == []  # a single-device module on this process's GPU needs no device_ids
-    one_path = HEAD + """\
+    one_path = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
         if os.environ.get("GPU"):
             torch.cuda.set_device(int(os.environ["GPU"]))
@@ -121,16 +140,20 @@ def test_ddp_without_device_ids_only_where_the_model_is_on_the_default_gpu():
             model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda())
         dist.destroy_process_group()
     """
+    )
     assert (9, "ddp-no-device-ids") in line_rules(one_path)
 
 
 def test_a_third_party_ddp_wrapper_is_judged_by_its_own_signature():
-    apex = HEAD + """\
+    apex = (
+        HEAD
+        + """\
         from apex.parallel import DistributedDataParallel as DDP
         dist.init_process_group("gloo")
         model = DDP(torch.nn.Linear(2, 2).cuda())
         dist.destroy_process_group()
     """
+    )
     assert "ddp-no-device-ids" not in line_names(apex)  # apex's DDP has no device_ids
     torch_ddp = apex.replace("from apex.parallel import", "from torch.nn.parallel import")
     assert "ddp-no-device-ids" in line_names(torch_ddp)
@@ -178,15 +201,19 @@ def test_global_rank_through_a_helper_parameter_and_cuda_fstring():
     """`build(model, rank)` where build does DDP(device_ids=[device]) and .to(device), and .to(f"cuda:{rank}"): the
     global rank picks the GPU by data flow (through the parameter every call fills with it). A `.to()` of a rank
     already reported at its DDP/set_device use is that same mistake, not another (`model.to(device)` in build)."""
-    lines = sorted(f.line for f in lint_source(HEAD_TIME + textwrap.dedent(GLOBAL_GPU)).findings
-                   if f.rule == "global-rank-device-ids")
+    lines = sorted(
+        f.line
+        for f in lint_source(HEAD_TIME + textwrap.dedent(GLOBAL_GPU)).findings
+        if f.rule == "global-rank-device-ids"
+    )
     assert lines == [10, 17]
 
 
 def test_local_rank_through_the_same_helper_is_quiet():
     """The same helper given the local rank, and .to(f"cuda:{local_rank}"): the GPU of this machine."""
-    local = GLOBAL_GPU.replace("build(torch.nn.Linear(4, 1), rank)", "build(torch.nn.Linear(4, 1), local_rank)") \
-        .replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"')
+    local = GLOBAL_GPU.replace(
+        "build(torch.nn.Linear(4, 1), rank)", "build(torch.nn.Linear(4, 1), local_rank)"
+    ).replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"')
     assert "global-rank-device-ids" not in names_time(local, show_all=True)
 
 
@@ -195,9 +222,12 @@ def test_local_rank_through_the_same_helper_is_quiet():
 
 def test_an_options_default_device_is_the_users_choice():
     """`parser.add_argument("--device", default="cuda:0")` is an option (like a backend option), not a literal use."""
-    src = "import argparse\nparser = argparse.ArgumentParser()\n" \
-        "parser.add_argument('--device', default='cuda:0')\nargs = parser.parse_args()\n" + SETUP + \
-        "x = torch.zeros(2).to(args.device)\ndist.destroy_process_group()\n"
+    src = (
+        "import argparse\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--device', default='cuda:0')\nargs = parser.parse_args()\n"
+        + SETUP
+        + "x = torch.zeros(2).to(args.device)\ndist.destroy_process_group()\n"
+    )
     assert "hardcoded-cuda-device" not in names(src)
     assert "hardcoded-cuda-device" in names(src.replace(".to(args.device)", ".to('cuda:0')"))
 
@@ -206,25 +236,35 @@ def test_local_rank_flag_of_an_options_module(tmp_path):
     """The parser is built in options.py; the script picks the device from opt.local_rank: reported once, in the
     script. A flag value replaced before use (`opt.local_rank = dist.get_rank()`) is not the flag's."""
     from ddplab.lint import lint_file
-    (tmp_path / "options.py").write_text("import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"
-                                         "    p.add_argument('--local_rank', type=int, default=0)\n"
-                                         "    return p.parse_args()\n")
-    script = HEAD + "import options\nopt = options.parse()\ndist.init_process_group('gloo')\n" \
+
+    (tmp_path / "options.py").write_text(
+        "import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--local_rank', type=int, default=0)\n"
+        "    return p.parse_args()\n"
+    )
+    script = (
+        HEAD + "import options\nopt = options.parse()\ndist.init_process_group('gloo')\n"
         "torch.cuda.set_device(opt.local_rank)\ndist.destroy_process_group()\n"
+    )
     (tmp_path / "train.py").write_text(script)
     found = [f for f in lint_file(tmp_path / "train.py").findings if f.rule == "local-rank-argparse"]
     assert len(found) == 1 and found[0].path is None
-    (tmp_path / "train.py").write_text(script.replace("dist.init_process_group('gloo')\n",
-                                                      "dist.init_process_group('gloo')\nopt.local_rank = dist.get_rank()\n"))
+    (tmp_path / "train.py").write_text(
+        script.replace(
+            "dist.init_process_group('gloo')\n", "dist.init_process_group('gloo')\nopt.local_rank = dist.get_rank()\n"
+        )
+    )
     assert "local-rank-argparse" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
 
 
 def test_ddp_device_ids_given_by_position_pick_the_device():
     """`DistributedDataParallel(model, device_ids)`: the second positional argument is device_ids."""
-    src = "import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int, default=0)\n" \
-        "args = p.parse_args()\ndist.init_process_group('nccl')\n" \
-        "from torch.nn.parallel import DistributedDataParallel\nids = [args.local_rank]\n" \
+    src = (
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int, default=0)\n"
+        "args = p.parse_args()\ndist.init_process_group('nccl')\n"
+        "from torch.nn.parallel import DistributedDataParallel\nids = [args.local_rank]\n"
         "model = DistributedDataParallel(torch.nn.Linear(2, 2), ids)\ndist.destroy_process_group()\n"
+    )
     assert "local-rank-argparse" in names(src)
     assert "local-rank-argparse" not in names(src.replace("torch.nn.Linear(2, 2), ids)", "torch.nn.Linear(2, 2))"))
 
@@ -291,10 +331,12 @@ def test_namespace_package_above_the_script(tmp_path):
     (tmp_path / "scripts").mkdir()
     (tmp_path / "utils" / "init.py").write_text(
         "import argparse\ndef init():\n    p = argparse.ArgumentParser()\n"
-        "    p.add_argument('--local_rank', type=int)\n    return p.parse_args()\n")
+        "    p.add_argument('--local_rank', type=int)\n    return p.parse_args()\n"
+    )
     (tmp_path / "scripts" / "train.py").write_text(
         HEAD + "from utils.init import init\nargs = init()\ntorch.cuda.set_device(args.local_rank)\n"
-        "dist.init_process_group('gloo')\ndist.destroy_process_group()\n")
+        "dist.init_process_group('gloo')\ndist.destroy_process_group()\n"
+    )
     assert "local-rank-argparse" in [f.rule for f in lint_file(tmp_path / "scripts" / "train.py").findings]
 
 

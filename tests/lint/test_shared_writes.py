@@ -9,23 +9,26 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from ddplab.lint import lint_file, lint_source
-from lintcase import (HEAD, SCRIPTS, SETUP, found, line_rules as rules, names, pair, rules_but_nccl, write,
-                      write_train as _write)
+from lintcase import HEAD, SCRIPTS, SETUP, found, names, pair, rules_but_nccl, write
+from lintcase import line_rules as rules
+from lintcase import write_train as _write
 
+from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_a_method_called_only_under_a_guard_is_guarded():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         class T:
             def _save(self):
                 torch.save({}, "s.pt")
             def run(self, every):
                 if every:
                     self._save()
-        """, """
+        """,
+        """
         class T:
             def _save(self):
                 torch.save({}, "s.pt")
@@ -33,43 +36,51 @@ def test_a_method_called_only_under_a_guard_is_guarded():
             def run(self, every):
                 if dist.get_rank() == 0 and every:
                     self._save()
-        """)
+        """,
+    )
     assert bad == ["unguarded-save"] and good == []
 
 
 def test_an_early_exit_guards_the_rest_of_the_function():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         def finish(rank):
             if rank != 0:
                 rank = 0
             torch.save({}, "f.pt")
-        """, """
+        """,
+        """
         def finish(rank):
             if rank != 0:
                 return
             torch.save({}, "f.pt")
             print("saved")
-        """)
+        """,
+    )
     assert bad == ["unguarded-save"] and good == []
 
 
 def test_a_guard_stored_in_a_variable():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         leader = int(os.environ["RANK"]) != 0
         if leader:
             torch.save({}, "x.pt")
-        """, """
+        """,
+        """
         leader = int(os.environ["RANK"]) == 0
         if leader:
             torch.save({}, "x.pt")
             print("saved")
-        """)
+        """,
+    )
     assert bad == ["unguarded-save"] and good == []
 
 
 def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
     """self.gpu_id from LOCAL_RANK: a guard for printing, a mistake for saving; from RANK: fine for both."""
-    local, global_ = pair("""
+    local, global_ = pair(
+        """
         class T:
             def __init__(self):
                 self.gpu_id = int(os.environ["LOCAL_RANK"])
@@ -78,7 +89,8 @@ def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
                     print("done")
                     torch.save({}, "t.pt")
         T().end()
-        """, """
+        """,
+        """
         class T:
             def __init__(self):
                 self.gpu_id = int(os.environ["RANK"])
@@ -87,21 +99,25 @@ def test_an_attribute_keeps_the_kind_of_rank_it_was_given():
                     print("done")
                     torch.save({}, "t.pt")
         T().end()
-        """)
+        """,
+    )
     assert local == ["local-rank-save"] and global_ == []
 
 
 def test_saves_that_write_no_shared_file():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         import io
         buffer = "state.pt"
         torch.save({}, buffer)
-        """, """
+        """,
+        """
         import io
         buffer = io.BytesIO()
         torch.save({}, buffer)
         torch.save({}, f"state-{dist.get_rank()}.pt")
-        """)
+        """,
+    )
     assert bad == ["unguarded-save"] and good == []
 
 
@@ -120,7 +136,8 @@ def test_two_ranks_writing_one_file_lose_one_ranks_lines(tmp_path, no_leftover_w
 
 
 def test_files_every_rank_writes():
-    assert rules_but_nccl("""
+    assert (
+        rules_but_nccl("""
         import json
         from torch.utils.tensorboard import SummaryWriter
         with open("config.json", "w") as f:
@@ -129,8 +146,11 @@ def test_files_every_rank_writes():
         os.makedirs("runs/x")
         import torchvision
         data = torchvision.datasets.MNIST("data", download=True)
-    """) == ["shared-path-write"] * 4
-    assert rules_but_nccl("""
+    """)
+        == ["shared-path-write"] * 4
+    )
+    assert (
+        rules_but_nccl("""
         rank = dist.get_rank()
         if rank == 0:
             open("config.json", "w").write("{}")
@@ -138,20 +158,26 @@ def test_files_every_rank_writes():
         open(f"rank{rank}.log", "w").write("")
         os.makedirs("runs/y", exist_ok=True)
         text = open("config.json").read()
-    """) == []
+    """)
+        == []
+    )
 
 
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 
 def test_a_branch_no_caller_takes_is_not_run(tmp_path):
-    script = write(tmp_path, {"train.py": """\
+    script = write(
+        tmp_path,
+        {
+            "train.py": """\
         import torch.distributed as dist
         from data import create_dataset
         dist.init_process_group("gloo")
         train = create_dataset("coco", {"root": "ann"})
         dist.destroy_process_group()
-    """, "data/__init__.py": """\
+    """,
+            "data/__init__.py": """\
         from data.datasets import Coco, Flickr
 
         def create_dataset(name, config):
@@ -159,7 +185,8 @@ def test_a_branch_no_caller_takes_is_not_run(tmp_path):
                 return Flickr(config["root"])
             elif name == "coco":
                 return Coco(config["root"])
-    """, "data/datasets.py": """\
+    """,
+            "data/datasets.py": """\
         from torchvision.datasets.utils import download_url
 
         class Coco:
@@ -169,12 +196,17 @@ def test_a_branch_no_caller_takes_is_not_run(tmp_path):
         class Flickr:
             def __init__(self, root):
                 download_url("https://example.org/flickr.json", root)
-    """})
+    """,
+        },
+    )
     assert found(script) == {("datasets.py", 5, "shared-path-write")}
 
 
 def test_a_path_the_caller_builds_is_the_callers_to_decide(tmp_path):
-    script = write(tmp_path, {"train.py": """\
+    script = write(
+        tmp_path,
+        {
+            "train.py": """\
         import torch.distributed as dist
         from logs import Writer
         dist.init_process_group("gloo")
@@ -182,7 +214,8 @@ def test_a_path_the_caller_builds_is_the_callers_to_decide(tmp_path):
         name = "log" + suffix + ".txt"
         Writer(name).write("start")
         dist.destroy_process_group()
-    """, "logs.py": """\
+    """,
+            "logs.py": """\
         class Writer:
             def __init__(self, path):
                 self.path = path
@@ -190,7 +223,9 @@ def test_a_path_the_caller_builds_is_the_callers_to_decide(tmp_path):
             def write(self, text):
                 with open(self.path, "a") as f:
                     f.write(text)
-    """})
+    """,
+        },
+    )
     assert found(script) == set()
     assert ("logs.py", 6, "shared-path-write") in found(script, show_all=True)
     script.write_text(script.read_text().replace("Writer(name)", 'Writer("log.txt")'))
@@ -198,7 +233,9 @@ def test_a_path_the_caller_builds_is_the_callers_to_decide(tmp_path):
 
 
 def test_a_path_with_the_rank_formatted_in_is_per_rank():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
         result_file = os.path.join("out", "%s_rank%d.json" % ("val", dist.get_rank()))
         with open(result_file, "w") as f:
@@ -207,12 +244,15 @@ def test_a_path_with_the_rank_formatted_in_is_per_rank():
             f.write("")
         dist.destroy_process_group()
     """
+    )
     assert rules(source) == []
-    assert rules(source.replace(', dist.get_rank()))', ', 0))')) == [(6, "shared-path-write")]
+    assert rules(source.replace(", dist.get_rank()))", ", 0))")) == [(6, "shared-path-write")]
 
 
 def test_a_save_helper_called_once_per_node_is_reported_at_that_call():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
         rank, gpus = dist.get_rank(), 8
 
@@ -225,12 +265,15 @@ def test_a_save_helper_called_once_per_node_is_reported_at_that_call():
             save_checkpoint({"epoch": 2})
         dist.destroy_process_group()
     """
+    )
     assert rules(source) == [(8, "unguarded-save"), (11, "local-rank-save")]
     assert rules(source.replace("rank % gpus == 0", "rank == 0")) == [(8, "unguarded-save")]
 
 
 def test_a_file_opened_for_torch_save_is_left_to_the_save_rules():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         dist.init_process_group("gloo")
 
         def store(obj, path):
@@ -243,11 +286,14 @@ def test_a_file_opened_for_torch_save_is_left_to_the_save_rules():
             notes.write("")
         dist.destroy_process_group()
     """
+    )
     assert rules(source, show_all=True) == [(12, "shared-path-write")]  # the notes, not the checkpoint
 
 
 def test_any_call_that_writes_a_path_on_every_rank():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         from pathlib import Path
         import matplotlib.pyplot as plt
         from torchvision.datasets.utils import download_url
@@ -263,11 +309,18 @@ def test_any_call_that_writes_a_path_on_every_rank():
             plt.savefig("loss.png")
         dist.destroy_process_group()
     """
-    assert rules(source) == [(10, "shared-path-write"), (11, "shared-path-write"), (12, "shared-path-write"),
-                             (13, "shared-path-write")]
+    )
+    assert rules(source) == [
+        (10, "shared-path-write"),
+        (11, "shared-path-write"),
+        (12, "shared-path-write"),
+        (13, "shared-path-write"),
+    ]
     # a name made from the process id (or the rank) with pathlib's / is a per-process path
-    per_process = source.replace('Path("run/config.json").write_text("{}")',
-                                 'probe = Path("run") / f"probe-{os.getpid()}"; probe.write_text("{}")')
+    per_process = source.replace(
+        'Path("run/config.json").write_text("{}")',
+        'probe = Path("run") / f"probe-{os.getpid()}"; probe.write_text("{}")',
+    )
     assert (11, "shared-path-write") not in rules(per_process) and len(rules(per_process)) == 3
 
 
@@ -353,10 +406,20 @@ def test_rank_tests_stored_from_a_helper_or_chosen_by_a_flag():
     dist.destroy_process_group()
     """
     assert "shared-path-write" not in names(guarded, show_all=True)
-    assert names(guarded.replace("with_tb = is_master()", "with_tb = bool(os.environ.get('TB'))")).count(
-        "shared-path-write") == 1
-    assert names(guarded.replace("(is_master() if only_master else is_local_master())",
-                                 "(is_master() if only_master else True)")).count("shared-path-write") == 1
+    assert (
+        names(guarded.replace("with_tb = is_master()", "with_tb = bool(os.environ.get('TB'))")).count(
+            "shared-path-write"
+        )
+        == 1
+    )
+    assert (
+        names(
+            guarded.replace(
+                "(is_master() if only_master else is_local_master())", "(is_master() if only_master else True)"
+            )
+        ).count("shared-path-write")
+        == 1
+    )
 
 
 # ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
@@ -399,8 +462,10 @@ if __name__ == "__main__":
 
 def _shared(path, show_all=False):
     from ddplab.lint import lint_file
-    return [(f.line, f.confidence) for f in lint_file(path, show_all=show_all).findings
-            if f.rule == "shared-path-write"]
+
+    return [
+        (f.line, f.confidence) for f in lint_file(path, show_all=show_all).findings if f.rule == "shared-path-write"
+    ]
 
 
 def test_path_parameter_given_a_config_path_through_a_helper_is_shared(tmp_path):
@@ -413,12 +478,14 @@ def test_path_parameter_given_a_config_path_through_a_helper_is_shared(tmp_path)
 def test_path_parameter_stamped_per_process_stays_possible(tmp_path):
     """The same call where the helper stamps the folder with the clock, or the caller passes the rank's own folder:
     the paths may differ per rank, so the finding stays possible (hidden by default)."""
-    stamped = LOG_HELPERS.replace("os.path.join(save_path, run_name)",
-                                  "os.path.join(save_path, run_name + time.strftime('%H%M%S'))")
+    stamped = LOG_HELPERS.replace(
+        "os.path.join(save_path, run_name)", "os.path.join(save_path, run_name + time.strftime('%H%M%S'))"
+    )
     script = _write(tmp_path / "b", {"train.py": LOG_MAIN, "utils.py": "import time\n" + stamped})
     assert _shared(script) == [] and [c for _, c in _shared(script, show_all=True)] == ["possible"]
-    per_rank = LOG_MAIN.replace("results_dir = results_logging[1]",
-                                "results_dir = os.path.join(results_logging[1], str(dist.get_rank()))")
+    per_rank = LOG_MAIN.replace(
+        "results_dir = results_logging[1]", "results_dir = os.path.join(results_logging[1], str(dist.get_rank()))"
+    )
     script = _write(tmp_path / "c", {"train.py": "import os\n" + per_rank, "utils.py": LOG_HELPERS})
     assert _shared(script) == []
 
@@ -428,11 +495,14 @@ def test_path_parameter_stamped_per_process_stays_possible(tmp_path):
 
 def test_numpy_text_file_is_not_a_checkpoint_save():
     """np.savetxt under a local-rank test writes a data file (the shared-write rule's business), not a checkpoint."""
-    src = "import numpy as np\n" + SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n" \
+    src = (
+        "import numpy as np\n" + SETUP + "model = torch.nn.Linear(2, 2)\nif rank == 0:\n"
         "    np.savetxt('iter.txt', [1, 2])\ndist.destroy_process_group()\n"
+    )
     assert "local-rank-save" not in names(src)
-    assert "local-rank-save" in names(src.replace("np.savetxt('iter.txt', [1, 2])",
-                                                  "torch.save(model.state_dict(), 'm.pt')"))
+    assert "local-rank-save" in names(
+        src.replace("np.savetxt('iter.txt', [1, 2])", "torch.save(model.state_dict(), 'm.pt')")
+    )
 
 
 def test_open_of_a_path_with_an_a_in_it_is_a_read():
@@ -452,9 +522,13 @@ def test_mkdir_whose_exists_error_is_caught_is_no_race():
 def test_main_block_of_an_imported_module_does_not_run(tmp_path):
     """An imported module's `if __name__ == "__main__":` demo does not run when the script imports it."""
     from ddplab.lint import lint_file
-    (tmp_path / "helpers.py").write_text("def f():\n    return 1\n\nif __name__ == '__main__':\n"
-                                         "    open('demo.txt', 'w').write('x')\n")
-    (tmp_path / "train.py").write_text(HEAD + "import helpers\n" + SETUP + "helpers.f()\ndist.destroy_process_group()\n")
+
+    (tmp_path / "helpers.py").write_text(
+        "def f():\n    return 1\n\nif __name__ == '__main__':\n    open('demo.txt', 'w').write('x')\n"
+    )
+    (tmp_path / "train.py").write_text(
+        HEAD + "import helpers\n" + SETUP + "helpers.f()\ndist.destroy_process_group()\n"
+    )
     assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "helpers.py").write_text("def f():\n    open('demo.txt', 'w').write('x')\n")
     assert "shared-path-write" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
@@ -529,16 +603,20 @@ def test_rank_suffix_chosen_when_there_are_several_processes():
 def test_parameter_every_caller_fills_with_the_rank(tmp_path):
     """`setup_logger(name, save_dir, distributed_rank)` in another module returns early when distributed_rank > 0,
     and the script passes get_rank(): what follows runs on rank 0 only (makedirs without exist_ok is fine)."""
-    (tmp_path / "logger.py").write_text(textwrap.dedent("""
+    (tmp_path / "logger.py").write_text(
+        textwrap.dedent("""
     import os
     def setup_logger(name, save_dir, distributed_rank):
         if distributed_rank > 0:
             return None
         if not os.path.exists(save_dir):
             os.makedirs(save_dir)
-    """))
-    script = HEAD + "from logger import setup_logger\ndist.init_process_group('gloo')\n" \
+    """)
+    )
+    script = (
+        HEAD + "from logger import setup_logger\ndist.init_process_group('gloo')\n"
         "setup_logger('x', 'logs', dist.get_rank())\ndist.destroy_process_group()\n"
+    )
     (tmp_path / "train.py").write_text(script)
     assert "shared-path-write" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("dist.get_rank()", "int(os.environ['SEED'])"))

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.lint import lint_source
-from lintcase import (END, HEAD, HEAD_TIME, PG_OPEN as PG, SETUP, line_rules, names, names_time, pair,
-                      rules_after as rules)
+from lintcase import END, HEAD, HEAD_TIME, SETUP, line_rules, names, names_time, pair
+from lintcase import PG_OPEN as PG
+from lintcase import rules_after as rules
 
+from ddplab.lint import lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
 
 def test_rank_guards_in_their_usual_shapes():
-    assert rules(PG, """
+    assert (
+        rules(
+            PG,
+            """
         rank = dist.get_rank()
         is_main = rank == 0
         def save(model):
@@ -34,73 +38,90 @@ def test_rank_guards_in_their_usual_shapes():
         else:
             torch.save({}, "x.pt")
         dist.destroy_process_group()
-    """) == []
+    """,
+        )
+        == []
+    )
 
 
 def test_a_function_called_from_a_guarded_and_an_unguarded_site_is_not():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         def note(text):
             print(text)
         if dist.get_rank() == 0:
             note("a")
         note("b")
-        """, """
+        """,
+        """
         def note(text):
             print(text)
         if dist.get_rank() == 0:
             note("a")
             note("b")
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
 
 
 def test_a_device_index_guard_is_fine_for_printing():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         def train(gpu):
             print("epoch done")
-        """, """
+        """,
+        """
         def train(gpu):
             if gpu == 0:
                 print("epoch done")
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
 
 
 def test_a_print_that_says_who_prints():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         device = torch.device("cpu")
         print(f"running on {device}")
-        """, """
+        """,
+        """
         local_rank = int(os.environ["LOCAL_RANK"])
         print(f"[GPU{local_rank}] running")
         print(f"[{os.getpid()}] running")
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
 
 
 def test_a_label_made_from_the_rank_says_who_prints():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         local_rank = int(os.environ["LOCAL_RANK"])
         device = torch.device("cpu")
         loss = torch.ones(1, device=f"cuda:{local_rank}").sum()
         print(device, loss)
-        """, """
+        """,
+        """
         local_rank = int(os.environ["LOCAL_RANK"])
         device = torch.device("cuda:{}".format(local_rank))
         print("using", device)
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
 
 
 def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
-    bad, good = pair("""
+    bad, good = pair(
+        """
         pool = [1, 5, 6, 7]
         def work(rank):
             device = pool[0]
             print(f"training on {device}")
         if "RANK" in os.environ:
             print("launched")
-        """, """
+        """,
+        """
         pool = [1, 5, 6, 7]
         def work(rank):
             device = pool[rank]
@@ -109,7 +130,8 @@ def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
             pass
         else:
             print("not distributed: one process")
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
     found = lint_source(PG + "print('a')\nprint('b')\n" + END).findings
     assert [(f.line, f.also) for f in found if f.rule == "unguarded-print"] == [(5, [6])]
@@ -117,9 +139,11 @@ def test_a_per_rank_pick_and_the_no_launcher_branch_are_single_voices():
 
 def test_prints_routed_through_a_replaced_builtin_print():
     """setup_for_distributed: `builtins.print = ...` keeps every print to the main process."""
-    bad, good = pair("""
+    bad, good = pair(
+        """
         print("epoch done")
-        """, """
+        """,
+        """
         import builtins
         def quiet_unless(is_master):
             builtin_print = builtins.print
@@ -129,7 +153,8 @@ def test_prints_routed_through_a_replaced_builtin_print():
             builtins.print = print
         quiet_unless(dist.get_rank() == 0)
         print("epoch done")
-        """)
+        """,
+    )
     assert bad == ["unguarded-print"] and good == []
 
 
@@ -137,7 +162,9 @@ def test_prints_routed_through_a_replaced_builtin_print():
 
 
 def test_a_print_filter_installed_on_the_spawn_path_only_leaves_torchrun_printing():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         import builtins
         import torch.multiprocessing as mp
 
@@ -154,6 +181,7 @@ def test_a_print_filter_installed_on_the_spawn_path_only_leaves_torchrun_printin
             else:
                 worker(int(os.environ.get("LOCAL_RANK", 0)), args)
     """
+    )
     assert line_rules(source) == [(11, "unguarded-print")]
     everywhere = source.replace("args.multiprocessing_distributed and gpu != 0", "gpu != 0")
     assert line_rules(everywhere) == []  # installed on every path: the filter holds
@@ -208,9 +236,9 @@ def test_pprint_prints():
     dist.destroy_process_group()
     """
     assert "unguarded-print" in names(pretty)
-    assert "unguarded-print" not in names(pretty.replace('pp.pprint({"lr": 0.1})',
-                                                         'pp.pprint({"lr": 0.1}, stream=open("p.txt", "w"))'),
-                                          show_all=True)
+    assert "unguarded-print" not in names(
+        pretty.replace('pp.pprint({"lr": 0.1})', 'pp.pprint({"lr": 0.1}, stream=open("p.txt", "w"))'), show_all=True
+    )
 
 
 # ----------------------------------------------------------------- issue 28, fourth pass (was test_lint_mechanisms4.py)
@@ -250,21 +278,27 @@ def test_print_before_the_filter_is_installed_runs_on_every_rank():
 
 def test_print_after_the_filter_is_installed_is_quiet():
     """The same warning printed after setup_for_distributed goes through the filter (rank 0 only)."""
-    after = FILTER_ORDER.replace('        print("WARNING: unexpected extra args", extra)\n    setup_for_distributed('
-                                 'dist.get_rank() == 0)\n',
-                                 '        pass\n    setup_for_distributed(dist.get_rank() == 0)\n'
-                                 '    print("WARNING: unexpected extra args", extra)\n')
+    after = FILTER_ORDER.replace(
+        '        print("WARNING: unexpected extra args", extra)\n    setup_for_distributed(dist.get_rank() == 0)\n',
+        "        pass\n    setup_for_distributed(dist.get_rank() == 0)\n"
+        '    print("WARNING: unexpected extra args", extra)\n',
+    )
     assert "unguarded-print" not in names_time(after, show_all=True)
 
 
 def test_the_main_block_that_hands_its_worker_to_a_project_spawner_runs_once(tmp_path):
     from lintcase import found, write
-    utils = ("import torch.multiprocessing as mp\n\ndef run(fn, world_size):\n"
-             "    mp.spawn(fn, args=(world_size,), nprocs=world_size, join=True)\n")
-    train = ("import torch\nimport torch.distributed as dist\nimport utils\n\n"
-             "def worker(rank, world_size):\n"
-             "    dist.init_process_group('gloo', rank=rank, world_size=world_size)\n\n"
-             "if __name__ == '__main__':\n    print('starting')\n    utils.run(worker, 2)\n")
+
+    utils = (
+        "import torch.multiprocessing as mp\n\ndef run(fn, world_size):\n"
+        "    mp.spawn(fn, args=(world_size,), nprocs=world_size, join=True)\n"
+    )
+    train = (
+        "import torch\nimport torch.distributed as dist\nimport utils\n\n"
+        "def worker(rank, world_size):\n"
+        "    dist.init_process_group('gloo', rank=rank, world_size=world_size)\n\n"
+        "if __name__ == '__main__':\n    print('starting')\n    utils.run(worker, 2)\n"
+    )
     spawner = write(tmp_path / "a", {"train.py": train, "utils.py": utils})
     assert not [f for f in found(spawner) if f[2] == "unguarded-print"]
     # quiet twin the other way: the helper does not spawn, so the block runs on every launched rank
@@ -292,8 +326,10 @@ def test_no_rank_test_is_one_process():
 
 def test_object_made_only_on_rank0_guards_its_uses():
     """`run = wandb.init() if rank == 0 else None` and later `if run:`: the test under another name."""
-    src = SETUP + "import wandb\nrun = wandb.init() if rank == 0 else None\nif run:\n    print('logging')\n" \
+    src = (
+        SETUP + "import wandb\nrun = wandb.init() if rank == 0 else None\nif run:\n    print('logging')\n"
         "if run is not None:\n    print('again')\ndist.destroy_process_group()\n"
+    )
     assert "unguarded-print" not in names(src)
     assert "unguarded-print" in names(src.replace("if rank == 0 else None", "if rank >= 0 else 1"))
 
@@ -360,6 +396,7 @@ def test_function_a_script_with_a_main_block_never_calls_does_not_run():
     if __name__ == "__main__":
         main()
     """
+
     def prints(source: str) -> list:
         return [f for f in lint_source(HEAD + textwrap.dedent(source)).findings if f.rule == "unguarded-print"]
 
@@ -373,15 +410,20 @@ def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
     script never calls: every rank still prints."""
     from ddplab.lint import lint_file
-    (tmp_path / "misc.py").write_text("import builtins\ndef setup_for_distributed(is_master):\n"
-                                      "    builtin_print = builtins.print\n"
-                                      "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
-                                      "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
-                                      "    setup_for_distributed(rank == 0)\n")
+
+    (tmp_path / "misc.py").write_text(
+        "import builtins\ndef setup_for_distributed(is_master):\n"
+        "    builtin_print = builtins.print\n"
+        "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
+        "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
+        "    setup_for_distributed(rank == 0)\n"
+    )
     script = HEAD + "import misc\n" + SETUP + "print('hello')\ndist.destroy_process_group()\n"
     (tmp_path / "train.py").write_text(script)
     assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
-    (tmp_path / "train.py").write_text(script.replace("print('hello')", "misc.init_distributed_mode(rank)\nprint('hi')"))
+    (tmp_path / "train.py").write_text(
+        script.replace("print('hello')", "misc.init_distributed_mode(rank)\nprint('hi')")
+    )
     assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
 
 
@@ -389,16 +431,21 @@ def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
     """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
     the if branch runs without a group, as one process."""
     from ddplab.lint import lint_file
-    (tmp_path / "utils.py").write_text(HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', "
-                                       "rank=rank, world_size=n)\n")
-    script = HEAD + "import argparse\nfrom utils import ddp_setup\n\ndef main(rank):\n    ddp_setup(rank, 2)\n" \
-        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace(multi=False)\n" \
-        "    single_gpu = not args.multi\n    if single_gpu:\n        print('one gpu')\n    else:\n" \
+
+    (tmp_path / "utils.py").write_text(
+        HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', rank=rank, world_size=n)\n"
+    )
+    script = (
+        HEAD + "import argparse\nfrom utils import ddp_setup\n\ndef main(rank):\n    ddp_setup(rank, 2)\n"
+        "    dist.destroy_process_group()\n\nif __name__ == '__main__':\n    args = argparse.Namespace(multi=False)\n"
+        "    single_gpu = not args.multi\n    if single_gpu:\n        print('one gpu')\n    else:\n"
         "        main(int(os.environ['RANK']))\n"
+    )
     (tmp_path / "train.py").write_text(script)
     assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
-    (tmp_path / "train.py").write_text(script.replace("        main(int(os.environ['RANK']))\n",
-                                                      "        pass\n    main(int(os.environ['RANK']))\n"))
+    (tmp_path / "train.py").write_text(
+        script.replace("        main(int(os.environ['RANK']))\n", "        pass\n    main(int(os.environ['RANK']))\n")
+    )
     assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from ddplab.lint import lint_file
-from lintcase import HEAD, SCRIPTS, found, names, names_time, rules_but_nccl as rules, write
+from lintcase import HEAD, SCRIPTS, found, names, names_time, write
+from lintcase import rules_but_nccl as rules
 
+from ddplab.lint import lint_file
 
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
 
@@ -43,7 +44,10 @@ def test_unreduced_metric_and_its_reduced_form():
 
 
 def test_a_sum_returned_by_a_helper_and_reported_once_per_node_is_unreduced(tmp_path):
-    script = write(tmp_path, {"train.py": """\
+    script = write(
+        tmp_path,
+        {
+            "train.py": """\
         import os
         import torch.distributed as dist
         from torch.utils.data import DataLoader, DistributedSampler
@@ -56,7 +60,8 @@ def test_a_sum_returned_by_a_helper_and_reported_once_per_node_is_unreduced(tmp_
         if local_rank == 0:
             print(f"accuracy {acc}")
         dist.destroy_process_group()
-    """, "loop.py": """\
+    """,
+            "loop.py": """\
         def run_epoch(loader):
             total, correct, n = 0.0, 0, 0
             for x in loader:
@@ -64,10 +69,11 @@ def test_a_sum_returned_by_a_helper_and_reported_once_per_node_is_unreduced(tmp_
                 correct += 1
                 n += 1
             return total / n, correct / n
-    """})
+    """,
+        },
+    )
     assert found(script) == {(None, 11, "unreduced-metric")}
-    reduced = (tmp_path / "loop.py").read_text().replace(
-        "    return", "    correct = reduce_mean(correct)\n    return")
+    reduced = (tmp_path / "loop.py").read_text().replace("    return", "    correct = reduce_mean(correct)\n    return")
     (tmp_path / "loop.py").write_text(reduced)
     assert found(script) == set()
 
@@ -98,10 +104,14 @@ def test_metric_over_a_loader_built_without_sampler_is_the_whole():
     dist.destroy_process_group()
     """
     assert "unreduced-metric" not in names(whole, show_all=True)
-    assert "unreduced-metric" in names(whole.replace('extra = {"num_workers": 1}',
-                                                     'extra = {"sampler": DistributedSampler(test_set)}'))
-    assert "unreduced-metric" in names(whole.replace("DataLoader(test_set, **test_kwargs)",
-                                                     "DataLoader(test_set, sampler=DistributedSampler(test_set))"))
+    assert "unreduced-metric" in names(
+        whole.replace('extra = {"num_workers": 1}', 'extra = {"sampler": DistributedSampler(test_set)}')
+    )
+    assert "unreduced-metric" in names(
+        whole.replace(
+            "DataLoader(test_set, **test_kwargs)", "DataLoader(test_set, sampler=DistributedSampler(test_set))"
+        )
+    )
 
 
 def test_metric_over_a_loader_known_by_its_sampler_logged_as_an_average():
@@ -127,9 +137,11 @@ def test_metric_over_a_loader_known_by_its_sampler_logged_as_an_average():
     dist.destroy_process_group()
     """
     assert "unreduced-metric" in names(shard)
-    reduced = shard.replace("            avg = total / len(self.train_data)\n",
-                            "            t = torch.tensor([total])\n            dist.all_reduce(t)\n"
-                            "            avg = t.item() / len(self.train_data)\n")
+    reduced = shard.replace(
+        "            avg = total / len(self.train_data)\n",
+        "            t = torch.tensor([total])\n            dist.all_reduce(t)\n"
+        "            avg = t.item() / len(self.train_data)\n",
+    )
     assert "unreduced-metric" not in names(reduced, show_all=True)
 
 
@@ -180,13 +192,15 @@ def test_running_meter_shown_on_rank0_is_one_shard():
 def test_meter_of_reduced_value_or_timer_is_quiet():
     """The same meter fed a value that came out of a reducer (`reduced = reduce_tensor(loss)`) holds the whole; a
     timer meter (`batch_time.update(time.time() - end)`) is no metric."""
-    reduced = METER.replace("        losses.update(loss.item(), x.size(0))\n",
-                            "        reduced = reduce_tensor(loss.detach())\n"
-                            "        losses.update(reduced.item(), x.size(0))\n")
+    reduced = METER.replace(
+        "        losses.update(loss.item(), x.size(0))\n",
+        "        reduced = reduce_tensor(loss.detach())\n        losses.update(reduced.item(), x.size(0))\n",
+    )
     reduced = "def reduce_tensor(t):\n    dist.all_reduce(t)\n    return t / dist.get_world_size()\n" + reduced
     assert "unreduced-metric" not in names_time(reduced, show_all=True)
-    timer_only = METER.replace('print("loss {loss.avg:.3f}".format(loss=losses))',
-                               'print("time {t.avg:.3f}".format(t=batch_time))')
+    timer_only = METER.replace(
+        'print("loss {loss.avg:.3f}".format(loss=losses))', 'print("time {t.avg:.3f}".format(t=batch_time))'
+    )
     assert "unreduced-metric" not in names_time(timer_only, show_all=True)
 
 
@@ -235,17 +249,22 @@ def test_val_loss_over_next_batch_steps_shown_by_rank0_helper():
 def test_val_loss_all_reduced_or_step_counter_is_quiet():
     """The same loss all-reduced before print0 is the whole; a step counter (`steps += 1`, used as a step index in
     `steps % 100`) shown alone is no metric, nor is a time or a rate over time."""
-    reduced = VAL_STEPS.replace("        val_loss /= 20\n",
-                                "        val_loss /= 20\n"
-                                "        t = torch.tensor(val_loss)\n"
-                                "        dist.all_reduce(t)\n"
-                                "        val_loss = t.item() / dist.get_world_size()\n")
+    reduced = VAL_STEPS.replace(
+        "        val_loss /= 20\n",
+        "        val_loss /= 20\n"
+        "        t = torch.tensor(val_loss)\n"
+        "        dist.all_reduce(t)\n"
+        "        val_loss = t.item() / dist.get_world_size()\n",
+    )
     assert "unreduced-metric" not in names_time(reduced, show_all=True)
     counter = VAL_STEPS.replace(' val loss {val_loss}"', '"')
     assert "unreduced-metric" not in names_time(counter, show_all=True)
-    timed = VAL_STEPS.replace("        val_loss /= 20\n", "        val_loss /= 20\n        t0 = time.time()\n") \
-        .replace("            steps += 1\n", "            steps += 1\n            wait += time.time() - t0\n") \
-        .replace("steps = 0\n", "steps = 0\nwait = 0.0\n").replace(' val loss {val_loss}"', ' rate {steps / wait}"')
+    timed = (
+        VAL_STEPS.replace("        val_loss /= 20\n", "        val_loss /= 20\n        t0 = time.time()\n")
+        .replace("            steps += 1\n", "            steps += 1\n            wait += time.time() - t0\n")
+        .replace("steps = 0\n", "steps = 0\nwait = 0.0\n")
+        .replace(' val loss {val_loss}"', ' rate {steps / wait}"')
+    )
     assert "unreduced-metric" not in names_time(timed, show_all=True)
 
 
@@ -294,15 +313,20 @@ def test_batches_from_an_endless_generator_over_the_loader():
 def test_endless_generator_twins_are_quiet():
     """The loss all-reduced before it is shown; the generator counting its passes into set_epoch; a single pass
     over the loader with no outer loop: nothing to report."""
-    reduced = ENDLESS.replace("        total += loss.item()\n",
-                 "        t = loss.detach().clone()\n        dist.all_reduce(t)\n        total += t.item()\n")
+    reduced = ENDLESS.replace(
+        "        total += loss.item()\n",
+        "        t = loss.detach().clone()\n        dist.all_reduce(t)\n        total += t.item()\n",
+    )
     assert "unreduced-metric" not in names_time(reduced, show_all=True)
-    counted = ENDLESS.replace("def cycle(dl):\n    while True:\n",
-                              "def cycle(dl):\n    epoch = 0\n    while True:\n"
-                              "        dl.sampler.set_epoch(epoch)\n        epoch += 1\n")
+    counted = ENDLESS.replace(
+        "def cycle(dl):\n    while True:\n",
+        "def cycle(dl):\n    epoch = 0\n    while True:\n        dl.sampler.set_epoch(epoch)\n        epoch += 1\n",
+    )
     assert "sampler-no-set-epoch" not in names_time(counted, show_all=True)
-    one_pass = ENDLESS.replace("    while True:\n        for batch in dl:\n            yield batch\n",
-                               "    for batch in dl:\n        yield batch\n")
+    one_pass = ENDLESS.replace(
+        "    while True:\n        for batch in dl:\n            yield batch\n",
+        "    for batch in dl:\n        yield batch\n",
+    )
     assert "sampler-no-set-epoch" not in names_time(one_pass, show_all=True)
 
 
@@ -356,10 +380,10 @@ def test_sum_kept_in_a_trainer_attribute_is_one_shard():
 
 def test_trainer_attribute_reduced_first_is_quiet():
     """The same attribute all-reduced (through a tensor) before the print is the whole."""
-    reduced = TRAINER.replace("        if self.gpu_id == 0:\n",
-                              "        t = torch.tensor([self.epoch_loss])\n        dist.all_reduce(t)\n"
-                              "        if self.gpu_id == 0:\n") \
-        .replace("loss {self.epoch_loss / len(self.train_data)}", "loss {t.item() / len(self.train_data)}")
+    reduced = TRAINER.replace(
+        "        if self.gpu_id == 0:\n",
+        "        t = torch.tensor([self.epoch_loss])\n        dist.all_reduce(t)\n        if self.gpu_id == 0:\n",
+    ).replace("loss {self.epoch_loss / len(self.train_data)}", "loss {t.item() / len(self.train_data)}")
     assert "unreduced-metric" not in names_time(reduced, show_all=True)
 
 
@@ -398,9 +422,11 @@ def test_losses_collected_in_a_list_and_averaged_on_rank0():
 
 def test_list_of_all_reduced_losses_is_quiet():
     """Each loss all-reduced in place before it is appended: the list holds whole values."""
-    reduced = LIST_MEAN.replace("        losses.append(loss.item())\n",
-                                "        t = loss.detach().clone()\n        dist.all_reduce(t)\n"
-                                "        losses.append(t.item() / dist.get_world_size())\n")
+    reduced = LIST_MEAN.replace(
+        "        losses.append(loss.item())\n",
+        "        t = loss.detach().clone()\n        dist.all_reduce(t)\n"
+        "        losses.append(t.item() / dist.get_world_size())\n",
+    )
     assert "unreduced-metric" not in names_time(reduced, show_all=True)
 
 
@@ -449,7 +475,9 @@ def _metric_project(tmp_path, loader_line: str, show_all: bool = False) -> list[
     pkg = tmp_path / "src"
     pkg.mkdir(exist_ok=True)
     (pkg / "__init__.py").write_text("from .train_utils import *\n")
-    (pkg / "train_utils.py").write_text(HEAD + textwrap.dedent("""
+    (pkg / "train_utils.py").write_text(
+        HEAD
+        + textwrap.dedent("""
     from tqdm import tqdm
     import wandb
 
@@ -465,8 +493,11 @@ def _metric_project(tmp_path, loader_line: str, show_all: bool = False) -> list[
             loss_sum += loss.item()
         if rank == 0:
             wandb.log({"loss": loss_sum / len(loader)})
-    """))
-    (tmp_path / "train.py").write_text(HEAD + textwrap.dedent(f"""
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        HEAD
+        + textwrap.dedent(f"""
     from src import *
     from torch.utils.data.distributed import DistributedSampler
 
@@ -478,7 +509,8 @@ def _metric_project(tmp_path, loader_line: str, show_all: bool = False) -> list[
     for epoch in range(2):
         run_epoch(model, loader, rank)
     dist.destroy_process_group()
-    """))
+    """)
+    )
     return [f.rule for f in lint_file(tmp_path / "train.py", show_all).findings]
 
 
@@ -522,5 +554,6 @@ def test_project_logger_that_prints_on_rank0_is_a_rank0_report():
     """
     assert "unreduced-metric" in names(src)
     twin = src.replace("def log_string(self, out_str):", "def log_string(self, out_str, rank=0):").replace(
-        "if dist.get_rank() == 0:", "if rank == 0:")
+        "if dist.get_rank() == 0:", "if rank == 0:"
+    )
     assert "unreduced-metric" not in names(twin)

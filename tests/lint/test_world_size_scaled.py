@@ -5,8 +5,9 @@ the section comments say which evaluation round (issue 28) a test came from."""
 
 from __future__ import annotations
 
-from lintcase import HEAD, line_rules, names_time as names, rules_but_nccl as rules
-
+from lintcase import HEAD, line_rules
+from lintcase import names_time as names
+from lintcase import rules_but_nccl as rules
 
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
 
@@ -24,26 +25,32 @@ def test_lr_or_batch_scaled_by_the_world_size_twice():
         args.batch_size = args.batch_size // int(os.environ["WORLD_SIZE"])
         per_rank_batch = args.batch_size // dist.get_world_size()
     """) == ["world-size-scaled-twice"]
-    assert rules("""
+    assert (
+        rules("""
         world_size = dist.get_world_size()
         lr = 0.1 * world_size
         batch = 256 // world_size
         eff_batch = batch * 4
         steps = 1000 // world_size
-    """) == []
+    """)
+        == []
+    )
 
 
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 
 def test_a_world_size_that_already_counts_the_gpus_per_node_scaled_by_them_again():
-    source = HEAD + """\
+    source = (
+        HEAD
+        + """\
         def main(args):
             args.world_size = args.ngpus_per_node * args.world_size
             dist.init_process_group("gloo", world_size=args.world_size)
             args.lr = args.lr * float(args.batch_size * args.ngpus_per_node * args.world_size) / 256.
             dist.destroy_process_group()
     """
+    )
     assert line_rules(source) == [(7, "world-size-scaled-twice")]
     once = source.replace(" * args.ngpus_per_node * args.world_size", " * args.world_size")
     assert line_rules(once) == []

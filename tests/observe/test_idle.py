@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import refused, sigint_as_ctrl_c
 
-from conftest import cli, refused, sigint_as_ctrl_c
 from ddplab.observe.idle import parse_duration
 
 IDLE_S = 3.0
@@ -94,9 +94,24 @@ def run_in_own_pid_namespace(tmp_path: Path, scenario: str) -> dict:
     env = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         env.pop(var, None)
-    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(tmp_path / "driver.py"),
-                           str(tmp_path), str(IDLE_S), scenario], capture_output=True, text=True, timeout=400,
-                          env=env, preexec_fn=sigint_as_ctrl_c)
+    done = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            str(tmp_path / "driver.py"),
+            str(tmp_path),
+            str(IDLE_S),
+            scenario,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        preexec_fn=sigint_as_ctrl_c,
+    )
     log = (tmp_path / "guard.err").read_text() if (tmp_path / "guard.err").exists() else ""
     assert done.returncode == 0, f"{done.stderr}\n--- guard:\n{log}"
     return {**json.loads((tmp_path / "result.json").read_text()), "log": log}
@@ -131,12 +146,15 @@ def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--idle-after", "soon", "--then", "true"], "not a duration"),
-    (["--idle-after", "0s", "--then", "true"], "not a positive duration"),
-    (["--idle-after", "5m"], "needs --then COMMAND"),
-    (["--then", "true"], "add --idle-after"),
-    (["--idle-after", "5m", "--then", "true", "--once"], "drop --once"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--idle-after", "soon", "--then", "true"], "not a duration"),
+        (["--idle-after", "0s", "--then", "true"], "not a positive duration"),
+        (["--idle-after", "5m"], "needs --then COMMAND"),
+        (["--then", "true"], "add --idle-after"),
+        (["--idle-after", "5m", "--then", "true", "--once"], "drop --once"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, words, capsys):
     assert words in refused(capsys, "monitor", *args)

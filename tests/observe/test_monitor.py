@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import alive, cli, kill_tree
 
 # A small DDP job: joins a process group, says it is ready, computes until told to stop (or its own deadline).
@@ -48,8 +47,15 @@ while time.time() < end and not (here / "stop").exists():
 dist.destroy_process_group()
 """
 
-LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "TORCHELASTIC_RUN_ID")
+LAUNCHER_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -71,15 +77,30 @@ class TorchrunJob:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         env.update(OMP_NUM_THREADS="1", SPIN_GPU="1" if gpu else "0")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-             str(where / "spin.py"), str(where)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(nproc),
+                str(where / "spin.py"),
+                str(where),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.pids: list[int] = []
 
     def __enter__(self):
         try:
-            wait_for(lambda: all((self.dir / f"ready.{r}").exists() for r in range(self.nproc)), 90,
-                     "both ranks to join their process group")
+            wait_for(
+                lambda: all((self.dir / f"ready.{r}").exists() for r in range(self.nproc)),
+                90,
+                "both ranks to join their process group",
+            )
         except BaseException:
             self.__exit__()
             raise
@@ -126,9 +147,13 @@ def test_live_view_follows_the_job_and_ends_with_it(tmp_path, no_leftover_worker
     with TorchrunJob(tmp_path) as job:
         out_path = tmp_path / "monitor.jsonl"
         with open(out_path, "w") as out:
-            live = subprocess.Popen([sys.executable, "-m", "ddplab", "monitor", "--json", "--interval", "0.5",
-                                     "--pids", str(job.proc.pid)], stdout=out, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
+            live = subprocess.Popen(
+                [sys.executable, "-m", "ddplab", "monitor", "--json", "--interval", "0.5", "--pids", str(job.proc.pid)],
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
         try:
             wait_for(lambda: out_path.read_text().count("\n") >= 2, 60, "two samples from the live view")
             (tmp_path / "stop").write_text("")  # the ranks leave their loop, the job ends...
@@ -177,8 +202,11 @@ def slow_rank_job(where: Path):
     (where / "slow_rank.py").write_text(SLOW_RANK)
     outcome = {}
     env = {"PYTHONPATH": os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")])}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", local.run(
-        "slow_rank:work", {"dir": str(where)}, nproc=2, deadline=120, env=env)))
+    thread = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "result", local.run("slow_rank:work", {"dir": str(where)}, nproc=2, deadline=120, env=env)
+        )
+    )
     thread.start()
     try:
         wait_for(lambda: all((where / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
@@ -214,9 +242,25 @@ def test_no_job_found_is_one_line_exit_1():
     probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"unshare --pid is not allowed here: {probe.stderr.decode().strip()}")
-    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "ddplab", "monitor",
-                           "--once", "--interval", "0.2"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-m",
+            "ddplab",
+            "monitor",
+            "--once",
+            "--interval",
+            "0.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1 and "no running torchrun or ddplab job found" in done.stderr
     assert done.stdout == ""
@@ -225,10 +269,12 @@ def test_no_job_found_is_one_line_exit_1():
 def test_bad_input_is_one_line_exit_2():
     gone = subprocess.Popen(["true"])
     gone.wait()
-    for args, why in [(["--pids", str(gone.pid)], f"no process with pid {gone.pid}"),
-                      (["--pids", "abc"], "is not a process id"),
-                      (["--interval", "0"], "not a positive number of seconds"),
-                      (["--interval", "soon"], "not a positive number of seconds")]:
+    for args, why in [
+        (["--pids", str(gone.pid)], f"no process with pid {gone.pid}"),
+        (["--pids", "abc"], "is not a process id"),
+        (["--interval", "0"], "not a positive number of seconds"),
+        (["--interval", "soon"], "not a positive number of seconds"),
+    ]:
         ran = cli("monitor", "--once", *args, timeout=60)
         assert ran.code == 2, (args, ran.err)
         assert ran.err.count("\n") == 1 and why in ran.err and "Traceback" not in ran.err, ran.err
@@ -308,8 +354,21 @@ def test_a_run_spec_written_by_another_ddplab_version_is_skipped_not_a_crash(tmp
 def _gpu_job(progress, quiet_s, util=100.0):
     from ddplab.observe.monitor import JobView, RankView
 
-    ranks = [RankView(100 + i, i, i, "running", cpu_percent=100.0, progress=progress, phase="train.step",
-                      quiet_s=quiet_s, gpu=i, gpu_util_percent=util) for i in range(2)]
+    ranks = [
+        RankView(
+            100 + i,
+            i,
+            i,
+            "running",
+            cpu_percent=100.0,
+            progress=progress,
+            phase="train.step",
+            quiet_s=quiet_s,
+            gpu=i,
+            gpu_util_percent=util,
+        )
+        for i in range(2)
+    ]
     return JobView("ddplab:x", "ddplab runner", 99, 2, ranks)
 
 
@@ -341,9 +400,25 @@ def test_a_running_ddplab_launch_does_not_break_monitor(tmp_path, no_leftover_wo
     (tmp_path / "spin.py").write_text(SPIN)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     env.update(OMP_NUM_THREADS="1", SPIN_GPU="0")
-    launch = subprocess.Popen([sys.executable, "-m", "ddplab", "launch", "--nproc-per-node", "2", "--no-lint",
-                               "--log-dir", str(tmp_path / "logs"), str(tmp_path / "spin.py"), str(tmp_path)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    launch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--no-lint",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            str(tmp_path / "spin.py"),
+            str(tmp_path),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 120, "both ranks to start")
         ran = cli("monitor", "--once", "--json", "--interval", "0.5", timeout=60)

@@ -7,10 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psutil
-
 from conftest import alive, cli, kill_tree
 from test_monitor import LAUNCHER_VARS, wait_for
 
@@ -39,16 +37,32 @@ def test_a_rank_waiting_for_a_busy_straggler_is_not_called_behind(tmp_path, no_l
     (tmp_path / "straggler.py").write_text(STRAGGLER)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(tmp_path / "straggler.py"), str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(tmp_path / "straggler.py"),
+            str(tmp_path),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     pids: list[int] = []
     try:
         wait_for(lambda: all((tmp_path / f"ready.{r}").exists() for r in range(2)), 90, "both ranks to start")
         pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
         # Until rank 0 has used three times rank 1's CPU time (both paid the same start-up); 60 s under load.
-        wait_for(lambda: psutil.Process(pids[0]).cpu_times().user > 3.5 * sum(psutil.Process(pids[1]).cpu_times()[:2]),
-                 60, "rank 0 to pull ahead in CPU time")
+        wait_for(
+            lambda: psutil.Process(pids[0]).cpu_times().user > 3.5 * sum(psutil.Process(pids[1]).cpu_times()[:2]),
+            60,
+            "rank 0 to pull ahead in CPU time",
+        )
         ran = cli("monitor", "--once", "--json", "--interval", "1", "--pids", str(proc.pid), timeout=60)
         text = cli("monitor", "--once", "--interval", "1", "--pids", str(proc.pid), timeout=60).out
     finally:

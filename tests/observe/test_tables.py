@@ -10,11 +10,11 @@ import subprocess
 import sys
 import time
 
-from rich.console import Console
-
 from conftest import alive, cli
-from ddplab import report
+from rich.console import Console
 from test_monitor import slow_rank_job
+
+from ddplab import report
 
 BOX = "│┃┏┓┗┛┡┩└┘┣┫╇╋━─┳┻┬┴┼"
 
@@ -26,24 +26,32 @@ def rows_of(text: str) -> list[list[str]]:
 def shows_whole(text: str, rank: int, local: int, pid: int) -> bool:
     """rank, local rank and pid side by side and whole on one line of the table."""
     want = [str(rank), str(local), str(pid)]
-    return any(row[i:i + 3] == want for row in rows_of(text) for i in range(len(row)))
+    return any(row[i : i + 3] == want for row in rows_of(text) for i in range(len(row)))
 
 
 def _monitor_piped(pids: list[int]) -> str:
     """monitor's text with no terminal anywhere (stdin, stdout, stderr) and no COLUMNS: as in a CI log."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    ran = subprocess.run([sys.executable, "-m", "ddplab", "monitor", "--once", "--interval", "0.5", "--pids",
-                          *map(str, pids)], env={**env, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-m", "ddplab", "monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids)],
+        env={**env, "NO_COLOR": "1"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return ran.stdout
 
 
 def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_path, no_leftover_workers):
     with slow_rank_job(tmp_path) as pids:
         time.sleep(1)  # some marks, so that the marks and phase columns show
-        texts = {"COLUMNS=80": cli("monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids),
-                                   env={"COLUMNS": "80"}, timeout=60).out,
-                 "pipe": _monitor_piped(pids)}
+        texts = {
+            "COLUMNS=80": cli(
+                "monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids), env={"COLUMNS": "80"}, timeout=60
+            ).out,
+            "pipe": _monitor_piped(pids),
+        }
     for how, text in texts.items():
         assert "ddplab:" in text, f"{how}: no job in the table\n{text}"
         assert "…" not in text, f"{how}: something was cut\n{text}"
@@ -54,18 +62,41 @@ def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_
         assert max(len(line) for line in table) <= 80, f"{how}: a table wider than 80 columns\n{text}"
         if how == "pipe":
             assert all(line == line.rstrip() for line in text.splitlines()), f"trailing spaces\n{text}"
-            assert not [line for line in text.splitlines() if line.startswith(" ") and len(line.split()) > 3
-                        and not line.split()[0].isdigit()], f"a sentence wrapped\n{text}"
+            assert not [
+                line
+                for line in text.splitlines()
+                if line.startswith(" ") and len(line.split()) > 3 and not line.split()[0].isdigit()
+            ], f"a sentence wrapped\n{text}"
     assert not alive(pids)
 
 
 def test_fit_table_never_cuts_an_id_however_narrow():
     Column = report.Column
-    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
-               Column("CPU %"), Column("CPU s", drop=2), Column("RSS MiB", drop=1),
-               Column("phase", "text", drop=3), Column("flags", "text")]
-    rows = [["ddplab:ddplab-run-abc123xy" if r == 0 else "", str(r), str(r), str(4194301 + r), "100", "12345.6",
-             "23456", "train.step.backward", "behind idle"] for r in range(3)]
+    columns = [
+        Column("job", justify="left", fold_last=True),
+        Column("rank"),
+        Column("local"),
+        Column("pid"),
+        Column("CPU %"),
+        Column("CPU s", drop=2),
+        Column("RSS MiB", drop=1),
+        Column("phase", "text", drop=3),
+        Column("flags", "text"),
+    ]
+    rows = [
+        [
+            "ddplab:ddplab-run-abc123xy" if r == 0 else "",
+            str(r),
+            str(r),
+            str(4194301 + r),
+            "100",
+            "12345.6",
+            "23456",
+            "train.step.backward",
+            "behind idle",
+        ]
+        for r in range(3)
+    ]
     for width in (200, 80, 60, 40):
         table, left_out = report.fit_table(width, columns, rows)
         out = io.StringIO()

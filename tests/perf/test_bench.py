@@ -12,8 +12,20 @@ import pytest
 from conftest import cli, refused
 
 from ddplab.errors import DdplabError
-from ddplab.perf.bench import (OPS, PAGE, PAGE_OFFSET, _Collective, algbw_gbps, bus_factor, fit_ring, format_size,
-                               parse_size, plan_sizes, run_bench, summarize)
+from ddplab.perf.bench import (
+    OPS,
+    PAGE,
+    PAGE_OFFSET,
+    _Collective,
+    algbw_gbps,
+    bus_factor,
+    fit_ring,
+    format_size,
+    parse_size,
+    plan_sizes,
+    run_bench,
+    summarize,
+)
 
 SMALL = ["-b", "1K", "-e", "16K", "-f", "4", "-n", "3", "-w", "1"]  # 3 sizes, few calls: seconds, not minutes
 
@@ -21,8 +33,15 @@ SMALL = ["-b", "1K", "-e", "16K", "-f", "4", "-n", "3", "-w", "1"]  # 3 sizes, f
 
 
 def test_sizes_parse_with_binary_suffixes():
-    assert [parse_size(s) for s in ("1024", "1K", "8k", "64M", "1G", "2KiB", "1.5K")] == \
-        [1024, 1024, 8192, 64 << 20, 1 << 30, 2048, 1536]
+    assert [parse_size(s) for s in ("1024", "1K", "8k", "64M", "1G", "2KiB", "1.5K")] == [
+        1024,
+        1024,
+        8192,
+        64 << 20,
+        1 << 30,
+        2048,
+        1536,
+    ]
     assert [format_size(n) for n in (1024, 64 << 20, 1 << 30, 1020)] == ["1K", "64M", "1G", "1020"]
     with pytest.raises(DdplabError, match="not a byte count"):
         parse_size("12X")
@@ -84,26 +103,42 @@ def test_size_plan_steps_and_rounds():
     assert plan_sizes(12, 48, 2, "float32", 3)[0] == [12, 24, 48]
 
 
-@pytest.mark.parametrize("args, message", [
-    ((65536, 1024, 2, "float32", 2), "larger than --max-bytes"),
-    ((1024, 4096, 1.5, "float32", 2), "at least 2"),
-    ((1024, 4096, math.nan, "float32", 2), "at least 2"),
-    ((1024, 4096, 2, "float128", 2), "unknown --dtype"),
-    ((8, 4096, 2, "float32", 3), "too small for 3 ranks"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((65536, 1024, 2, "float32", 2), "larger than --max-bytes"),
+        ((1024, 4096, 1.5, "float32", 2), "at least 2"),
+        ((1024, 4096, math.nan, "float32", 2), "at least 2"),
+        ((1024, 4096, 2, "float128", 2), "unknown --dtype"),
+        ((8, 4096, 2, "float32", 3), "too small for 3 ranks"),
+    ],
+)
 def test_size_plan_rejects(args, message):
     with pytest.raises(DdplabError, match=message):
         plan_sizes(*args)
 
 
 def test_summary_averages_times_over_ranks_and_sums_wrong():
-    cfg = {"ops": ["all_reduce", "broadcast"], "sizes": [1024, 2048], "dtype": "float32", "iters": 3, "warmup": 1,
-           "in_place": False}
+    cfg = {
+        "ops": ["all_reduce", "broadcast"],
+        "sizes": [1024, 2048],
+        "dtype": "float32",
+        "iters": 3,
+        "warmup": 1,
+        "in_place": False,
+    }
 
     def rank(t, wrong):
-        return {"backend": "gloo", "device": "cpu", "copy_gbps": 10.0, "copy_kind": "copy",
-                "ops": {"all_reduce": {"rows": [[1024, t, wrong], [2048, 2 * t, 0]]},
-                        "broadcast": {"skipped": "gloo cannot"}}}
+        return {
+            "backend": "gloo",
+            "device": "cpu",
+            "copy_gbps": 10.0,
+            "copy_kind": "copy",
+            "ops": {
+                "all_reduce": {"rows": [[1024, t, wrong], [2048, 2 * t, 0]]},
+                "broadcast": {"skipped": "gloo cannot"},
+            },
+        }
 
     r = summarize(cfg, [rank(1e-3, 0), rank(3e-3, 2)])
     assert [row.time_us for row in r.rows] == pytest.approx([2000.0, 4000.0])
@@ -136,9 +171,27 @@ def test_cpu_buffers_start_at_one_place_in_their_page_whatever_came_before(op, i
 # ------------------------------------------------------------------------------------------------ real ranks
 
 ROW_KEYS = {"op", "size", "count", "dtype", "in_place", "time_us", "algbw", "busbw", "wrong"}
-RESULT_KEYS = {"status", "backend", "device", "world_size", "dtype", "iters", "warmup", "in_place", "rows", "skipped",
-               "notes", "wrong", "avg_busbw", "ring_fit", "copy_gbps", "copy_kind", "peak_busbw", "peak_fraction",
-               "seconds"}
+RESULT_KEYS = {
+    "status",
+    "backend",
+    "device",
+    "world_size",
+    "dtype",
+    "iters",
+    "warmup",
+    "in_place",
+    "rows",
+    "skipped",
+    "notes",
+    "wrong",
+    "avg_busbw",
+    "ring_fit",
+    "copy_gbps",
+    "copy_kind",
+    "peak_busbw",
+    "peak_fraction",
+    "seconds",
+}
 
 
 def test_two_ranks_every_op_json_csv_and_plot(tmp_path, no_leftover_workers):
@@ -179,8 +232,13 @@ def test_three_ranks_uneven_sizes_in_place(no_leftover_workers):
     assert {r["op"] for r in data["rows"]} == set(OPS)
     assert all(r["wrong"] == 0 for r in data["rows"])
     placed = {r["op"]: r["in_place"] for r in data["rows"]}
-    assert placed == {"all_reduce": True, "all_gather": True, "reduce_scatter": True, "broadcast": True,
-                      "all_to_all": False}
+    assert placed == {
+        "all_reduce": True,
+        "all_gather": True,
+        "reduce_scatter": True,
+        "broadcast": True,
+        "all_to_all": False,
+    }
     assert "rounded down" in ran.err and any("all_to_all" in n for n in data["notes"])
     assert data["ring_fit"] is None or data["ring_fit"]["points"] == 3
 
@@ -188,34 +246,87 @@ def test_three_ranks_uneven_sizes_in_place(no_leftover_workers):
 def test_text_table_has_nccl_tests_columns(no_leftover_workers):
     ran = cli("bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "8K", "-n", "2", "-w", "0", "--dtype", "int8")
     assert ran.code == 0, ran.err
-    for words in ("size", "count", "type", "time", "algbw", "busbw", "#wrong", "Avg bus bandwidth",
-                  "of the host's memory copy", "Result: PASS"):
+    for words in (
+        "size",
+        "count",
+        "type",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "Avg bus bandwidth",
+        "of the host's memory copy",
+        "Result: PASS",
+    ):
         assert words in ran.out
     assert "      4096         4096      int8" in ran.out
 
 
 def test_a_wrong_element_fails_the_run(no_leftover_workers):
     # A corrupt fault: rank 0 feeds one wrong input element to all_reduce's check; every rank's sum is off in one.
-    ran = cli("bench", "all_reduce", "broadcast", "--nproc", "2", "-b", "1K", "-e", "2K", "-n", "1", "-w", "0",
-              "--json", env={"DDPLAB_FAULT": "corrupt:0:bench.all_reduce"})
+    ran = cli(
+        "bench",
+        "all_reduce",
+        "broadcast",
+        "--nproc",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "2K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--json",
+        env={"DDPLAB_FAULT": "corrupt:0:bench.all_reduce"},
+    )
     assert ran.code == 1, ran.err
     data = ran.json()
     assert data["status"] == "FAIL" and data["wrong"] == 4
-    assert [(r["op"], r["wrong"]) for r in data["rows"]] == [("all_reduce", 2), ("all_reduce", 2),
-                                                             ("broadcast", 0), ("broadcast", 0)]
+    assert [(r["op"], r["wrong"]) for r in data["rows"]] == [
+        ("all_reduce", 2),
+        ("all_reduce", 2),
+        ("broadcast", 0),
+        ("broadcast", 0),
+    ]
 
 
 def test_a_hung_rank_is_named(no_leftover_workers):
-    ran = cli("bench", "all_gather", "--nproc", "2", "-b", "1K", "-e", "2K", "-n", "1", "-w", "0", "--timeout", "4",
-              env={"DDPLAB_FAULT": "hang:1:bench.all_gather.2048"})
+    ran = cli(
+        "bench",
+        "all_gather",
+        "--nproc",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "2K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--timeout",
+        "4",
+        env={"DDPLAB_FAULT": "hang:1:bench.all_gather.2048"},
+    )
     assert ran.code == 3, ran.err
     assert "rank 1" in ran.err and "bench.all_gather.2048" in ran.err and "Traceback" not in ran.err
 
 
 def test_an_unsupported_dtype_is_skipped_not_failed(no_leftover_workers):
     # gloo carries no int16 (hence not in the CLI's --dtype list): each op is tried, and listed with gloo's reason.
-    run, result = run_bench(ops=["all_reduce", "broadcast"], sizes=[1024], dtype="int16", nproc=2, iters=1, warmup=0,
-                            backend="gloo", device="cpu", timeout=60)
+    run, result = run_bench(
+        ops=["all_reduce", "broadcast"],
+        sizes=[1024],
+        dtype="int16",
+        nproc=2,
+        iters=1,
+        warmup=0,
+        backend="gloo",
+        device="cpu",
+        timeout=60,
+    )
     assert run.ok, run.summary()
     assert not result.rows and result.status == "PASS"
     assert [s.op for s in result.skipped] == ["all_reduce", "broadcast"]
@@ -225,25 +336,31 @@ def test_an_unsupported_dtype_is_skipped_not_failed(no_leftover_workers):
 # ------------------------------------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-b", "64K", "-e", "1K"], "larger than --max-bytes"),
-    (["-f", "1.5"], "at least 2"),
-    (["all_reduc"], "unknown op all_reduc"),
-    (["--dtype", "float128"], "unknown --dtype"),
-    (["--nproc", "3", "-b", "8"], "too small for 3 ranks"),
-    (["-b", "12X"], "not a byte count"),
-    (["--plot", "bench.jpg"], "ending in .png"),
-    (["--csv", "/no/such/folder/bench.csv"], "does not exist"),
-    (["-n", "0"], "whole number"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-b", "64K", "-e", "1K"], "larger than --max-bytes"),
+        (["-f", "1.5"], "at least 2"),
+        (["all_reduc"], "unknown op all_reduc"),
+        (["--dtype", "float128"], "unknown --dtype"),
+        (["--nproc", "3", "-b", "8"], "too small for 3 ranks"),
+        (["-b", "12X"], "not a byte count"),
+        (["--plot", "bench.jpg"], "ending in .png"),
+        (["--csv", "/no/such/folder/bench.csv"], "does not exist"),
+        (["-n", "0"], "whole number"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, message, capsys):
     assert message in refused(capsys, "bench", *args)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--device", "cuda"], "CUDA"),
-    (["-e", "256G"], "lower --max-bytes"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--device", "cuda"], "CUDA"),
+        (["-e", "256G"], "lower --max-bytes"),
+    ],
+)
 def test_input_refused_after_the_agent_started_ends_it(args, message, no_leftover_workers):
     # The agent starts before torch is imported here (to overlap the two imports); what only torch or the memory
     # check can refuse comes later, and must still be one line, exit 2, with the agent gone.
@@ -261,10 +378,17 @@ def test_on_gpus_busbw_is_not_compared_with_a_memory_copy():
     # A device-to-device copy runs in HBM at TB/s; busbw is bounded by NVLink/PCIe: no fraction, a note instead.
     from ddplab.perf.bench import GPU_REFERENCE_NOTE
 
-    cfg = {"ops": ["all_reduce"], "sizes": [1024, 2048], "dtype": "float32", "iters": 3, "warmup": 1,
-           "in_place": False}
-    ranks = [{"backend": "nccl", "device": "cuda", "copy_gbps": None, "copy_kind": "",
-              "ops": {"all_reduce": {"rows": [[1024, 1e-5, 0], [2048, 2e-5, 0]]}}} for _ in range(2)]
+    cfg = {"ops": ["all_reduce"], "sizes": [1024, 2048], "dtype": "float32", "iters": 3, "warmup": 1, "in_place": False}
+    ranks = [
+        {
+            "backend": "nccl",
+            "device": "cuda",
+            "copy_gbps": None,
+            "copy_kind": "",
+            "ops": {"all_reduce": {"rows": [[1024, 1e-5, 0], [2048, 2e-5, 0]]}},
+        }
+        for _ in range(2)
+    ]
     r = summarize(cfg, ranks)
     assert r.peak_busbw > 0 and r.peak_fraction is None and GPU_REFERENCE_NOTE in r.notes
 
@@ -277,11 +401,14 @@ def test_the_worker_measures_a_copy_reference_only_off_gpus():
     assert 'ctx.device.type != "cuda"' in inspect.getsource(bench.worker)
 
 
-@pytest.mark.parametrize("largest, total, fits", [
-    (64 << 20, 80 << 30, None),  # the default -e on an 80 GiB GPU
-    (32 << 30, 80 << 30, "16G"),  # 4 × 32 GiB do not fit in 90 % of 80 GiB, 4 × 16 GiB do
-    (16 << 30, 24 << 30, "4G"),
-])
+@pytest.mark.parametrize(
+    "largest, total, fits",
+    [
+        (64 << 20, 80 << 30, None),  # the default -e on an 80 GiB GPU
+        (32 << 30, 80 << 30, "16G"),  # 4 × 32 GiB do not fit in 90 % of 80 GiB, 4 × 16 GiB do
+        (16 << 30, 24 << 30, "4G"),
+    ],
+)
 def test_sizes_beyond_gpu_memory_are_refused_with_the_size_that_fits(largest, total, fits):
     from ddplab.perf.bench import gpu_memory_problem, per_rank_bytes
 
@@ -290,7 +417,9 @@ def test_sizes_beyond_gpu_memory_are_refused_with_the_size_that_fits(largest, to
     if fits is None:
         assert problem is None
         return
-    assert problem.startswith(f"--max-bytes {format_size(largest)} needs about ") and f"use --max-bytes {fits} " in problem
+    assert (
+        problem.startswith(f"--max-bytes {format_size(largest)} needs about ") and f"use --max-bytes {fits} " in problem
+    )
     size = int(fits[:-1]) << 30
     assert 4 * size <= 0.9 * total < 4 * 2 * size  # the named size fits, twice it does not
     assert "\n" not in problem

@@ -4,25 +4,48 @@ and smallest sizes (nccl-tests' order) before its first timed size."""
 from __future__ import annotations
 
 from conftest import cli
+
 from ddplab.perf.bench import run_bench
 
 
 def test_header_and_sections_agree_on_in_place(no_leftover_workers):
     for flags, gather in (([], "out of place"), (["--in-place"], "in place")):
-        ran = cli("bench", "all_reduce", "all_gather", "all_to_all", "-b", "1K", "-e", "2K", "-n", "2", "-w", "1",
-                  *flags, timeout=180)
+        ran = cli(
+            "bench",
+            "all_reduce",
+            "all_gather",
+            "all_to_all",
+            "-b",
+            "1K",
+            "-e",
+            "2K",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            *flags,
+            timeout=180,
+        )
         assert ran.code == 0, ran.err
         header = ran.out.splitlines()[0]
-        assert f"all_gather and reduce_scatter {gather}" in header and "all_reduce and broadcast always in place" \
-            in header, header
+        assert (
+            f"all_gather and reduce_scatter {gather}" in header and "all_reduce and broadcast always in place" in header
+        ), header
         for section in ("# all_reduce (in place)", f"# all_gather ({gather})", "# all_to_all (out of place)"):
             assert section in ran.out.splitlines(), ran.out
 
 
 def test_each_op_warms_up_at_its_largest_then_smallest_size_before_timing(no_leftover_workers):
     phases = []
-    run, result = run_bench(ops=["all_reduce", "all_gather"], sizes=[1024, 2048, 4096], dtype="float32", nproc=2,
-                            iters=2, warmup=1, on_event=lambda rank, e: phases.append((rank, e)))
+    run, result = run_bench(
+        ops=["all_reduce", "all_gather"],
+        sizes=[1024, 2048, 4096],
+        dtype="float32",
+        nproc=2,
+        iters=2,
+        warmup=1,
+        on_event=lambda rank, e: phases.append((rank, e)),
+    )
     assert result is not None, run.summary()
     for rank in (0, 1):
         mine = [e for r, e in phases if r == rank]
@@ -33,6 +56,13 @@ def test_each_op_warms_up_at_its_largest_then_smallest_size_before_timing(no_lef
             assert warm < names.index(f"bench.{op}.1024")  # before the first timed size
     # -w 0 means no warm-up at all
     phases.clear()
-    run, result = run_bench(ops=["all_reduce"], sizes=[1024], dtype="float32", nproc=2, iters=1, warmup=0,
-                            on_event=lambda rank, e: phases.append((rank, e)))
+    run, result = run_bench(
+        ops=["all_reduce"],
+        sizes=[1024],
+        dtype="float32",
+        nproc=2,
+        iters=1,
+        warmup=0,
+        on_event=lambda rank, e: phases.append((rank, e)),
+    )
     assert result is not None and not any(e["phase"].endswith(".warmup") for _, e in phases)

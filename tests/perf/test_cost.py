@@ -11,11 +11,10 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-
 from conftest import cli, refused
+
 from ddplab.errors import DdplabError
 from ddplab.perf import cost
-
 
 ON = date(2026, 12, 5)  # "today" for every test: price ages never depend on the clock
 HEADER = "gpu,provider,tier,price_per_gpu_hour,currency,gpus_per_box,offer,source,date_read,read_from"
@@ -39,12 +38,25 @@ def test_every_shipped_price_and_peak_has_a_source_and_a_date():
 def test_the_shipped_file_is_what_the_python_table_was():
     """Moved to data with every figure, source and date as they were (a refresh needs the pages: network)."""
     via = "https://github.com/tgarg01/silybench-data/blob/main/derived/csv/gpu_prices.csv (checked_at column)"
-    assert {(o.gpu, o.price_per_gpu_hour, o.provider, o.tier, o.gpus_per_box, o.source, o.date_read, o.read_from)
-            for o in cost.shipped()} == {
-        ("A10G", 1.006, "AWS", "on-demand", 1, "https://aws.amazon.com/ec2/pricing/on-demand/", "2026-06-17",
-         "https://www.factualminds.com/blog/amazon-ec2-on-demand-pricing-instance-families-2026/"),
-        *((gpu, usd, "RunPod", "secure", 1, "https://www.runpod.io/pricing", "2026-09-25", via)
-          for gpu, usd in (("RTX4090", 0.74), ("A100", 1.59), ("H100", 3.49), ("H200", 4.59)))}
+    assert {
+        (o.gpu, o.price_per_gpu_hour, o.provider, o.tier, o.gpus_per_box, o.source, o.date_read, o.read_from)
+        for o in cost.shipped()
+    } == {
+        (
+            "A10G",
+            1.006,
+            "AWS",
+            "on-demand",
+            1,
+            "https://aws.amazon.com/ec2/pricing/on-demand/",
+            "2026-06-17",
+            "https://www.factualminds.com/blog/amazon-ec2-on-demand-pricing-instance-families-2026/",
+        ),
+        *(
+            (gpu, usd, "RunPod", "secure", 1, "https://www.runpod.io/pricing", "2026-09-25", via)
+            for gpu, usd in (("RTX4090", 0.74), ("A100", 1.59), ("H100", 3.49), ("H200", 4.59))
+        ),
+    }
 
 
 def test_arithmetic_time_money_and_marks():
@@ -119,11 +131,20 @@ def test_a_box_is_billed_whole():
 def test_price_age_is_the_oldest_row_used():
     fresh = cost.estimate(100.0, "A100", 1000, 1, [PRICES["A100"]], [1], cost.PEAKS, on=date(2026, 10, 5))
     assert fresh.prices_age_days == 10 and not fresh.prices_stale and "2026-09-25" in fresh.prices_oldest
-    both = cost.estimate(100.0, "A100", 1000, 1, [PRICES["A10G"], PRICES["A100"]], [1], cost.PEAKS,
-                         on=date(2026, 10, 5))
+    both = cost.estimate(
+        100.0, "A100", 1000, 1, [PRICES["A10G"], PRICES["A100"]], [1], cost.PEAKS, on=date(2026, 10, 5)
+    )
     assert both.prices_age_days == 110 and both.prices_stale and both.prices_oldest == "A10G AWS on-demand, 2026-06-17"
-    edge = cost.estimate(100.0, "A100", 1000, 1, [PRICES["A100"]], [1], cost.PEAKS,
-                         on=date(2026, 9, 25) + timedelta(days=cost.STALE_DAYS))
+    edge = cost.estimate(
+        100.0,
+        "A100",
+        1000,
+        1,
+        [PRICES["A100"]],
+        [1],
+        cost.PEAKS,
+        on=date(2026, 9, 25) + timedelta(days=cost.STALE_DAYS),
+    )
     assert edge.prices_age_days == cost.STALE_DAYS and not edge.prices_stale
 
 
@@ -146,34 +167,47 @@ def test_names_are_forgiving_but_not_invented():
 
 
 def test_price_file_replaces_the_table(tmp_path):
-    f = price_file(tmp_path, "h100,Lambda,on-demand,2.0,USD,1,my quote,https://example.com/q,2026-12-01,",
-                   "H100,Lambda,spot,1.1,USD,1,,https://example.com/q,2026-12-01,",
-                   "L40S,Acme,community,0.9,EUR,1,,https://example.com/l,2026-11-30,", name="q.csv",
-                   header=HEADER)
+    f = price_file(
+        tmp_path,
+        "h100,Lambda,on-demand,2.0,USD,1,my quote,https://example.com/q,2026-12-01,",
+        "H100,Lambda,spot,1.1,USD,1,,https://example.com/q,2026-12-01,",
+        "L40S,Acme,community,0.9,EUR,1,,https://example.com/l,2026-11-30,",
+        name="q.csv",
+        header=HEADER,
+    )
     offers, peaks = cost.load_prices(str(f), ON)
     assert [(o.gpu, o.tier, o.price_per_gpu_hour, o.currency) for o in offers] == [
-        ("H100", "on-demand", 2.0, "USD"), ("H100", "spot", 1.1, "USD"), ("L40S", "community", 0.9, "EUR")]
+        ("H100", "on-demand", 2.0, "USD"),
+        ("H100", "spot", 1.1, "USD"),
+        ("L40S", "community", 0.9, "EUR"),
+    ]
     assert offers[0].offer == "my quote" and peaks == {}
-    with_peak = price_file(tmp_path, "L40S,Acme,community,0.9,EUR,1,https://example.com/l,2026-11-30,362.05",
-                           name="p.csv", header="gpu,provider,tier,price_per_gpu_hour,currency,gpus_per_box,source,"
-                                                "date_read,peak_tflops")
+    with_peak = price_file(
+        tmp_path,
+        "L40S,Acme,community,0.9,EUR,1,https://example.com/l,2026-11-30,362.05",
+        name="p.csv",
+        header="gpu,provider,tier,price_per_gpu_hour,currency,gpus_per_box,source,date_read,peak_tflops",
+    )
     assert cost.load_prices(str(with_peak), ON)[1]["L40S"].bf16_dense_tflops == 362.05
 
 
-@pytest.mark.parametrize("row,expect", [
-    ("H100,X,cheap,2,USD,1,,https://x,2026-12-01,", "tier 'cheap' is not one of"),
-    ("H100,X,spot,-3,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour '-3' is not a positive number"),
-    ("H100,X,spot,cheap,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour 'cheap'"),
-    ("H100,X,spot,nan,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour 'nan'"),
-    ("H100,X,spot,2,dollars,1,,https://x,2026-12-01,", "currency 'dollars' is not a 3-letter code"),
-    ("H100,X,spot,2,USD,0,,https://x,2026-12-01,", "gpus_per_box '0' is not a whole number of 1 or more"),
-    ("H100,X,spot,2,USD,2.5,,https://x,2026-12-01,", "gpus_per_box '2.5'"),
-    ("H100,X,spot,2,USD,1,,https://x,01/12/2026,", "date_read '01/12/2026' is not a date as YYYY-MM-DD"),
-    ("H100,X,spot,2,USD,1,,https://x,2026-02-30,", "date_read '2026-02-30' is not a date"),
-    ("H100,X,spot,2,USD,1,,https://x,2026-12-06,", "date_read 2026-12-06 is in the future (today is 2026-12-05)"),
-    ("H100,X,spot,2,USD,1,,,2026-12-01,", "source is empty"),
-    ("H100,X,spot,2,USD,1,a, b,https://x,2026-12-01,", "11 cells, the header names 10"),
-])
+@pytest.mark.parametrize(
+    "row,expect",
+    [
+        ("H100,X,cheap,2,USD,1,,https://x,2026-12-01,", "tier 'cheap' is not one of"),
+        ("H100,X,spot,-3,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour '-3' is not a positive number"),
+        ("H100,X,spot,cheap,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour 'cheap'"),
+        ("H100,X,spot,nan,USD,1,,https://x,2026-12-01,", "price_per_gpu_hour 'nan'"),
+        ("H100,X,spot,2,dollars,1,,https://x,2026-12-01,", "currency 'dollars' is not a 3-letter code"),
+        ("H100,X,spot,2,USD,0,,https://x,2026-12-01,", "gpus_per_box '0' is not a whole number of 1 or more"),
+        ("H100,X,spot,2,USD,2.5,,https://x,2026-12-01,", "gpus_per_box '2.5'"),
+        ("H100,X,spot,2,USD,1,,https://x,01/12/2026,", "date_read '01/12/2026' is not a date as YYYY-MM-DD"),
+        ("H100,X,spot,2,USD,1,,https://x,2026-02-30,", "date_read '2026-02-30' is not a date"),
+        ("H100,X,spot,2,USD,1,,https://x,2026-12-06,", "date_read 2026-12-06 is in the future (today is 2026-12-05)"),
+        ("H100,X,spot,2,USD,1,,,2026-12-01,", "source is empty"),
+        ("H100,X,spot,2,USD,1,a, b,https://x,2026-12-01,", "11 cells, the header names 10"),
+    ],
+)
 def test_each_broken_row_is_one_line_naming_the_line(tmp_path, row, expect):
     f = price_file(tmp_path, "A100,RunPod,secure,1.59,USD,1,,https://x,2026-12-01,", row)
     _, problems = cost.parse_prices(f.read_text(), "q.csv", ON)
@@ -188,15 +222,21 @@ def test_broken_headers_and_empty_files(tmp_path):
 
     assert problems("gpu,provider\nH100,X\n") == [
         "q.csv line 1: no column 'tier' (required: gpu, provider, tier, price_per_gpu_hour, currency, gpus_per_box, "
-        "source, date_read)", *(f"q.csv line 1: no column '{c}' (required: gpu, provider, tier, price_per_gpu_hour, "
-                                "currency, gpus_per_box, source, date_read)"
-                                for c in ("price_per_gpu_hour", "currency", "gpus_per_box", "source", "date_read"))]
+        "source, date_read)",
+        *(
+            f"q.csv line 1: no column '{c}' (required: gpu, provider, tier, price_per_gpu_hour, "
+            "currency, gpus_per_box, source, date_read)"
+            for c in ("price_per_gpu_hour", "currency", "gpus_per_box", "source", "date_read")
+        ),
+    ]
     colour = HEADER + ",colour\nH100,X,spot,2,USD,1,,https://x,2026-12-01,,red\n"
     assert "unknown column 'colour'" in problems(colour)[0]
     assert problems("# only a comment\n") == ["q.csv: no header row (the columns: " + ", ".join(cost.COLUMNS) + ")"]
     assert problems(HEADER + "\n") == ["q.csv: a header but no offers"]
-    twice = (HEADER + "\nH100,X,spot,2,USD,1,,https://x,2026-12-01,\n# a note\n"
-             "h100,x,Spot,2.5,usd,1,,https://y,2026-12-02,\n")
+    twice = (
+        HEADER + "\nH100,X,spot,2,USD,1,,https://x,2026-12-01,\n# a note\n"
+        "h100,x,Spot,2.5,usd,1,,https://y,2026-12-02,\n"
+    )
     assert problems(twice) == ["q.csv line 4: the same offer as line 2 (H100 x spot, 1 per box, USD): keep one"]
 
 
@@ -227,24 +267,41 @@ def test_check_prices_passes_the_shipped_file(capsys):
 
 
 def test_check_prices_lists_every_problem_of_a_broken_file(tmp_path, capsys):
-    f = price_file(tmp_path, "H100,X,cheap,-1,dollars,0,,,2030-01-01,", "A100,Y,spot,1.5,USD,1,,https://x,2026-12-01,",
-                   "A100,Y,spot,1")
+    f = price_file(
+        tmp_path,
+        "H100,X,cheap,-1,dollars,0,,,2030-01-01,",
+        "A100,Y,spot,1.5,USD,1,,https://x,2026-12-01,",
+        "A100,Y,spot,1",
+    )
     code, lines = check_prices(str(f), "--today", "2026-12-05", capsys=capsys)
     assert code == 1 and len(lines) == 7 and all(line.startswith(f"{f} line ") for line in lines), lines
     assert [line.split(": ", 1)[1].split(" ")[0] for line in lines] == [
-        "source", "tier", "price_per_gpu_hour", "currency", "gpus_per_box", "date_read", "4"]
+        "source",
+        "tier",
+        "price_per_gpu_hour",
+        "currency",
+        "gpus_per_box",
+        "date_read",
+        "4",
+    ]
 
 
 def test_check_prices_runs_from_the_command_line(tmp_path):
-    good = subprocess.run([sys.executable, str(TOOL), str(Path(cost.__file__).parents[1] / "data" / "prices.csv")],
-                          capture_output=True, text=True, timeout=60)
+    good = subprocess.run(
+        [sys.executable, str(TOOL), str(Path(cost.__file__).parents[1] / "data" / "prices.csv")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     f = price_file(tmp_path, "H100,X,spot,2,USD,1,,https://x,2026-12-06,")
-    bad = subprocess.run([sys.executable, str(TOOL), str(f), "--today", "2026-12-05"], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        [sys.executable, str(TOOL), str(f), "--today", "2026-12-05"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 1 and bad.stdout.strip().endswith("is in the future (today is 2026-12-05)")
-    missing = subprocess.run([sys.executable, str(TOOL), str(tmp_path / "none.csv")], capture_output=True, text=True,
-                             timeout=60)
+    missing = subprocess.run(
+        [sys.executable, str(TOOL), str(tmp_path / "none.csv")], capture_output=True, text=True, timeout=60
+    )
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
 
 
@@ -256,23 +313,41 @@ GUIDE = ("--samples-per-sec", "2500", "--measured-on", "A100", "--dataset-size",
 
 
 def test_cli_json(tmp_path):
-    r = cli("cost", "--samples-per-sec", "100", "--measured-on", "a100", "--dataset-size", "360000", "--epochs", "1",
-            "--gpus", "A100,H100", "--count", "1,2", "--json", env=TODAY)
+    r = cli(
+        "cost",
+        "--samples-per-sec",
+        "100",
+        "--measured-on",
+        "a100",
+        "--dataset-size",
+        "360000",
+        "--epochs",
+        "1",
+        "--gpus",
+        "A100,H100",
+        "--count",
+        "1,2",
+        "--json",
+        env=TODAY,
+    )
     assert r.code == 0, r.err
     data = r.json()
     assert data["measured_on"] == "A100" and len(data["options"]) == 4
     one = data["options"][0]
     assert (one["gpu"], one["count"], one["currency"]) == ("A100", 1, "USD") and one["hours"] == pytest.approx(1.0)
     assert [(o["gpu"], o["count"], o["tied_cheapest"]) for o in data["options"] if o["cheapest"]] == [
-        ("H100", 1, True), ("H100", 2, True)]
+        ("H100", 1, True),
+        ("H100", 2, True),
+    ]
     assert sum(o["fastest"] for o in data["options"]) == 1
     assert {p["gpu"] for p in data["prices"]} == {"A100", "H100"}
     assert data["prices_age_days"] == 71 and data["prices_stale"] and "2026-09-25" in data["prices_oldest"]
 
 
 def test_cli_text_marks_cheapest_and_fastest_and_cites_prices():
-    r = cli("cost", "--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "2",
-            env=TODAY)
+    r = cli(
+        "cost", "--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "2", env=TODAY
+    )
     assert r.code == 0, r.err
     assert "cheapest" in r.out and "fastest" in r.out and "runpod.io/pricing" in r.out and "assumed:" in r.out
     assert "WARN prices read 171 days ago (oldest used: A10G AWS on-demand, 2026-06-17): over 60 days" in r.out
@@ -298,13 +373,20 @@ def test_at_80_columns_and_piped_no_value_is_split_and_no_line_is_longer(columns
     shown = [o for o in j["options"] if o["hours"] is not None]
     assert len(rows) == len(shown) == 16  # one line per configuration: nothing wrapped onto a line of its own
     for line, o in zip(rows, shown):
-        assert line.split()[:4] == [str(o["count"]), f"{o['samples_per_sec']:,.0f}", cost.format_hours(o["hours"]),
-                                    cost.format_money(o["cost"], "USD")], line
+        assert line.split()[:4] == [
+            str(o["count"]),
+            f"{o['samples_per_sec']:,.0f}",
+            cost.format_hours(o["hours"]),
+            cost.format_money(o["cost"], "USD"),
+        ], line
         assert ("ceiling" in line) == (o["speed_basis"] == "assumed")  # a peak ratio's speed is a ceiling, on the row
     h100 = [i for i, line in enumerate(lines) if line.startswith("H100 ")]  # its facts, once, above its rows
     facts = "H100 · RunPod secure · $3.49/GPU-h · speed ≤ A100 × 3.17 (peak ratio)"
-    assert len(h100) == 1 and (lines[h100[0]] == facts if columns == "80" else
-                               lines[h100[0]:h100[0] + 2] == [facts[:34], "    " + facts[37:]])
+    assert len(h100) == 1 and (
+        lines[h100[0]] == facts
+        if columns == "80"
+        else lines[h100[0] : h100[0] + 2] == [facts[:34], "    " + facts[37:]]
+    )
     if columns == "80":  # the marks fit beside the rows; ties said on every tied row, nothing singled out
         marked = [line.split("ideal", 1)[1].strip() for line in rows if "cheapest" in line or "fastest" in line]
         assert marked == ["cheapest (tie)"] * 3 + ["cheapest (tie), fastest (tie)", "fastest (tie)"]
@@ -317,7 +399,8 @@ def test_cli_guide_example_ties_h100_counts_instead_of_advising_eight():
     assert r.code == 0, r.err
     rows = [line for line in table(r.out) if re.match(r"\s*\d+\s", line) and ("cheapest" in line or "fastest" in line)]
     assert [line.split("ideal", 1)[1].strip() for line in rows] == ["cheapest (tie)"] * 2 + [
-        "cheapest (tie), fastest"] and [line.split()[0] for line in rows] == ["1", "4", "8"]
+        "cheapest (tie), fastest"
+    ] and [line.split()[0] for line in rows] == ["1", "4", "8"]
     assert "(tie) = rows whose figures print the same" in r.out
 
 
@@ -334,19 +417,32 @@ def test_cli_fresh_and_stale_price_files(tmp_path):
 
 
 def test_cli_a_cny_price_prints_as_cny_and_currencies_are_compared_apart(tmp_path):
-    f = price_file(tmp_path, "H100,AutoDL,on-demand,18.0,CNY,1,,https://example.cn/q,2026-12-01,",
-                   "H100,Lambda,on-demand,2.49,USD,1,,https://example.com/q,2026-12-01,",
-                   "H100,Cheapo,spot,1.00,USD,8,,https://example.com/s,2026-12-01,")
-    args = ("cost", "--samples-per-sec", "100", "--dataset-size", "360000", "--epochs", "1", "--count", "1,8",
-            "--prices", str(f))
+    f = price_file(
+        tmp_path,
+        "H100,AutoDL,on-demand,18.0,CNY,1,,https://example.cn/q,2026-12-01,",
+        "H100,Lambda,on-demand,2.49,USD,1,,https://example.com/q,2026-12-01,",
+        "H100,Cheapo,spot,1.00,USD,8,,https://example.com/s,2026-12-01,",
+    )
+    args = (
+        "cost",
+        "--samples-per-sec",
+        "100",
+        "--dataset-size",
+        "360000",
+        "--epochs",
+        "1",
+        "--count",
+        "1,8",
+        "--prices",
+        str(f),
+    )
     r = cli(*args, env=TODAY)
     assert r.code == 0, r.err
     assert "H100 · AutoDL on-demand · 18.00 CNY/GPU-h" in r.out and "18.00 CNY" in r.out
     assert "H100 · Cheapo spot · $1.00/GPU-h, billed per 8-GPU box" in r.out and "billed 8" in r.out
     assert "costs in CNY, USD: compared within each currency" in r.out
     j = cli(*args, "--json", env=TODAY).json()
-    cheapest = {(j["prices"][o["offer"]]["provider"], o["count"], o["currency"])
-                for o in j["options"] if o["cheapest"]}
+    cheapest = {(j["prices"][o["offer"]]["provider"], o["count"], o["currency"]) for o in j["options"] if o["cheapest"]}
     assert cheapest == {("AutoDL", 1, "CNY"), ("AutoDL", 8, "CNY"), ("Cheapo", 8, "USD")}
     one_cny = next(o for o in j["options"] if o["currency"] == "CNY" and o["count"] == 1)
     assert one_cny["cost"] == pytest.approx(18.0)
@@ -354,49 +450,156 @@ def test_cli_a_cny_price_prints_as_cny_and_currencies_are_compared_apart(tmp_pat
 
 def test_cli_price_override_and_missing_gpu(tmp_path):
     f = price_file(tmp_path, "H100,Lambda,on-demand,2.0,USD,1,,https://example.com/q,2026-12-01,")
-    ok = cli("cost", "--samples-per-sec", "100", "--dataset-size", "360000", "--epochs", "1", "--prices", str(f),
-             "--count", "1", "--json", env=TODAY)
+    ok = cli(
+        "cost",
+        "--samples-per-sec",
+        "100",
+        "--dataset-size",
+        "360000",
+        "--epochs",
+        "1",
+        "--prices",
+        str(f),
+        "--count",
+        "1",
+        "--json",
+        env=TODAY,
+    )
     assert ok.code == 0, ok.err
     assert [(o["gpu"], o["cost"]) for o in ok.json()["options"]] == [("H100", pytest.approx(2.0))]
-    missing = cli("cost", "--samples-per-sec", "100", "--measured-on", "H100", "--dataset-size", "1e6", "--epochs",
-                  "1", "--prices", str(f), "--gpus", "H100,A100", env=TODAY)
+    missing = cli(
+        "cost",
+        "--samples-per-sec",
+        "100",
+        "--measured-on",
+        "H100",
+        "--dataset-size",
+        "1e6",
+        "--epochs",
+        "1",
+        "--prices",
+        str(f),
+        "--gpus",
+        "H100,A100",
+        env=TODAY,
+    )
     assert missing.code == 2 and "A100" in missing.err and "quotes.csv" in missing.err
     assert len(missing.err.strip().splitlines()) == 1 and "Traceback" not in missing.err
     broken = price_file(tmp_path, "H100,Lambda,later,2.0,USD,1,,https://example.com/q,2027-12-01,", name="b.csv")
-    bad = cli("cost", "--samples-per-sec", "100", "--dataset-size", "1e6", "--epochs", "1", "--prices", str(broken),
-              env=TODAY)
+    bad = cli(
+        "cost", "--samples-per-sec", "100", "--dataset-size", "1e6", "--epochs", "1", "--prices", str(broken), env=TODAY
+    )
     assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1 and "Traceback" not in bad.err
     assert "b.csv line 2: tier 'later'" in bad.err and "and 1 more problem(s)" in bad.err
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--samples-per-sec", "100", "--dataset-size", "1e6", "--epochs", "1"], "--measured-on"),
-    (["--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1",
-      "--gpus", "TPUv5"], "TPUv5"),
-    (["--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1",
-      "--count", "1,x"], "--count"),
-    (["--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1",
-      "--count", "0"], "--count"),
-    (["--samples-per-sec", "-5", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1"], "positive"),
-    (["--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1",
-      "--prices", "/nonexistent/prices.json"], "price files are CSV now"),
-    (["--from", "/nonexistent/scale.json", "--dataset-size", "1e6", "--epochs", "1"], "no such file"),
-    (["--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1",
-      "--prices", "/nonexistent/prices.csv"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--samples-per-sec", "100", "--dataset-size", "1e6", "--epochs", "1"], "--measured-on"),
+        (
+            [
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e6",
+                "--epochs",
+                "1",
+                "--gpus",
+                "TPUv5",
+            ],
+            "TPUv5",
+        ),
+        (
+            [
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e6",
+                "--epochs",
+                "1",
+                "--count",
+                "1,x",
+            ],
+            "--count",
+        ),
+        (
+            [
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e6",
+                "--epochs",
+                "1",
+                "--count",
+                "0",
+            ],
+            "--count",
+        ),
+        (["--samples-per-sec", "-5", "--measured-on", "A100", "--dataset-size", "1e6", "--epochs", "1"], "positive"),
+        (
+            [
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e6",
+                "--epochs",
+                "1",
+                "--prices",
+                "/nonexistent/prices.json",
+            ],
+            "price files are CSV now",
+        ),
+        (["--from", "/nonexistent/scale.json", "--dataset-size", "1e6", "--epochs", "1"], "no such file"),
+        (
+            [
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e6",
+                "--epochs",
+                "1",
+                "--prices",
+                "/nonexistent/prices.csv",
+            ],
+            "no such file",
+        ),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(args, expect, capsys, monkeypatch):
     for name, value in TODAY.items():
         monkeypatch.setenv(name, value)
     assert expect in refused(capsys, "cost", *args)
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100-PCIE-40GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"),
-    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"), ("NVIDIA GeForce RTX 4090", "RTX4090"),
-    # parts whose names contain a row's but whose peak is lower: no peak rather than a wrong one
-    ("NVIDIA GeForce RTX 4090 D", None), ("NVIDIA GeForce RTX 4090 Laptop GPU", None), ("NVIDIA H100 PCIe", None),
-    ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", None), ("NVIDIA A100X", None),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA GeForce RTX 4090", "RTX4090"),
+        # parts whose names contain a row's but whose peak is lower: no peak rather than a wrong one
+        ("NVIDIA GeForce RTX 4090 D", None),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", None),
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA H200 NVL", None),
+        ("NVIDIA A100X", None),
+    ],
+)
 def test_device_peaks_go_to_exact_board_names_only(name, key):
     assert cost.gpu_of_device(name) == key
     peak = cost.device_peak(name)
@@ -406,18 +609,41 @@ def test_device_peaks_go_to_exact_board_names_only(name, key):
 def test_every_a100_gets_the_datasheets_312_tflops():
     # Refused before for the PCIe boards, whose datasheet figure is the SXM one's.
     assert {cost.device_peak(n).bf16_dense_tflops for n, k in cost.DEVICE_NAMES.items() if k == "A100"} == {312.0}
+
+
 def test_durations_that_differ_print_differently():
     from ddplab.perf.cost import format_hours
 
     shown = {s: format_hours(s / 3600) for s in (0.4, 42, 60, 95, 150, 189, 599.6, 1800, 5400, 3 * 86400)}
-    assert shown == {0.4: "0s", 42: "42s", 60: "1m", 95: "1m35s", 150: "2m30s", 189: "3m09s", 599.6: "10m",
-                     1800: "30m", 5400: "1.5h", 3 * 86400: "3.0d"}
+    assert shown == {
+        0.4: "0s",
+        42: "42s",
+        60: "1m",
+        95: "1m35s",
+        150: "2m30s",
+        189: "3m09s",
+        599.6: "10m",
+        1800: "30m",
+        5400: "1.5h",
+        3 * 86400: "3.0d",
+    }
     assert format_hours(None) == "—"
 
 
 def test_money_is_compact_and_keeps_its_currency():
-    shown = [cost.format_money(a, c) for a, c in ((12.4, "USD"), (0.371, "USD"), (0.047, "USD"), (0.0042, "USD"),
-                                                   (1234.5, "USD"), (3.1, "EUR"), (12.4, "CNY"), (0.996, "GBP"))]
+    shown = [
+        cost.format_money(a, c)
+        for a, c in (
+            (12.4, "USD"),
+            (0.371, "USD"),
+            (0.047, "USD"),
+            (0.0042, "USD"),
+            (1234.5, "USD"),
+            (3.1, "EUR"),
+            (12.4, "CNY"),
+            (0.996, "GBP"),
+        )
+    ]
     assert shown == ["$12.40", "$0.37", "$0.047", "$0.0042", "$1,234", "€3.10", "12.40 CNY", "£1.00"]
     assert cost.format_price(PRICES["A10G"]) == "$1.006" and cost.format_price(PRICES["A100"]) == "$1.59"
 

@@ -15,9 +15,9 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import cli
 from torch import nn
 
-from conftest import cli
 from ddplab.perf import memory
 
 
@@ -32,9 +32,12 @@ def loss(model, batch):
 
 def spec(batch: int = 32) -> memory.Spec:
     g = torch.Generator().manual_seed(0)
-    return memory.Spec(make_model=make_model, batch=(torch.randn(batch, 64, generator=g),
-                                                     torch.randint(0, 10, (batch,), generator=g)),
-                       make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3), loss=loss)
+    return memory.Spec(
+        make_model=make_model,
+        batch=(torch.randn(batch, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)),
+        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),
+        loss=loss,
+    )
 
 
 PARAM_BYTES = sum(p.numel() * 4 for p in make_model().parameters())
@@ -114,14 +117,22 @@ def test_fsdp_prediction_matches_the_allocator(optimizer):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", REAL_FSDP_STEPS, optimizer], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", REAL_FSDP_STEPS, optimizer], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = int(done.stdout.split()[-1])
-    make = (lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)) if optimizer == "adamw" else \
-        (lambda m: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9))
-    s = memory.Spec(make_model=lambda: nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)),
-                    batch=(torch.randn(16, 512),), make_optimizer=make, loss=lambda m, b: m(b[0]).pow(2).mean())
+    make = (
+        (lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3))
+        if optimizer == "adamw"
+        else (lambda m: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9))
+    )
+    s = memory.Spec(
+        make_model=lambda: nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)),
+        batch=(torch.randn(16, 512),),
+        make_optimizer=make,
+        loss=lambda m, b: m(b[0]).pow(2).mean(),
+    )
     predicted = memory.trace(s, "fsdp", 1).peak_bytes
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
@@ -154,18 +165,40 @@ def test_cli_breakdown_json_largest_batch_and_cost_fits(tmp_path, capsys):
     from ddplab.cli import main
 
     (tmp_path / "m.json").write_text(ran.out)
-    assert main(["cost", "--samples-per-sec", "100", "--measured-on", "A100", "--dataset-size", "1e5", "--epochs",
-                 "1", "--gpus", "A100,RTX4090", "--memory", str(tmp_path / "m.json"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "cost",
+                "--samples-per-sec",
+                "100",
+                "--measured-on",
+                "A100",
+                "--dataset-size",
+                "1e5",
+                "--epochs",
+                "1",
+                "--gpus",
+                "A100,RTX4090",
+                "--memory",
+                str(tmp_path / "m.json"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["memory"]["rows"]
     assert [row["gpu"] for row in rows] == ["A100", "RTX4090"] and all(row["fits"]["fsdp"] for row in rows)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--strategy", "ddp,zero3"], "--strategy ddp,zero3"),
-    (["--gpus", "V100"], "--gpus V100"),
-    (["--margin", "1.5"], "--margin 1.5"),
-    (["--nproc", "0"], "--nproc 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--strategy", "ddp,zero3"], "--strategy ddp,zero3"),
+        (["--gpus", "V100"], "--gpus V100"),
+        (["--margin", "1.5"], "--margin 1.5"),
+        (["--nproc", "0"], "--nproc 0"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, message, capsys):
     from ddplab.cli import main
 
@@ -180,8 +213,9 @@ GiB = 2**30
 
 
 def prediction(strategy: str, peak: int) -> memory.Prediction:
-    return memory.Prediction(strategy=strategy, nproc=2, batch_size=16, peak_bytes=peak, parts=[],
-                             between_steps_bytes=0)
+    return memory.Prediction(
+        strategy=strategy, nproc=2, batch_size=16, peak_bytes=peak, parts=[], between_steps_bytes=0
+    )
 
 
 def test_on_cpu_every_rank_comes_out_of_the_same_ram():
@@ -196,18 +230,23 @@ def test_on_cpu_every_rank_comes_out_of_the_same_ram():
     assert line.startswith("this CPU: its 2 rank(s) share 23.50 GiB of RAM") and "ddp needs 2 × 20.16 = 40.32" in line
     assert line.endswith("fsdp fits (largest batch %d)" % host.largest_batch["fsdp"])
     alone = memory.host_fit(peaks[:1], per_sample, 16, 2, 0.10, ram=int(23.5 * GiB), available=int(21 * GiB))
-    assert "fewer ranks (--nproc), a smaller --batch-size (the largest that fits at 2 rank(s): " \
-           f"{alone.largest_batch['ddp']}, ddp) or a smaller --size" in memory.host_advice(alone, 16, 0.10)[0]
+    assert (
+        "fewer ranks (--nproc), a smaller --batch-size (the largest that fits at 2 rank(s): "
+        f"{alone.largest_batch['ddp']}, ddp) or a smaller --size" in memory.host_advice(alone, 16, 0.10)[0]
+    )
 
 
 def test_ranks_that_fit_the_ram_but_not_what_is_free_now_are_warned_of():
-    host = memory.host_fit([prediction("ddp", 4 * GiB)], {"ddp": 0.1 * GiB}, 16, 2, 0.10, ram=32 * GiB,
-                           available=6 * GiB)
+    host = memory.host_fit(
+        [prediction("ddp", 4 * GiB)], {"ddp": 0.1 * GiB}, 16, 2, 0.10, ram=32 * GiB, available=6 * GiB
+    )
     assert host.fits["ddp"] and memory.host_advice(host, 16, 0.10) == [
         "this CPU: 2 rank(s) fit its 32.00 GiB of RAM but need up to 8.00 GiB, and 6.00 GiB is free now: close other "
-        "programs first"]
-    roomy = memory.host_fit([prediction("ddp", 4 * GiB)], {"ddp": 0.1 * GiB}, 16, 2, 0.10, ram=32 * GiB,
-                            available=30 * GiB)
+        "programs first"
+    ]
+    roomy = memory.host_fit(
+        [prediction("ddp", 4 * GiB)], {"ddp": 0.1 * GiB}, 16, 2, 0.10, ram=32 * GiB, available=30 * GiB
+    )
     assert memory.host_advice(roomy, 16, 0.10) == []
 
 
@@ -222,4 +261,3 @@ def test_memory_says_whether_the_ranks_fit_this_machine():
     text = cli("memory", "linear", "--strategy", "ddp", "--nproc", "3", timeout=120).out
     assert any(line.startswith("this CPU ") and "yes (" in line for line in text.splitlines()), text
     assert "this CPU: no GPU is visible, so `ddplab train` runs the 3 rank(s) on the CPU" in text
-

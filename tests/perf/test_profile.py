@@ -9,13 +9,33 @@ import pytest
 from tests.conftest import cli
 
 PLANT = str(Path(__file__).parent.parent / "scripts" / "profile_plant.py")
-TOP = {"loader": "data", "rank": "straggler", "item": "host_sync", "buckets": "buckets", "unused": "unused",
-       "nosync": "no_sync", "threads": "threads"}
+TOP = {
+    "loader": "data",
+    "rank": "straggler",
+    "item": "host_sync",
+    "buckets": "buckets",
+    "unused": "unused",
+    "nosync": "no_sync",
+    "threads": "threads",
+}
 
 
 def profiled(tmp_path, plant: str, *extra: str, steps: int = 5) -> dict:
-    ran = cli("launch", "--profile", str(steps), "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, plant,
-              "--steps", str(steps + 6), *extra, timeout=300)
+    ran = cli(
+        "launch",
+        "--profile",
+        str(steps),
+        "--no-lint",
+        "--json",
+        "--log-dir",
+        str(tmp_path),
+        PLANT,
+        plant,
+        "--steps",
+        str(steps + 6),
+        *extra,
+        timeout=300,
+    )
     assert ran.code == 0, ran.err[-3000:]
     return ran.json()
 
@@ -86,8 +106,20 @@ def test_text_output_names_cause_fix_and_kept_folder(tmp_path, no_leftover_worke
 
 
 def test_a_script_with_too_few_steps_says_so(tmp_path, no_leftover_workers):
-    ran = cli("launch", "--profile", "50", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "none",
-              "--steps", "4", timeout=300)
+    ran = cli(
+        "launch",
+        "--profile",
+        "50",
+        "--no-lint",
+        "--json",
+        "--log-dir",
+        str(tmp_path),
+        PLANT,
+        "none",
+        "--steps",
+        "4",
+        timeout=300,
+    )
     assert ran.code == 0, ran.err[-3000:]
     assert "fewer than 53 optimizer steps" in ran.json()["profile"]["problem"]
 
@@ -96,8 +128,20 @@ def test_a_log_dir_used_again_holds_this_runs_profile(tmp_path, no_leftover_work
     """The second run's traces replace the first's (they were nested under profile/profile, and the first run's
     were analysed again)."""
     for steps in (4, 3):
-        ran = cli("launch", "--profile", str(steps), "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT,
-                  "none", "--steps", str(steps + 6), timeout=300)
+        ran = cli(
+            "launch",
+            "--profile",
+            str(steps),
+            "--no-lint",
+            "--json",
+            "--log-dir",
+            str(tmp_path),
+            PLANT,
+            "none",
+            "--steps",
+            str(steps + 6),
+            timeout=300,
+        )
         assert ran.code == 0, ran.err[-3000:]
     assert [r["steps"] for r in ran.json()["profile"]["ranks"]] == [3, 3]
     assert not (tmp_path / "profile" / "profile").exists() and not (tmp_path / "flight" / "flight").exists()
@@ -122,8 +166,16 @@ def _rank(rank, busy, wait=1.0):
 
     parts = dict.fromkeys(PARTS, 0.0)
     parts["backward"], parts["comm_exposed"] = sum(busy) / len(busy), wait
-    return RankBreakdown(rank=rank, steps=len(busy), step_ms=sum(parts.values()), parts=parts,
-                         allreduces_per_step=1, forwards_per_step=1, trace="", busy_ms=busy)
+    return RankBreakdown(
+        rank=rank,
+        steps=len(busy),
+        step_ms=sum(parts.values()),
+        parts=parts,
+        allreduces_per_step=1,
+        forwards_per_step=1,
+        trace="",
+        busy_ms=busy,
+    )
 
 
 def test_a_straggler_is_busiest_in_most_steps_not_in_one():
@@ -158,14 +210,19 @@ def test_ddps_own_reads_at_the_end_of_backward_are_not_host_syncs():
     the all-reduce. That is DDP's backward; a .item() of the loop's own is a host sync."""
     from ddplab.perf.profile import breakdown
 
-    events = [_x("ProfilerStep#1", 0, 1000), _x("DistributedDataParallel.forward", 10, 100),
-              _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 100),
-              _x("gloo:all_reduce", 200, 300, tid=2),  # the wait: exposed communication
-              _x("aten::as_strided", 520, 200), _x("aten::item", 730, 5),
-              _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 740, 20), _x("aten::item", 765, 5),
-              _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 775, 20),
-              _x("aten::item", 850, 5),  # the loop's own, e.g. print(loss.item())
-              _x("Optimizer.step#SGD.step", 900, 50)]
+    events = [
+        _x("ProfilerStep#1", 0, 1000),
+        _x("DistributedDataParallel.forward", 10, 100),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 100),
+        _x("gloo:all_reduce", 200, 300, tid=2),  # the wait: exposed communication
+        _x("aten::as_strided", 520, 200),
+        _x("aten::item", 730, 5),
+        _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 740, 20),
+        _x("aten::item", 765, 5),
+        _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 775, 20),
+        _x("aten::item", 850, 5),  # the loop's own, e.g. print(loss.item())
+        _x("Optimizer.step#SGD.step", 900, 50),
+    ]
     b = breakdown({"traceEvents": events}, 0)
     ms = {k: v * 1000 for k, v in b.parts.items()}  # microseconds here
     assert ms["comm_exposed"] == pytest.approx(280) and ms["backward"] == pytest.approx(100 + 275)
@@ -176,8 +233,20 @@ def test_ddps_own_reads_at_the_end_of_backward_are_not_host_syncs():
 def test_train_profile_breaks_down_the_recipes_steps(no_leftover_workers):
     import shutil
 
-    ran = cli("train", "mlp", "--nproc", "2", "--profile", "4", "--max-steps", "12", "--samples", "4000", "--json",
-              timeout=300)
+    ran = cli(
+        "train",
+        "mlp",
+        "--nproc",
+        "2",
+        "--profile",
+        "4",
+        "--max-steps",
+        "12",
+        "--samples",
+        "4000",
+        "--json",
+        timeout=300,
+    )
     assert ran.code == 0, ran.err[-3000:]
     p = ran.json()["profile"]
     try:

@@ -11,12 +11,17 @@ from ddplab.errors import DdplabError
 from ddplab.perf import scaling
 from ddplab.perf.scaling import MIB, Run, ScalingModel
 
-TRUE = ScalingModel(compute_fixed_s=0.004, compute_per_sample_s=0.0005, grad_bytes=40 * MIB, latency_s=2e-4,
-                    bus_bytes_per_s=2e9, overlap=0.6)
+TRUE = ScalingModel(
+    compute_fixed_s=0.004,
+    compute_per_sample_s=0.0005,
+    grad_bytes=40 * MIB,
+    latency_s=2e-4,
+    bus_bytes_per_s=2e9,
+    overlap=0.6,
+)
 
 
-def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, compute: bool = True,
-              comm: bool = True):
+def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, compute: bool = True, comm: bool = True):
     """Runs as a recipe would report them, generated from known parameters (with optional multiplicative noise).
     compute/comm: whether the run measured its compute time and its total all_reduce time apart from the step."""
     rng = random.Random(seed)
@@ -26,9 +31,17 @@ def synthetic(model: ScalingModel, configs, noise: float = 0.0, seed: int = 0, c
 
     runs = []
     for n, b, k in configs:
-        runs.append(Run(n, b, jitter(model.step_s(n, b, k)), accum_steps=k, grad_bytes=model.grad_bytes,
-                        compute_s=jitter(model.compute_s(b, k, n)) if compute else None,
-                        comm_s=jitter(model.comm_s(n)) if comm and n > 1 else None))
+        runs.append(
+            Run(
+                n,
+                b,
+                jitter(model.step_s(n, b, k)),
+                accum_steps=k,
+                grad_bytes=model.grad_bytes,
+                compute_s=jitter(model.compute_s(b, k, n)) if compute else None,
+                comm_s=jitter(model.comm_s(n)) if comm and n > 1 else None,
+            )
+        )
     return runs
 
 
@@ -109,10 +122,18 @@ def test_fit_recovers_the_sync_cost_a_single_rank_also_pays():
 
 def test_bench_link_then_overlap_from_step_times():
     # The shape `ddplab bench --json` writes: rows of all_reduce timings; its ring fit is reused, not redone.
-    bench = {"world_size": 2, "ring_fit": None, "rows": [
-        {"op": "all_reduce", "size": s, "time_us": 1e6 * scaling.allreduce_s(2, s, TRUE.latency_s,
-                                                                             TRUE.bus_bytes_per_s)}
-        for s in (4096, MIB, 64 * MIB)]}
+    bench = {
+        "world_size": 2,
+        "ring_fit": None,
+        "rows": [
+            {
+                "op": "all_reduce",
+                "size": s,
+                "time_us": 1e6 * scaling.allreduce_s(2, s, TRUE.latency_s, TRUE.bus_bytes_per_s),
+            }
+            for s in (4096, MIB, 64 * MIB)
+        ],
+    }
     link = scaling.link_from_bench(bench)
     assert link.latency_s == pytest.approx(TRUE.latency_s, rel=1e-6)
     assert link.bus_bytes_per_s == pytest.approx(TRUE.bus_bytes_per_s, rel=1e-6)
@@ -139,14 +160,18 @@ def test_the_baseline_run_is_reproduced_even_when_noisy_probes_ask_for_negative_
     # A loaded machine: the doubled batch and the doubled accumulation came out faster per sample than the
     # baseline, which an unconstrained fit explains with a negative c0 or o. The baseline must still be matched.
     for probes in ([0.00100, 0.00130], [0.00100, 0.00100], [0.00200, 0.00110]):
-        runs = [Run(1, 32, 0.00134, compute_s=0.00134), Run(2, 32, 0.0034, grad_bytes=MIB, compute_s=0.0019),
-                Run(1, 64, probes[0], compute_s=probes[0]), Run(1, 32, probes[1], accum_steps=2,
-                                                                 compute_s=probes[1])]
+        runs = [
+            Run(1, 32, 0.00134, compute_s=0.00134),
+            Run(2, 32, 0.0034, grad_bytes=MIB, compute_s=0.0019),
+            Run(1, 64, probes[0], compute_s=probes[0]),
+            Run(1, 32, probes[1], accum_steps=2, compute_s=probes[1]),
+        ]
         m = scaling.fit(runs)
         assert min(m.compute_fixed_s, m.compute_per_sample_s, m.step_fixed_s) >= 0, probes
         for r in runs[:2]:
-            assert m.samples_per_sec(r.world_size, r.batch_per_rank) == pytest.approx(r.samples_per_sec,
-                                                                                      rel=1e-9), probes
+            assert m.samples_per_sec(r.world_size, r.batch_per_rank) == pytest.approx(r.samples_per_sec, rel=1e-9), (
+                probes
+            )
 
 
 def test_noisy_measurements_still_predict_held_out_configurations():
@@ -194,8 +219,19 @@ def _point(model, n, b, k=1):
     one = model.samples_per_sec(1, b, k)
     sps = model.samples_per_sec(n, b, k)
     step = model.step_s(n, b, k)
-    return Point(n, b, k, sps, sps / one, sps / one / n, step * 1e3, model.compute_s(b, k, n) * 1e3,
-                 (step - model.compute_s(b, k, n)) * 1e3, sps, sps)
+    return Point(
+        n,
+        b,
+        k,
+        sps,
+        sps / one,
+        sps / one / n,
+        step * 1e3,
+        model.compute_s(b, k, n) * 1e3,
+        (step - model.compute_s(b, k, n)) * 1e3,
+        sps,
+        sps,
+    )
 
 
 def test_no_advice_when_efficient():
@@ -210,35 +246,43 @@ def test_advice_when_communication_dominates_predicts_gains():
 
     slow = replace(TRUE, bus_bytes_per_s=2e8, overlap=0.0)  # 40 MiB of gradients over 0.2 GB/s
     advice = {a.name: a for a in advise(slow, _point(slow, 4, 32), strong=False)}
-    assert set(advice) == {"larger per-rank batch", "gradient accumulation", "fewer, larger buckets",
-                           "bf16 gradient compression"}
+    assert set(advice) == {
+        "larger per-rank batch",
+        "gradient accumulation",
+        "fewer, larger buckets",
+        "bf16 gradient compression",
+    }
     assert advice["larger per-rank batch"].flags == ["--batch-size", "64"]
     assert advice["gradient accumulation"].flags == ["--grad-accum", "4"]
     assert advice["fewer, larger buckets"].flags == ["--bucket-cap-mb", "41"]
     for a in advice.values():
         assert a.predicted_gain > 1 and a.measured_gain is None
     assert advice["bf16 gradient compression"].predicted_gain == pytest.approx(
-        slow.samples_per_sec(4, 32, grad_bytes=20 * MIB) / slow.samples_per_sec(4, 32))
+        slow.samples_per_sec(4, 32, grad_bytes=20 * MIB) / slow.samples_per_sec(4, 32)
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the command
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["mlp"], "--nproc is required"),
-    (["mlp", "--nproc", ""], "--nproc"),
-    (["mlp", "--nproc", "1,a"], "--nproc"),
-    (["mlp", "--nproc", "2,3"], "include 1"),
-    (["mlp", "--nproc", "1"], "at least two"),
-    (["mlp", "--nproc", "1,4096"], "more than this machine can run"),
-    (["nosuch", "--nproc", "1,2"], "unknown recipe"),
-    (["mlp", "--nproc", "1,2", "--batch-size", "x"], "batch-size"),
-    (["mlp", "--nproc", "1,2", "--no-such-flag"], "--no-such-flag"),
-    (["mlp", "--nproc", "1,2", "--plot", "out.jpg"], "PNG"),
-    (["mlp", "--nproc", "1,2", "--checkpoint-dir", "ckpt"], "checkpoint-dir"),
-    (["mlp", "--nproc", "1,2", "--strong", "--batch-size", "33"], "split evenly"),
-    (["mlp", "--nproc", "1,2", "--bench", "nonexistent.json"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["mlp"], "--nproc is required"),
+        (["mlp", "--nproc", ""], "--nproc"),
+        (["mlp", "--nproc", "1,a"], "--nproc"),
+        (["mlp", "--nproc", "2,3"], "include 1"),
+        (["mlp", "--nproc", "1"], "at least two"),
+        (["mlp", "--nproc", "1,4096"], "more than this machine can run"),
+        (["nosuch", "--nproc", "1,2"], "unknown recipe"),
+        (["mlp", "--nproc", "1,2", "--batch-size", "x"], "batch-size"),
+        (["mlp", "--nproc", "1,2", "--no-such-flag"], "--no-such-flag"),
+        (["mlp", "--nproc", "1,2", "--plot", "out.jpg"], "PNG"),
+        (["mlp", "--nproc", "1,2", "--checkpoint-dir", "ckpt"], "checkpoint-dir"),
+        (["mlp", "--nproc", "1,2", "--strong", "--batch-size", "33"], "split evenly"),
+        (["mlp", "--nproc", "1,2", "--bench", "nonexistent.json"], "no such file"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, expect, tmp_path, capsys):
     from conftest import refused
 
@@ -249,9 +293,8 @@ def test_bad_input_is_one_line_exit_2(args, expect, tmp_path, capsys):
 def test_scale_end_to_end_on_1_and_2_cpu_ranks_then_cost(tmp_path, no_leftover_workers):
     import json
 
-    from matplotlib.image import imread
-
     from conftest import cli
+    from matplotlib.image import imread
 
     png = tmp_path / "scale.png"
     r = cli("scale", "mlp", "--nproc", "1,2", "--max-steps", "90", "--json", "--plot", str(png), timeout=540)
@@ -273,12 +316,28 @@ def test_scale_end_to_end_on_1_and_2_cpu_ranks_then_cost(tmp_path, no_leftover_w
 
     scale_json = tmp_path / "scale.json"
     scale_json.write_text(json.dumps(data))
-    c = cli("cost", "--from", str(scale_json), "--measured-on", "A100", "--gpus", "A100", "--count", "1,2,4",
-            "--dataset-size", "1e6", "--epochs", "1", "--json")
+    c = cli(
+        "cost",
+        "--from",
+        str(scale_json),
+        "--measured-on",
+        "A100",
+        "--gpus",
+        "A100",
+        "--count",
+        "1,2,4",
+        "--dataset-size",
+        "1e6",
+        "--epochs",
+        "1",
+        "--json",
+    )
     assert c.code == 0, c.err
     opts = {o["count"]: o for o in c.json()["options"]}
     assert opts[1]["samples_per_sec"] == pytest.approx(one["samples_per_sec"])
-    assert opts[2]["samples_per_sec"] == pytest.approx(two["samples_per_sec"]) and opts[2]["scaling_basis"] == "measured"
+    assert (
+        opts[2]["samples_per_sec"] == pytest.approx(two["samples_per_sec"]) and opts[2]["scaling_basis"] == "measured"
+    )
     assert opts[4]["scaling_basis"] == "predicted"
     cpu = cli("cost", "--from", str(scale_json), "--dataset-size", "1e6", "--epochs", "1")
     assert cpu.code == 2 and "cpu" in cpu.err and "--measured-on" in cpu.err and len(cpu.err.strip().splitlines()) == 1
@@ -290,8 +349,19 @@ def test_try_advice_measures_each_gain_or_says_why_not(no_leftover_workers):
     from conftest import cli
 
     # Two samples per rank: gloo's all-reduce dwarfs the compute, so efficiency is low and advice is given.
-    r = cli("scale", "mlp", "--nproc", "1,2", "--batch-size", "2", "--max-steps", "90", "--try-advice", "--json",
-            timeout=600)
+    r = cli(
+        "scale",
+        "mlp",
+        "--nproc",
+        "1,2",
+        "--batch-size",
+        "2",
+        "--max-steps",
+        "90",
+        "--try-advice",
+        "--json",
+        timeout=600,
+    )
     assert r.code == 0, r.err
     data = r.json()
     assert data["points"][-1]["efficiency"] < 0.8 and data["advice"]
@@ -305,8 +375,9 @@ def test_try_advice_measures_each_gain_or_says_why_not(no_leftover_workers):
 def test_bench_file_gives_the_link_and_overlap_is_fitted(tmp_path, no_leftover_workers):
     from conftest import cli
 
-    bench = cli("bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10", "--json",
-                timeout=300)
+    bench = cli(
+        "bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10", "--json", timeout=300
+    )
     assert bench.code == 0, bench.err
     path = tmp_path / "bench.json"
     path.write_text(bench.out)
@@ -316,7 +387,8 @@ def test_bench_file_gives_the_link_and_overlap_is_fitted(tmp_path, no_leftover_w
     assert r.code == 0, r.err
     model = r.json()["model"]
     assert model["latency_s"] == pytest.approx(link.latency_s) and model["bus_bytes_per_s"] == pytest.approx(
-        link.bus_bytes_per_s)
+        link.bus_bytes_per_s
+    )
     assert 0 <= model["overlap"] <= 1 and "--bench" in model["provenance"]["link"]
     bad = tmp_path / "bad.json"
     bad.write_text('{"rows": 3}')

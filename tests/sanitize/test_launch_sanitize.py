@@ -20,8 +20,18 @@ def line_of(text: str, path: Path = PLANT) -> str:
 
 
 def launched(tmp_path: Path, *mistakes: str, flags: tuple[str, ...] = ()) -> dict:
-    ran = cli("launch", "--no-lint", "--json", *flags, str(PLANT), *mistakes, "--out", str(tmp_path), timeout=150,
-              cwd=tmp_path)
+    ran = cli(
+        "launch",
+        "--no-lint",
+        "--json",
+        *flags,
+        str(PLANT),
+        *mistakes,
+        "--out",
+        str(tmp_path),
+        timeout=150,
+        cwd=tmp_path,
+    )
     assert ran.code == 0, ran.err[-3000:]
     return ran.json()
 
@@ -44,7 +54,7 @@ def same_samples(f: dict) -> None:
 def shared_write(f: dict, tmp_path: Path) -> None:
     """all-save: both ranks torch.save() the model to one path after the last step (3 epochs x 16 batches)."""
     assert f["evidence"]["path"] == str(tmp_path / "model.pt") and f["evidence"]["ranks"] == [0, 1]
-    assert f["where"] == line_of('torch.save(model.state_dict(), path)')
+    assert f["where"] == line_of("torch.save(model.state_dict(), path)")
     assert f["evidence"]["step"] == {"0": 48, "1": 48}
     assert f["code"] == "torch.save(model.state_dict(), path)"
 
@@ -66,8 +76,11 @@ def params_diverge(f: dict) -> None:
     assert "call ddp_model(x)" in f["fix"]
 
 
-@pytest.mark.parametrize("mistakes", [("no-sampler", "all-save"), ("no-set-epoch", "module-forward")],
-                         ids=["same-samples+shared-write", "epoch-repeats+params-diverge"])
+@pytest.mark.parametrize(
+    "mistakes",
+    [("no-sampler", "all-save"), ("no-set-epoch", "module-forward")],
+    ids=["same-samples+shared-write", "epoch-repeats+params-diverge"],
+)
 def test_planted_mistakes_are_found_with_their_evidence(tmp_path, mistakes, no_leftover_workers):
     result = launched(tmp_path, *mistakes)
     found = findings(result)
@@ -83,11 +96,15 @@ def test_planted_mistakes_are_found_with_their_evidence(tmp_path, mistakes, no_l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mistake,check,words", [
-    ("rank0-sampler", "same-samples", "rank=0 on more than one rank"),
-    ("no-ddp", "params-diverge", "no DistributedDataParallel holds the parameters"),
-    ("no-sync", "params-diverge", "the step ran inside ddp.no_sync()"),
-    ("all-log", "shared-write", "both appended to train.log")])
+@pytest.mark.parametrize(
+    "mistake,check,words",
+    [
+        ("rank0-sampler", "same-samples", "rank=0 on more than one rank"),
+        ("no-ddp", "params-diverge", "no DistributedDataParallel holds the parameters"),
+        ("no-sync", "params-diverge", "the step ran inside ddp.no_sync()"),
+        ("all-log", "shared-write", "both appended to train.log"),
+    ],
+)
 def test_more_planted_mistakes_are_named(tmp_path, mistake, check, words, no_leftover_workers):
     found = findings(launched(tmp_path, mistake))
     assert list(found) == [check] and words in found[check]["observed"], found
@@ -110,9 +127,11 @@ def test_a_run_that_fails_on_a_shared_file_leads_with_it(tmp_path, no_leftover_w
     assert "FileNotFoundError" in lines[verdict]
     assert lines[verdict + 1].endswith("watched): the run failed on what the sanitizer saw")
     save = line_of('torch.save(model.state_dict(), path + ".tmp")')
-    assert lines[verdict + 2] == (f"  1. [shared-write] ranks 0 and 1 both wrote model.pt.tmp (at {save}, from step "
-                                  "24): the last writer wins, a reader can meet a half-written file, and a rename of "
-                                  "the same temporary file fails on all ranks but one")
+    assert lines[verdict + 2] == (
+        f"  1. [shared-write] ranks 0 and 1 both wrote model.pt.tmp (at {save}, from step "
+        "24): the last writer wins, a reader can meet a half-written file, and a rename of "
+        "the same temporary file fails on all ranks but one"
+    )
     assert lines[verdict + 3].endswith(': torch.save(model.state_dict(), path + ".tmp")')
     assert lines[verdict + 4].startswith("       fix: write from one rank only")
     assert "last lines" in lines[verdict + 5]

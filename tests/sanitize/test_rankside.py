@@ -15,8 +15,14 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, data
 from ddplab.sanitize import rankside, userframe
 from ddplab.sanitize.samebatch import fingerprints
 
-HOOKED = [(DataLoader, "__init__"), (DataLoader, "__iter__"), (dataloader._BaseDataLoaderIter, "__next__"),
-          (DistributedSampler, "__init__"), (DistributedSampler, "__iter__"), (DDP, "__init__")]
+HOOKED = [
+    (DataLoader, "__init__"),
+    (DataLoader, "__iter__"),
+    (dataloader._BaseDataLoaderIter, "__next__"),
+    (DistributedSampler, "__init__"),
+    (DistributedSampler, "__iter__"),
+    (DDP, "__init__"),
+]
 
 
 @pytest.fixture
@@ -115,8 +121,9 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     loader = DataLoader(list(range(6)), batch_size=2, collate_fn=lambda b: torch.ones(2, 3).as_subclass(Odd))
     batches = list(loader)
     assert len(batches) == 3 and all(type(b) is Odd for b in batches)
-    assert capsys.readouterr().err == ("ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be "
-                                       "detached\n")
+    assert capsys.readouterr().err == (
+        "ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be detached\n"
+    )
     assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be detached"} and w.observers == []
     assert DataLoader.__dict__["__iter__"] is original
 

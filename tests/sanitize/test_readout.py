@@ -13,23 +13,56 @@ from ddplab.sanitize import readout
 SCRIPT = "/home/me/proj/train.py"
 
 
-def observed(folder: Path, per_rank: dict[int, dict], steps: int = 50, seen: int = 50, world: int | None = None,
-             off: dict | None = None) -> Path:
+def observed(
+    folder: Path,
+    per_rank: dict[int, dict],
+    steps: int = 50,
+    seen: int = 50,
+    world: int | None = None,
+    off: dict | None = None,
+) -> Path:
     """DIR/config.json and DIR/rank<R>.json as `ddplab launch` and the ranks write them."""
     folder.mkdir(parents=True, exist_ok=True)
     readout.request(folder, steps)
     for rank, checks in per_rank.items():
-        (folder / f"rank{rank}.json").write_text(json.dumps({
-            "rank": rank, "world_size": world or len(per_rank), "local_rank": rank, "pid": 100 + rank,
-            "window": steps, "steps": seen, "closed": seen >= steps, "checks": checks, "off": off or {}}))
+        (folder / f"rank{rank}.json").write_text(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "world_size": world or len(per_rank),
+                    "local_rank": rank,
+                    "pid": 100 + rank,
+                    "window": steps,
+                    "steps": seen,
+                    "closed": seen >= steps,
+                    "checks": checks,
+                    "off": off or {},
+                }
+            )
+        )
     return folder
 
 
-def loader(samples_per_pass: list[list[int]], where: str = f"{SCRIPT}:40", sampler: str = "RandomSampler",
-           distributed: dict | None = None, trained: bool = True, iterable: bool = False) -> dict:
-    return {"loaders": [{"where": where, "sampler": sampler, "iterable": iterable, "distributed": distributed,
-                         "trained": trained,
-                         "passes": [{"batches": len(s) // 16, "samples": s} for s in samples_per_pass]}]}
+def loader(
+    samples_per_pass: list[list[int]],
+    where: str = f"{SCRIPT}:40",
+    sampler: str = "RandomSampler",
+    distributed: dict | None = None,
+    trained: bool = True,
+    iterable: bool = False,
+) -> dict:
+    return {
+        "loaders": [
+            {
+                "where": where,
+                "sampler": sampler,
+                "iterable": iterable,
+                "distributed": distributed,
+                "trained": trained,
+                "passes": [{"batches": len(s) // 16, "samples": s} for s in samples_per_pass],
+            }
+        ]
+    }
 
 
 def only(report, check: str):
@@ -40,8 +73,9 @@ def only(report, check: str):
 # ------------------------------------------------------------------------------------------------ same-samples
 def test_same_samples_in_the_same_order_name_the_loader_its_sampler_and_the_fix(tmp_path):
     same = list(range(1000, 1256))
-    report = readout.read(observed(tmp_path, {0: {"same-samples": loader([same])},
-                                              1: {"same-samples": loader([same])}}))
+    report = readout.read(
+        observed(tmp_path, {0: {"same-samples": loader([same])}, 1: {"same-samples": loader([same])}})
+    )
     f = only(report, "same-samples")
     assert f.evidence["ranks"] == [0, 1] and f.evidence["pairs"][0]["share"] == 1.0
     assert "read the same 16 batches, sample for sample and in the same order" in f.observed
@@ -51,15 +85,23 @@ def test_same_samples_in_the_same_order_name_the_loader_its_sampler_and_the_fix(
 
 def test_per_rank_shuffles_of_the_whole_data_set_overlap_in_part(tmp_path):
     a, b = list(range(0, 300)), list(range(150, 450))  # each rank reads its own order of the same pool
-    f = only(readout.read(observed(tmp_path, {0: {"same-samples": loader([a])}, 1: {"same-samples": loader([b])}})),
-             "same-samples")
+    f = only(
+        readout.read(observed(tmp_path, {0: {"same-samples": loader([a])}, 1: {"same-samples": loader([b])}})),
+        "same-samples",
+    )
     assert "150 of the 300 samples rank 0 read were also read by rank 1 (50 %)" in f.observed
 
 
 def test_a_distributed_sampler_given_rank_0_everywhere_is_named(tmp_path):
     same = list(range(64))
-    ranks = {r: {"same-samples": loader([same], sampler="DistributedSampler",
-                                        distributed={"rank": 0, "num_replicas": 2, "shuffle": True})} for r in (0, 1)}
+    ranks = {
+        r: {
+            "same-samples": loader(
+                [same], sampler="DistributedSampler", distributed={"rank": 0, "num_replicas": 2, "shuffle": True}
+            )
+        }
+        for r in (0, 1)
+    }
     f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
     assert "rank=0 on more than one rank" in f.observed and "rank=dist.get_rank()" in f.fix
 
@@ -88,9 +130,18 @@ def test_same_samples_silent_where_nothing_is_shared(tmp_path, case):
 
 # ------------------------------------------------------------------------------------------------ epoch-repeats
 def sampler(orders: list[int], epochs: list[int], shuffle: bool = True) -> dict:
-    return {"samplers": [{"where": f"{SCRIPT}:38", "shuffle": shuffle, "seed": 0,
-                          "passes": [{"epoch": e, "n": 128, "order": o, "step": 8 * i}
-                                     for i, (o, e) in enumerate(zip(orders, epochs))]}]}
+    return {
+        "samplers": [
+            {
+                "where": f"{SCRIPT}:38",
+                "shuffle": shuffle,
+                "seed": 0,
+                "passes": [
+                    {"epoch": e, "n": 128, "order": o, "step": 8 * i} for i, (o, e) in enumerate(zip(orders, epochs))
+                ],
+            }
+        ]
+    }
 
 
 def test_an_epoch_repeating_the_last_ones_order_names_set_epoch(tmp_path):
@@ -102,20 +153,35 @@ def test_an_epoch_repeating_the_last_ones_order_names_set_epoch(tmp_path):
     assert f.evidence["second_epoch_at_step"] == 8
 
 
-@pytest.mark.parametrize("orders,epochs,shuffle", [([111, 222], [0, 1], True), ([111, 111], [0, 0], False),
-                                                   ([111], [0], True)])
+@pytest.mark.parametrize(
+    "orders,epochs,shuffle", [([111, 222], [0, 1], True), ([111, 111], [0, 0], False), ([111], [0], True)]
+)
 def test_epoch_order_silent_with_set_epoch_without_shuffle_or_one_epoch(tmp_path, orders, epochs, shuffle):
     ranks = {r: {"epoch-repeats": sampler(orders, epochs, shuffle)} for r in (0, 1)}
     assert readout.read(observed(tmp_path, ranks)).findings == []
 
 
 # ------------------------------------------------------------------------------------------------ params-diverge
-def check(step: int, crcs: list[int], in_ddp: bool = True, ddps: int = 1, ddp_forwards: int = 1,
-          direct: int = 0, no_sync: bool = False) -> dict:
+def check(
+    step: int,
+    crcs: list[int],
+    in_ddp: bool = True,
+    ddps: int = 1,
+    ddp_forwards: int = 1,
+    direct: int = 0,
+    no_sync: bool = False,
+) -> dict:
     names = ["0.weight", "0.bias", "2.weight", "2.bias"]
-    return {"step": step, "where": f"{SCRIPT}:61", "ddps": ddps, "ddp_forwards": ddp_forwards,
-            "direct_forwards": direct, "direct_where": f"{SCRIPT}:58" if direct else None, "no_sync": no_sync,
-            "params": [[n, 16, crc, float(crc) / 10, in_ddp] for n, crc in zip(names, crcs)]}
+    return {
+        "step": step,
+        "where": f"{SCRIPT}:61",
+        "ddps": ddps,
+        "ddp_forwards": ddp_forwards,
+        "direct_forwards": direct,
+        "direct_where": f"{SCRIPT}:58" if direct else None,
+        "no_sync": no_sync,
+        "params": [[n, 16, crc, float(crc) / 10, in_ddp] for n, crc in zip(names, crcs)],
+    }
 
 
 def params(*checks: dict, sharded: str | None = None) -> dict:
@@ -123,24 +189,36 @@ def params(*checks: dict, sharded: str | None = None) -> dict:
 
 
 def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed_wrapper(tmp_path):
-    ranks = {0: params(check(1, [1, 2, 3, 4], ddp_forwards=0, direct=1)),
-             1: params(check(1, [1, 9, 3, 8], ddp_forwards=0, direct=1))}
+    ranks = {
+        0: params(check(1, [1, 2, 3, 4], ddp_forwards=0, direct=1)),
+        1: params(check(1, [1, 9, 3, 8], ddp_forwards=0, direct=1)),
+    }
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
-    assert f.observed.startswith("after optimizer step 1, ranks 0 and 1 hold different parameters: 2 of 4 differ "
-                                 "(first `0.bias`, 16 values: sampled sum 0.2 on rank 0, 0.9 on rank 1)")
+    assert f.observed.startswith(
+        "after optimizer step 1, ranks 0 and 1 hold different parameters: 2 of 4 differ "
+        "(first `0.bias`, 16 values: sampled sum 0.2 on rank 0, 0.9 on rank 1)"
+    )
     assert "without the DDP wrapper (none through it), e.g. ddp_model.module(x) at" in f.observed
     assert f.where == f"{SCRIPT}:58" and "call ddp_model(x)" in f.fix
     assert f.evidence["differing"] == ["0.bias", "2.bias"] and f.evidence["step"] == 1
 
 
-@pytest.mark.parametrize("kind,words,fix", [
-    ("no ddp", "no DistributedDataParallel holds the parameters", "wrap the model"),
-    ("no_sync", "inside ddp.no_sync() (on ranks 0 and 1)", "no_sync() only around the accumulation"),
-    ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
-    ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank")])
+@pytest.mark.parametrize(
+    "kind,words,fix",
+    [
+        ("no ddp", "no DistributedDataParallel holds the parameters", "wrap the model"),
+        ("no_sync", "inside ddp.no_sync() (on ranks 0 and 1)", "no_sync() only around the accumulation"),
+        ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
+        ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank"),
+    ],
+)
 def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, kind, words, fix):
-    extra = {"no ddp": {"ddps": 0, "in_ddp": False, "ddp_forwards": 0}, "no_sync": {"no_sync": True},
-             "outside": {}, "unexplained": {}}[kind]
+    extra = {
+        "no ddp": {"ddps": 0, "in_ddp": False, "ddp_forwards": 0},
+        "no_sync": {"no_sync": True},
+        "outside": {},
+        "unexplained": {},
+    }[kind]
     ranks = {0: params(check(2, [1, 2, 3, 4], **extra)), 1: params(check(2, [5, 2, 3, 4], **extra))}
     if kind == "outside":  # the first parameter is not inside the DDP wrapper (an extra head stepped by the optimizer)
         for r in ranks.values():
@@ -150,8 +228,10 @@ def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, ki
 
 
 def test_parameters_compared_at_the_first_step_where_they_differ(tmp_path):
-    ranks = {0: params(check(1, [1, 2, 3, 4]), check(2, [5, 6, 7, 8]), check(50, [9, 9, 9, 9])),
-             1: params(check(1, [1, 2, 3, 4]), check(2, [5, 6, 7, 0]), check(50, [0, 0, 0, 0]))}
+    ranks = {
+        0: params(check(1, [1, 2, 3, 4]), check(2, [5, 6, 7, 8]), check(50, [9, 9, 9, 9])),
+        1: params(check(1, [1, 2, 3, 4]), check(2, [5, 6, 7, 0]), check(50, [0, 0, 0, 0])),
+    }
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
     assert f.evidence["step"] == 2 and f.evidence["differing"] == ["2.bias"]
 
@@ -168,14 +248,19 @@ def test_parameters_silent_when_equal_sharded_or_seen_on_one_rank(tmp_path, case
 
 # ------------------------------------------------------------------------------------------------ shared-write
 def writes(*entries: tuple[str, str, str, int]) -> dict:
-    return {"shared-write": {"writes": [{"path": p, "mode": m, "where": w, "step": s, "count": 1}
-                                        for p, m, w, s in entries]}}
+    return {
+        "shared-write": {
+            "writes": [{"path": p, "mode": m, "where": w, "step": s, "count": 1} for p, m, w, s in entries]
+        }
+    }
 
 
 def test_a_file_written_by_both_ranks_is_named_with_the_lines_and_the_step(tmp_path):
     model = str(tmp_path / "model.pt")
-    ranks = {r: writes((model, "w", f"{SCRIPT}:88", 32), (str(tmp_path / f"log.rank{r}.txt"), "a", f"{SCRIPT}:20", 0))
-             for r in (0, 1)}
+    ranks = {
+        r: writes((model, "w", f"{SCRIPT}:88", 32), (str(tmp_path / f"log.rank{r}.txt"), "a", f"{SCRIPT}:20", 0))
+        for r in (0, 1)
+    }
     f = only(readout.read(observed(tmp_path / "sanitize", ranks)), "shared-write")
     assert f"ranks 0 and 1 both wrote {model} (at {SCRIPT}:88, from step 32)" in f.observed
     assert f.evidence["path"] == model and f.evidence["ranks"] == [0, 1]
@@ -212,15 +297,17 @@ def test_a_torn_or_foreign_file_is_skipped_and_a_check_a_rank_turned_off_is_kept
 
 def test_a_finding_whose_file_the_failure_names_leads_the_report(tmp_path):
     tmp = str(tmp_path / "model.pt.tmp")
-    ranks = {r: {**writes((tmp, "w", f"{SCRIPT}:70", 24)),
-                 **{"epoch-repeats": sampler([111, 111], [0, 0])}} for r in (0, 1)}
+    ranks = {
+        r: {**writes((tmp, "w", f"{SCRIPT}:70", 24)), **{"epoch-repeats": sampler([111, 111], [0, 0])}} for r in (0, 1)
+    }
     report = readout.read(observed(tmp_path / "sanitize", ranks))
     assert [f.check for f in report.findings] == ["epoch-repeats", "shared-write"] and not report.leading
     readout.lead(report, f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp}' -> '{tmp[:-4]}'")
     assert report.leading and [f.check for f in report.findings] == ["shared-write", "epoch-repeats"]
     text = readout.render(report)
-    assert text.splitlines()[0] == ("  sanitizer (ranks 0 and 1, optimizer steps 1-50 watched): the run failed on "
-                                    "what the sanitizer saw")
+    assert text.splitlines()[0] == (
+        "  sanitizer (ranks 0 and 1, optimizer steps 1-50 watched): the run failed on what the sanitizer saw"
+    )
     assert text.splitlines()[1].startswith("  1. [shared-write] ranks 0 and 1 both wrote ")
 
 
@@ -232,4 +319,4 @@ def test_render_is_empty_when_nothing_was_found_and_quotes_the_line_when_there_i
     ranks = {r: {"same-samples": loader([same], where=f"{script}:2")} for r in (0, 1)}
     text = readout.render(readout.read(observed(tmp_path / "sanitize", ranks, seen=12)))
     assert "(ranks 0 and 1, optimizer steps 1-12 watched): 1 DDP mistake seen" in text
-    assert f":2: loader = DataLoader(data, shuffle=True)" in text and "       fix: give the DataLoader" in text
+    assert ":2: loader = DataLoader(data, shuffle=True)" in text and "       fix: give the DataLoader" in text

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 import torch
 
-from ddplab.errors import DdplabError
 from ddplab import ckptfile
+from ddplab.errors import DdplabError
 
 
 def state(step: int) -> dict:
@@ -19,14 +19,21 @@ def state(step: int) -> dict:
     opt = torch.optim.AdamW(model.parameters())
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "epoch": 0,
-            "rng_torch": [torch.get_rng_state()], "rng_cuda": [None], "config": {"lr": 1e-3, "amp": "none"}}
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "step": step,
+        "epoch": 0,
+        "rng_torch": [torch.get_rng_state()],
+        "rng_cuda": [None],
+        "config": {"lr": 1e-3, "amp": "none"},
+    }
 
 
 def test_roundtrip_loads_with_weights_only_and_name_carries_checksum(tmp_path):
     saved = ckptfile.save(tmp_path, state(5), step=5, keep=3)
     assert ckptfile.NAME.match(saved.name)
-    assert saved.name.split("-")[2].removesuffix(".pt") == ckptfile.digest(saved)[:ckptfile.HASH_CHARS]
+    assert saved.name.split("-")[2].removesuffix(".pt") == ckptfile.digest(saved)[: ckptfile.HASH_CHARS]
     # weights_only=True is what load() uses; a plain torch.load with it must accept the file too.
     plain = torch.load(saved, weights_only=True)
     assert plain["step"] == 5 and plain["rng_torch"][0].dtype == torch.uint8
@@ -52,7 +59,7 @@ def test_damaged_latest_falls_back_to_previous_with_warning(tmp_path, damage):
         newest.write_bytes(data[: len(data) // 2])
     else:  # one flipped byte in the middle: the zip still opens, only the checksum can tell
         middle = len(data) // 2
-        newest.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+        newest.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
     warnings = []
     found = ckptfile.latest(tmp_path, warn=warnings.append)
     assert found.step == 10
@@ -70,7 +77,7 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     """weights_only=True: a file carrying an arbitrary object cannot execute it, and is reported, not loaded."""
     evil = tmp_path / "step-00000001-0000000000000000.pt"
     torch.save({"format": ckptfile.FORMAT, "payload": subprocess.Popen}, evil)
-    name = evil.with_name(f"step-00000001-{ckptfile.digest(evil)[:ckptfile.HASH_CHARS]}.pt")
+    name = evil.with_name(f"step-00000001-{ckptfile.digest(evil)[: ckptfile.HASH_CHARS]}.pt")
     evil.rename(name)
     with pytest.raises(ValueError, match="weights_only"):
         ckptfile.load(name)

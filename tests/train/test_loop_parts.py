@@ -38,8 +38,9 @@ def as_written_before(steps_per_epoch: int, stop_at: int, epoch: int, index: int
     return calls
 
 
-@pytest.mark.parametrize("steps_per_epoch, epochs, max_steps", [(5, 3, 0), (5, 3, 7), (5, 3, 10), (1, 4, 0),
-                                                                 (4, 2, 100)])
+@pytest.mark.parametrize(
+    "steps_per_epoch, epochs, max_steps", [(5, 3, 0), (5, 3, 7), (5, 3, 10), (1, 4, 0), (4, 2, 100)]
+)
 @pytest.mark.parametrize("start", [0, 3, 4, 5, 9, 15])
 def test_the_schedule_takes_the_steps_the_loop_took(steps_per_epoch, epochs, max_steps, start):
     planned = steps_per_epoch * epochs
@@ -71,8 +72,7 @@ def checkpoints(monkeypatch, directory: Path | None, every: int = 0, stop=None) 
 
     monkeypatch.setattr(checkpointer, "save", save)
     cfg = SimpleNamespace(checkpoint_path=directory, checkpoint_every=every)
-    return Checkpointer("mlp", cfg, None, None, None, None, None, global_batch=64, steps_per_epoch=4,
-                        stop=stop), saves
+    return Checkpointer("mlp", cfg, None, None, None, None, None, global_batch=64, steps_per_epoch=4, stop=stop), saves
 
 
 def run(ckpt: Checkpointer, steps: int) -> Preempted | None:
@@ -155,16 +155,20 @@ def test_one_optimizer_step_accumulates_without_sync_then_unscales_clips_and_ste
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     monkeypatch.setattr(optimizer, "step", lambda: calls.append("step"))
     monkeypatch.setattr(optimizer, "zero_grad", lambda set_to_none: calls.append("zero_grad"))
-    recipe = SimpleNamespace(lr_at=lambda cfg, step, planned: 0.5 * (1 - step / planned),
-                             loss=lambda model, batch: model(batch).sum())
+    recipe = SimpleNamespace(
+        lr_at=lambda cfg, step, planned: 0.5 * (1 - step / planned), loss=lambda model, batch: model(batch).sum()
+    )
     cfg = SimpleNamespace(grad_accum=3, grad_clip=clip, amp="none")
     model = Model(net, net, optimizer, no_sync, Scaler(calls) if fp16 else None, None)
     batches = [torch.full((2, 3), float(i)) for i in range(6)]
     loss = TrainStep(recipe, cfg, model, torch.device("cpu"), planned=10)(batches, 1, step=4)
 
     scale = ["scale"] if fp16 else []
-    update = (["unscale_"] if fp16 and clip else []) + ([f"clip {clip}"] if clip else []) + \
-        (["scaler.step", "step", "update"] if fp16 else ["step"])
+    update = (
+        (["unscale_"] if fp16 and clip else [])
+        + ([f"clip {clip}"] if clip else [])
+        + (["scaler.step", "step", "update"] if fp16 else ["step"])
+    )
     assert calls == ["no_sync", *scale, "no_sync", *scale, *scale, *update, "zero_grad"]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.3)  # the schedule at step 4 of 10
     assert loss.item() == net(batches[5]).sum().item() and not loss.requires_grad  # the last micro-batch's

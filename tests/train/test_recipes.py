@@ -11,15 +11,27 @@ import sys
 
 import pytest
 import torch
-
 from conftest import cli, kill_tree
+
 from ddplab.recipes import gpt, mlp
 
 TINY = {
     "linear": [],  # the defaults: the convergence claim is about them
     "mlp": ["--samples", "512", "--hidden", "32", "--epochs", "1"],
-    "gpt": ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "16", "--max-steps", "6",
-            "--log-every", "2"],
+    "gpt": [
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--n-head",
+        "2",
+        "--block-size",
+        "16",
+        "--max-steps",
+        "6",
+        "--log-every",
+        "2",
+    ],
 }
 
 
@@ -112,9 +124,14 @@ def test_torchrun_gives_the_same_result_as_ddplab_train(tmp_path, no_leftover_wo
     """`torchrun --nproc-per-node 2 -m ddplab.recipes.linear` and `ddplab train linear --nproc 2` end identical."""
     _, via_ddplab = train("linear", 2)
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
-    proc = subprocess.Popen([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab.recipes.linear",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.Popen(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab.recipes.linear", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     try:
         out, err = proc.communicate(timeout=150)
     finally:
@@ -157,8 +174,12 @@ def test_every_module_of_the_recipes_package_is_the_recipe_it_is_named_after():
 
 @pytest.mark.parametrize("args", [[], ["train"], ["train", "mlp"], ["scale"], ["slurm"]])
 def test_help_lists_recipes_without_importing_torch(args):
-    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "ddplab", *args, "--help"], capture_output=True,
-                         text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ddplab", *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in ran.stderr.splitlines() if line.startswith("import time")}
     assert "rich" in imported or "argparse" in imported  # the trace is there

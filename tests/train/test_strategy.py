@@ -16,7 +16,6 @@ import shutil
 
 import pytest
 import torch
-
 from conftest import cli
 
 FLAGS = ["--samples", "512", "--hidden", "32", "--epochs", "1", "--batch-size", "16", "--log-every", "1"]
@@ -91,8 +90,21 @@ def test_stop_and_resume_equals_the_uninterrupted_run(runs, strategy, tmp_path, 
 def test_checkpoint_of_another_strategy_is_refused_in_one_line(runs, tmp_path):
     directory = tmp_path / "other"
     shutil.copytree(runs["ddp"][0], directory)
-    ran = cli("train", "mlp", "--nproc", "2", *FLAGS, "--strategy", "fsdp", "--checkpoint-dir", str(directory),
-              "--resume", "--epochs", "2", timeout=120)
+    ran = cli(
+        "train",
+        "mlp",
+        "--nproc",
+        "2",
+        *FLAGS,
+        "--strategy",
+        "fsdp",
+        "--checkpoint-dir",
+        str(directory),
+        "--resume",
+        "--epochs",
+        "2",
+        timeout=120,
+    )
     assert ran.code == 2 and "--strategy ddp" in ran.err and "Traceback" not in ran.err, ran.err[-2000:]
 
 
@@ -159,6 +171,11 @@ def test_zero1_with_fused_adamw_resumes_bitwise_with_step_on_the_parameters_devi
     import subprocess
     import sys
 
-    ran = subprocess.run([sys.executable, "-c", ZERO1_RESUME], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ran = subprocess.run(
+        [sys.executable, "-c", ZERO1_RESUME],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert ran.returncode == 0 and ran.stdout.startswith("ok"), ran.stderr[-3000:]

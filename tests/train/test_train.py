@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 import torch
-
 from conftest import cli, refused
+
 from ddplab.recipes import gpt, mlp
 from ddplab.train.data import ShardedBatches
 from ddplab.train.loop import fit
@@ -153,11 +153,25 @@ def test_gpt_checkpoint_of_another_vocabulary_is_refused_by_the_workers(tmp_path
     (tmp_path / "b.txt").write_text("xyz " * 400)
     ck = str(tmp_path / "ck")
     # The first run in this process: a real one-rank gloo group, quicker than starting workers.
-    first = gpt.Config(n_layer=1, n_embd=16, n_head=2, block_size=8, max_steps=2, text=str(tmp_path / "a.txt"),
-                       checkpoint_dir=ck)
+    first = gpt.Config(
+        n_layer=1, n_embd=16, n_head=2, block_size=8, max_steps=2, text=str(tmp_path / "a.txt"), checkpoint_dir=ck
+    )
     assert fit(gpt.RECIPE, first, events=True).steps == 2
-    ran = cli("train", "gpt", "--nproc", "1", *flags, "--text", str(tmp_path / "b.txt"), "--checkpoint-dir", ck,
-              "--resume", "--max-steps", "4", timeout=150)
+    ran = cli(
+        "train",
+        "gpt",
+        "--nproc",
+        "1",
+        *flags,
+        "--text",
+        str(tmp_path / "b.txt"),
+        "--checkpoint-dir",
+        ck,
+        "--resume",
+        "--max-steps",
+        "4",
+        timeout=150,
+    )
     assert ran.code == 2, ran.err
     assert "another shape" in ran.err and "Traceback" not in ran.err
     assert [line for line in ran.err.splitlines() if "error" in line][0].startswith("ddplab train: error: checkpoint")
@@ -179,16 +193,22 @@ def test_bad_checkpoint_directories_are_one_line_errors(tmp_path, capsys):
     assert "holds no checkpoint" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nosuch"], "invalid choice: 'nosuch'"),
-    (["linear", "--nproc", "0"], "--nproc 0: need at least 1 rank"),
-    (["gpt", "--text", "/no/such/file.txt"], "--text /no/such/file.txt: no such file"),
-    (["mlp", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
-    (["linear", "--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a GPU"),
-    (["gpt", "--n-embd", "30", "--n-head", "4"], "not divisible by --n-head"),
-    pytest.param(["linear", "--nproc", "2", "--epochs", "0"], "--epochs 0: must be at least 1",  # an early-started
-                 marks=pytest.mark.e2e),  # agent ends: the CLI's commands are found by name, out of conftest's sight
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nosuch"], "invalid choice: 'nosuch'"),
+        (["linear", "--nproc", "0"], "--nproc 0: need at least 1 rank"),
+        (["gpt", "--text", "/no/such/file.txt"], "--text /no/such/file.txt: no such file"),
+        (["mlp", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
+        (["linear", "--amp", "fp16", "--device", "cpu"], "--amp fp16 needs a GPU"),
+        (["gpt", "--n-embd", "30", "--n-head", "4"], "not divisible by --n-head"),
+        pytest.param(
+            ["linear", "--nproc", "2", "--epochs", "0"],
+            "--epochs 0: must be at least 1",  # an early-started
+            marks=pytest.mark.e2e,
+        ),  # agent ends: the CLI's commands are found by name, out of conftest's sight
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, message, capsys, no_leftover_workers):
     assert message in refused(capsys, "train", *args)
 
@@ -197,13 +217,24 @@ def test_bad_input_in_a_real_process_is_one_line():
     ran = cli("train", "gpt", "--nproc", "2", "--text", "/no/such/file.txt")
     assert ran.code == 2 and ran.err.strip().splitlines() == [
         "ddplab train: error: --text /no/such/file.txt: no such file: pass a UTF-8 text file, or omit --text to use "
-        "the bundled stories"]
+        "the bundled stories"
+    ]
 
 
 def test_idle_and_slow_ranks_are_warned_about():
     def rank(r, samples, step_ms, comm_ms):
-        return RankStats(rank=r, samples=samples, steps=10 if samples else 0, step_ms=step_ms, comm_wait_ms=comm_ms,
-                         cpu_percent=90, gpu_util_percent=None, peak_memory_mb=300, final_loss=1.0, digest="x")
+        return RankStats(
+            rank=r,
+            samples=samples,
+            steps=10 if samples else 0,
+            step_ms=step_ms,
+            comm_wait_ms=comm_ms,
+            cpu_percent=90,
+            gpu_util_percent=None,
+            peak_memory_mb=300,
+            final_loss=1.0,
+            digest="x",
+        )
 
     even = [rank(0, 320, 4.0, 2.0), rank(1, 320, 4.0, 2.1), rank(2, 320, 4.0, 1.9)]
     assert rank_warnings(even) == []
@@ -216,8 +247,16 @@ def test_idle_and_slow_ranks_are_warned_about():
 
 
 def test_a_crashing_rank_fails_the_run_naming_it(tmp_path, no_leftover_workers):
-    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", timeout=150,
-              env={"DDPLAB_FAULT": "crash:1:train.log", "TMPDIR": str(tmp_path)})
+    ran = cli(
+        "train",
+        "linear",
+        "--nproc",
+        "2",
+        "--epochs",
+        "1",
+        timeout=150,
+        env={"DDPLAB_FAULT": "crash:1:train.log", "TMPDIR": str(tmp_path)},
+    )
     assert ran.code == 1, ran.err
     assert "rank 1 failed" in ran.out and "injected crash on rank 1 at train.log" in ran.out
     # Of the run's folder only the ranks' whole output is left, and the result says where, in one line.
@@ -230,8 +269,19 @@ def test_a_crashing_rank_fails_the_run_naming_it(tmp_path, no_leftover_workers):
 @pytest.mark.slow
 def test_a_hanging_rank_is_reported_with_its_stack_exit_3(tmp_path, no_leftover_workers):
     # 15 s: under a loaded machine rank 1's own setup (before the planted hang) once took more than 8 s
-    ran = cli("train", "linear", "--nproc", "2", "--epochs", "1", "--stall-timeout", "15", "--json",
-              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=150)  # its logs stay there
+    ran = cli(
+        "train",
+        "linear",
+        "--nproc",
+        "2",
+        "--epochs",
+        "1",
+        "--stall-timeout",
+        "15",
+        "--json",
+        env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)},
+        timeout=150,
+    )  # its logs stay there
     assert ran.code == 3, ran.err
     failure = ran.json()
     assert failure["status"] == "hang" and "no rank made progress for 15s" in failure["summary"]
@@ -240,7 +290,7 @@ def test_a_hanging_rank_is_reported_with_its_stack_exit_3(tmp_path, no_leftover_
 
 def test_bucket_size_and_fp16_gradient_compression_still_converge(no_leftover_workers):
     """The knobs `ddplab scale --try-advice` turns: DDP's bucket_cap_mb and a 16-bit compression comm hook."""
-    from conftest import cli, refused
+    from conftest import cli
 
     ran = cli("train", "linear", "--nproc", "2", "--comm-hook", "fp16", "--bucket-cap-mb", "0.5", "--json")
     assert ran.code == 0, ran.err
@@ -250,7 +300,7 @@ def test_bucket_size_and_fp16_gradient_compression_still_converge(no_leftover_wo
 
 
 def test_bf16_compression_needs_nccl():
-    from conftest import cli, refused
+    from conftest import cli
 
     ran = cli("train", "linear", "--device", "cpu", "--comm-hook", "bf16")
     assert ran.code == 2 and "needs NCCL" in ran.err and len(ran.err.strip().splitlines()) == 1
@@ -289,9 +339,13 @@ def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
     from ddplab.flight import reader as flight
     from ddplab.launcher import local
 
-    ran = subprocess.run([sys.executable, "-c", TORCH_DUMP, str(tmp_path / f"{local.TORCH_DUMP_PREFIX}0")],
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "16", "OMP_NUM_THREADS": "1"})
+    ran = subprocess.run(
+        [sys.executable, "-c", TORCH_DUMP, str(tmp_path / f"{local.TORCH_DUMP_PREFIX}0")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "16", "OMP_NUM_THREADS": "1"},
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     # A file that names a function would run it when unpickled: refused, not read.
     (tmp_path / f"{local.TORCH_DUMP_PREFIX}1").write_bytes(pickle.dumps(os.getcwd))
@@ -307,8 +361,18 @@ def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
 def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(tmp_path, no_leftover_workers):
     """Before: the process group's 60 s timeout ended the run first, and gloo's message ("[/.../unbound_buffer.cc:78]")
     was printed as rich markup: a MarkupError traceback. Now the group waits longer than the stall timeout."""
-    ran = cli("train", "mlp", "--nproc", "2", "--stall-timeout", "70", "--epochs", "1",
-              env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)}, timeout=240)
+    ran = cli(
+        "train",
+        "mlp",
+        "--nproc",
+        "2",
+        "--stall-timeout",
+        "70",
+        "--epochs",
+        "1",
+        env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)},
+        timeout=240,
+    )
     assert ran.code == 3, ran.err[-3000:]
     assert ran.out.startswith("TIMEOUT") and "no rank made progress for 70s" in ran.out
     assert "Traceback" not in ran.err and "MarkupError" not in ran.err + ran.out

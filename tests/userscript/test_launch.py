@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import cli
+
 from ddplab.ports import free_port
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -59,8 +59,23 @@ def test_correct_script_as_module_on_a_busy_port(tmp_path, busy_port):
 
     port = busy_port
     logs = tmp_path / "logs"
-    ran = cli("launch", "--json", "--nproc", "2", "--master-port", str(port), "--log-dir", str(logs),
-              "--hang-timeout", "0", "-m", "good_ddp", str(tmp_path / "model.pt"), cwd=SCRIPTS, timeout=150)
+    ran = cli(
+        "launch",
+        "--json",
+        "--nproc",
+        "2",
+        "--master-port",
+        str(port),
+        "--log-dir",
+        str(logs),
+        "--hang-timeout",
+        "0",
+        "-m",
+        "good_ddp",
+        str(tmp_path / "model.pt"),
+        cwd=SCRIPTS,
+        timeout=150,
+    )
     assert ran.code == 0, ran.err[-3000:]
     result = ran.json()
     assert result["status"] == "ok" and result["nproc_per_node"] == 2
@@ -91,16 +106,17 @@ def test_a_run_that_passed_leaves_nothing_in_tmp_and_runs_two_ranks_by_default(t
 
 
 def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
-    ran = cli("launch", "--nproc-per-node", "2", "--log-dir", str(tmp_path), str(SCRIPTS / "crash_ddp.py"),
-              timeout=150)
+    ran = cli("launch", "--nproc-per-node", "2", "--log-dir", str(tmp_path), str(SCRIPTS / "crash_ddp.py"), timeout=150)
     assert ran.code == 1, ran.err[-3000:]
     out = ran.out
     line = " ".join(out.split())
-    assert "rank 1 failed first (exit code 1: it raised an exception; the Python traceback in its output says " \
-           "why): RuntimeError: Error(s) in loading state_dict" in line
+    assert (
+        "rank 1 failed first (exit code 1: it raised an exception; the Python traceback in its output says "
+        "why): RuntimeError: Error(s) in loading state_dict" in line
+    )
     assert out.index("failed first") < out.index('Unexpected key(s) in state_dict: "module.weight"')
     assert 'Unexpected key(s) in state_dict: "module.weight"' in out  # the traceback tail
-    diagnosis = out[out.index("diagnosis"):]
+    diagnosis = out[out.index("diagnosis") :]
     assert "[module-prefix]" in diagnosis.split("\n")[1] and "(root cause)" in diagnosis.split("\n")[1]
     assert out.strip().splitlines()[-1].strip() == f"logs: {tmp_path}"  # a folder `ddplab explain` reads
     rank_log = next(tmp_path.glob("*/attempt_0/1/stderr.log")).read_text()
@@ -118,8 +134,17 @@ def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
 def test_hang_is_found_explained_and_ended(tmp_path):
     """The script sets MASTER_PORT itself: every rank waits in init_process_group for a rendezvous nobody serves."""
     timeout = 12
-    ran = cli("launch", "--nproc-per-node", "2", "--hang-timeout", str(timeout), "--log-dir", str(tmp_path),
-              str(SCRIPTS / "master_port.py"), timeout=120)
+    ran = cli(
+        "launch",
+        "--nproc-per-node",
+        "2",
+        "--hang-timeout",
+        str(timeout),
+        "--log-dir",
+        str(tmp_path),
+        str(SCRIPTS / "master_port.py"),
+        timeout=120,
+    )
     assert ran.code == 3, ran.err[-3000:]
     assert ran.seconds < timeout + 20, f"took {ran.seconds:.1f}s"  # start-up on a loaded 2-core machine counts
     text = " ".join(ran.out.split())
@@ -142,13 +167,16 @@ def test_nccl_with_more_processes_than_gpus_stops_before_starting():
     assert_nothing_left("nccl_only.py")
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--nproc", "2", "no_such_script.py"], "no such file"),
-    (["--nproc", "2", str(SCRIPTS)], "is a folder: pass the training script's path"),
-    (["--hang-timeout", "-1", str(SCRIPTS / "good_ddp.py")], "--hang-timeout"),
-    (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
-    (["--nnodes", "2:1", str(SCRIPTS / "good_ddp.py")], "torchrun refuses these options: min_nodes"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--nproc", "2", "no_such_script.py"], "no such file"),
+        (["--nproc", "2", str(SCRIPTS)], "is a folder: pass the training script's path"),
+        (["--hang-timeout", "-1", str(SCRIPTS / "good_ddp.py")], "--hang-timeout"),
+        (["--nproc-per-node", "two", str(SCRIPTS / "good_ddp.py")], "--nproc-per-node"),
+        (["--nnodes", "2:1", str(SCRIPTS / "good_ddp.py")], "torchrun refuses these options: min_nodes"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, says, tmp_path, no_leftover_workers):
     """The agent starts before the options are read (it imports torch meanwhile): bad input ends it, and its
     folder, at once."""
@@ -169,8 +197,16 @@ def test_help_lists_torchruns_options_and_ours():
 def test_a_rank_that_aborts_in_cpp_is_the_root_cause_not_its_peers_reset(tmp_path):
     """gloo's size mismatch: one rank aborts (exit -6, C++ what()), the other sees its connection reset. The root
     cause is the one that aborted, named with its signal's meaning and the mismatch (issue #16)."""
-    ran = cli("launch", "--json", "--nproc-per-node", "2", "--log-dir", str(tmp_path),
-              str(SCRIPTS / "gloo_size_mismatch.py"), timeout=150)
+    ran = cli(
+        "launch",
+        "--json",
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        str(tmp_path),
+        str(SCRIPTS / "gloo_size_mismatch.py"),
+        timeout=150,
+    )
     assert ran.code == 1, ran.err[-3000:]
     result = ran.json()
     aborted = [r for r in result["ranks"] if r["exitcode"] == -6]
@@ -221,8 +257,16 @@ def test_rank0_evaluation_in_text(tmp_path):
 
 
 def test_a_plain_crash_after_the_collectives_sends_nobody_to_stacks_not_shown(tmp_path):
-    ran = cli("launch", *own_port(), "--json", "--no-lint", "--log-dir", str(tmp_path),
-              str(SCRIPTS / "crash_after_collectives.py"), timeout=150)
+    ran = cli(
+        "launch",
+        *own_port(),
+        "--json",
+        "--no-lint",
+        "--log-dir",
+        str(tmp_path),
+        str(SCRIPTS / "crash_after_collectives.py"),
+        timeout=150,
+    )
     assert ran.code == 1, ran.err[-3000:]
     result = ran.json()
     assert result["root_cause"] == 1 and result["cause"] is None  # a plain crash: its own error is the cause
@@ -235,8 +279,17 @@ def test_a_plain_crash_after_the_collectives_sends_nobody_to_stacks_not_shown(tm
 
 def test_a_silent_busy_step_longer_than_the_hang_timeout_is_not_a_hang(tmp_path):
     """Silence alone never fires: the ranks compute without printing for 4x the timeout, and the run passes."""
-    ran = cli("launch", *own_port(), "--hang-timeout", "3", "--log-dir", str(tmp_path), str(SCRIPTS / "silent_busy.py"),
-              "12", timeout=150)
+    ran = cli(
+        "launch",
+        *own_port(),
+        "--hang-timeout",
+        "3",
+        "--log-dir",
+        str(tmp_path),
+        str(SCRIPTS / "silent_busy.py"),
+        "12",
+        timeout=150,
+    )
     assert ran.code == 0, ran.out[-3000:] + ran.err[-3000:]
     assert "rank 0: done" in ran.out and "rank 1: done" in ran.out
     assert_nothing_left("silent_busy.py")
@@ -245,8 +298,17 @@ def test_a_silent_busy_step_longer_than_the_hang_timeout_is_not_a_hang(tmp_path)
 def test_a_silent_loop_of_collectives_is_not_a_hang(tmp_path):
     """The ranks sit in all_reduce at the same line at nearly every look, CPU busy, printing nothing for 5x the
     timeout: the Flight Recorder's sequence numbers move between looks, so it is progress, and the run passes."""
-    ran = cli("launch", *own_port(), "--hang-timeout", "3", "--log-dir", str(tmp_path),
-              str(SCRIPTS / "silent_collectives.py"), "15", timeout=150)
+    ran = cli(
+        "launch",
+        *own_port(),
+        "--hang-timeout",
+        "3",
+        "--log-dir",
+        str(tmp_path),
+        str(SCRIPTS / "silent_collectives.py"),
+        "15",
+        timeout=150,
+    )
     assert ran.code == 0, ran.out[-3000:] + ran.err[-3000:]
     assert "rank 0: done after" in ran.out and "rank 1: done after" in ran.out
     assert_nothing_left("silent_collectives.py")

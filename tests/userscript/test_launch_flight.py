@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cli
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -83,8 +82,14 @@ def test_ranks_that_all_reduce_different_sizes(tmp_path, no_leftover_workers):
     assert report["kind"] == "aborted" and (report["seq"], report["op"]) == (4, "all_reduce"), report
     assert report["verdict"].startswith(f"rank {aborted} aborted in all_reduce #4")
     other = 1 - aborted
-    collective(report["ranks"][other], "last_started", "all_reduce", 4,
-               "float32[1024]" if other == 0 else "float32[10]", "failed")
+    collective(
+        report["ranks"][other],
+        "last_started",
+        "all_reduce",
+        4,
+        "float32[1024]" if other == 0 else "float32[10]",
+        "failed",
+    )
 
 
 def test_ranks_that_outlive_a_crashed_one_leave_their_record(tmp_path, no_leftover_workers):

@@ -13,27 +13,40 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import kill_tree
+
 from ddplab.ports import free_port
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 HEAVY = ("torch", "numpy")
 # The CLI as `python -m ddplab` runs it, writing at exit which of HEAVY it had loaded.
-CLI = ("import atexit, json, os, sys\n"
-       f"atexit.register(lambda: open(os.environ['LOADED_AT_EXIT'], 'w').write(json.dumps(sorted(m for m in {HEAVY!r} "
-       "if m in sys.modules))))\n"
-       "from ddplab.cli import main\n"
-       "sys.exit(main(sys.argv[1:]))\n")
+CLI = (
+    "import atexit, json, os, sys\n"
+    f"atexit.register(lambda: open(os.environ['LOADED_AT_EXIT'], 'w').write(json.dumps(sorted(m for m in {HEAVY!r} "
+    "if m in sys.modules))))\n"
+    "from ddplab.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 def launch_loads(tmp_path: Path, *args: str, timeout: float = 150) -> tuple[int, list[str], str]:
     """(exit code, the HEAVY modules the CLI process had loaded when it exited, its stderr)."""
     loaded = tmp_path / "loaded.json"
-    env = {**os.environ, "NO_COLOR": "1", "LOADED_AT_EXIT": str(loaded), "TMPDIR": str(tmp_path),
-           "PET_MASTER_PORT": str(free_port())}
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "launch", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "LOADED_AT_EXIT": str(loaded),
+        "TMPDIR": str(tmp_path),
+        "PET_MASTER_PORT": str(free_port()),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, "launch", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -53,8 +66,10 @@ def test_a_run_that_passes_never_imports_torch_in_the_cli(tmp_path, no_leftover_
 def test_bad_options_are_refused_without_torch_in_the_cli(tmp_path, no_leftover_workers):
     """The parse (an unknown value) and torchrun's own checks of the values (min > max nodes) happen in the agent:
     still one line, exit 2."""
-    for args, says in ((["--nproc-per-node", "two"], "--nproc-per-node"),
-                       (["--nnodes", "2:1"], "torchrun refuses these options: min_nodes")):
+    for args, says in (
+        (["--nproc-per-node", "two"], "--nproc-per-node"),
+        (["--nnodes", "2:1"], "torchrun refuses these options: min_nodes"),
+    ):
         code, loaded, err = launch_loads(tmp_path, *args, str(SCRIPTS / "good_ddp.py"), timeout=60)
         assert code == 2 and says in err and "Traceback" not in err, err[-3000:]
         assert loaded == [], f"the launch CLI imported {loaded}"
@@ -63,8 +78,13 @@ def test_bad_options_are_refused_without_torch_in_the_cli(tmp_path, no_leftover_
 def test_help_after_options_is_the_agents_parser_help(tmp_path, no_leftover_workers):
     """--help among other options goes through torchrun's parser in the agent: its text on stdout, exit 0."""
     loaded = tmp_path / "loaded.json"
-    ran = subprocess.run([sys.executable, "-c", CLI, "launch", "--nproc-per-node", "2", "--help"], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "LOADED_AT_EXIT": str(loaded)})
+    ran = subprocess.run(
+        [sys.executable, "-c", CLI, "launch", "--nproc-per-node", "2", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LOADED_AT_EXIT": str(loaded)},
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "--rdzv-endpoint" in ran.stdout and "--hang-timeout" in ran.stdout
     assert json.loads(loaded.read_text()) == []
@@ -73,10 +93,12 @@ def test_help_after_options_is_the_agents_parser_help(tmp_path, no_leftover_work
 def test_the_torch_build_is_read_without_importing_torch():
     """envinfo.cuda_possible (the launch CLI's answer to "could there be a GPU?") reads torch.version's cuda and hip
     from torch/version.py as text; they must be what torch.version says once imported."""
-    code = ("import sys; from ddplab import envinfo; fields = envinfo.torch_build_fields(); "
-            "possible = envinfo.cuda_possible(); assert 'torch' not in sys.modules; import torch; "
-            "print(fields == {'cuda': torch.version.cuda, 'hip': torch.version.hip}, possible, "
-            "torch.cuda.is_available())")
+    code = (
+        "import sys; from ddplab import envinfo; fields = envinfo.torch_build_fields(); "
+        "possible = envinfo.cuda_possible(); assert 'torch' not in sys.modules; import torch; "
+        "print(fields == {'cuda': torch.version.cuda, 'hip': torch.version.hip}, possible, "
+        "torch.cuda.is_available())"
+    )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr[-3000:]
     same, possible, available = ran.stdout.split()

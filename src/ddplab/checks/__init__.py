@@ -40,4 +40,5 @@ def unsupported(error: Exception) -> bool:
     """Whether an exception from a collective means "this backend lacks it" rather than "it went wrong"."""
     text = str(error).lower()
     return isinstance(error, (Skip, NotImplementedError)) or any(
-        k in text for k in ("not support", "unsupported", "cannot use", "not implemented"))
+        k in text for k in ("not support", "unsupported", "cannot use", "not implemented")
+    )

@@ -49,6 +49,7 @@ def _all_reduce(op_name: str):
             want = torch.stack([((i + r) % 2 + 1).float() for r in range(n)]).prod(0)
         dist.all_reduce(feed(x), op=op)
         return _wrong(x, want, exact=op_name != "avg")
+
     return run
 
 
@@ -143,9 +144,16 @@ def summarize(per_rank: list[dict], seconds: float) -> StageResult:
     details = {"wrong": {n: wrong[n] for n in ran}, "skipped": skipped, "elements": per_rank[0]["count"]}
     if total_wrong:
         bad = ", ".join(f"{n} ({wrong[n]})" for n in ran if wrong[n])
-        return StageResult("collectives", FAIL, seconds, figure, f"wrong results from {bad}",
-                           "results differ between ranks: check NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to isolate a "
-                           "broken transport, and the driver/NCCL versions in `ddplab env`", details)
+        return StageResult(
+            "collectives",
+            FAIL,
+            seconds,
+            figure,
+            f"wrong results from {bad}",
+            "results differ between ranks: check NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to isolate a "
+            "broken transport, and the driver/NCCL versions in `ddplab env`",
+            details,
+        )
     if not ran:
         return StageResult("collectives", SKIP, seconds, figure, "the backend ran none of the collectives", "", details)
     return StageResult("collectives", PASS, seconds, figure, details=details)

@@ -52,8 +52,9 @@ def _ipv4(name: str) -> list[str]:
 
 def _local_addresses() -> dict[str, str]:
     """IPv4 address -> interface name."""
-    return {a.address: name for name, addrs in psutil.net_if_addrs().items() for a in addrs
-            if a.family == socket.AF_INET}
+    return {
+        a.address: name for name, addrs in psutil.net_if_addrs().items() for a in addrs if a.family == socket.AF_INET
+    }
 
 
 def _is_loopback(addr: str) -> bool:
@@ -111,48 +112,79 @@ def local_findings(me: Local, environ=None) -> list[Finding]:
 
     # the loopback trap
     if not own:
-        found.append(Finding("warn" if me.sets_interface else "fail",
-                             f"{me.label()}: hostname {me.hostname!r} does not resolve on this node: gloo's default "
-                             "device and torchrun name this machine by it",
-                             f"add '{nodes.local_addr} {me.hostname}' to /etc/hosts, or export "
-                             f"GLOO_SOCKET_IFNAME={route_if}"))
+        found.append(
+            Finding(
+                "warn" if me.sets_interface else "fail",
+                f"{me.label()}: hostname {me.hostname!r} does not resolve on this node: gloo's default "
+                "device and torchrun name this machine by it",
+                f"add '{nodes.local_addr} {me.hostname}' to /etc/hosts, or export GLOO_SOCKET_IFNAME={route_if}",
+            )
+        )
     elif all(_is_loopback(a) for a in own):
         set_vars = [v for v, _ in IFNAME_VARS if env.get(v)]
         level = "warn" if me.sets_interface or "GLOO_SOCKET_IFNAME" in set_vars else "fail"
-        why = ("ddplab's own ranks get GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME set, but a script started by another "
-               "launcher would advertise it" if me.sets_interface else
-               "gloo advertises that address to the other nodes (they then connect to themselves) and the run hangs "
-               "or fails at the first collective")
-        found.append(Finding(level, f"{me.label()}: hostname {me.hostname!r} resolves to loopback "
-                                    f"{', '.join(own)} (/etc/hosts): {why}",
-                             f"on this node: export GLOO_SOCKET_IFNAME={route_if} NCCL_SOCKET_IFNAME={route_if}, or "
-                             f"map {me.hostname} to {nodes.local_addr} in /etc/hosts"))
+        why = (
+            "ddplab's own ranks get GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME set, but a script started by another "
+            "launcher would advertise it"
+            if me.sets_interface
+            else "gloo advertises that address to the other nodes (they then connect to themselves) and the run hangs "
+            "or fails at the first collective"
+        )
+        found.append(
+            Finding(
+                level,
+                f"{me.label()}: hostname {me.hostname!r} resolves to loopback {', '.join(own)} (/etc/hosts): {why}",
+                f"on this node: export GLOO_SOCKET_IFNAME={route_if} NCCL_SOCKET_IFNAME={route_if}, or "
+                f"map {me.hostname} to {nodes.local_addr} in /etc/hosts",
+            )
+        )
     elif not me.sets_interface and not chosen and not any(a in mine for a in own):
-        found.append(Finding("fail", f"{me.label()}: hostname {me.hostname!r} resolves to {', '.join(own)}, which "
-                                     "is not an address of this machine (a stale /etc/hosts entry): gloo cannot "
-                                     "bind it",
-                             f"map {me.hostname} to {nodes.local_addr} in /etc/hosts, or export "
-                             f"GLOO_SOCKET_IFNAME={route_if}"))
+        found.append(
+            Finding(
+                "fail",
+                f"{me.label()}: hostname {me.hostname!r} resolves to {', '.join(own)}, which "
+                "is not an address of this machine (a stale /etc/hosts entry): gloo cannot "
+                "bind it",
+                f"map {me.hostname} to {nodes.local_addr} in /etc/hosts, or export GLOO_SOCKET_IFNAME={route_if}",
+            )
+        )
 
     # who hosts the store
     host_addrs = _ipv4(nodes.host)
     here = [a for a in host_addrs if a in mine and not _is_loopback(a)]
     if me.rdzv_backend == "c10d":
         if me.is_host and not here and not all(_is_loopback(a) for a in host_addrs):
-            found.append(Finding("fail", f"{me.label()} would serve the rendezvous store, but --rdzv-endpoint "
-                                         f"{nodes.host} ({', '.join(host_addrs) or 'unresolved'}) is not an address "
-                                         "of this machine: the store is served where nobody looks for it",
-                                 f"run --node-rank 0 on the machine at {nodes.host}, and another --node-rank here"
-                                 if me.node_rank is not None else
-                                 f"drop is_host from --rdzv-conf here; start the node at {nodes.host} too"))
+            found.append(
+                Finding(
+                    "fail",
+                    f"{me.label()} would serve the rendezvous store, but --rdzv-endpoint "
+                    f"{nodes.host} ({', '.join(host_addrs) or 'unresolved'}) is not an address "
+                    "of this machine: the store is served where nobody looks for it",
+                    f"run --node-rank 0 on the machine at {nodes.host}, and another --node-rank here"
+                    if me.node_rank is not None
+                    else f"drop is_host from --rdzv-conf here; start the node at {nodes.host} too",
+                )
+            )
         elif here and not me.is_host:
-            fix = ("give this machine --node-rank 0 (it hosts the store), and the others 1.." if me.node_rank is not None
-                   else "add --rdzv-conf is_host=1 on this node, or give its hostname in --rdzv-endpoint on every node")
-            why = ("" if me.node_rank is not None else
-                   f": torch decides by hostname ({me.hostname} -> {', '.join(own) or 'unresolved'}) which node hosts "
-                   f"it, and {nodes.host} does not match")
-            found.append(Finding("fail", f"{me.label()}: --rdzv-endpoint {nodes.host} is this machine, but it will "
-                                         f"not serve the rendezvous store{why}; every node would wait for it", fix))
+            fix = (
+                "give this machine --node-rank 0 (it hosts the store), and the others 1.."
+                if me.node_rank is not None
+                else "add --rdzv-conf is_host=1 on this node, or give its hostname in --rdzv-endpoint on every node"
+            )
+            why = (
+                ""
+                if me.node_rank is not None
+                else f": torch decides by hostname ({me.hostname} -> {', '.join(own) or 'unresolved'}) which node hosts "
+                f"it, and {nodes.host} does not match"
+            )
+            found.append(
+                Finding(
+                    "fail",
+                    f"{me.label()}: --rdzv-endpoint {nodes.host} is this machine, but it will "
+                    f"not serve the rendezvous store{why}; every node would wait for it",
+                    fix,
+                )
+            )
 
     found += _interface_findings(me, env, mine)
     found += _stale_environment(me, env, host_addrs)
@@ -186,28 +218,42 @@ def _interface_findings(me: Local, env, mine: dict[str, str]) -> list[Finding]:
         if not used:
             continue  # nothing here matches: preflight's own finding names it
         stats = psutil.net_if_addrs()
-        reaching = [n for n in used if n == route_if or any(
-            a.family == socket.AF_INET and a.netmask and
-            target in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False) for a in stats.get(n, []))]
+        reaching = [
+            n
+            for n in used
+            if n == route_if
+            or any(
+                a.family == socket.AF_INET
+                and a.netmask
+                and target in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False)
+                for a in stats.get(n, [])
+            )
+        ]
         if reaching:
             continue
         running = library == me.backend or (not me.backend and library == "gloo")
         addrs = [a.address for n in used for a in stats.get(n, []) if a.family == socket.AF_INET]
-        found.append(Finding("fail" if running else "warn",
-                             f"{me.label()}: {var}={value} selects {', '.join(used)} "
-                             f"({', '.join(addrs) or 'no IPv4 address'}), which does not reach {me.nodes.host}: the "
-                             f"route there goes through {route_if}; {library} would advertise an address the other "
-                             "nodes cannot connect to",
-                             f"on this node: export {var}={route_if}"))
+        found.append(
+            Finding(
+                "fail" if running else "warn",
+                f"{me.label()}: {var}={value} selects {', '.join(used)} "
+                f"({', '.join(addrs) or 'no IPv4 address'}), which does not reach {me.nodes.host}: the "
+                f"route there goes through {route_if}; {library} would advertise an address the other "
+                "nodes cannot connect to",
+                f"on this node: export {var}={route_if}",
+            )
+        )
     return found
 
 
 def _stale_environment(me: Local, env, host_addrs: list[str]) -> list[Finding]:
     """Launcher variables left in the shell that disagree with the flags: scripts and other launchers read them."""
     found, label = [], me.label()
-    checks = [("NODE_RANK", str(me.node_rank) if me.node_rank is not None else None, "--node-rank"),
-              ("MASTER_PORT", str(me.nodes.port), "--rdzv-endpoint's port"),
-              ("MASTER_ADDR", None, "--rdzv-endpoint's host")]
+    checks = [
+        ("NODE_RANK", str(me.node_rank) if me.node_rank is not None else None, "--node-rank"),
+        ("MASTER_PORT", str(me.nodes.port), "--rdzv-endpoint's port"),
+        ("MASTER_ADDR", None, "--rdzv-endpoint's host"),
+    ]
     for var, expected, flag in checks:
         value = env.get(var)
         if value is None or value == "":
@@ -219,10 +265,15 @@ def _stale_environment(me: Local, env, host_addrs: list[str]) -> list[Finding]:
             continue
         # torchrun overwrites it in every rank's environment (its agent sets MASTER_*; NODE_RANK it never reads), so
         # the run itself starts; a script or launcher that reads it from the shell (Lightning reads NODE_RANK) does not
-        found.append(Finding("warn", f"{label}: {var}={value} in the environment disagrees with {flag} "
-                                     f"({expected or me.nodes.host}): torchrun's ranks get their own, but a script "
-                                     f"or launcher that reads {var} from this shell joins the wrong node or port",
-                             f"on this node: unset {var} (or export {var}={expected or me.nodes.host})"))
+        found.append(
+            Finding(
+                "warn",
+                f"{label}: {var}={value} in the environment disagrees with {flag} "
+                f"({expected or me.nodes.host}): torchrun's ranks get their own, but a script "
+                f"or launcher that reads {var} from this shell joins the wrong node or port",
+                f"on this node: unset {var} (or export {var}={expected or me.nodes.host})",
+            )
+        )
     return found
 
 
@@ -248,14 +299,18 @@ def probe_store(me: Local, wait: float, say=None) -> Finding | None:
         if not refused and now - unanswered_since >= UNANSWERED_S:
             return _unanswered(me, err, now - start)
         if now - start >= wait:
-            return Finding("fail", f"{me.label()}: nothing listens on {nodes.host}:{nodes.port} after {wait:.0f} s "
-                                   "(connection refused): node 0 is not running, or --rdzv-endpoint names another "
-                                   "machine or port",
-                           f"start node 0 (the machine at {nodes.host}) with the same --rdzv-endpoint "
-                           f"{nodes.host}:{nodes.port}")
+            return Finding(
+                "fail",
+                f"{me.label()}: nothing listens on {nodes.host}:{nodes.port} after {wait:.0f} s "
+                "(connection refused): node 0 is not running, or --rdzv-endpoint names another "
+                "machine or port",
+                f"start node 0 (the machine at {nodes.host}) with the same --rdzv-endpoint {nodes.host}:{nodes.port}",
+            )
         if say and not said:
-            say(f"waiting for the rendezvous store on {nodes.host}:{nodes.port} "
-                f"({'connection refused: node 0 not started yet?' if refused else socket_error_text(err)})")
+            say(
+                f"waiting for the rendezvous store on {nodes.host}:{nodes.port} "
+                f"({'connection refused: node 0 not started yet?' if refused else socket_error_text(err)})"
+            )
             said = True
         time.sleep(0.5 if refused else 0.2)
 
@@ -271,11 +326,16 @@ def _unanswered(me: Local, err: OSError, seconds: float) -> Finding:
     if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
         what = f"no host answers at {nodes.host} ({err.strerror}, for {seconds:.0f} s)"
     else:  # a silent drop: connect gets neither an answer nor a refusal
-        what = (f"{nodes.host}:{nodes.port} gives no answer at all (each connect timed out after {CONNECT_S:.0f} s, "
-                f"for {seconds:.0f} s): a firewall or security group drops the port, or no machine has that address")
-    return Finding("fail", f"{me.label()}: cannot reach the rendezvous store: {what}",
-                   f"check --rdzv-endpoint (node 0's address as this node reaches it) and open TCP port {nodes.port} "
-                   "and the ephemeral ports between the nodes")
+        what = (
+            f"{nodes.host}:{nodes.port} gives no answer at all (each connect timed out after {CONNECT_S:.0f} s, "
+            f"for {seconds:.0f} s): a firewall or security group drops the port, or no machine has that address"
+        )
+    return Finding(
+        "fail",
+        f"{me.label()}: cannot reach the rendezvous store: {what}",
+        f"check --rdzv-endpoint (node 0's address as this node reaches it) and open TCP port {nodes.port} "
+        "and the ephemeral ports between the nodes",
+    )
 
 
 def run(me: Local, env_fails: list[Finding] = (), wait: float | None = None, say=None) -> CrossNodeResult:
@@ -338,6 +398,13 @@ def for_launch(ns, nproc: int, max_nodes: int) -> CrossNodeResult | None:
         is_host = _matches_machine_hostname(host)
     nodes = Nodes(max_nodes, ns.node_rank if static else 0, host, port, ns.rdzv_id or "none")
     nodes.local_addr, nodes.interface = route_to(host)
-    me = Local(nodes, "", nproc, sets_interface=False, is_host=is_host,
-               rdzv_backend=ns.rdzv_backend, node_rank=ns.node_rank if static else None)
+    me = Local(
+        nodes,
+        "",
+        nproc,
+        sets_interface=False,
+        is_host=is_host,
+        rdzv_backend=ns.rdzv_backend,
+        node_rank=ns.node_rank if static else None,
+    )
     return require(me)

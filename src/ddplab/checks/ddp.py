@@ -62,7 +62,7 @@ def on_rank(ctx, opts: dict) -> dict:
     losses = []
     for step in range(STEPS):
         mark("ddp.step", step=step)
-        idx = torch.tensor(mine[step * BATCH:(step + 1) * BATCH], device=dev)
+        idx = torch.tensor(mine[step * BATCH : (step + 1) * BATCH], device=dev)
         loss = nn.functional.mse_loss(model(x[idx]), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces (averages) the gradients here
@@ -82,7 +82,7 @@ def on_rank(ctx, opts: dict) -> dict:
     reference = _model(dev)  # one process, same global batches: rank 0's batch, then rank 1's, ...
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
     for step in range(STEPS):
-        idx = torch.tensor([i for s in shards for i in s[step * BATCH:(step + 1) * BATCH]], device=dev)
+        idx = torch.tensor([i for s in shards for i in s[step * BATCH : (step + 1) * BATCH]], device=dev)
         loss = nn.functional.mse_loss(reference(x[idx]), y[idx])
         ref_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -90,10 +90,17 @@ def on_rank(ctx, opts: dict) -> dict:
     vs_single = (params - _flat(reference)).abs().max().item()
 
     all_indices = [i for s in shards for i in s]
-    return {"rank": rank, "spread": spread, "vs_single": vs_single, "losses": losses,
-            "loss_before": loss_before, "loss_after": loss_after,
-            "shards_disjoint": len(set(all_indices)) == len(all_indices),
-            "shards_cover": set(all_indices) == set(range(len(x))), "samples": len(mine)}
+    return {
+        "rank": rank,
+        "spread": spread,
+        "vs_single": vs_single,
+        "losses": losses,
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "shards_disjoint": len(set(all_indices)) == len(all_indices),
+        "shards_cover": set(all_indices) == set(range(len(x))),
+        "samples": len(mine),
+    }
 
 
 def summarize(per_rank: list[dict], seconds: float) -> StageResult:
@@ -101,22 +108,41 @@ def summarize(per_rank: list[dict], seconds: float) -> StageResult:
     spread = max(r["spread"] for r in per_rank)
     vs_single = max(r["vs_single"] for r in per_rank)
     first, last = r0["loss_before"], r0["loss_after"]
-    figure = (f"params equal on all ranks (max |Δ| {spread:.0e}); vs 1 process {vs_single:.1e}; "
-              f"dataset loss {first:.3f} → {last:.3f} in {len(r0['losses'])} steps")
-    details = {"spread": spread, "vs_single": vs_single, "losses": r0["losses"], "loss_before": first,
-               "loss_after": last, "tolerance": TOLERANCE}
+    figure = (
+        f"params equal on all ranks (max |Δ| {spread:.0e}); vs 1 process {vs_single:.1e}; "
+        f"dataset loss {first:.3f} → {last:.3f} in {len(r0['losses'])} steps"
+    )
+    details = {
+        "spread": spread,
+        "vs_single": vs_single,
+        "losses": r0["losses"],
+        "loss_before": first,
+        "loss_after": last,
+        "tolerance": TOLERANCE,
+    }
     problems = []
     if spread != 0:
-        problems.append((f"parameters differ between ranks by {spread:.2e} after training",
-                         "ranks must start from the same weights (DDP broadcasts rank 0's at wrap) and see the same "
-                         "number of steps; look for rank-dependent model code or a second optimizer"))
+        problems.append(
+            (
+                f"parameters differ between ranks by {spread:.2e} after training",
+                "ranks must start from the same weights (DDP broadcasts rank 0's at wrap) and see the same "
+                "number of steps; look for rank-dependent model code or a second optimizer",
+            )
+        )
     if vs_single > TOLERANCE:
-        problems.append((f"DDP result is {vs_single:.2e} away from one process on the same batches (> {TOLERANCE})",
-                         "gradients are not averaged right: check for no_sync misuse, a custom comm hook, or "
-                         "unused parameters"))
+        problems.append(
+            (
+                f"DDP result is {vs_single:.2e} away from one process on the same batches (> {TOLERANCE})",
+                "gradients are not averaged right: check for no_sync misuse, a custom comm hook, or unused parameters",
+            )
+        )
     if not (r0["shards_disjoint"] and r0["shards_cover"]):
-        problems.append(("DistributedSampler shards overlap or miss samples",
-                         "give DistributedSampler the same dataset length and seed on every rank"))
+        problems.append(
+            (
+                "DistributedSampler shards overlap or miss samples",
+                "give DistributedSampler the same dataset length and seed on every rank",
+            )
+        )
     if not last < first:
         problems.append((f"loss did not go down ({first:.4f} → {last:.4f})", "check the learning rate and data"))
     if problems:

@@ -102,7 +102,9 @@ def on_rank(ctx, opts: dict) -> dict:
         out["memory"] = _allocate(dev, opts.get("mem_fraction", 0.5))
         if ctx.local_rank == 0 and torch.cuda.device_count() > 1:
             n = torch.cuda.device_count()
-            out["peer_access"] = [[i == j or torch.cuda.can_device_access_peer(i, j) for j in range(n)] for i in range(n)]
+            out["peer_access"] = [
+                [i == j or torch.cuda.can_device_access_peer(i, j) for j in range(n)] for i in range(n)
+            ]
     return out
 
 
@@ -125,13 +127,19 @@ def _allocate(dev: torch.device, fraction: float) -> dict:
 
 
 def summarize(per_rank: list[dict], seconds: float) -> StageResult:
-    bad = [(r["rank"], dt, m["rel_error"], m["tolerance"]) for r in per_rank for dt, m in r["matmul"].items()
-           if not m["ok"]]
+    bad = [
+        (r["rank"], dt, m["rel_error"], m["tolerance"])
+        for r in per_rank
+        for dt, m in r["matmul"].items()
+        if not m["ok"]
+    ]
     bad_mem = [r["rank"] for r in per_rank if not r.get("memory", {"ok": True})["ok"]]
     speeds = [r["flops_per_s"] for r in per_rank]
     unit, scale = ("TFLOP/s", 1e12) if per_rank[0]["device"].startswith("cuda") else ("GFLOP/s", 1e9)
-    figure = (f"matmul right on {len(per_rank) - len({b[0] for b in bad})}/{len(per_rank)} ranks; "
-              f"{min(speeds) / scale:.1f}–{max(speeds) / scale:.1f} {unit} ({per_rank[0]['speed_dtype']}) per rank")
+    figure = (
+        f"matmul right on {len(per_rank) - len({b[0] for b in bad})}/{len(per_rank)} ranks; "
+        f"{min(speeds) / scale:.1f}–{max(speeds) / scale:.1f} {unit} ({per_rank[0]['speed_dtype']}) per rank"
+    )
     modes = sorted({r.get("float32_as", "ieee") for r in per_rank} - {"ieee"})
     if modes:  # said, so that a float32 figure or a wider tolerance is never a surprise
         figure += f"; float32 matmul allowed as {'/'.join(m.upper() for m in modes)}"
@@ -139,11 +147,22 @@ def summarize(per_rank: list[dict], seconds: float) -> StageResult:
     details = {"ranks": per_rank}
     if bad or bad_mem:
         rank, dtype, err, limit = bad[0] if bad else (bad_mem[0], "memory", 0.0, 0.0)
-        cause = (f"rank {rank}: {dtype} matmul is off by {err:.2e} (relative, tolerance {limit:.0e}) against a "
-                 "float64 reference" if bad else f"rank {rank}: memory written did not read back the same")
-        return StageResult("devices", FAIL, seconds, figure, cause,
-                           "this device computes wrong results: run nvidia-smi -q for ECC/XID errors and take the "
-                           "GPU out of service (or exclude it with CUDA_VISIBLE_DEVICES)", details)
+        cause = (
+            f"rank {rank}: {dtype} matmul is off by {err:.2e} (relative, tolerance {limit:.0e}) against a "
+            "float64 reference"
+            if bad
+            else f"rank {rank}: memory written did not read back the same"
+        )
+        return StageResult(
+            "devices",
+            FAIL,
+            seconds,
+            figure,
+            cause,
+            "this device computes wrong results: run nvidia-smi -q for ECC/XID errors and take the "
+            "GPU out of service (or exclude it with CUDA_VISIBLE_DEVICES)",
+            details,
+        )
     if peers is not None:
         missing = sum(not x for row in peers for x in row)
         figure += f"; peer access {'full' if not missing else f'missing on {missing} pairs (traffic goes via host)'}"

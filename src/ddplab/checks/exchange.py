@@ -32,8 +32,7 @@ def _versions(node_rank) -> dict:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # a build without NCCL
             nccl = None
-    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
-                "driver": envinfo.nvidia_driver()}
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "driver": envinfo.nvidia_driver()}
     for name in faults.planted_versions(node_rank):  # tests: a node that differs, for real through the exchange
         versions[name] = f"{versions.get(name) or '0'}+planted"
     return versions
@@ -73,7 +72,7 @@ class _Listener:
 
 
 def _connect(facts: dict) -> str:
-    """"" when the node at facts' advertised address answers as itself; else why not."""
+    """ "" when the node at facts' advertised address answers as itself; else why not."""
     if not facts.get("listen_port"):
         return f"it has no listening socket ({facts.get('listen_error') or 'none'})"
     try:
@@ -94,13 +93,25 @@ def exchange(me: Local, local: list[Finding], wait: float, say=None) -> CrossNod
 
     nodes = me.nodes
     try:
-        store = TCPStore(nodes.host, nodes.port, is_master=me.is_host, wait_for_workers=False,
-                         timeout=timedelta(seconds=max(5.0, wait)))
+        store = TCPStore(
+            nodes.host,
+            nodes.port,
+            is_master=me.is_host,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=max(5.0, wait)),
+        )
     except Exception as e:  # bind refused on the host, or the store vanished between probe and connect
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return CrossNodeResult([Finding("fail", f"{me.label()}: the preflight store on {nodes.host}:{nodes.port} "
-                                                f"failed: {first}",
-                                        "choose a free port in --rdzv-endpoint, the same on every node"), *local])
+        return CrossNodeResult(
+            [
+                Finding(
+                    "fail",
+                    f"{me.label()}: the preflight store on {nodes.host}:{nodes.port} failed: {first}",
+                    "choose a free port in --rdzv-endpoint, the same on every node",
+                ),
+                *local,
+            ]
+        )
     listener = _Listener(me.address)
     try:
         return _exchange(store, me, local, listener, wait, say)
@@ -113,11 +124,24 @@ def _exchange(store, me: Local, local: list[Finding], listener: _Listener, wait:
     nodes = me.nodes
     slot = int(store.add(PREFIX + "arrivals", 1))
     listener.slot = slot
-    facts = {"slot": slot, "node_rank": me.node_rank, "hostname": me.hostname, "address": me.address,
-             "interface": me.interface, "nnodes": nodes.count, "nproc": me.nproc, "rdzv_id": nodes.rdzv_id,
-             "rdzv_backend": me.rdzv_backend, "backend": me.backend, "versions": _versions(me.node_rank),
-             "clock": time.time(), "listen_port": listener.port, "listen_error": listener.error,
-             "is_host": me.is_host, "problems": [vars(f) for f in local if f.level in ("fail", "warn")]}
+    facts = {
+        "slot": slot,
+        "node_rank": me.node_rank,
+        "hostname": me.hostname,
+        "address": me.address,
+        "interface": me.interface,
+        "nnodes": nodes.count,
+        "nproc": me.nproc,
+        "rdzv_id": nodes.rdzv_id,
+        "rdzv_backend": me.rdzv_backend,
+        "backend": me.backend,
+        "versions": _versions(me.node_rank),
+        "clock": time.time(),
+        "listen_port": listener.port,
+        "listen_error": listener.error,
+        "is_host": me.is_host,
+        "problems": [vars(f) for f in local if f.level in ("fail", "warn")],
+    }
     store.set(PREFIX + f"facts/{slot}", json.dumps(facts))
     every = {slot: facts}
     deadline, said = time.monotonic() + wait, False
@@ -177,38 +201,61 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
 
     for f in facts:  # each node's own local failures and warnings, as it found them
         for found in f["problems"]:
-            blame(f["slot"], found["level"], found["what"] if found["what"].startswith("node ")
-                  else f"{node_label(f)}: {found['what']}", found["fix"])
+            blame(
+                f["slot"],
+                found["level"],
+                found["what"] if found["what"].startswith("node ") else f"{node_label(f)}: {found['what']}",
+                found["fix"],
+            )
     ref = every[next((s for s in sorted(every) if every[s]["is_host"]), min(every))]  # the host's facts count
     counts = sorted({f["nnodes"] for f in facts})
     if len(counts) > 1 or len(facts) < nodes.count:
         arrived = len(facts)
         for f in facts:
             if f["nnodes"] != arrived:
-                blame(f["slot"], "fail",
-                      f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came "
-                      f"({', '.join(node_label(o) for o in facts)})"
-                      + (f"; the others say --nnodes {', '.join(str(c) for c in counts if c != f['nnodes'])}"
-                         if len(counts) > 1 else "") + f": it waits for {f['nnodes'] - arrived} node(s) that never come"
-                      if f["nnodes"] > arrived else
-                      f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came",
-                      "start every node with the same --nnodes, the number of machines "
-                      f"(here --nnodes {arrived}, or start the missing node(s))")
+                blame(
+                    f["slot"],
+                    "fail",
+                    f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came "
+                    f"({', '.join(node_label(o) for o in facts)})"
+                    + (
+                        f"; the others say --nnodes {', '.join(str(c) for c in counts if c != f['nnodes'])}"
+                        if len(counts) > 1
+                        else ""
+                    )
+                    + f": it waits for {f['nnodes'] - arrived} node(s) that never come"
+                    if f["nnodes"] > arrived
+                    else f"{node_label(f)} was started with --nnodes {f['nnodes']}, but {arrived} node(s) came",
+                    "start every node with the same --nnodes, the number of machines "
+                    f"(here --nnodes {arrived}, or start the missing node(s))",
+                )
     for key, flag in (("rdzv_id", "--rdzv-id"), ("rdzv_backend", "--rdzv-backend"), ("backend", "the backend")):
         values = {f[key] for f in facts}
         if len(values) > 1:
             for f in facts:
                 if f[key] != ref[key]:
-                    blame(f["slot"], "fail", f"{node_label(f)} has {flag} {f[key]!r}, {node_label(ref)} "
-                                             f"has {ref[key]!r}: the nodes would not meet in one job",
-                          f"use the same {flag} on every node ({ref[key]!r})")
+                    blame(
+                        f["slot"],
+                        "fail",
+                        f"{node_label(f)} has {flag} {f[key]!r}, {node_label(ref)} "
+                        f"has {ref[key]!r}: the nodes would not meet in one job",
+                        f"use the same {flag} on every node ({ref[key]!r})",
+                    )
     seen: dict[tuple, dict] = {}
     for f in facts:
-        for key, what, fix in ((("node_rank", f["node_rank"]), f"--node-rank {f['node_rank']}",
-                                "give each node its own --node-rank, 0..--nnodes-1"),
-                               (("address", f["address"]), f"the advertised address {f['address']}",
-                                "each node must advertise its own address: set GLOO_SOCKET_IFNAME / "
-                                "NCCL_SOCKET_IFNAME to the interface on the nodes' network")):
+        for key, what, fix in (
+            (
+                ("node_rank", f["node_rank"]),
+                f"--node-rank {f['node_rank']}",
+                "give each node its own --node-rank, 0..--nnodes-1",
+            ),
+            (
+                ("address", f["address"]),
+                f"the advertised address {f['address']}",
+                "each node must advertise its own address: set GLOO_SOCKET_IFNAME / "
+                "NCCL_SOCKET_IFNAME to the interface on the nodes' network",
+            ),
+        ):
             if key[1] is None:
                 continue
             if key in seen:
@@ -220,28 +267,44 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
             a, b = f["versions"].get(name), ref["versions"].get(name)
             if a != b:
                 strict = name == "torch" or (name in ("cuda", "nccl") and "nccl" in (me.backend, f["backend"]))
-                blame(f["slot"], "fail" if strict else "warn",
-                      f"{node_label(f)} has {name} {a}, {node_label(ref)} has {name} {b}",
-                      f"install the same {name} on every node (pip install torch=={b} where it differs)"
-                      if name == "torch" else f"install the same {name} on every node")
+                blame(
+                    f["slot"],
+                    "fail" if strict else "warn",
+                    f"{node_label(f)} has {name} {a}, {node_label(ref)} has {name} {b}",
+                    f"install the same {name} on every node (pip install torch=={b} where it differs)"
+                    if name == "torch"
+                    else f"install the same {name} on every node",
+                )
     for f in facts:
         if f["nproc"] != ref["nproc"]:
-            blame(f["slot"], "warn", f"{node_label(f)} starts {f['nproc']} rank(s), {node_label(ref)} {ref['nproc']}: "
-                                     "the world size is not nnodes x nproc",
-                  "give every node the same --nproc-per-node unless that is intended")
+            blame(
+                f["slot"],
+                "warn",
+                f"{node_label(f)} starts {f['nproc']} rank(s), {node_label(ref)} {ref['nproc']}: "
+                "the world size is not nnodes x nproc",
+                "give every node the same --nproc-per-node unless that is intended",
+            )
         skew = abs((f["clock"] - f["clock_seen"]) if "clock_seen" in f else 0.0)
         if skew > CLOCK_SKEW_S:
-            blame(f["slot"], "warn", f"{node_label(f)}'s clock is {skew:.0f} s off this node's: logs will not line up",
-                  "run NTP (chrony/systemd-timesyncd) on every node")
+            blame(
+                f["slot"],
+                "warn",
+                f"{node_label(f)}'s clock is {skew:.0f} s off this node's: logs will not line up",
+                "run NTP (chrony/systemd-timesyncd) on every node",
+            )
     for src, mesh in meshes.items():
         for dst, why in mesh.items():
             if why and int(dst) in every:
                 target = every[int(dst)]
-                blame(int(dst), "fail", f"{node_label(every[src])} cannot connect to {node_label(target)} at its advertised "
-                                        f"address {target['address']} ({why}): the collectives need every pair "
-                                        "of nodes to connect, not only the store",
-                      f"on {target['hostname']}: export GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface on "
-                      "the nodes' network, and let the nodes reach each other on every TCP port")
+                blame(
+                    int(dst),
+                    "fail",
+                    f"{node_label(every[src])} cannot connect to {node_label(target)} at its advertised "
+                    f"address {target['address']} ({why}): the collectives need every pair "
+                    "of nodes to connect, not only the store",
+                    f"on {target['hostname']}: export GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface on "
+                    "the nodes' network, and let the nodes reach each other on every TCP port",
+                )
     findings, verdicts = [], []
     for s in sorted(every):
         unique = []
@@ -251,9 +314,19 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
         findings += unique
         fails = [p for p in unique if p.level == "fail"]
         f = every[s]
-        verdicts.append({"node": node_label(f), "node_rank": f["node_rank"], "hostname": f["hostname"],
-                         "address": f["address"], "interface": f["interface"], "nnodes": f["nnodes"],
-                         "nproc": f["nproc"], "versions": f["versions"], "this_node": s == slot,
-                         "verdict": "READY" if not fails else "NOT READY",
-                         "problems": [vars(p) for p in unique]})
+        verdicts.append(
+            {
+                "node": node_label(f),
+                "node_rank": f["node_rank"],
+                "hostname": f["hostname"],
+                "address": f["address"],
+                "interface": f["interface"],
+                "nnodes": f["nnodes"],
+                "nproc": f["nproc"],
+                "versions": f["versions"],
+                "this_node": s == slot,
+                "verdict": "READY" if not fails else "NOT READY",
+                "problems": [vars(p) for p in unique],
+            }
+        )
     return CrossNodeResult(findings, verdicts)

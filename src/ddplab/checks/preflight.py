@@ -34,13 +34,20 @@ def _devices(nproc: int, device: str, backend: str) -> Finding:
 
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            return Finding("fail", f"{nproc} ranks but {gpus} visible GPU(s): two ranks would share a GPU "
-                                   f"({backend} fails with 'Duplicate GPU detected')", f"use --nproc {gpus}")
+            return Finding(
+                "fail",
+                f"{nproc} ranks but {gpus} visible GPU(s): two ranks would share a GPU "
+                f"({backend} fails with 'Duplicate GPU detected')",
+                f"use --nproc {gpus}",
+            )
         return Finding("ok", f"{nproc} rank(s) on {gpus} GPU(s)")
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     if nproc > cores:
-        return Finding("warn", f"{nproc} ranks on {cores} CPU core(s): ranks will wait for each other's cores, "
-                               "timings are pessimistic", f"use --nproc {cores} for timings that mean something")
+        return Finding(
+            "warn",
+            f"{nproc} ranks on {cores} CPU core(s): ranks will wait for each other's cores, timings are pessimistic",
+            f"use --nproc {cores} for timings that mean something",
+        )
     return Finding("ok", f"{nproc} simulated device(s) (CPU processes) on {cores} cores")
 
 
@@ -48,14 +55,20 @@ def port_finding(master_port: int | None, nodes=None) -> tuple[Finding, int | No
     """Checked first, without torch: the agent can start on this port while the rest of preflight runs."""
     if nodes is not None:  # Nodes.parse already refused a busy port on node 0
         host = "this node hosts it" if nodes.rank == 0 else f"this node is {nodes.local_addr}"
-        return Finding("ok", f"node {nodes.rank}/{nodes.count}: c10d rendezvous on {nodes.host}:{nodes.port} "
-                             f"({host}; unauthenticated: private network only)"), nodes.port
+        return Finding(
+            "ok",
+            f"node {nodes.rank}/{nodes.count}: c10d rendezvous on {nodes.host}:{nodes.port} "
+            f"({host}; unauthenticated: private network only)",
+        ), nodes.port
     if master_port is None:
         port = free_port()
         return Finding("ok", f"rendezvous on 127.0.0.1:{port} (a free port)"), port
     if not port_is_free(master_port):
-        return Finding("fail", f"--master-port {master_port} is already in use on 127.0.0.1 (EADDRINUSE)",
-                       "pass another port, or omit --master-port and ddplab picks a free one"), None
+        return Finding(
+            "fail",
+            f"--master-port {master_port} is already in use on 127.0.0.1 (EADDRINUSE)",
+            "pass another port, or omit --master-port and ddplab picks a free one",
+        ), None
     return Finding("ok", f"rendezvous on 127.0.0.1:{master_port}"), master_port
 
 
@@ -64,8 +77,11 @@ def _shm(backend: str) -> Finding | None:
     if backend != "nccl" or shm is None:
         return None
     if shm < envinfo.MIN_SHM_MB:
-        return Finding("warn", f"/dev/shm is {shm} MiB: NCCL's shared-memory transport may fail with "
-                               "'unhandled system error'", "docker run --shm-size=2g (or --ipc=host)")
+        return Finding(
+            "warn",
+            f"/dev/shm is {shm} MiB: NCCL's shared-memory transport may fail with 'unhandled system error'",
+            "docker run --shm-size=2g (or --ipc=host)",
+        )
     return Finding("ok", f"/dev/shm {shm} MiB")
 
 
@@ -88,22 +104,29 @@ def _visible_devices(device: str) -> Finding | None:
     # A negative index ends the list, as CUDA reads it: -1 is the standard way to hide every GPU.
     ids = envinfo.visible_gpus(raw)
     entries = [x.strip() for x in raw.split(",")]
-    ignored = [x for x in entries[len(ids) + 1:] if x] if len(ids) < len(entries) else []
+    ignored = [x for x in entries[len(ids) + 1 :] if x] if len(ids) < len(entries) else []
     if not ids:
         if device == "cuda":
             return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} hides every GPU", "unset it, or list GPU indices")
         return Finding("ok", f"CUDA_VISIBLE_DEVICES={raw} (every GPU hidden)")
     bad = [x for x in ids if not GPU_ID.match(x)]
     if bad:
-        return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} has entries that are not GPU indices or UUIDs: {bad}",
-                       "use a comma-separated list such as 0,1")
+        return Finding(
+            "fail",
+            f"CUDA_VISIBLE_DEVICES={raw!r} has entries that are not GPU indices or UUIDs: {bad}",
+            "use a comma-separated list such as 0,1",
+        )
     if len(set(ids)) != len(ids):
-        return Finding("fail", f"CUDA_VISIBLE_DEVICES={raw!r} lists a GPU twice: two ranks would share it",
-                       "list each GPU once")
+        return Finding(
+            "fail", f"CUDA_VISIBLE_DEVICES={raw!r} lists a GPU twice: two ranks would share it", "list each GPU once"
+        )
     if ignored:
-        return Finding("warn", f"CUDA_VISIBLE_DEVICES={raw}: CUDA stops at {entries[len(ids)] or 'the empty entry'} and ignores "
-                               f"{','.join(ignored)} (GPUs {','.join(ids)} are visible)",
-                       f"CUDA_VISIBLE_DEVICES={','.join(ids + ignored)} if those GPUs were meant to be used")
+        return Finding(
+            "warn",
+            f"CUDA_VISIBLE_DEVICES={raw}: CUDA stops at {entries[len(ids)] or 'the empty entry'} and ignores "
+            f"{','.join(ignored)} (GPUs {','.join(ids)} are visible)",
+            f"CUDA_VISIBLE_DEVICES={','.join(ids + ignored)} if those GPUs were meant to be used",
+        )
     return Finding("ok", f"CUDA_VISIBLE_DEVICES={raw}")
 
 
@@ -115,8 +138,11 @@ def _threads(nproc: int) -> Finding:
         return Finding("fail", f"OMP_NUM_THREADS={raw!r} is not a positive integer", "unset it or set it to 1")
     cores = psutil.cpu_count() or 1
     if nproc * int(raw) > cores:
-        return Finding("warn", f"OMP_NUM_THREADS={raw} × {nproc} ranks > {cores} logical cores: oversubscribed",
-                       f"set OMP_NUM_THREADS={max(1, cores // nproc)}")
+        return Finding(
+            "warn",
+            f"OMP_NUM_THREADS={raw} × {nproc} ranks > {cores} logical cores: oversubscribed",
+            f"set OMP_NUM_THREADS={max(1, cores // nproc)}",
+        )
     return Finding("ok", f"OMP_NUM_THREADS={raw}")
 
 
@@ -125,13 +151,21 @@ def _launcher_leftovers() -> Finding | None:
     if not set_here:
         return None
     from ddplab import dist as ddist  # imports torch: only when there is something to read
+
     try:
         ddist.read_launcher_env()
     except DdplabError as e:
-        return Finding("warn", f"this shell exports a broken launcher variable: {e}",
-                       f"unset {' '.join(set_here)} (launchers set them per process)")
-    return Finding("warn", f"this shell exports {', '.join(set_here)}: ddplab's ranks get their own, "
-                           "but a script started by hand would read these", f"unset {' '.join(set_here)}")
+        return Finding(
+            "warn",
+            f"this shell exports a broken launcher variable: {e}",
+            f"unset {' '.join(set_here)} (launchers set them per process)",
+        )
+    return Finding(
+        "warn",
+        f"this shell exports {', '.join(set_here)}: ddplab's ranks get their own, "
+        "but a script started by hand would read these",
+        f"unset {' '.join(set_here)}",
+    )
 
 
 def interface_matches(var: str, value: str, present: list[str]) -> tuple[list[str], list[str]]:
@@ -160,8 +194,10 @@ def interface_matches(var: str, value: str, present: list[str]) -> tuple[list[st
 
     if exclude:  # nothing to match: the only failure is excluding every interface
         return [n for n in present if not any(hit(n, e) for e in entries)], []
-    return ([n for n in present if any(hit(n, e) for e in entries)],
-            [e for e in entries if not any(hit(n, e) for n in present)])
+    return (
+        [n for n in present if any(hit(n, e) for e in entries)],
+        [e for e in entries if not any(hit(n, e) for n in present)],
+    )
 
 
 def _socket_interfaces(backend: str) -> list[Finding]:
@@ -177,20 +213,30 @@ def _socket_interfaces(backend: str) -> list[Finding]:
         if not used and not unmatched and library == "gloo":  # a value torch ignores
             continue
         here = f"interfaces here: {', '.join(present) or 'none'}"
-        fix = (f"set {var} to the interface that reaches the other nodes ({', '.join(present)}; lo on a single "
-               f"machine), or unset it")
+        fix = (
+            f"set {var} to the interface that reaches the other nodes ({', '.join(present)}; lo on a single "
+            f"machine), or unset it"
+        )
         # gloo needs every listed name; NCCL only one that matches. Either matters only when that library runs:
         # ddplab's gloo-on-CPU runs never read NCCL_*, and an nccl run reads GLOO_* only for a script's gloo groups.
         broken = bool(unmatched) if library == "gloo" else not used
         level = "fail" if library == backend else "warn"
         if broken:
-            what = (f"{var}={value} names no interface of this machine" if not used else
-                    f"{var}={value}: {', '.join(unmatched)} is not an interface of this machine")
+            what = (
+                f"{var}={value} names no interface of this machine"
+                if not used
+                else f"{var}={value}: {', '.join(unmatched)} is not an interface of this machine"
+            )
             what += f" ({here}): {library} fails as the ranks connect"
             found.append(Finding(level, what, fix))
         elif unmatched:
-            found.append(Finding("warn", f"{var}={value}: {', '.join(unmatched)} matches no interface here ({here})",
-                                 f"drop {', '.join(unmatched)} from {var}"))
+            found.append(
+                Finding(
+                    "warn",
+                    f"{var}={value}: {', '.join(unmatched)} matches no interface here ({here})",
+                    f"drop {', '.join(unmatched)} from {var}",
+                )
+            )
         else:
             found.append(Finding("ok", f"{var}={value} ({', '.join(used)})"))
     return found
@@ -199,8 +245,15 @@ def _socket_interfaces(backend: str) -> list[Finding]:
 def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices: bool = True) -> list[Finding]:
     """Ranks vs devices, shared memory, CUDA_VISIBLE_DEVICES, threads, launcher variables left in the shell, socket
     interface names: everything but the port (`ddplab launch` and `ddplab train` check the same before starting)."""
-    found = (_unusable_gpus(device), _devices(nproc, device, backend) if ranks_vs_devices else None, _shm(backend),
-             _visible_devices(device), _threads(nproc), _launcher_leftovers(), *_socket_interfaces(backend))
+    found = (
+        _unusable_gpus(device),
+        _devices(nproc, device, backend) if ranks_vs_devices else None,
+        _shm(backend),
+        _visible_devices(device),
+        _threads(nproc),
+        _launcher_leftovers(),
+        *_socket_interfaces(backend),
+    )
     return [f for f in found if f is not None]
 
 
@@ -214,8 +267,11 @@ def run(nproc: int, device: str, backend: str, port: Finding, cross=None) -> Sta
         findings += shared.findings
         nodes = shared.nodes
         if not shared.failed:
-            findings.append(Finding("ok", f"{len(nodes)} node(s) met at the preflight in {shared.seconds:.1f} s, "
-                                          "every pair connects"))
+            findings.append(
+                Finding(
+                    "ok", f"{len(nodes)} node(s) met at the preflight in {shared.seconds:.1f} s, every pair connects"
+                )
+            )
     findings.append(Finding("ok", f"torch build has {backend}"))  # choose_backend refused the command otherwise
     seconds = time.perf_counter() - start
     details = {"findings": [vars(f) for f in findings]}

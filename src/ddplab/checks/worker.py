@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import torch._dynamo  # noqa: F401  DDP's constructor imports it (~2 s): the agent pays once, before forking ranks
+
 from ddplab import dist as dd
 from ddplab.checks import WORKER_STAGES, stage_module
 from ddplab.launcher.progress import mark

@@ -17,8 +17,18 @@ from pathlib import Path
 
 from ddplab import cliargs, envinfo, report
 from ddplab.errors import DdplabError
-from ddplab.perf.bench import (DTYPE_BYTES, OPS, BenchResult, format_size, gpu_memory_problem, parse_size,
-                               per_rank_bytes, plan_sizes, run_bench, start_ranks)
+from ddplab.perf.bench import (
+    DTYPE_BYTES,
+    OPS,
+    BenchResult,
+    format_size,
+    gpu_memory_problem,
+    parse_size,
+    per_rank_bytes,
+    plan_sizes,
+    run_bench,
+    start_ranks,
+)
 
 
 def _whole(minimum: int):
@@ -26,6 +36,7 @@ def _whole(minimum: int):
         if not text.isdigit() or int(text) < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number ≥ {minimum}")
         return int(text)
+
     return parse
 
 
@@ -37,12 +48,21 @@ def _factor(text: str) -> float:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="how fast are the collectives (nccl-tests columns)",
-                       description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "bench",
+        help="how fast are the collectives (nccl-tests columns)",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("ops", nargs="*", metavar="OP", help=f"any of {', '.join(OPS)} (default: all)")
-    p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=_whole(1),
-                   help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)")
+    p.add_argument(
+        "--nproc-per-node",
+        "--nproc",
+        dest="nproc",
+        type=_whole(1),
+        help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible, else cpu")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on GPUs, gloo on CPU")
     p.add_argument("-b", "--min-bytes", default="1K", help="smallest size S, with K/M/G suffixes (default %(default)s)")
@@ -51,8 +71,11 @@ def add_parser(sub) -> None:
     p.add_argument("-d", "--dtype", default="float32", help=f"one of {', '.join(DTYPE_BYTES)} (default %(default)s)")
     p.add_argument("-n", "--iters", type=_whole(1), default=20, help="timed calls per size (default %(default)s)")
     p.add_argument("-w", "--warmup", type=_whole(0), default=5, help="untimed calls first (default %(default)s)")
-    p.add_argument("--in-place", action="store_true",
-                   help="all_gather/reduce_scatter work inside one buffer (all_reduce, broadcast always do)")
+    p.add_argument(
+        "--in-place",
+        action="store_true",
+        help="all_gather/reduce_scatter work inside one buffer (all_reduce, broadcast always do)",
+    )
     cliargs.add_hang_timeout(p, "bench", "--timeout", dest="timeout")
     p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
     p.add_argument("--json", action="store_true", help="print one JSON object with every row on stdout")
@@ -89,8 +112,9 @@ def run(args) -> int:
         backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # a bad combination exits 2
         nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
         if device == "cuda" and nproc > torch.cuda.device_count():
-            raise DdplabError(f"--nproc {nproc} but only {torch.cuda.device_count()} GPU(s) are visible: "
-                              "start one rank per GPU")
+            raise DdplabError(
+                f"--nproc {nproc} but only {torch.cuda.device_count()} GPU(s) are visible: start one rank per GPU"
+            )
         sizes, notes = plan_sizes(min_bytes, max_bytes, args.factor, args.dtype, nproc)
         _check_memory(device, ops, sizes[-1], nproc)
         pending = ranks.get(nproc)
@@ -98,14 +122,27 @@ def run(args) -> int:
             report.log(f"note: {note}")
 
         with report.console(stderr=True).status(f"starting {nproc} rank(s)…") as status:
+
             def on_event(rank: int, event: dict) -> None:
                 if rank == 0 and "size" in event:
                     status.update(f"{event['op']} {format_size(event['size'])}B")
 
-            run_result, result = run_bench(ops=ops, sizes=sizes, dtype=args.dtype, nproc=nproc, iters=args.iters,
-                                           warmup=args.warmup, in_place=args.in_place, backend=backend, device=device,
-                                           timeout=args.timeout, master_port=args.master_port, notes=notes,
-                                           on_event=on_event, pending=pending)
+            run_result, result = run_bench(
+                ops=ops,
+                sizes=sizes,
+                dtype=args.dtype,
+                nproc=nproc,
+                iters=args.iters,
+                warmup=args.warmup,
+                in_place=args.in_place,
+                backend=backend,
+                device=device,
+                timeout=args.timeout,
+                master_port=args.master_port,
+                notes=notes,
+                on_event=on_event,
+                pending=pending,
+            )
     if result is None:
         return _run_failed(run_result)
     if args.csv:
@@ -135,8 +172,9 @@ def _check_memory(device: str, ops: list[str], largest: int, nproc: int) -> None
         import torch
 
         # The total from the device's properties: no CUDA context here, which would hold memory on GPU 0 all run.
-        problem = gpu_memory_problem(largest, per_rank, min(torch.cuda.get_device_properties(i).total_memory
-                                                            for i in range(nproc)))
+        problem = gpu_memory_problem(
+            largest, per_rank, min(torch.cuda.get_device_properties(i).total_memory for i in range(nproc))
+        )
         if problem:
             raise DdplabError(problem)
         return
@@ -146,15 +184,16 @@ def _check_memory(device: str, ops: list[str], largest: int, nproc: int) -> None
 
     need, free = per_rank * nproc, psutil.virtual_memory().available
     if need > 0.8 * free:
-        raise DdplabError(f"--max-bytes {format_size(largest)} needs about {need / 2**30:.1f} GiB over {nproc} ranks "
-                          f"but {free / 2**30:.1f} GiB is free: lower --max-bytes")
+        raise DdplabError(
+            f"--max-bytes {format_size(largest)} needs about {need / 2**30:.1f} GiB over {nproc} ranks "
+            f"but {free / 2**30:.1f} GiB is free: lower --max-bytes"
+        )
 
 
 def _run_failed(run) -> int:
     err = report.console(stderr=True)
-    status = report.styled('TIMEOUT' if run.status == 'hang' else 'FAIL')
-    err.print(report.text("ddplab bench: ", status, f" {run.summary()}"),
-              soft_wrap=True)
+    status = report.styled("TIMEOUT" if run.status == "hang" else "FAIL")
+    err.print(report.text("ddplab bench: ", status, f" {run.summary()}"), soft_wrap=True)
     for r in run.ranks:
         if run.status == "hang" and r.rank in run.stalled and r.stack:
             err.print(f"rank {r.rank} stack (last phase {r.phase}):\n{r.stack}", markup=False, soft_wrap=True)
@@ -204,9 +243,13 @@ def write_plot(result: BenchResult, path: str) -> None:
 def render(con, r: BenchResult) -> None:
     # --in-place chooses only for the ops torch.distributed has both ways; each op's section says which it ran.
     place = "in place" if r.in_place else "out of place"
-    con.print(f"# ddplab bench: {r.world_size} rank(s), {r.backend} on {r.device}, {r.dtype}, "
-              f"{r.iters} timed calls after {r.warmup} warm-up; all_gather and reduce_scatter {place}, "
-              "all_reduce and broadcast always in place, all_to_all never", markup=False, soft_wrap=True)
+    con.print(
+        f"# ddplab bench: {r.world_size} rank(s), {r.backend} on {r.device}, {r.dtype}, "
+        f"{r.iters} timed calls after {r.warmup} warm-up; all_gather and reduce_scatter {place}, "
+        "all_reduce and broadcast always in place, all_to_all never",
+        markup=False,
+        soft_wrap=True,
+    )
     head = f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}"
     unit = f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"
     for op in dict.fromkeys(row.op for row in r.rows):
@@ -214,31 +257,52 @@ def render(con, r: BenchResult) -> None:
         place = "in place" if rows[0].in_place else "out of place"
         con.print(f"#\n# {op} ({place})\n{head}\n{unit}", markup=False, soft_wrap=True)
         for row in rows:
-            con.print(f"{row.size:>12} {row.count:>12} {row.dtype:>9} {row.time_us:>10.1f} {row.algbw:>8.3f} "
-                      f"{row.busbw:>8.3f} {row.wrong:>7}", markup=False, soft_wrap=True, style="bold red" if row.wrong else None)
+            con.print(
+                f"{row.size:>12} {row.count:>12} {row.dtype:>9} {row.time_us:>10.1f} {row.algbw:>8.3f} "
+                f"{row.busbw:>8.3f} {row.wrong:>7}",
+                markup=False,
+                soft_wrap=True,
+                style="bold red" if row.wrong else None,
+            )
     con.print("#", markup=False, soft_wrap=True)
     for s in r.skipped:
-        con.print(report.text("# ", report.styled('SKIP'), f" {s.op}: {s.reason}"))
+        con.print(report.text("# ", report.styled("SKIP"), f" {s.op}: {s.reason}"))
     for note in r.notes:
         con.print(f"# note: {note}", markup=False, soft_wrap=True)
     if r.avg_busbw is not None:
         con.print(f"# Avg bus bandwidth    : {r.avg_busbw:.3f} GB/s", markup=False, soft_wrap=True)
     fit = r.ring_fit
     if fit is not None:
-        latency = (f"α = {fit.alpha_us:.1f} µs per step" if fit.alpha_us >= 0
-                   else "α not resolved (add smaller sizes with --min-bytes)")
-        con.print(f"# Ring fit (all_reduce): {latency}, B = {fit.bandwidth_gbps:.3f} GB/s per link "
-                  f"(t = 2(n-1)/n·S/B + 2(n-1)·α over {fit.points} sizes, off by {fit.rms_rel_error:.0%} rms)",
-                  markup=False, soft_wrap=True)
+        latency = (
+            f"α = {fit.alpha_us:.1f} µs per step"
+            if fit.alpha_us >= 0
+            else "α not resolved (add smaller sizes with --min-bytes)"
+        )
+        con.print(
+            f"# Ring fit (all_reduce): {latency}, B = {fit.bandwidth_gbps:.3f} GB/s per link "
+            f"(t = 2(n-1)/n·S/B + 2(n-1)·α over {fit.points} sizes, off by {fit.rms_rel_error:.0%} rms)",
+            markup=False,
+            soft_wrap=True,
+        )
     elif any(row.op == "all_reduce" for row in r.rows):
-        con.print("# Ring fit (all_reduce): needs 2+ ranks and 2+ sizes whose times grow with size", markup=False, soft_wrap=True)
+        con.print(
+            "# Ring fit (all_reduce): needs 2+ ranks and 2+ sizes whose times grow with size",
+            markup=False,
+            soft_wrap=True,
+        )
     if r.peak_fraction is not None:
-        con.print(f"# Peak busbw {r.peak_busbw:.3f} GB/s = {r.peak_fraction:.1%} of the {r.copy_kind} "
-                  f"({r.copy_gbps:.2f} GB/s)", markup=False, soft_wrap=True)
+        con.print(
+            f"# Peak busbw {r.peak_busbw:.3f} GB/s = {r.peak_fraction:.1%} of the {r.copy_kind} "
+            f"({r.copy_gbps:.2f} GB/s)",
+            markup=False,
+            soft_wrap=True,
+        )
     if r.status == "FAIL":
-        verdict = report.text(report.styled('FAIL'), f" {r.wrong} wrong element(s) — the collectives return wrong data")
+        verdict = report.text(report.styled("FAIL"), f" {r.wrong} wrong element(s) — the collectives return wrong data")
     else:
-        verdict = (report.text(report.styled('PASS'), " every element correct") if r.rows
-                   else report.text(report.styled('SKIP'),
-                               " nothing measured: this backend runs none of the ops asked for"))
+        verdict = (
+            report.text(report.styled("PASS"), " every element correct")
+            if r.rows
+            else report.text(report.styled("SKIP"), " nothing measured: this backend runs none of the ops asked for")
+        )
     con.print(report.text("# Result: ", verdict, f" ({r.seconds:.1f}s)"))

@@ -46,23 +46,41 @@ def _stages(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [s for s in names if s not in STAGES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown stage {', '.join(unknown) or text!r}: choose from {', '.join(STAGES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown stage {', '.join(unknown) or text!r}: choose from {', '.join(STAGES)}"
+        )
     return names
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="does distributed training work here, stage by stage, and if not, why",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=cliargs.positive_int,
-                   help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)")
+    p = sub.add_parser(
+        "check",
+        help="does distributed training work here, stage by stage, and if not, why",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        "--nproc",
+        dest="nproc",
+        type=cliargs.positive_int,
+        help="ranks to start (default: the number of GPUs, or 2 simulated ranks on CPU)",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when a GPU is visible, else cpu")
     p.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl on GPUs, gloo on CPU")
-    p.add_argument("--stages", type=_stages, default=list(STAGES),
-                   help=f"comma-separated subset of {','.join(STAGES)} (preflight always runs)")
+    p.add_argument(
+        "--stages",
+        type=_stages,
+        default=list(STAGES),
+        help=f"comma-separated subset of {','.join(STAGES)} (preflight always runs)",
+    )
     cliargs.add_hang_timeout(p, "check", "--timeout", dest="timeout")
     p.add_argument("--master-port", type=cliargs.port, help="rendezvous port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--mem-fraction", type=_fraction, default=0.5,
-                   help="share of free GPU memory the devices stage allocates (default %(default)g)")
+    p.add_argument(
+        "--mem-fraction",
+        type=_fraction,
+        default=0.5,
+        help="share of free GPU memory the devices stage allocates (default %(default)g)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     cliargs.add_nodes(p)
     p.set_defaults(run=run)
@@ -79,7 +97,9 @@ def run(args) -> int:
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
     guess = envinfo.early_nproc(args.nproc, args.device) if worker_stages and port is not None else None
-    with startup.early(lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True), guess) as ranks:
+    with startup.early(
+        lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True), guess
+    ) as ranks:
         import torch
 
         from ddplab import dist as ddist
@@ -92,16 +112,31 @@ def run(args) -> int:
         if pre.status == FAIL:
             stages += [StageResult(s, SKIP, cause="not run: preflight failed") for s in worker_stages]
         elif worker_stages:
-            payload = {"stages": worker_stages, "device": device, "backend": backend,
-                       "mem_fraction": args.mem_fraction,
-                       # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
-                       "pg_timeout": args.timeout + 30}
+            payload = {
+                "stages": worker_stages,
+                "device": device,
+                "backend": backend,
+                "mem_fraction": args.mem_fraction,
+                # the group's own timeout must not fire before ddplab's hang detection names the stuck rank
+                "pg_timeout": args.timeout + 30,
+            }
             workers, problems, seconds, run_ranks, flight, kept = _run_workers(args, ranks.get(nproc), payload)
             stages += workers
-    result = CheckResult(ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
-                         verdict="", nproc=nproc, device=device, backend=backend, seconds=seconds,
-                         stages=stages, problems=problems, nnodes=args.nnodes, ranks=run_ranks,
-                         flight=flight, kept=kept, nodes=pre.details.get("nodes", []))
+    result = CheckResult(
+        ok=all(s.status in (PASS, SKIP) for s in stages) and pre.status == PASS,
+        verdict="",
+        nproc=nproc,
+        device=device,
+        backend=backend,
+        seconds=seconds,
+        stages=stages,
+        problems=problems,
+        nnodes=args.nnodes,
+        ranks=run_ranks,
+        flight=flight,
+        kept=kept,
+        nodes=pre.details.get("nodes", []),
+    )
     result.verdict = _verdict(result)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
@@ -123,6 +158,7 @@ def _run_workers(args, pending, payload):
     done: dict[str, dict[int, dict]] = {n: {} for n in names}
 
     with report.console(stderr=True).status(f"checking {nproc} rank(s)…") as status:
+
         def on_event(rank: int, event: dict) -> None:
             if "stage" in event:  # a stage finished on this rank: keep its result
                 done[event["stage"]][rank] = event
@@ -149,16 +185,30 @@ def _blame(stage: str, run) -> StageResult:
     """The stage in which the run crashed or hung, with the rank and operation named."""
     if run.status == "hang":
         stuck = [r for r in run.ranks if r.rank in run.stalled]
-        return StageResult(stage, TIMEOUT, run.seconds, cause=run.summary(),
-                           fix="every rank must call the same collectives in the same order: the stack of the rank "
-                               "that never arrived shows where it went instead",
-                           details={"stalled": run.stalled, "phases": {r.rank: r.phase for r in run.ranks},
-                                    "stacks": {r.rank: r.stack for r in stuck}, "last_progress": run.last_progress})
+        return StageResult(
+            stage,
+            TIMEOUT,
+            run.seconds,
+            cause=run.summary(),
+            fix="every rank must call the same collectives in the same order: the stack of the rank "
+            "that never arrived shows where it went instead",
+            details={
+                "stalled": run.stalled,
+                "phases": {r.rank: r.phase for r in run.ranks},
+                "stacks": {r.rank: r.stack for r in stuck},
+                "last_progress": run.last_progress,
+            },
+        )
     if run.status == "failed" and run.root_cause is not None:
         r = run.rank(run.root_cause)
-        return StageResult(stage, FAIL, run.seconds, cause=run.summary(),
-                           fix=f"read rank {r.rank}'s traceback below; the other ranks failed because it left",
-                           details={"rank": r.rank, "exitcode": r.exitcode, "phase": r.phase, "error": r.error})
+        return StageResult(
+            stage,
+            FAIL,
+            run.seconds,
+            cause=run.summary(),
+            fix=f"read rank {r.rank}'s traceback below; the other ranks failed because it left",
+            details={"rank": r.rank, "exitcode": r.exitcode, "phase": r.phase, "error": r.error},
+        )
     return StageResult(stage, FAIL, run.seconds, cause=run.summary(), fix="see the launcher's log named above")
 
 
@@ -193,16 +243,19 @@ def render(con, r: CheckResult) -> None:
     for col in ("stage", "status", "time", "result"):
         table.add_column(col, overflow="fold")
     for s in r.stages:
-        table.add_row(s.name, report.styled(s.status), f"{s.seconds:.1f}s" if s.seconds else "",
-                      s.figure or s.cause)
+        table.add_row(s.name, report.styled(s.status), f"{s.seconds:.1f}s" if s.seconds else "", s.figure or s.cause)
     con.print(table)
     if r.nodes:
         nodes = Table(box=None, pad_edge=False, show_edge=False)
         for col in ("node", "interface", "torch", "verdict"):
             nodes.add_column(col, overflow="fold")
         for n in r.nodes:
-            nodes.add_row(n["node"] + (" (this one)" if n["this_node"] else ""), n["interface"],
-                          str(n["versions"].get("torch")), report.styled("PASS" if n["verdict"] == "READY" else "FAIL"))
+            nodes.add_row(
+                n["node"] + (" (this one)" if n["this_node"] else ""),
+                n["interface"],
+                str(n["versions"].get("torch")),
+                report.styled("PASS" if n["verdict"] == "READY" else "FAIL"),
+            )
         con.print(nodes)
     for s in r.stages:
         findings = [f for f in s.details.get("findings", []) if f["level"] != "ok"]

@@ -28,8 +28,12 @@ def render(con, r) -> None:
     tv = r.torch
     t.add_row("python", f"{r.python['version']} ({r.python['executable']})")
     t.add_row("platform", f"{r.platform['system']} {r.platform['release']} {r.platform['machine']}")
-    t.add_row("torch", f"{tv['version']} — {tv['build']}"
-              + (f", cuDNN {tv['cudnn']}" if tv["cudnn"] else "") + (f", NCCL {tv['nccl']}" if tv["nccl"] else ""))
+    t.add_row(
+        "torch",
+        f"{tv['version']} — {tv['build']}"
+        + (f", cuDNN {tv['cudnn']}" if tv["cudnn"] else "")
+        + (f", NCCL {tv['nccl']}" if tv["nccl"] else ""),
+    )
     t.add_row("backends", ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in r.backends.items()))
     t.add_row("driver", r.driver or "no NVIDIA driver")
     if r.devices:
@@ -47,6 +51,12 @@ def render(con, r) -> None:
     for w in r.warnings:
         report.finding(con, "WARN", w["problem"], w["fix"])
     n = len(r.warnings)
-    con.print(report.text("verdict: ", report.styled("OK"), " nothing wrong found") if r.ok
-              else report.text("verdict: ", report.styled("FAIL"),
-                               f" {n} {'problem' if n == 1 else 'problems'} to fix before a distributed run"))
+    con.print(
+        report.text("verdict: ", report.styled("OK"), " nothing wrong found")
+        if r.ok
+        else report.text(
+            "verdict: ",
+            report.styled("FAIL"),
+            f" {n} {'problem' if n == 1 else 'problems'} to fix before a distributed run",
+        )
+    )

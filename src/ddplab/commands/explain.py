@@ -13,13 +13,20 @@ from ddplab import report
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("explain", help="what this error means and how to fix it",
-                       description="Explain a failed run's log: the root cause first, each known error's cause and "
-                                   "fix; when no rule knows it, what the log says (first failed rank, error, your "
-                                   "frame, the layer and the setting that makes it say more).")
-    p.add_argument("log", nargs="?", default=None, metavar="LOG",
-                   help="a log file, a log folder (ddplab launch's or torchrun --log-dir's), or '-'/nothing for "
-                        "stdin")
+    p = sub.add_parser(
+        "explain",
+        help="what this error means and how to fix it",
+        description="Explain a failed run's log: the root cause first, each known error's cause and "
+        "fix; when no rule knows it, what the log says (first failed rank, error, your "
+        "frame, the layer and the setting that makes it say more).",
+    )
+    p.add_argument(
+        "log",
+        nargs="?",
+        default=None,
+        metavar="LOG",
+        help="a log file, a log folder (ddplab launch's or torchrun --log-dir's), or '-'/nothing for stdin",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run)
 

@@ -39,13 +39,18 @@ from pathlib import Path
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
+
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
     # must not pay. A NUL prefix char means argparse sees no option here and hands every argument over untouched.
-    p = sub.add_parser("launch", help="run any script under torchrun with preflight checks and a hang watchdog",
-                       add_help=False, prefix_chars="\0",
-                       usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-                             "[--sanitize-steps N] [torchrun options] SCRIPT [args]")
+    p = sub.add_parser(
+        "launch",
+        help="run any script under torchrun with preflight checks and a hang watchdog",
+        add_help=False,
+        prefix_chars="\0",
+        usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
+        "[--sanitize-steps N] [torchrun options] SCRIPT [args]",
+    )
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -55,21 +60,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = get_args_parser()
     parser.prog = "ddplab launch"
-    parser.description = ("torchrun with a safety net: lint and preflight before, per-rank logs, root cause and "
-                          "diagnosis after a failure, stacks of every rank on a hang. Takes torchrun's options.")
+    parser.description = (
+        "torchrun with a safety net: lint and preflight before, per-rank logs, root cause and "
+        "diagnosis after a failure, stacks of every rank on a hang. Takes torchrun's options."
+    )
 
     def error(message: str):
         raise DdplabError(f"{message} (see `ddplab launch --help`)")
 
     parser.error = error
     group = parser.add_argument_group("ddplab")
-    cliargs.add_hang_timeout(group, "launch", off=True,
-                             extra="; a script's progress is its output, and its silence counts only once idle "
-                                   "CPU or every rank seen in the same distributed wait twice confirms it")
+    cliargs.add_hang_timeout(
+        group,
+        "launch",
+        off=True,
+        extra="; a script's progress is its output, and its silence counts only once idle "
+        "CPU or every rank seen in the same distributed wait twice confirms it",
+    )
     cliargs.add_grace(group)
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
-    group.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout "
-                                                           "(the script's own output goes to stderr)")
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON object on stdout (the script's own output goes to stderr)",
+    )
     cliargs.add_profile(group)
     cliargs.add_sanitize(group)
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -81,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
             if "PET_NPROC_PER_NODE" not in os.environ:
                 action.default = None
         if action.dest == "log_dir":
-            action.help = ("keep every rank's stdout/stderr here (DIR/RUN_ID/attempt_N/LOCAL_RANK/std*.log); "
-                           "ddplab: without it they are kept in a temporary folder only when the run fails")
+            action.help = (
+                "keep every rank's stdout/stderr here (DIR/RUN_ID/attempt_N/LOCAL_RANK/std*.log); "
+                "ddplab: without it they are kept in a temporary folder only when the run fails"
+            )
     return parser
 
 
@@ -99,8 +115,9 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
     early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile", sanitizer.DIR_ENV: "sanitize"})
     try:
-        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps = _options(early.parser(build_parser),
-                                                                                         argv)
+        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps = _options(
+            early.parser(build_parser), argv
+        )
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -126,8 +143,15 @@ def run(args) -> int:
 
         profile.request(early.folder / "profile", profile_steps)
     sanitizer.request(early.folder / "sanitize", sanitize_steps)  # the findings: analyse() reads them
-    ran = run_script(early, vars(ns), plan.log_dir, hang_timeout, since=started,
-                     output=sys.stderr if as_json else sys.stdout, grace=grace)
+    ran = run_script(
+        early,
+        vars(ns),
+        plan.log_dir,
+        hang_timeout,
+        since=started,
+        output=sys.stderr if as_json else sys.stdout,
+        grace=grace,
+    )
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
         from ddplab.launcher.preempt import outcome
 
@@ -169,6 +193,7 @@ def _options(parser, argv: list[str]):
 def _bare_profile(argv: list[str], end: int) -> list[str]:
     """`--profile` takes an optional STEPS: a bare one followed by anything but a number means the default (argparse
     would read the script's path as STEPS)."""
+
     def bare(i: int) -> bool:
         return i < end and argv[i] == "--profile" and not (i + 1 < len(argv) and argv[i + 1].isdigit())
 
@@ -229,8 +254,11 @@ def render(con, r) -> None:
     if sanitized and not r.sanitize.leading:
         con.print(sanitized, markup=False, highlight=False)
     # One line, last, that `ddplab explain` takes as it is: a folder of per-rank logs.
-    con.print(f"  logs: {r.log_dir}" if r.log_dir else
-              "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)")
+    con.print(
+        f"  logs: {r.log_dir}"
+        if r.log_dir
+        else "  logs: none kept (the run passed; --log-dir DIR keeps every rank's output)"
+    )
 
 
 def _render_lint(con, findings, title: str) -> None:

@@ -22,13 +22,19 @@ class LintResults:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("lint", help="which DDP mistakes this script makes (static checks, nothing is run)",
-                       description="Read a training script (and the local modules it imports), or every script of "
-                                   "a folder, and report the DDP mistakes found: line, rule, what goes wrong, the fix.")
-    p.add_argument("script", nargs="+", metavar="PATH",
-                   help="a training script (e.g. train.py) or a folder of them")
-    p.add_argument("--all", action="store_true", dest="show_all",
-                   help="also show the findings lint is not sure of (each says what it could not see)")
+    p = sub.add_parser(
+        "lint",
+        help="which DDP mistakes this script makes (static checks, nothing is run)",
+        description="Read a training script (and the local modules it imports), or every script of "
+        "a folder, and report the DDP mistakes found: line, rule, what goes wrong, the fix.",
+    )
+    p.add_argument("script", nargs="+", metavar="PATH", help="a training script (e.g. train.py) or a folder of them")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="show_all",
+        help="also show the findings lint is not sure of (each says what it could not see)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run)
 
@@ -40,8 +46,11 @@ def run(args) -> int:
     if len(results) == 1:
         report.emit(results[0], args.json, render)
     else:
-        report.emit(LintResults(results, all(r.ok for r in results)), args.json,
-                    lambda con, rs: [render(con, r) for r in rs.results])
+        report.emit(
+            LintResults(results, all(r.ok for r in results)),
+            args.json,
+            lambda con, rs: [render(con, r) for r in rs.results],
+        )
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -56,7 +65,7 @@ def render(con, r) -> None:
     for why in r.unread:
         con.print(f"{why}: could not read it, so lint did not see what it does")
     if not r.findings:
-        con.print(report.text(f"{r.script}: ", report.styled('OK'), " no DDP mistake found"))
+        con.print(report.text(f"{r.script}: ", report.styled("OK"), " no DDP mistake found"))
     else:
         con.print(f"{r.script}: {r.errors} error(s), {r.warnings} warning(s)")
     if r.possible:

@@ -23,7 +23,7 @@ def _pids(text: str) -> list[int]:
     try:
         pids = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id: give numbers, e.g. --pids 4121 4122")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id: give numbers, e.g. --pids 4121 4122") from None
     if not pids or min(pids) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a process id: give positive numbers")
     return pids
@@ -56,19 +56,36 @@ the GPU table: util % (nvidia-smi's), memory MiB used/total, power W used/limit,
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("monitor", help="live per-rank device utilisation of a running job", epilog=COLUMNS,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "monitor",
+        help="live per-rank device utilisation of a running job",
+        epilog=COLUMNS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S", help="seconds between samples (default 1)")
-    p.add_argument("--pids", type=_pids, nargs="+", metavar="PID",
-                   help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves")
-    p.add_argument("--once", action="store_true",
-                   help="one sample over --interval, then exit (1 if anything is flagged)")
-    p.add_argument("--json", action="store_true",
-                   help="JSON on stdout: one object with --once, else one line per sample")
-    guard = p.add_argument_group("idle guard", "act once this machine has done nothing for a while (ddplab.observe.idle)")
-    guard.add_argument("--idle-after", type=_duration, metavar="DURATION",
-                       help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
-                            "every GPU quiet; then --then runs")
+    p.add_argument(
+        "--pids",
+        type=_pids,
+        nargs="+",
+        metavar="PID",
+        help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves",
+    )
+    p.add_argument(
+        "--once", action="store_true", help="one sample over --interval, then exit (1 if anything is flagged)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="JSON on stdout: one object with --once, else one line per sample"
+    )
+    guard = p.add_argument_group(
+        "idle guard", "act once this machine has done nothing for a while (ddplab.observe.idle)"
+    )
+    guard.add_argument(
+        "--idle-after",
+        type=_duration,
+        metavar="DURATION",
+        help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
+        "every GPU quiet; then --then runs",
+    )
     guard.add_argument("--then", metavar="COMMAND", help="shell command to run once, e.g. 'sudo shutdown -h now'")
     guard.add_argument("--warn-only", action="store_true", help="only warn when idle that long; keep watching")
     p.set_defaults(run=run)
@@ -80,7 +97,7 @@ def _duration(text: str) -> float:
     try:
         return parse_duration(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def run(args) -> int:
@@ -98,8 +115,8 @@ def run(args) -> int:
 
 
 def _idle_guard(args) -> int:
-    from ddplab.observe import idle
     from ddplab.errors import DdplabError
+    from ddplab.observe import idle
 
     if args.idle_after is None:
         raise DdplabError("--then and --warn-only belong to the idle guard: add --idle-after DURATION, e.g. 30m")
@@ -158,8 +175,13 @@ def render(con, snap) -> None:
 def _view(snap, width: int = 80) -> Group:
     """The whole screen: a table of ranks, one of GPUs when there are GPUs, then the verdict. Tables fit WIDTH
     without cutting an id or a number: narrower columns wrap, optional ones go (and a note says which)."""
-    parts = [Text(f"ddplab monitor  {time.strftime('%H:%M:%S', time.localtime(snap.time))}  "
-                  f"sampled over {snap.interval_s:.1f}s  {'' if snap.nvml == 'ok' else snap.nvml}", style="dim")]
+    parts = [
+        Text(
+            f"ddplab monitor  {time.strftime('%H:%M:%S', time.localtime(snap.time))}  "
+            f"sampled over {snap.interval_s:.1f}s  {'' if snap.nvml == 'ok' else snap.nvml}",
+            style="dim",
+        )
+    ]
     ranks, left_out = _ranks_table(snap, width)
     parts.append(ranks)
     if snap.gpus:
@@ -167,15 +189,23 @@ def _view(snap, width: int = 80) -> Group:
         parts.append(gpus)
         left_out += gone
     for problem in snap.problems:
-        parts.append(report.text(report.styled('WARN'), " ", problem))
+        parts.append(report.text(report.styled("WARN"), " ", problem))
     for note in snap.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     parts.append(Text("note: the columns and flags are explained in `ddplab monitor --help`", style="dim"))
     if left_out:
-        parts.append(Text(f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, "
-                          "or use --json)", style="dim"))
-    parts.append(report.text("verdict: ", report.text(report.styled("OK"), " ", snap.verdict) if snap.ok
-                             else Text(snap.verdict, style="yellow")))
+        parts.append(
+            Text(
+                f"note: left out for a {width}-column output: {', '.join(left_out)} (set COLUMNS wider, or use --json)",
+                style="dim",
+            )
+        )
+    parts.append(
+        report.text(
+            "verdict: ",
+            report.text(report.styled("OK"), " ", snap.verdict) if snap.ok else Text(snap.verdict, style="yellow"),
+        )
+    )
     return Group(*parts)
 
 
@@ -192,9 +222,16 @@ def _ranks_table(snap, width: int):
     has_gpu = any(r.gpu is not None for job in snap.jobs for r in job.ranks)
     has_progress = any(r.progress is not None for job in snap.jobs for r in job.ranks)
     # drop: what goes first when the output is narrow (the GPU table names each rank's GPU; CPU s is a total)
-    columns = [Column("job", justify="left", fold_last=True), Column("rank"), Column("local"), Column("pid"),
-               Column("state", "text", justify="left"), Column("CPU %"), Column("CPU s", drop=4),
-               Column("RSS MiB", drop=2)]
+    columns = [
+        Column("job", justify="left", fold_last=True),
+        Column("rank"),
+        Column("local"),
+        Column("pid"),
+        Column("state", "text", justify="left"),
+        Column("CPU %"),
+        Column("CPU s", drop=4),
+        Column("RSS MiB", drop=2),
+    ]
     if has_gpu:
         columns += [Column("GPU", drop=3), Column("GPU %"), Column("GPU MiB")]
     if has_progress:
@@ -203,8 +240,16 @@ def _ranks_table(snap, width: int):
     rows = []
     for job in snap.jobs:
         for i, r in enumerate(job.ranks):
-            row = [job.id if i == 0 else "", _num(r.rank, "{}"), _num(r.local_rank, "{}"), str(r.pid), r.status,
-                   f"{r.cpu_percent:.0f}", f"{r.cpu_seconds:.1f}", f"{r.rss_mib:.0f}"]
+            row = [
+                job.id if i == 0 else "",
+                _num(r.rank, "{}"),
+                _num(r.local_rank, "{}"),
+                str(r.pid),
+                r.status,
+                f"{r.cpu_percent:.0f}",
+                f"{r.cpu_seconds:.1f}",
+                f"{r.rss_mib:.0f}",
+            ]
             if has_gpu:
                 gpu = "-" if r.gpu is None else f"{r.gpu}" + ("" if r.gpu_from == "nvml" else "?")
                 row += [gpu, _num(r.gpu_util_percent), _num(r.gpu_memory_mib)]
@@ -216,13 +261,30 @@ def _ranks_table(snap, width: int):
 
 def _gpus_table(snap, width: int):
     Column = report.Column
-    columns = [Column("GPU"), Column("name", "text", drop=3, justify="left"), Column("util %"),
-               Column("memory MiB"), Column("power W", drop=2), Column("temp C", drop=1),
-               Column("processes (pid:rank)", "text", justify="left"), Column("flags", "text", justify="left")]
+    columns = [
+        Column("GPU"),
+        Column("name", "text", drop=3, justify="left"),
+        Column("util %"),
+        Column("memory MiB"),
+        Column("power W", drop=2),
+        Column("temp C", drop=1),
+        Column("processes (pid:rank)", "text", justify="left"),
+        Column("flags", "text", justify="left"),
+    ]
     rows = []
     for g in snap.gpus:
         procs = " ".join(f"{p.pid}:{p.rank if p.rank is not None else (p.name or '?')}" for p in g.processes) or "-"
         power = "-" if g.power_w is None else f"{g.power_w:.0f}/{_num(g.power_limit_w)}"
-        rows.append([str(g.index), g.name, _num(g.util_percent), f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f}",
-                     power, _num(g.temperature_c, "{}"), procs, _flags(g.flags)])
+        rows.append(
+            [
+                str(g.index),
+                g.name,
+                _num(g.util_percent),
+                f"{g.memory_used_mib:.0f}/{g.memory_total_mib:.0f}",
+                power,
+                _num(g.temperature_c, "{}"),
+                procs,
+                _flags(g.flags),
+            ]
+        )
     return report.fit_table(width, columns, rows)

@@ -95,6 +95,9 @@ def run(args) -> int:
 
 def render(con, r: NewResult) -> None:
     verb = "overwrote" if r.overwritten else "wrote"
-    con.print(f"{verb} {r.path}: a {r.task} DDP training script ({r.lines} lines, needs torch and ddplab.resume)", soft_wrap=True)
+    con.print(
+        f"{verb} {r.path}: a {r.task} DDP training script ({r.lines} lines, needs torch and ddplab.resume)",
+        soft_wrap=True,
+    )
     con.print(f"run it:  {r.run}", soft_wrap=True)
     con.print("its docstring lists the other ways to start it: GPUs, several machines, resuming")

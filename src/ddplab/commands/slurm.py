@@ -78,30 +78,43 @@ def _add_own(p, defaults: bool = True) -> None:
     """slurm's own flags. --nodes and --gpus-per-node are required, but checked in run(): they may come after the
     target (`ddplab slurm mlp --nodes 2 --gpus-per-node 4`), where argparse's REMAINDER has already taken them.
     defaults=False: a flag not given after the target must not reset the value given before it."""
+
     def default(value):
         return value if defaults else argparse.SUPPRESS
 
     p.add_argument("--nodes", type=cliargs.positive_int, default=default(None), help="nodes to allocate (required)")
-    p.add_argument("--gpus-per-node", type=int, default=default(None),
-                   help="GPUs per node = workers per node (0: CPU nodes, one worker per node on gloo) (required)")
-    p.add_argument("--cpus-per-node", type=cliargs.positive_int, default=default(8),
-                   help="CPU cores per node (default 8)")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=default(None),
+        help="GPUs per node = workers per node (0: CPU nodes, one worker per node on gloo) (required)",
+    )
+    p.add_argument(
+        "--cpus-per-node", type=cliargs.positive_int, default=default(8), help="CPU cores per node (default 8)"
+    )
     p.add_argument("--time", type=_time, default=default("01:00:00"), help="wall-clock limit (default 01:00:00)")
     p.add_argument("--partition", default=default(None), help="Slurm partition (default: the cluster's)")
     p.add_argument("--max-restarts", type=int, default=default(0), help="torchrun's restarts after a worker fails")
-    p.add_argument("--rdzv-port", type=cliargs.port, default=default(29500),
-                   help="port of the rendezvous on the first node (default 29500, torchrun's customary one)")
+    p.add_argument(
+        "--rdzv-port",
+        type=cliargs.port,
+        default=default(29500),
+        help="port of the rendezvous on the first node (default 29500, torchrun's customary one)",
+    )
     p.add_argument("--log-dir", default=default("logs"), help="where the per-node logs go (default logs/)")
     p.add_argument("-o", "--output", default=default(None), help="write the script here (default: print it)")
     p.add_argument("--force", action="store_true", default=default(False), help="overwrite --output if it exists")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("slurm", help="write an sbatch script that runs a recipe or script on several nodes",
-                       description=__doc__.split("\n\n")[0],
-                       epilog="slurm's own flags may come before or after the target; every other argument goes "
-                              "to the target. To pass the target a flag of the same name as one of slurm's, put "
-                              "it after `--`.")
+    p = sub.add_parser(
+        "slurm",
+        help="write an sbatch script that runs a recipe or script on several nodes",
+        description=__doc__.split("\n\n")[0],
+        epilog="slurm's own flags may come before or after the target; every other argument goes "
+        "to the target. To pass the target a flag of the same name as one of slurm's, put "
+        "it after `--`.",
+    )
     _add_own(p)
     p.add_argument("target", help=f"a recipe ({', '.join(recipes.names())}) or a training script's path")
     p.add_argument("target_args", nargs=argparse.REMAINDER, help="arguments for the recipe or script")
@@ -115,17 +128,19 @@ def take_own_flags(args) -> None:
     after = []
     if "--" in rest:
         cut = rest.index("--")
-        rest, after = rest[:cut], rest[cut + 1:]
+        rest, after = rest[:cut], rest[cut + 1 :]
     own = _OwnFlags(prog="ddplab slurm", add_help=False, allow_abbrev=False)
     _add_own(own, defaults=False)
     found, rest = own.parse_known_args(rest)
     vars(args).update(vars(found))
     args.target_args = rest + after
-    missing = [flag for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node))
-               if value is None]
+    missing = [
+        flag for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node)) if value is None
+    ]
     if missing:
-        raise DdplabError(f"missing {' and '.join(missing)}: e.g. ddplab slurm --nodes 2 --gpus-per-node 4 "
-                          f"{args.target}")
+        raise DdplabError(
+            f"missing {' and '.join(missing)}: e.g. ddplab slurm --nodes 2 --gpus-per-node 4 {args.target}"
+        )
 
 
 def build(args) -> str:
@@ -137,17 +152,27 @@ def build(args) -> str:
     elif Path(args.target).is_file():
         entry = [args.target]
     else:
-        raise DdplabError(f"{args.target!r} is neither a recipe ({', '.join(known)}) nor an existing script: "
-                          "give a recipe name or the path of your training script")
+        raise DdplabError(
+            f"{args.target!r} is neither a recipe ({', '.join(known)}) nor an existing script: "
+            "give a recipe name or the path of your training script"
+        )
     name = Path(args.target).stem if args.target not in known else args.target
     outfile = args.output or f"{name}.sbatch"
     return TEMPLATE.format(
-        command=shlex.join(["--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
-                            args.target, *args.target_args]),
-        outfile=outfile, job_name=f"ddplab-{name}", nodes=args.nodes, gpus=args.gpus_per_node,
-        cpus=args.cpus_per_node, time=args.time, log_dir=shlex.quote(args.log_dir),
+        command=shlex.join(
+            ["--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node), args.target, *args.target_args]
+        ),
+        outfile=outfile,
+        job_name=f"ddplab-{name}",
+        nodes=args.nodes,
+        gpus=args.gpus_per_node,
+        cpus=args.cpus_per_node,
+        time=args.time,
+        log_dir=shlex.quote(args.log_dir),
         partition=f"#SBATCH --partition={args.partition}\n" if args.partition else "",
-        procs=max(1, args.gpus_per_node), port=args.rdzv_port, max_restarts=args.max_restarts,
+        procs=max(1, args.gpus_per_node),
+        port=args.rdzv_port,
+        max_restarts=args.max_restarts,
         entry=shlex.join([*entry, *args.target_args]),
     )
 

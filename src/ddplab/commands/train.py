@@ -25,9 +25,12 @@ GROUP_TIMEOUT_MARGIN_S = 60.0
 
 def add_parser(sub) -> None:
     names = recipes.names()
-    p = sub.add_parser("train", help=f"a reference DDP training ({', '.join(names)}) with per-rank proof",
-                       description="Run a reference DDP training on N local ranks and show what every rank did. "
-                                   "`ddplab train RECIPE --help` lists the recipe's flags.")
+    p = sub.add_parser(
+        "train",
+        help=f"a reference DDP training ({', '.join(names)}) with per-rank proof",
+        description="Run a reference DDP training on N local ranks and show what every rank did. "
+        "`ddplab train RECIPE --help` lists the recipe's flags.",
+    )
     p.add_argument("recipe", choices=names, help=" | ".join(names))
     p.add_argument("args", nargs=argparse.REMAINDER, help="launcher and recipe flags (see RECIPE --help)")
     p.set_defaults(run=run)
@@ -35,12 +38,23 @@ def add_parser(sub) -> None:
 
 def launcher_arguments(p: argparse.ArgumentParser) -> None:
     launch = p.add_argument_group("launcher (torchrun's names)")
-    launch.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=None, metavar="N",
-                        help="ranks to start (default: one per visible GPU, else 2 CPU ranks)")
+    launch.add_argument(
+        "--nproc-per-node",
+        "--nproc",
+        dest="nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks to start (default: one per visible GPU, else 2 CPU ranks)",
+    )
     launch.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
-    launch.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
-                             "it resumes from the latest checkpoint, without one it starts over")
+    launch.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restart the group this many times after a failure (default 0); with --checkpoint-dir "
+        "it resumes from the latest checkpoint, without one it starts over",
+    )
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
     cliargs.add_profile(launch)
     cliargs.add_grace(launch)
@@ -66,8 +80,7 @@ def _guess(argv: list[str]):
 
 def run(args) -> int:
     from ddplab.launcher import startup
-    from ddplab.perf import profhook
-    from ddplab.perf import profile
+    from ddplab.perf import profhook, profile
     from ddplab.train.ranks import start_ranks
 
     early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
@@ -75,8 +88,14 @@ def run(args) -> int:
     args.profile_dir = Path(tempfile.gettempdir()) / f"ddplab-profile-{os.getpid()}-{time.time_ns()}"
 
     def start(nproc: int):
-        return start_ranks(nproc, launch.master_port, launch.max_restarts, launch.nodes, flight=True,
-                           env={profhook.DIR_ENV: str(args.profile_dir)})
+        return start_ranks(
+            nproc,
+            launch.master_port,
+            launch.max_restarts,
+            launch.nodes,
+            flight=True,
+            env={profhook.DIR_ENV: str(args.profile_dir)},
+        )
 
     with startup.early(start, early.nproc if early else None) as ranks:
         cfg, ns, nproc, device = _checked(args)
@@ -115,8 +134,13 @@ def _checked(args):
     from ddplab.train.config import from_arguments, parser
 
     recipe = loop.load_recipe(args.recipe)
-    ns = parser(recipe.config, f"ddplab train {args.recipe}", kind=cliargs.Parser, before=launcher_arguments,
-                title=f"{args.recipe} recipe").parse_args(args.args)
+    ns = parser(
+        recipe.config,
+        f"ddplab train {args.recipe}",
+        kind=cliargs.Parser,
+        before=launcher_arguments,
+        title=f"{args.recipe} recipe",
+    ).parse_args(args.args)
     cfg = from_arguments(recipe.config, ns)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nproc = ns.nproc if ns.nproc is not None else (gpus or 2)
@@ -166,11 +190,17 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
     # The ranks import torch and meet before their first step: seconds in which nothing else would be said.
     view.console.print(f"starting {pending.nproc} rank(s) ...", markup=False, highlight=False)
     try:
-        outcome = pending.run({"recipe": recipe, "config": cfg.to_dict(),
-                               "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
-                               "predict_memory": False},
-                              stall_timeout=ns.stall_timeout,
-                              on_event=on_event, grace=ns.grace)
+        outcome = pending.run(
+            {
+                "recipe": recipe,
+                "config": cfg.to_dict(),
+                "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
+                "predict_memory": False,
+            },
+            stall_timeout=ns.stall_timeout,
+            on_event=on_event,
+            grace=ns.grace,
+        )
     finally:
         view.close()
     if outcome.ok and all(r.rank != 0 for r in outcome.ranks):  # another node holds rank 0 and its result
@@ -182,8 +212,8 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         stopped = Preempted(**outcome.rank(0).result["preempted"])
         report.emit(stopped, cfg.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
         if not predicting.done():  # its thread, inside torch's C++ at interpreter exit, would abort the process
-            sys.stdout.flush()     # ("terminate called without an active exception"): the machine is going away,
-            sys.stderr.flush()     # every rank has ended, nothing is left to wait for
+            sys.stdout.flush()  # ("terminate called without an active exception"): the machine is going away,
+            sys.stderr.flush()  # every rank has ended, nothing is left to wait for
             predicting.cancel()
             os._exit(stopped.exit_code)
         return stopped.exit_code
@@ -201,10 +231,24 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         if outcome.run_dir:  # the message says it all: no logs to keep
             shutil.rmtree(outcome.run_dir, ignore_errors=True)
         raise DdplabError(message, exit_code=code)
-    failure = TrainFailure(outcome.status, outcome.summary(), outcome.root_cause,
-                           [{"rank": r.rank, "phase": r.phase, "exitcode": r.exitcode, "error": r.error,
-                             "output_tail": r.output_tail, "stack": r.stack} for r in outcome.ranks],
-                           outcome.flight, outcome.run_dir)
+    failure = TrainFailure(
+        outcome.status,
+        outcome.summary(),
+        outcome.root_cause,
+        [
+            {
+                "rank": r.rank,
+                "phase": r.phase,
+                "exitcode": r.exitcode,
+                "error": r.error,
+                "output_tail": r.output_tail,
+                "stack": r.stack,
+            }
+            for r in outcome.ranks
+        ],
+        outcome.flight,
+        outcome.run_dir,
+    )
     report.emit(failure, cfg.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
 

@@ -10,32 +10,151 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-NAMES = ["Ada", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "June", "Kai", "Lena", "Milo", "Nora",
-         "Otto", "Pia", "Quinn", "Rosa", "Sam", "Tess", "Uma", "Vic", "Wren", "Yara", "Zed"]
-ANIMALS = ["cat", "dog", "fox", "owl", "duck", "frog", "goat", "mouse", "rabbit", "horse", "bear", "crow",
-           "hen", "pig", "sheep", "squirrel"]
-PLACES = ["the garden", "the forest", "the river", "the old barn", "the hill", "the market", "the beach",
-          "the library", "the kitchen", "the meadow", "the bridge", "the village square", "the orchard",
-          "the train station", "the lighthouse", "the pond"]
-THINGS = ["a red ball", "a small key", "a blue kite", "a wooden box", "a shiny stone", "a lost hat",
-          "an old map", "a paper boat", "a jar of honey", "a green apple", "a silver bell", "a warm scarf",
-          "a broken clock", "a bag of seeds", "a yellow umbrella", "a tiny drum"]
-ADJECTIVES = ["happy", "sleepy", "brave", "curious", "quiet", "clever", "kind", "shy", "busy", "hungry",
-              "cheerful", "careful", "tired", "proud", "gentle", "silly"]
-WEATHER = ["The sun was warm.", "It was raining softly.", "The wind was cold.", "Snow covered the ground.",
-           "The sky was grey and low.", "It was a bright spring morning.", "Fog hid the trees.",
-           "The evening was calm and still."]
+NAMES = [
+    "Ada",
+    "Ben",
+    "Cleo",
+    "Dan",
+    "Eva",
+    "Finn",
+    "Gus",
+    "Hana",
+    "Ivo",
+    "June",
+    "Kai",
+    "Lena",
+    "Milo",
+    "Nora",
+    "Otto",
+    "Pia",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tess",
+    "Uma",
+    "Vic",
+    "Wren",
+    "Yara",
+    "Zed",
+]
+ANIMALS = [
+    "cat",
+    "dog",
+    "fox",
+    "owl",
+    "duck",
+    "frog",
+    "goat",
+    "mouse",
+    "rabbit",
+    "horse",
+    "bear",
+    "crow",
+    "hen",
+    "pig",
+    "sheep",
+    "squirrel",
+]
+PLACES = [
+    "the garden",
+    "the forest",
+    "the river",
+    "the old barn",
+    "the hill",
+    "the market",
+    "the beach",
+    "the library",
+    "the kitchen",
+    "the meadow",
+    "the bridge",
+    "the village square",
+    "the orchard",
+    "the train station",
+    "the lighthouse",
+    "the pond",
+]
+THINGS = [
+    "a red ball",
+    "a small key",
+    "a blue kite",
+    "a wooden box",
+    "a shiny stone",
+    "a lost hat",
+    "an old map",
+    "a paper boat",
+    "a jar of honey",
+    "a green apple",
+    "a silver bell",
+    "a warm scarf",
+    "a broken clock",
+    "a bag of seeds",
+    "a yellow umbrella",
+    "a tiny drum",
+]
+ADJECTIVES = [
+    "happy",
+    "sleepy",
+    "brave",
+    "curious",
+    "quiet",
+    "clever",
+    "kind",
+    "shy",
+    "busy",
+    "hungry",
+    "cheerful",
+    "careful",
+    "tired",
+    "proud",
+    "gentle",
+    "silly",
+]
+WEATHER = [
+    "The sun was warm.",
+    "It was raining softly.",
+    "The wind was cold.",
+    "Snow covered the ground.",
+    "The sky was grey and low.",
+    "It was a bright spring morning.",
+    "Fog hid the trees.",
+    "The evening was calm and still.",
+]
 FEELINGS = ["glad", "surprised", "worried", "excited", "sad", "calm", "thankful", "proud"]
 VERBS = ["found", "carried", "lost", "shared", "painted", "mended", "hid", "dropped", "opened", "cleaned"]
-TIMES = ["One morning", "Once upon a time", "Long ago", "One evening", "On a Sunday", "Late one night",
-         "In the middle of summer", "After breakfast", "Before the rain came", "One winter day"]
-SAYINGS = ["Let us try again tomorrow.", "I can help you with that.", "Look what I found!", "Where did it go?",
-           "We should go home now.", "This is the best day ever.", "Can you keep a secret?",
-           "Thank you for waiting.", "I think I know the way.", "Please be careful."]
-ENDINGS = ["and they became good friends.", "and everyone laughed together.", "and they walked home side by side.",
-           "and the day ended with a warm supper.", "and nobody ever forgot it.",
-           "and from then on they shared everything.", "and the {animal} slept well that night.",
-           "and {name} smiled all the way home."]
+TIMES = [
+    "One morning",
+    "Once upon a time",
+    "Long ago",
+    "One evening",
+    "On a Sunday",
+    "Late one night",
+    "In the middle of summer",
+    "After breakfast",
+    "Before the rain came",
+    "One winter day",
+]
+SAYINGS = [
+    "Let us try again tomorrow.",
+    "I can help you with that.",
+    "Look what I found!",
+    "Where did it go?",
+    "We should go home now.",
+    "This is the best day ever.",
+    "Can you keep a secret?",
+    "Thank you for waiting.",
+    "I think I know the way.",
+    "Please be careful.",
+]
+ENDINGS = [
+    "and they became good friends.",
+    "and everyone laughed together.",
+    "and they walked home side by side.",
+    "and the day ended with a warm supper.",
+    "and nobody ever forgot it.",
+    "and from then on they shared everything.",
+    "and the {animal} slept well that night.",
+    "and {name} smiled all the way home.",
+]
 
 
 def story(r: random.Random) -> str:

@@ -15,18 +15,33 @@ SIGNALS: dict[int, tuple[str, str]] = {
     1: ("SIGHUP", "hung up: its terminal or SSH session closed; start long runs under nohup, tmux or the scheduler"),
     2: ("SIGINT", "interrupted (Ctrl-C, or torchrun passing an interrupt on)"),
     4: ("SIGILL", "illegal instruction: a binary built for a newer CPU (AVX-512) or GPU than this one"),
-    6: ("SIGABRT", "aborted: a C++ exception nobody caught or a failed native assertion (the NCCL watchdog aborts "
-                   "after a failed or timed-out collective); the `what():` line that rank printed says why"),
-    7: ("SIGBUS", "bus error: shared memory ran out, usually /dev/shm too small (Docker's default is 64 MB: "
-                  "--shm-size=8g or --ipc=host; check `df -h /dev/shm`)"),
+    6: (
+        "SIGABRT",
+        "aborted: a C++ exception nobody caught or a failed native assertion (the NCCL watchdog aborts "
+        "after a failed or timed-out collective); the `what():` line that rank printed says why",
+    ),
+    7: (
+        "SIGBUS",
+        "bus error: shared memory ran out, usually /dev/shm too small (Docker's default is 64 MB: "
+        "--shm-size=8g or --ipc=host; check `df -h /dev/shm`)",
+    ),
     8: ("SIGFPE", "arithmetic error in native code (an integer division by zero)"),
-    9: ("SIGKILL", "killed: usually the kernel's out-of-memory killer (host RAM, not GPU memory) or the scheduler's "
-                   "time/memory limit; look at `dmesg -T | grep -i -e oom -e killed` or the job's accounting"),
-    11: ("SIGSEGV", "segmentation fault: a crash in native code (an extension built for another torch/CUDA, a "
-                    "driver or library bug); rerun with PYTHONFAULTHANDLER=1 to see the Python frame"),
+    9: (
+        "SIGKILL",
+        "killed: usually the kernel's out-of-memory killer (host RAM, not GPU memory) or the scheduler's "
+        "time/memory limit; look at `dmesg -T | grep -i -e oom -e killed` or the job's accounting",
+    ),
+    11: (
+        "SIGSEGV",
+        "segmentation fault: a crash in native code (an extension built for another torch/CUDA, a "
+        "driver or library bug); rerun with PYTHONFAULTHANDLER=1 to see the Python frame",
+    ),
     13: ("SIGPIPE", "broken pipe: the process its output went to (`| head`, a closed log collector) went away"),
-    15: ("SIGTERM", "terminated from outside: torchrun stops the other ranks once one fails (look for the rank that "
-                    "failed first), or the scheduler/user stopped the job"),
+    15: (
+        "SIGTERM",
+        "terminated from outside: torchrun stops the other ranks once one fails (look for the rank that "
+        "failed first), or the scheduler/user stopped the job",
+    ),
 }
 SHELL_SIGNAL_BASE = 128  # a shell reports "killed by signal N" as exit status 128 + N
 _TEXT_FORMS = (
@@ -56,8 +71,9 @@ def describe_exit(code: int | str) -> str:
     if code < 0:
         return _signal_line(-code, f"exit code {code}")
     if SHELL_SIGNAL_BASE < code <= SHELL_SIGNAL_BASE + 64:
-        return _signal_line(code - SHELL_SIGNAL_BASE, f"exit code {code} = {SHELL_SIGNAL_BASE} + "
-                                                      f"{code - SHELL_SIGNAL_BASE}")
+        return _signal_line(
+            code - SHELL_SIGNAL_BASE, f"exit code {code} = {SHELL_SIGNAL_BASE} + {code - SHELL_SIGNAL_BASE}"
+        )
     if code == 0:
         return "exit code 0: it finished normally"
     if code == 1:

@@ -58,6 +58,7 @@ _TORCH_TAG = re.compile(r"^(?:\[[A-Za-z_]+?\d+\]:)?\[rank\d+\]:|^\[[A-Za-z_]+?\d
 @dataclass
 class LogText:
     """What explain matches: normalised lines, each with where it came from."""
+
     text: str
     source: str
     lines_total: int  # lines in the input(s)
@@ -79,7 +80,7 @@ def slurm_labelled(lines: list[str]) -> str | bool:
     labelled = [m for m in map(_SLURM.match, text) if m]
     if len(text) < 2 or len(labelled) * 2 <= len(text):
         return False
-    inner = [line[m.end():] for line, m in zip(text, map(_SLURM.match, text)) if m]
+    inner = [line[m.end() :] for line, m in zip(text, map(_SLURM.match, text)) if m]
     return "nodes" if any(_TORCH_TAG.match(rest.lstrip()) for rest in inner) else True
 
 
@@ -88,13 +89,13 @@ def canonical(line: str, slurm: str | bool = False) -> str:
     slurm_labelled said about the log."""
     tee = _TEE_LABEL.match(line)
     if tee:
-        line = line[tee.end():]
+        line = line[tee.end() :]
     if _TORCH_TAG.match(line):
         return line
     for form in (_OPENMPI, _LIGHTNING) + ((_SLURM,) if slurm else ()):
         m = form.match(line)
         if m:
-            rest = line[m.end():]
+            rest = line[m.end() :]
             rest = rest[1:] if rest.startswith(" ") else rest
             if form is _SLURM and slurm == "nodes":  # a node's label: torch's prefix, if any, names the rank
                 return rest
@@ -189,16 +190,16 @@ class Prefilter:
         """For each literal, the two adjacent byte pairs rarest in a sample of `buf`: a look-up table of the pairs,
         the literals each pair stands for, and whether a literal is too short for two pairs."""
         np = self.np
-        sample = np.frombuffer(memoryview(buf)[:min(len(buf), 1 << 18) & ~1], dtype="<u2")
+        sample = np.frombuffer(memoryview(buf)[: min(len(buf), 1 << 18) & ~1], dtype="<u2")
         counts = np.bincount(sample, minlength=1 << 16)
         table = np.zeros(1 << 16, dtype=np.uint8)
         wanted: dict[int, list[bytes]] = collections.defaultdict(list)
         short = False
         for lit in self.literals:
-            pairs = [int.from_bytes(lit[i:i + 2], "little") for i in range(len(lit) - 1)]
+            pairs = [int.from_bytes(lit[i : i + 2], "little") for i in range(len(lit) - 1)]
             if len(pairs) >= 2:
                 i = min(range(len(pairs) - 1), key=lambda k: counts[pairs[k]] + counts[pairs[k + 1]])
-                chosen = pairs[i:i + 2]
+                chosen = pairs[i : i + 2]
             else:
                 short = True
                 chosen = pairs or [lit[0] | (b << 8) for b in range(256)]
@@ -212,14 +213,16 @@ class Prefilter:
         # marking both lets one look-up per even offset find it. Shorter literals are looked for at odd ones too.
         np = self.np
         view = memoryview(buf)
-        if self._pairs is None:  # chosen once, from the first chunk (any pair of a literal finds it: only speed differs)
+        if (
+            self._pairs is None
+        ):  # chosen once, from the first chunk (any pair of a literal finds it: only speed differs)
             self._pairs = self._choose_pairs(buf)
         table, wanted, short = self._pairs
         starts: set[int] = set()
         newlines = None
         for shift in (0, 1) if short else (0,):
             n = (len(buf) - shift) & ~1
-            pairs = np.frombuffer(view[shift:shift + n], dtype="<u2")
+            pairs = np.frombuffer(view[shift : shift + n], dtype="<u2")
             hits = np.flatnonzero(np.take(table, pairs))
             if not len(hits):
                 continue
@@ -234,7 +237,7 @@ class Prefilter:
                 if start in starts:
                     continue
                 end = int(newlines[i]) if i < len(newlines) else len(buf)
-                key = int.from_bytes(buf[k:k + 2], "little")
+                key = int.from_bytes(buf[k : k + 2], "little")
                 chunk = buf[start:end]
                 if any(lit in chunk for lit in wanted[key]):
                     starts.add(start)
@@ -336,7 +339,7 @@ def stream(f, prefilter: Prefilter | None = None) -> tuple[list[tuple[int, str]]
             spans.append((index - BEFORE, index + AFTER))
         needed = min(-min((first for first, _ in spans), default=0), len(before))
         if needed > 0:  # a candidate near the chunk's start: its context is the previous chunk's end
-            kept.extend(base - needed + 1, before[len(before) - needed:])
+            kept.extend(base - needed + 1, before[len(before) - needed :])
         pending = 0
         if spans:
             lines = buf.split(b"\n")
@@ -377,7 +380,7 @@ def _last_lines(buf: bytes, n: int) -> list[bytes]:
         at = buf.rfind(b"\n", 0, at)
         if at < 0:
             break
-    return buf[at + 1:end].split(b"\n") if end > at + 1 else []
+    return buf[at + 1 : end].split(b"\n") if end > at + 1 else []
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -390,8 +393,9 @@ def _sniff(path: Path, name: str) -> int:
         with open(path, "rb") as f:
             head = f.read(SNIFF)
     except PermissionError:
-        raise DdplabError(f"{name}: cannot read it (permission denied): check its permissions "
-                          f"(`ls -l {name}`)") from None
+        raise DdplabError(
+            f"{name}: cannot read it (permission denied): check its permissions (`ls -l {name}`)"
+        ) from None
     except OSError as e:
         raise DdplabError(f"{name}: cannot read it ({e.strerror}): check the path and its permissions") from None
     check_text(head, name, size)
@@ -401,15 +405,20 @@ def _sniff(path: Path, name: str) -> int:
 def check_text(head: bytes, name: str, size: int | None = None) -> None:
     if not head.strip():
         what = "is empty" if not head else "holds only blank lines"
-        raise DdplabError(f"{name}: {what}: nothing to explain; save the run's output with "
-                          f"`... 2>&1 | tee run.log` and pass that file")
+        raise DdplabError(
+            f"{name}: {what}: nothing to explain; save the run's output with "
+            f"`... 2>&1 | tee run.log` and pass that file"
+        )
     if b"\x00" in head:
-        raise DdplabError(f"{name}: is a binary file, not a log (it holds NUL bytes): pass the text a run printed "
-                          f"(for a core dump or checkpoint, explain reads the log of the run that wrote it)")
+        raise DdplabError(
+            f"{name}: is a binary file, not a log (it holds NUL bytes): pass the text a run printed "
+            f"(for a core dump or checkpoint, explain reads the log of the run that wrote it)"
+        )
 
 
-def _read_one(path: Path, name: str, tag: str | None, prefilter_cache: list) -> tuple[list[int], list[str], int, int,
-                                                                                       int, bool]:
+def _read_one(
+    path: Path, name: str, tag: str | None, prefilter_cache: list
+) -> tuple[list[int], list[str], int, int, int, bool]:
     size = _sniff(path, name)
     if size <= STREAM_ABOVE:
         raw = path.read_bytes().decode("utf-8", errors="replace")
@@ -488,11 +497,14 @@ def read_path(name: str) -> LogText:
     if path.is_dir():
         return _read_folder(path, name)
     if not path.exists():
-        raise DdplabError(f"{name}: no such file or folder: pass the path of a saved log, a log folder, or '-' to "
-                          f"read stdin")
+        raise DdplabError(
+            f"{name}: no such file or folder: pass the path of a saved log, a log folder, or '-' to read stdin"
+        )
     if not path.is_file():
-        raise DdplabError(f"{name}: is not a regular file (a device or pipe?): save the log to a file, or pipe it "
-                          f"to `ddplab explain -`")
+        raise DdplabError(
+            f"{name}: is not a regular file (a device or pipe?): save the log to a file, or pipe it "
+            f"to `ddplab explain -`"
+        )
     numbers, lines, total, size, dropped, streamed = _read_one(path, name, None, [])
     return LogText("\n".join(lines), str(path), total, size, numbers, skipped=dropped, streamed=streamed)
 
@@ -500,8 +512,10 @@ def read_path(name: str) -> LogText:
 def _read_folder(folder: Path, name: str) -> LogText:
     files = folder_files(folder)
     if not files:
-        raise DdplabError(f"{name}: is a folder with no logs in it (no *.log, *.out, *.err or *.txt files): pass "
-                          f"the log file, or the folder `ddplab launch`/torchrun --log-dir wrote")
+        raise DdplabError(
+            f"{name}: is a folder with no logs in it (no *.log, *.out, *.err or *.txt files): pass "
+            f"the log file, or the folder `ddplab launch`/torchrun --log-dir wrote"
+        )
     numbers, lines, spans, cache = [], [], [], []
     total = size = dropped = 0
     readable = 0
@@ -522,16 +536,19 @@ def _read_folder(folder: Path, name: str) -> LogText:
         lines += ls
         total, size, dropped, streamed = total + t, size + s, dropped + d, streamed or st
     if not readable:
-        raise DdplabError(f"{name}: every log in this folder is empty or unreadable ({len(files)} file(s)): the "
-                          f"ranks printed nothing; rerun with output kept")
-    return LogText("\n".join(lines), str(folder), total, size, numbers, files=spans, skipped=dropped,
-                   streamed=streamed)
+        raise DdplabError(
+            f"{name}: every log in this folder is empty or unreadable ({len(files)} file(s)): the "
+            f"ranks printed nothing; rerun with output kept"
+        )
+    return LogText("\n".join(lines), str(folder), total, size, numbers, files=spans, skipped=dropped, streamed=streamed)
 
 
 def read_stdin() -> LogText:
     if sys.stdin is None or sys.stdin.isatty():
-        raise DdplabError("no log given: pass a file (`ddplab explain train.log`) or pipe one "
-                          "(`torchrun ... 2>&1 | ddplab explain -`)")
+        raise DdplabError(
+            "no log given: pass a file (`ddplab explain train.log`) or pipe one "
+            "(`torchrun ... 2>&1 | ddplab explain -`)"
+        )
     f = sys.stdin.buffer
     head = f.read(SNIFF)
     check_text(head, "<stdin>")
@@ -543,8 +560,15 @@ def read_stdin() -> LogText:
         return LogText(text, "<stdin>", text.count("\n") + 1, len(head) + len(rest))
     pairs, total, size, dropped = stream(_Joined(head + rest, f))
     slurm = slurm_labelled([t for _, t in pairs])
-    return LogText("\n".join(canonical(t.rstrip("\r"), slurm) for _, t in pairs), "<stdin>", total, size,
-                   [n for n, _ in pairs], skipped=dropped, streamed=True)
+    return LogText(
+        "\n".join(canonical(t.rstrip("\r"), slurm) for _, t in pairs),
+        "<stdin>",
+        total,
+        size,
+        [n for n, _ in pairs],
+        skipped=dropped,
+        streamed=True,
+    )
 
 
 class _Joined:

@@ -41,8 +41,24 @@ RESTART = "attempts left; will restart worker group"  # torch/distributed/elasti
 # The agent's one ERROR line per failed attempt (elastic/multiprocessing/api.py, _poll: the attempt's first failure)
 ATTEMPT_FAILED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
 # Lines the reading needs besides the rules' own text: a large log's prefilter keeps the lines holding any of these.
-READ_LITERALS = ("Traceback", "Error", "Exception", "Interrupt", "Exit", "what():", "terminate called", "Root Cause",
-                 'File "', RESTART, "TIMEOUT", "=> rank", "fix first:", "Signal ", "exitcode", "failed (exitcode")
+READ_LITERALS = (
+    "Traceback",
+    "Error",
+    "Exception",
+    "Interrupt",
+    "Exit",
+    "what():",
+    "terminate called",
+    "Root Cause",
+    'File "',
+    RESTART,
+    "TIMEOUT",
+    "=> rank",
+    "fix first:",
+    "Signal ",
+    "exitcode",
+    "failed (exitcode",
+)
 
 # Every rule with its patterns as they are meant: MULTILINE (a pattern may be anchored to a line, "^..."). The
 # launcher's own-cause check (launcher/outcome.py) reads the same table.
@@ -68,9 +84,10 @@ def _nocase() -> list:
     software's text ("Address Already In Use", "default process group has not been initialized"). Families keep
     theirs (their file names and NCCL's WARN tag are not retyped, and their literals are many)."""
     if not _NOCASE:
-        _NOCASE.extend((rule, patterns if rule.covers else
-                        [re.compile(p.pattern, re.MULTILINE | re.IGNORECASE) for p in patterns])
-                       for rule, patterns in COMPILED)
+        _NOCASE.extend(
+            (rule, patterns if rule.covers else [re.compile(p.pattern, re.MULTILINE | re.IGNORECASE) for p in patterns])
+            for rule, patterns in COMPILED
+        )
     return _NOCASE
 
 
@@ -79,7 +96,7 @@ def unwrapped(text: str) -> tuple[str, list[int], list[int]]:
     in the joined text and in `text` (the hits found in it map back with _original)."""
     pieces, joined_at, original_at, length, last = [], [0], [0], 0, 0
     for m in LINE_BREAK.finditer(text):
-        pieces += [text[last:m.start()], " "]
+        pieces += [text[last : m.start()], " "]
         length += m.start() - last + 1
         last = m.end()
         joined_at.append(length)
@@ -144,10 +161,12 @@ _PREFIX = r"[rRfFbBuU]{0,2}"  # Python's string prefixes (r"", f"", b"")
 
 def _joiners(q: str) -> tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern]:
     lit = q + r"((?:[^" + q + r"\\\n]|\\.)*)" + q
-    return (re.compile(lit + r"\s*(?:\+|<<)?\s*" + _PREFIX + lit),  # "a" "b", "a" + "b", "a" << "b"
-            re.compile(lit + r"\s*(?:\+|<<|,)?\s*" + _PREFIX + lit),  # also "a", "b" inside a macro call
-            re.compile(lit + r"\s*(?:\+|<<|,|\\)?\s*$"),  # a line that ends in a literal
-            re.compile(r"^\s*(?:\+|<<)?\s*" + _PREFIX + lit))  # a line that goes on with one
+    return (
+        re.compile(lit + r"\s*(?:\+|<<)?\s*" + _PREFIX + lit),  # "a" "b", "a" + "b", "a" << "b"
+        re.compile(lit + r"\s*(?:\+|<<|,)?\s*" + _PREFIX + lit),  # also "a", "b" inside a macro call
+        re.compile(lit + r"\s*(?:\+|<<|,|\\)?\s*$"),  # a line that ends in a literal
+        re.compile(r"^\s*(?:\+|<<)?\s*" + _PREFIX + lit),
+    )  # a line that goes on with one
 
 
 _JOINERS = {q: _joiners(q) for q in "\"'"}
@@ -179,7 +198,7 @@ def join_literals(text: str) -> str:
                 k += 1
             rx = adjacent_args if _MACRO_CALL.search(joined) else adjacent
             while True:
-                merged = rx.sub(lambda m: q + _unescape(m.group(1) + m.group(2)) + q, joined)
+                merged = rx.sub(lambda m, q=q: q + _unescape(m.group(1) + m.group(2)) + q, joined)
                 if merged == joined:
                     break
                 joined = merged
@@ -208,7 +227,7 @@ def parse_root_cause(lines: list[str]) -> RootCause | None:
     if not starts:
         return None
     fields: dict[str, str] = {}
-    for line in lines[starts[-1] + 1:]:
+    for line in lines[starts[-1] + 1 :]:
         if line.strip().startswith("==="):
             break
         m = SUMMARY_FIELD.match(strip_prefixes(line))
@@ -224,18 +243,21 @@ def _failure(fields: dict[str, str], line: int) -> RootCause | None:
         return None
     exit_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
     sig_m = re.search(r"\((SIG\w+)\)", fields.get("exitcode", ""))
-    return RootCause(rank=int(rank_m.group(1)),
-                     local_rank=int(rank_m.group(2)) if rank_m.group(2) else None,
-                     exitcode=int(exit_m.group(1)) if exit_m else None,
-                     signal=sig_m.group(1) if sig_m else None,
-                     line=line, time=fields.get("time"))
+    return RootCause(
+        rank=int(rank_m.group(1)),
+        local_rank=int(rank_m.group(2)) if rank_m.group(2) else None,
+        exitcode=int(exit_m.group(1)) if exit_m else None,
+        signal=sig_m.group(1) if sig_m else None,
+        line=line,
+        time=fields.get("time"),
+    )
 
 
 def _other_failures(lines: list[str], root: RootCause) -> list[RootCause]:
     """The ranks in the same summary's `Failures:` block (above its root cause), as RootCauses."""
     found: list[RootCause] = []
     fields: dict[str, str] = {}
-    for line in reversed(lines[:root.line - 1]):
+    for line in reversed(lines[: root.line - 1]):
         text = strip_prefixes(line).strip()
         if text.startswith("===") or text == "Failures:":
             break
@@ -268,8 +290,9 @@ def _tie_broken(lines: list[str], root: RootCause | None) -> RootCause | None:
     # A rank that aborted at exit (teardown-abort: no error, only `terminate called without an active exception`)
     # had done its work: a rank of the same second that raised an error of its own failed first, even if what it
     # raised is the lost peer (the one that was leaving).
-    left_after_work = error is None and root.exitcode == SIGABRT and any(
-        TEARDOWN_ABORT in lines[i] for i in own - set(summary))
+    left_after_work = (
+        error is None and root.exitcode == SIGABRT and any(TEARDOWN_ABORT in lines[i] for i in own - set(summary))
+    )
     if not left_after_work and (error is None or not _is_consequence(error)):
         return root
     for other in _other_failures(lines, root):
@@ -312,10 +335,13 @@ def _root_lines(lines: list[str], root: RootCause | None, summary: range) -> set
         # lines, so that traceback was the process leaving on its own error, and the signal cut its exit short
         # (the agent's SIGTERM to the survivors of a rank that died in the same moment). Only in this attempt:
         # after the agent's line on the attempt before, when torchrun restarted the workers.
-        failed = [i for i, line in enumerate(lines[:summary.start]) if ATTEMPT_FAILED.search(line)]
+        failed = [i for i, line in enumerate(lines[: summary.start]) if ATTEMPT_FAILED.search(line)]
         since = failed[-2] if len(failed) > 1 else -1
-        uncaught = [i for i, line in enumerate(lines) if since < i and i not in summary and _owned_by_root(line, root)
-                    and GLOBAL_TAG.search(line[:48])]
+        uncaught = [
+            i
+            for i, line in enumerate(lines)
+            if since < i and i not in summary and _owned_by_root(line, root) and GLOBAL_TAG.search(line[:48])
+        ]
         return found | set(_last_traceback(lines, uncaught) or ())
     if root.exitcode is not None and root.exitcode < 0:
         found |= {i for i, line in enumerate(lines) if i not in summary and _owned_by_root(line, root)}
@@ -338,7 +364,7 @@ def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str |
     for index in sorted(root_lines - set(summary), reverse=True):
         text = strip_prefixes(lines[index]).strip()
         if text.startswith("what():"):  # a C++ exception that ended the process
-            text = text[len("what():"):].strip()
+            text = text[len("what():") :].strip()
         elif not ERROR_LINE.match(text):
             continue
         return text[:300]
@@ -362,8 +388,7 @@ def explain_log(log: LogText, root: RootCause | None = None) -> Explanation:
     return e
 
 
-def explain_text(text: str, source: str = "-", root: RootCause | None = None,
-                 normalised: bool = False) -> Explanation:
+def explain_text(text: str, source: str = "-", root: RootCause | None = None, normalised: bool = False) -> Explanation:
     """Every rule that matches `text`, root cause first. `root` overrides the summary parsed from the text."""
     text = join_literals(text if normalised else clean(text))
     lines = text.split("\n")
@@ -388,17 +413,36 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None,
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:
         leaving = root.exitcode in SIGNALS_WITHOUT_OUTPUT and root_lines - set(summary)  # its uncaught error
-        root.meaning = (f"exit code {root.exitcode} ({root.signal or 'a signal'}) while it was leaving on the uncaught "
-                        "error below: that error is why it failed; the signal (torchrun stopping the ranks once one "
-                        "failed) only cut its exit short") if leaving else describe_exit(root.exitcode)
+        root.meaning = (
+            (
+                f"exit code {root.exitcode} ({root.signal or 'a signal'}) while it was leaving on the uncaught "
+                "error below: that error is why it failed; the signal (torchrun stopping the ranks once one "
+                "failed) only cut its exit short"
+            )
+            if leaving
+            else describe_exit(root.exitcode)
+        )
     attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
-    return Explanation(source=source, lines=len(lines), root_cause=root, matches=result, matched=bool(result),
-                       next_steps=[] if result else list(GENERIC_STEPS),
-                       reading=_reading(lines, root, root_lines, summary, attempts))
+    return Explanation(
+        source=source,
+        lines=len(lines),
+        root_cause=root,
+        matches=result,
+        matched=bool(result),
+        next_steps=[] if result else list(GENERIC_STEPS),
+        reading=_reading(lines, root, root_lines, summary, attempts),
+    )
 
 
-def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int], terminated: set[int],
-             compiled: list, wrappable: list) -> list[tuple[tuple, bool, Match]]:
+def _matches(
+    text: str,
+    lines: list[str],
+    starts: list[int],
+    root_lines: set[int],
+    terminated: set[int],
+    compiled: list,
+    wrappable: list,
+) -> list[tuple[tuple, bool, Match]]:
     """(order key, in the root cause's lines, Match) for every rule of `compiled` found in `text`, sorted."""
     matches = []
     explained: set[int] = set()
@@ -435,8 +479,13 @@ def _matches(text: str, lines: list[str], starts: list[int], root_lines: set[int
             # consequences; a generic pointer to the root cause (its exit code, NCCL's result word) after the
             # specific errors and before the consequences: where the rank's lines carry no prefix (torch < 2.2, no
             # --tee) the error it printed is not known to be its own, but it is what the pointer points at
-            slot = 1 if root_hits else {(False, False): 0, (False, True): 2, (True, False): 3, (True, True): 4}[
-                (family, rule.consequence)]
+            slot = (
+                1
+                if root_hits
+                else {(False, False): 0, (False, True): 2, (True, False): 3, (True, True): 4}[
+                    (family, rule.consequence)
+                ]
+            )
             key = (rule.warning, mechanism, 1, slot, not after_terminate, rule.generic, first)
         match = _match(rule, first, lines)
         match.mechanism = rule.mechanism
@@ -464,8 +513,7 @@ def _is_error(text: str) -> bool:
     return bool(ERROR_LINE.match(text)) or text.startswith("what():")
 
 
-def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], summary: range,
-             attempts: int) -> Reading:
+def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], summary: range, attempts: int) -> Reading:
     """The structured reading of the rank that failed first: the root cause's lines when the log names it, else
     the owner of the first error line (its last traceback up to its last error)."""
     if root is not None:
@@ -476,15 +524,18 @@ def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], sum
     if first is None:
         return read([strip_prefixes(line) for line in lines[-200:]], None, None, None, attempts)
     owner = _line_owner(lines[first])
-    own = [i for i, line in enumerate(lines) if _line_owner(line) == owner] if owner != (None, None) \
+    own = (
+        [i for i, line in enumerate(lines) if _line_owner(line) == owner]
+        if owner != (None, None)
         else list(range(len(lines)))
+    )
     errors = [i for i in own if _is_error(strip_prefixes(lines[i]).strip())]
     last = errors[-1]
     tracebacks = [i for i in own if i <= last and "Traceback (most recent call last)" in lines[i]]
     start = tracebacks[-1] if tracebacks else max(own[0], last - 200)
     block = [strip_prefixes(lines[i]) for i in own if start <= i <= last]
     text = strip_prefixes(lines[last]).strip()
-    error = text[len("what():"):].strip() if text.startswith("what():") else text
+    error = text[len("what():") :].strip() if text.startswith("what():") else text
     rank = owner[0] if owner[0] is not None else owner[1]
     return read(block, rank, None, error[:300], attempts)
 
@@ -493,9 +544,18 @@ def _hang_match(hang: ownreport.Hang) -> Match:
     cause = f"ddplab {hang.command}'s watchdog saw no progress: {hang.reason}"
     if hang.flight:
         cause += f"; Flight Recorder: {hang.flight}"
-    return Match(rule="ddplab-hang", title=f"a hang, reported by ddplab {hang.command}", cause=cause,
-                 fix=hang.fix or ownreport.HANG_FIX, reference=ownreport.REFERENCE, line=hang.line + 1,
-                 text=hang.text[:300], rank=None, consequence=False, root_cause=True)
+    return Match(
+        rule="ddplab-hang",
+        title=f"a hang, reported by ddplab {hang.command}",
+        cause=cause,
+        fix=hang.fix or ownreport.HANG_FIX,
+        reference=ownreport.REFERENCE,
+        line=hang.line + 1,
+        text=hang.text[:300],
+        rank=None,
+        consequence=False,
+        root_cause=True,
+    )
 
 
 def _terminate_lines(lines: list[str]) -> set[int]:
@@ -511,10 +571,19 @@ def _terminate_lines(lines: list[str]) -> set[int]:
 
 def _match(rule: Rule, index: int, lines: list[str]) -> Match:
     global_rank, local_rank = _line_owner(lines[index])
-    return Match(rule=rule.id, title=rule.title, cause=rule.cause, fix=rule.fix, reference=rule.reference,
-                 line=index + 1, text=strip_prefixes(lines[index]).strip()[:300],
-                 rank=global_rank if global_rank is not None else local_rank, consequence=rule.consequence,
-                 generic=rule.generic, warning=rule.warning)
+    return Match(
+        rule=rule.id,
+        title=rule.title,
+        cause=rule.cause,
+        fix=rule.fix,
+        reference=rule.reference,
+        line=index + 1,
+        text=strip_prefixes(lines[index]).strip()[:300],
+        rank=global_rank if global_rank is not None else local_rank,
+        consequence=rule.consequence,
+        generic=rule.generic,
+        warning=rule.warning,
+    )
 
 
 def render(con, e: Explanation, show_root: bool = True) -> None:
@@ -529,11 +598,18 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         if rc.error:
             con.print(f"  {rc.error}")
     for n, m in enumerate(e.matches, 1):
-        where = f"line {m.line}" + (f" of {m.file}" if m.file else "") + (
-            f", rank {m.rank}" if m.rank is not None else "")
-        tag = ((" (root cause)", "bold red") if m.root_cause
-               else " (usually a consequence of another failure)" if m.consequence
-               else " (a warning, not an error)" if m.warning else "")
+        where = (
+            f"line {m.line}" + (f" of {m.file}" if m.file else "") + (f", rank {m.rank}" if m.rank is not None else "")
+        )
+        tag = (
+            (" (root cause)", "bold red")
+            if m.root_cause
+            else " (usually a consequence of another failure)"
+            if m.consequence
+            else " (a warning, not an error)"
+            if m.warning
+            else ""
+        )
         con.print(Text.assemble((f"{n}. {m.title}", "bold"), f" [{m.rule}] {where}", tag))
         con.print(f"   > {m.text}")
         con.print(f"   cause: {m.cause}")
@@ -551,16 +627,21 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         # The rank that failed first lost its peer: the peer left without failing, so it was never in the
         # collective this rank called (one called on some ranks only, such as under `if rank == 0`).
         where = f" at {e.reading.user_frame}" if e.reading is not None and e.reading.user_frame else ""
-        con.print(f"  rank {e.root_cause.rank} failed first, and what it reports is a lost peer: the other ranks "
-                  f"left without an error, so they were not in the collective it called{where}; a collective (or a "
-                  "DDP forward/backward) run on some ranks only, e.g. under `if rank == 0`", markup=False)
+        con.print(
+            f"  rank {e.root_cause.rank} failed first, and what it reports is a lost peer: the other ranks "
+            f"left without an error, so they were not in the collective it called{where}; a collective (or a "
+            "DDP forward/backward) run on some ranks only, e.g. under `if rank == 0`",
+            markup=False,
+        )
     if not e.matches:
         con.print("Next steps:")
         for step in e.next_steps:
             con.print(f"  - {step}")
     if e.skipped_lines:
-        con.print(f"({e.skipped_lines:,} candidate lines in the middle of this log were not read: it holds more "
-                  "errors than explain keeps; the first and the last are above)")
+        con.print(
+            f"({e.skipped_lines:,} candidate lines in the middle of this log were not read: it holds more "
+            "errors than explain keeps; the first and the last are above)"
+        )
 
 
 def reading_lines(r: Reading | None) -> list[str]:
@@ -569,8 +650,9 @@ def reading_lines(r: Reading | None) -> list[str]:
         return []
     out = []
     if r.rank is not None or r.how:
-        out.append("failed first: " + (f"rank {r.rank}" if r.rank is not None else "a rank")
-                   + (f", {r.how}" if r.how else ""))
+        out.append(
+            "failed first: " + (f"rank {r.rank}" if r.rank is not None else "a rank") + (f", {r.how}" if r.how else "")
+        )
     if r.exception:
         kind = "a plain Python error in your own code" if r.user_code_error else "the error"
         out.append(f"{kind}: {r.exception}")

@@ -13,9 +13,11 @@ CHECK_ROW = re.compile(r"^([a-z][\w.-]*)\s+TIMEOUT\s+[\d.]+s\s+(.*?)\s*$")
 CHECK_FIX = re.compile(r"^  fix: (.*?)\s*$")  # under check's table (lint's own `fix:` lines are indented deeper)
 VERDICT = re.compile(r"^verdict: NOT READY .*? timed out\W+fix first: (.*?)\s*$")
 FLIGHT = re.compile(r"^\s*=> (.*?)\s*$")
-HANG_FIX = ("Every rank must call the same collectives in the same order with the same sizes: look at where the rank "
-            "that never arrived is (its stack above) and make it call the collective the others wait in; "
-            "`ddplab lint SCRIPT` finds the usual causes (a collective under `if rank == 0`, uneven batches).")
+HANG_FIX = (
+    "Every rank must call the same collectives in the same order with the same sizes: look at where the rank "
+    "that never arrived is (its stack above) and make it call the collective the others wait in; "
+    "`ddplab lint SCRIPT` finds the usual causes (a collective under `if rank == 0`, uneven batches)."
+)
 REFERENCE = "docs/flight.md (ddplab's hang report and the Flight Recorder)"
 
 
@@ -31,7 +33,7 @@ class Hang:
 
 def _joined(lines: list[str], i: int, first: str, continues) -> str:
     parts = [first.strip()]
-    for line in lines[i + 1:i + 12]:
+    for line in lines[i + 1 : i + 12]:
         if not line.strip() or not continues(line):
             break
         parts.append(line.strip())
@@ -55,8 +57,7 @@ def find(lines: list[str]) -> list[Hang]:
         m = CHECK_ROW.match(line)
         if m and not line.startswith(" "):
             reason = _joined(lines, i, m.group(2), lambda s: s.startswith(" " * 12))
-            found.append(Hang(i, "check", f"stage {m.group(1)}: {reason}", _check_fix(lines, i), None,
-                              line.strip()))
+            found.append(Hang(i, "check", f"stage {m.group(1)}: {reason}", _check_fix(lines, i), None, line.strip()))
     for hang in found:
         hang.flight = flight
     return found
@@ -64,7 +65,7 @@ def find(lines: list[str]) -> list[Hang]:
 
 def _check_fix(lines: list[str], row: int) -> str | None:
     """check's own fix for the stage: the `  fix:` line under its table, or its verdict's `fix first:`."""
-    for line in lines[row + 1:row + 200]:
+    for line in lines[row + 1 : row + 200]:
         m = CHECK_FIX.match(line) or VERDICT.match(line)
         if m:
             return m.group(1)

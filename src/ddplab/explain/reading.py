@@ -11,42 +11,84 @@ from dataclasses import dataclass
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
 # Frames that are not the user's: the interpreter, installed packages, torch, ddplab's own bootstrap and rank-side
 # hooks (diagnose/: their folder before issue 38, for the logs of older versions).
-LIBRARY_PATH = re.compile(r"site-packages|dist-packages|^<frozen |^<string>$|/lib/python3[.\d]*/|[\\/]torch[\\/]"
-                          r"|[\\/]ddplab[\\/](?:launcher|boot|flight|explain|lint|perf[\\/]profhook\.py|diagnose|dist\.py)"
-                          r"|[\\/]bin[\\/](?:torchrun|accelerate|deepspeed|lightning|python[\d.]*)$")  # launchers' scripts
+LIBRARY_PATH = re.compile(
+    r"site-packages|dist-packages|^<frozen |^<string>$|/lib/python3[.\d]*/|[\\/]torch[\\/]"
+    r"|[\\/]ddplab[\\/](?:launcher|boot|flight|explain|lint|perf[\\/]profhook\.py|diagnose|dist\.py)"
+    r"|[\\/]bin[\\/](?:torchrun|accelerate|deepspeed|lightning|python[\d.]*)$"
+)  # launchers' scripts
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*?(?:Error|Exception|Interrupt|Exit|Warning|Timeout\w*)):?\s?(.*)$")
 # Errors Python itself raises about the code (not about data, devices or other processes).
-PYTHON_CODE_ERRORS = ("SyntaxError", "IndentationError", "TabError", "NameError", "UnboundLocalError",
-                      "AttributeError", "TypeError", "ImportError", "ModuleNotFoundError", "KeyError", "IndexError",
-                      "ValueError", "ZeroDivisionError", "AssertionError", "RecursionError", "NotImplementedError",
-                      "FileNotFoundError")
+PYTHON_CODE_ERRORS = (
+    "SyntaxError",
+    "IndentationError",
+    "TabError",
+    "NameError",
+    "UnboundLocalError",
+    "AttributeError",
+    "TypeError",
+    "ImportError",
+    "ModuleNotFoundError",
+    "KeyError",
+    "IndexError",
+    "ValueError",
+    "ZeroDivisionError",
+    "AssertionError",
+    "RecursionError",
+    "NotImplementedError",
+    "FileNotFoundError",
+)
 
 # Which layer printed an error, from its text or the innermost frames (first match wins, most specific first),
 # and the one setting that makes that layer say more.
 LAYERS: tuple[tuple[str, re.Pattern, str], ...] = (
-    ("NCCL", re.compile(r"NCCL|nccl|ProcessGroupNCCL"),
-     "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET (NCCL prints each step of its set-up and the transport it chose; "
-     "NCCL_DEBUG_SUBSYS=ALL for everything)"),
-    ("CUDA", re.compile(r"CUDA|cuda|cuDNN|cudnn|CUBLAS|cublas|device-side assert"),
-     "CUDA_LAUNCH_BLOCKING=1 (the error is reported at the call that caused it, not a later one)"),
-    ("gloo", re.compile(r"gloo|Gloo"),
-     "TORCH_DISTRIBUTED_DEBUG=DETAIL (checks every collective's shapes and order across ranks before gloo runs it) "
-     "and TORCH_CPP_LOG_LEVEL=INFO"),
-    ("the store", re.compile(r"TCPStore|FileStore|\b[Ss]tore\b|rendezvous|Rendezvous|c10d_rendezvous|socket"),
-     "TORCH_CPP_LOG_LEVEL=INFO (TCPStore logs every connect and retry) and LOGLEVEL=INFO (torchrun's rendezvous)"),
-    ("FSDP", re.compile(r"[\\/]fsdp[\\/]|FullyShardedDataParallel|fully_shard|FSDP"),
-     "TORCH_DISTRIBUTED_DEBUG=DETAIL (FSDP checks its parameters and collectives across ranks)"),
-    ("DDP", re.compile(r"nn[\\/]parallel[\\/]distributed\.py|DistributedDataParallel|[Rr]educer|reducer\.cpp"),
-     "TORCH_DISTRIBUTED_DEBUG=DETAIL (DDP names the parameters that got no gradient and checks shapes across "
-     "ranks)"),
-    ("the elastic launcher", re.compile(r"torch[\\/]distributed[\\/]elastic|torchrun|ChildFailedError"),
-     "LOGLEVEL=INFO (torchrun says what its agent does: rendezvous, restarts, why it stopped the workers)"),
-    ("c10d", re.compile(r"distributed_c10d\.py|c10d|ProcessGroup"),
-     "TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 (the C++ frame that raised it)"),
+    (
+        "NCCL",
+        re.compile(r"NCCL|nccl|ProcessGroupNCCL"),
+        "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET (NCCL prints each step of its set-up and the transport it chose; "
+        "NCCL_DEBUG_SUBSYS=ALL for everything)",
+    ),
+    (
+        "CUDA",
+        re.compile(r"CUDA|cuda|cuDNN|cudnn|CUBLAS|cublas|device-side assert"),
+        "CUDA_LAUNCH_BLOCKING=1 (the error is reported at the call that caused it, not a later one)",
+    ),
+    (
+        "gloo",
+        re.compile(r"gloo|Gloo"),
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL (checks every collective's shapes and order across ranks before gloo runs it) "
+        "and TORCH_CPP_LOG_LEVEL=INFO",
+    ),
+    (
+        "the store",
+        re.compile(r"TCPStore|FileStore|\b[Ss]tore\b|rendezvous|Rendezvous|c10d_rendezvous|socket"),
+        "TORCH_CPP_LOG_LEVEL=INFO (TCPStore logs every connect and retry) and LOGLEVEL=INFO (torchrun's rendezvous)",
+    ),
+    (
+        "FSDP",
+        re.compile(r"[\\/]fsdp[\\/]|FullyShardedDataParallel|fully_shard|FSDP"),
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL (FSDP checks its parameters and collectives across ranks)",
+    ),
+    (
+        "DDP",
+        re.compile(r"nn[\\/]parallel[\\/]distributed\.py|DistributedDataParallel|[Rr]educer|reducer\.cpp"),
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL (DDP names the parameters that got no gradient and checks shapes across ranks)",
+    ),
+    (
+        "the elastic launcher",
+        re.compile(r"torch[\\/]distributed[\\/]elastic|torchrun|ChildFailedError"),
+        "LOGLEVEL=INFO (torchrun says what its agent does: rendezvous, restarts, why it stopped the workers)",
+    ),
+    (
+        "c10d",
+        re.compile(r"distributed_c10d\.py|c10d|ProcessGroup"),
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_SHOW_CPP_STACKTRACES=1 (the C++ frame that raised it)",
+    ),
 )
-NATIVE = ("native code",
-          "TORCH_SHOW_CPP_STACKTRACES=1 (the C++ frames of the exception) and PYTHONFAULTHANDLER=1 (the Python "
-          "frame of a crash)")
+NATIVE = (
+    "native code",
+    "TORCH_SHOW_CPP_STACKTRACES=1 (the C++ frames of the exception) and PYTHONFAULTHANDLER=1 (the Python "
+    "frame of a crash)",
+)
 PYTHON = ("Python (the user's code)", "nothing to turn on: the traceback names the line; fix it there")
 
 
@@ -102,8 +144,18 @@ def read(block: list[str], rank: int | None, how: str | None, error: str | None,
     innermost_is_user = bool(stack) and is_user(stack[-1])
     user_code_error = kind in PYTHON_CODE_ERRORS and innermost_is_user
     layer, more = _layer(error or "", stack, user_code_error, how)
-    return Reading(rank=rank, how=how, exception=error, exception_type=kind, user_frame=last_user, layer=layer,
-                   more=more, user_code_error=user_code_error, attempts=attempts, closest=_closest(error))
+    return Reading(
+        rank=rank,
+        how=how,
+        exception=error,
+        exception_type=kind,
+        user_frame=last_user,
+        layer=layer,
+        more=more,
+        user_code_error=user_code_error,
+        attempts=attempts,
+        closest=_closest(error),
+    )
 
 
 def _layer(error: str, stack: list[Frame], user_code_error: bool, how: str | None) -> tuple[str, str]:

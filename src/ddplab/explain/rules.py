@@ -50,6 +50,7 @@ class Rule:
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
 
+
 # The start of a line NCCL did not print ("host:pid:tid [dev] file:line NCCL WARN ..."): an errno text on NCCL's own
 # socket line (its bootstrap and socket transport connect to every rank on random ports) is NCCL's socket layer
 # (nccl-socket: a firewall, an interface the peer cannot reach, a peer that exited), not the MASTER_ADDR rendezvous
@@ -77,8 +78,16 @@ def _nccl_result(number: int, words: str) -> tuple[str, str]:
 _SI_CODES = {
     7: ("invalid address alignment", "nonexistent physical address", "object-specific hardware error"),
     11: ("address not mapped to object", "invalid permissions for mapped object"),
-    4: ("illegal opcode", "illegal operand", "illegal addressing mode", "illegal trap", "privileged opcode",
-        "privileged register", "coprocessor error", "internal stack error"),
+    4: (
+        "illegal opcode",
+        "illegal operand",
+        "illegal addressing mode",
+        "illegal trap",
+        "privileged opcode",
+        "privileged register",
+        "coprocessor error",
+        "internal stack error",
+    ),
 }
 
 
@@ -101,14 +110,21 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
     # "(core dumped)" after the text (bash pads its job report with spaces) is the shell's own report wherever the
     # line starts: behind a launcher's prefix too (pdsh's "node1: ", Ray's "(pid=42) "), where the bare text alone
     # would be an ordinary word
-    where = t if anywhere else (rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
-                                rf"(?:\s|$)|\b{t} +\(core dumped\))")
+    where = (
+        t
+        if anywhere
+        else (
+            rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
+            rf"(?:\s|$)|\b{t} +\(core dumped\))"
+        )
+    )
     return (
         rf"exitcode\s*:\s*-{number}\b",  # torchrun's summary and agent: "exitcode  : -7", "failed (exitcode: -7)"
         rf"Signal {number} \({name}\)",  # elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID 42"
         # torchrun itself got the signal and passes it to its workers (elastic/multiprocessing/api.py raises
         # SignalException("Process {} got signal: {}"); elastic/agent/server/api.py warns "Received %s death signal")
-        rf"got signal: {number}\b", rf"Received {number} death signal",
+        rf"got signal: {number}\b",
+        rf"Received {number} death signal",
         rf"Signals\.{name}\b",  # Python's enum: "died with <Signals.SIGBUS: 7>"
         rf"signal {name}\b",  # "received signal SIGBUS", "killed by signal SIGBUS"
         rf"\*\*\* {name}\b",  # glog/absl failure handlers: "*** SIGBUS received at time=", "*** SIGSEGV (@0x0) ..."
@@ -129,53 +145,64 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
 _SPECIFIC: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ start-up: backend, launcher, rendezvous
     Rule(
-        "nccl-not-built", "nccl backend on a torch build without NCCL",
+        "nccl-not-built",
+        "nccl backend on a torch build without NCCL",
         # distributed_c10d.py; matched without its last words, which source pastes often split into another literal
         (r"Distributed package doesn't have NCCL\b",),
         "init_process_group asked for the nccl backend, but this torch build has no NCCL (a CPU-only or macOS build).",
         "Pick the backend from the hardware: backend = 'nccl' if torch.cuda.is_available() else 'gloo' "
         "(gloo runs the same collectives between CPU processes), or install a CUDA build of torch.",
-        f"{DOCS}/distributed.html#backends"),
+        f"{DOCS}/distributed.html#backends",
+    ),
     Rule(
-        "pg-not-initialized", "collective or DDP before init_process_group",
+        "pg-not-initialized",
+        "collective or DDP before init_process_group",
         # torch >= 1.8 (_get_default_group); torch <= 1.7's _check_default_pg assert and c10d's C++ TORCH_CHECK
         (r"Default process group (?:has not been|is not) initialized",),
         "A collective, DistributedDataParallel or DistributedSampler ran in a process that never joined a "
         "process group (or already left it).",
         "Call dist.init_process_group(...) first, in every process, and start the script with torchrun / "
         "`ddplab launch` so that RANK and WORLD_SIZE are set; destroy_process_group() only at the very end.",
-        f"{DOCS}/distributed.html#initialization"),
+        f"{DOCS}/distributed.html#initialization",
+    ),
     Rule(
-        "pg-initialized-twice", "init_process_group called twice",
+        "pg-initialized-twice",
+        "init_process_group called twice",
         (r"trying to initialize the default process group twice",),
         "init_process_group ran a second time in the same process (for example from a helper and again from main).",
         "Initialise once; guard a helper with `if not dist.is_initialized():`.",
-        f"{DOCS}/distributed.html#torch.distributed.is_initialized"),
+        f"{DOCS}/distributed.html#torch.distributed.is_initialized",
+    ),
     Rule(
-        "launcher-env-missing", "started without a launcher",
+        "launcher-env-missing",
+        "started without a launcher",
         # However it surfaces: torch's ValueError (rendezvous.py `_env_error`), the source line of that raise when
         # a paste stops there, the script's own os.environ["RANK"] (KeyError), or int(os.environ.get("RANK")) (None).
-        (rf"environment variable {LAUNCHER_ENV} expected, but not set",
-         r"MASTER_ADDR/MASTER_PORT are not set",
-         # launchers' own wordings: ColossalAI's launch_from_torch, f"Could not find {KeyError} in the torch
-         # environment, visit https://www.colossalai.org/ ..."
-         rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
-         rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
-         # str(KeyError) is repr(key): a paste without the type leaves a line that is the quoted name alone, a
-         # logger that prints the exception (logger.error(e)) the quoted name after its prefix's "- " / "] " / ": "
-         rf"(?:^\s*|[\]:|-]\s+)['\"]{LAUNCHER_ENV}['\"]\s*$",
-         rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
-         rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
-         r"TypeError: int\(\) argument must be"),
+        (
+            rf"environment variable {LAUNCHER_ENV} expected, but not set",
+            r"MASTER_ADDR/MASTER_PORT are not set",
+            # launchers' own wordings: ColossalAI's launch_from_torch, f"Could not find {KeyError} in the torch
+            # environment, visit https://www.colossalai.org/ ..."
+            rf"Could not find ['\"]?{LAUNCHER_ENV}['\"]? in the torch environment",
+            rf"KeyError: ['\"]{LAUNCHER_ENV}['\"]",
+            # str(KeyError) is repr(key): a paste without the type leaves a line that is the quoted name alone, a
+            # logger that prints the exception (logger.error(e)) the quoted name after its prefix's "- " / "] " / ": "
+            rf"(?:^\s*|[\]:|-]\s+)['\"]{LAUNCHER_ENV}['\"]\s*$",
+            rf"\b(?:_env_error|_get_env_or_raise)\(['\"]{LAUNCHER_ENV}['\"]\)",
+            rf"(?:environ\.get|getenv)\(['\"]{LAUNCHER_ENV}['\"]\)[^\n]*\n(?:[^\n]*\n){{0,8}}?[^\n]*"
+            r"TypeError: int\(\) argument must be",
+        ),
         "The process reads the variables a launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; "
         "init_process_group's env:// reads them too), and none was set: the script was started with plain `python`, "
         "or with the old `python -m torch.distributed.launch` without --use_env (before torch 1.10 it passed "
         "--local_rank as an argument instead of LOCAL_RANK in the environment).",
         "Start it with `torchrun --nproc-per-node N script.py` or `ddplab launch --nproc-per-node N script.py`; to "
         "run it alone too, read them with defaults: int(os.environ.get('LOCAL_RANK', 0)).",
-        f"{DOCS}/elastic/run.html#environment-variables"),
+        f"{DOCS}/elastic/run.html#environment-variables",
+    ),
     Rule(
-        "local-rank-argument", "the launcher passed --local-rank, the script does not accept it",
+        "local-rank-argument",
+        "the launcher passed --local-rank, the script does not accept it",
         # torch/distributed/launch.py passes "--local-rank=N" to the script (torch >= 2.0; "--local_rank=N" before);
         # argparse: "error: unrecognized arguments: --local-rank=0"
         (r"unrecognized arguments?:[^\n]*--local[-_]rank",),
@@ -185,61 +212,78 @@ _SPECIFIC: tuple[Rule, ...] = (
         "the environment).",
         "Start it with torchrun (or `ddplab launch`) and read int(os.environ['LOCAL_RANK']); or accept both "
         "spellings: parser.add_argument('--local-rank', '--local_rank', type=int, default=0).",
-        f"{DOCS}/distributed.html#launch-utility"),
+        f"{DOCS}/distributed.html#launch-utility",
+    ),
     Rule(
-        "rank-out-of-range", "RANK is not below WORLD_SIZE",
+        "rank-out-of-range",
+        "RANK is not below WORLD_SIZE",
         (r"rank < size\. \d+ vs \d+", r"RANK=\d+ is outside 0\.\.WORLD_SIZE"),
         "A process was given a rank outside 0..WORLD_SIZE-1: RANK or WORLD_SIZE was set by hand, or passed to "
         "init_process_group(rank=..., world_size=...) with values that disagree with the launcher.",
         "Let the launcher set RANK and WORLD_SIZE and call init_process_group without rank=/world_size=; "
         "world size = nodes x processes per node.",
-        f"{DOCS}/distributed.html#torch.distributed.init_process_group"),
+        f"{DOCS}/distributed.html#torch.distributed.init_process_group",
+    ),
     Rule(
-        "rendezvous-incomplete", "not every rank joined the process group",
-        (r"waiting for clients\. \d+/\d+ clients joined",
-         r"wait timeout after \d+ms, keys: ",
-         r"RendezvousTimeoutError",
-         # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
-         # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
-         # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
-         r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b",
-         # distributed_c10d.py _store_based_barrier: init_process_group/new_group wait until world_size ranks
-         # have added themselves to the store's barrier key; torch 2.x says num_workers_joined=, torch 1.x
-         # worker_count= (more than world_size: two launchers started the same ranks, e.g. srun x mp.spawn)
-         r"[Tt]imed out initializing process group in store based barrier"),
+        "rendezvous-incomplete",
+        "not every rank joined the process group",
+        (
+            r"waiting for clients\. \d+/\d+ clients joined",
+            r"wait timeout after \d+ms, keys: ",
+            r"RendezvousTimeoutError",
+            # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
+            # socket has timed out ... while trying to connect"), then a get()/wait() for a key other ranks set got no
+            # answer before the timeout: the old wording of "wait timeout after ...ms, keys:"
+            r"(?:DistStoreError|DistNetworkError|RuntimeError): Socket Timeout\b",
+            # distributed_c10d.py _store_based_barrier: init_process_group/new_group wait until world_size ranks
+            # have added themselves to the store's barrier key; torch 2.x says num_workers_joined=, torch 1.x
+            # worker_count= (more than world_size: two launchers started the same ranks, e.g. srun x mp.spawn)
+            r"[Tt]imed out initializing process group in store based barrier",
+        ),
         "Some ranks never arrived: a rank crashed or is still starting, WORLD_SIZE/RANK do not match the processes "
         "that were started (for example rank=0 hard-coded in every process), or nodes disagree on --nnodes.",
         "Check that nnodes x nproc-per-node processes start and none of them sets RANK/WORLD_SIZE itself; look at "
         "the other ranks' logs for an earlier error; on several machines, start every node with the same "
         "--nnodes and --rdzv-endpoint.",
-        f"{DOCS}/elastic/run.html", consequence=True),
+        f"{DOCS}/elastic/run.html",
+        consequence=True,
+    ),
     Rule(
-        "port-in-use", "the rendezvous port is already in use",
+        "port-in-use",
+        "the rendezvous port is already in use",
         (r"EADDRINUSE", r"[Aa]ddress already in use", r"port:? \S+ already in use"),
         "Another process (often a previous run that did not exit, or a second job) already listens on MASTER_PORT.",
         "Use another port (--master-port), or `torchrun --standalone` / `ddplab launch`, which pick a free one on a "
         "single machine; end the stale run (`ps aux | grep torchrun`).",
-        f"{DOCS}/elastic/run.html#stacked-single-node-multi-worker"),
+        f"{DOCS}/elastic/run.html#stacked-single-node-multi-worker",
+    ),
     Rule(
-        "master-unreachable", "cannot reach MASTER_ADDR:MASTER_PORT",
-        (NOT_NCCL_LINE + r"[Cc]onnection refused",
-         r"client socket has timed out after \d+m?s while trying to connect to",
-         r"client socket has failed to connect to",
-         r"failed to connect/validate to host",
-         # torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py; older TCPStore: "connect() timed out"
-         r"The connection to the C10d store has failed",
-         r"connect\(\) timed out\. Original timeout was"),
+        "master-unreachable",
+        "cannot reach MASTER_ADDR:MASTER_PORT",
+        (
+            NOT_NCCL_LINE + r"[Cc]onnection refused",
+            r"client socket has timed out after \d+m?s while trying to connect to",
+            r"client socket has failed to connect to",
+            r"failed to connect/validate to host",
+            # torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py; older TCPStore: "connect() timed out"
+            r"The connection to the C10d store has failed",
+            r"connect\(\) timed out\. Original timeout was",
+        ),
         "This process could not connect to the rendezvous at MASTER_ADDR:MASTER_PORT: rank 0's node is not up yet, "
         "the address or port is wrong (a script that sets MASTER_ADDR/MASTER_PORT itself overrides the launcher), "
         "or a firewall blocks the port.",
         "Do not set MASTER_ADDR/MASTER_PORT in the script; on several machines pass the first node's reachable "
         "address and an open port to every node (--rdzv-endpoint HOST:PORT) and check it with `nc -zv HOST PORT`.",
-        f"{DOCS}/elastic/run.html"),
+        f"{DOCS}/elastic/run.html",
+    ),
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
-        "peer-closed", "another rank went away",
-        (NOT_NCCL_LINE + r"(?:Connection closed by peer|Connection reset by peer|Remote peer closed the connection"
-         r"|Broken pipe|Software caused connection abort|ECONNRESET|EPIPE\b)",),
+        "peer-closed",
+        "another rank went away",
+        (
+            NOT_NCCL_LINE + r"(?:Connection closed by peer|Connection reset by peer|Remote peer closed the connection"
+            r"|Broken pipe|Software caused connection abort|ECONNRESET|EPIPE\b)",
+        ),
         "gloo lost the connection to another rank in the middle of a collective. Either that rank failed (crashed, "
         "was killed, raised an exception), or it exited normally while this rank was still waiting in a collective "
         "only some ranks called: an evaluation, a metric all_reduce or a forward through the DDP model (DDP "
@@ -248,98 +292,133 @@ _SPECIFIC: tuple[Rule, ...] = (
         "the earliest traceback). If none did - only this rank's text is here, or this rank is the root cause - the "
         "peer finished normally while this rank waited: make every rank call the same collectives (evaluate on all "
         "ranks, or on rank 0 through model.module with no collective inside) and wait() every isend/irecv.",
-        f"{DOCS}/elastic/errors.html", consequence=True),
+        f"{DOCS}/elastic/errors.html",
+        consequence=True,
+    ),
     Rule(
-        "collective-timeout", "a collective timed out",
-        (r"Watchdog caught collective operation timeout",
-         r"Timed out waiting \d+ms for (?:recv|send) operation",
-         r"ran for \d+ milliseconds before timing out",
-         r"timed out in blocking wait"),
+        "collective-timeout",
+        "a collective timed out",
+        (
+            r"Watchdog caught collective operation timeout",
+            r"Timed out waiting \d+ms for (?:recv|send) operation",
+            r"ran for \d+ milliseconds before timing out",
+            r"timed out in blocking wait",
+        ),
         "A collective waited longer than the process-group timeout: one rank never called it (a rank-dependent "
         "branch, an uneven number of batches, a crash or hang elsewhere) or called a different collective/shape.",
         "Make every rank run the same collectives in the same order (equal batches per rank: DistributedSampler; "
         "no collective inside `if rank == 0:`); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL, or under "
         "`ddplab launch --hang-timeout 60` to see every rank's stack.",
-        f"{DOCS}/distributed.html#debugging-torch-distributed-applications", consequence=True),
+        f"{DOCS}/distributed.html#debugging-torch-distributed-applications",
+        consequence=True,
+    ),
     Rule(
-        "worker-killed", "a worker was killed (SIGKILL)",
+        "worker-killed",
+        "a worker was killed (SIGKILL)",
         # the kernel's OOM killer (mm/oom_kill.c): "Out of memory: Killed process 42 (python)" ("Kill process" before 5.0)
-        _signal_patterns(9, "SIGKILL", "Killed") + (r"Killed\s*$", r"killed by signal: Killed",
-                                                   r"Out of memory: Kill(?:ed)? process \d+"),
+        _signal_patterns(9, "SIGKILL", "Killed")
+        + (r"Killed\s*$", r"killed by signal: Killed", r"Out of memory: Kill(?:ed)? process \d+"),
         "The process got SIGKILL (exit code -9, or 137 from a shell): on a host that is usually the kernel's "
         "out-of-memory killer (host RAM, not GPU memory), or the scheduler (Slurm time or memory limit).",
         "Check `dmesg | grep -i oom` or the job's accounting; lower host memory per rank (DataLoader num_workers, "
         "dataset kept in RAM once per rank, pinned memory) or ask for more memory.",
-        f"{DOCS}/elastic/errors.html", mechanism="resource"),
+        f"{DOCS}/elastic/errors.html",
+        mechanism="resource",
+    ),
     # ------------------------------------------------------------------ DDP itself
     Rule(
-        "ddp-static-graph", "the training graph changed under DDP(static_graph=True)",
+        "ddp-static-graph",
+        "the training graph changed under DDP(static_graph=True)",
         # reducer.cpp: static_graph promises the same used parameters and hook counts in every iteration
-        (r"not compatible with static_graph set to True", r"Your training graph (?:has changed|is changed) in this "
-         r"iteration"),
+        (
+            r"not compatible with static_graph set to True",
+            r"Your training graph (?:has changed|is changed) in this "
+            r"iteration",
+        ),
         "DistributedDataParallel(static_graph=True) (or _set_static_graph()) records in the first iteration which "
         "parameters get gradients and how often each hook fires; a later iteration differed: a parameter used only "
         "on some steps (a branch, an auxiliary head), or forward called twice before one backward.",
         "Drop static_graph and pass find_unused_parameters=True if the set of used parameters really changes; "
         "otherwise make every step use the same parameters, one forward per backward.",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     Rule(
-        "unused-parameters", "parameters that got no gradient",
+        "unused-parameters",
+        "parameters that got no gradient",
         # reducer.cpp starts both of its reports with this sentence; with static_graph the rest of the same message
         # says the graph changed (ddp-static-graph's), whichever line a paste wraps it onto
-        (r"Expected to have finished reduction in the prior iteration(?![\s\S]{0,400}?(?:not compatible with\s+"
-         r"static_graph|training\s+graph\s+(?:has|is)\s+changed))",
-         r"parameters that were not used in producing loss"),
+        (
+            r"Expected to have finished reduction in the prior iteration(?![\s\S]{0,400}?(?:not compatible with\s+"
+            r"static_graph|training\s+graph\s+(?:has|is)\s+changed))",
+            r"parameters that were not used in producing loss",
+        ),
         "Some parameters took no part in computing the loss, so DDP waited for their gradients forever.",
         "Make every parameter reach the loss, freeze the unused ones (requires_grad=False), or wrap with "
         "DistributedDataParallel(..., find_unused_parameters=True) (slower).",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     Rule(
-        "ddp-model-mismatch", "the ranks built different models",
+        "ddp-model-mismatch",
+        "the ranks built different models",
         # reducer.cpp verify_params_across_processes: torch 2.x's summary, and its per-parameter check (every
         # version): "params[N] in this process with sizes [..] appears not to match sizes|strides of the same param
         # in process 0." (strides: a memory format that differs between ranks, e.g. another cuDNN/torch build)
-        (r"DDP expects same model across all ranks",
-         r"appears not to match (?:sizes|strides) of the same param in process \d+"),
+        (
+            r"DDP expects same model across all ranks",
+            r"appears not to match (?:sizes|strides) of the same param in process \d+",
+        ),
         "DistributedDataParallel found a different number, shape or layout (strides) of parameters on different "
         "ranks: the model depends on the rank, on unseeded randomness, or on data read differently per rank.",
         "Build the identical model on every rank (same config, same code path); only data may differ per rank.",
-        f"{DOCS}/notes/ddp.html"),
+        f"{DOCS}/notes/ddp.html",
+    ),
     Rule(
-        "ddp-device-ids-cpu", "device_ids given for a CPU model",
+        "ddp-device-ids-cpu",
+        "device_ids given for a CPU model",
         # torch >= 1.8: "... only work with single-device/multiple-device GPU modules or CPU modules"; torch 1.x's
         # nn/parallel/distributed.py asserted "... only work with single-device CUDA modules" (AssertionError)
         (r"device_ids and output_device arguments only work with single-device",),
         "DistributedDataParallel got device_ids, but the model's parameters are on the CPU.",
         "Pass device_ids=[local_rank] only for a model on cuda:local_rank; on CPU leave device_ids=None.",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     Rule(
-        "syncbn-cpu", "SyncBatchNorm on CPU",
+        "syncbn-cpu",
+        "SyncBatchNorm on CPU",
         (r"SyncBatchNorm expected input tensor to be on GPU",),
         "SyncBatchNorm synchronises statistics only for GPU (or XPU) tensors; the input is on the CPU.",
         "On CPU keep plain BatchNorm: convert with nn.SyncBatchNorm.convert_sync_batchnorm(model) only when "
         "torch.cuda.is_available().",
-        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html"),
+        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
+    ),
     # ------------------------------------------------------------------ checkpoints
     Rule(
-        "module-prefix", "state_dict keys with/without DDP's 'module.' prefix",
+        "module-prefix",
+        "state_dict keys with/without DDP's 'module.' prefix",
         # torch >= 0.4: 'Unexpected key(s) in state_dict: "module.'; torch 0.3: 'unexpected key "module.'. A prefix
         # that differs leaves every key of one side unmatched, so missing "module." keys come with unexpected ones
         # (nn.Module.load_state_dict puts "Missing key(s)" first, then "Unexpected key(s)" on the next line);
         # missing keys alone are checkpoint-missing-keys.
-        (r"Unexpected key\(s\) in state_dict: \"module\.", r"[Uu]nexpected key \"module\.",
-         r"Missing key\(s\) in state_dict: \"module\.[^\n]*\n?[^\n]*Unexpected key\(s\) in state_dict: \""),
+        (
+            r"Unexpected key\(s\) in state_dict: \"module\.",
+            r"[Uu]nexpected key \"module\.",
+            r"Missing key\(s\) in state_dict: \"module\.[^\n]*\n?[^\n]*Unexpected key\(s\) in state_dict: \"",
+        ),
         "The checkpoint was saved from the DDP wrapper (keys start with 'module.') and loaded into the plain model, "
         "or the other way round.",
         "Save ddp_model.module.state_dict(); to load an old file, strip the prefix: "
         "{k.removeprefix('module.'): v for k, v in state.items()}.",
-        "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints"),
+        "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints",
+    ),
     Rule(
-        "checkpoint-missing-keys", "the checkpoint has no weights for some of the model's parameters",
+        "checkpoint-missing-keys",
+        "the checkpoint has no weights for some of the model's parameters",
         # nn.Module.load_state_dict (torch/nn/modules/module.py): "Missing key(s) in state_dict: ..." and no
         # "Unexpected key(s)" line after it: nothing in the file was left over, so the keys are not renamed - absent
-        (r"Missing key\(s\) in state_dict: (?![^\n]*Unexpected key\(s\))[^\n]*$"
-         r"(?!\n[^\n]*Unexpected key\(s\) in state_dict)",),
+        (
+            r"Missing key\(s\) in state_dict: (?![^\n]*Unexpected key\(s\))[^\n]*$"
+            r"(?!\n[^\n]*Unexpected key\(s\) in state_dict)",
+        ),
         "load_state_dict(strict=True) found parameters or buffers of the model that the checkpoint does not hold, "
         "and nothing in the checkpoint left over: not a renamed prefix but layers the checkpoint never had (the "
         "model gained layers after it was saved, or the file is of a smaller model).",
@@ -348,60 +427,80 @@ _SPECIFIC: tuple[Rule, ...] = (
         "matches this model.",
         # generic: when ranks' lines interleave, the "Unexpected key(s)" line may not follow its "Missing" line; a
         # prefix rule (module-prefix, compile-prefix) found in the same log explains the keys better
-        f"{DOCS}/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict", generic=True),
+        f"{DOCS}/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict",
+        generic=True,
+    ),
     Rule(
-        "compile-prefix", "state_dict keys with torch.compile's '_orig_mod.' prefix",
+        "compile-prefix",
+        "state_dict keys with torch.compile's '_orig_mod.' prefix",
         (r"(?:Unexpected|Missing) key\(s\) in state_dict: \"_orig_mod\.",),
         "The checkpoint was saved from a torch.compile'd model (keys start with '_orig_mod.') and loaded into the "
         "uncompiled one, or the other way round.",
         "Save the original module (compiled._orig_mod.state_dict(), or keep a reference to the model before "
         "compiling); to load an old file strip '_orig_mod.' from the keys.",
-        f"{DOCS}/generated/torch.compile.html"),
+        f"{DOCS}/generated/torch.compile.html",
+    ),
     Rule(
-        "weights-only-load", "torch.load refused a pickled object (weights_only)",
+        "weights-only-load",
+        "torch.load refused a pickled object (weights_only)",
         (r"Weights only load failed", r"Unsupported global: GLOBAL"),
         "Since torch 2.6 torch.load defaults to weights_only=True and refuses arbitrary pickled objects "
         "(dataclasses, argparse.Namespace, numpy objects) saved in the checkpoint.",
         "Save only tensors and plain containers (dict/list/int/float/str), e.g. vars(args) instead of args; for a "
         "trusted old file use torch.serialization.add_safe_globals([...]) or weights_only=False.",
-        f"{DOCS}/generated/torch.load.html"),
+        f"{DOCS}/generated/torch.load.html",
+    ),
     # ------------------------------------------------------------------ devices (GPU)
     Rule(
-        "cuda-not-compiled", "CUDA used with a CPU-only torch",
+        "cuda-not-compiled",
+        "CUDA used with a CPU-only torch",
         (r"Torch not compiled with CUDA enabled", r"Found no NVIDIA driver on your system"),
         "The script moves tensors to CUDA (.cuda(), 'cuda:N'), but this torch build or this machine has no CUDA.",
         "Choose the device from the hardware: device = torch.device('cuda', local_rank) if "
         "torch.cuda.is_available() else torch.device('cpu'); use the gloo backend on CPU.",
-        f"{DOCS}/notes/cuda.html"),
+        f"{DOCS}/notes/cuda.html",
+    ),
     Rule(
-        "invalid-device-ordinal", "LOCAL_RANK beyond the visible GPUs",
+        "invalid-device-ordinal",
+        "LOCAL_RANK beyond the visible GPUs",
         (r"invalid device ordinal", r"LOCAL_RANK=\d+ but only \d+ GPU\(s\) are visible"),
         "A process asked for GPU number LOCAL_RANK, but fewer GPUs are visible: more processes per node than GPUs, "
         "or CUDA_VISIBLE_DEVICES hides some.",
         "Start at most one process per visible GPU: --nproc-per-node gpu (or the count nvidia-smi shows), and "
         "check CUDA_VISIBLE_DEVICES.",
-        f"{DOCS}/elastic/run.html"),
+        f"{DOCS}/elastic/run.html",
+    ),
     Rule(
-        "duplicate-gpu", "two ranks on the same GPU",
+        "duplicate-gpu",
+        "two ranks on the same GPU",
         (r"Duplicate GPU detected",),
         "NCCL found two ranks driving the same GPU: every rank used cuda:0 (.cuda() or 'cuda:0' without "
         "torch.cuda.set_device(local_rank)), or more processes than GPUs.",
         "Call torch.cuda.set_device(local_rank) before init_process_group and use torch.device('cuda', local_rank) "
         "everywhere; start one process per GPU.",
-        "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html"),
+        "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html",
+    ),
     Rule(
-        "nccl-system-error", "NCCL: unhandled system error",
+        "nccl-system-error",
+        "NCCL: unhandled system error",
         # ncclGetErrorString's text; an issue title retypes its case ("Unhandled System Error")
         (r"[Uu]nhandled [Ss]ystem [Ee]rror", r"ncclSystemError") + _nccl_result(2, "system error"),
         "NCCL failed in a system call: most often the network interface (wrong NCCL_SOCKET_IFNAME, a down "
         "InfiniBand port), too little shared memory in a container (/dev/shm), or a peer that died.",
         "Rerun with NCCL_DEBUG=INFO to see the failing call; in Docker pass --shm-size=1g or --ipc=host; set "
         "NCCL_SOCKET_IFNAME to the interface the nodes share; try NCCL_IB_DISABLE=1 to rule out InfiniBand.",
-        NCCL_TROUBLESHOOTING, generic=True),
+        NCCL_TROUBLESHOOTING,
+        generic=True,
+    ),
     Rule(
-        "cuda-oom", "GPU out of memory",
-        (r"CUDA out of memory", r"OutOfMemoryError", r"CUDA error: out of memory",
-         r"cuda runtime error \(2\) : out of memory"),
+        "cuda-oom",
+        "GPU out of memory",
+        (
+            r"CUDA out of memory",
+            r"OutOfMemoryError",
+            r"CUDA error: out of memory",
+            r"cuda runtime error \(2\) : out of memory",
+        ),
         "A rank needed more GPU memory than was free: batch or model too large per GPU, memory kept alive "
         "(losses accumulated with their graph), or several processes on one GPU. Under DDP, GPU 0 often runs out "
         "first because every rank opened a CUDA context there: a missing torch.cuda.set_device(local_rank), or "
@@ -410,67 +509,95 @@ _SPECIFIC: tuple[Rule, ...] = (
         "check with nvidia-smi that each rank is on its own GPU and GPU 0 holds one process only: call "
         "torch.cuda.set_device(local_rank) first thing, load with torch.load(path, map_location='cpu'); "
         "store loss.item(), not loss.",
-        f"{DOCS}/notes/cuda.html#memory-management", mechanism="resource"),
+        f"{DOCS}/notes/cuda.html#memory-management",
+        mechanism="resource",
+    ),
     Rule(
-        "device-side-assert", "CUDA device-side assert",
+        "device-side-assert",
+        "CUDA device-side assert",
         (r"device-side assert triggered",),
         "A CUDA kernel's own check failed, most often an index out of range: a class label >= the number of "
         "classes (or negative) in a loss, or an embedding index beyond the vocabulary.",
         "Run the same batch on CPU (clear error message) or with CUDA_LAUNCH_BLOCKING=1; check label ranges "
         "(targets.min(), targets.max()) against the model's output size.",
-        f"{DOCS}/notes/cuda.html#asynchronous-execution"),
+        f"{DOCS}/notes/cuda.html#asynchronous-execution",
+    ),
     # ------------------------------------------------------------------ added for issue 16 (tests/logs corpus)
     Rule(
-        "ddp-model-on-cpu", "nccl collective on a CPU tensor (model not on the GPU yet)",
+        "ddp-model-on-cpu",
+        "nccl collective on a CPU tensor (model not on the GPU yet)",
         # ProcessGroupNCCL.cpp: "Tensors must be CUDA and dense" (torch 1.x: "Only CUDA dense tensor is supported
         # for NCCL collective operations"); torch 2.x on an nccl-only group: "No backend type associated with
         # device type cpu".
-        (r"Tensors must be CUDA and dense", r"Only CUDA dense tensor is supported for NCCL",
-         r"No backend type associated with device type cpu"),
+        (
+            r"Tensors must be CUDA and dense",
+            r"Only CUDA dense tensor is supported for NCCL",
+            r"No backend type associated with device type cpu",
+        ),
         "A collective on the nccl backend got a CPU tensor: most often the model was wrapped in "
         "DistributedDataParallel before it was moved to the GPU (DDP broadcasts its parameters at construction), "
         "or a metric/loss tensor on the CPU was all-reduced.",
         "Move the model first, then wrap: model.to(device); model = DDP(model, device_ids=[local_rank]); keep "
         "tensors you all-reduce on torch.device('cuda', local_rank) (or use the gloo backend for CPU tensors).",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     Rule(
-        "find-unused-warning", "find_unused_parameters=True, but no parameter was unused (warning)",
+        "find-unused-warning",
+        "find_unused_parameters=True, but no parameter was unused (warning)",
         # torch/csrc/distributed/c10d/reducer.cpp
-        (r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
-         r"parameters",),
+        (
+            r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
+            r"parameters",
+        ),
         "Not an error: DDP was built with find_unused_parameters=True but every parameter got a gradient, so the "
         "extra traversal of the autograd graph each iteration only costs time.",
         "Drop find_unused_parameters=True (the default is False) unless some iterations really leave parameters "
         "unused; with static_graph=True DDP learns the used set once.",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html", warning=True),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+        warning=True,
+    ),
     Rule(
-        "shm-too-small", "shared memory (/dev/shm) is too small",
+        "shm-too-small",
+        "shared memory (/dev/shm) is too small",
         # NCCL src/misc/shmutils.cc ("Call to posix_fallocate failed", "Error while creating shared memory
         # segment"); torch/utils/data/_utils/signal_handling.py and torch/csrc/DataLoader.cpp (bus error text).
-        (r"Error while (?:creating|attaching to) shared memory segment", r"posix_fallocate failed",
-         r"failed to extend /dev/shm/",
-         r"insufficient shared memory \(shm\)", r"out of shared memory",
-         r"killed by signal: Bus error", r"unable to write to file </torch_"),
+        (
+            r"Error while (?:creating|attaching to) shared memory segment",
+            r"posix_fallocate failed",
+            r"failed to extend /dev/shm/",
+            r"insufficient shared memory \(shm\)",
+            r"out of shared memory",
+            r"killed by signal: Bus error",
+            r"unable to write to file </torch_",
+        ),
         "/dev/shm filled up: NCCL's shared-memory transport between ranks on one machine, or DataLoader workers "
         "passing batches to the main process, need more than it holds. Docker gives a container 64 MB by default.",
         "Run the container with --shm-size=8g (or --ipc=host; in Kubernetes mount an emptyDir with medium: "
         "Memory at /dev/shm); check `df -h /dev/shm`; as a stopgap lower num_workers or set NCCL_SHM_DISABLE=1 "
         "(slower).",
-        f"{DOCS}/data.html#multi-process-data-loading", mechanism="resource"),
+        f"{DOCS}/data.html#multi-process-data-loading",
+        mechanism="resource",
+    ),
     Rule(
-        "collective-mismatch", "ranks called different collectives",
+        "collective-mismatch",
+        "ranks called different collectives",
         # torch ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL); NCCL enqueue checks and net_ib.cc.
-        (r"Detected mismatch between collectives on ranks", r"Mismatched collective detected",
-         r"collective mismatch error"),
+        (
+            r"Detected mismatch between collectives on ranks",
+            r"Mismatched collective detected",
+            r"collective mismatch error",
+        ),
         "The ranks reached a collective with different operations, shapes or dtypes, or in a different order: "
         "rank-dependent code (a branch, a different model graph, per-rank metric keys) or tensors sized by the "
         "rank's own data.",
         "Read the two fingerprints the message prints (op, shape, sequence number) and make every rank issue the "
         "same collectives in the same order with the same shapes; pad tensors to a common size before "
         "all_gather.",
-        f"{DOCS}/distributed.html#debugging-torch-distributed-applications"),
+        f"{DOCS}/distributed.html#debugging-torch-distributed-applications",
+    ),
     Rule(
-        "gloo-size-mismatch", "gloo received a different size than it expected",
+        "gloo-size-mismatch",
+        "gloo received a different size than it expected",
         # gloo/transport/tcp/pair.cc: "Received data size doesn't match expected size. Is there a distributed
         # collective mismatch in your code?"; before 2025 the bare enforce "op.preamble.length <= op.nbytes".
         (r"Received data size doesn't match expected size", r"op\.preamble\.length <= op\.nbytes"),
@@ -479,69 +606,99 @@ _SPECIFIC: tuple[Rule, ...] = (
         "a closed connection: a consequence.",
         "Make every rank pass the same shape to each collective (pad per-rank tensors to a common size before "
         "all_reduce/all_gather); TORCH_DISTRIBUTED_DEBUG=DETAIL names the two shapes.",
-        f"{DOCS}/distributed.html#debugging-torch-distributed-applications"),
+        f"{DOCS}/distributed.html#debugging-torch-distributed-applications",
+    ),
     Rule(
-        "no-kernel-image", "torch has no kernels for this GPU",
+        "no-kernel-image",
+        "torch has no kernels for this GPU",
         # torch/cuda/__init__.py (incompatible_device_warn, old_gpu_warn); CUDA's cudaErrorNoKernelImageForDevice.
         # cudaGetErrorString(cudaErrorNoKernelImageForDevice), also cut short after "available" (titles, pastes)
-        (_cut("no kernel image is available for execution on the device", 5),
-         r"is not compatible with the current PyTorch installation",
-         r"PyTorch no longer supports this GPU because it is too old"),
+        (
+            _cut("no kernel image is available for execution on the device", 5),
+            r"is not compatible with the current PyTorch installation",
+            r"PyTorch no longer supports this GPU because it is too old",
+        ),
         "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX): a new GPU with an "
         "old build (RTX 50xx / sm_120 needs cu128 or later) or an old GPU the build dropped.",
         "Install a torch wheel built for this GPU's compute capability (pytorch.org/get-started/locally: pick the "
         "CUDA version that lists sm_XX; `python -c 'import torch; print(torch.cuda.get_arch_list())'`).",
-        "https://pytorch.org/get-started/locally/", mechanism="difference"),
+        "https://pytorch.org/get-started/locally/",
+        mechanism="difference",
+    ),
     Rule(
-        "syncbn-single-process", "SyncBatchNorm outside a process group",
+        "syncbn-single-process",
+        "SyncBatchNorm outside a process group",
         # torch 1.x batchnorm.py; in torch 1.8-1.12 SyncBatchNorm.forward called get_world_size() first
-        (r"SyncBatchNorm is only supported within torch\.nn\.parallel\.DistributedDataParallel",
-         r"(?:SyncBatchNorm|sync_batch_norm|batchnorm\.py)[^\n]*\n(?:[^\n]*\n){0,20}?[^\n]*"
-         r"Default process group has not been initialized"),
+        (
+            r"SyncBatchNorm is only supported within torch\.nn\.parallel\.DistributedDataParallel",
+            r"(?:SyncBatchNorm|sync_batch_norm|batchnorm\.py)[^\n]*\n(?:[^\n]*\n){0,20}?[^\n]*"
+            r"Default process group has not been initialized",
+        ),
         "SyncBatchNorm ran in a process that is not in a process group (a single-GPU or plain `python` run): "
         "it synchronises statistics across ranks, so it needs init_process_group.",
         "For one process use plain BatchNorm (set norm 'BN' instead of 'SyncBN' in the config), or convert with "
         "nn.SyncBatchNorm.convert_sync_batchnorm(model) only when dist.is_initialized() and world_size > 1.",
-        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html"),
+        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
+    ),
     Rule(
-        "nccl-remote-error", "NCCL: a remote rank exited or the network failed",
+        "nccl-remote-error",
+        "NCCL: a remote rank exited or the network failed",
         # NCCL ncclRemoteError (2.13+), torch NCCLUtils getNcclErrorDetailStr
         # NCCL misc/socket.cc reports a peer's closed socket as "Connection closed by remote peer" (ncclRemoteError)
-        _nccl_result(6, "remote process exited|network error") + (
-         r"remote process exited or there was a network error", r"ncclRemoteError",
-         r"Connection closed by remote peer"),
+        _nccl_result(6, "remote process exited|network error")
+        + (
+            r"remote process exited or there was a network error",
+            r"ncclRemoteError",
+            r"Connection closed by remote peer",
+        ),
         "NCCL lost a peer in the middle of communication: another rank crashed or was killed first (look for its "
         "error), or the network between nodes failed (InfiniBand/RoCE port errors, a flapping link).",
         "Find the rank that failed first (torchrun's Root Cause, the earliest traceback); if none failed, check "
         "the fabric (ibstat, NCCL_DEBUG=INFO's NET lines) and retry with NCCL_IB_DISABLE=1 to isolate IB.",
-        NCCL_TROUBLESHOOTING, generic=True),
+        NCCL_TROUBLESHOOTING,
+        generic=True,
+    ),
     Rule(
-        "nccl-invalid-usage", "NCCL: invalid usage",
+        "nccl-invalid-usage",
+        "NCCL: invalid usage",
         (r"invalid usage \(run with NCCL_DEBUG=WARN", r"ncclInvalidUsage", r", invalid usage, NCCL version")
         + _nccl_result(5, "invalid usage"),
         "NCCL rejected how it was called: most often two ranks on one GPU, ranks that disagree on the world size, "
         "or a collective issued on a communicator that was already aborted. NCCL's 'Last error' line says which.",
         "Read the 'Last error' line (rerun with NCCL_DEBUG=WARN if it is missing); one process per GPU with "
         "torch.cuda.set_device(local_rank) before init_process_group.",
-        NCCL_TROUBLESHOOTING, generic=True),
+        NCCL_TROUBLESHOOTING,
+        generic=True,
+    ),
     Rule(
-        "nccl-internal-error", "NCCL: internal error",
-        (r"ncclInternalError", r", internal error(?: - please report this issue to the NCCL developers)?, "
-         r"NCCL version") + _nccl_result(3, "internal error"),
+        "nccl-internal-error",
+        "NCCL: internal error",
+        (
+            r"ncclInternalError",
+            r", internal error(?: - please report this issue to the NCCL developers)?, "
+            r"NCCL version",
+        )
+        + _nccl_result(3, "internal error"),
         "NCCL failed inside (often during bootstrap: no usable network interface, mismatched NCCL versions "
         "between nodes, or a peer that vanished). NCCL's 'Last error' line names the failing step.",
         "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; check NCCL_SOCKET_IFNAME and that every node runs "
         "the same torch/NCCL version.",
-        NCCL_TROUBLESHOOTING, generic=True),
+        NCCL_TROUBLESHOOTING,
+        generic=True,
+    ),
     Rule(
-        "nccl-socket-ifname", "NCCL found no usable network interface (NCCL_SOCKET_IFNAME)",
+        "nccl-socket-ifname",
+        "NCCL found no usable network interface (NCCL_SOCKET_IFNAME)",
         # NCCL src/misc/socket.cc / bootstrap.cc
-        (r"Bootstrap : no socket interface found", r"no NCCL_SOCKET_IFNAME interface found",
-         r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
-         # NCCL < 2.12 include/socket.h: WARN("Socket creation failed : %s", strerror(errno)) from socket(family, ..)
-         # with the family of the address NCCL chose; EAFNOSUPPORT: that address has none - no interface was found
-         # (newer NCCL says so with the "neither AF_INET nor AF_INET6" text above)
-         r"Socket creation failed\s*:\s*Address family not supported"),
+        (
+            r"Bootstrap : no socket interface found",
+            r"no NCCL_SOCKET_IFNAME interface found",
+            r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+            # NCCL < 2.12 include/socket.h: WARN("Socket creation failed : %s", strerror(errno)) from socket(family, ..)
+            # with the family of the address NCCL chose; EAFNOSUPPORT: that address has none - no interface was found
+            # (newer NCCL says so with the "neither AF_INET nor AF_INET6" text above)
+            r"Socket creation failed\s*:\s*Address family not supported",
+        ),
         "NCCL's bootstrap needs an IP interface: NCCL_SOCKET_IFNAME names one that does not exist on this "
         "machine (interface names differ between machines and containers), or the container has none but lo. "
         "'connecting to address ... is neither AF_INET nor AF_INET6' means the address a peer sent could not be "
@@ -550,9 +707,12 @@ _SPECIFIC: tuple[Rule, ...] = (
         "Check `ip -br addr` on every node; set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on "
         "(a list such as eth0,eno1 or a prefix works), or unset it to let NCCL choose (it skips lo and docker*); "
         "check that `python -c 'import torch; print(torch.cuda.nccl.version())'` agrees on every node.",
-        NCCL_ENV, mechanism="difference"),
+        NCCL_ENV,
+        mechanism="difference",
+    ),
     Rule(
-        "no-route-to-host", "no route to the other node",
+        "no-route-to-host",
+        "no route to the other node",
         # strerror(EHOSTUNREACH) = "No route to host"; logs cut at the line's end keep at least "No route to"
         (r"No route to(?: host)?\b", r"EHOSTUNREACH"),
         "A socket connect to another node failed with EHOSTUNREACH (errno 113): the address is not reachable from "
@@ -560,9 +720,11 @@ _SPECIFIC: tuple[Rule, ...] = (
         "an interface (docker0, a VPN) the other node cannot reach.",
         "Open the ports between nodes (NCCL and gloo use random high ports, not just MASTER_PORT), check `ping` "
         "and `nc -zv` between nodes, set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to the shared interface.",
-        NCCL_TROUBLESHOOTING),
+        NCCL_TROUBLESHOOTING,
+    ),
     Rule(
-        "worker-bus-error", "a worker died of SIGBUS (bus error)",
+        "worker-bus-error",
+        "a worker died of SIGBUS (bus error)",
         # torch/distributed/elastic/multiprocessing/api.py: "Signal 7 (SIGBUS) received by PID"
         _signal_patterns(7, "SIGBUS", "Bus error"),
         "The process touched memory-mapped memory that could not be backed: almost always /dev/shm (shared "
@@ -570,36 +732,51 @@ _SPECIFIC: tuple[Rule, ...] = (
         "64 MB default.",
         "Give the container more shared memory (--shm-size=8g or --ipc=host), check `df -h /dev/shm`; lower "
         "DataLoader num_workers; NCCL_SHM_DISABLE=1 as a stopgap.",
-        f"{DOCS}/elastic/errors.html", generic=True, mechanism="resource"),
+        f"{DOCS}/elastic/errors.html",
+        generic=True,
+        mechanism="resource",
+    ),
     Rule(
-        "worker-abort", "a worker aborted (SIGABRT)",
+        "worker-abort",
+        "a worker aborted (SIGABRT)",
         _signal_patterns(6, "SIGABRT", "Aborted"),
         "The process called abort(): a C++ exception nobody caught (`terminate called after throwing ...`, e.g. "
         "the NCCL watchdog taking the process down after a failed or timed-out collective) or a failed assertion "
         "in native code. The real error is the `what():` or assertion text that rank printed just before.",
         "Read that rank's last lines before the abort (the `what():` line); rerun with "
         "TORCH_SHOW_CPP_STACKTRACES=1 and NCCL_DEBUG=INFO if there is none.",
-        f"{DOCS}/elastic/errors.html", generic=True),
+        f"{DOCS}/elastic/errors.html",
+        generic=True,
+    ),
     Rule(
-        "worker-segfault", "a worker crashed (SIGSEGV)",
+        "worker-segfault",
+        "a worker crashed (SIGSEGV)",
         _signal_patterns(11, "SIGSEGV", "Segmentation fault", anywhere=True),
         "The process crashed in native code (a segmentation fault): a C/C++/CUDA extension built for another "
         "torch or CUDA version, a library bug on this GPU or driver, or a stack overflow.",
         "Rerun the failing rank with `python -X faulthandler` (or PYTHONFAULTHANDLER=1) to see the Python frame; "
         "rebuild compiled extensions against the installed torch; try another torch/driver version.",
-        f"{DOCS}/elastic/errors.html", generic=True),
+        f"{DOCS}/elastic/errors.html",
+        generic=True,
+    ),
     Rule(
-        "worker-exception", "a worker raised a Python exception (exit code 1)",
-        (r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",
-         r"exits with return code = 1\b"),  # DeepSpeed's launcher (launch.py sigkill_handler)
+        "worker-exception",
+        "a worker raised a Python exception (exit code 1)",
+        (
+            r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",
+            r"exits with return code = 1\b",
+        ),  # DeepSpeed's launcher (launch.py sigkill_handler)
         "A worker exited with code 1: it raised a Python exception; torchrun's summary only points at it. The "
         "exception is the traceback that rank printed above the summary.",
         "Read that rank's traceback (its lines start with [rankN]: or [defaultN]:); decorate main with "
         "torch.distributed.elastic.multiprocessing.errors.record to get it into the summary.",
-        f"{DOCS}/elastic/errors.html", generic=True),
+        f"{DOCS}/elastic/errors.html",
+        generic=True,
+    ),
     # ------------------------------------------------------------------ issue 27: read from the catalogue
     Rule(
-        "ddp-ready-twice", "a parameter's DDP hook fired twice in one backward",
+        "ddp-ready-twice",
+        "a parameter's DDP hook fired twice in one backward",
         # reducer.cpp mark_variable_ready
         (r"Expected to mark a variable ready only once", r"has been marked as ready twice"),
         "DDP's reducer saw the gradient of one parameter arrive twice in one backward pass: reentrant activation "
@@ -609,21 +786,31 @@ _SPECIFIC: tuple[Rule, ...] = (
         "Use non-reentrant checkpointing (checkpoint(..., use_reentrant=False); in transformers "
         "gradient_checkpointing_kwargs={'use_reentrant': False}), or DDP(static_graph=True) if the graph is the same "
         "every step; TORCH_DISTRIBUTED_DEBUG=DETAIL names the parameter.",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     Rule(
-        "ddp-grad-strides", "gradient layout differs from DDP's bucket (warning)",
+        "ddp-grad-strides",
+        "gradient layout differs from DDP's bucket (warning)",
         (r"Grad strides do not match bucket view strides",),
         "Not an error: a parameter's gradient came with other strides than DDP's bucket view (typically "
         "channels_last convolutions, or parameters whose strides changed after DDP was built), so DDP copies it "
         "each step.",
         "Build DDP after converting the model's memory format (model.to(memory_format=torch.channels_last) before "
         "DistributedDataParallel(...)); or ignore it: the cost is one copy per gradient.",
-        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html", warning=True),
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+        warning=True,
+    ),
     Rule(
-        "fsdp-flat-param", "FSDP cannot flatten parameters of different kinds into one unit",
+        "fsdp-flat-param",
+        "FSDP cannot flatten parameters of different kinds into one unit",
         # fsdp/_flat_param.py _validate_tensors_to_flatten; fully_shard's _fsdp_param_group.py
-        (r"Must flatten tensors with uniform", r"FlatParameter`? requires uniform", r"Cannot flatten integer dtype "
-         r"tensors", r"FSDP expects uniform original parameter dtype"),
+        (
+            r"Must flatten tensors with uniform",
+            r"FlatParameter`? requires uniform",
+            r"Cannot flatten integer dtype "
+            r"tensors",
+            r"FSDP expects uniform original parameter dtype",
+        ),
         "FSDP (FullyShardedDataParallel) flattens all parameters of one wrapped module into one FlatParameter, so "
         "they must share dtype, device and (with use_orig_params=False) requires_grad. The model mixes them: fp32 "
         "adapters (LoRA) on a bf16/fp16 base, quantized integer weights, or frozen and trainable parameters in one "
@@ -631,40 +818,55 @@ _SPECIFIC: tuple[Rule, ...] = (
         "Cast the model to one dtype before wrapping (model.to(torch.bfloat16)) and let MixedPrecision handle "
         "compute dtypes; pass use_orig_params=True for frozen+trainable mixes; wrap adapter or quantized modules in "
         "their own units (auto_wrap_policy), or use FSDP2 fully_shard, which shards per parameter.",
-        f"{DOCS}/fsdp.html"),
+        f"{DOCS}/fsdp.html",
+    ),
     Rule(
-        "store-hostname", "the rendezvous host name does not resolve",
+        "store-hostname",
+        "the rendezvous host name does not resolve",
         # c10d socket.cpp: "The {}network addresses of ({}, {}) cannot be retrieved (gai error: ...)"; older torch:
         # "host not found: Name or service not known"; getaddrinfo's texts (gai_strerror)
-        (r"network addresses of \(.*?\) cannot be retrieved \(gai error", r"host not found: ",
-         r"Name or service not known", r"Temporary failure in name resolution",
-         r"nodename nor servname provided"),
+        (
+            r"network addresses of \(.*?\) cannot be retrieved \(gai error",
+            r"host not found: ",
+            r"Name or service not known",
+            r"Temporary failure in name resolution",
+            r"nodename nor servname provided",
+        ),
         "A host name the store or torchrun must connect to (MASTER_ADDR, --rdzv-endpoint, or the node's own "
         "hostname that torchrun passes on) does not resolve on this machine: DNS not ready yet (Kubernetes pods), a "
         "name only another machine knows, a typo, or a stray space in the variable.",
         "Use an IP address for MASTER_ADDR / --rdzv-endpoint, or check `getent hosts NAME` on every node and fix "
         "/etc/hosts or DNS; in Kubernetes wait for the headless service's DNS before starting.",
-        f"{DOCS}/elastic/run.html", mechanism="difference"),
+        f"{DOCS}/elastic/run.html",
+        mechanism="difference",
+    ),
     Rule(
-        "gloo-address", "gloo could not pick a usable network address",
+        "gloo-address",
+        "gloo could not pick a usable network address",
         # gloo/transport/tcp/device.cc: "Unable to find address for: X" (GLOO_SOCKET_IFNAME or the hostname)
-        (r"Unable to find address for:? ", r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b",
-         # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
-         # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
-         # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
-         # (the catalogue's template is "Gloo connectFullMesh failed with" and the pair's error; a paste may cut
-         # the bracketed source path: "Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: ...")
-         r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]",
-         r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)"),
+        (
+            r"Unable to find address for:? ",
+            r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b",
+            # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
+            # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
+            # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
+            # (the catalogue's template is "Gloo connectFullMesh failed with" and the pair's error; a paste may cut
+            # the bracketed source path: "Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: ...")
+            r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]",
+            r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)",
+        ),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
         "to 127.0.0.1, which other machines cannot reach.",
         "Set GLOO_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`; the one `ip route "
         "get PEER_IP` names), on every node; or fix /etc/hosts so the hostname maps to that interface's address.",
-        f"{DOCS}/distributed.html#common-environment-variables", mechanism="difference"),
+        f"{DOCS}/distributed.html#common-environment-variables",
+        mechanism="difference",
+    ),
     Rule(
-        "network-unreachable", "no route to the peer's network",
+        "network-unreachable",
+        "no route to the peer's network",
         # strerror(ENETUNREACH)
         (r"Network is unreachable", r"ENETUNREACH"),
         "A connect to another rank failed with ENETUNREACH (errno 101): this machine has no route to that address's "
@@ -672,21 +874,29 @@ _SPECIFIC: tuple[Rule, ...] = (
         "a VPN, a storage network), or the routing table lacks the route.",
         "Set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share and check `ip route get "
         "PEER_IP` on each node.",
-        NCCL_TROUBLESHOOTING, mechanism="difference"),
+        NCCL_TROUBLESHOOTING,
+        mechanism="difference",
+    ),
     Rule(
-        "port-privileged", "the port needs root (below 1024)",
+        "port-privileged",
+        "the port needs root (below 1024)",
         # c10d socket.cpp: "failed to bind to [::]:520 (errno: 13 - Permission denied)"; the libuv store (torch >= 2.4):
         # "The server socket has failed to bind. port: {}, useIpv6: {}, code: {}, name: EACCES, message: ..."
         # (a user's retelling puts the errno text first: "Permission denied: The server socket has failed to bind")
-        (r"failed to bind\b[^\n]{0,120}?(?:errno: 13 - Permission denied|EACCES|permission denied)",
-         r"Permission denied\W{0,4}[^\n]{0,40}?failed to bind\b", r"bind\S*: Permission denied"),
+        (
+            r"failed to bind\b[^\n]{0,120}?(?:errno: 13 - Permission denied|EACCES|permission denied)",
+            r"Permission denied\W{0,4}[^\n]{0,40}?failed to bind\b",
+            r"bind\S*: Permission denied",
+        ),
         "Binding the rendezvous/store port failed with EACCES (errno 13): ports below 1024 are reserved for root "
         "(MASTER_PORT or --rdzv-endpoint chose one), or a security policy forbids this port.",
         "Use a port between 1024 and 65535 (torchrun's default is 29500), or `--standalone` / `ddplab launch`, "
         "which pick a free one.",
-        f"{DOCS}/elastic/run.html"),
+        f"{DOCS}/elastic/run.html",
+    ),
     Rule(
-        "nccl-message-truncated", "NCCL received more bytes than the collective expected",
+        "nccl-message-truncated",
+        "NCCL received more bytes than the collective expected",
         # net_socket.cc / net_ib.cc / bootstrap.cc: "message truncated : receiving %d bytes instead of %d"
         # \s+: a terminal or a paste wraps this long WARN line, often right after the colon
         (r"[Mm]essage truncated ?:\s+(?:receiving|received)\s+\d+\s+bytes\s+instead\s+of\s+\d+",),
@@ -696,99 +906,139 @@ _SPECIFIC: tuple[Rule, ...] = (
         "Compare the environment and `torch.cuda.nccl.version()` on every node (NCCL_DEBUG=INFO "
         "NCCL_DEBUG_SUBSYS=ENV prints both); if they agree, rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to find the "
         "collective whose shape differs; try NCCL_PROTO=Simple to tell the two apart.",
-        NCCL_TROUBLESHOOTING),
+        NCCL_TROUBLESHOOTING,
+    ),
     Rule(
-        "nccl-version-mismatch", "NCCL versions differ (library vs build, or between nodes)",
+        "nccl-version-mismatch",
+        "NCCL versions differ (library vs build, or between nodes)",
         # NCCL allocator.cc / devcomm / ras.cc / plugin/net.cc texts (the catalogue's nccl source)
-        (r"NCCL library is (?:too old|not backwards compatible)", r"compiled with too old version of NCCL",
-         r"NCCL version mismatch with remote peer", r"plugin has incompatible version",
-         # include/coll_net.h: "Mismatched NCCL version detected : rank %d version %d rank %d version %d"
-         r"Mismatched NCCL version detected",
-         # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
-         # function the libnccl that was loaded does not have - an older NCCL found first (a second
-         # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
-         r"undefined symbol:? nccl[A-Z]\w*",
-         # two NCCL versions in one job's output: torch puts each rank's own in its error ("..., internal error,
-         # NCCL version 2.20.5", NCCLUtils getNcclErrorDetailStr), NCCL's INFO line "NCCL version 2.19.3+cuda12.3"
-         # and ProcessGroupNCCL's options line "NCCL version: 2.19.3"; compared on x.y.z, each with the next one
-         # (when any two differ, two neighbours do; the search stays linear in the log), within 50 kB
-         r"NCCL version:? v?(\d+\.\d+\.\d+)\b(?=(?:(?!NCCL version)[\s\S]){0,50000}?NCCL version:? v?"
-         r"(?!\1\b)\d+\.\d+\.\d+)"),
+        (
+            r"NCCL library is (?:too old|not backwards compatible)",
+            r"compiled with too old version of NCCL",
+            r"NCCL version mismatch with remote peer",
+            r"plugin has incompatible version",
+            # include/coll_net.h: "Mismatched NCCL version detected : rank %d version %d rank %d version %d"
+            r"Mismatched NCCL version detected",
+            # the dynamic loader (glibc dl-lookup.c "undefined symbol: %s"): torch (or a plugin) calls an NCCL API
+            # function the libnccl that was loaded does not have - an older NCCL found first (a second
+            # nvidia-nccl-cu* wheel, a system libnccl on LD_LIBRARY_PATH); retold in titles without the colon
+            r"undefined symbol:? nccl[A-Z]\w*",
+            # two NCCL versions in one job's output: torch puts each rank's own in its error ("..., internal error,
+            # NCCL version 2.20.5", NCCLUtils getNcclErrorDetailStr), NCCL's INFO line "NCCL version 2.19.3+cuda12.3"
+            # and ProcessGroupNCCL's options line "NCCL version: 2.19.3"; compared on x.y.z, each with the next one
+            # (when any two differ, two neighbours do; the search stays linear in the log), within 50 kB
+            r"NCCL version:? v?(\d+\.\d+\.\d+)\b(?=(?:(?!NCCL version)[\s\S]){0,50000}?NCCL version:? v?"
+            r"(?!\1\b)\d+\.\d+\.\d+)",
+        ),
         "The NCCL library loaded at run time is not the one torch (or a plugin) was built for, or another node runs "
         "another NCCL: a system libnccl found first on LD_LIBRARY_PATH (or LD_PRELOAD) shadowing the "
         "nvidia-nccl-cu12 wheel, or different images/environments on different nodes.",
         "Print `python -c 'import torch; print(torch.cuda.nccl.version())'` on every node and make them agree: one "
         "image everywhere, no other libnccl on LD_LIBRARY_PATH/LD_PRELOAD; rebuild plugins for this NCCL.",
-        NCCL_TROUBLESHOOTING, mechanism="difference"),
+        NCCL_TROUBLESHOOTING,
+        mechanism="difference",
+    ),
     Rule(
-        "nccl-p2p", "GPUs cannot access each other (P2P)",
+        "nccl-p2p",
+        "GPUs cannot access each other (P2P)",
         # NCCL transport/p2p.cc and transport/shm.cc (cuMem host sharing); CUDA's cudaErrorPeerAccessUnsupported
-        (_cut("peer access is not supported between these two devices", 5), r"failed to open CUDA IPC handle",
-         r"cudaErrorPeerAccessUnsupported"),
+        (
+            _cut("peer access is not supported between these two devices", 5),
+            r"failed to open CUDA IPC handle",
+            r"cudaErrorPeerAccessUnsupported",
+        ),
         "NCCL tried direct GPU-to-GPU (P2P/IPC) access that this machine does not support: consumer or cloud GPUs "
         "without P2P (RTX 40xx/50xx, L4), an IOMMU/ACS setting that blocks it, a VM; NCCL's cuMem shared host "
         "memory also needs it.",
         "Set NCCL_P2P_DISABLE=1 (and NCCL_CUMEM_HOST_ENABLE=0 when the failure is in shm.cc); check `nvidia-smi "
         "topo -p2p r`; on bare metal disable the IOMMU (iommu=pt) or PCIe ACS.",
-        NCCL_ENV, mechanism="difference"),
+        NCCL_ENV,
+        mechanism="difference",
+    ),
     Rule(
-        "memlock-limit", "locked-memory limit too low for InfiniBand",
+        "memlock-limit",
+        "locked-memory limit too low for InfiniBand",
         # NCCL misc/ibvwrap.cc: "Call to ibv_%s failed with error %s" with strerror(ENOMEM)
-        (r"ibv_(?:create_cq|reg_mr|reg_dmabuf_mr|create_qp|alloc_pd)\w* failed with (?:error )?Cannot allocate "
-         r"memory",),
+        (
+            r"ibv_(?:create_cq|reg_mr|reg_dmabuf_mr|create_qp|alloc_pd)\w* failed with (?:error )?Cannot allocate "
+            r"memory",
+        ),
         "An InfiniBand verbs call could not pin memory (ENOMEM): the locked-memory limit (ulimit -l) of the "
         "process or container is too low for NCCL's IB buffers.",
         "Raise the memlock limit: `ulimit -l unlimited` (docker run --ulimit memlock=-1, Slurm "
         "PropagateResourceLimits, /etc/security/limits.conf) on every node.",
-        NCCL_TROUBLESHOOTING, mechanism="resource"),
+        NCCL_TROUBLESHOOTING,
+        mechanism="resource",
+    ),
     Rule(
-        "too-many-open-files", "too many open files",
-        (r"Too many open files", r"EMFILE",
-         # CPython multiprocessing/reduction.py recvfds(): a tensor (DataLoader worker, torch.multiprocessing queue)
-         # arrives as a file descriptor over a Unix socket (SCM_RIGHTS); at the limit the kernel drops it and no
-         # ancillary data arrives
-         r"received 0 items of ancdata",
-         # ATen MapAllocator.cpp: "unable to open shared memory object <NAME> in read-write mode: STRERROR (ERRNO)":
-         # shm_open needs a descriptor; a paste cut before the errno text is read as the usual EMFILE, any other
-         # errno text that follows is that errno's
-         r"unable to open shared memory object\b[^\n]*? in read-write mode(?!\s*:\s*(?!Too many open files))"),
+        "too-many-open-files",
+        "too many open files",
+        (
+            r"Too many open files",
+            r"EMFILE",
+            # CPython multiprocessing/reduction.py recvfds(): a tensor (DataLoader worker, torch.multiprocessing queue)
+            # arrives as a file descriptor over a Unix socket (SCM_RIGHTS); at the limit the kernel drops it and no
+            # ancillary data arrives
+            r"received 0 items of ancdata",
+            # ATen MapAllocator.cpp: "unable to open shared memory object <NAME> in read-write mode: STRERROR (ERRNO)":
+            # shm_open needs a descriptor; a paste cut before the errno text is read as the usual EMFILE, any other
+            # errno text that follows is that errno's
+            r"unable to open shared memory object\b[^\n]*? in read-write mode(?!\s*:\s*(?!Too many open files))",
+        ),
         "The process reached its open-file limit (ulimit -n): every rank's sockets, DataLoader workers passing "
         "tensors through file descriptors, and NCCL/gloo connections each hold descriptors.",
         "Raise the limit (`ulimit -n 65536`, docker --ulimit nofile=65536); for DataLoader workers also "
         "torch.multiprocessing.set_sharing_strategy('file_system').",
-        f"{DOCS}/multiprocessing.html#sharing-strategies", mechanism="resource"),
+        f"{DOCS}/multiprocessing.html#sharing-strategies",
+        mechanism="resource",
+    ),
     Rule(
-        "cuda-driver-too-old", "the NVIDIA driver is older than torch's CUDA",
+        "cuda-driver-too-old",
+        "the NVIDIA driver is older than torch's CUDA",
         # CUDA's cudaErrorInsufficientDriver (35); torch/cuda/__init__.py's driver check
-        (r"CUDA driver version is insufficient for CUDA runtime version", r"cudaErrorInsufficientDriver",
-         r"The NVIDIA driver on your system is too old", r"driver (?:version )?is too old"),
+        (
+            r"CUDA driver version is insufficient for CUDA runtime version",
+            r"cudaErrorInsufficientDriver",
+            r"The NVIDIA driver on your system is too old",
+            r"driver (?:version )?is too old",
+        ),
         "The installed NVIDIA driver supports an older CUDA than the one torch (or NCCL) was built with, so CUDA "
         "cannot start: often one node's driver differs from the others.",
         "Update the driver on that machine (nvidia-smi shows the CUDA version it supports), or install a torch "
         "built for that CUDA (pytorch.org/get-started: cu118/cu121/...); keep drivers equal across nodes.",
-        "https://pytorch.org/get-started/locally/", mechanism="difference"),
+        "https://pytorch.org/get-started/locally/",
+        mechanism="difference",
+    ),
     Rule(
-        "cuda-illegal-address", "CUDA: illegal memory access",
+        "cuda-illegal-address",
+        "CUDA: illegal memory access",
         (_cut("an illegal memory access was encountered", 4), r"cudaErrorIllegalAddress"),
         "A GPU kernel read or wrote outside its memory: an index out of range in a custom or fused kernel, a "
         "buffer freed while a collective still used it, or a bug in an extension. The NCCL watchdog often reports "
         "it later, from another call (CUDA errors are asynchronous).",
         "Rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing kernel, or under compute-sanitizer; check custom "
         "kernels and that tensors passed to async collectives stay alive until wait().",
-        f"{DOCS}/notes/cuda.html#asynchronous-execution"),
+        f"{DOCS}/notes/cuda.html#asynchronous-execution",
+    ),
     Rule(
-        "device-mesh-size", "the DeviceMesh does not match the world size",
+        "device-mesh-size",
+        "the DeviceMesh does not match the world size",
         # torch/distributed/device_mesh.py
-        (r"Mesh should not be bigger than default world size", r"mesh_shape .{0,80}world size",
-         r"must be divisible by the number of .{0,40}world"),
+        (
+            r"Mesh should not be bigger than default world size",
+            r"mesh_shape .{0,80}world size",
+            r"must be divisible by the number of .{0,40}world",
+        ),
         "init_device_mesh / DeviceMesh was given a shape whose ranks do not fit the job: the product of mesh_shape "
         "must equal the number of processes (nnodes x nproc-per-node), and a mesh may not name more ranks than "
         "the world has.",
         "Make mesh_shape multiply to WORLD_SIZE (e.g. (nnodes, nproc_per_node) for DP x TP) and start that many "
         "processes; every rank must call init_device_mesh with the same shape.",
-        f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh"),
+        f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh",
+    ),
     Rule(
-        "address-not-available", "MASTER_ADDR is not an address of this machine",
+        "address-not-available",
+        "MASTER_ADDR is not an address of this machine",
         # strerror(EADDRNOTAVAIL)
         (r"Cannot assign requested address", r"EADDRNOTAVAIL"),
         "Binding a socket failed with EADDRNOTAVAIL (errno 99): the address is not one of this machine's - the "
@@ -796,75 +1046,108 @@ _SPECIFIC: tuple[Rule, ...] = (
         "one, or an interface that is down.",
         "Give MASTER_ADDR / --rdzv-endpoint the address of the node that runs rank 0 (`hostname -I` there); on "
         "the other nodes it is the address they connect to.",
-        f"{DOCS}/elastic/run.html", mechanism="difference"),
+        f"{DOCS}/elastic/run.html",
+        mechanism="difference",
+    ),
     Rule(
-        "address-family", "IPv6 not available (address family not supported)",
+        "address-family",
+        "IPv6 not available (address family not supported)",
         # c10d socket.cpp tries IPv6 first: "(errno: 97 - Address family not supported by protocol)"
         (r"Address family not supported by protocol", r"EAFNOSUPPORT"),
         "The machine (or container) has IPv6 disabled; c10d tries IPv6 first and falls back to IPv4, so on its "
         "own this is a harmless warning. If the run failed, the error after it is the real one.",
         "Nothing to fix for the warning; read the error that follows. To silence it, use an IPv4 MASTER_ADDR "
         "(not a host name that also resolves to IPv6).",
-        f"{DOCS}/elastic/run.html", warning=True),
+        f"{DOCS}/elastic/run.html",
+        warning=True,
+    ),
     Rule(
-        "connect-timed-out", "a connection attempt timed out",
+        "connect-timed-out",
+        "a connection attempt timed out",
         # strerror(ETIMEDOUT); NCCL's "Call to ibv_modify_qp failed with error Connection timed out" is nccl-ib's
         (r"(?<!failed with error )Connection timed out",),
         "A TCP connect to another machine got no answer (ETIMEDOUT, errno 110): a firewall silently drops the port, "
         "the address is wrong or belongs to an interface the peer cannot reach, or the peer machine is down.",
         "Check `nc -zv HOST PORT` from this node; open the ports between nodes (NCCL and gloo use random high "
         "ports besides MASTER_PORT); set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to the shared interface.",
-        NCCL_TROUBLESHOOTING),
+        NCCL_TROUBLESHOOTING,
+    ),
     Rule(
-        "host-out-of-memory", "out of host memory (ENOMEM / No space left on device)",
+        "host-out-of-memory",
+        "out of host memory (ENOMEM / No space left on device)",
         (r"Cannot allocate memory", r"No space left on device", r"ENOMEM", r"ENOSPC", r"Disk quota exceeded"),
         "A memory or file allocation failed: host RAM (or the container's memory limit) is exhausted, or the "
         "filesystem being written (/dev/shm, /tmp, the checkpoint folder) is full.",
         "Check `free -g`, `df -h /dev/shm /tmp` and the checkpoint folder; lower host memory per rank (DataLoader "
         "workers, datasets held once per rank) or free space; in containers raise --memory / --shm-size.",
-        f"{DOCS}/notes/faq.html", mechanism="resource"),
+        f"{DOCS}/notes/faq.html",
+        mechanism="resource",
+    ),
     Rule(
-        "worker-terminated", "a worker was stopped (SIGTERM)",
+        "worker-terminated",
+        "a worker was stopped (SIGTERM)",
         _signal_patterns(15, "SIGTERM", "Terminated"),
         "The process was asked to stop from outside: torchrun stops the other ranks after one fails (then this is a "
         "consequence), or the scheduler ended the job (Slurm time limit, preemption, a spot instance reclaimed).",
         "If another rank failed, read its error first; otherwise check the scheduler's record (sacct -j JOB, the "
         "job's time limit) and save checkpoints often enough to resume.",
-        f"{DOCS}/elastic/errors.html", consequence=True),
+        f"{DOCS}/elastic/errors.html",
+        consequence=True,
+    ),
     Rule(
-        "worker-illegal-instruction", "a worker died of SIGILL (illegal instruction)",
+        "worker-illegal-instruction",
+        "a worker died of SIGILL (illegal instruction)",
         _signal_patterns(4, "SIGILL", "Illegal instruction", anywhere=True),
         "The CPU met an instruction it does not have: a binary (torch, numpy, an extension, a container image) "
         "built for a newer CPU (AVX-512, AVX2) than this machine's - often one node of a mixed cluster.",
         "Run the same image on a machine with the CPU it was built for, or install builds for this CPU; compare "
         "`lscpu | grep -o avx[^ ]*` between nodes.",
-        f"{DOCS}/elastic/errors.html", mechanism="difference"),
+        f"{DOCS}/elastic/errors.html",
+        mechanism="difference",
+    ),
     Rule(
-        "worker-signal", "a worker died of a signal",
-        (r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
-         r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)", r"Floating point exception", r"^\s*Hangup\s*$",
-         r"Received (?:8|1|3|2|24|25|31|5|14) death signal",
-         # torchrun's agent handles only SIGTERM, SIGINT, SIGHUP and SIGQUIT (elastic/multiprocessing/api.py) and
-         # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
-         # this rule's, also where a paste garbles the number
-         r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
-         # the class name without its message (a title, the last line cut at its colon), not the `raise
-         # SignalException(...)` source line a traceback shows for every signal, SIGTERM too
-         r"\bSignalException\b(?!\(|:\s*\S)",
-         r"CPU time limit exceeded", r"File size limit exceeded", r"Bad system call", r"Trace/breakpoint trap",
-         r"\d Hangup\b",
-         r"^\s*Quit\s*$", r"^\s*Interrupt\s*$", r"Alarm clock", r"Virtual timer expired",
-         r"Profiling timer expired", r"Stack fault", r"Power failure", r"User defined signal [12]"),
+        "worker-signal",
+        "a worker died of a signal",
+        (
+            r"Signals\.SIG(?:FPE|HUP|QUIT|INT|XCPU|XFSZ|SYS|TRAP|USR1|USR2|ALRM|VTALRM|PROF|STKFLT|PWR)",
+            r"Signal (?:8|1|3|2|24|25|31|5|14) \(SIG\w+\)",
+            r"Floating point exception",
+            r"^\s*Hangup\s*$",
+            r"Received (?:8|1|3|2|24|25|31|5|14) death signal",
+            # torchrun's agent handles only SIGTERM, SIGINT, SIGHUP and SIGQUIT (elastic/multiprocessing/api.py) and
+            # raises SignalException("Process {} got signal: {}") on them: any but SIGTERM (worker-terminated's) is
+            # this rule's, also where a paste garbles the number
+            r"SignalException: Process \d+ got (?!signal: (?:15|Signals\.SIGTERM)\b)",
+            # the class name without its message (a title, the last line cut at its colon), not the `raise
+            # SignalException(...)` source line a traceback shows for every signal, SIGTERM too
+            r"\bSignalException\b(?!\(|:\s*\S)",
+            r"CPU time limit exceeded",
+            r"File size limit exceeded",
+            r"Bad system call",
+            r"Trace/breakpoint trap",
+            r"\d Hangup\b",
+            r"^\s*Quit\s*$",
+            r"^\s*Interrupt\s*$",
+            r"Alarm clock",
+            r"Virtual timer expired",
+            r"Profiling timer expired",
+            r"Stack fault",
+            r"Power failure",
+            r"User defined signal [12]",
+        ),
         "The process was ended by a signal other than KILL/TERM/ABRT/SEGV/BUS/ILL: SIGFPE (an integer division by "
         "zero in native code), SIGHUP (its terminal or ssh session closed), SIGINT/SIGQUIT (Ctrl-C, Ctrl-\\), "
         "SIGXCPU/SIGXFSZ (a CPU-time or file-size limit), SIGSYS (a system call a container's seccomp forbids), "
         "SIGTRAP (a breakpoint or a native assertion), SIGALRM/SIGUSR1/2 (a signal nobody handled).",
         "Match the signal to its cause above: for SIGHUP run under nohup/tmux or the scheduler, for limits check "
         "`ulimit -a`, for SIGFPE/SIGTRAP rerun with PYTHONFAULTHANDLER=1 to see the frame.",
-        f"{DOCS}/elastic/errors.html", generic=True),
+        f"{DOCS}/elastic/errors.html",
+        generic=True,
+    ),
     # ------------------------------------------------------------------ exit (tests/test_teardown.py)
     Rule(
-        "teardown-abort", "aborted at exit, after the work was done",
+        "teardown-abort",
+        "aborted at exit, after the work was done",
         (r"terminate called without an active exception",),
         "A C++ thread was still working while the interpreter exited. With gloo: a worker thread of the process "
         "group let go of a finished collective's tensor a moment late, needed the GIL to free it, and was ended by "
@@ -876,7 +1159,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         "Leave in this order, before the script ends: dist.barrier(); del ddp_model; dist.destroy_process_group() "
         "- and `import torch.distributed.nn` before init_process_group, so that nothing keeps the group alive. "
         "`ddplab new` writes this order; docs/teardown.md explains it.",
-        "https://github.com/pytorch/pytorch/issues/190489"),
+        "https://github.com/pytorch/pytorch/issues/190489",
+    ),
 )
 
 # ------------------------------------------------------------------ families (issue 27): the long tail, by layer
@@ -886,297 +1170,450 @@ _SPECIFIC: tuple[Rule, ...] = (
 NCCL_DEBUG_NET = "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
 
 
-def _family(id: str, title: str, covers: tuple[str, ...], patterns: tuple[str, ...], cause: str, fix: str,
-            reference: str, **flags) -> Rule:
+def _family(
+    id: str,
+    title: str,
+    covers: tuple[str, ...],
+    patterns: tuple[str, ...],
+    cause: str,
+    fix: str,
+    reference: str,
+    **flags,
+) -> Rule:
     return Rule(id, title, patterns, cause, fix, reference, generic=True, covers=covers, **flags)
 
 
 _FAMILIES: tuple[Rule, ...] = (
     # NCCL (format strings of libnccl.so; nccl-* sources)
-    _family("nccl-ib", "NCCL: InfiniBand/RoCE transport failed",
-            (r"nccl:(transport/net_ib|net_ib|misc/ibvwrap|include/ibv|misc/ibvsymbols|misc/mlx5dv|include/mlx5)",),
-            (r"\b(?:net_ib\w*|ibvwrap)(?:/\w+)?\.(?:cc|h):?\d* NCCL WARN", r"NET/IB\w*(?:/\w+)? ?: ",
-             r"\bibv_\w+ failed", r"IBV_WC_\w+_ERR"),
-            "NCCL's InfiniBand/RoCE transport between nodes failed: a port down or flapping, RoCE using a GID "
-            "that is not routed (a link-local address: wrong NCCL_IB_GID_INDEX), NICs that cannot reach each "
-            "other (not cross-rail connected, a switch filtering), or a completion error (error 12 = retries "
-            "exceeded: the peer did not answer).",
-            "Check the ports (`ibstat`, `ibv_devinfo`) and, for RoCE, the GID table (`show_gids`: set "
-            "NCCL_IB_GID_INDEX to the RoCE v2 entry of the IP you use); run NCCL_IB_DISABLE=1 once to confirm "
-            f"IB is the problem (NCCL falls back to sockets); {NCCL_DEBUG_NET}.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL', 'ibv_', 'IBV_')),
-    _family("nccl-socket", "NCCL: socket (TCP) connection between ranks failed",
-            (r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",
-             # NCCL 2.3x moved its socket calls into os/linux.cc, beside the shared-memory ones (nccl-shm's)
-             r"nccl:os/linux\.cc@@[Cc]onnect to|ncclOsSocket|[Aa]ccept|sockopt|[Aa]ddress family|recv from"),
-            (r"\b(?:socket|net_socket\w*|bootstrap)(?:/\w+)?\.cc:\d+ NCCL WARN", r"NET/Socket ?: ",
-             r"\b(?:ncclOs)?[Ss]ocket(?:Progress\w*|StartConnect|Connect|Accept|Finalize\w*|PollConnect|TryAccept)\b",
-             # NCCL prints a socket address as ip<port> (ncclSocketToString), in every version's connect failure
-             r"\b[Cc]onnect to \S+<\d+> (?:failed|returned)"),
-            "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
-            "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
-            "NCCL chose an interface the other node cannot reach.",
-            "If another rank failed, read its error first; otherwise set NCCL_SOCKET_IFNAME to the interface "
-            f"the nodes share, open the ports between nodes, and {NCCL_DEBUG_NET}.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
-    _family("nccl-shm", "NCCL: shared-memory transport or host OS call failed",
-            (r"nccl:(transport/shm|misc/shmutils|os/|include/shm)",),
-            (r"\b(?:shm|shmutils)\.cc:\d+ NCCL WARN",),
-            "NCCL's shared-memory transport between ranks of one node (or an OS call it makes) failed: /dev/shm "
-            "too small or not shared between the processes (containers), cuMem host memory not supported by the "
-            "driver or VM, or a segment another rank removed.",
-            "Give the container --ipc=host or --shm-size=8g and check `df -h /dev/shm`; NCCL_SHM_DISABLE=1 "
-            "confirms it (slower); with cuMem errors try NCCL_CUMEM_HOST_ENABLE=0.",
-            NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
-    _family("nccl-proxy", "NCCL: the proxy thread lost a rank",
-            (r"nccl:(proxy|include/proxy|transport\.cc)",),
-            (r"\bproxy\.cc:\d+ NCCL WARN", r"\[Service thread\]", r"\[Proxy Service \d+\]",
-             r"\[Proxy Progress\]"),
-            "NCCL's proxy thread sets up and drives the network and shared-memory connections of the ranks on a "
-            "node; it reports that a local rank stopped answering ('Could not receive type from localRank N', "
-            "'Failed to execute operation'): usually that rank had already failed.",
-            "Find the rank that failed first (torchrun's Root Cause, the earliest traceback) and fix that; if "
-            f"none did, {NCCL_DEBUG_NET},PROXY.",
-            NCCL_TROUBLESHOOTING, consequence=True, needs=('NCCL',)),
-    _family("nccl-nvls", "NCCL: NVLink SHARP / multi-node NVLink setup failed",
-            (r"nccl:(transport/nvls|transport/mc_arena|transport/multicast|nvls|mnnvl|cft|include/nvls|"
-             r"include/mnnvl)",),
-            (r"\b(?:nvls|mnnvl)\.cc:\d+ NCCL WARN",),
-            "NCCL's NVLink SHARP (NVLS) or multi-node NVLink (MNNVL) could not be set up: the fabric manager or "
-            "IMEX service is not running, the driver or container lacks support, or multicast memory ran out.",
-            "Check `nvidia-smi -q | grep -i fabric` and the nvidia-fabricmanager / IMEX services; NCCL_NVLS_ENABLE=0 "
-            "or NCCL_MNNVL_ENABLE=0 confirms it.",
-            NCCL_ENV, needs=('NCCL', 'NVLS')),
-    _family("nccl-collnet", "NCCL: CollNet / SHARP plugin failed",
-            (r"nccl:(include/coll_net|transport/coll_net|coll_net)",),
-            (r"\bcoll_net\.cc:\d+ NCCL WARN", r"\bCollNet\b.{0,80}(?:fail|error)"),
-            "NCCL's in-network reduction (CollNet, e.g. the SHARP plugin) failed to set up or run: the plugin or "
-            "the switch's aggregation manager is unavailable or mismatched.",
-            "NCCL_COLLNET_ENABLE=0 confirms it; check the SHARP plugin's version against NCCL's.",
-            NCCL_ENV, needs=('NCCL', 'CollNet')),
-    _family("nccl-plugin", "NCCL: a plugin failed to load or run",
-            (r"nccl:(plugin/|include/plugin|include/nccl_net|include/nccl_tuner|include/nccl_profiler)",),
-            (r"NET/Plugin ?: .{0,100}(?:[Ff]ail|[Ee]rror|not found|Could not)", r"\bplugin\w*\.cc:\d+ NCCL WARN"),
-            "An NCCL plugin (network: libnccl-net.so such as HPC-X/SHARP or aws-ofi-nccl; tuner; profiler) failed "
-            "to load or returned an error: built for another NCCL version, missing libraries, or an "
-            "NCCL_NET_PLUGIN that names nothing.",
-            "Check NCCL_NET_PLUGIN / LD_LIBRARY_PATH and that the plugin was built for this NCCL "
-            "(NCCL_DEBUG=INFO prints which plugin and version loaded); unset it to use NCCL's own transports.",
-            NCCL_ENV, mechanism="difference", needs=('NCCL',)),
-    _family("nccl-topology", "NCCL: topology detection failed",
-            (r"nccl:(graph/|include/graph|include/xml|include/topo)",),
-            (r"\b(?:topo|xml|search|paths|connect|tuning)\.cc:\d+ NCCL WARN",),
-            "NCCL could not read or use the machine's topology (PCI, NVLink, NICs): /sys not visible in a container, "
-            "an NCCL_TOPO_FILE that does not match the machine, or NCCL_P2P_LEVEL/NCCL_NET_GDR_LEVEL values it "
-            "cannot satisfy.",
-            "Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH; mount /sys in containers; drop NCCL_TOPO_FILE and "
-            "hand-set *_LEVEL variables.",
-            NCCL_ENV, needs=('NCCL',)),
-    _family("nccl-env", "NCCL: a setting has a value NCCL cannot use",
-            (r"nccl:(misc/param|param/|include/param|config/)",),
-            (r"Invalid value \S+ for NCCL_\w+",),
-            "An NCCL_* environment variable (or ncclConfig field / nccl.conf line) has a value NCCL rejects; it "
-            "falls back to the default or fails.",
-            "Fix or unset the variable the message names (see NCCL's environment documentation); check "
-            "~/.nccl.conf and /etc/nccl.conf too.",
-            NCCL_ENV, needs=('NCCL',)),
-    _family("nccl-memory", "NCCL: memory allocation failed",
-            (r"nccl:(allocator|mem_manager|misc/alloc|include/alloc)",),
-            (r"\b(?:alloc|allocator|mem_manager)\.(?:cc|h):\d+ NCCL WARN",),
-            "NCCL could not allocate or map host or GPU memory for its buffers: the GPU is full (the model took it "
-            "all), pinned host memory or cuMem is limited, or the driver lacks a feature it asked for.",
-            "Leave GPU memory for NCCL (smaller batch, PYTORCH_CUDA_ALLOC_CONF), raise ulimit -l; NCCL_CUMEM_ENABLE=0 "
-            "if cuMem calls fail.",
-            NCCL_TROUBLESHOOTING, mechanism="resource", needs=('NCCL',)),
-    _family("nccl-cuda", "NCCL: a CUDA call failed",
-            (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
-            (r"Cuda failure (?:\d+ )?'", r"\bcudawrap\.cc:\d+ NCCL WARN", r"CUDA driver (?:error|failure)",
-             # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
-             # (an issue title retypes its case: "unhandled CUDA error")
-             r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror", r"ncclUnhandledCudaError") + _nccl_result(1, "cuda error"),
-            "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
-            "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
-            "or an earlier CUDA error surfacing here.",
-            "Read the quoted CUDA error; compare the driver (nvidia-smi) with torch's CUDA; NCCL_CUMEM_ENABLE=0 "
-            "when cuMem calls fail; CUDA_LAUNCH_BLOCKING=1 to find an earlier kernel error.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL', 'Cuda failure', 'ncclUnhandledCudaError')),
-    _family("nccl-call", "NCCL rejected a call or failed inside it",
-            (r"nccl:(enqueue|misc/argcheck|group|collectives|include/comm|include/info|include/enqueue|scheduler|"
-             r"tuning|channel|register|sym|rma|gin|devcomm|dev_runtime|ce_coll|init|include/utils|misc/utils|"
-             r"transport/generic|include/device|include/channel|include/group|include/register|include/transport|"
-             r"misc/nvmlwrap|include/nvml|misc/gdrwrap|include/gdr|misc/tuner|misc/profiler|include/profiler|"
-             r"transport/p2p|transport/net\.cc|transport/net/|include/net|misc/|include/)",),
-            (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN",
-             r"ncclInvalidArgument") + _nccl_result(4, "invalid argument"),
-            "NCCL refused a call or failed inside it; the message names what: ranks that disagree (different "
-            "counts, roots, types or number of ranks), a communicator already aborted after an earlier error, a "
-            "buffer registration or feature this GPU/driver does not support, or a GPU/NVML query that failed.",
-            "Read the message and NCCL's 'Last error' line; check that every rank issues the same calls "
-            "(TORCH_DISTRIBUTED_DEBUG=DETAIL), and rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL.",
-            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
-    _family("nccl-ras", "NCCL's RAS monitor reported a problem",
-            (r"nccl:(ras/|include/ras)",),
-            (r"\bNCCL RAS\b", r"\bRAS\b.{0,60}(?:dead|unresponsive|timeout|fail)"),
-            "NCCL's reliability monitor (RAS) found a peer that does not respond, a connection timeout between "
-            "NCCL processes, or reported the job's state on request (ncclras).",
-            "The rank or node it names is the one to look at first (crashed, hung, or network trouble); "
-            "NCCL_RAS_ENABLE=0 turns the monitor off.",
-            NCCL_ENV, needs=('NCCL', 'RAS')),
-    _family("nccl-diag", "NCCL's diagnostics reported a problem",
-            (r"nccl:(diagnostics/)",),
-            (r"NCCL DIAG",),
-            "One of NCCL's built-in diagnostic checks (P2P access, PCI, GPU, IB write bandwidth, paths) failed "
-            "on this machine; the line names the check.",
-            "Treat the named check as the hardware/driver problem to fix (P2P: NCCL_P2P_DISABLE=1; IB: ibstat; "
-            "PCI: lspci -vv for the link width/speed).",
-            NCCL_TROUBLESHOOTING, needs=('NCCL',)),
-    _family("cuda-error", "a CUDA runtime call failed",
-            (r"nccl:onerank\.cu",),
-            (r"CUDA error: ", r"cuda runtime error \(\d+\)"),
-            "A CUDA runtime call failed; the text after 'CUDA error:' says which. CUDA reports errors "
-            "asynchronously, so the call that shows it is often not the one that caused it.",
-            "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA builds for device asserts) to see the "
-            "failing call; check nvidia-smi for the GPU's state and the driver against torch's CUDA.",
-            f"{DOCS}/notes/cuda.html#asynchronous-execution", needs=('CUDA error', 'cuda runtime error', 'CUDA')),
+    _family(
+        "nccl-ib",
+        "NCCL: InfiniBand/RoCE transport failed",
+        (r"nccl:(transport/net_ib|net_ib|misc/ibvwrap|include/ibv|misc/ibvsymbols|misc/mlx5dv|include/mlx5)",),
+        (
+            r"\b(?:net_ib\w*|ibvwrap)(?:/\w+)?\.(?:cc|h):?\d* NCCL WARN",
+            r"NET/IB\w*(?:/\w+)? ?: ",
+            r"\bibv_\w+ failed",
+            r"IBV_WC_\w+_ERR",
+        ),
+        "NCCL's InfiniBand/RoCE transport between nodes failed: a port down or flapping, RoCE using a GID "
+        "that is not routed (a link-local address: wrong NCCL_IB_GID_INDEX), NICs that cannot reach each "
+        "other (not cross-rail connected, a switch filtering), or a completion error (error 12 = retries "
+        "exceeded: the peer did not answer).",
+        "Check the ports (`ibstat`, `ibv_devinfo`) and, for RoCE, the GID table (`show_gids`: set "
+        "NCCL_IB_GID_INDEX to the RoCE v2 entry of the IP you use); run NCCL_IB_DISABLE=1 once to confirm "
+        f"IB is the problem (NCCL falls back to sockets); {NCCL_DEBUG_NET}.",
+        NCCL_TROUBLESHOOTING,
+        needs=("NCCL", "ibv_", "IBV_"),
+    ),
+    _family(
+        "nccl-socket",
+        "NCCL: socket (TCP) connection between ranks failed",
+        (
+            r"nccl:(misc/socket|transport/net_socket|bootstrap|transport/rma_socket|include/socket)",
+            # NCCL 2.3x moved its socket calls into os/linux.cc, beside the shared-memory ones (nccl-shm's)
+            r"nccl:os/linux\.cc@@[Cc]onnect to|ncclOsSocket|[Aa]ccept|sockopt|[Aa]ddress family|recv from",
+        ),
+        (
+            r"\b(?:socket|net_socket\w*|bootstrap)(?:/\w+)?\.cc:\d+ NCCL WARN",
+            r"NET/Socket ?: ",
+            r"\b(?:ncclOs)?[Ss]ocket(?:Progress\w*|StartConnect|Connect|Accept|Finalize\w*|PollConnect|TryAccept)\b",
+            # NCCL prints a socket address as ip<port> (ncclSocketToString), in every version's connect failure
+            r"\b[Cc]onnect to \S+<\d+> (?:failed|returned)",
+        ),
+        "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
+        "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
+        "NCCL chose an interface the other node cannot reach.",
+        "If another rank failed, read its error first; otherwise set NCCL_SOCKET_IFNAME to the interface "
+        f"the nodes share, open the ports between nodes, and {NCCL_DEBUG_NET}.",
+        NCCL_TROUBLESHOOTING,
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-shm",
+        "NCCL: shared-memory transport or host OS call failed",
+        (r"nccl:(transport/shm|misc/shmutils|os/|include/shm)",),
+        (r"\b(?:shm|shmutils)\.cc:\d+ NCCL WARN",),
+        "NCCL's shared-memory transport between ranks of one node (or an OS call it makes) failed: /dev/shm "
+        "too small or not shared between the processes (containers), cuMem host memory not supported by the "
+        "driver or VM, or a segment another rank removed.",
+        "Give the container --ipc=host or --shm-size=8g and check `df -h /dev/shm`; NCCL_SHM_DISABLE=1 "
+        "confirms it (slower); with cuMem errors try NCCL_CUMEM_HOST_ENABLE=0.",
+        NCCL_TROUBLESHOOTING,
+        mechanism="resource",
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-proxy",
+        "NCCL: the proxy thread lost a rank",
+        (r"nccl:(proxy|include/proxy|transport\.cc)",),
+        (r"\bproxy\.cc:\d+ NCCL WARN", r"\[Service thread\]", r"\[Proxy Service \d+\]", r"\[Proxy Progress\]"),
+        "NCCL's proxy thread sets up and drives the network and shared-memory connections of the ranks on a "
+        "node; it reports that a local rank stopped answering ('Could not receive type from localRank N', "
+        "'Failed to execute operation'): usually that rank had already failed.",
+        "Find the rank that failed first (torchrun's Root Cause, the earliest traceback) and fix that; if "
+        f"none did, {NCCL_DEBUG_NET},PROXY.",
+        NCCL_TROUBLESHOOTING,
+        consequence=True,
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-nvls",
+        "NCCL: NVLink SHARP / multi-node NVLink setup failed",
+        (
+            r"nccl:(transport/nvls|transport/mc_arena|transport/multicast|nvls|mnnvl|cft|include/nvls|"
+            r"include/mnnvl)",
+        ),
+        (r"\b(?:nvls|mnnvl)\.cc:\d+ NCCL WARN",),
+        "NCCL's NVLink SHARP (NVLS) or multi-node NVLink (MNNVL) could not be set up: the fabric manager or "
+        "IMEX service is not running, the driver or container lacks support, or multicast memory ran out.",
+        "Check `nvidia-smi -q | grep -i fabric` and the nvidia-fabricmanager / IMEX services; NCCL_NVLS_ENABLE=0 "
+        "or NCCL_MNNVL_ENABLE=0 confirms it.",
+        NCCL_ENV,
+        needs=("NCCL", "NVLS"),
+    ),
+    _family(
+        "nccl-collnet",
+        "NCCL: CollNet / SHARP plugin failed",
+        (r"nccl:(include/coll_net|transport/coll_net|coll_net)",),
+        (r"\bcoll_net\.cc:\d+ NCCL WARN", r"\bCollNet\b.{0,80}(?:fail|error)"),
+        "NCCL's in-network reduction (CollNet, e.g. the SHARP plugin) failed to set up or run: the plugin or "
+        "the switch's aggregation manager is unavailable or mismatched.",
+        "NCCL_COLLNET_ENABLE=0 confirms it; check the SHARP plugin's version against NCCL's.",
+        NCCL_ENV,
+        needs=("NCCL", "CollNet"),
+    ),
+    _family(
+        "nccl-plugin",
+        "NCCL: a plugin failed to load or run",
+        (r"nccl:(plugin/|include/plugin|include/nccl_net|include/nccl_tuner|include/nccl_profiler)",),
+        (r"NET/Plugin ?: .{0,100}(?:[Ff]ail|[Ee]rror|not found|Could not)", r"\bplugin\w*\.cc:\d+ NCCL WARN"),
+        "An NCCL plugin (network: libnccl-net.so such as HPC-X/SHARP or aws-ofi-nccl; tuner; profiler) failed "
+        "to load or returned an error: built for another NCCL version, missing libraries, or an "
+        "NCCL_NET_PLUGIN that names nothing.",
+        "Check NCCL_NET_PLUGIN / LD_LIBRARY_PATH and that the plugin was built for this NCCL "
+        "(NCCL_DEBUG=INFO prints which plugin and version loaded); unset it to use NCCL's own transports.",
+        NCCL_ENV,
+        mechanism="difference",
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-topology",
+        "NCCL: topology detection failed",
+        (r"nccl:(graph/|include/graph|include/xml|include/topo)",),
+        (r"\b(?:topo|xml|search|paths|connect|tuning)\.cc:\d+ NCCL WARN",),
+        "NCCL could not read or use the machine's topology (PCI, NVLink, NICs): /sys not visible in a container, "
+        "an NCCL_TOPO_FILE that does not match the machine, or NCCL_P2P_LEVEL/NCCL_NET_GDR_LEVEL values it "
+        "cannot satisfy.",
+        "Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH; mount /sys in containers; drop NCCL_TOPO_FILE and "
+        "hand-set *_LEVEL variables.",
+        NCCL_ENV,
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-env",
+        "NCCL: a setting has a value NCCL cannot use",
+        (r"nccl:(misc/param|param/|include/param|config/)",),
+        (r"Invalid value \S+ for NCCL_\w+",),
+        "An NCCL_* environment variable (or ncclConfig field / nccl.conf line) has a value NCCL rejects; it "
+        "falls back to the default or fails.",
+        "Fix or unset the variable the message names (see NCCL's environment documentation); check "
+        "~/.nccl.conf and /etc/nccl.conf too.",
+        NCCL_ENV,
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-memory",
+        "NCCL: memory allocation failed",
+        (r"nccl:(allocator|mem_manager|misc/alloc|include/alloc)",),
+        (r"\b(?:alloc|allocator|mem_manager)\.(?:cc|h):\d+ NCCL WARN",),
+        "NCCL could not allocate or map host or GPU memory for its buffers: the GPU is full (the model took it "
+        "all), pinned host memory or cuMem is limited, or the driver lacks a feature it asked for.",
+        "Leave GPU memory for NCCL (smaller batch, PYTORCH_CUDA_ALLOC_CONF), raise ulimit -l; NCCL_CUMEM_ENABLE=0 "
+        "if cuMem calls fail.",
+        NCCL_TROUBLESHOOTING,
+        mechanism="resource",
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-cuda",
+        "NCCL: a CUDA call failed",
+        (r"nccl:(misc/cudawrap|misc/strongstream|include/cudawrap|include/cuda)",),
+        (
+            r"Cuda failure (?:\d+ )?'",
+            r"\bcudawrap\.cc:\d+ NCCL WARN",
+            r"CUDA driver (?:error|failure)",
+            # the result a failed CUDA call returns to the caller (ncclUnhandledCudaError, ncclGetErrorString)
+            # (an issue title retypes its case: "unhandled CUDA error")
+            r"[Uu]nhandled (?:cuda|CUDA|Cuda) [Ee]rror",
+            r"ncclUnhandledCudaError",
+        )
+        + _nccl_result(1, "cuda error"),
+        "A CUDA driver or runtime call inside NCCL failed; the quoted CUDA error says which: a driver too old "
+        "for a feature (cuMem, memory pools), a platform without it (vGPU, MIG, WSL), a GPU in a bad state, "
+        "or an earlier CUDA error surfacing here.",
+        "Read the quoted CUDA error; compare the driver (nvidia-smi) with torch's CUDA; NCCL_CUMEM_ENABLE=0 "
+        "when cuMem calls fail; CUDA_LAUNCH_BLOCKING=1 to find an earlier kernel error.",
+        NCCL_TROUBLESHOOTING,
+        needs=("NCCL", "Cuda failure", "ncclUnhandledCudaError"),
+    ),
+    _family(
+        "nccl-call",
+        "NCCL rejected a call or failed inside it",
+        (
+            r"nccl:(enqueue|misc/argcheck|group|collectives|include/comm|include/info|include/enqueue|scheduler|"
+            r"tuning|channel|register|sym|rma|gin|devcomm|dev_runtime|ce_coll|init|include/utils|misc/utils|"
+            r"transport/generic|include/device|include/channel|include/group|include/register|include/transport|"
+            r"misc/nvmlwrap|include/nvml|misc/gdrwrap|include/gdr|misc/tuner|misc/profiler|include/profiler|"
+            r"transport/p2p|transport/net\.cc|transport/net/|include/net|misc/|include/)",
+        ),
+        (r"\b(?:enqueue|argcheck|group|init|channel|register|collectives)\.cc:\d+ NCCL WARN", r"ncclInvalidArgument")
+        + _nccl_result(4, "invalid argument"),
+        "NCCL refused a call or failed inside it; the message names what: ranks that disagree (different "
+        "counts, roots, types or number of ranks), a communicator already aborted after an earlier error, a "
+        "buffer registration or feature this GPU/driver does not support, or a GPU/NVML query that failed.",
+        "Read the message and NCCL's 'Last error' line; check that every rank issues the same calls "
+        "(TORCH_DISTRIBUTED_DEBUG=DETAIL), and rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL.",
+        NCCL_TROUBLESHOOTING,
+        needs=("NCCL",),
+    ),
+    _family(
+        "nccl-ras",
+        "NCCL's RAS monitor reported a problem",
+        (r"nccl:(ras/|include/ras)",),
+        (r"\bNCCL RAS\b", r"\bRAS\b.{0,60}(?:dead|unresponsive|timeout|fail)"),
+        "NCCL's reliability monitor (RAS) found a peer that does not respond, a connection timeout between "
+        "NCCL processes, or reported the job's state on request (ncclras).",
+        "The rank or node it names is the one to look at first (crashed, hung, or network trouble); "
+        "NCCL_RAS_ENABLE=0 turns the monitor off.",
+        NCCL_ENV,
+        needs=("NCCL", "RAS"),
+    ),
+    _family(
+        "nccl-diag",
+        "NCCL's diagnostics reported a problem",
+        (r"nccl:(diagnostics/)",),
+        (r"NCCL DIAG",),
+        "One of NCCL's built-in diagnostic checks (P2P access, PCI, GPU, IB write bandwidth, paths) failed "
+        "on this machine; the line names the check.",
+        "Treat the named check as the hardware/driver problem to fix (P2P: NCCL_P2P_DISABLE=1; IB: ibstat; "
+        "PCI: lspci -vv for the link width/speed).",
+        NCCL_TROUBLESHOOTING,
+        needs=("NCCL",),
+    ),
+    _family(
+        "cuda-error",
+        "a CUDA runtime call failed",
+        (r"nccl:onerank\.cu",),
+        (r"CUDA error: ", r"cuda runtime error \(\d+\)"),
+        "A CUDA runtime call failed; the text after 'CUDA error:' says which. CUDA reports errors "
+        "asynchronously, so the call that shows it is often not the one that caused it.",
+        "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA builds for device asserts) to see the "
+        "failing call; check nvidia-smi for the GPU's state and the driver against torch's CUDA.",
+        f"{DOCS}/notes/cuda.html#asynchronous-execution",
+        needs=("CUDA error", "cuda runtime error", "CUDA"),
+    ),
     # torch's Python (raise / warn / logger texts of torch.distributed)
-    _family("rendezvous-failed", "torchrun's rendezvous failed",
-            (r"torch-python:torch/distributed/elastic/rendezvous/",),
-            (r"torch/distributed/elastic/rendezvous/\w+\.py\", line \d+", r"Rendezvous\w*Error"),
-            "torchrun's rendezvous (c10d, etcd or static) could not assemble the job: nodes disagree on "
-            "--nnodes, --rdzv-id or --rdzv-endpoint, the endpoint's store is unreachable, or a node did not join "
-            "before the timeout and the rendezvous closed.",
-            "Start every node with the same --nnodes, --rdzv-backend, --rdzv-id and --rdzv-endpoint HOST:PORT "
-            "(reachable from all: `nc -zv HOST PORT`); raise --rdzv-conf join_timeout=... for slow starts; read "
-            "the first node's log.",
-            f"{DOCS}/elastic/rendezvous.html"),
-    _family("elastic-agent", "torchrun's agent could not run the workers",
-            (r"torch-python:torch/distributed/elastic/(agent|multiprocessing|timer|utils|events|metrics|"
-             r"control_plane|_)", r"torch-python:torch/distributed/(run|launcher/)"),
-            (r"torch/distributed/elastic/(?:agent|multiprocessing)/[\w/]+\.py\", line \d+",),
-            "torchrun (its elastic agent) failed to start, watch or stop the worker processes, or rejected its "
-            "arguments; the message names which. When a worker failed, its own error (above the summary) is the "
-            "one to read.",
-            "Read the failing worker's error first; check torchrun's arguments (--nproc-per-node, --nnodes, the "
-            "script path, --log-dir) and that the entrypoint starts on its own (`python script.py` with RANK=0 "
-            "WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500).",
-            f"{DOCS}/elastic/run.html"),
-    _family("c10d-api", "a torch.distributed call got something it cannot use",
-            (r"torch-python:torch/distributed/(distributed_c10d|rendezvous|_functional_collectives|utils|"
-             r"c10d_logger)\.py",),
-            (r"torch/distributed/distributed_c10d\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
-            "A torch.distributed function rejected its arguments or the process state; the message names which: "
-            "a rank that is not in the group, tensors on a device the backend does not handle, lists whose length "
-            "is not the world size, init_process_group missing or repeated, an unknown backend or init_method.",
-            "Fix the argument the message names; every rank must call it with matching arguments; "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL checks collectives across ranks.",
-            f"{DOCS}/distributed.html"),
-    _family("ddp-api", "DistributedDataParallel rejected the model or a call",
-            (r"torch-python:torch/nn/parallel/distributed\.py", r"torch-native:torch/csrc/distributed/c10d/"
-             r"(reducer|logger\.cpp|comm\.|python_comm_hook|default_comm_hooks|reducer_timer|sequence_num)"),
-            (r"torch/nn/parallel/distributed\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
-            "DistributedDataParallel (or its C++ reducer) rejected the module or how it was used; the message names "
-            "which: parameters that need no gradient or sit on several devices, device_ids that do not match, a "
-            "communication hook registered twice or returning the wrong type, or buckets rebuilt while autograd "
-            "ran.",
-            "Fix what the message names; wrap the model after moving it to its device, once per process, and run "
-            "forward/backward through the wrapper; TORCH_DISTRIBUTED_DEBUG=DETAIL adds parameter names.",
-            f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html"),
-    _family("syncbn-api", "SyncBatchNorm rejected its input or setup",
-            (r"torch-python:torch/nn/modules/batchnorm\.py",),
-            # SyncBatchNorm._check_input_dim, every version: torch >= 1.6 "expected at least 2D input (got {}D
-            # input)"; torch 1.1-1.5 "expected at least 3D input (got {}D input)", which refused the (B, C) input
-            # of a converted BatchNorm1d (older prints lack the "(got ...)" tail)
-            (r"\bexpected at least [2-9]D input\b",),
-            "SyncBatchNorm (or BatchNorm) rejected its input: a tensor of the wrong dimensionality or device, or "
-            "SyncBatchNorm used outside a process group.",
-            "Check the input's shape and device; use SyncBatchNorm only inside an initialised process group on GPU.",
-            f"{DOCS}/generated/torch.nn.SyncBatchNorm.html"),
-    _family("fsdp-api", "FSDP rejected the model, its state or a call",
-            (r"torch-python:torch/distributed/(fsdp|_composable)/",),
-            (r"torch/distributed/(?:fsdp|_composable)/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|"
-             r"Exception)",),
-            "FullyShardedDataParallel / fully_shard rejected the model or a call; the message names which: "
-            "wrapping order (a submodule wrapped after its parent, a module wrapped twice), parameters of mixed "
-            "dtype/device, a state_dict type or optimizer state that does not match how the model was sharded, "
-            "or an API used outside forward/backward.",
-            "Fix what the message names; wrap from the leaves up (auto_wrap_policy), load/save state dicts with "
-            "the matching StateDictType (or torch.distributed.checkpoint.state_dict helpers), and build the "
-            "optimizer after wrapping.",
-            f"{DOCS}/fsdp.html"),
-    _family("dtensor-api", "DTensor / tensor parallel: an unsupported op or placement",
-            (r"torch-python:torch/distributed/tensor/",),
-            (r"torch/distributed/tensor/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
-            "A DTensor operation or redistribution is not supported for these placements or meshes: no sharding "
-            "strategy for the op, tensors on different meshes, a DTensor mixed with a plain tensor, or a shape "
-            "the sharding cannot split.",
-            "Redistribute the inputs to placements the op supports (e.g. Replicate()), convert plain tensors with "
-            "DTensor.from_local / distribute_tensor on the same mesh, and check the parallelize plan.",
-            f"{DOCS}/distributed.tensor.html"),
-    _family("device-mesh", "DeviceMesh rejected its shape or use",
-            (r"torch-python:torch/distributed/device_mesh\.py",),
-            (r"torch/distributed/device_mesh\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
-            "init_device_mesh / DeviceMesh rejected its arguments: a shape that does not multiply to the world "
-            "size, dimension names missing or repeated, a slice by a name the mesh does not have, or a mesh "
-            "created before the process group on some ranks only.",
-            "Give a mesh_shape whose product is WORLD_SIZE and unique mesh_dim_names, and call it on every rank.",
-            f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh"),
-    _family("dcp-failed", "torch.distributed.checkpoint could not save or load",
-            (r"torch-python:torch/distributed/checkpoint/",),
-            (r"torch/distributed/checkpoint/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",
-             r"CheckpointException"),
-            "Distributed checkpointing failed: the checkpoint's keys or shapes do not match the model (another "
-            "parallelism, a renamed module), the storage path is not visible to every rank (a node-local disk), or "
-            "ranks called save/load differently; CheckpointException lists each rank's error.",
-            "Read the per-rank errors it lists; save to storage all ranks share, load into a model wrapped the "
-            "same way (or use get_state_dict/set_state_dict), and call save/load on every rank.",
-            f"{DOCS}/distributed.checkpoint.html"),
+    _family(
+        "rendezvous-failed",
+        "torchrun's rendezvous failed",
+        (r"torch-python:torch/distributed/elastic/rendezvous/",),
+        (r"torch/distributed/elastic/rendezvous/\w+\.py\", line \d+", r"Rendezvous\w*Error"),
+        "torchrun's rendezvous (c10d, etcd or static) could not assemble the job: nodes disagree on "
+        "--nnodes, --rdzv-id or --rdzv-endpoint, the endpoint's store is unreachable, or a node did not join "
+        "before the timeout and the rendezvous closed.",
+        "Start every node with the same --nnodes, --rdzv-backend, --rdzv-id and --rdzv-endpoint HOST:PORT "
+        "(reachable from all: `nc -zv HOST PORT`); raise --rdzv-conf join_timeout=... for slow starts; read "
+        "the first node's log.",
+        f"{DOCS}/elastic/rendezvous.html",
+    ),
+    _family(
+        "elastic-agent",
+        "torchrun's agent could not run the workers",
+        (
+            r"torch-python:torch/distributed/elastic/(agent|multiprocessing|timer|utils|events|metrics|"
+            r"control_plane|_)",
+            r"torch-python:torch/distributed/(run|launcher/)",
+        ),
+        (r"torch/distributed/elastic/(?:agent|multiprocessing)/[\w/]+\.py\", line \d+",),
+        "torchrun (its elastic agent) failed to start, watch or stop the worker processes, or rejected its "
+        "arguments; the message names which. When a worker failed, its own error (above the summary) is the "
+        "one to read.",
+        "Read the failing worker's error first; check torchrun's arguments (--nproc-per-node, --nnodes, the "
+        "script path, --log-dir) and that the entrypoint starts on its own (`python script.py` with RANK=0 "
+        "WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500).",
+        f"{DOCS}/elastic/run.html",
+    ),
+    _family(
+        "c10d-api",
+        "a torch.distributed call got something it cannot use",
+        (
+            r"torch-python:torch/distributed/(distributed_c10d|rendezvous|_functional_collectives|utils|"
+            r"c10d_logger)\.py",
+        ),
+        (r"torch/distributed/distributed_c10d\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+        "A torch.distributed function rejected its arguments or the process state; the message names which: "
+        "a rank that is not in the group, tensors on a device the backend does not handle, lists whose length "
+        "is not the world size, init_process_group missing or repeated, an unknown backend or init_method.",
+        "Fix the argument the message names; every rank must call it with matching arguments; "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL checks collectives across ranks.",
+        f"{DOCS}/distributed.html",
+    ),
+    _family(
+        "ddp-api",
+        "DistributedDataParallel rejected the model or a call",
+        (
+            r"torch-python:torch/nn/parallel/distributed\.py",
+            r"torch-native:torch/csrc/distributed/c10d/"
+            r"(reducer|logger\.cpp|comm\.|python_comm_hook|default_comm_hooks|reducer_timer|sequence_num)",
+        ),
+        (r"torch/nn/parallel/distributed\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+        "DistributedDataParallel (or its C++ reducer) rejected the module or how it was used; the message names "
+        "which: parameters that need no gradient or sit on several devices, device_ids that do not match, a "
+        "communication hook registered twice or returning the wrong type, or buckets rebuilt while autograd "
+        "ran.",
+        "Fix what the message names; wrap the model after moving it to its device, once per process, and run "
+        "forward/backward through the wrapper; TORCH_DISTRIBUTED_DEBUG=DETAIL adds parameter names.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    _family(
+        "syncbn-api",
+        "SyncBatchNorm rejected its input or setup",
+        (r"torch-python:torch/nn/modules/batchnorm\.py",),
+        # SyncBatchNorm._check_input_dim, every version: torch >= 1.6 "expected at least 2D input (got {}D
+        # input)"; torch 1.1-1.5 "expected at least 3D input (got {}D input)", which refused the (B, C) input
+        # of a converted BatchNorm1d (older prints lack the "(got ...)" tail)
+        (r"\bexpected at least [2-9]D input\b",),
+        "SyncBatchNorm (or BatchNorm) rejected its input: a tensor of the wrong dimensionality or device, or "
+        "SyncBatchNorm used outside a process group.",
+        "Check the input's shape and device; use SyncBatchNorm only inside an initialised process group on GPU.",
+        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
+    ),
+    _family(
+        "fsdp-api",
+        "FSDP rejected the model, its state or a call",
+        (r"torch-python:torch/distributed/(fsdp|_composable)/",),
+        (
+            r"torch/distributed/(?:fsdp|_composable)/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|"
+            r"Exception)",
+        ),
+        "FullyShardedDataParallel / fully_shard rejected the model or a call; the message names which: "
+        "wrapping order (a submodule wrapped after its parent, a module wrapped twice), parameters of mixed "
+        "dtype/device, a state_dict type or optimizer state that does not match how the model was sharded, "
+        "or an API used outside forward/backward.",
+        "Fix what the message names; wrap from the leaves up (auto_wrap_policy), load/save state dicts with "
+        "the matching StateDictType (or torch.distributed.checkpoint.state_dict helpers), and build the "
+        "optimizer after wrapping.",
+        f"{DOCS}/fsdp.html",
+    ),
+    _family(
+        "dtensor-api",
+        "DTensor / tensor parallel: an unsupported op or placement",
+        (r"torch-python:torch/distributed/tensor/",),
+        (r"torch/distributed/tensor/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+        "A DTensor operation or redistribution is not supported for these placements or meshes: no sharding "
+        "strategy for the op, tensors on different meshes, a DTensor mixed with a plain tensor, or a shape "
+        "the sharding cannot split.",
+        "Redistribute the inputs to placements the op supports (e.g. Replicate()), convert plain tensors with "
+        "DTensor.from_local / distribute_tensor on the same mesh, and check the parallelize plan.",
+        f"{DOCS}/distributed.tensor.html",
+    ),
+    _family(
+        "device-mesh",
+        "DeviceMesh rejected its shape or use",
+        (r"torch-python:torch/distributed/device_mesh\.py",),
+        (r"torch/distributed/device_mesh\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+        "init_device_mesh / DeviceMesh rejected its arguments: a shape that does not multiply to the world "
+        "size, dimension names missing or repeated, a slice by a name the mesh does not have, or a mesh "
+        "created before the process group on some ranks only.",
+        "Give a mesh_shape whose product is WORLD_SIZE and unique mesh_dim_names, and call it on every rank.",
+        f"{DOCS}/distributed.html#torch.distributed.device_mesh.init_device_mesh",
+    ),
+    _family(
+        "dcp-failed",
+        "torch.distributed.checkpoint could not save or load",
+        (r"torch-python:torch/distributed/checkpoint/",),
+        (
+            r"torch/distributed/checkpoint/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",
+            r"CheckpointException",
+        ),
+        "Distributed checkpointing failed: the checkpoint's keys or shapes do not match the model (another "
+        "parallelism, a renamed module), the storage path is not visible to every rank (a node-local disk), or "
+        "ranks called save/load differently; CheckpointException lists each rank's error.",
+        "Read the per-rank errors it lists; save to storage all ranks share, load into a model wrapped the "
+        "same way (or use get_state_dict/set_state_dict), and call save/load on every rank.",
+        f"{DOCS}/distributed.checkpoint.html",
+    ),
     # torch's native code (libtorch_*: c10d, gloo)
-    _family("store-failed", "the c10d store (TCPStore) failed",
-            (r"torch-native:torch/csrc/distributed/c10d/(TCPStore|socket\.cpp|Store\.|HashStore|FileStore|"
-             r"PrefixStore|Utils\.hpp|control_collectives|Backoff)",),
-            (r"\bTCPStore\w*\.cpp:\d+\]", r"\[c10d\] (?:recvValue|sendBytes|recvBytes)\w* failed",
-             r"DistStoreError", r"Failed to recv, got 0 bytes", r"failed to recv, got 0 bytes"),
-            "The c10d key-value store that ranks use to find each other (a TCPStore served by rank 0's process or "
-            "torchrun's agent at MASTER_ADDR:MASTER_PORT) failed: its server exited (rank 0 or the agent "
-            "crashed or finished first), a key never arrived before the timeout (a rank never got that far), or "
-            "the connection broke.",
-            "Find why the store's host (rank 0 / the agent on the first node) went away - its error comes first; if "
-            "a key timed out, look for the rank that did not arrive; check MASTER_ADDR:MASTER_PORT is reachable.",
-            f"{DOCS}/distributed.html#torch.distributed.TCPStore"),
-    _family("gloo-failed", "gloo failed in a collective or its transport",
-            (r"torch-native:(third_party/gloo/|torch/csrc/distributed/c10d/ProcessGroupGloo)",),
-            (r"\[enforce fail at [^\]]*gloo/[^\]]+\]", r"Exception raised from \w+ at \S*ProcessGroupGloo\.cpp",
-             r"gloo/transport/tcp/\w+\.cc:\d+\]"),
-            "gloo (the CPU backend) failed inside a collective or its TCP transport; the enforce text names the "
-            "check: sizes or ops that differ between ranks, a peer that went away, a timeout waiting for a peer, "
-            "or the address gloo picked.",
-            "Make every rank call the same collectives with the same sizes (TORCH_DISTRIBUTED_DEBUG=DETAIL); if a "
-            "peer went away, read its error first; GLOO_SOCKET_IFNAME picks the interface.",
-            f"{DOCS}/distributed.html#backends"),
-    _family("c10d-native", "a c10d process-group call failed in C++",
-            (r"torch-native:torch/csrc/distributed/c10d/(ProcessGroup|Backend|Ops\.cpp|Functional|Types\.hpp|"
-             r"Work\.|init\.cpp|GroupRegistry|FakeProcessGroup|NanCheck|symm_mem|control_plane|cuda/|"
-             r"FlightRecorder|quantization|comm\.hpp|debug\.cpp|Utils\.cpp|intra_node|ParamCommsUtils|"
-             r"TraceUtils|PyProcessGroup|python_callback|logging|WinSockUtils|exception|error\.h)",
-             r"torch-native:c10d/gloo \(pooled literal\)"),
-            # a C++ error names its origin ("Exception raised from F at .../c10d/X.cpp:N"); a warning's "Triggered
-            # internally at .../c10d/X.cpp:N" is not an error
-            (r"Exception raised from \w+ at \S*torch/csrc/distributed/c10d/",),
-            "A process-group operation failed in torch's C++ (c10d): an op the backend does not implement for "
-            "this tensor, device or group, tensors whose devices/sizes differ, a group used after it was destroyed, "
-            "or NaNs found by TORCH_NCCL_NAN_CHECK; the message names which.",
-            "Fix what the message names; check the backend supports the op on this device (gloo: CPU, nccl: CUDA) "
-            "and that every rank passes matching tensors; TORCH_SHOW_CPP_STACKTRACES=1 shows where.",
-            f"{DOCS}/distributed.html"),
+    _family(
+        "store-failed",
+        "the c10d store (TCPStore) failed",
+        (
+            r"torch-native:torch/csrc/distributed/c10d/(TCPStore|socket\.cpp|Store\.|HashStore|FileStore|"
+            r"PrefixStore|Utils\.hpp|control_collectives|Backoff)",
+        ),
+        (
+            r"\bTCPStore\w*\.cpp:\d+\]",
+            r"\[c10d\] (?:recvValue|sendBytes|recvBytes)\w* failed",
+            r"DistStoreError",
+            r"Failed to recv, got 0 bytes",
+            r"failed to recv, got 0 bytes",
+        ),
+        "The c10d key-value store that ranks use to find each other (a TCPStore served by rank 0's process or "
+        "torchrun's agent at MASTER_ADDR:MASTER_PORT) failed: its server exited (rank 0 or the agent "
+        "crashed or finished first), a key never arrived before the timeout (a rank never got that far), or "
+        "the connection broke.",
+        "Find why the store's host (rank 0 / the agent on the first node) went away - its error comes first; if "
+        "a key timed out, look for the rank that did not arrive; check MASTER_ADDR:MASTER_PORT is reachable.",
+        f"{DOCS}/distributed.html#torch.distributed.TCPStore",
+    ),
+    _family(
+        "gloo-failed",
+        "gloo failed in a collective or its transport",
+        (r"torch-native:(third_party/gloo/|torch/csrc/distributed/c10d/ProcessGroupGloo)",),
+        (
+            r"\[enforce fail at [^\]]*gloo/[^\]]+\]",
+            r"Exception raised from \w+ at \S*ProcessGroupGloo\.cpp",
+            r"gloo/transport/tcp/\w+\.cc:\d+\]",
+        ),
+        "gloo (the CPU backend) failed inside a collective or its TCP transport; the enforce text names the "
+        "check: sizes or ops that differ between ranks, a peer that went away, a timeout waiting for a peer, "
+        "or the address gloo picked.",
+        "Make every rank call the same collectives with the same sizes (TORCH_DISTRIBUTED_DEBUG=DETAIL); if a "
+        "peer went away, read its error first; GLOO_SOCKET_IFNAME picks the interface.",
+        f"{DOCS}/distributed.html#backends",
+    ),
+    _family(
+        "c10d-native",
+        "a c10d process-group call failed in C++",
+        (
+            r"torch-native:torch/csrc/distributed/c10d/(ProcessGroup|Backend|Ops\.cpp|Functional|Types\.hpp|"
+            r"Work\.|init\.cpp|GroupRegistry|FakeProcessGroup|NanCheck|symm_mem|control_plane|cuda/|"
+            r"FlightRecorder|quantization|comm\.hpp|debug\.cpp|Utils\.cpp|intra_node|ParamCommsUtils|"
+            r"TraceUtils|PyProcessGroup|python_callback|logging|WinSockUtils|exception|error\.h)",
+            r"torch-native:c10d/gloo \(pooled literal\)",
+        ),
+        # a C++ error names its origin ("Exception raised from F at .../c10d/X.cpp:N"); a warning's "Triggered
+        # internally at .../c10d/X.cpp:N" is not an error
+        (r"Exception raised from \w+ at \S*torch/csrc/distributed/c10d/",),
+        "A process-group operation failed in torch's C++ (c10d): an op the backend does not implement for "
+        "this tensor, device or group, tensors whose devices/sizes differ, a group used after it was destroyed, "
+        "or NaNs found by TORCH_NCCL_NAN_CHECK; the message names which.",
+        "Fix what the message names; check the backend supports the op on this device (gloo: CPU, nccl: CUDA) "
+        "and that every rank passes matching tensors; TORCH_SHOW_CPP_STACKTRACES=1 shows where.",
+        f"{DOCS}/distributed.html",
+    ),
     # the OS's error texts met by the socket, shared-memory, file and memory calls distributed runs make
-    _family("os-error", "a system call failed",
-            (r"os:strerror",),
-            (),
-            "A system call failed with this errno text; the call it belongs to is named next to it (connect, bind, "
-            "open, mmap, shm_open...).",
-            "Read the call and its target next to the text (a path, an address, a device); `man 2 CALL` lists what "
-            "the errno means for it.",
-            "https://man7.org/linux/man-pages/man3/errno.3.html"),
+    _family(
+        "os-error",
+        "a system call failed",
+        (r"os:strerror",),
+        (),
+        "A system call failed with this errno text; the call it belongs to is named next to it (connect, bind, "
+        "open, mmap, shm_open...).",
+        "Read the call and its target next to the text (a path, an address, a device); `man 2 CALL` lists what "
+        "the errno means for it.",
+        "https://man7.org/linux/man-pages/man3/errno.3.html",
+    ),
 )
 
 
@@ -1200,7 +1637,7 @@ NOT_USER_FACING = {
     "doc": "documentation compiled into the library (pybind docstrings, op schemas)",
     "no-error-word": "C strings with no error or warning word (labels, units, INFO format strings)",
     "os-unrelated": "errno/signal texts the socket, shared-memory, file and memory calls of c10d, gloo and NCCL "
-                    "do not return (see OS_MET)",
+    "do not return (see OS_MET)",
 }
 ERROR_WORD = re.compile(
     r"\b(?:error|errors|fail|fails|failed|failure|invalid|cannot|can't|can ?not|could ?not|couldn't|unable|must|"
@@ -1211,17 +1648,72 @@ ERROR_WORD = re.compile(
     r"out of|unknown|illegal|violation|overflow|truncated|duplicate|no such|not found|not set|not initiali[sz]ed|"
     r"already|denied|corrupt\w*|crash\w*|deadlock|too many|too large|too small|exhausted|insufficient|"
     r"unexpected\w*|lost|disconnect\w*|should|only|bad|negative|empty|mismatched|unable|forbid\w*|disabled)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 DOC_TEXT = re.compile(r"``|\) -> |^\s*(?:Args|Arguments|Returns|Example)\b|:(?:class|func|meth|attr):|Tensor\(a")
 # errnos of connect/bind/accept/send/recv/getaddrinfo/shm_open/ftruncate/fallocate/mmap/open/write (man 2), and the
 # signals that end a training process
-OS_MET = {"EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EAFNOSUPPORT", "ECONNREFUSED", "ECONNRESET", "ECONNABORTED",
-          "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ETIMEDOUT", "EPIPE", "ENOMEM", "ENOSPC", "EMFILE", "ENFILE",
-          "EBADF", "EINTR", "EAGAIN", "EINVAL", "ENOENT", "EEXIST", "EPERM", "EIO", "EFBIG", "EDQUOT", "EROFS",
-          "ENODEV", "ENXIO", "EBUSY", "EFAULT", "ENOBUFS", "EPROTO", "EHOSTDOWN", "ENOTCONN", "EISCONN",
-          "EINPROGRESS", "EALREADY", "ENOTSOCK", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "ETXTBSY", "EOVERFLOW",
-          "SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL",
-          "SIGPIPE", "SIGXCPU", "SIGXFSZ", "SIGSYS", "SIGTRAP"}
+OS_MET = {
+    "EACCES",
+    "EADDRINUSE",
+    "EADDRNOTAVAIL",
+    "EAFNOSUPPORT",
+    "ECONNREFUSED",
+    "ECONNRESET",
+    "ECONNABORTED",
+    "EHOSTUNREACH",
+    "ENETUNREACH",
+    "ENETDOWN",
+    "ETIMEDOUT",
+    "EPIPE",
+    "ENOMEM",
+    "ENOSPC",
+    "EMFILE",
+    "ENFILE",
+    "EBADF",
+    "EINTR",
+    "EAGAIN",
+    "EINVAL",
+    "ENOENT",
+    "EEXIST",
+    "EPERM",
+    "EIO",
+    "EFBIG",
+    "EDQUOT",
+    "EROFS",
+    "ENODEV",
+    "ENXIO",
+    "EBUSY",
+    "EFAULT",
+    "ENOBUFS",
+    "EPROTO",
+    "EHOSTDOWN",
+    "ENOTCONN",
+    "EISCONN",
+    "EINPROGRESS",
+    "EALREADY",
+    "ENOTSOCK",
+    "ENAMETOOLONG",
+    "ENOTDIR",
+    "EISDIR",
+    "ETXTBSY",
+    "EOVERFLOW",
+    "SIGKILL",
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGQUIT",
+    "SIGABRT",
+    "SIGSEGV",
+    "SIGBUS",
+    "SIGFPE",
+    "SIGILL",
+    "SIGPIPE",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGSYS",
+    "SIGTRAP",
+}
 
 
 def _template_pattern(templates: list[str], os_texts: bool = False) -> str | None:
@@ -1283,28 +1775,48 @@ def _with_templates(families: tuple[Rule, ...]) -> tuple[Rule, ...]:
     texts: list[list[str]] = [[] for _ in families]
     owner: dict[tuple[str, str], int | None] = {}  # (source, file) -> the first family that covers it
     claimed: list[tuple[str, re.Pattern, re.Pattern, int]] = [  # text-filtered selectors, checked first
-        (src, frx, trx, i) for i, sels in enumerate(selectors) for src, frx, trx in sels if trx is not None]
+        (src, frx, trx, i) for i, sels in enumerate(selectors) for src, frx, trx in sels if trx is not None
+    ]
     for source in catalogue.SOURCES:
         for t in (catalogue.load(source) or {}).get("templates", ()):
             key = (source, t["file"])
             if key not in owner:
-                owner[key] = next((i for i, sels in enumerate(selectors)
-                                   if any(src == source and rx.match(t["file"]) and trx is None
-                                          for src, rx, trx in sels)), None)
-            who = next((i for src, frx, trx, i in claimed
-                        if src == source and frx.match(t["file"]) and trx.search(t["text"])), owner[key])
+                owner[key] = next(
+                    (
+                        i
+                        for i, sels in enumerate(selectors)
+                        if any(src == source and rx.match(t["file"]) and trx is None for src, rx, trx in sels)
+                    ),
+                    None,
+                )
+            who = next(
+                (i for src, frx, trx, i in claimed if src == source and frx.match(t["file"]) and trx.search(t["text"])),
+                owner[key],
+            )
             if who is not None and internal_reason(source, t) is None:
                 texts[who].append(t["text"])
     out = []
     for i, (family, mine) in enumerate(zip(families, texts)):
         derived = _template_pattern(mine, os_texts=all(sel.startswith("os:") for sel in family.covers))
-        files = [sel.split(":", 1)[1].partition("@@")[0] for sel in family.covers
-                 if sel.startswith("nccl:") and "onerank" not in sel]
+        files = [
+            sel.split(":", 1)[1].partition("@@")[0]
+            for sel in family.covers
+            if sel.startswith("nccl:") and "onerank" not in sel
+        ]
         # every NCCL WARN line names its source file ("transport/net_ib.cc:839 NCCL WARN ...", any NCCL version);
         # a line another family claims by its text is that family's, not this file's
-        others = [trx.pattern for src, frx, trx, j in claimed if src == "nccl" and j != i
-                  and any(src2 == src and frx.match(f) and rx.match(f)
-                          for (src2, f) in owner for s2, rx, _ in selectors[i] if s2 == src2)]
+        others = [
+            trx.pattern
+            for src, frx, trx, j in claimed
+            if src == "nccl"
+            and j != i
+            and any(
+                src2 == src and frx.match(f) and rx.match(f)
+                for (src2, f) in owner
+                for s2, rx, _ in selectors[i]
+                if s2 == src2
+            )
+        ]
         but = rf"(?![^\n]*(?:{'|'.join(others)}))" if others else ""
         warn = rf"(?:^|[\s/\]])(?:{'|'.join(files)})[\w/.]*:\d* NCCL WARN{but}" if files else None
         out.append(replace(family, patterns=family.patterns + tuple(p for p in (warn, derived) if p)))
@@ -1352,8 +1864,9 @@ def coverage(source: str, template: dict) -> tuple[str, str | None]:
             _COVERAGE[key] = ("internal", None)
         else:
             found = explain_text(shown_as(source, template)).matches
-            _COVERAGE[key] = (("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule) if found else \
-                ("uncovered", None)
+            _COVERAGE[key] = (
+                (("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule) if found else ("uncovered", None)
+            )
     return _COVERAGE[key]
 
 
@@ -1363,10 +1876,12 @@ def shown_as(source: str, template: dict) -> str:
     from ddplab.explain import catalogue
 
     text = catalogue.render(template["text"])
-    kind, where = template.get("kind", ""), f'{template.get("file", "")}:{template.get("line", 0)}'
+    kind, where = template.get("kind", ""), f"{template.get('file', '')}:{template.get('line', 0)}"
     if source == "torch-python" and kind == "raise":
-        return (f'  File "/usr/lib/python3/site-packages/{template["file"]}", line {template.get("line", 0)}, in f\n'
-                f'    raise {template.get("exc", "RuntimeError")}(...)\n{template.get("exc", "RuntimeError")}: {text}')
+        return (
+            f'  File "/usr/lib/python3/site-packages/{template["file"]}", line {template.get("line", 0)}, in f\n'
+            f"    raise {template.get('exc', 'RuntimeError')}(...)\n{template.get('exc', 'RuntimeError')}: {text}"
+        )
     if source == "torch-python" and kind.startswith("log."):
         return f"W1203 12:00:00.000000 4242 site-packages/{where}] {text}"
     if source == "nccl" and template.get("file", "").startswith("onerank"):  # CUDA runtime's texts, as torch says

@@ -89,8 +89,16 @@ def _watch(dump_dir: str, rank: str, request: str, seen: str | None) -> None:
 
 def collect(trigger: str) -> dict:
     """This process's record: what the Flight Recorder holds, or why there is none."""
-    record: dict = {"rank": int(os.environ.get("RANK", -1)), "pid": os.getpid(), "trigger": trigger,
-                    "time": time.time(), "torch": None, "traces": {}, "why": None, "uncaught": _uncaught}
+    record: dict = {
+        "rank": int(os.environ.get("RANK", -1)),
+        "pid": os.getpid(),
+        "trigger": trigger,
+        "time": time.time(),
+        "torch": None,
+        "traces": {},
+        "why": None,
+        "uncaught": _uncaught,
+    }
     torch = sys.modules.get("torch")  # importing torch here could race the main thread's own import of it
     if torch is None:
         record["why"] = "the script had not imported torch yet"
@@ -113,8 +121,10 @@ def collect(trigger: str) -> dict:
         except Exception as e:  # noqa: BLE001 - one recorder failing must not cost the other
             record["traces"][name] = {"error": f"{type(e).__name__}: {e}"}
     if not record["traces"]:
-        record["why"] = (f"torch {record['torch']} has no Flight Recorder dump function "
-                         f"({' or '.join(DUMP_FUNCTIONS)}); gloo is recorded from torch 2.8")
+        record["why"] = (
+            f"torch {record['torch']} has no Flight Recorder dump function "
+            f"({' or '.join(DUMP_FUNCTIONS)}); gloo is recorded from torch 2.8"
+        )
     return record
 
 
@@ -134,8 +144,15 @@ def write_dump(dump_dir: str, rank: str, trigger: str) -> None:
     try:
         record = collect(trigger)
     except Exception as e:  # noqa: BLE001 - a diagnostic must never take the rank down
-        record = {"rank": int(rank), "pid": os.getpid(), "trigger": trigger, "time": time.time(), "traces": {},
-                  "why": f"dump failed: {type(e).__name__}: {e}", "uncaught": _uncaught}
+        record = {
+            "rank": int(rank),
+            "pid": os.getpid(),
+            "trigger": trigger,
+            "time": time.time(),
+            "traces": {},
+            "why": f"dump failed: {type(e).__name__}: {e}",
+            "uncaught": _uncaught,
+        }
     path = os.path.join(dump_dir, f"rank{rank}.json")
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

@@ -39,19 +39,45 @@ BUFFER_SIZE = 256
 BOOT_DIR = Path(__file__).resolve().parents[1] / "boot"
 
 # PyTorch's dtype names in the dump (c10 ScalarType names) -> the torch.<dtype> names users write.
-DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
-          "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
-          "ComplexFloat": "complex64", "ComplexDouble": "complex128", "ComplexHalf": "complex32"}
+DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "ComplexHalf": "complex32",
+}
 # Backends and versions spell one op differently (gloo:all_reduce, nccl:allreduce, _allgather_base): one key each.
-OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
-              "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-              "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter_base": "reduce_scatter_tensor",
-              "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
-              "allreduce_coalesced": "all_reduce_coalesced"}
+OP_ALIASES = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_base": "reduce_scatter_tensor",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+    "allreduce_coalesced": "all_reduce_coalesced",
+}
 # Ops whose every rank passes the same input shapes; for the others (gather, scatter, all_to_all, ...) shapes
 # legitimately differ between ranks, so only op and dtype are compared.
-SAME_SHAPE_OPS = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
-                  "all_reduce_coalesced", "barrier"}
+SAME_SHAPE_OPS = {
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_reduce_coalesced",
+    "barrier",
+}
 # gloo's own text when a rank receives another size than it posted (third_party/gloo/gloo/transport/tcp/pair.cc);
 # the rank dies in std::terminate, so it leaves no record and only this text says what happened.
 GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
@@ -60,8 +86,9 @@ GLOO_SIZE_MISMATCH = "Received data size doesn't match expected size"
 SETTLE_S = 2.0
 
 
-def worker_env(dump_dir: str | os.PathLike, environ: dict[str, str] | None = None,
-               buffer_size: int = BUFFER_SIZE) -> dict[str, str]:
+def worker_env(
+    dump_dir: str | os.PathLike, environ: dict[str, str] | None = None, buffer_size: int = BUFFER_SIZE
+) -> dict[str, str]:
     """Variables to add to the workers' environment so each records its collectives and answers dump requests.
 
     Not TORCH_NCCL_TRACE_BUFFER_SIZE, the older name: torch 2.13 warns about it in every rank, and the torch
@@ -223,10 +250,14 @@ def collectives(record: dict) -> dict[str, dict[int, dict]]:
 
 
 def _collective(entry: dict) -> Collective:
-    return Collective(seq=int(entry["collective_seq_id"]), op=_op(entry.get("profiling_name", "?")),
-                      group=_group(entry), inputs=_shapes(entry.get("input_sizes"), entry.get("input_dtypes")),
-                      outputs=_shapes(entry.get("output_sizes"), entry.get("output_dtypes")),
-                      state="completed" if _completed(entry) else str(entry.get("state") or "scheduled"))
+    return Collective(
+        seq=int(entry["collective_seq_id"]),
+        op=_op(entry.get("profiling_name", "?")),
+        group=_group(entry),
+        inputs=_shapes(entry.get("input_sizes"), entry.get("input_dtypes")),
+        outputs=_shapes(entry.get("output_sizes"), entry.get("output_dtypes")),
+        state="completed" if _completed(entry) else str(entry.get("state") or "scheduled"),
+    )
 
 
 def _signature(entry: dict) -> tuple:
@@ -252,8 +283,12 @@ def _first_disagreement(seqs_by_rank: dict[int, dict[int, dict]]):
     return None
 
 
-def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[int, str] | None = None,
-            errors: dict[int, str] | None = None) -> FlightReport:
+def analyse(
+    dumps: dict[int, dict],
+    world_size: int | None = None,
+    stacks: dict[int, str] | None = None,
+    errors: dict[int, str] | None = None,
+) -> FlightReport:
     """The per-rank and cross-rank view of the records request_dumps/read_dumps returned.
 
     world_size: ranks expected (a rank without a record is then named); stacks: each rank's Python position
@@ -277,8 +312,10 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
         if not dumps:
             why = "no rank wrote a Flight Recorder record (is the ddplab bootstrap on the workers' PYTHONPATH?)"
         elif why is None:
-            why = ("the Flight Recorder holds no collective: TORCH_FR_BUFFER_SIZE unset or 0, no collective called "
-                   "yet, or a torch that records NCCL only (gloo is recorded from torch 2.8)")
+            why = (
+                "the Flight Recorder holds no collective: TORCH_FR_BUFFER_SIZE unset or 0, no collective called "
+                "yet, or a torch that records NCCL only (gloo is recorded from torch 2.8)"
+            )
         return FlightReport(available=False, why=why, verdict=None, kind="unavailable", ranks=ranks_list)
 
     # The group to talk about: the first one where ranks disagree, else one where some rank is behind, else the
@@ -289,15 +326,21 @@ def analyse(dumps: dict[int, dict], world_size: int | None = None, stacks: dict[
         uneven = _uneven_groups(groups, by_rank, dumps)
         chosen = uneven[0] if uneven else groups[0]
         report = _progress(chosen, _members(chosen, by_rank, dumps), flights, all_ranks, dumps)
-        report.also = [_progress(g, _members(g, by_rank, dumps), flights, all_ranks, dumps).verdict
-                       for g in uneven[1:]]
+        report.also = [_progress(g, _members(g, by_rank, dumps), flights, all_ranks, dumps).verdict for g in uneven[1:]]
     chosen = report.group
 
     for r, f in flights.items():
         groups_of_r = by_rank.get(r, {})
         # The verdict's group; for a rank outside it, the group of its newest entry.
-        g = chosen if chosen in groups_of_r else max(
-            groups_of_r, key=lambda k: max(e.get("time_created_ns", 0) for e in groups_of_r[k].values()), default=None)
+        g = (
+            chosen
+            if chosen in groups_of_r
+            else max(
+                groups_of_r,
+                key=lambda k: max(e.get("time_created_ns", 0) for e in groups_of_r[k].values()),
+                default=None,
+            )
+        )
         if g is None:
             continue
         all_seqs = {m: s.get(g, {}) for m, s in by_rank.items()}
@@ -329,9 +372,16 @@ def _mismatch(groups: list[str], by_rank: dict[int, dict]) -> FlightReport | Non
             sig = f"{_op(e['profiling_name'])} {_shapes(e.get('input_sizes'), e.get('input_dtypes'))}".rstrip()
             sigs.setdefault(sig, []).append(r)
         detail = "; ".join(f"{_ranks(rs)} {sig}" for sig, rs in sorted(sigs.items(), key=lambda kv: kv[1]))
-        return FlightReport(True, None, f"ranks disagree at #{seq}{_in(g)}: {detail}", "mismatch", seq=seq,
-                            op=_op(present[min(present)]["profiling_name"]), group=g,
-                            waiting=sorted(r for r, e in present.items() if not _completed(e)))
+        return FlightReport(
+            True,
+            None,
+            f"ranks disagree at #{seq}{_in(g)}: {detail}",
+            "mismatch",
+            seq=seq,
+            op=_op(present[min(present)]["profiling_name"]),
+            group=g,
+            waiting=sorted(r for r, e in present.items() if not _completed(e)),
+        )
     return None
 
 
@@ -341,6 +391,7 @@ def _uneven_groups(groups: list[str], by_rank: dict[int, dict], dumps: dict[int,
     The cause is where ranks that are in no collective at all keep others waiting; a laggard that itself waits in
     another group is a consequence. Groups whose laggards are all idle come first, then those with some.
     """
+
     def busy(r):  # inside a collective of any group
         return any(not _completed(s[max(s)]) for s in by_rank.get(r, {}).values() if s)
 
@@ -355,8 +406,9 @@ def _uneven_groups(groups: list[str], by_rank: dict[int, dict], dumps: dict[int,
     return sorted(uneven, key=idle_laggards)
 
 
-def _state(r: int, seq: int, seqs: dict[int, dict[int, dict]], flights: dict[int, RankFlight], all_ranks: list[int],
-           group: str) -> str:
+def _state(
+    r: int, seq: int, seqs: dict[int, dict[int, dict]], flights: dict[int, RankFlight], all_ranks: list[int], group: str
+) -> str:
     """completed | failed | in progress, for rank r's collective `seq`.
 
     A collective that ends in an error is retired too, so a retired entry alone does not mean success: the last
@@ -379,8 +431,13 @@ def _in(group: str) -> str:
     return "" if group == "default_pg" else f" in group {group}"
 
 
-def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankFlight], all_ranks: list[int],
-              dumps: dict[int, dict]) -> FlightReport:
+def _progress(
+    g: str,
+    seqs: dict[int, dict[int, dict]],
+    flights: dict[int, RankFlight],
+    all_ranks: list[int],
+    dumps: dict[int, dict],
+) -> FlightReport:
     """No disagreement: say who is behind in group g, and who waits for them."""
     last = {r: max(s) if s else 0 for r, s in seqs.items()}
     top = max(last.values())
@@ -392,8 +449,17 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
     passed = sorted(r for r, st in state.items() if st == "completed")
     behind = sorted(r for r, s in last.items() if s < top)
     silent = sorted(r for r in all_ranks if r not in dumps)
-    report = FlightReport(True, None, None, "", seq=top, op=_op(entry["profiling_name"]), group=g,
-                          waiting=inside + failed, missing=behind + silent)
+    report = FlightReport(
+        True,
+        None,
+        None,
+        "",
+        seq=top,
+        op=_op(entry["profiling_name"]),
+        group=g,
+        waiting=inside + failed,
+        missing=behind + silent,
+    )
 
     def side(ranks, what):
         return f"{_ranks(ranks)} {what}" if ranks else None
@@ -403,17 +469,22 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
     completed = side(passed, f"completed {ref}")
     errors = sorted({flights[r].error for r in failed if flights[r].error})
     one = len(failed) == 1
-    broke = side(failed, f"{'was' if one else 'were'} in {ref} when {'it' if one else 'they'} failed "
-                         f"({_short(errors[0]) if errors else 'no error text'})")
+    broke = side(
+        failed,
+        f"{'was' if one else 'were'} in {ref} when {'it' if one else 'they'} failed "
+        f"({_short(errors[0]) if errors else 'no error text'})",
+    )
     mismatch_abort = [r for r in all_ranks if GLOO_SIZE_MISMATCH in (flights[r].error or "")]
     if mismatch_abort:
         # gloo's transport aborts the rank that received a size other than it expected, in std::terminate: it
         # leaves no record, and its peer's entry is the one collective where the sizes could differ.
         report.kind = "aborted"
         shapes = "; ".join(f"rank {r} {_collective(seqs[r][top]).inputs}" for r in sorted(last) if last[r] == top)
-        report.verdict = (f"{_ranks(mismatch_abort)} aborted in {target}: it received another data size than it "
-                          f"expected (gloo: \"{GLOO_SIZE_MISMATCH}\"), so the ranks passed tensors of different "
-                          f"sizes to it; recorded: {shapes}")
+        report.verdict = (
+            f"{_ranks(mismatch_abort)} aborted in {target}: it received another data size than it "
+            f'expected (gloo: "{GLOO_SIZE_MISMATCH}"), so the ranks passed tensors of different '
+            f"sizes to it; recorded: {shapes}"
+        )
         return report
     alike: dict[str, list[int]] = {}  # ranks behind in the same way share one phrase
     for r in behind:
@@ -438,8 +509,10 @@ def _progress(g: str, seqs: dict[int, dict[int, dict]], flights: dict[int, RankF
         report.verdict = f"{_ranks(failed)} failed in {target} ({_short(errors[0]) if errors else 'no error text'})"
     elif inside:
         report.kind = "all_in"
-        report.verdict = (f"every rank is in {target} and none completed it: they called it alike, so the wait is "
-                          f"in the transport (a peer or the network), not in the script")
+        report.verdict = (
+            f"every rank is in {target} and none completed it: they called it alike, so the wait is "
+            f"in the transport (a peer or the network), not in the script"
+        )
     else:
         report.kind = "none_in"
         report.verdict = f"every rank completed {target} and none is inside a collective: " + _elsewhere(flights)

@@ -26,19 +26,27 @@ from ddplab.flight import rankdump
 from ddplab.flight import reader as flight
 from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
-from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
 from ddplab.launcher.launchplan import BOOTSTRAP, Refused, plan, plan_script
+from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
 
 
-def spawn(spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None,
-          pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+def spawn(
+    spec: dict, run_dir: Path, env: dict[str, str], *, stdout, stderr, stdin=None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
     """Start the agent for `spec` (caller side). With stdin=PIPE it waits for "go" before launching anything, and
     answers the caller's requests meanwhile on the spec's reply_fd (one of pass_fds; see _until_go)."""
     spec_path = run_dir / "ddplab-spec.json"
     spec_path.write_text(json.dumps({**spec, "run_dir": str(run_dir), "wait_for_go": stdin is not None}))
     env = {**env, PARENT_VAR: str(os.getpid())}  # the agent dies with this process, even if it dies first
-    return subprocess.Popen([sys.executable, "-m", "ddplab.launcher.agent", str(spec_path)], stdout=stdout,
-                            stderr=stderr, stdin=stdin, env=env, start_new_session=True, pass_fds=pass_fds)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddplab.launcher.agent", str(spec_path)],
+        stdout=stdout,
+        stderr=stderr,
+        stdin=stdin,
+        env=env,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
 
 
 def spec_path_of(cmdline: list[str]) -> str | None:
@@ -82,9 +90,16 @@ def main(spec_path: str) -> int:
     try:
         elastic_launch(launch.config, launch.entrypoint)(*launch.args)
     except ChildFailedError as e:
-        failures = {str(rank): {"local_rank": f.local_rank, "pid": f.pid, "exitcode": f.exitcode,
-                                "time": f.timestamp, "message": f.message}
-                    for rank, f in e.failures.items()}
+        failures = {
+            str(rank): {
+                "local_rank": f.local_rank,
+                "pid": f.pid,
+                "exitcode": f.exitcode,
+                "time": f.timestamp,
+                "message": f.message,
+            }
+            for rank, f in e.failures.items()
+        }
         if spec["kind"] == "script":  # torchrun names the first argument, bootstrap.py: say the user's script
             e = ChildFailedError(_user_entry(launch.args), e.failures)
         if not _saved_on_notice(f.exitcode for f in e.failures.values()):
@@ -109,8 +124,9 @@ def _records_before_the_end(flight_dir: str) -> None:
     def close_after_records(self, death_sig=None, timeout=30):
         if death_sig is None:
             try:
-                flight.settle(flight_dir, {int(self.envs[local_rank]["RANK"]): pid
-                                           for local_rank, pid in self.pids().items()})
+                flight.settle(
+                    flight_dir, {int(self.envs[local_rank]["RANK"]): pid for local_rank, pid in self.pids().items()}
+                )
             except Exception as e:  # noqa: BLE001 - a diagnostic must never stop the agent from ending the ranks
                 print(f"ddplab: no Flight Recorder records before the end: {_one_line(e)}", file=sys.stderr)
         close(self, death_sig, timeout)
@@ -207,8 +223,10 @@ def _counts(request: dict) -> dict:
     from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
     try:
-        return {"nproc": determine_local_world_size(request["nproc_per_node"]),
-                "max_nodes": parse_min_max_nnodes(request["nnodes"])[1]}
+        return {
+            "nproc": determine_local_world_size(request["nproc_per_node"]),
+            "max_nodes": parse_min_max_nnodes(request["nnodes"])[1],
+        }
     except (ValueError, RuntimeError) as e:
         return {"error": str(e)}
 
@@ -218,7 +236,7 @@ REQUESTS = {"parse": _parse, "counts": _counts, "check": _check}
 
 def _user_entry(args) -> str:
     """What the user asked to run, from a rank's command `-u BOOTSTRAP [-m MODULE | --exec PROGRAM | SCRIPT] ...`."""
-    rest = list(args[list(args).index(BOOTSTRAP) + 1:])
+    rest = list(args[list(args).index(BOOTSTRAP) + 1 :])
     return rest[1] if rest[:1] in (["-m"], ["--exec"]) and len(rest) > 1 else (rest[0] if rest else BOOTSTRAP)
 
 
@@ -241,11 +259,19 @@ def _loopback_store(port: int):
     sock.listen(128)
     fd = sock.detach()
     try:
-        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
-                        wait_for_workers=False)
+        return TCPStore(
+            "127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd, wait_for_workers=False
+        )
     except (RuntimeError, ValueError):  # older torch: the libuv server does not take a listening socket
-        return TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True, master_listen_fd=fd,
-                        wait_for_workers=False, use_libuv=False)
+        return TCPStore(
+            "127.0.0.1",
+            port,
+            is_master=True,
+            multi_tenant=True,
+            master_listen_fd=fd,
+            wait_for_workers=False,
+            use_libuv=False,
+        )
 
 
 if __name__ == "__main__":

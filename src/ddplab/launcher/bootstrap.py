@@ -49,8 +49,9 @@ def main(argv: list) -> None:
 
 
 def _without_launcher_frames(tb):
-    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
-                              or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)):
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == __file__ or "runpy" in os.path.basename(tb.tb_frame.f_code.co_filename)
+    ):
         tb = tb.tb_next
     return tb
 

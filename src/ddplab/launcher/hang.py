@@ -56,8 +56,14 @@ class HangDetector:
 class ScriptWatch:
     """A user script's ranks under an agent: their pids (to end them all later), and whether they still progress."""
 
-    def __init__(self, agent_pid: int, timeout: float | None, rank_logs: Path | None = None,
-                 since: float | None = None, flight_dir: Path | None = None):
+    def __init__(
+        self,
+        agent_pid: int,
+        timeout: float | None,
+        rank_logs: Path | None = None,
+        since: float | None = None,
+        flight_dir: Path | None = None,
+    ):
         """rank_logs: the --log-dir torch writes each rank's stdout/stderr under; their growth is the script's
         output. Without it, call note_output() whenever the job prints. since: when the job began (time.time()).
         flight_dir: where the ranks answer Flight Recorder requests (flight.reader), when they record."""
@@ -159,8 +165,11 @@ class ScriptWatch:
         if idle or (waiting and where == self.suspect):
             self.found = found
             # Per rank: the same wait as before, not one call shared by all (ranks may wait in different calls).
-            return "idle CPU" if idle else (f"each rank still in the distributed wait it was in "
-                                            f"{now - self.suspect_at:.0f}s before")
+            return (
+                "idle CPU"
+                if idle
+                else (f"each rank still in the distributed wait it was in {now - self.suspect_at:.0f}s before")
+            )
         # Busy without printing (a long epoch), or a first sight of waiting: look again soon, not a timeout later.
         self.suspect, self.suspect_at = where, now
         self.next_check = now + self.recheck
@@ -173,8 +182,14 @@ class ScriptWatch:
         if self.flight_dir is None or not ranks:
             return None
         dumps = flight.request_dumps(self.flight_dir, ranks, timeout=FLIGHT_ANSWER_S)
-        marks = tuple(sorted((rank, group, max(seqs)) for rank, record in dumps.items()
-                             for group, seqs in flight.collectives(record).items() if seqs))
+        marks = tuple(
+            sorted(
+                (rank, group, max(seqs))
+                for rank, record in dumps.items()
+                for group, seqs in flight.collectives(record).items()
+                if seqs
+            )
+        )
         return marks or None
 
     def stacks(self, procs: list[psutil.Process] | None = None) -> list[stack_reader.RankStack]:

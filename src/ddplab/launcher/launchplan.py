@@ -23,9 +23,10 @@ import argparse
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch.distributed.launcher.api import LaunchConfig
@@ -64,23 +65,41 @@ def plan_function(spec: dict, spec_path: str) -> LaunchPlan:
     from torch.distributed.launcher.api import LaunchConfig
 
     if spec["nproc"] < 1 or spec["max_restarts"] < 0:
-        raise ValueError(f"nproc {spec['nproc']}, max_restarts {spec['max_restarts']}: need at least 1 process "
-                         "and no negative restarts")
-    common = dict(nproc_per_node=spec["nproc"], max_restarts=spec["max_restarts"], monitor_interval=0.05,
-                  start_method="fork",
-                  logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec["run_dir"]) / "logs"), redirects=Std.ALL,
-                                              tee=Std.NONE))
+        raise ValueError(
+            f"nproc {spec['nproc']}, max_restarts {spec['max_restarts']}: need at least 1 process "
+            "and no negative restarts"
+        )
+    common = dict(
+        nproc_per_node=spec["nproc"],
+        max_restarts=spec["max_restarts"],
+        monitor_interval=0.05,
+        start_method="fork",
+        logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec["run_dir"]) / "logs"), redirects=Std.ALL, tee=Std.NONE),
+    )
     nodes, loopback_port = spec["nodes"], None
     if nodes is None:  # this machine alone: a static rendezvous on loopback, whose store the agent serves
         loopback_port = spec["master_port"]
-        config = LaunchConfig(min_nodes=1, max_nodes=1, run_id=spec["run_id"], rdzv_backend="static",
-                              rdzv_endpoint=f"127.0.0.1:{loopback_port}", rdzv_configs={"rank": 0},
-                              local_addr="127.0.0.1", **common)
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            run_id=spec["run_id"],
+            rdzv_backend="static",
+            rdzv_endpoint=f"127.0.0.1:{loopback_port}",
+            rdzv_configs={"rank": 0},
+            local_addr="127.0.0.1",
+            **common,
+        )
     else:  # several machines: torchrun's c10d rendezvous, hosted by node 0
-        config = LaunchConfig(min_nodes=nodes["count"], max_nodes=nodes["count"], run_id=nodes["rdzv_id"],
-                              rdzv_backend="c10d", rdzv_endpoint=f"{nodes['host']}:{nodes['port']}",
-                              rdzv_configs={"is_host": nodes["rank"] == 0, "join_timeout": nodes["join_timeout"]},
-                              local_addr=nodes["local_addr"], **common)
+        config = LaunchConfig(
+            min_nodes=nodes["count"],
+            max_nodes=nodes["count"],
+            run_id=nodes["rdzv_id"],
+            rdzv_backend="c10d",
+            rdzv_endpoint=f"{nodes['host']}:{nodes['port']}",
+            rdzv_configs={"is_host": nodes["rank"] == 0, "join_timeout": nodes["join_timeout"]},
+            local_addr=nodes["local_addr"],
+            **common,
+        )
     if spec["fresh_workers"]:  # new interpreters, as torchrun starts a script's ranks
         return LaunchPlan(config, sys.executable, ("-u", "-m", "ddplab.launcher.worker", spec_path), loopback_port)
     from ddplab.launcher.worker import main as worker_main
@@ -96,8 +115,12 @@ def plan_script(torchrun: dict) -> LaunchPlan:
     ns = argparse.Namespace(**torchrun)
     # What torch.distributed.run.run() decides before config_from_args (torch 2.6-2.13 alike): a standalone or
     # single-node static run without a port gets its own c10d store on a free port.
-    if ns.standalone or (ns.rdzv_backend == "static" and not ns.rdzv_endpoint and ns.master_port is None
-                         and parse_min_max_nnodes(ns.nnodes)[1] == 1):
+    if ns.standalone or (
+        ns.rdzv_backend == "static"
+        and not ns.rdzv_endpoint
+        and ns.master_port is None
+        and parse_min_max_nnodes(ns.nnodes)[1] == 1
+    ):
         ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if ns.master_port is None:
         ns.master_port = 29500

@@ -17,9 +17,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -43,26 +44,52 @@ TORCH_DUMP_PREFIX = "torch_trace_rank_"  # torch appends the rank
 STARTUP_GRACE_S = 60.0
 
 
-def run(target: str, payload: Any = None, *, nproc: int, master_port: int | None = None,
-        stall_timeout: float | None = None, deadline: float | None = None, max_restarts: int = 0,
-        env: dict[str, str] | None = None, keep_dir: bool = False,
-        on_event: Callable[[int, dict], None] | None = None, nodes: Nodes | None = None,
-        fresh_workers: bool = False, flight: bool = False) -> RunResult:
+def run(
+    target: str,
+    payload: Any = None,
+    *,
+    nproc: int,
+    master_port: int | None = None,
+    stall_timeout: float | None = None,
+    deadline: float | None = None,
+    max_restarts: int = 0,
+    env: dict[str, str] | None = None,
+    keep_dir: bool = False,
+    on_event: Callable[[int, dict], None] | None = None,
+    nodes: Nodes | None = None,
+    fresh_workers: bool = False,
+    flight: bool = False,
+) -> RunResult:
     """Run `target(payload)` on `nproc` local ranks and return what each rank did.
 
     stall_timeout: declare a hang when no rank has made progress (`mark`) for this many seconds.
     deadline: declare a hang when the whole run takes longer than this.
     on_event: called in this process as on_event(rank, event) for every mark a worker makes (live progress).
     """
-    pending = start(target, nproc=nproc, master_port=master_port, max_restarts=max_restarts, env=env, nodes=nodes,
-                    fresh_workers=fresh_workers, flight=flight)
-    return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir,
-                       on_event=on_event)
+    pending = start(
+        target,
+        nproc=nproc,
+        master_port=master_port,
+        max_restarts=max_restarts,
+        env=env,
+        nodes=nodes,
+        fresh_workers=fresh_workers,
+        flight=flight,
+    )
+    return pending.run(payload, stall_timeout=stall_timeout, deadline=deadline, keep_dir=keep_dir, on_event=on_event)
 
 
-def start(target: str, *, nproc: int, master_port: int | None = None, max_restarts: int = 0,
-          env: dict[str, str] | None = None, nodes: Nodes | None = None, fresh_workers: bool = False,
-          flight: bool = False) -> PendingRun:
+def start(
+    target: str,
+    *,
+    nproc: int,
+    master_port: int | None = None,
+    max_restarts: int = 0,
+    env: dict[str, str] | None = None,
+    nodes: Nodes | None = None,
+    fresh_workers: bool = False,
+    flight: bool = False,
+) -> PendingRun:
     """Start the agent now and let it import torch and the target while the caller does other work (preflight);
     nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
 
@@ -80,8 +107,10 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
     elif master_port is None:
         master_port = free_port()
     elif not port_is_free(master_port):
-        raise DdplabError(f"port {master_port} on 127.0.0.1 is already in use: pass another --master-port, "
-                          "or omit it and ddplab picks a free one")
+        raise DdplabError(
+            f"port {master_port} on 127.0.0.1 is already in use: pass another --master-port, "
+            "or omit it and ddplab picks a free one"
+        )
     run_dir = Path(tempfile.mkdtemp(prefix="ddplab-run-"))
     for sub in ("events", "stacks", "errors", "results", "logs"):
         (run_dir / sub).mkdir()
@@ -95,12 +124,18 @@ def start(target: str, *, nproc: int, master_port: int | None = None, max_restar
     child_env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: N ranks must not each claim every core
     # Warnings from torchelastic's own logger would only duplicate what the result object says.
     child_env.setdefault("TORCHELASTIC_LOG_LEVEL", "ERROR")
-    spec = {"kind": "function", "target": target, "nproc": nproc, "master_port": master_port,
-            "max_restarts": max_restarts, "run_id": run_dir.name, "fresh_workers": fresh_workers,
-            "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None}
+    spec = {
+        "kind": "function",
+        "target": target,
+        "nproc": nproc,
+        "master_port": master_port,
+        "max_restarts": max_restarts,
+        "run_id": run_dir.name,
+        "fresh_workers": fresh_workers,
+        "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None,
+    }
     with open(run_dir / "agent.log", "wb") as agent_log:
-        proc = agent.spawn(spec, run_dir, child_env, stdout=agent_log, stderr=subprocess.STDOUT,
-                           stdin=subprocess.PIPE)
+        proc = agent.spawn(spec, run_dir, child_env, stdout=agent_log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
     return PendingRun(proc, run_dir, nproc, master_port)
 
 
@@ -116,9 +151,15 @@ class PendingRun:
         end_all(self.agent, self.run_dir, self.nproc)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
-    def run(self, payload: Any = None, stall_timeout: float | None = None, deadline: float | None = None,
-            keep_dir: bool = False, on_event: Callable[[int, dict], None] | None = None,
-            grace: float | None = None) -> RunResult:
+    def run(
+        self,
+        payload: Any = None,
+        stall_timeout: float | None = None,
+        deadline: float | None = None,
+        keep_dir: bool = False,
+        on_event: Callable[[int, dict], None] | None = None,
+        grace: float | None = None,
+    ) -> RunResult:
         """grace: on SIGTERM/SIGUSR1/SIGUSR2 every rank is sent SIGTERM and has this long to save and return its
         result (launcher.preempt); None: SIGTERM ends everything at once (the CLI's SystemExit)."""
         proc, run_dir, nproc = self.agent, self.run_dir, self.nproc
@@ -144,8 +185,13 @@ class PendingRun:
                 if notice.requested:  # the ranks save, then return their results; no hang watch meanwhile
                     notice.forward(_worker_pids(run_dir, nproc).values())
                     if notice.expired() or notice.ranks_gone():
-                        status, reason = "interrupted", (f"preempted ({notice.name}): the ranks did not finish "
-                                                         f"within the {notice.grace:g} s grace")
+                        status, reason = (
+                            "interrupted",
+                            (
+                                f"preempted ({notice.name}): the ranks did not finish "
+                                f"within the {notice.grace:g} s grace"
+                            ),
+                        )
                         break
                     time.sleep(POLL_S)
                     continue
@@ -175,8 +221,15 @@ class PendingRun:
                 # keeps the ranks' logs and says where).
                 shutil.rmtree(run_dir, ignore_errors=True)
         agent_rc = 0 if status == "done" else proc.returncode
-        result = collect(run_dir, nproc, self.master_port, "ok" if status == "done" else status, reason,
-                         time.monotonic() - start, agent_rc)
+        result = collect(
+            run_dir,
+            nproc,
+            self.master_port,
+            "ok" if status == "done" else status,
+            reason,
+            time.monotonic() - start,
+            agent_rc,
+        )
         if not keep_dir and result.ok:
             shutil.rmtree(run_dir, ignore_errors=True)
             result.run_dir = ""  # nothing kept
@@ -303,8 +356,9 @@ def _own_frames(path: Path) -> str | None:
     return "\n".join(kept)
 
 
-def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: str, seconds: float,
-            agent_rc: int | None) -> RunResult:
+def collect(
+    run_dir: Path, nproc: int, master_port: int, status: str, reason: str, seconds: float, agent_rc: int | None
+) -> RunResult:
     outcome = read_json(run_dir / "ddplab-outcome.json", {})
     failures = outcome.get("failures", {})  # keyed by global rank
     ranks, failed, stamps = [], [], []
@@ -332,8 +386,11 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
         out.attempts = len(starts)
         ranks.append(out)
         if err or failure:
-            failed.append(Failed(out.rank, out.exitcode, (err or {}).get("traceback") or out.output_tail,
-                                 (err or failure)["time"]))
+            failed.append(
+                Failed(
+                    out.rank, out.exitcode, (err or {}).get("traceback") or out.output_tail, (err or failure)["time"]
+                )
+            )
 
     result = RunResult(status, seconds, nproc, master_port, ranks, reason=reason, run_dir=str(run_dir))
 
@@ -345,11 +402,19 @@ def collect(run_dir: Path, nproc: int, master_port: int, status: str, reason: st
     elif status == "ok" and (agent_rc != 0 or failures or any(r.result is None for r in ranks)):
         result.status = "failed"
         result.root_cause = root_cause(failed)
-        result.reason = result.summary() if result.root_cause is not None else (
-            f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{tail(run_dir / 'agent.log')}")
+        result.reason = (
+            result.summary()
+            if result.root_cause is not None
+            else (
+                f"the launcher failed before the workers ran; see {run_dir / 'agent.log'}:\n{tail(run_dir / 'agent.log')}"
+            )
+        )
     if result.status != "ok" and (dumps := _flight_dumps(run_dir / "flight")):
-        result.flight = flight_recorder.analyse(dumps, stacks={r.rank: f"phase {r.phase}" for r in ranks if r.phase},
-                                                errors={r.rank: r.error for r in ranks if r.error})
+        result.flight = flight_recorder.analyse(
+            dumps,
+            stacks={r.rank: f"phase {r.phase}" for r in ranks if r.phase},
+            errors={r.rank: r.error for r in ranks if r.error},
+        )
     return result
 
 
@@ -358,7 +423,7 @@ def _flight_dumps(flight_dir: Path) -> dict[int, dict]:
     wrote by itself (NCCL's dump on a collective's timeout, in the pickle format of torch's flight_recorder tools)."""
     dumps = flight_recorder.read_dumps(flight_dir)
     for path in flight_dir.glob(f"{TORCH_DUMP_PREFIX}*"):
-        rank = path.name[len(TORCH_DUMP_PREFIX):]
+        rank = path.name[len(TORCH_DUMP_PREFIX) :]
         if not rank.isdigit() or int(rank) in dumps:
             continue
         try:
@@ -367,8 +432,13 @@ def _flight_dumps(flight_dir: Path) -> dict[int, dict]:
             trace = json.loads(json.dumps(trace))  # tuples as lists: the shape of torch's JSON dump
         except Exception:  # noqa: BLE001 - half written by a rank that died, or not torch's: no record then
             continue
-        dumps[int(rank)] = {"rank": int(rank), "trigger": "torch", "time": path.stat().st_mtime, "why": None,
-                            "traces": {"_dump_nccl_trace_json": trace}}
+        dumps[int(rank)] = {
+            "rank": int(rank),
+            "trigger": "torch",
+            "time": path.stat().st_mtime,
+            "why": None,
+            "traces": {"_dump_nccl_trace_json": trace},
+        }
     return dict(sorted(dumps.items()))
 
 

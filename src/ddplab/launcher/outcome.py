@@ -55,14 +55,17 @@ class RunResult:
             waiting = [r for r in self.ranks if r.rank not in self.stalled]
             if not waiting:
                 return f"{self.reason}: every rank is stuck in {self.ranks[0].phase or 'start-up'}"
-            late = ", ".join(f"rank {r.rank} (last in {r.phase or 'start-up'})" for r in self.ranks
-                             if r.rank in self.stalled)
+            late = ", ".join(
+                f"rank {r.rank} (last in {r.phase or 'start-up'})" for r in self.ranks if r.rank in self.stalled
+            )
             where = ", ".join(str(r.rank) for r in waiting)
             return f"{self.reason}: {late} never reached {waiting[0].phase}, where rank(s) {where} wait"
         if self.status == "failed" and self.root_cause is not None:
             r = self.rank(self.root_cause)
-            return (f"rank {r.rank} failed ({exit_text(r.exitcode)}) in {r.phase or 'start-up'}: "
-                    f"{r.error or 'no error text'}")
+            return (
+                f"rank {r.rank} failed ({exit_text(r.exitcode)}) in {r.phase or 'start-up'}: "
+                f"{r.error or 'no error text'}"
+            )
         return self.reason
 
 
@@ -95,7 +98,8 @@ def root_cause(failed: list[Failed]) -> int | None:
         # A SIGTERM exit code alone does not say who came first: a rank that already raised its own error may be
         # ended by the agent while it still tears down, after a peer's consequence error reached the agent first.
         ended = bool(ENDED_BY_LAUNCHER.search(f.text or "")) or (
-            f.exitcode == -signal.SIGTERM and "Traceback" not in (f.text or ""))
+            f.exitcode == -signal.SIGTERM and "Traceback" not in (f.text or "")
+        )
         follows = any(p.search(f.text or "") for p in consequence)
         return ended, follows, f.time
 

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from ddplab.launcher.procs import pid_alive
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
@@ -101,18 +100,30 @@ class Preempted:
 
     def line(self) -> str:
         if self.step is not None:
-            return (f"preempted ({self.signal}), state saved at step {self.step}: {self.checkpoint}; start the same "
-                    "command again to resume")
+            return (
+                f"preempted ({self.signal}), state saved at step {self.step}: {self.checkpoint}; start the same "
+                "command again to resume"
+            )
         if self.listening:
-            return (f"preempted ({self.signal}): the ranks were listening (ddplab.resume) but none said it saved "
-                    f"within the {self.grace:g} s grace (a longer --grace, or steps and saves that fit in it); every "
-                    "process was ended")
-        return (f"preempted ({self.signal}): no rank said it saved within the {self.grace:g} s grace (does the script "
-                "use ddplab.resume, or save on SIGTERM itself? or it was still starting: nothing trained yet); every "
-                "process was ended")
+            return (
+                f"preempted ({self.signal}): the ranks were listening (ddplab.resume) but none said it saved "
+                f"within the {self.grace:g} s grace (a longer --grace, or steps and saves that fit in it); every "
+                "process was ended"
+            )
+        return (
+            f"preempted ({self.signal}): no rank said it saved within the {self.grace:g} s grace (does the script "
+            "use ddplab.resume, or save on SIGTERM itself? or it was still starting: nothing trained yet); every "
+            "process was ended"
+        )
 
 
 def outcome(signum_name: str, grace: float, note: dict) -> Preempted:
     step = note.get("step")
-    return Preempted("preempted", signum_name, grace, step if isinstance(step, int) else None, note.get("path"),
-                     note.get("listening") is True)
+    return Preempted(
+        "preempted",
+        signum_name,
+        grace,
+        step if isinstance(step, int) else None,
+        note.get("path"),
+        note.get("listening") is True,
+    )

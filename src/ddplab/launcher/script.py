@@ -56,15 +56,24 @@ class EarlyAgent:
         self.folder = Path(tempfile.mkdtemp(prefix="ddplab-launch-"))
         self.rank_folders = dict(rank_folders or {})
         # Every rank records its collectives and dumps them on request (no change to the script: docs/flight.md).
-        env = {**os.environ, **flight.worker_env(self.folder / "flight"),
-               **{var: str(self.folder / name) for var, name in self.rank_folders.items()},
-               preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE),  # where ddplab.resume says it saved
-               faults.NOTICE_PID_VAR: str(os.getpid())}  # a `preempt` fault's notice comes here, as a cloud's would
+        env = {
+            **os.environ,
+            **flight.worker_env(self.folder / "flight"),
+            **{var: str(self.folder / name) for var, name in self.rank_folders.items()},
+            preempt.NOTE_VAR: str(self.folder / preempt.NOTE_FILE),  # where ddplab.resume says it saved
+            faults.NOTICE_PID_VAR: str(os.getpid()),
+        }  # a `preempt` fault's notice comes here, as a cloud's would
         reply, reply_to = os.pipe()
         try:
-            self.proc = agent.spawn({"kind": "script", "torchrun": None, "reply_fd": reply_to}, self.folder,
-                                    env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
-                                    pass_fds=(reply_to,))
+            self.proc = agent.spawn(
+                {"kind": "script", "torchrun": None, "reply_fd": reply_to},
+                self.folder,
+                env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE,
+                pass_fds=(reply_to,),
+            )
         finally:
             os.close(reply_to)  # the agent holds the only writing end: its exit is this end's EOF
         self.replies = os.fdopen(reply, "rb")
@@ -110,8 +119,10 @@ class EarlyAgent:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def go(self, torchrun: dict, log_dir: Path) -> subprocess.Popen:
-        write_atomic(self.folder / "ddplab-spec.json", {"kind": "script", "torchrun": torchrun,
-                                                         "run_dir": str(log_dir), "wait_for_go": True})
+        write_atomic(
+            self.folder / "ddplab-spec.json",
+            {"kind": "script", "torchrun": torchrun, "run_dir": str(log_dir), "wait_for_go": True},
+        )
         with contextlib.suppress(BrokenPipeError):  # it died while importing torch: its outcome says so
             self.proc.stdin.write(b"go\n")
             self.proc.stdin.close()
@@ -141,8 +152,15 @@ class AgentParser:
         return argparse.Namespace(**answer["options"])
 
 
-def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: float | None, since: float,
-               output, grace: float = preempt.DEFAULT_GRACE_S) -> ScriptRun:
+def run_script(
+    early: EarlyAgent,
+    torchrun: dict,
+    log_dir: Path,
+    hang_timeout: float | None,
+    since: float,
+    output,
+    grace: float = preempt.DEFAULT_GRACE_S,
+) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang.
     grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end."""
@@ -155,8 +173,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
     watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since, flight_dir=flight_dir)
     launcher_log = log_dir / "launcher.log"
     progress = None if redirected else watch.note_output
-    pumps = [_pump(proc.stdout, output, launcher_log, progress),
-             _pump(proc.stderr, sys.stderr, launcher_log, progress)]
+    pumps = [_pump(proc.stdout, output, launcher_log, progress), _pump(proc.stderr, sys.stderr, launcher_log, progress)]
     status, stacks, dumps = "ok", None, None
     notice = preempt.Forwarder(grace).__enter__()  # `kill` of ddplab: the ranks save, then nothing is orphaned
     try:
@@ -187,8 +204,7 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
             pump.join(timeout=5)
     outcome = read_json(log_dir / "ddplab-outcome.json", None)
     if outcome is None:
-        outcome = {"failures": {}, "launcher_error": None if status != "ok" else
-                   "the launcher exited without a result"}
+        outcome = {"failures": {}, "launcher_error": None if status != "ok" else "the launcher exited without a result"}
     preempted = None
     if notice.requested and status == "ok":
         status = "preempted"
@@ -208,12 +224,23 @@ def run_script(early: EarlyAgent, torchrun: dict, log_dir: Path, hang_timeout: f
             with contextlib.suppress(OSError):
                 shutil.move(str(early.folder / name), str(log_dir / name))
         shutil.rmtree(early.folder, ignore_errors=True)
-    return ScriptRun(status, time.monotonic() - start, outcome["failures"], outcome.get("launcher_error"),
-                     launcher_log, stacks, watch.reason, dumps, preempted, note)
+    return ScriptRun(
+        status,
+        time.monotonic() - start,
+        outcome["failures"],
+        outcome.get("launcher_error"),
+        launcher_log,
+        stacks,
+        watch.reason,
+        dumps,
+        preempted,
+        note,
+    )
 
 
-def _agent_leaves(proc: subprocess.Popen, watch: ScriptWatch, notice: preempt.Forwarder,
-                  timeout: float = AGENT_LEAVES_S) -> None:
+def _agent_leaves(
+    proc: subprocess.Popen, watch: ScriptWatch, notice: preempt.Forwarder, timeout: float = AGENT_LEAVES_S
+) -> None:
     """Every rank has exited on the notice: let the agent end by itself before the tree is ended. It copies each
     rank's output out of its log file only every 0.1 s (torch's TailLog), so a rank's last lines - the epoch's line
     printed just before it exited - are still in the file when the rank is gone; killed then, the agent drops
@@ -229,6 +256,7 @@ def _agent_leaves(proc: subprocess.Popen, watch: ScriptWatch, notice: preempt.Fo
 
 def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:
     """Forward the agent's output as it comes and keep a copy (launcher.log)."""
+
     def forward():
         with open(log_path, "ab") as log:
             for chunk in iter(lambda: stream.read1(65536), b""):
@@ -239,6 +267,7 @@ def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:
                 with contextlib.suppress(ValueError, OSError):
                     target.buffer.write(chunk)
                     target.flush()
+
     thread = threading.Thread(target=forward, daemon=True)
     thread.start()
     return thread

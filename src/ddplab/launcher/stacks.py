@@ -16,21 +16,43 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-
 STACK_TIMEOUT_S = 10.0
 
 # Python calls a rank waits in for the others: name (py-spy's, qualified by class where there is one) -> kind.
 WAIT_CALLS = {
-    "init_process_group": "rendezvous", "new_group": "rendezvous", "init_device_mesh": "rendezvous",
-    "rendezvous": "rendezvous", "destroy_process_group": "collective",
+    "init_process_group": "rendezvous",
+    "new_group": "rendezvous",
+    "init_device_mesh": "rendezvous",
+    "rendezvous": "rendezvous",
+    "destroy_process_group": "collective",
     "DistributedDataParallel.__init__": "collective",
-    **{name: "collective" for name in (
-        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-        "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor",
-        "gather", "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send",
-        "recv")},
+    **{
+        name: "collective"
+        for name in (
+            "all_reduce",
+            "all_gather",
+            "all_gather_into_tensor",
+            "all_gather_object",
+            "broadcast",
+            "broadcast_object_list",
+            "barrier",
+            "monitored_barrier",
+            "reduce",
+            "reduce_scatter",
+            "reduce_scatter_tensor",
+            "gather",
+            "gather_object",
+            "scatter",
+            "scatter_object_list",
+            "all_to_all",
+            "all_to_all_single",
+            "send",
+            "recv",
+        )
+    },
     # DDP all-reduces gradients inside backward(): a rank can wait there for a peer, or just be computing.
-    "backward": "ddp", "DistributedDataParallel.forward": "ddp",
+    "backward": "ddp",
+    "DistributedDataParallel.forward": "ddp",
 }
 WAITING = ("rendezvous", "collective")
 _LIBRARY_DIRS = tuple(p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
@@ -59,8 +81,9 @@ def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
     if exe is None:
         return None, "py-spy is not installed (pip install py-spy)"
     try:
-        out = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
-                             timeout=STACK_TIMEOUT_S)
+        out = subprocess.run(
+            [exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True, timeout=STACK_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return None, f"py-spy gave no stack within {STACK_TIMEOUT_S:g}s"
     if out.returncode != 0:
@@ -72,8 +95,10 @@ def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
         threads = json.loads(out.stdout)
     except json.JSONDecodeError:
         return None, "py-spy printed no JSON"
-    main = next((t for t in threads if t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid),
-                threads[0] if threads else None)
+    main = next(
+        (t for t in threads if t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid),
+        threads[0] if threads else None,
+    )
     return (main or {}).get("frames", []), None
 
 
@@ -110,8 +135,10 @@ def format_stack(frames: list[dict]) -> str:
     outer = list(reversed(frames))
     while outer and _launcher_frame(outer[0].get("filename", "")):
         outer.pop(0)
-    return "\n".join(f"  File \"{f.get('filename')}\", line {f.get('line')}, in {f.get('name')}"
-                     for f in (outer or list(reversed(frames))))
+    return "\n".join(
+        f'  File "{f.get("filename")}", line {f.get("line")}, in {f.get("name")}'
+        for f in (outer or list(reversed(frames)))
+    )
 
 
 def _launcher_frame(filename: str) -> bool:
@@ -135,8 +162,10 @@ def describe(stacks: list[RankStack], endpoint: str | None) -> str:
             return f"{who} inside init_process_group: they never reached the rendezvous{at}"
         if call == "the launcher's rendezvous":
             return f"the launcher is waiting in rendezvous at {endpoint or '?'} for the other nodes to join"
-        return (f"{who} inside {call}: each waits for a peer that never sends (a rank on another node, or ranks "
-                "that called different collectives or shapes before)")
+        return (
+            f"{who} inside {call}: each waits for a peer that never sends (a rank on another node, or ranks "
+            "that called different collectives or shapes before)"
+        )
     if waiting:
         stuck = ", ".join(f"rank {s.rank} in {s.call} ({s.where or '?'})" for s in waiting)
         others = [s for s in read if s.kind not in WAITING]

@@ -42,16 +42,22 @@ def main(spec_path: str) -> None:
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)  # the caller's stack request
     rankdump.install()  # a forked rank never ran the bootstrap's sitecustomize: answer Flight Recorder requests here
-    progress.mark("start", pid=os.getpid(), rank=int(os.environ["RANK"]),
-                  attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    progress.mark(
+        "start",
+        pid=os.getpid(),
+        rank=int(os.environ["RANK"]),
+        attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+    )
     try:
         value = resolve(spec["target"])(read_json(run_dir / "payload.json"))
     except BaseException as e:
         text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         # dist.session() stamps the moment it saw the error, before its shutdown made the other ranks fail too.
         failed_at = getattr(e, "ddplab_failed_at", time.time())
-        write_atomic(run_dir / "errors" / f"local{local}.json",
-                     {"error": text, "traceback": traceback.format_exc(), "time": failed_at})
+        write_atomic(
+            run_dir / "errors" / f"local{local}.json",
+            {"error": text, "traceback": traceback.format_exc(), "time": failed_at},
+        )
         raise
     progress.mark("done")
     write_atomic(run_dir / "results" / f"local{local}.json", value)

@@ -21,21 +21,43 @@ from ddplab.lint import project as projects
 from ddplab.lint.callers import Callers
 from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block,
-                                    static)
+from ddplab.lint.scriptread import ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block, static
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
 
 # What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
 # Prints there count only in functions some caller runs on every rank (callers.py).
-MODULE_RULES = {"unguarded-print", "sets-master-env", "sets-rank-env", "collective-in-rank-branch",
-                "hardcoded-cuda-device", "nccl-hardcoded", "no-destroy", "unguarded-save", "local-rank-save",
-                "load-no-map-location", "grad-accum-no-sync", "shared-path-write", "no-set-device",
-                "global-rank-device-ids", "local-rank-argparse", "unreduced-metric", "rank0-early-exit",
-                "world-size-scaled-twice", "unseeded-random-split"}
+MODULE_RULES = {
+    "unguarded-print",
+    "sets-master-env",
+    "sets-rank-env",
+    "collective-in-rank-branch",
+    "hardcoded-cuda-device",
+    "nccl-hardcoded",
+    "no-destroy",
+    "unguarded-save",
+    "local-rank-save",
+    "load-no-map-location",
+    "grad-accum-no-sync",
+    "shared-path-write",
+    "no-set-device",
+    "global-rank-device-ids",
+    "local-rank-argparse",
+    "unreduced-metric",
+    "rank0-early-exit",
+    "world-size-scaled-twice",
+    "unseeded-random-split",
+}
 # Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
-GUARD_RULES = {"unguarded-save", "local-rank-save", "shared-path-write", "unreduced-metric", "load-no-map-location",
-               "collective-in-rank-branch", "rank0-early-exit"}
+GUARD_RULES = {
+    "unguarded-save",
+    "local-rank-save",
+    "shared-path-write",
+    "unreduced-metric",
+    "load-no-map-location",
+    "collective-in-rank-branch",
+    "rank0-early-exit",
+}
 # Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
 # launcher: init_process_group_mpi next to the env:// one the script calls).
 SETUP_RULES = {"nccl-hardcoded", "no-destroy", "sets-master-env", "sets-rank-env"}
@@ -47,6 +69,7 @@ def _without_cycle_collection(lint):
     """A project's syntax trees are a few million small objects that reference counting alone frees (a tree and
     the maps over it hold no cycles); Python's cycle collector would walk them all again each time enough new ones
     are made: a quarter of the time on a 100-file project (benchmarks/lint_speed.py). Paused for the lint."""
+
     @functools.wraps(lint)
     def paused(*args, **kwargs):
         was = gc.isenabled()
@@ -57,6 +80,7 @@ def _without_cycle_collection(lint):
             forget_trees()  # this lint's trees go now, freed by their counts, before the collector is back
             if was:
                 gc.enable()
+
     return paused
 
 
@@ -100,9 +124,18 @@ def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
                 hidden.add(key)
     ordered = sorted(findings.values(), key=lambda f: (f.path or "", f.line, f.rule))
     errors = sum(f.level == ERROR for f in ordered)
-    return LintResult(script=str(folder), findings=ordered, errors=errors, warnings=len(ordered) - errors,
-                      backend=backend, backend_line=backend_line, ok=errors == 0, possible=len(hidden - set(findings)),
-                      files=len(whole.trees), unread=whole.unread)
+    return LintResult(
+        script=str(folder),
+        findings=ordered,
+        errors=errors,
+        warnings=len(ordered) - errors,
+        backend=backend,
+        backend_line=backend_line,
+        ok=errors == 0,
+        possible=len(hidden - set(findings)),
+        files=len(whole.trees),
+        unread=whole.unread,
+    )
 
 
 @_without_cycle_collection
@@ -122,10 +155,18 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     readers = [Checks(tree) for tree in trees.values()]
     # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
     # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
-    used = {n.id if isinstance(n, ast.Name) else n.attr for r in readers for n in r.nodes
-            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)} if any(
-        r.calls_by_name.get("destroy_process_group") and any(is_main_block(n) for n in r.tree.body)
-        for r in readers) else set()
+    used = (
+        {
+            n.id if isinstance(n, ast.Name) else n.attr
+            for r in readers
+            for n in r.nodes
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+        }
+        if any(
+            r.calls_by_name.get("destroy_process_group") and any(is_main_block(n) for n in r.tree.body) for r in readers
+        )
+        else set()
+    )
     spawn_flags = {flag for reader in readers for flag in reader.spawn_flags()}
     for reader in readers:
         facts.replaces_print |= reader.replaces_print_here(spawn_flags)
@@ -135,13 +176,15 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.spawns |= reader.spawns
         facts.visible_per_process |= reader.visible_per_process_here()
-        facts.no_sync |= any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
-                             for n in reader.nodes)
+        facts.no_sync |= any(
+            isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync") for n in reader.nodes
+        )
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
-        facts.backward_helpers |= {f.name for c in reader.calls_by_name.get("backward", [])
-                                   if (f := reader.enclosing_function(c)) is not None}
+        facts.backward_helpers |= {
+            f.name for c in reader.calls_by_name.get("backward", []) if (f := reader.enclosing_function(c)) is not None
+        }
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -181,7 +224,8 @@ def _definitions(readers: list) -> tuple[dict, dict]:
         for node in reader.nodes:
             if isinstance(node, ast.ClassDef):
                 defs.setdefault(node.name, []).extend(
-                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+                )
             elif isinstance(node, ast.FunctionDef) and node.name != "__init__":
                 defs.setdefault(node.name, []).append(node)
     calls: dict[str, list] = {}
@@ -214,8 +258,9 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
             if len(found) == 1 and None not in found:
                 kinds[key] = found.pop()
                 continue
-            found_tests = {(False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v))
-                           for r, v in given}
+            found_tests = {
+                (False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v)) for r, v in given
+            }
             rank0 = {t for t in found_tests if t}
             if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
                 tests[key] = (rank0.pop()[0], True)
@@ -240,9 +285,12 @@ def _with_callers(found: set[str], calls: dict[str, set[str]]) -> set[str]:
 
 def _sets_print(reader, n: ast.AST) -> bool:
     """`builtins.print = ...` (a print filter being installed)."""
-    return isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
-                                             reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-                                             for t in n.targets)
+    return isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Attribute)
+        and t.attr == "print"
+        and reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+        for t in n.targets
+    )
 
 
 def _filter_installed(readers: list, installers: set[str]) -> bool:
@@ -254,8 +302,11 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
         for n in reader.nodes:
             if _sets_print(reader, n) and reader.enclosing_function(n) is None:
                 return True
-            if isinstance(n, ast.Call) and reader.callee_last(n) in installers and (
-                    (func := reader.enclosing_function(n)) is None or func.name not in installers):
+            if (
+                isinstance(n, ast.Call)
+                and reader.callee_last(n) in installers
+                and ((func := reader.enclosing_function(n)) is None or func.name not in installers)
+            ):
                 return True
     return False
 
@@ -303,9 +354,15 @@ def _buffer_classes(readers: list) -> set[str]:
             uses.setdefault(cls.name, set()).update(reader.callee_last(c) for c in calls)
             # a buffer made only under a condition (nanoGPT: `if not self.flash: self.register_buffer(...)`, no
             # buffer on torch >= 2) is no evidence
-            if any((BUFFER_LAYERS.fullmatch(reader.callee_last(c)) or reader.callee(c).startswith(
-                    "torchvision.models.") and BATCHNORM_MODELS.fullmatch(reader.callee_last(c)))
-                   and not _conditional(reader, c, cls) for c in calls):
+            if any(
+                (
+                    BUFFER_LAYERS.fullmatch(reader.callee_last(c))
+                    or reader.callee(c).startswith("torchvision.models.")
+                    and BATCHNORM_MODELS.fullmatch(reader.callee_last(c))
+                )
+                and not _conditional(reader, c, cls)
+                for c in calls
+            ):
                 buffered.add(cls.name)
     for _ in range(4):  # a class built from buffered classes holds their buffers
         grown = {name for name, called in uses.items() if called & buffered} - buffered
@@ -331,8 +388,9 @@ def _references(tree: ast.Module) -> dict[str, list[int]]:
     return refs
 
 
-def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]],
-                    path: Path) -> list[tuple[int, int]]:
+def _uncalled_spans(
+    tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]], path: Path
+) -> list[tuple[int, int]]:
     """Line spans of functions nothing in the project calls: code that does not run in the training processes (in
     the script itself only methods: a function of the script is read as a reviewer reads it, called or not). A
     method counts as called where its class is named too (GPT.from_pretrained, not another library's), and not
@@ -341,15 +399,23 @@ def _uncalled_spans(tree: ast.Module, methods_only: bool, refs: dict[Path, dict[
     owner = {id(f): c.name for c in nodes if isinstance(c, ast.ClassDef) for f in c.body}
     spans = []
     for n in nodes:
-        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or (methods_only and id(n) not in owner) or \
-                n.name.startswith("__") or n.name == "forward" or any(  # called by Python, torch, or a registry
-                    dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list):
+        if (
+            not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            or (methods_only and id(n) not in owner)
+            or n.name.startswith("__")
+            or n.name == "forward"
+            or any(  # called by Python, torch, or a registry
+                dotted(d) not in ("classmethod", "staticmethod", "property") for d in n.decorator_list
+            )
+        ):
             continue
         span = range(n.lineno, (n.end_lineno or n.lineno) + 1)
         if id(n) in owner:
             needed = (n.name, owner[id(n)])
-            if any(all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
-                   for p, r in refs.items()) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
+            if any(
+                all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
+                for p, r in refs.items()
+            ) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
                 continue
         elif any(any(line not in span or p != path for line in r.get(n.name, [])) for p, r in refs.items()):
             continue
@@ -371,20 +437,24 @@ def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: 
             if func is None:
                 continue
             sites = [(w, s) for w, s in callers.sites(path, func) if w != path]
-            if not sites or any(w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"})
-                                for w, s in sites):
+            if not sites or any(
+                w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"}) for w, s in sites
+            ):
                 continue
             for where, site in sites:
                 guards = [g for g in readers[where].guards(site) if g.kind != "single"]
                 if not guards:
                     continue
                 name = reader.callee_last(call)
-                readers[where].add(site, "collective-in-rank-branch", ERROR,
-                                   f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
-                                   f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
-                                   f"on line {guards[0].node.lineno}): the others never join it and it hangs",
-                                   f"call {func.name}() on every rank, outside the rank test; keep only the "
-                                   "printing/saving inside")
+                readers[where].add(
+                    site,
+                    "collective-in-rank-branch",
+                    ERROR,
+                    f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
+                    f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
+                    f"on line {guards[0].node.lineno}): the others never join it and it hangs",
+                    f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside",
+                )
 
 
 def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
@@ -402,16 +472,22 @@ def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.A
 
 def _function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
-    around = [n for n in reader.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-              and n.lineno <= line <= (n.end_lineno or 0)]
+    around = [
+        n
+        for n in reader.nodes
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
+    ]
     return max(around, key=lambda n: n.lineno, default=None)
 
 
 def _printed_on_every_rank(f: Finding, reader: Checks, callers: Callers, path: Path) -> bool:
     """Keep, of a module's print finding, the lines in functions some caller runs on every rank (a print at a
     module's top level, or in a function only rank 0 calls, is left to the script)."""
-    lines = [line for line in (f.line, *f.also)
-             if (func := _function_at(reader, line)) is not None and callers.called_by_script(path, func) is not None]
+    lines = [
+        line
+        for line in (f.line, *f.also)
+        if (func := _function_at(reader, line)) is not None and callers.called_by_script(path, func) is not None
+    ]
     if not lines:
         return False
     f.line, f.also = lines[0], lines[1:]
@@ -420,8 +496,9 @@ def _printed_on_every_rank(f: Finding, reader: Checks, callers: Callers, path: P
     return True
 
 
-def lint_project(project: projects.Project, script: str, show_all: bool = False,
-                 shown_from: tuple[Path, Path] | None = None) -> LintResult:
+def lint_project(
+    project: projects.Project, script: str, show_all: bool = False, shown_from: tuple[Path, Path] | None = None
+) -> LintResult:
     """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees, project.unread)
@@ -462,29 +539,53 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
             if f.rule == "shared-path-write" and f.line in checks.path_params and f.confidence == SURE:
                 func, param = checks.path_params[f.line]
                 if callers.passed_per_rank(path, func, param) is not False:
-                    f.confidence, f.why = POSSIBLE, f"the path comes from the parameter {param}: what its callers " \
-                        "pass may differ per rank"
+                    f.confidence, f.why = (
+                        POSSIBLE,
+                        f"the path comes from the parameter {param}: what its callers pass may differ per rank",
+                    )
             if not entry and f.rule == "unseeded-random-split" and facts.seeded:
                 continue  # the script (or another module) seeds the generators: which runs first is not known
-            if f.rule == "unreduced-metric" and f.line in checks.loader_params and _whole_loader_given(
-                    callers, readers, path, *checks.loader_params[f.line]):
+            if (
+                f.rule == "unreduced-metric"
+                and f.line in checks.loader_params
+                and _whole_loader_given(callers, readers, path, *checks.loader_params[f.line])
+            ):
                 continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
-            if not entry and f.rule in GUARD_RULES and f.confidence == SURE and (
-                    func := _function_at(checks, f.line)) is not None:
+            if (
+                not entry
+                and f.rule in GUARD_RULES
+                and f.confidence == SURE
+                and (func := _function_at(checks, f.line)) is not None
+            ):
                 site = callers.every_rank(path, func)
                 if site is None:
-                    f.confidence, f.why = POSSIBLE, "in a function of an imported module that no caller is seen " \
-                        "running on every rank"
+                    f.confidence, f.why = (
+                        POSSIBLE,
+                        "in a function of an imported module that no caller is seen running on every rank",
+                    )
                 else:
                     where = callers.where(site)
                     f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
-            if not entry and f.rule == "nccl-hardcoded" and (func := _function_at(checks, f.line)) is not None and (
-                    sites := callers.sites(path, func)) and all(readers[w]._cuda_checked(c) for w, c in sites):
+            if (
+                not entry
+                and f.rule == "nccl-hardcoded"
+                and (func := _function_at(checks, f.line)) is not None
+                and (sites := callers.sites(path, func))
+                and all(readers[w]._cuda_checked(c) for w, c in sites)
+            ):
                 continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
-            if not entry and f.rule in SETUP_RULES and f.confidence == SURE and (
-                    func := _function_at(checks, f.line)) is not None and not callers.reached(path, func):
-                f.confidence, f.why = POSSIBLE, f"in {func.name}(), which no call seen from the script reaches " \
-                    "(another launcher's setup, or one called in a way lint does not follow)"
+            if (
+                not entry
+                and f.rule in SETUP_RULES
+                and f.confidence == SURE
+                and (func := _function_at(checks, f.line)) is not None
+                and not callers.reached(path, func)
+            ):
+                f.confidence, f.why = (
+                    POSSIBLE,
+                    f"in {func.name}(), which no call seen from the script reaches "
+                    "(another launcher's setup, or one called in a way lint does not follow)",
+                )
             if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
@@ -496,6 +597,15 @@ def lint_project(project: projects.Project, script: str, show_all: bool = False,
     findings = [f for f in findings if f.rule != "local-rank-argparse" or f is flag[0]]
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]
     errors = sum(f.level == ERROR for f in shown)
-    return LintResult(script=script, findings=shown, errors=errors, warnings=len(shown) - errors, backend=backend,
-                      backend_line=backend_line, ok=errors == 0, possible=len(findings) - len(shown),
-                      files=len(project.trees), unread=project.unread)
+    return LintResult(
+        script=script,
+        findings=shown,
+        errors=errors,
+        warnings=len(shown) - errors,
+        backend=backend,
+        backend_line=backend_line,
+        ok=errors == 0,
+        possible=len(findings) - len(shown),
+        files=len(project.trees),
+        unread=project.unread,
+    )

@@ -9,8 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for
-from ddplab.lint.scriptread import walk_same_function
+from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for, walk_same_function
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
@@ -24,8 +23,9 @@ class Callers:
         self._memo: dict[tuple[Path, int], ast.Call | None] = {}
         self._star_direct: dict[str, set[str]] | None = None  # module -> modules it star-imports (_stars)
         self._star_memo: dict[Path, set[str]] = {}
-        self._owner = {id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef)
-                       for f in c.body}
+        self._owner = {
+            id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef) for f in c.body
+        }
 
     def every_rank(self, path: Path, func: ast.AST, depth: int = 0) -> ast.Call | None:
         """A call of `func` (a function or method of `path`) that runs on every rank, or None."""
@@ -33,8 +33,13 @@ class Callers:
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = None  # a recursion back here finds nothing new
-        found = None if depth > MAX_DEPTH else next(
-            (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None)
+        found = (
+            None
+            if depth > MAX_DEPTH
+            else next(
+                (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None
+            )
+        )
         # handed by the script to mp.spawn (`mp.spawn(main, ...)`, main imported): every worker runs it, whatever
         # its direct calls do (the one-process fallback `else: main(0, 1)`)
         found = found or self._handed_by_script(path, func)
@@ -44,8 +49,14 @@ class Callers:
     def called_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
         """A call of `func` written in the script itself that runs on every rank: the script decides who runs it
         (a print in a logger or meter several calls away is the library's own business)."""
-        found = next((site for where, site in self.sites(path, func)
-                      if where in self.entries and self._site_every_rank(where, site, 0)), None)
+        found = next(
+            (
+                site
+                for where, site in self.sites(path, func)
+                if where in self.entries and self._site_every_rank(where, site, 0)
+            ),
+            None,
+        )
         return found or self._handed_by_script(path, func)
 
     def _handed_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
@@ -57,8 +68,11 @@ class Callers:
             if reader is None or func.name not in reader.passed or module not in reader.resolve(func.name).split("."):
                 continue
             for call in reader.calls:
-                handed = [a.id if isinstance(a, ast.Name) else a.attr for a in [*call.args, *(
-                    k.value for k in call.keywords)] if isinstance(a, (ast.Name, ast.Attribute))]
+                handed = [
+                    a.id if isinstance(a, ast.Name) else a.attr
+                    for a in [*call.args, *(k.value for k in call.keywords)]
+                    if isinstance(a, (ast.Name, ast.Attribute))
+                ]
                 if func.name in handed and not reader.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                     return call
         return None
@@ -71,8 +85,12 @@ class Callers:
         for where, site in self.sites(path, func):
             reader = self.readers[where]
             outer = reader.enclosing_function(site)
-            if where in self.entries or outer is None or self._handed_over(where, outer) or \
-                    self.reached(where, outer, depth + 1):
+            if (
+                where in self.entries
+                or outer is None
+                or self._handed_over(where, outer)
+                or self.reached(where, outer, depth + 1)
+            ):
                 return True
         return False
 
@@ -80,8 +98,10 @@ class Callers:
         """`func` is handed to another call (mp.spawn(ddp_main, ...)) in its own file, or in a file that imports it
         from its module (`from ddp.ddp_main import ddp_main` in the script): it runs where that call runs it."""
         module = path.parent.name if path.stem == "__init__" else path.stem
-        return any(func.name in reader.passed and (where == path or module in reader.resolve(func.name).split("."))
-                   for where, reader in self.readers.items())
+        return any(
+            func.name in reader.passed and (where == path or module in reader.resolve(func.name).split("."))
+            for where, reader in self.readers.items()
+        )
 
     def passed_per_rank(self, path: Path, func: ast.AST, param: str) -> bool | None:
         """What the callers of `func` give for `param`: False when every call passes a value that is the same on
@@ -116,8 +136,17 @@ class Callers:
             parent = reader.parent.get(n)
             if isinstance(parent, ast.Call) and parent.func is n:
                 continue  # the callee: judged as a call
-            assigned = [a for a in walk_same_function(func.body) if isinstance(a, ast.Assign) and a.lineno < at.lineno
-                        and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)] if func else []
+            assigned = (
+                [
+                    a
+                    for a in walk_same_function(func.body)
+                    if isinstance(a, ast.Assign)
+                    and a.lineno < at.lineno
+                    and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)
+                ]
+                if func
+                else []
+            )
             if assigned:
                 if not all(self._same_everywhere(reader, a.value, a, depth + 1) for a in assigned):
                     return False
@@ -137,9 +166,10 @@ class Callers:
                         self._defs.setdefault(f.name, []).append((p, f))
         for p, f in self._defs.get(name, []):  # a project helper: its own body must draw nothing per process
             r = self.readers[p]
-            if any(isinstance(c, ast.Call) and (r.callee_last(c) in UNIQUE_NAMES | CLOCK_NAMES or r.rank_kind(c))
-                   for c in ast.walk(f)) or any(isinstance(x, (ast.Name, ast.Attribute)) and r.rank_kind(x)
-                                                for x in ast.walk(f)):
+            if any(
+                isinstance(c, ast.Call) and (r.callee_last(c) in UNIQUE_NAMES | CLOCK_NAMES or r.rank_kind(c))
+                for c in ast.walk(f)
+            ) or any(isinstance(x, (ast.Name, ast.Attribute)) and r.rank_kind(x) for x in ast.walk(f)):
                 return False
         return True
 
@@ -158,9 +188,14 @@ class Callers:
             for call in reader.calls_by_name.get(name, []):
                 if reader.enclosing_function(call) is func:
                     continue
-                if where != path and module not in reader.callee(call).split(".")[:-1] and not (
-                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases) \
-                        and not (isinstance(call.func, ast.Name) and module in self._stars(where)):
+                if (
+                    where != path
+                    and module not in reader.callee(call).split(".")[:-1]
+                    and not (
+                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases
+                    )
+                    and not (isinstance(call.func, ast.Name) and module in self._stars(where))
+                ):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
         return found
@@ -173,8 +208,10 @@ class Callers:
             for p, r in self.readers.items():
                 name = p.parent.name if p.stem == "__init__" else p.stem
                 direct.setdefault(str(p), set()).update(
-                    n.module.rsplit(".", 1)[-1] for n in r.nodes if isinstance(n, ast.ImportFrom) and n.module
-                    and any(a.name == "*" for a in n.names))
+                    n.module.rsplit(".", 1)[-1]
+                    for n in r.nodes
+                    if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "*" for a in n.names)
+                )
                 direct.setdefault(name, set()).update(direct[str(p)])
             self._star_direct = direct
         if where not in self._star_memo:
@@ -208,10 +245,16 @@ class Callers:
         params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
         child, parent = site, reader.parent.get(site)
         while parent is not None and parent is not func:
-            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Compare) and \
-                    len(parent.test.ops) == 1 and isinstance(parent.test.ops[0], ast.Eq) and \
-                    isinstance(parent.test.left, ast.Name) and parent.test.left.id in params and \
-                    (wanted := const_str(parent.test.comparators[0])) is not None:
+            if (
+                isinstance(parent, ast.If)
+                and child in parent.body
+                and isinstance(parent.test, ast.Compare)
+                and len(parent.test.ops) == 1
+                and isinstance(parent.test.ops[0], ast.Eq)
+                and isinstance(parent.test.left, ast.Name)
+                and parent.test.left.id in params
+                and (wanted := const_str(parent.test.comparators[0])) is not None
+            ):
                 given = self._given(func, parent.test.left.id)
                 if given and all(g is not None and g != wanted for g in given):
                     return True

@@ -8,20 +8,51 @@ import re
 
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
 from ddplab.lint.multigpu import MultiGpuChecks
-from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, RANK_VARS, SCHEDULER_PREFIXES, UNIQUE_NAMES, Facts,
-                                    calls_in, body_exits, method_name, walk_same_function, const_str, dotted,
-                                    is_main_block, keyword, last)
+from ddplab.lint.scriptread import (
+    ANY_RANK0,
+    DDP_NAMES,
+    RANK_VARS,
+    SCHEDULER_PREFIXES,
+    UNIQUE_NAMES,
+    Facts,
+    body_exits,
+    calls_in,
+    const_str,
+    dotted,
+    is_main_block,
+    keyword,
+    last,
+    method_name,
+    walk_same_function,
+)
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
-DATA_USES = {"numpy", "tolist", "size", "shape", "dim", "ndim", "numel", "float", "long", "squeeze", "unsqueeze",
-             "view", "reshape", "sum", "mean"}  # a loaded object used so is a tensor of data, not a checkpoint
+DATA_USES = {
+    "numpy",
+    "tolist",
+    "size",
+    "shape",
+    "dim",
+    "ndim",
+    "numel",
+    "float",
+    "long",
+    "squeeze",
+    "unsqueeze",
+    "view",
+    "reshape",
+    "sum",
+    "mean",
+}  # a loaded object used so is a tensor of data, not a checkpoint
 DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 # torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
-BATCHNORM_MODELS = re.compile(r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
-                              r"|googlenet|shufflenet|mnasnet|vgg\d+_bn)\w*")
+BATCHNORM_MODELS = re.compile(
+    r"(resnet|resnext|wide_resnet|densenet|mobilenet_v[23]|efficientnet|regnet|inception_v3"
+    r"|googlenet|shufflenet|mnasnet|vgg\d+_bn)\w*"
+)
 
 
 class Checks(MultiGpuChecks):
@@ -31,13 +62,21 @@ class Checks(MultiGpuChecks):
         self.backend_line: int | None = None
         super().__init__(tree, facts)
 
-    def add(self, node: ast.AST, rule: str, level: str, message: str, fix: str, also: list[int] | None = None,
-            sure: bool = True, why: str = "") -> None:
+    def add(
+        self,
+        node: ast.AST,
+        rule: str,
+        level: str,
+        message: str,
+        fix: str,
+        also: list[int] | None = None,
+        sure: bool = True,
+        why: str = "",
+    ) -> None:
         """A finding; `sure=False` (with `why`: what lint could not see) puts it behind --all."""
         line = getattr(node, "lineno", 0)
         if not any(f.line == line and f.rule == rule for f in self.findings):
-            self.findings.append(Finding(line, rule, level, message, fix, also or [], SURE if sure else POSSIBLE,
-                                         why))
+            self.findings.append(Finding(line, rule, level, message, fix, also or [], SURE if sure else POSSIBLE, why))
 
     # --------------------------------------------------------------------------------------- rules
 
@@ -63,11 +102,16 @@ class Checks(MultiGpuChecks):
         while parent is not None:
             if isinstance(parent, ast.If):
                 for sub in ast.walk(parent.test):
-                    if isinstance(sub, ast.Compare) and any(self.resolve(dotted(c)) == "os.environ"
-                                                            for c in sub.comparators):
+                    if isinstance(sub, ast.Compare) and any(
+                        self.resolve(dotted(c)) == "os.environ" for c in sub.comparators
+                    ):
                         # `if V not in os.environ: <here>`, or `if V in os.environ: ... else: <here>`
-                        if any(isinstance(op, ast.NotIn) for op in sub.ops) and child in parent.body or \
-                                any(isinstance(op, ast.In) for op in sub.ops) and child in parent.orelse:
+                        if (
+                            any(isinstance(op, ast.NotIn) for op in sub.ops)
+                            and child in parent.body
+                            or any(isinstance(op, ast.In) for op in sub.ops)
+                            and child in parent.orelse
+                        ):
                             return True
             child, parent = parent, self.parent.get(parent)
         return False
@@ -75,9 +119,13 @@ class Checks(MultiGpuChecks):
     def _from_scheduler(self, value: ast.AST) -> bool:
         """`os.environ["RANK"] = str(int(os.environ["SLURM_PROCID"]))`: the script translates its scheduler's ranks
         (Slurm, Open MPI, PMI) into the env:// variables: it is the launcher there (directly or through one name)."""
+
         def reads_scheduler(expr: ast.AST) -> bool:
-            return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and
-                       n.value.startswith(SCHEDULER_PREFIXES) for n in ast.walk(expr))
+            return any(
+                isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(SCHEDULER_PREFIXES)
+                for n in ast.walk(expr)
+            )
+
         if reads_scheduler(value):
             return True
         for name in (n for n in ast.walk(value) if isinstance(n, ast.Name)):
@@ -88,8 +136,14 @@ class Checks(MultiGpuChecks):
 
     def _reads_scheduler(self, scope: ast.AST) -> bool:
         """Reads the ranks a scheduler or MPI gives (SLURM_PROCID, MPI.COMM_WORLD): it starts the ranks itself."""
-        return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(SCHEDULER_PREFIXES)
-                   or isinstance(n, ast.Attribute) and n.attr == "COMM_WORLD" for n in ast.walk(scope))
+        return any(
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and n.value.startswith(SCHEDULER_PREFIXES)
+            or isinstance(n, ast.Attribute)
+            and n.attr == "COMM_WORLD"
+            for n in ast.walk(scope)
+        )
 
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
@@ -97,21 +151,32 @@ class Checks(MultiGpuChecks):
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
-            if var in LAUNCHER_VARS and not isinstance(value, ast.Constant) and \
-                    self._reads_scheduler(self.enclosing_function(node) or self.tree):
+            if (
+                var in LAUNCHER_VARS
+                and not isinstance(value, ast.Constant)
+                and self._reads_scheduler(self.enclosing_function(node) or self.tree)
+            ):
                 return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun);
             #         a constant ('127.0.0.1') there is still one address for every node
             if var in LAUNCHER_VARS:
-                self.add(node, "sets-master-env", ERROR,
-                         f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
-                         "the ranks look for the rendezvous where nobody serves it and hang in init_process_group",
-                         "delete the line: torchrun / ddplab launch set MASTER_ADDR and MASTER_PORT (choose them with "
-                         "--master-addr / --master-port)")
+                self.add(
+                    node,
+                    "sets-master-env",
+                    ERROR,
+                    f"sets {var} inside the script: it overrides the address the launcher gives every rank, so "
+                    "the ranks look for the rendezvous where nobody serves it and hang in init_process_group",
+                    "delete the line: torchrun / ddplab launch set MASTER_ADDR and MASTER_PORT (choose them with "
+                    "--master-addr / --master-port)",
+                )
             else:
-                self.add(node, "sets-rank-env", ERROR,
-                         f"sets {var} inside the script: it overrides what the launcher gave this process, so ranks "
-                         "disagree on who is who (init_process_group fails or waits forever)",
-                         f"delete the line: the launcher sets {var} for every process")
+                self.add(
+                    node,
+                    "sets-rank-env",
+                    ERROR,
+                    f"sets {var} inside the script: it overrides what the launcher gave this process, so ranks "
+                    "disagree on who is who (init_process_group fails or waits forever)",
+                    f"delete the line: the launcher sets {var} for every process",
+                )
 
         env_vars = LAUNCHER_VARS | RANK_VARS
         for node in self.nodes:
@@ -124,7 +189,8 @@ class Checks(MultiGpuChecks):
                 if isinstance(target, ast.Subscript) and self.resolve(dotted(target.value)) == "os.environ":
                     var = const_str(target.slice)
                     scheduler = self._from_scheduler(node.value) or self._reads_scheduler(
-                        self.enclosing_function(node) or self.tree)
+                        self.enclosing_function(node) or self.tree
+                    )
                     if var in env_vars and not (var in RANK_VARS and scheduler):
                         report(node, var)
         for call in self.calls:
@@ -139,20 +205,29 @@ class Checks(MultiGpuChecks):
                 report(call, const_str(call.args[0]))
             elif last(name) == "init_process_group":
                 method = keyword(call, "init_method")
-                text = const_str(method) or (const_str(method.values[0]) if isinstance(method, ast.JoinedStr)
-                                             and method.values else None)
+                text = const_str(method) or (
+                    const_str(method.values[0]) if isinstance(method, ast.JoinedStr) and method.values else None
+                )
                 if text and text.startswith("tcp://") and not self.spawns:
-                    self.add(call, "sets-master-env", ERROR,
-                             "init_process_group(init_method='tcp://...') hard-codes the rendezvous address: under a "
-                             "launcher every rank then ignores the address it was given",
-                             "drop init_method (env:// is the default: it reads what the launcher set)")
+                    self.add(
+                        call,
+                        "sets-master-env",
+                        ERROR,
+                        "init_process_group(init_method='tcp://...') hard-codes the rendezvous address: under a "
+                        "launcher every rank then ignores the address it was given",
+                        "drop init_method (env:// is the default: it reads what the launcher set)",
+                    )
                 for arg in ("rank", "world_size"):
                     value = keyword(call, arg)
                     if isinstance(value, ast.Constant) and not (self.spawns and arg == "world_size"):
-                        self.add(call, "sets-rank-env", ERROR,
-                                 f"init_process_group({arg}={value.value!r}) hard-codes the {arg}: every process "
-                                 "claims the same one, so the group never forms",
-                                 f"drop {arg}= (the launcher's environment gives each process its own)")
+                        self.add(
+                            call,
+                            "sets-rank-env",
+                            ERROR,
+                            f"init_process_group({arg}={value.value!r}) hard-codes the {arg}: every process "
+                            "claims the same one, so the group never forms",
+                            f"drop {arg}= (the launcher's environment gives each process its own)",
+                        )
 
     def check_backend(self) -> None:
         for call in self.calls:
@@ -164,10 +239,14 @@ class Checks(MultiGpuChecks):
                 continue
             self.backend, self.backend_line = value.lower(), call.lineno
             if value.lower() == "nccl" and not self._cuda_checked(call):
-                self.add(call, "nccl-hardcoded", WARNING,
-                         "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
-                         "of torch) init_process_group fails with \"Distributed package doesn't have NCCL built in\"",
-                         "backend = 'nccl' if torch.cuda.is_available() else 'gloo'")
+                self.add(
+                    call,
+                    "nccl-hardcoded",
+                    WARNING,
+                    "backend 'nccl' is hard-coded with no CUDA check: on a machine without GPUs (or a CPU build "
+                    'of torch) init_process_group fails with "Distributed package doesn\'t have NCCL built in"',
+                    "backend = 'nccl' if torch.cuda.is_available() else 'gloo'",
+                )
 
     def _backend_value(self, node: ast.AST | None, depth: int = 0) -> str | None:
         """What the backend expression evaluates to, when the script decides it: a literal, the enum
@@ -177,8 +256,11 @@ class Checks(MultiGpuChecks):
             return None
         if (text := const_str(node)) is not None:
             return text
-        if isinstance(node, ast.Attribute) and node.attr.upper() in ("NCCL", "GLOO", "MPI", "UCC") and \
-                last(dotted(node.value)) == "Backend":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.upper() in ("NCCL", "GLOO", "MPI", "UCC")
+            and last(dotted(node.value)) == "Backend"
+        ):
             return node.attr.lower()  # torch.distributed.Backend.NCCL == "nccl"
         if isinstance(node, ast.Call) and self.callee_last(node) in ("Backend", "str") and len(node.args) == 1:
             return self._backend_value(node.args[0], depth + 1)
@@ -195,10 +277,20 @@ class Checks(MultiGpuChecks):
         in the function it is handed to: a literal, when no argparse option of that name exists to change it."""
         if not isinstance(node, ast.Attribute) or self.calls_by_name.get("exec") or self.calls_by_name.get("setattr"):
             return None
-        values = [n.value for n in self.nodes if isinstance(n, ast.Assign)
-                  and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)]
-        option = any(method_name(c) == "add_argument" and (const_str(keyword(c, "dest")) == node.attr or any(
-            (const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)) for c in self.calls)
+        values = [
+            n.value
+            for n in self.nodes
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == node.attr for t in n.targets)
+        ]
+        option = any(
+            method_name(c) == "add_argument"
+            and (
+                const_str(keyword(c, "dest")) == node.attr
+                or any((const_str(a) or "").lstrip("-").replace("-", "_") == node.attr for a in c.args)
+            )
+            for c in self.calls
+        )
         return const_str(values[0]) if len(values) == 1 and not option else None
 
     def _assigned_literal(self, node: ast.AST | None) -> str | None:
@@ -209,8 +301,13 @@ class Checks(MultiGpuChecks):
         if scope is None and isinstance(node, ast.Name):
             return None  # a module-level knob (nanoGPT's `backend = 'nccl'`, overridden by its configurator)
         scope = scope or self.tree
-        values = [n.value for n in walk_same_function(scope.body) if isinstance(n, ast.Assign)
-                  and any(dotted(t) == dotted(node) for t in n.targets) and n.lineno < node.lineno]
+        values = [
+            n.value
+            for n in walk_same_function(scope.body)
+            if isinstance(n, ast.Assign)
+            and any(dotted(t) == dotted(node) for t in n.targets)
+            and n.lineno < node.lineno
+        ]
         if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
             return const_str(chosen)
         return const_str(values[0]) if len(values) == 1 else None
@@ -222,18 +319,27 @@ class Checks(MultiGpuChecks):
         if func is None:
             return None
         params = [*func.args.posonlyargs, *func.args.args]
-        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults) :], func.args.defaults))
         defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
         value = const_str(defaults.get(name.id))
-        targets = [t for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        targets = [
+            t
+            for n in ast.walk(func)
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        ]
         if value is None or any(isinstance(t, ast.Name) and t.id == name.id for x in targets for t in ast.walk(x)):
             return None
-        index = next(i for i, a in enumerate(params) if a.arg == name.id) if name.id in [a.arg for a in params] else None
+        index = (
+            next(i for i, a in enumerate(params) if a.arg == name.id) if name.id in [a.arg for a in params] else None
+        )
         for site in self.call_sites(func):
             offset = 1 if isinstance(site.func, ast.Attribute) and params and params[0].arg == "self" else 0
-            if keyword(site, name.id) is not None or any(k.arg is None for k in site.keywords) or (
-                    index is not None and len(site.args) + offset > index):
+            if (
+                keyword(site, name.id) is not None
+                or any(k.arg is None for k in site.keywords)
+                or (index is not None and len(site.args) + offset > index)
+            ):
                 return None
         return value
 
@@ -245,18 +351,30 @@ class Checks(MultiGpuChecks):
         if func is None:
             return False
         params = [*func.args.posonlyargs, *func.args.args]
-        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults):], func.args.defaults))
+        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults) :], func.args.defaults))
         child, parent = node, self.parent.get(node)
         while parent is not None and parent is not func:
-            if isinstance(parent, ast.If) and child in parent.body and isinstance(parent.test, ast.Name) and \
-                    isinstance(default := defaults.get(parent.test.id), ast.Constant) and not default.value:
-                name = self.parent.get(func).name if func.name == "__init__" and isinstance(
-                    self.parent.get(func), ast.ClassDef) else func.name
+            if (
+                isinstance(parent, ast.If)
+                and child in parent.body
+                and isinstance(parent.test, ast.Name)
+                and isinstance(default := defaults.get(parent.test.id), ast.Constant)
+                and not default.value
+            ):
+                name = (
+                    self.parent.get(func).name
+                    if func.name == "__init__" and isinstance(self.parent.get(func), ast.ClassDef)
+                    else func.name
+                )
                 sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
                 index = [a.arg for a in params].index(parent.test.id)
                 offset = 1 if params and params[0].arg in ("self", "cls") else 0
-                if sites and not any(keyword(c, parent.test.id) is not None or any(k.arg is None for k in c.keywords)
-                                     or len(c.args) + offset > index for c in sites):
+                if sites and not any(
+                    keyword(c, parent.test.id) is not None
+                    or any(k.arg is None for k in c.keywords)
+                    or len(c.args) + offset > index
+                    for c in sites
+                ):
                     return True
             child, parent = parent, self.parent.get(parent)
         return False
@@ -270,9 +388,15 @@ class Checks(MultiGpuChecks):
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
         """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
         whether torch was built with distributed support, GPUs or not)."""
-        return any(isinstance(n, ast.Call) and (last(dotted(n.func)) == "is_nccl_available" or last(dotted(
-            n.func)) in ("is_available", "device_count") and self.resolve(dotted(n.func)).split(".")[-2:-1] != [
-            "distributed"]) for n in ast.walk(node))
+        return any(
+            isinstance(n, ast.Call)
+            and (
+                last(dotted(n.func)) == "is_nccl_available"
+                or last(dotted(n.func)) in ("is_available", "device_count")
+                and self.resolve(dotted(n.func)).split(".")[-2:-1] != ["distributed"]
+            )
+            for n in ast.walk(node)
+        )
 
     def _cuda_checked(self, call: ast.Call, depth: int = 0) -> bool:
         """A CUDA check decides whether `call` runs: an enclosing `if torch.cuda.is_available()`, an assert or an
@@ -292,8 +416,12 @@ class Checks(MultiGpuChecks):
         if not isinstance(flag, (ast.Name, ast.Attribute)):
             return False
         for n in self.nodes:
-            if not (isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is False and
-                    any(dotted(t) == dotted(flag) for t in n.targets)):
+            if not (
+                isinstance(n, ast.Assign)
+                and isinstance(n.value, ast.Constant)
+                and n.value.value is False
+                and any(dotted(t) == dotted(flag) for t in n.targets)
+            ):
                 continue
             child = n
             for p in self.ancestors(n):
@@ -307,14 +435,18 @@ class Checks(MultiGpuChecks):
     def _cuda_checked_here(self, call: ast.Call, strict: bool = False) -> bool:
         """In a caller (strict) only `torch.cuda.is_available()` itself counts: `assert gpus == device_count()`
         there checks the GPU count the scheduler gave, not that there are GPUs."""
+
         def check(test: ast.AST) -> bool:
-            return self._mentions_cuda_check(test) and (not strict or any(
-                isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test)))
+            return self._mentions_cuda_check(test) and (
+                not strict
+                or any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
+            )
 
         parent = self.parent.get(call)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and (check(parent.test) or self._cleared_without_cuda(
-                    parent.test)):
+            if isinstance(parent, (ast.If, ast.IfExp)) and (
+                check(parent.test) or self._cleared_without_cuda(parent.test)
+            ):
                 return True
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
@@ -322,8 +454,11 @@ class Checks(MultiGpuChecks):
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
             if isinstance(node, ast.Assert) and check(node.test):
                 return True
-            if isinstance(node, ast.If) and check(node.test) and (
-                    body_exits(node.body) or body_exits(node.orelse) or self._chain_ends_in_exit(node)):
+            if (
+                isinstance(node, ast.If)
+                and check(node.test)
+                and (body_exits(node.body) or body_exits(node.orelse) or self._chain_ends_in_exit(node))
+            ):
                 return True
         return False
 
@@ -335,25 +470,39 @@ class Checks(MultiGpuChecks):
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, int):
                     fixed = f".cuda({arg.value})"
                 elif arg is None and not call.args and not self.sets_device and self.distributed:
-                    self.add(call, "hardcoded-cuda-device", WARNING,
-                             ".cuda() without torch.cuda.set_device(local_rank): every rank puts its tensors on GPU 0",
-                             "call torch.cuda.set_device(local_rank) before init_process_group, or use "
-                             ".to(torch.device('cuda', local_rank))")
+                    self.add(
+                        call,
+                        "hardcoded-cuda-device",
+                        WARNING,
+                        ".cuda() without torch.cuda.set_device(local_rank): every rank puts its tensors on GPU 0",
+                        "call torch.cuda.set_device(local_rank) before init_process_group, or use "
+                        ".to(torch.device('cuda', local_rank))",
+                    )
             if self.callee(call) == "torch.device" and len(call.args) == 2 and isinstance(call.args[1], ast.Constant):
-                fixed = f"torch.device({call.args[0].value!r}, {call.args[1].value!r})" \
-                    if isinstance(call.args[0], ast.Constant) else None
+                fixed = (
+                    f"torch.device({call.args[0].value!r}, {call.args[1].value!r})"
+                    if isinstance(call.args[0], ast.Constant)
+                    else None
+                )
             for arg in [*call.args, *(k.value for k in call.keywords)]:
                 text = const_str(arg)
                 if text and re.fullmatch(r"cuda:\d+", text) and self.callee_last(call) != "add_argument":
                     fixed = repr(text)  # (an option's default is the user's choice, as a backend option is)
-            if fixed and re.search(r"\b0\b", fixed) and (self.facts.visible_per_process or
-                                                        self.visible_per_process_here()):
+            if (
+                fixed
+                and re.search(r"\b0\b", fixed)
+                and (self.facts.visible_per_process or self.visible_per_process_here())
+            ):
                 fixed = None  # each process sees only its own GPU (CUDA_VISIBLE_DEVICES from the rank): it is cuda:0
             if fixed and self.distributed:
-                self.add(call, "hardcoded-cuda-device", ERROR,
-                         f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
-                         "'Duplicate GPU detected', or the others sit idle)",
-                         "use torch.device('cuda', local_rank) with local_rank = int(os.environ['LOCAL_RANK'])")
+                self.add(
+                    call,
+                    "hardcoded-cuda-device",
+                    ERROR,
+                    f"{fixed} is the same GPU on every rank: all processes share one GPU (NCCL then fails with "
+                    "'Duplicate GPU detected', or the others sit idle)",
+                    "use torch.device('cuda', local_rank) with local_rank = int(os.environ['LOCAL_RANK'])",
+                )
 
     def _random_call(self, node: ast.AST) -> bool:
         if not isinstance(node, ast.Call) or keyword(node, "generator") is not None:
@@ -368,36 +517,56 @@ class Checks(MultiGpuChecks):
         assigns = [n for n in self.nodes if isinstance(n, ast.Assign)]
         for _ in range(3):  # y = 2 * x + noise: follow a few assignments
             for node in assigns:
-                uses = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
-                           for n in ast.walk(node.value))
+                uses = any(
+                    self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted) for n in ast.walk(node.value)
+                )
                 if uses:
                     for target in node.targets:
                         for n in ast.walk(target):
                             if isinstance(n, ast.Name):
                                 tainted.setdefault(n.id, node.lineno)
         seeds = [c.lineno for c in self.calls if self.callee_last(c) in SEED_CALLS]
-        fix = ("draw from a seeded generator: g = torch.Generator().manual_seed(0); torch.randn(..., generator=g) "
-               "(or torch.manual_seed(0) first)")
+        fix = (
+            "draw from a seeded generator: g = torch.Generator().manual_seed(0); torch.randn(..., generator=g) "
+            "(or torch.manual_seed(0) first)"
+        )
         for call in self.calls:
-            if self.callee_last(call) == "random_split" and keyword(call, "generator") is None and \
-                    len(call.args) < 3 and self.distributed and not any(line <= call.lineno for line in seeds):
-                self.add(call, "unseeded-random-split", WARNING,
-                         "random_split without a seeded generator: every rank draws its own split, so the ranks "
-                         "train on different subsets and one rank's test samples are in another's training set",
-                         "random_split(dataset, lengths, generator=torch.Generator().manual_seed(0))")
+            if (
+                self.callee_last(call) == "random_split"
+                and keyword(call, "generator") is None
+                and len(call.args) < 3
+                and self.distributed
+                and not any(line <= call.lineno for line in seeds)
+            ):
+                self.add(
+                    call,
+                    "unseeded-random-split",
+                    WARNING,
+                    "random_split without a seeded generator: every rank draws its own split, so the ranks "
+                    "train on different subsets and one rank's test samples are in another's training set",
+                    "random_split(dataset, lengths, generator=torch.Generator().manual_seed(0))",
+                )
         flagged = False
         for call in self.calls:
             name = self.callee_last(call)
             if not (name.endswith("Dataset") or name in ("TensorData",)):
                 continue
             parts = [*call.args, *(k.value for k in call.keywords)]
-            random_in = any(self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
-                            for p in parts for n in ast.walk(p))
+            random_in = any(
+                self._random_call(n) or (isinstance(n, ast.Name) and n.id in tainted)
+                for p in parts
+                for n in ast.walk(p)
+            )
             if random_in and not any(line <= call.lineno for line in seeds) and self.distributed:
                 flagged = True
-                self.add(call, "unseeded-random-data", WARNING,
-                         f"{name}(...) is built from random tensors drawn without a seed: every rank draws different "
-                         "data, so the sampler's shards are not pieces of one dataset", fix)
+                self.add(
+                    call,
+                    "unseeded-random-data",
+                    WARNING,
+                    f"{name}(...) is built from random tensors drawn without a seed: every rank draws different "
+                    "data, so the sampler's shards are not pieces of one dataset",
+                    fix,
+                )
         if flagged or not self.distributed:
             return
         # Without a Dataset: random tensors used directly by a training loop (one that calls .backward()).
@@ -405,17 +574,29 @@ class Checks(MultiGpuChecks):
             if not any(isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(loop)):
                 continue
             # a draw only rank 0 uses (a preview, a sample grid) is not the data the ranks train on
-            used = sorted({tainted[n.id] for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in tainted
-                           and not self.runs_on_rank0_only(n, ANY_RANK0)})
+            used = sorted(
+                {
+                    tainted[n.id]
+                    for n in ast.walk(loop)
+                    if isinstance(n, ast.Name) and n.id in tainted and not self.runs_on_rank0_only(n, ANY_RANK0)
+                }
+            )
             # the data: drawn once before the loop, in its scope (draws in the loop or elsewhere are per-step noise)
-            before = {a.lineno for a in assigns if a.lineno < loop.lineno and
-                      self.enclosing_function(a) is self.enclosing_function(loop)}
+            before = {
+                a.lineno
+                for a in assigns
+                if a.lineno < loop.lineno and self.enclosing_function(a) is self.enclosing_function(loop)
+            }
             drawn = [line for line in used if not any(seed <= line for seed in seeds) and line in before]
             if drawn:
                 node = next(a for a in assigns if a.lineno == drawn[0])
-                self.add(node, "unseeded-random-data", WARNING,
-                         "the training loop uses random tensors drawn without a seed: every rank trains on "
-                         "different data", fix)
+                self.add(
+                    node,
+                    "unseeded-random-data",
+                    WARNING,
+                    "the training loop uses random tensors drawn without a seed: every rank trains on different data",
+                    fix,
+                )
                 return
 
     def check_sampler(self) -> None:
@@ -424,65 +605,101 @@ class Checks(MultiGpuChecks):
             if self.callee_last(call) != "DataLoader":
                 continue
             shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
-            if isinstance(shuffle, ast.Constant) and shuffle.value is True and sampler is not None and not (
-                    isinstance(sampler, ast.Constant) and sampler.value is None):
-                self.add(call, "shuffle-with-sampler", ERROR,
-                         "DataLoader gets shuffle=True and a sampler: it raises 'sampler option is mutually exclusive "
-                         "with shuffle'",
-                         "drop shuffle=True: DistributedSampler shuffles by itself (and set_epoch reshuffles each epoch)")
+            if (
+                isinstance(shuffle, ast.Constant)
+                and shuffle.value is True
+                and sampler is not None
+                and not (isinstance(sampler, ast.Constant) and sampler.value is None)
+            ):
+                self.add(
+                    call,
+                    "shuffle-with-sampler",
+                    ERROR,
+                    "DataLoader gets shuffle=True and a sampler: it raises 'sampler option is mutually exclusive "
+                    "with shuffle'",
+                    "drop shuffle=True: DistributedSampler shuffles by itself (and set_epoch reshuffles each epoch)",
+                )
         if not samplers:
             # the sampler is made in an imported module (a loader factory) and nothing in the project ever calls
             # set_epoch: the script's epoch loop is where it is missing
             if self.facts.sampler and not self.facts.set_epoch and (loop := self._epoch_loop()) is not None:
-                self.add(loop, "sampler-no-set-epoch", WARNING,
-                         "this epoch loop never calls sampler.set_epoch(epoch), and nothing in the project does: the "
-                         "DistributedSampler built in an imported module shuffles every epoch the same way",
-                         "call train_loader.sampler.set_epoch(epoch) at the start of every epoch")
+                self.add(
+                    loop,
+                    "sampler-no-set-epoch",
+                    WARNING,
+                    "this epoch loop never calls sampler.set_epoch(epoch), and nothing in the project does: the "
+                    "DistributedSampler built in an imported module shuffles every epoch the same way",
+                    "call train_loader.sampler.set_epoch(epoch) at the start of every epoch",
+                )
             return
         set_epoch_in_loop = any(
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
-            for c in self.calls)
+            for c in self.calls
+        )
         if set_epoch_in_loop or self._sampler_handed_over(samplers):
             return
         loop = self._epoch_loop()
         if loop is not None:
-            self.add(loop, "sampler-no-set-epoch", WARNING,
-                     "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
-                     "epoch the same way",
-                     "call sampler.set_epoch(epoch) at the start of every epoch")
+            self.add(
+                loop,
+                "sampler-no-set-epoch",
+                WARNING,
+                "this epoch loop never calls sampler.set_epoch(epoch): DistributedSampler then shuffles every "
+                "epoch the same way",
+                "call sampler.set_epoch(epoch) at the start of every epoch",
+            )
         elif (restart := self._endless_pass()) is not None:
-            shuffled = [c for c in samplers if not (isinstance(keyword(c, "shuffle"), ast.Constant)
-                                                    and keyword(c, "shuffle").value is False)]
+            shuffled = [
+                c
+                for c in samplers
+                if not (isinstance(keyword(c, "shuffle"), ast.Constant) and keyword(c, "shuffle").value is False)
+            ]
             if shuffled:
-                self.add(shuffled[0], "sampler-no-set-epoch", WARNING,
-                         f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
-                         "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
-                         "pass shuffles the same way",
-                         "count the passes and call sampler.set_epoch(n) before each one")
+                self.add(
+                    shuffled[0],
+                    "sampler-no-set-epoch",
+                    WARNING,
+                    f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
+                    "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
+                    "pass shuffles the same way",
+                    "count the passes and call sampler.set_epoch(n) before each one",
+                )
 
     def _endless_pass(self) -> ast.While | None:
         """`def cycle(dl): while True: for batch in dl: yield batch` (or the same loop inline): a loop over a loader
         restarted by an outer loop that has no epoch counter: each restart is a new epoch for the sampler."""
         for node in self.nodes:
             if isinstance(node, ast.While) and any(
-                    isinstance(n, ast.For) and isinstance(n.iter, (ast.Name, ast.Attribute, ast.Call))
-                    for n in ast.walk(node) if n is not node):
+                isinstance(n, ast.For) and isinstance(n.iter, (ast.Name, ast.Attribute, ast.Call))
+                for n in ast.walk(node)
+                if n is not node
+            ):
                 inner = [n for n in ast.walk(node) if isinstance(n, ast.For)]
                 func = self.enclosing_function(node)
                 params = {a.arg for a in func.args.args} if func is not None else set()
-                if any(isinstance(n.iter, ast.Name) and n.iter.id in params or
-                       "loader" in dotted(n.iter).lower() for n in inner):
+                if any(
+                    isinstance(n.iter, ast.Name) and n.iter.id in params or "loader" in dotted(n.iter).lower()
+                    for n in inner
+                ):
                     return node
         return None
 
     def _sampler_handed_over(self, samplers: list[ast.Call]) -> bool:
         """A sampler given to anything but a DataLoader (a checkpointer's epochs(), a trainer, a helper): what sets
         its epoch is there, out of this rule's sight."""
-        names = {t.id for c in samplers if isinstance(self.parent.get(c), ast.Assign)
-                 for t in self.parent[c].targets if isinstance(t, ast.Name)}
-        return any(isinstance(value, ast.Name) and value.id in names
-                   for call in self.calls if self.callee_last(call) != "DataLoader"
-                   for value in [*call.args, *(k.value for k in call.keywords)])
+        names = {
+            t.id
+            for c in samplers
+            if isinstance(self.parent.get(c), ast.Assign)
+            for t in self.parent[c].targets
+            if isinstance(t, ast.Name)
+        }
+        return any(
+            isinstance(value, ast.Name) and value.id in names
+            for call in self.calls
+            if self.callee_last(call) != "DataLoader"
+            for value in [*call.args, *(k.value for k in call.keywords)]
+        )
 
     def _in_loop(self, node: ast.AST, across_calls: bool = False, depth: int = 0) -> bool:
         parent = self.parent.get(node)
@@ -505,12 +722,15 @@ class Checks(MultiGpuChecks):
             if "epoch" in dotted(loop.target).lower():
                 return loop
         for loop in (n for n in self.nodes if isinstance(n, ast.While)):
-            if any(isinstance(n, (ast.Name, ast.Attribute)) and "epoch" in last(dotted(n)).lower()
-                   for n in ast.walk(loop.test)):
+            if any(
+                isinstance(n, (ast.Name, ast.Attribute)) and "epoch" in last(dotted(n)).lower()
+                for n in ast.walk(loop.test)
+            ):
                 return loop
         for loop in loops:
-            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop) and \
-                    not self._over_batches(loop.iter):
+            if any(isinstance(n, ast.For) for n in ast.walk(loop) if n is not loop) and not self._over_batches(
+                loop.iter
+            ):
                 return loop
         return None
 
@@ -519,51 +739,87 @@ class Checks(MultiGpuChecks):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno and \
-                            owner not in self.loaded_into and not self._handed_to_loader(owner) and \
-                            not self._on_unwrapped_path(call, owner):
-                        self.add(call, "save-ddp-state-dict", WARNING,
-                                 f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
-                                 "the file does not load into the plain model",
-                                 f"save {owner}.module.state_dict()")
+                    if (
+                        self.holds_ddp(owner, call)
+                        and self.ddp_names[owner] <= call.lineno
+                        and owner not in self.loaded_into
+                        and not self._handed_to_loader(owner)
+                        and not self._on_unwrapped_path(call, owner)
+                    ):
+                        self.add(
+                            call,
+                            "save-ddp-state-dict",
+                            WARNING,
+                            f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
+                            "the file does not load into the plain model",
+                            f"save {owner}.module.state_dict()",
+                        )
         if not self.distributed:
             return
         for call in self.calls:
             name = self.callee(call)
-            if name != "torch.save" and ("save" not in last(name).lower() or last(name) in self.functions
-                                         or isinstance(call.func, ast.Attribute) and call.func.attr.startswith("_")
-                                         or self._data_file_write(name)):
+            if name != "torch.save" and (
+                "save" not in last(name).lower()
+                or last(name) in self.functions
+                or isinstance(call.func, ast.Attribute)
+                and call.func.attr.startswith("_")
+                or self._data_file_write(name)
+            ):
                 continue  # a save function of this file is followed inside: its torch.save is the one judged
             if self._in_memory(call) or self._mentions_rank(call):
                 continue  # into a BytesIO, or one file per rank
             if self.runs_on_rank0_only(call, frozenset({"global", "single"})):
                 continue
             if self.runs_on_rank0_only(call, frozenset({"global", "single", "local"})):
-                self.add(call, "local-rank-save", WARNING,
-                         "saved when local_rank == 0: there is a local rank 0 on every machine, so every node writes "
-                         "(the same file on shared storage, concurrently)",
-                         "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = int(os.environ['RANK']))")
+                self.add(
+                    call,
+                    "local-rank-save",
+                    WARNING,
+                    "saved when local_rank == 0: there is a local rank 0 on every machine, so every node writes "
+                    "(the same file on shared storage, concurrently)",
+                    "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = int(os.environ['RANK']))",
+                )
             elif name == "torch.save" and not self.runs_on_rank0_only(call, ANY_RANK0):
-                self.add(call, "unguarded-save", WARNING,
-                         "torch.save runs on every rank: all processes write the same file at once (a corrupt "
-                         "checkpoint, or N copies)",
-                         "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)")
+                self.add(
+                    call,
+                    "unguarded-save",
+                    WARNING,
+                    "torch.save runs on every rank: all processes write the same file at once (a corrupt "
+                    "checkpoint, or N copies)",
+                    "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)",
+                )
         self._save_helper_sites()
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter, once it
         # is installed: a print earlier in the function that installs it (or calls what does) is not filtered
         filtered = self.replaces_print_here() or self.facts.replaces_print
-        prints = sorted((c for c in self.calls if self._prints(c) and keyword(c, "file") is None
-                         and not self._mentions_rank(c, sometimes=True) and not self.runs_on_rank0_only(c, ANY_RANK0)
-                         and not self._stdout_redirected(c) and (not filtered or self._before_filter(c))),
-                        key=lambda c: c.lineno)
+        prints = sorted(
+            (
+                c
+                for c in self.calls
+                if self._prints(c)
+                and keyword(c, "file") is None
+                and not self._mentions_rank(c, sometimes=True)
+                and not self.runs_on_rank0_only(c, ANY_RANK0)
+                and not self._stdout_redirected(c)
+                and (not filtered or self._before_filter(c))
+            ),
+            key=lambda c: c.lineno,
+        )
         if prints:
-            more = f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})" \
-                if len(prints) > 1 else ""
-            self.add(prints[0], "unguarded-print", WARNING,
-                     f"print runs on every rank: each line appears once per process, interleaved{more}",
-                     "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
-                     also=[c.lineno for c in prints[1:]])
+            more = (
+                f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})"
+                if len(prints) > 1
+                else ""
+            )
+            self.add(
+                prints[0],
+                "unguarded-print",
+                WARNING,
+                f"print runs on every rank: each line appears once per process, interleaved{more}",
+                "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
+                also=[c.lineno for c in prints[1:]],
+            )
 
     @staticmethod
     def _data_file_write(name: str) -> bool:
@@ -583,9 +839,12 @@ class Checks(MultiGpuChecks):
                 continue
             if isinstance(n, ast.Call) and self.callee_last(n) in installers:
                 return True
-            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "print" and
-                                                 self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-                                                 for t in n.targets):
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Attribute)
+                and t.attr == "print"
+                and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                for t in n.targets
+            ):
                 return True
         return False
 
@@ -597,30 +856,43 @@ class Checks(MultiGpuChecks):
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
         the console."""
         scope = self.enclosing_function(call)
-        return any(isinstance(n, ast.Assign) and n.lineno < call.lineno and self.enclosing_function(n) is scope and
-                   any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets) and
-                   not self.resolve(dotted(n.value)).startswith("sys.__")
-                   for n in self.nodes)
+        return any(
+            isinstance(n, ast.Assign)
+            and n.lineno < call.lineno
+            and self.enclosing_function(n) is scope
+            and any(self.resolve(dotted(t)) == "sys.stdout" for t in n.targets)
+            and not self.resolve(dotted(n.value)).startswith("sys.__")
+            for n in self.nodes
+        )
 
     def _save_helper_sites(self) -> None:
         """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
         torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
         by_function: dict[ast.AST, list[ast.Call]] = {}
         for c in self.calls:
-            if self.callee(c) == "torch.save" and (func := self.enclosing_function(c)) is not None and \
-                    not self._in_memory(c) and not self._mentions_rank(c):
+            if (
+                self.callee(c) == "torch.save"
+                and (func := self.enclosing_function(c)) is not None
+                and not self._in_memory(c)
+                and not self._mentions_rank(c)
+            ):
                 by_function.setdefault(func, []).append(c)
         for func, saves in by_function.items():
             if any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
                 continue
             for site in self.call_sites(func):
-                if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and \
-                        self.runs_on_rank0_only(site, frozenset({"global", "single", "local"})):
-                    self.add(site, "local-rank-save", WARNING,
-                             f"{func.name}() saves (torch.save on line {saves[0].lineno}) when local_rank == 0: there "
-                             "is a local rank 0 on every machine, so every node writes the same file",
-                             "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = "
-                             "int(os.environ['RANK']))")
+                if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and self.runs_on_rank0_only(
+                    site, frozenset({"global", "single", "local"})
+                ):
+                    self.add(
+                        site,
+                        "local-rank-save",
+                        WARNING,
+                        f"{func.name}() saves (torch.save on line {saves[0].lineno}) when local_rank == 0: there "
+                        "is a local rank 0 on every machine, so every node writes the same file",
+                        "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = "
+                        "int(os.environ['RANK']))",
+                    )
 
     def _in_memory(self, call: ast.Call) -> bool:
         """torch.save(obj, buf) into an io.BytesIO: nothing is written to a file there."""
@@ -630,9 +902,13 @@ class Checks(MultiGpuChecks):
         if isinstance(target, ast.Call):
             return last(self.callee(target)) == "BytesIO"
         scope = self.enclosing_function(call)
-        return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and
-                   last(self.callee(n.value)) == "BytesIO" and any(dotted(t) == dotted(target) for t in n.targets)
-                   for n in (ast.walk(scope) if scope else self.nodes))
+        return any(
+            isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and last(self.callee(n.value)) == "BytesIO"
+            and any(dotted(t) == dotted(target) for t in n.targets)
+            for n in (ast.walk(scope) if scope else self.nodes)
+        )
 
     def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
         """The rank (or the process id) is in the arguments: each process says who it is, or writes its own file.
@@ -648,8 +924,11 @@ class Checks(MultiGpuChecks):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(held, node):
                 return True  # device = torch.device(f"cuda:{local_rank}"): printing it says who prints
-            if isinstance(node, ast.Name) and self._held(self.rank_labelled, node) and \
-                    self._per_rank_when_several(node):
+            if (
+                isinstance(node, ast.Name)
+                and self._held(self.rank_labelled, node)
+                and self._per_rank_when_several(node)
+            ):
                 return True
         return False
 
@@ -657,40 +936,65 @@ class Checks(MultiGpuChecks):
         """`suffix = ""`, then `if get_world_size() > 1: suffix = f"_{dist.get_rank()}"`: the name is a per-rank
         label wherever there are several processes (a constant only for the one process)."""
         scope = self.enclosing_function(name)
-        assigns = [n for n in (walk_same_function(scope.body) if scope else self.tree.body)
-                   if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
+        assigns = [
+            n
+            for n in (walk_same_function(scope.body) if scope else self.tree.body)
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)
+        ]
         labels = [a for a in assigns if not isinstance(a.value, ast.Constant)]
-        return bool(labels) and all(self._labels_rank(a.value) and any(
-            isinstance(p, ast.If) and a in p.body and self._launcher_test(p.test) is True for p in self.ancestors(a))
-            for a in labels)
+        return bool(labels) and all(
+            self._labels_rank(a.value)
+            and any(
+                isinstance(p, ast.If) and a in p.body and self._launcher_test(p.test) is True for p in self.ancestors(a)
+            )
+            for a in labels
+        )
 
     def _handed_to_loader(self, owner: str) -> bool:
         """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
         checkpoints go back into the wrapper."""
-        return any(any(dotted(a) == owner for a in [*c.args, *(k.value for k in c.keywords)]) and
-                   any(w in self.callee_last(c).lower() for w in ("load", "restore", "resume", "restart"))
-                   for c in self.calls)
+        return any(
+            any(dotted(a) == owner for a in [*c.args, *(k.value for k in c.keywords)])
+            and any(w in self.callee_last(c).lower() for w in ("load", "restore", "resume", "restart"))
+            for c in self.calls
+        )
 
     def check_loading(self) -> None:
         for call in self.calls:
-            if self.callee(call) == "torch.load" and keyword(call, "map_location") is None and len(call.args) < 2 \
-                    and not any(k.arg is None for k in call.keywords):  # **kwargs may carry map_location
+            if (
+                self.callee(call) == "torch.load"
+                and keyword(call, "map_location") is None
+                and len(call.args) < 2
+                and not any(k.arg is None for k in call.keywords)
+            ):  # **kwargs may carry map_location
                 if self.runs_on_rank0_only(call, ANY_RANK0) or self._in_branch_never_taken(call):
                     continue  # one process (per node) loads: the saving GPU is its own, no other rank's lands there
                 own = self._mentions_rank(call)  # queue{rank}.pth: this rank saved it from its own GPU
                 if self._loaded_as_data(call):
-                    self.add(call, "load-no-map-location", WARNING,
-                             "torch.load without map_location puts every tensor back on the device it was saved from",
-                             "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=False,
-                             why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
-                             "a data file is usually written from the CPU, where it comes back")
+                    self.add(
+                        call,
+                        "load-no-map-location",
+                        WARNING,
+                        "torch.load without map_location puts every tensor back on the device it was saved from",
+                        "torch.load(path, map_location=device) (this rank's device, or 'cpu')",
+                        sure=False,
+                        why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
+                        "a data file is usually written from the CPU, where it comes back",
+                    )
                     continue
-                self.add(call, "load-no-map-location", WARNING,
-                         "torch.load without map_location puts every tensor back on the device it was saved from "
-                         "(cuda:0): every rank loads onto GPU 0",
-                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')", sure=not own,
-                         why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
-                         "goes back there unless the GPU layout changed between runs" if own else "")
+                self.add(
+                    call,
+                    "load-no-map-location",
+                    WARNING,
+                    "torch.load without map_location puts every tensor back on the device it was saved from "
+                    "(cuda:0): every rank loads onto GPU 0",
+                    "torch.load(path, map_location=device) (this rank's device, or 'cpu')",
+                    sure=not own,
+                    why="the file is this rank's own (the rank is in its path): saved from this rank's GPU, it "
+                    "goes back there unless the GPU layout changed between runs"
+                    if own
+                    else "",
+                )
 
     def _loaded_as_data(self, call: ast.Call) -> bool:
         """The loaded object is used as a tensor of data (`torch.load(f).numpy()`, `freq = torch.load(f)` then
@@ -698,12 +1002,16 @@ class Checks(MultiGpuChecks):
         parent = self.parent.get(call)
         if isinstance(parent, ast.Attribute):
             return parent.attr in DATA_USES
-        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and
-                isinstance(parent.targets[0], ast.Name)):
+        if not (
+            isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+        ):
             return False
         name, scope = parent.targets[0].id, self.enclosing_function(call)
-        uses = [n for n in (walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Name)
-                and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno]
+        uses = [
+            n
+            for n in (walk_same_function(scope.body) if scope else self.nodes)
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and n.lineno >= call.lineno
+        ]
         data = checkpoint = False
         for use in uses:
             holder = self.parent.get(use)
@@ -722,12 +1030,19 @@ class Checks(MultiGpuChecks):
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
         if inits and not self.destroys_group() and not self.facts.destroys:
             endless = self._ends_in_endless_loop(inits[0])
-            self.add(inits[0], "no-destroy", WARNING,
-                     "the process group is never destroyed: on exit or after an error the other ranks may wait for "
-                     "this one until the timeout",
-                     "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
-                     sure=not endless, why="the run ends in a `while True` loop with no way out but an error: a "
-                     "destroy at the end would never run" if endless else "")
+            self.add(
+                inits[0],
+                "no-destroy",
+                WARNING,
+                "the process group is never destroyed: on exit or after an error the other ranks may wait for "
+                "this one until the timeout",
+                "call dist.destroy_process_group() at the end, in a `finally:` so that it runs after errors too",
+                sure=not endless,
+                why="the run ends in a `while True` loop with no way out but an error: a "
+                "destroy at the end would never run"
+                if endless
+                else "",
+            )
 
     def destroys_group(self, used: set[str] | None = None) -> bool:
         """A destroy_process_group that runs: at module level, or in a function something names (`used`: the
@@ -737,35 +1052,51 @@ class Checks(MultiGpuChecks):
         if not destroys or not any(is_main_block(n) for n in self.tree.body):
             return bool(destroys)
         if used is None:
-            used = {n.id if isinstance(n, ast.Name) else n.attr for n in self.nodes
-                    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)}
+            used = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in self.nodes
+                if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+            }
         return any((func := self.enclosing_function(c)) is None or func.name in used for c in destroys)
 
     def _ends_in_endless_loop(self, node: ast.AST) -> bool:
         """After this line the function (or module) enters `while True:` with no break: only an error ends it."""
         scope = self.enclosing_function(node) or self.tree
-        return any(isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
-                   and n.lineno > node.lineno and
-                   not any(isinstance(b, (ast.Break, ast.Return)) for b in walk_same_function(n.body, False))
-                   for n in walk_same_function(scope.body))
+        return any(
+            isinstance(n, ast.While)
+            and isinstance(n.test, ast.Constant)
+            and n.test.value is True
+            and n.lineno > node.lineno
+            and not any(isinstance(b, (ast.Break, ast.Return)) for b in walk_same_function(n.body, False))
+            for n in walk_same_function(scope.body)
+        )
 
     def check_ddp_device_ids(self) -> None:
         """torch's DDP on a GPU with no device_ids: fine when the current device was set (a single-device module on
         this process's GPU needs none), a mistake when the model sits on the default GPU. Wrappers of other
         libraries (apex, fairscale) have their own signatures: apex's DDP takes no device_ids at all."""
         gpu = self.backend == "nccl" or any(
-            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" or self._bare_cuda(c) for c in self.calls)
+            isinstance(c.func, ast.Attribute) and c.func.attr == "cuda" or self._bare_cuda(c) for c in self.calls
+        )
         if not gpu:
             return
         for call in self.calls:
             if self.sets_device and not self._other_branch_sets_device(call):
                 continue  # the device is set on this path (not only on the other branch of an `if`)
-            if self.callee_last(call) in DDP_NAMES and self.is_torch_ddp(call) and \
-                    keyword(call, "device_ids") is None and len(call.args) < 2:
-                self.add(call, "ddp-no-device-ids", WARNING,
-                         "DistributedDataParallel without device_ids, and the current device is not set on this path: "
-                         "the model sits on the default GPU, GPU 0 on every rank",
-                         "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)")
+            if (
+                self.callee_last(call) in DDP_NAMES
+                and self.is_torch_ddp(call)
+                and keyword(call, "device_ids") is None
+                and len(call.args) < 2
+            ):
+                self.add(
+                    call,
+                    "ddp-no-device-ids",
+                    WARNING,
+                    "DistributedDataParallel without device_ids, and the current device is not set on this path: "
+                    "the model sits on the default GPU, GPU 0 on every rank",
+                    "DDP(model, device_ids=[local_rank]) on GPU (device_ids=None on CPU)",
+                )
 
     def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
         """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
@@ -775,20 +1106,31 @@ class Checks(MultiGpuChecks):
             return True
         flags = set()
         for n in self.nodes:
-            if isinstance(n, ast.Assign) and any(dotted(t) == owner for t in n.targets) and \
-                    isinstance(n.value, ast.Call) and self.callee_last(n.value) in DDP_NAMES:
+            if (
+                isinstance(n, ast.Assign)
+                and any(dotted(t) == owner for t in n.targets)
+                and isinstance(n.value, ast.Call)
+                and self.callee_last(n.value) in DDP_NAMES
+            ):
                 flags |= self._conditions(n)
         if not flags:
             return False
         child, parent = node, self.parent.get(node)
         while parent is not None:
-            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, (ast.Name, ast.Attribute)) and \
-                    dotted(parent.test) in flags:
+            if (
+                isinstance(parent, (ast.If, ast.IfExp))
+                and isinstance(parent.test, (ast.Name, ast.Attribute))
+                and dotted(parent.test) in flags
+            ):
                 orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
                 if child in orelse:
                     return True
-            if isinstance(parent, (ast.If, ast.IfExp)) and isinstance(parent.test, ast.UnaryOp) and \
-                    isinstance(parent.test.op, ast.Not) and dotted(parent.test.operand) in flags:
+            if (
+                isinstance(parent, (ast.If, ast.IfExp))
+                and isinstance(parent.test, ast.UnaryOp)
+                and isinstance(parent.test.op, ast.Not)
+                and dotted(parent.test.operand) in flags
+            ):
                 body = parent.body if isinstance(parent.body, list) else [parent.body]
                 if child in body:
                     return True
@@ -804,9 +1146,17 @@ class Checks(MultiGpuChecks):
                 test, wrapped_branch = parent.test, "body"
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, wrapped_branch = test.operand, "orelse"
-                if isinstance(test, ast.Call) and len(test.args) == 2 and dotted(test.args[0]) == owner and (
-                        self.callee_last(test) == "hasattr" and const_str(test.args[1]) == "module" or
-                        self.callee_last(test) == "isinstance" and last(dotted(test.args[1])) in DDP_NAMES):
+                if (
+                    isinstance(test, ast.Call)
+                    and len(test.args) == 2
+                    and dotted(test.args[0]) == owner
+                    and (
+                        self.callee_last(test) == "hasattr"
+                        and const_str(test.args[1]) == "module"
+                        or self.callee_last(test) == "isinstance"
+                        and last(dotted(test.args[1])) in DDP_NAMES
+                    )
+                ):
                     other = getattr(parent, "orelse" if wrapped_branch == "body" else "body")
                     return child in (other if isinstance(other, list) else [other])
             child, parent = parent, self.parent.get(parent)
@@ -821,19 +1171,26 @@ class Checks(MultiGpuChecks):
             if not direct:
                 self._collective_in_guarded_helper(call, name)
             for guard in direct:
-                paired = any(isinstance(n, ast.Call) and self.callee_last(n) == name
-                             for branch in guard.other for n in ast.walk(branch)) or \
-                    self._paired_elsewhere(call, name, guard)
+                paired = any(
+                    isinstance(n, ast.Call) and self.callee_last(n) == name
+                    for branch in guard.other
+                    for n in ast.walk(branch)
+                ) or self._paired_elsewhere(call, name, guard)
                 if not paired:
                     who = "rank 0" if guard.rank0 else "every rank but 0"
-                    self.add(call, "collective-in-rank-branch", ERROR,
-                             f"{name} runs on {who} only (the {guard.kind} rank test on line {guard.node.lineno}): "
-                             "a collective needs every rank, so the others never join and it hangs",
-                             f"call {name} on every rank, outside the rank test; keep only the printing/saving inside")
+                    self.add(
+                        call,
+                        "collective-in-rank-branch",
+                        ERROR,
+                        f"{name} runs on {who} only (the {guard.kind} rank test on line {guard.node.lineno}): "
+                        "a collective needs every rank, so the others never join and it hangs",
+                        f"call {name} on every rank, outside the rank test; keep only the printing/saving inside",
+                    )
                     break
 
-    def _collective_in_guarded_helper(self, call: ast.Call, name: str, depth: int = 0,
-                                      func: ast.AST | None = None) -> None:
+    def _collective_in_guarded_helper(
+        self, call: ast.Call, name: str, depth: int = 0, func: ast.AST | None = None
+    ) -> None:
         """`if rank == 0: val = evaluate(model)` where evaluate (or a helper it calls) runs all_reduce: the
         collective runs on rank 0 only, reported at the guarded call."""
         func = func or self.enclosing_function(call)
@@ -847,23 +1204,35 @@ class Checks(MultiGpuChecks):
             if not guards:
                 self._collective_in_guarded_helper(call, name, depth + 1, self.enclosing_function(site))
                 continue
-            if any(isinstance(n, ast.Call) and self.callee_last(n) == func.name
-                   for g in guards for branch in g.other for n in ast.walk(branch)):
+            if any(
+                isinstance(n, ast.Call) and self.callee_last(n) == func.name
+                for g in guards
+                for branch in g.other
+                for n in ast.walk(branch)
+            ):
                 continue  # the same helper on the other ranks' branch too
             who = "rank 0" if guards[0].rank0 else "every rank but 0"
-            self.add(site, "collective-in-rank-branch", ERROR,
-                     f"{func.name}() runs {name} (line {call.lineno}) and is called on {who} only here (the "
-                     f"{guards[0].kind} rank test on line {guards[0].node.lineno}): a collective needs every rank, "
-                     "so the others never join and it hangs",
-                     f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside")
+            self.add(
+                site,
+                "collective-in-rank-branch",
+                ERROR,
+                f"{func.name}() runs {name} (line {call.lineno}) and is called on {who} only here (the "
+                f"{guards[0].kind} rank test on line {guards[0].node.lineno}): a collective needs every rank, "
+                "so the others never join and it hangs",
+                f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside",
+            )
 
     def _paired_elsewhere(self, call: ast.Call, name: str, guard) -> bool:
-        """"Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
+        """ "Rank 0 goes first": `if rank != 0: barrier()` ... `if rank == 0: barrier()` in the same function. The
         same collective under the opposite test of the same kind: every rank reaches it once."""
         scope = self.enclosing_function(call)
-        return any(other is not call and self.callee_last(other) == name and self.enclosing_function(other) is scope
-                   and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
-                   for other in self.calls)
+        return any(
+            other is not call
+            and self.callee_last(other) == name
+            and self.enclosing_function(other) is scope
+            and any(g.kind == guard.kind and g.rank0 != guard.rank0 for g in self.guards(other))
+            for other in self.calls
+        )
 
     def check_rank0_ddp_forward(self) -> None:
         """DDP's forward broadcasts the module's buffers from rank 0 (broadcast_buffers=True, the default), also
@@ -871,12 +1240,21 @@ class Checks(MultiGpuChecks):
         alone is a broadcast nobody else joins. Checked by running it: 2 gloo ranks, BatchNorm1d, rank 0 evaluating
         through the wrapper: both ranks stop at "Timed out waiting ... for send operation to complete"."""
         wrappers = [c for c in self.calls if self.callee_last(c) in DDP_NAMES]
-        syncs = [c for c in wrappers if not any(
-            isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
-            for k in ("broadcast_buffers", "forward_sync_buffers"))]
-        has_buffers = any(BUFFER_LAYERS.fullmatch(self.callee_last(c)) or self.callee(c).startswith(
-            "torchvision.models.") and BATCHNORM_MODELS.fullmatch(self.callee_last(c)) or
-            self.callee_last(c) in self.facts.buffer_classes for c in self.calls)  # a project class with BatchNorm
+        syncs = [
+            c
+            for c in wrappers
+            if not any(
+                isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
+                for k in ("broadcast_buffers", "forward_sync_buffers")
+            )
+        ]
+        has_buffers = any(
+            BUFFER_LAYERS.fullmatch(self.callee_last(c))
+            or self.callee(c).startswith("torchvision.models.")
+            and BATCHNORM_MODELS.fullmatch(self.callee_last(c))
+            or self.callee_last(c) in self.facts.buffer_classes
+            for c in self.calls
+        )  # a project class with BatchNorm
         if not syncs or not has_buffers:
             return
         for call in self.calls:
@@ -886,12 +1264,16 @@ class Checks(MultiGpuChecks):
                 continue
             if self.ddp_names.get(owner, 0) > call.lineno:
                 continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
-            self.add(call, "rank0-ddp-forward", ERROR,
-                     f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
-                     "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
-                     "never join that broadcast: the run hangs",
-                     f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
-                     "all_reduce the metric")
+            self.add(
+                call,
+                "rank0-ddp-forward",
+                ERROR,
+                f"{owner}(...) runs the DDP wrapper's forward on rank 0 only: DDP broadcasts the module's "
+                "buffers (BatchNorm running stats) in forward, also under torch.no_grad(), and the other ranks "
+                "never join that broadcast: the run hangs",
+                f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
+                "all_reduce the metric",
+            )
 
     def check_loader_without_sampler(self) -> None:
         if not self.distributed:
@@ -902,19 +1284,30 @@ class Checks(MultiGpuChecks):
                 continue
             shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
             always_none = sampler is not None and self._always_none(sampler)
-            shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True or (
-                always_none and isinstance(shuffle, ast.Compare) and isinstance(shuffle.ops[0], ast.Is)
-                and dotted(shuffle.left) == dotted(sampler))  # shuffle=(sampler is None)
+            shuffled = (
+                isinstance(shuffle, ast.Constant)
+                and shuffle.value is True
+                or (
+                    always_none
+                    and isinstance(shuffle, ast.Compare)
+                    and isinstance(shuffle.ops[0], ast.Is)
+                    and dotted(shuffle.left) == dotted(sampler)
+                )
+            )  # shuffle=(sampler is None)
             if not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None:
                 continue
             if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call) or self._for_evaluation(call):
                 continue
             beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
-            self.add(call, "loader-without-sampler", WARNING,
-                     "DataLoader(shuffle=True) without a DistributedSampler: every rank reads the whole dataset in "
-                     f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
-                     "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
-                     "sampler.set_epoch(epoch) every epoch")
+            self.add(
+                call,
+                "loader-without-sampler",
+                WARNING,
+                "DataLoader(shuffle=True) without a DistributedSampler: every rank reads the whole dataset in "
+                f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
+                "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
+                "sampler.set_epoch(epoch) every epoch",
+            )
 
     def _always_none(self, name: ast.AST) -> bool:
         """`sampler=train_sampler` where train_sampler is only ever assigned None."""
@@ -932,12 +1325,14 @@ class Checks(MultiGpuChecks):
                 block = getattr(parent, field_name, None)
                 if isinstance(block, list) and child in block:
                     for stmt in reversed(block[: block.index(child)]):
-                        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name.id
-                                                                for t in stmt.targets):
+                        if isinstance(stmt, ast.Assign) and any(
+                            isinstance(t, ast.Name) and t.id == name.id for t in stmt.targets
+                        ):
                             return stmt.value
                         if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
-                                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                                for n in walk_same_function([stmt])):
+                            isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                            for n in walk_same_function([stmt])
+                        ):
                             return None  # set on some path only: not one value
             child, parent = parent, self.parent.get(parent)
         return None
@@ -949,80 +1344,123 @@ class Checks(MultiGpuChecks):
         names = [dotted(t).lower() for t in getattr(parent, "targets", [])]
         if any(w in n for n in names for w in ("val", "test", "eval")):
             return True
-        return any(isinstance(n, ast.Call) and isinstance(keyword(n, "train"), ast.Constant)
-                   and keyword(n, "train").value is False for n in ast.walk(call))
+        return any(
+            isinstance(n, ast.Call)
+            and isinstance(keyword(n, "train"), ast.Constant)
+            and keyword(n, "train").value is False
+            for n in ast.walk(call)
+        )
 
     def _dataset_sharded(self, call: ast.Call) -> bool:
         """The dataset given to the loader is already this rank's piece (built from the rank)."""
         dataset = call.args[0] if call.args else keyword(call, "dataset")
         if dataset is None:
             return False
-        exprs = [dataset] + [n.value for n in self.nodes if isinstance(n, ast.Assign)
-                             and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)]
-        return any(isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
-                   for e in exprs for n in ast.walk(e))
+        exprs = [dataset] + [
+            n.value
+            for n in self.nodes
+            if isinstance(n, ast.Assign) and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)
+        ]
+        return any(
+            isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
+            for e in exprs
+            for n in ast.walk(e)
+        )
 
     def check_grad_accumulation(self) -> None:
         """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""
-        if not (self.ddp_names or self.facts.ddp) or self.facts.no_sync or any(
+        if (
+            not (self.ddp_names or self.facts.ddp)
+            or self.facts.no_sync
+            or any(
                 (isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync"))
-                for n in self.nodes):
+                for n in self.nodes
+            )
+        ):
             return
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             here = list(walk_same_function(loop.body, into_loops=False))  # this loop's own level
             backward = next((c for c in here if isinstance(c, ast.Call) and method_name(c) == "backward"), None)
             if backward is None and (where := self._steps_every_k_beside_helper(loop, here)) is not None:
-                self.add(where, "grad-accum-no-sync", WARNING,
-                         "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
-                         "that runs backward on the others too, so DDP all-reduces in every backward (k-1 of every "
-                         "k all-reduces are wasted)",
-                         "run the micro-steps but the last inside `with model.no_sync():`")
+                self.add(
+                    where,
+                    "grad-accum-no-sync",
+                    WARNING,
+                    "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
+                    "that runs backward on the others too, so DDP all-reduces in every backward (k-1 of every "
+                    "k all-reduces are wasted)",
+                    "run the micro-steps but the last inside `with model.no_sync():`",
+                )
                 continue
             if backward is None:
                 # loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0): backward every call, the step
                 # every k-th, inside a helper
-                if any(isinstance(c, ast.Call) and any(
-                        isinstance(k.value, ast.Compare) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
-                                                                 for b in ast.walk(k.value)) for k in c.keywords)
-                       and any("loss" in dotted(a).lower() for a in c.args) for c in here):
-                    self.add(loop, "grad-accum-no-sync", WARNING,
-                             "gradient accumulation without no_sync(): the helper runs backward every micro-step and "
-                             "steps every k-th, and DDP all-reduces the gradients in each of those backwards (k-1 of "
-                             "every k all-reduces are wasted)",
-                             "run the micro-steps but the last inside `with model.no_sync():`")
+                if any(
+                    isinstance(c, ast.Call)
+                    and any(
+                        isinstance(k.value, ast.Compare)
+                        and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(k.value))
+                        for k in c.keywords
+                    )
+                    and any("loss" in dotted(a).lower() for a in c.args)
+                    for c in here
+                ):
+                    self.add(
+                        loop,
+                        "grad-accum-no-sync",
+                        WARNING,
+                        "gradient accumulation without no_sync(): the helper runs backward every micro-step and "
+                        "steps every k-th, and DDP all-reduces the gradients in each of those backwards (k-1 of "
+                        "every k all-reduces are wasted)",
+                        "run the micro-steps but the last inside `with model.no_sync():`",
+                    )
                 continue
             # `if (i + 1) % accum == 0: optimizer.step()` beside a backward on every iteration
             stepped_every_k = any(
-                isinstance(n, ast.If) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
-                                              for b in ast.walk(n.test))
+                isinstance(n, ast.If)
+                and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n.test))
                 and any(method_name(c) == "step" for c in calls_in(n.body))
                 and not any(c is backward for c in calls_in(n.body))
-                for n in here) or self._skips_until_every_k(loop, backward)
+                for n in here
+            ) or self._skips_until_every_k(loop, backward)
             # `for micro_step in range(accum): ... backward()` inside a loop that steps after it
             outer = self.parent.get(loop)
             while outer is not None and not isinstance(outer, (ast.For, ast.While, ast.FunctionDef, ast.Module)):
                 outer = self.parent.get(outer)
-            inner_no_step = isinstance(outer, (ast.For, ast.While)) and \
-                not any(method_name(c) == "step" for c in calls_in(loop.body)) and \
-                any(isinstance(c, ast.Call) and method_name(c) == "step" and c.lineno > loop.lineno
-                    for c in walk_same_function(outer.body, into_loops=False))
+            inner_no_step = (
+                isinstance(outer, (ast.For, ast.While))
+                and not any(method_name(c) == "step" for c in calls_in(loop.body))
+                and any(
+                    isinstance(c, ast.Call) and method_name(c) == "step" and c.lineno > loop.lineno
+                    for c in walk_same_function(outer.body, into_loops=False)
+                )
+            )
             if stepped_every_k or inner_no_step:
-                self.add(loop, "grad-accum-no-sync", WARNING,
-                         "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
-                         "backward, also on the micro-steps where no optimizer step follows (k-1 of every k "
-                         "all-reduces are wasted)",
-                         "run the micro-steps but the last inside `with model.no_sync():` (or set "
-                         "model.require_backward_grad_sync = is_last_micro_step before the forward)")
-
+                self.add(
+                    loop,
+                    "grad-accum-no-sync",
+                    WARNING,
+                    "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
+                    "backward, also on the micro-steps where no optimizer step follows (k-1 of every k "
+                    "all-reduces are wasted)",
+                    "run the micro-steps but the last inside `with model.no_sync():` (or set "
+                    "model.require_backward_grad_sync = is_last_micro_step before the forward)",
+                )
 
     def _skips_until_every_k(self, loop: ast.AST, backward: ast.Call) -> bool:
         """`if batch_idx % k != 0: continue` after the backward, then `optimizer.step()` further down the loop's
         body: accumulation written as an early skip."""
         for i, stmt in enumerate(loop.body):
-            if isinstance(stmt, ast.If) and isinstance(stmt.body[-1], ast.Continue) and stmt.lineno > backward.lineno \
-                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test)):
-                return any(method_name(c) == "step" and "sched" not in dotted(c.func.value).lower()
-                           for c in calls_in(loop.body[i + 1:]))
+            if (
+                isinstance(stmt, ast.If)
+                and isinstance(stmt.body[-1], ast.Continue)
+                and stmt.lineno > backward.lineno
+                and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(stmt.test))
+            ):
+                return any(
+                    method_name(c) == "step" and "sched" not in dotted(c.func.value).lower()
+                    for c in calls_in(loop.body[i + 1 :])
+                )
         return False
 
     def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
@@ -1036,8 +1474,13 @@ class Checks(MultiGpuChecks):
         for branch in (n for n in here if isinstance(n, ast.If)):
             if (counted := self._every_k(branch, scope)) is None:
                 continue
-            steps = [c for c in calls_in(branch.body) if method_name(c) == "step" and
-                     "sched" not in dotted(c.func.value).lower() and "lr" not in last(dotted(c.func.value)).lower()]
+            steps = [
+                c
+                for c in calls_in(branch.body)
+                if method_name(c) == "step"
+                and "sched" not in dotted(c.func.value).lower()
+                and "lr" not in last(dotted(c.func.value)).lower()
+            ]
             inside = set(map(id, calls_in(branch.body)))
             if steps and any(id(h) not in inside for h in helpers):
                 return counted
@@ -1046,13 +1489,18 @@ class Checks(MultiGpuChecks):
     def _every_k(self, branch: ast.If, scope: ast.AST | None) -> ast.AST | None:
         """Where the `if`'s `% k` test is written: in the `if` itself, or the assignment of the name it tests
         (`should_step = i % k == 0`); None when it tests no `% k`."""
+
         def counts(node: ast.AST) -> bool:
             return any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(node))
+
         if counts(branch.test):
             return branch
         if isinstance(branch.test, (ast.Name, ast.Attribute)):
-            stored = [n for n in (walk_same_function(scope.body) if scope else self.nodes)
-                      if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)]
+            stored = [
+                n
+                for n in (walk_same_function(scope.body) if scope else self.nodes)
+                if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)
+            ]
             if stored and all(counts(n.value) for n in stored):
                 return min(stored, key=lambda n: n.lineno)
         return None
@@ -1067,12 +1515,19 @@ def _by_platform(node: ast.AST) -> ast.AST | None:
     if not isinstance(node, ast.IfExp):
         return None
     tested = {dotted(n) for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
-    if not tested or not all(any(t.startswith(p) for p in PLATFORM_TESTS) or any(p.startswith(t + ".") for p in
-                                                                                  PLATFORM_TESTS) for t in tested):
+    if not tested or not all(
+        any(t.startswith(p) for p in PLATFORM_TESTS) or any(p.startswith(t + ".") for p in PLATFORM_TESTS)
+        for t in tested
+    ):
         return None
     if any(isinstance(n, ast.Name) and n.id not in ("os", "sys", "platform") for n in ast.walk(node.test)):
         return None
-    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {"nt", "win", "win32", "Windows"}
+    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {
+        "nt",
+        "win",
+        "win32",
+        "Windows",
+    }
     if not windows:
         return None
     negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1

@@ -10,21 +10,38 @@ import ast
 import bisect
 import re
 
-from ddplab.lint.scriptread import (ANY_RANK0, DDP_NAMES, ScriptReader, body_exits, method_name, const_str, dotted,
-                                    given_for, keyword, last)
-from ddplab.lint.scriptread import walk_same_function
+from ddplab.lint.findings import ERROR, WARNING
+from ddplab.lint.scriptread import (
+    ANY_RANK0,
+    DDP_NAMES,
+    ScriptReader,
+    body_exits,
+    const_str,
+    dotted,
+    given_for,
+    keyword,
+    last,
+    method_name,
+    walk_same_function,
+)
 
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|num_updates|updates)$")
 AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
-from ddplab.lint.findings import ERROR, WARNING
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
-IMPLICIT_DEVICE = {"synchronize", "empty_cache", "current_device", "memory_allocated", "max_memory_allocated",
-                   "reset_peak_memory_stats", "GradScaler"}  # calls that use (and create a context on) the current GPU
+IMPLICIT_DEVICE = {
+    "synchronize",
+    "empty_cache",
+    "current_device",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_peak_memory_stats",
+    "GradScaler",
+}  # calls that use (and create a context on) the current GPU
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
 CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cuda's: the current device's generator
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
@@ -55,8 +72,12 @@ class MultiGpuChecks(ScriptReader):
 
     def local_rank_flags(self) -> list[tuple[ast.Call, str]]:
         """This file's argparse --local_rank flags, with the attribute each stores into."""
-        return [(c, const_str(keyword(c, "dest")) or "local_rank") for c in self.calls if method_name(c) == "add_argument"
-                and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)]
+        return [
+            (c, const_str(keyword(c, "dest")) or "local_rank")
+            for c in self.calls
+            if method_name(c) == "add_argument"
+            and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)
+        ]
 
     def check_local_rank_flag(self) -> None:
         """argparse --local_rank read for the device, and LOCAL_RANK never read: torchrun does not pass the flag.
@@ -67,15 +88,25 @@ class MultiGpuChecks(ScriptReader):
             return
         if any(isinstance(n, ast.Attribute) and n.attr in dests and isinstance(n.ctx, ast.Store) for n in self.nodes):
             return  # `opt.local_rank = dist.get_rank()`: the flag's value is replaced before any device is picked
-        used = [n for n in self.nodes if isinstance(n, ast.Attribute) and n.attr in dests
-                and isinstance(n.ctx, ast.Load) and self._picks_device(n)]
+        used = [
+            n
+            for n in self.nodes
+            if isinstance(n, ast.Attribute)
+            and n.attr in dests
+            and isinstance(n.ctx, ast.Load)
+            and self._picks_device(n)
+        ]
         if used:
-            self.add(flags[0][0] if flags else used[0], "local-rank-argparse", ERROR,
-                     f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
-                     "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
-                     "default and takes the same GPU (duplicate GPU error or out of memory)",
-                     "local_rank = int(os.environ['LOCAL_RANK']) (set by torchrun and ddplab launch)",
-                     why="LOCAL_RANK is read nowhere in the script or its modules")
+            self.add(
+                flags[0][0] if flags else used[0],
+                "local-rank-argparse",
+                ERROR,
+                f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
+                "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
+                "default and takes the same GPU (duplicate GPU error or out of memory)",
+                "local_rank = int(os.environ['LOCAL_RANK']) (set by torchrun and ddplab launch)",
+                why="LOCAL_RANK is read nowhere in the script or its modules",
+            )
 
     def _reads_env(self, var: str) -> bool:
         return any(isinstance(n, ast.Constant) and n.value == var for n in self.nodes)
@@ -83,19 +114,24 @@ class MultiGpuChecks(ScriptReader):
     def _picks_device(self, node: ast.AST) -> bool:
         """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
         torch.device or a 'cuda:N' string."""
+
         def into_device(n: ast.AST) -> bool:
             child, parent = n, self.parent.get(n)
             for _ in range(4):
                 if parent is None:
                     return False
-                if isinstance(parent, ast.Call) and (self.callee_last(parent) in (
-                        "set_device", "cuda", "to", "device", "set_device_index") or keyword(parent, "device_ids") or
-                        self.callee_last(parent) in DDP_NAMES and child in parent.args[1:2]):  # DDP(model, ids)
+                if isinstance(parent, ast.Call) and (
+                    self.callee_last(parent) in ("set_device", "cuda", "to", "device", "set_device_index")
+                    or keyword(parent, "device_ids")
+                    or self.callee_last(parent) in DDP_NAMES
+                    and child in parent.args[1:2]
+                ):  # DDP(model, ids)
                     return True
                 if isinstance(parent, ast.JoinedStr):
                     return any(isinstance(v, ast.Constant) and "cuda" in str(v.value) for v in parent.values)
                 child, parent = parent, self.parent.get(parent)
             return False
+
         if into_device(node):
             return True
         assign = self.parent.get(node)
@@ -103,9 +139,11 @@ class MultiGpuChecks(ScriptReader):
             assign = self.parent.get(assign)
         if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
             target = dotted(assign.targets[0])
-            return any(into_device(n) for n in self.nodes
-                       if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
-                       and dotted(n) == target)
+            return any(
+                into_device(n)
+                for n in self.nodes
+                if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load) and dotted(n) == target
+            )
         return False
 
     # ------------------------------------------------------------------------------------------ current device
@@ -114,20 +152,34 @@ class MultiGpuChecks(ScriptReader):
         for call in self.calls:
             # torch.accelerator.device_index(i) is a context manager: as a plain statement it sets nothing
             if self.callee_last(call) == "device_index" and isinstance(self.parent.get(call), ast.Expr):
-                self.add(call, "no-set-device", ERROR,
-                         "torch.accelerator.device_index(...) is a context manager: called alone it changes nothing, "
-                         "so every rank stays on GPU 0 for NCCL and for .cuda()",
-                         "torch.accelerator.set_device_index(local_rank) (or torch.cuda.set_device(local_rank))")
+                self.add(
+                    call,
+                    "no-set-device",
+                    ERROR,
+                    "torch.accelerator.device_index(...) is a context manager: called alone it changes nothing, "
+                    "so every rank stays on GPU 0 for NCCL and for .cuda()",
+                    "torch.accelerator.set_device_index(local_rank) (or torch.cuda.set_device(local_rank))",
+                )
         if self.sets_device:
             # `.cuda()` on the branch of an `if` whose other branch is the one that sets the device
             for call in self.calls:
-                if method_name(call) == "cuda" and not call.args and not call.keywords and self.distributed and \
-                        self._other_branch_sets_device(call) and self._wraps_in_ddp_here(call):
-                    self.add(call, "no-set-device", ERROR,
-                             ".cuda() on a path where torch.cuda.set_device is not called (only the other branch of "
-                             "the `if` sets it): every rank on this path puts the model on GPU 0",
-                             "set the device on every path: torch.cuda.set_device(local_rank) with local_rank = "
-                             "int(os.environ['LOCAL_RANK']), before init_process_group")
+                if (
+                    method_name(call) == "cuda"
+                    and not call.args
+                    and not call.keywords
+                    and self.distributed
+                    and self._other_branch_sets_device(call)
+                    and self._wraps_in_ddp_here(call)
+                ):
+                    self.add(
+                        call,
+                        "no-set-device",
+                        ERROR,
+                        ".cuda() on a path where torch.cuda.set_device is not called (only the other branch of "
+                        "the `if` sets it): every rank on this path puts the model on GPU 0",
+                        "set the device on every path: torch.cuda.set_device(local_rank) with local_rank = "
+                        "int(os.environ['LOCAL_RANK']), before init_process_group",
+                    )
             return
         if not self.distributed:
             return
@@ -135,23 +187,39 @@ class MultiGpuChecks(ScriptReader):
         for call in self.calls:
             # 'cuda' is the current device whatever the backend: under gloo too, every rank's model on GPU 0
             if self._bare_cuda(call) and (ddp or self.backend == "nccl" or self.facts.backend_nccl):
-                self.add(call, "no-set-device", ERROR,
-                         "'cuda' without an index and no torch.cuda.set_device anywhere: 'cuda' is the current "
-                         "device, GPU 0 on every rank (all ranks on one GPU, NCCL then fails or runs out of memory)",
-                         "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
-                         "int(os.environ['LOCAL_RANK']))")
+                self.add(
+                    call,
+                    "no-set-device",
+                    ERROR,
+                    "'cuda' without an index and no torch.cuda.set_device anywhere: 'cuda' is the current "
+                    "device, GPU 0 on every rank (all ranks on one GPU, NCCL then fails or runs out of memory)",
+                    "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
+                    "int(os.environ['LOCAL_RANK']))",
+                )
         inits = [c for c in self.calls if self.is_(c, "init_process_group") and keyword(c, "device_id") is None]
         if inits and (self.backend == "nccl" or self._nccl_where_cuda(inits[0])):
-            implicit = [c for c in self.calls if self.callee_last(c) in IMPLICIT_DEVICE or
-                        self.callee_last(c) in CUDA_STATE and "cuda" in self.callee(c)]
-            self.add(inits[0], "no-set-device", WARNING,
-                     "NCCL with no torch.cuda.set_device in the script or its modules: the current device stays GPU 0 "
-                     "on every rank, so anything that uses it (torch.cuda.synchronize, empty_cache, a GradScaler, "
-                     "barrier) makes a CUDA context on GPU 0 per rank",
-                     "torch.cuda.set_device(local_rank) before init_process_group",
-                     sure=bool(implicit),
-                     why=(f"line {implicit[0].lineno} uses the current device" if implicit else
-                          "nothing in the script uses the current device by itself"))
+            implicit = [
+                c
+                for c in self.calls
+                if self.callee_last(c) in IMPLICIT_DEVICE
+                or self.callee_last(c) in CUDA_STATE
+                and "cuda" in self.callee(c)
+            ]
+            self.add(
+                inits[0],
+                "no-set-device",
+                WARNING,
+                "NCCL with no torch.cuda.set_device in the script or its modules: the current device stays GPU 0 "
+                "on every rank, so anything that uses it (torch.cuda.synchronize, empty_cache, a GradScaler, "
+                "barrier) makes a CUDA context on GPU 0 per rank",
+                "torch.cuda.set_device(local_rank) before init_process_group",
+                sure=bool(implicit),
+                why=(
+                    f"line {implicit[0].lineno} uses the current device"
+                    if implicit
+                    else "nothing in the script uses the current device by itself"
+                ),
+            )
 
     def _nccl_where_cuda(self, init: ast.Call) -> bool:
         """`backend = "nccl" if torch.cuda.is_available() else "gloo"`: NCCL on every GPU machine, the machines where
@@ -164,29 +232,42 @@ class MultiGpuChecks(ScriptReader):
     def _bare_cuda(self, call: ast.Call) -> bool:
         """torch.device("cuda") or .to("cuda"), also as a branch of `"cuda" if available else "cpu"`: the current
         device, with no index."""
+
         def cuda(arg: ast.AST) -> bool:
             if isinstance(arg, ast.IfExp):
                 return cuda(arg.body) or cuda(arg.orelse)
             return const_str(arg) == "cuda"
-        return bool(call.args) and cuda(call.args[0]) and (
-            self.callee(call) == "torch.device" and len(call.args) == 1 and keyword(call, "index") is None
-            or method_name(call) == "to")
+
+        return (
+            bool(call.args)
+            and cuda(call.args[0])
+            and (
+                self.callee(call) == "torch.device"
+                and len(call.args) == 1
+                and keyword(call, "index") is None
+                or method_name(call) == "to"
+            )
+        )
 
     def _wraps_in_ddp_here(self, node: ast.AST) -> bool:
         """The block this line is in builds the DDP wrapper: the path is a distributed one."""
         block = self.parent.get(node)
         while block is not None and not isinstance(block, (ast.If, ast.FunctionDef, ast.Module)):
             block = self.parent.get(block)
-        return block is not None and any(isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES
-                                         for n in ast.walk(block))
+        return block is not None and any(
+            isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES for n in ast.walk(block)
+        )
 
     def _other_branch_sets_device(self, node: ast.AST) -> bool:
         child, parent = node, self.parent.get(node)
         while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if isinstance(parent, ast.If):
                 mine, other = (parent.body, parent.orelse) if child in parent.body else (parent.orelse, parent.body)
-                if child in mine and any(isinstance(n, ast.Call) and self.callee_last(n) in (
-                        "set_device", "set_device_index") for s in other for n in ast.walk(s)):
+                if child in mine and any(
+                    isinstance(n, ast.Call) and self.callee_last(n) in ("set_device", "set_device_index")
+                    for s in other
+                    for n in ast.walk(s)
+                ):
                     return True
             child, parent = parent, self.parent.get(parent)
         return False
@@ -219,10 +300,18 @@ class MultiGpuChecks(ScriptReader):
 
     def _global_name(self, expr: ast.AST, scope: ast.AST | None, depth: int) -> bool:
         """Every assignment of the name (in its function, or anywhere for an attribute) is a global rank."""
-        values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                  and any(dotted(t) == dotted(expr) for t in n.targets)]
-        values += [v for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                   for t, v in _pairs(n) if dotted(t) == dotted(expr)]
+        values = [
+            n.value
+            for n in (ast.walk(scope) if scope else self.nodes)
+            if isinstance(n, ast.Assign) and any(dotted(t) == dotted(expr) for t in n.targets)
+        ]
+        values += [
+            v
+            for n in (ast.walk(scope) if scope else self.nodes)
+            if isinstance(n, ast.Assign)
+            for t, v in _pairs(n)
+            if dotted(t) == dotted(expr)
+        ]
         if not values and isinstance(expr, ast.Attribute):
             return self._param_field_global(expr, depth)
         # `rank = 0` on the path without a process group is the one process's rank, not another kind of rank:
@@ -241,8 +330,11 @@ class MultiGpuChecks(ScriptReader):
         if base.id not in [a.arg for a in [*func.args.posonlyargs, *func.args.args]]:
             return False
         given = [given_for(c, func, base.id) for c in self.call_sites(func)]
-        return bool(given) and all(isinstance(g, (ast.Name, ast.Attribute)) and self._global_by_flow(
-            ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1) for g in given)
+        return bool(given) and all(
+            isinstance(g, (ast.Name, ast.Attribute))
+            and self._global_by_flow(ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1)
+            for g in given
+        )
 
     def _given_global(self, pick: ast.AST) -> bool:
         """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
@@ -253,8 +345,9 @@ class MultiGpuChecks(ScriptReader):
         if func is None:
             return False
         params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-        if pick.id not in params or any(isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets)
-                                        for n in ast.walk(func)):
+        if pick.id not in params or any(
+            isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets) for n in ast.walk(func)
+        ):
             return False
         given = [given_for(c, func, pick.id) for c in self.call_sites(func)]
         return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
@@ -281,8 +374,11 @@ class MultiGpuChecks(ScriptReader):
                 picks = [i for t in targets for i in _cuda_index(t)]
                 fallback = True
             elif (self.callee(call) == "torch.device" or method_name(call) == "to") and len(call.args) == 1:
-                picks = _cuda_index(call.args[0]) if method_name(call) != "to" or isinstance(call.args[0], ast.JoinedStr) \
-                    else [call.args[0]]  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
+                picks = (
+                    _cuda_index(call.args[0])
+                    if method_name(call) != "to" or isinstance(call.args[0], ast.JoinedStr)
+                    else [call.args[0]]
+                )  # .to(rank) is cuda:rank; .to(f"cuda:{rank}"); torch.device(f"cuda:{rank}")
                 fallback = True
             for pick in picks:
                 if self._global_by_flow(pick) or self._given_global(pick):
@@ -298,10 +394,14 @@ class MultiGpuChecks(ScriptReader):
                 self._report_global_device(call)
 
     def _report_global_device(self, call: ast.Call) -> None:
-        self.add(call, "global-rank-device-ids", ERROR,
-                 "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
-                 "GPUs are 0-7 (invalid device ordinal)",
-                 "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])")
+        self.add(
+            call,
+            "global-rank-device-ids",
+            ERROR,
+            "the GPU index is the global rank: on the second machine it is 8, 9, ... where the "
+            "GPUs are 0-7 (invalid device ordinal)",
+            "use the local rank: local_rank = int(os.environ['LOCAL_RANK'])",
+        )
 
     # ------------------------------------------------------------------------------------------ unreduced metric
 
@@ -310,19 +410,32 @@ class MultiGpuChecks(ScriptReader):
         distributed path, `return reduced, preds`): name -> the positions of the returned tuple that are reduced
         (-1: the whole value)."""
         found = {}
-        reducing = [c for name, calls in self.calls_by_name.items() if any(w in name.lower() for w in REDUCERS)
-                    for c in calls if self._reduces(c)]  # (the names first: one test per name, not per call)
+        reducing = [
+            c
+            for name, calls in self.calls_by_name.items()
+            if any(w in name.lower() for w in REDUCERS)
+            for c in calls
+            if self._reduces(c)
+        ]  # (the names first: one test per name, not per call)
         for func in {self.enclosing_function(c) for c in reducing} - {None}:
             body = list(walk_same_function(func.body))
-            reduced = {t.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                       and self._reduces(n.value) for t in n.targets if isinstance(t, ast.Name)}
+            reduced = {
+                t.id
+                for n in body
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self._reduces(n.value)
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }
             if not reduced:
                 continue
             positions = None
             for r in (n for n in body if isinstance(n, ast.Return) and n.value is not None):
                 elts = r.value.elts if isinstance(r.value, ast.Tuple) else None
-                here = {i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id in reduced} if elts else \
-                    ({-1} if isinstance(r.value, ast.Name) and r.value.id in reduced else set())
+                here = (
+                    {i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id in reduced}
+                    if elts
+                    else ({-1} if isinstance(r.value, ast.Name) and r.value.id in reduced else set())
+                )
                 positions = here if positions is None else positions & here
             if positions:
                 found[func.name] = frozenset(positions)
@@ -334,8 +447,12 @@ class MultiGpuChecks(ScriptReader):
         if not self.facts.reduce_returners:
             return names
         for node in walk_same_function(body):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) and \
-                    (positions := self.facts.reduce_returners.get(self.callee_last(node.value))):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, ast.Call)
+                and (positions := self.facts.reduce_returners.get(self.callee_last(node.value)))
+            ):
                 target = node.targets[0]
                 if isinstance(target, ast.Name) and -1 in positions:
                     names.add(target.id)
@@ -347,16 +464,23 @@ class MultiGpuChecks(ScriptReader):
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
         += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
         found = {}
-        candidates = {self.enclosing_function(n) for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor))
-                      and self._over_batches(n.iter)} - {None}  # only functions with a loop over batches
+        candidates = {
+            self.enclosing_function(n)
+            for n in self.nodes
+            if isinstance(n, (ast.For, ast.AsyncFor)) and self._over_batches(n.iter)
+        } - {None}  # only functions with a loop over batches
         for func in candidates:
             body = func.body
-            if any(self._reduces(c) for c in walk_same_function(body)
-                   if isinstance(c, ast.Call)):
+            if any(self._reduces(c) for c in walk_same_function(body) if isinstance(c, ast.Call)):
                 continue
             summed = self._summed_over_batches(body)
-            returned = {n.id for r in walk_same_function(body) if isinstance(r, ast.Return) and r.value is not None
-                        for n in ast.walk(r.value) if isinstance(n, ast.Name)}
+            returned = {
+                n.id
+                for r in walk_same_function(body)
+                if isinstance(r, ast.Return) and r.value is not None
+                for n in ast.walk(r.value)
+                if isinstance(n, ast.Name)
+            }
             if summed.keys() & returned:
                 found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
         return found
@@ -367,73 +491,132 @@ class MultiGpuChecks(ScriptReader):
         accumulated: dict[str, ast.AST] = {}
         clocks = self._clock_names(body)
 
-        in_place = {n.id for c in walk_same_function(body) if isinstance(c, ast.Call) and
-                    self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced") for a in c.args[:1] for n in ast.walk(a) if isinstance(n, ast.Name)}
+        in_place = {
+            n.id
+            for c in walk_same_function(body)
+            if isinstance(c, ast.Call) and self.callee_last(c) in ("all_reduce", "reduce", "all_reduce_coalesced")
+            for a in c.args[:1]
+            for n in ast.walk(a)
+            if isinstance(n, ast.Name)
+        }
 
         in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
 
         def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
-            return any(isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and
-                       self._reduces(x) for x in ast.walk(value))
+            return any(
+                isinstance(x, ast.Name) and x.id in in_place or isinstance(x, ast.Call) and self._reduces(x)
+                for x in ast.walk(value)
+            )
 
-        lists = {t.id for n in walk_same_function(body) if isinstance(n, ast.Assign) and (
-            isinstance(n.value, ast.List) and not n.value.elts or isinstance(n.value, ast.Call) and
-            dotted(n.value.func) == "list" and not n.value.args) for t in n.targets if isinstance(t, ast.Name)}
+        lists = {
+            t.id
+            for n in walk_same_function(body)
+            if isinstance(n, ast.Assign)
+            and (
+                isinstance(n.value, ast.List)
+                and not n.value.elts
+                or isinstance(n.value, ast.Call)
+                and dotted(n.value.func) == "list"
+                and not n.value.args
+            )
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
 
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return self._timed(value, clocks)
 
         for node in walk_same_function(body):
-            if isinstance(node, (ast.For, ast.AsyncFor)) and (self._over_batches(node.iter) or
-                                                              self._draws_batches(node)):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and (
+                self._over_batches(node.iter) or self._draws_batches(node)
+            ):
                 for sub in walk_same_function(node.body):
-                    if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                            isinstance(sub.target, ast.Name) and not timed(sub.value) and not whole(sub.value):
+                    if (
+                        isinstance(sub, ast.AugAssign)
+                        and isinstance(sub.op, ast.Add)
+                        and isinstance(sub.target, ast.Name)
+                        and not timed(sub.value)
+                        and not whole(sub.value)
+                    ):
                         accumulated.setdefault(sub.target.id, node)
-                    elif isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and \
-                            isinstance(sub.target, ast.Attribute) and dotted(sub.target.value) == "self" and \
-                            not timed(sub.value) and not whole(sub.value):
+                    elif (
+                        isinstance(sub, ast.AugAssign)
+                        and isinstance(sub.op, ast.Add)
+                        and isinstance(sub.target, ast.Attribute)
+                        and dotted(sub.target.value) == "self"
+                        and not timed(sub.value)
+                        and not whole(sub.value)
+                    ):
                         accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
                         accumulated.setdefault(sub.func.value.id, node)
-                    elif isinstance(sub, ast.Call) and method_name(sub) == "append" and sub.args and \
-                            isinstance(sub.func.value, ast.Name) and sub.func.value.id in lists and \
-                            not timed(sub.args[0]) and not whole(sub.args[0]):
+                    elif (
+                        isinstance(sub, ast.Call)
+                        and method_name(sub) == "append"
+                        and sub.args
+                        and isinstance(sub.func.value, ast.Name)
+                        and sub.func.value.id in lists
+                        and not timed(sub.args[0])
+                        and not whole(sub.args[0])
+                    ):
                         accumulated.setdefault(sub.func.value.id, node)  # losses.append(loss.item())
         for name in self._step_counters(body) & accumulated.keys():
             del accumulated[name]
         for node in walk_same_function(body):  # avg_loss = total_loss / len(loader): the same shard's number
-            if accumulated and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    isinstance(node.targets[0], ast.Name):
-                grown = [dotted(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))
-                         and dotted(n) in accumulated and dotted(n) not in reduced
-                         and not self._within(node, accumulated[dotted(n)])]  # after its loop, not in it
-                if grown and (not isinstance(node.value, ast.Call) or self.callee_last(node.value) in AGGREGATES) \
-                        and not timed(node.value):
+            if (
+                accumulated
+                and isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                grown = [
+                    dotted(n)
+                    for n in ast.walk(node.value)
+                    if isinstance(n, (ast.Name, ast.Attribute))
+                    and dotted(n) in accumulated
+                    and dotted(n) not in reduced
+                    and not self._within(node, accumulated[dotted(n)])
+                ]  # after its loop, not in it
+                if (
+                    grown
+                    and (not isinstance(node.value, ast.Call) or self.callee_last(node.value) in AGGREGATES)
+                    and not timed(node.value)
+                ):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
 
     def _clock_names(self, body: list[ast.stmt]) -> set[str]:
         """Names assigned a clock reading in this scope (`start = time.time()`)."""
-        return {t.id for n in walk_same_function(body) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                and self.callee_last(n.value) in TIMERS for t in n.targets if isinstance(t, ast.Name)}
+        return {
+            t.id
+            for n in walk_same_function(body)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in TIMERS
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
 
     def _timed(self, value: ast.AST, clocks: set[str]) -> bool:
         """The expression reads a clock (a name from _clock_names, or a timer call): a duration, no metric."""
-        return any(isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and
-                   self.callee_last(x) in TIMERS for x in ast.walk(value))
+        return any(
+            isinstance(x, ast.Name) and x.id in clocks or isinstance(x, ast.Call) and self.callee_last(x) in TIMERS
+            for x in ast.walk(value)
+        )
 
     def _only_as_rate(self, report: ast.Call, name: str, body: list[ast.stmt]) -> bool:
         """`steps / (time.time() - start)` in the report: a speed, not a metric of the data; or a count only ever
         dividing (`total / n`): what is divided decides."""
         clocks = self._clock_names(body)
         uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
-        rates = [b for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)
-                 and self._timed(b.right, clocks)]
+        rates = [
+            b
+            for b in ast.walk(report)
+            if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and self._timed(b.right, clocks)
+        ]
         divisors = [b.right for b in ast.walk(report) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)]
         # `running.item() / (n * world_size)`: a count in the divisor; the numerator says whether it is whole
-        return bool(uses) and all(any(u in ast.walk(r.left) for r in rates) or
-                                  any(u in ast.walk(d) for d in divisors) for u in uses)
+        return bool(uses) and all(
+            any(u in ast.walk(r.left) for r in rates) or any(u in ast.walk(d) for d in divisors) for u in uses
+        )
 
     def _step_counters(self, body: list[ast.stmt]) -> set[str]:
         """Names only ever grown by a constant (`train_steps += 1`) and used as a step index: in a `%` test
@@ -451,10 +634,16 @@ class MultiGpuChecks(ScriptReader):
             elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Name):
                 indexed.add(n.left.id)
             elif isinstance(n, ast.Call):
-                indexed |= {k.value.id for k in n.keywords if k.arg in ("step", "global_step", "iteration")
-                            and isinstance(k.value, ast.Name)}
-                if method_name(n) in ("add_scalar", "add_scalars", "add_image", "add_figure") and len(n.args) > 2 \
-                        and isinstance(n.args[2], ast.Name):
+                indexed |= {
+                    k.value.id
+                    for k in n.keywords
+                    if k.arg in ("step", "global_step", "iteration") and isinstance(k.value, ast.Name)
+                }
+                if (
+                    method_name(n) in ("add_scalar", "add_scalars", "add_image", "add_figure")
+                    and len(n.args) > 2
+                    and isinstance(n.args[2], ast.Name)
+                ):
                     indexed.add(n.args[2].id)
         return {name for name, constant in grown.items() if constant} & indexed
 
@@ -462,8 +651,9 @@ class MultiGpuChecks(ScriptReader):
         """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
         which waits for this process's own GPU and exchanges nothing."""
         name = self.callee_last(call).lower()
-        if name == "synchronize" and any(w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm",
-                                                                                    "accelerator", "device")):
+        if name == "synchronize" and any(
+            w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm", "accelerator", "device")
+        ):
             return False
         return any(w in name for w in REDUCERS)
 
@@ -473,9 +663,11 @@ class MultiGpuChecks(ScriptReader):
         for c in walk_same_function(loop.body):
             if not isinstance(c, ast.Call):
                 continue
-            source = c.func.value if isinstance(c.func, ast.Attribute) and any(
-                w in c.func.attr.lower() for w in ("next", "batch")) else (
-                c.args[0] if self.callee(c) == "next" and c.args else None)
+            source = (
+                c.func.value
+                if isinstance(c.func, ast.Attribute) and any(w in c.func.attr.lower() for w in ("next", "batch"))
+                else (c.args[0] if self.callee(c) == "next" and c.args else None)
+            )
             if isinstance(source, (ast.Name, ast.Attribute)) and self._over_batches(source):
                 return True
         return False
@@ -483,13 +675,19 @@ class MultiGpuChecks(ScriptReader):
     def _loader_from_rank(self, loop: ast.AST) -> bool:
         """The loop's loader is built with the rank (`DistributedDataLoader(path, B, T, ddp_rank, world)`): each
         rank reads its own part, as with a DistributedSampler."""
-        names = {dotted(n) for n in ast.walk(loop) if isinstance(n, (ast.Name, ast.Attribute))
-                 and self._over_batches(n)} - {""}
+        names = {
+            dotted(n) for n in ast.walk(loop) if isinstance(n, (ast.Name, ast.Attribute)) and self._over_batches(n)
+        } - {""}
         for n in self.nodes:
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
-                    any(dotted(t) in names for t in n.targets) and \
-                    any(isinstance(a, (ast.Name, ast.Attribute, ast.Call)) and self.rank_kind(a)
-                        for a in [*n.value.args, *(k.value for k in n.value.keywords)]):
+            if (
+                isinstance(n, ast.Assign)
+                and isinstance(n.value, ast.Call)
+                and any(dotted(t) in names for t in n.targets)
+                and any(
+                    isinstance(a, (ast.Name, ast.Attribute, ast.Call)) and self.rank_kind(a)
+                    for a in [*n.value.args, *(k.value for k in n.value.keywords)]
+                )
+            ):
                 return True
         return False
 
@@ -501,36 +699,60 @@ class MultiGpuChecks(ScriptReader):
         if not hasattr(self, "_printers0"):
             by_function: dict[ast.AST, list[bool]] = {}
             for c in self.calls:
-                if (self.callee(c) == "print" or method_name(c) in REPORTS) and \
-                        (func := self.enclosing_function(c)) is not None:
+                if (self.callee(c) == "print" or method_name(c) in REPORTS) and (
+                    func := self.enclosing_function(c)
+                ) is not None:
                     by_function.setdefault(func, []).append(self._passes_on_rank0(c, func))
             # a reporter is straight-line code that hands its message on (a `train()` that prints on rank 0 is
             # no report of what it is given)
-            self._printers0 = {f.name for f, ok in by_function.items() if all(ok) and not any(
-                isinstance(n, (ast.For, ast.While)) for n in walk_same_function(f.body))}
+            self._printers0 = {
+                f.name
+                for f, ok in by_function.items()
+                if all(ok) and not any(isinstance(n, (ast.For, ast.While)) for n in walk_same_function(f.body))
+            }
         return self._printers0
 
     def _passes_on_rank0(self, report: ast.Call, func: ast.AST) -> bool:
         """`report` shows one of `func`'s parameters, under a rank-0 test that reads none of them (a rank the
         caller passes, `rank: int = 0`, is the caller's choice)."""
-        params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs,
-                                  func.args.vararg, func.args.kwarg] if a is not None} - {"self", "cls"}
-        shown = {n.id for a in [*report.args, *(k.value for k in report.keywords)] for n in ast.walk(a)
-                 if isinstance(n, ast.Name)}  # (`print(*args)`: a Starred around the name)
+        params = {
+            a.arg
+            for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs, func.args.vararg, func.args.kwarg]
+            if a is not None
+        } - {"self", "cls"}
+        shown = {
+            n.id
+            for a in [*report.args, *(k.value for k in report.keywords)]
+            for n in ast.walk(a)
+            if isinstance(n, ast.Name)
+        }  # (`print(*args)`: a Starred around the name)
         guards = [g for g in self.guards(report) if g.rank0]
-        return bool(shown & params) and bool(guards) and not any(
-            isinstance(n, ast.Name) and n.id in params for g in guards for n in ast.walk(g.node.test))
+        return (
+            bool(shown & params)
+            and bool(guards)
+            and not any(isinstance(n, ast.Name) and n.id in params for g in guards for n in ast.walk(g.node.test))
+        )
 
     def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
         """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
         a sum over this rank's batches kept in an object. A timer (`batch_time.update(time.time() - end)`) is no
         metric, and a value that comes out of a reducer (`reduced = reduce_tensor(loss)`) is already the whole."""
-        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "update" and
-                isinstance(call.func.value, ast.Name) and call.args):
+        if not (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr == "update"
+            and isinstance(call.func.value, ast.Name)
+            and call.args
+        ):
             return False
         meter = call.func.value.id
-        made = [n.value for n in walk_same_function(body) if isinstance(n, ast.Assign) and len(n.targets) == 1
-                and isinstance(n.targets[0], ast.Name) and n.targets[0].id == meter]
+        made = [
+            n.value
+            for n in walk_same_function(body)
+            if isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and n.targets[0].id == meter
+        ]
         if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
             return False
         given = call.args[0]
@@ -538,9 +760,11 @@ class MultiGpuChecks(ScriptReader):
             return False
         names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
         for n in walk_same_function(body):
-            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets) and \
-                    any(isinstance(c, ast.Call) and self._reduces(c)
-                        for c in ast.walk(n.value)):
+            if (
+                isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id in names for t in n.targets)
+                and any(isinstance(c, ast.Call) and self._reduces(c) for c in ast.walk(n.value))
+            ):
                 return False
         return True
 
@@ -562,8 +786,11 @@ class MultiGpuChecks(ScriptReader):
             reduced = self._flows_into(reducers, body)
             accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
             for node in walk_same_function(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                        self.callee_last(node.value) in self.facts.sum_returners:
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and self.callee_last(node.value) in self.facts.sum_returners
+                ):
                     for target in node.targets:
                         for n in ast.walk(target):
                             if isinstance(n, ast.Name):
@@ -573,28 +800,46 @@ class MultiGpuChecks(ScriptReader):
             for call in calls:
                 if not self._reports(call, printers0):
                     continue
-                if not (self.callee_last(call) in printers0 or
-                        self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))):
+                if not (
+                    self.callee_last(call) in printers0
+                    or self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))
+                ):
                     continue
-                names = {dotted(n) for n in ast.walk(call) if isinstance(n, (ast.Name, ast.Attribute))
-                         and dotted(n) in accumulated} - reduced
-                names = {n for n in names if not self._reads_whole_dataset(accumulated[n])
-                         and not self._only_as_rate(call, n, body)}
+                names = {
+                    dotted(n)
+                    for n in ast.walk(call)
+                    if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in accumulated
+                } - reduced
+                names = {
+                    n
+                    for n in names
+                    if not self._reads_whole_dataset(accumulated[n]) and not self._only_as_rate(call, n, body)
+                }
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
-                    where = f"loop on line {loop.lineno}" if isinstance(loop, (ast.For, ast.AsyncFor)) else \
-                        f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
+                    where = (
+                        f"loop on line {loop.lineno}"
+                        if isinstance(loop, (ast.For, ast.AsyncFor))
+                        else f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
+                    )
                     own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
                     if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
                         self.loader_params[call.lineno] = param
-                    self.add(call, "unreduced-metric", WARNING,
-                             f"{name} is summed over this rank's batches only ({where}) and "
-                             "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
-                             f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
-                             "dist.all_reduce(t), then report from t",
-                             sure=own_part, why="the loader's DistributedSampler (or the rank it is built with) "
-                             "gives each rank its own shard" if own_part else "no DistributedSampler seen: the loader may read the whole dataset")
+                    self.add(
+                        call,
+                        "unreduced-metric",
+                        WARNING,
+                        f"{name} is summed over this rank's batches only ({where}) and "
+                        "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
+                        f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
+                        "dist.all_reduce(t), then report from t",
+                        sure=own_part,
+                        why="the loader's DistributedSampler (or the rank it is built with) "
+                        "gives each rank its own shard"
+                        if own_part
+                        else "no DistributedSampler seen: the loader may read the whole dataset",
+                    )
                     break
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
@@ -607,8 +852,11 @@ class MultiGpuChecks(ScriptReader):
         whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
         if isinstance(loop, ast.Assign) and isinstance(loop.value, ast.Call):
             # acc = evaluate(model, test_loader): the helper's sum is over the loader this call hands it
-            given = [a for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
-                     if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)]
+            given = [
+                a
+                for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
+                if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
+            ]
             return bool(given) and all(self.built_without_sampler(a) for a in given)
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
@@ -638,16 +886,22 @@ class MultiGpuChecks(ScriptReader):
     def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
         """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =
         tqdm(enumerate(val_loader))`, `for step, batch in pbar`)."""
+
         def named(expr: ast.AST) -> list[ast.AST]:
-            return [n for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))
-                    and "loader" in last(dotted(n)).lower()]
+            return [
+                n
+                for n in ast.walk(expr)
+                if isinstance(n, (ast.Name, ast.Attribute)) and "loader" in last(dotted(n)).lower()
+            ]
+
         found = named(loop.iter)
         if not found and isinstance(loop.iter, ast.Name) and loop.iter.id in self._loader_streams:
             scope = self.enclosing_function(loop)
-            for n in (walk_same_function(scope.body) if scope else self.nodes):
+            for n in walk_same_function(scope.body) if scope else self.nodes:
                 if isinstance(n, ast.Assign) and any(dotted(t) == loop.iter.id for t in n.targets):
-                    found += [x for x in named(n.value) if x not in found and dotted(x) not in
-                              {dotted(f) for f in found}]
+                    found += [
+                        x for x in named(n.value) if x not in found and dotted(x) not in {dotted(f) for f in found}
+                    ]
         return found
 
     def plain_loader_makers(self) -> set[str]:
@@ -656,22 +910,32 @@ class MultiGpuChecks(ScriptReader):
         found = set()
         for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
             returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
-            if returned and all(isinstance(v, ast.Name) and self.built_without_sampler(v, func) or
-                                isinstance(v, ast.Call) and self._plain_loader_call(v) for v in returned):
+            if returned and all(
+                isinstance(v, ast.Name)
+                and self.built_without_sampler(v, func)
+                or isinstance(v, ast.Call)
+                and self._plain_loader_call(v)
+                for v in returned
+            ):
                 found.add(func.name)
         return found
 
     def _plain_loader_call(self, value: ast.AST) -> bool:
         if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
             return False
-        return not any(k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
-                       for k in value.keywords)
+        return not any(
+            k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
+            for k in value.keywords
+        )
 
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
-        built = [n.value for n in (walk_same_function(scope.body) if scope else self.nodes) if isinstance(n, ast.Assign)
-                 and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)]
+        built = [
+            n.value
+            for n in (walk_same_function(scope.body) if scope else self.nodes)
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)
+        ]
         if not built:
             return False
         for value in built:
@@ -705,8 +969,9 @@ class MultiGpuChecks(ScriptReader):
                     return True
                 seen = True
                 continue
-            if not isinstance(value, ast.Dict) or any(k is None or const_str(k) in ("sampler", "batch_sampler")
-                                                     for k in value.keys):
+            if not isinstance(value, ast.Dict) or any(
+                k is None or const_str(k) in ("sampler", "batch_sampler") for k in value.keys
+            ):
                 return True
             seen = True
         return not seen
@@ -722,10 +987,11 @@ class MultiGpuChecks(ScriptReader):
 
     def _over_batches(self, it: ast.AST) -> bool:
         """`for x in loader`, `enumerate(train_loader)`, `metric_logger.log_every(data_loader, ...)`."""
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and (self._loader_named(n) or
-                                                                  dotted(n) in self._with_sampler or
-                                                                  dotted(n) in self._loader_streams)
-                   for n in ast.walk(it))
+        return any(
+            isinstance(n, (ast.Name, ast.Attribute))
+            and (self._loader_named(n) or dotted(n) in self._with_sampler or dotted(n) in self._loader_streams)
+            for n in ast.walk(it)
+        )
 
     @staticmethod
     def _loader_named(n: ast.AST) -> bool:
@@ -737,8 +1003,12 @@ class MultiGpuChecks(ScriptReader):
         """Names made from a loader by a call (`data = cycle(train_loader)`, `it = iter(loader)`, an endless
         generator): what they yield are the loader's batches."""
         if not hasattr(self, "_streams"):
-            self._streams = {dotted(t) for n in self.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                             and self._wraps_loader(n.value) for t in n.targets} - {""}
+            self._streams = {
+                dotted(t)
+                for n in self.nodes
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self._wraps_loader(n.value)
+                for t in n.targets
+            } - {""}
         return self._streams
 
     def _wraps_loader(self, call: ast.Call, depth: int = 0) -> bool:
@@ -746,15 +1016,21 @@ class MultiGpuChecks(ScriptReader):
         (`pbar = tqdm(enumerate(train_loader))`); not `len(loader)`, a count."""
         if self.callee_last(call) == "len" or depth > 2:
             return False
-        return any(isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a) or
-                   isinstance(a, ast.Call) and self._wraps_loader(a, depth + 1) for a in call.args)
+        return any(
+            isinstance(a, (ast.Name, ast.Attribute))
+            and self._loader_named(a)
+            or isinstance(a, ast.Call)
+            and self._wraps_loader(a, depth + 1)
+            for a in call.args
+        )
 
     @property
     def _with_sampler(self) -> set[str]:
         """Names whose `.sampler` is used (`self.train_data.sampler.set_epoch(epoch)`): data loaders."""
         if not hasattr(self, "_sampler_owners"):
-            self._sampler_owners = {dotted(n.value) for n in self.nodes
-                                    if isinstance(n, ast.Attribute) and n.attr == "sampler"} - {""}
+            self._sampler_owners = {
+                dotted(n.value) for n in self.nodes if isinstance(n, ast.Attribute) and n.attr == "sampler"
+            } - {""}
         return self._sampler_owners
 
     # ------------------------------------------------------------------------------------------ one file, every rank
@@ -771,29 +1047,45 @@ class MultiGpuChecks(ScriptReader):
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
             stamped = self._time_stamped(call)
-            self.add(call, "shared-path-write", WARNING,
-                     f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
-                     "half-written; with download=True, N downloads into one folder)",
-                     "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
-                     "the rank in the path", sure=not stamped,
-                     why="the path holds the clock time it was made: ranks that start in the same second share it, "
-                     "ranks started apart (by hand, on other machines) do not" if stamped else "")
+            self.add(
+                call,
+                "shared-path-write",
+                WARNING,
+                f"{what} on every rank, to the same path: the ranks race on one file (truncated, interleaved or "
+                "half-written; with download=True, N downloads into one folder)",
+                "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
+                "the rank in the path",
+                sure=not stamped,
+                why="the path holds the clock time it was made: ranks that start in the same second share it, "
+                "ranks started apart (by hand, on other machines) do not"
+                if stamped
+                else "",
+            )
 
     def _checkpoint_write(self, call: ast.Call) -> bool:
         """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
         by a save helper (a function named save/checkpoint that calls torch.save)."""
         scope = self.enclosing_function(call)
-        saves = [n for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Call)
-                 and self.callee(n) == "torch.save"]
+        saves = [
+            n
+            for n in (ast.walk(scope) if scope else self.nodes)
+            if isinstance(n, ast.Call) and self.callee(n) == "torch.save"
+        ]
         if not saves:
             return False
         if scope is not None and any(w in scope.name.lower() for w in ("save", "checkpoint", "ckpt")):
             return True
         holder = self.parent.get(call)
-        handle = dotted(holder.optional_vars) if isinstance(holder, ast.withitem) and holder.optional_vars else \
-            dotted(holder.targets[0]) if isinstance(holder, ast.Assign) and len(holder.targets) == 1 else ""
-        return bool(handle) and any(dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in
-                                                                                              s.keywords)])
+        handle = (
+            dotted(holder.optional_vars)
+            if isinstance(holder, ast.withitem) and holder.optional_vars
+            else dotted(holder.targets[0])
+            if isinstance(holder, ast.Assign) and len(holder.targets) == 1
+            else ""
+        )
+        return bool(handle) and any(
+            dotted(a) == handle for s in saves for a in [*s.args, *(k.value for k in s.keywords)]
+        )
 
     def _time_stamped(self, call: ast.Call) -> bool:
         """The path is built from the clock (`datetime.now().strftime(...)`, `time.time()`), here or through the
@@ -824,32 +1116,46 @@ class MultiGpuChecks(ScriptReader):
         params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} - {"self", "cls"}
         for arg in [*call.args, *(k.value for k in call.keywords)]:
             for n in ast.walk(arg):
-                if isinstance(n, ast.Name) and n.id in params and \
-                        not isinstance(self.parent.get(n), (ast.Attribute, ast.Subscript)):
+                if (
+                    isinstance(n, ast.Name)
+                    and n.id in params
+                    and not isinstance(self.parent.get(n), (ast.Attribute, ast.Subscript))
+                ):
                     return func, n.id
-                if isinstance(n, ast.Attribute) and dotted(n.value) == "self" and \
-                        (given := self._set_by_constructor(func, n.attr)) is not None:
+                if (
+                    isinstance(n, ast.Attribute)
+                    and dotted(n.value) == "self"
+                    and (given := self._set_by_constructor(func, n.attr)) is not None
+                ):
                     return given  # self.path = path in __init__: whoever builds the object chooses the path
         return None
 
     def _set_by_constructor(self, method: ast.AST, attr: str) -> tuple[ast.AST, str] | None:
         """(__init__, parameter) when the class of `method` sets self.<attr> from a parameter of its __init__."""
         cls = self.parent.get(method)
-        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"),
-                    None)
+        init = next(
+            (f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None
+        )
         if init is None:
             return None
         params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]} - {"self"}
         for n in ast.walk(init):
-            if isinstance(n, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in n.targets) and \
-                    isinstance(n.value, ast.Name) and n.value.id in params:
+            if (
+                isinstance(n, ast.Assign)
+                and any(dotted(t) == f"self.{attr}" for t in n.targets)
+                and isinstance(n.value, ast.Name)
+                and n.value.id in params
+            ):
                 return init, n.value.id
         return None
 
     def _writes(self, call: ast.Call) -> str | None:
         name, method = self.callee(call), method_name(call)
-        if name == "open" or (method == "open" and isinstance(call.func, ast.Attribute) and
-                              not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))):
+        if name == "open" or (
+            method == "open"
+            and isinstance(call.func, ast.Attribute)
+            and not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))
+        ):
             args = call.args[1:] if name == "open" else call.args
             mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
             if not re.fullmatch(r"[rwxabt+]{1,4}", mode):
@@ -861,8 +1167,12 @@ class MultiGpuChecks(ScriptReader):
             return "a TensorBoard SummaryWriter"
         if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
             return f"{last(name)}(download=True)"
-        if last(name) in ("makedirs", "mkdir") and keyword(call, "exist_ok") is None and \
-                (name.startswith("os.") or method == "mkdir") and not self._exists_error_caught(call):
+        if (
+            last(name) in ("makedirs", "mkdir")
+            and keyword(call, "exist_ok") is None
+            and (name.startswith("os.") or method == "mkdir")
+            and not self._exists_error_caught(call)
+        ):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
@@ -879,9 +1189,12 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return False
             if isinstance(node, ast.Try) and any(self._in(call, s) for s in node.body):
-                return any(h.type is None or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple)
-                           else [h.type])} & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
-                           for h in node.handlers)
+                return any(
+                    h.type is None
+                    or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
+                    & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
+                    for h in node.handlers
+                )
         return False
 
     def _in(self, node: ast.AST, stmt: ast.AST) -> bool:
@@ -902,29 +1215,55 @@ class MultiGpuChecks(ScriptReader):
             return None
 
         def report(node: ast.AST, name: str, first: int, way: str) -> None:
-            self.add(node, "world-size-scaled-twice", WARNING,
-                     f"{name} is {'multiplied' if way == 'up' else 'divided'} by the number of ranks here and was "
-                     f"already on line {first}: scaled twice, it is off by a factor of the world size",
-                     "scale once: decide whether the value is per rank or for the whole job, and convert in one place")
+            self.add(
+                node,
+                "world-size-scaled-twice",
+                WARNING,
+                f"{name} is {'multiplied' if way == 'up' else 'divided'} by the number of ranks here and was "
+                f"already on line {first}: scaled twice, it is off by a factor of the world size",
+                "scale once: decide whether the value is per rank or for the whole job, and convert in one place",
+            )
 
-        nodes = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
-                       key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        nodes = sorted(
+            (n for n in self.nodes if isinstance(n, (ast.Assign, ast.AugAssign, ast.keyword))),
+            key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)),
+        )
         # world_size = ngpus_per_node * world_size (nodes): the world size already counts the GPUs per node
-        composed = {last(dotted(n.targets[0])): _factors(n.value) - {last(dotted(n.targets[0]))} for n in nodes
-                    if isinstance(n, ast.Assign) and len(n.targets) == 1 and _world(self, n.targets[0])
-                    and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Mult)}
+        composed = {
+            last(dotted(n.targets[0])): _factors(n.value) - {last(dotted(n.targets[0]))}
+            for n in nodes
+            if isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and _world(self, n.targets[0])
+            and isinstance(n.value, ast.BinOp)
+            and isinstance(n.value.op, ast.Mult)
+        }
         for node in nodes:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    any(w in last(dotted(node.targets[0])).lower() for w in SCALED):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and any(w in last(dotted(node.targets[0])).lower() for w in SCALED)
+            ):
                 factors = _factors(node.value)
-                twice = next((f"{w} (= {' * '.join(sorted(composed[w]))} * ...) and {f}" for w in sorted(factors)
-                              if w in composed for f in sorted(composed[w] & factors)), None)
+                twice = next(
+                    (
+                        f"{w} (= {' * '.join(sorted(composed[w]))} * ...) and {f}"
+                        for w in sorted(factors)
+                        if w in composed
+                        for f in sorted(composed[w] & factors)
+                    ),
+                    None,
+                )
                 if twice:
-                    self.add(node, "world-size-scaled-twice", WARNING,
-                             f"{last(dotted(node.targets[0]))} is multiplied by {twice}: the world size already "
-                             "counts those, so the value is off by that factor",
-                             "scale once: decide whether the value is per rank or for the whole job, and convert "
-                             "in one place")
+                    self.add(
+                        node,
+                        "world-size-scaled-twice",
+                        WARNING,
+                        f"{last(dotted(node.targets[0]))} is multiplied by {twice}: the world size already "
+                        "counts those, so the value is off by that factor",
+                        "scale once: decide whether the value is per rank or for the whole job, and convert "
+                        "in one place",
+                    )
                     continue
             if isinstance(node, ast.keyword):
                 target, value = node.arg or "", node.value
@@ -946,14 +1285,27 @@ class MultiGpuChecks(ScriptReader):
             found = direction(value)
             if found is None and isinstance(value, ast.Call):
                 # lr = get_lr(args, world_size) with `def get_lr(args, ws): return args.lr * ws`: scaled in the helper
-                found = next((d for f in self.nodes if isinstance(f, ast.FunctionDef) and
-                              f.name == self.callee_last(value) for r in ast.walk(f) if isinstance(r, ast.Return)
-                              and r.value is not None and (d := direction(r.value)) is not None), None)
+                found = next(
+                    (
+                        d
+                        for f in self.nodes
+                        if isinstance(f, ast.FunctionDef) and f.name == self.callee_last(value)
+                        for r in ast.walk(f)
+                        if isinstance(r, ast.Return) and r.value is not None and (d := direction(r.value)) is not None
+                    ),
+                    None,
+                )
             if found is None:
                 continue
             way, rest = found
-            again = [last(dotted(n)) for r in rest for n in ast.walk(r) if isinstance(n, (ast.Name, ast.Attribute))
-                     and last(dotted(n)) in scaled and scaled[last(dotted(n))][1] == way]
+            again = [
+                last(dotted(n))
+                for r in rest
+                for n in ast.walk(r)
+                if isinstance(n, (ast.Name, ast.Attribute))
+                and last(dotted(n)) in scaled
+                and scaled[last(dotted(n))][1] == way
+            ]
             if again:
                 report(node.value if isinstance(node, ast.keyword) else node, again[0], scaled[again[0]][0], way)
             if not isinstance(node, ast.keyword):
@@ -964,9 +1316,11 @@ class MultiGpuChecks(ScriptReader):
     def check_rank0_leaves_loop(self) -> None:
         """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
+
         def syncing(c: ast.AST) -> bool:
             return isinstance(c, ast.Call) and (
-                self.is_collective(c) or (method_name(c) == "backward" and (self.ddp_names or self.facts.ddp)))
+                self.is_collective(c) or (method_name(c) == "backward" and (self.ddp_names or self.facts.ddp))
+            )
 
         lines = sorted(c.lineno for c in self.calls if syncing(c))
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
@@ -985,8 +1339,12 @@ class MultiGpuChecks(ScriptReader):
                 self._report_early_exit(node.body[-1], node, test, syncs[0])
             # `if rank == 0: ... if val < best: ... else: break`: the exit sits deeper under the rank test
             for leave in walk_same_function(loop.body, into_loops=True):
-                if not (isinstance(leave, (ast.Break, ast.Return)) or isinstance(leave, ast.Expr) and
-                        isinstance(leave.value, ast.Call) and last(dotted(leave.value.func)) in ("exit", "_exit")):
+                if not (
+                    isinstance(leave, (ast.Break, ast.Return))
+                    or isinstance(leave, ast.Expr)
+                    and isinstance(leave.value, ast.Call)
+                    and last(dotted(leave.value.func)) in ("exit", "_exit")
+                ):
                     continue
                 if isinstance(leave, ast.Break) and self._own_loop(leave) is not loop:
                     continue
@@ -997,8 +1355,14 @@ class MultiGpuChecks(ScriptReader):
 
     def _own_loop(self, node: ast.AST) -> ast.AST | None:
         """The loop a `break` leaves (None, or a function, when it is in none)."""
-        return next((p for p in self.ancestors(node) if isinstance(p, (ast.For, ast.While, ast.AsyncFor,
-                                                                       ast.FunctionDef, ast.AsyncFunctionDef))), None)
+        return next(
+            (
+                p
+                for p in self.ancestors(node)
+                if isinstance(p, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef))
+            ),
+            None,
+        )
 
     def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
         return any(p is ancestor for p in self.ancestors(node))
@@ -1006,12 +1370,16 @@ class MultiGpuChecks(ScriptReader):
     def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
         if any(f.rule == "rank0-early-exit" and f.line == getattr(leave, "lineno", 0) for f in self.findings):
             return
-        self.add(leave, "rank0-early-exit", ERROR,
-                 f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
-                 f"{where.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
-                 "they wait for it until the timeout (or crash when it exits)",
-                 "decide to stop on every rank: compute the decision on rank 0, broadcast it "
-                 "(dist.broadcast_object_list), then break on all ranks together")
+        self.add(
+            leave,
+            "rank0-early-exit",
+            ERROR,
+            f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
+            f"{where.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
+            "they wait for it until the timeout (or crash when it exits)",
+            "decide to stop on every rank: compute the decision on rank 0, broadcast it "
+            "(dist.broadcast_object_list), then break on all ranks together",
+        )
 
 
 SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
@@ -1020,8 +1388,9 @@ SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number 
 def _world(self: ScriptReader, node: ast.AST) -> bool:
     """The number of ranks: world_size, nprocs, dist.get_world_size(), os.environ['WORLD_SIZE']."""
     if isinstance(node, ast.Call):
-        return self.callee_last(node) == "get_world_size" or (self.callee_last(node) == "int" and bool(node.args)
-                                                               and _world(self, node.args[0]))
+        return self.callee_last(node) == "get_world_size" or (
+            self.callee_last(node) == "int" and bool(node.args) and _world(self, node.args[0])
+        )
     if isinstance(node, ast.Subscript):
         return const_str(node.slice) == "WORLD_SIZE"
     name = last(dotted(node)).lower()
@@ -1044,8 +1413,11 @@ def _factors(expr: ast.AST) -> set[str]:
 def _pairs(assign: ast.Assign):
     """(target, value) of `a, b = x, y`."""
     for target in assign.targets:
-        if isinstance(target, ast.Tuple) and isinstance(assign.value, ast.Tuple) and \
-                len(target.elts) == len(assign.value.elts):
+        if (
+            isinstance(target, ast.Tuple)
+            and isinstance(assign.value, ast.Tuple)
+            and len(target.elts) == len(assign.value.elts)
+        ):
             yield from zip(target.elts, assign.value.elts)
 
 
@@ -1059,7 +1431,12 @@ def _cuda_index(arg: ast.AST) -> list[ast.AST]:
         return [arg.right]
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and const_str(arg.left) in ("cuda:%d", "cuda:%s"):
         return [arg.right]  # 'cuda:%d' % rank
-    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "format" and \
-            const_str(arg.func.value) == "cuda:{}" and arg.args:
+    if (
+        isinstance(arg, ast.Call)
+        and isinstance(arg.func, ast.Attribute)
+        and arg.func.attr == "format"
+        and const_str(arg.func.value) == "cuda:{}"
+        and arg.args
+    ):
         return [arg.args[0]]  # 'cuda:{}'.format(rank)
     return []

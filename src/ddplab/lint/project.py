@@ -145,8 +145,11 @@ def of_folder(folder: Path, cache: dict | None = None) -> Project:
     project = Project(root=folder)
     files = []
     for here, dirs, names in os.walk(folder):  # hidden folders, caches and virtual environments are not the project
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and
-                         not os.path.exists(os.path.join(here, d, "pyvenv.cfg")))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".") and d not in SKIP_DIRS and not os.path.exists(os.path.join(here, d, "pyvenv.cfg"))
+        )
         files += [Path(here) / n for n in sorted(names) if n.endswith(".py")]
         if len(files) >= MAX_FILES:
             break
@@ -166,5 +169,10 @@ def of_folder(folder: Path, cache: dict | None = None) -> Project:
 
 
 def _runs_as_script(tree: ast.Module) -> bool:
-    return any(isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
-               and n.test.left.id == "__name__" for n in tree.body)
+    return any(
+        isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and isinstance(n.test.left, ast.Name)
+        and n.test.left.id == "__name__"
+        for n in tree.body
+    )

@@ -11,19 +11,47 @@ from dataclasses import dataclass, field
 RANK_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
 SCHEDULER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_")  # ranks a scheduler sets
 COLLECTIVES = {
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast", "broadcast_object_list",
-    "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
-    "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "new_group",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "new_group",
 }
 GLOBAL_RANK_NAMES = {"rank", "global_rank", "world_rank", "ddp_rank", "my_rank", "process_rank", "rank_id"}
 # a device index: the local rank, or the rank of a one-node job: a fine guard for printing, unclear for saving
 DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "cuda_id", "local_gpu"}
 MAIN_CALLS = {"is_main_process", "is_master", "is_rank_zero", "is_main"}  # `if is_main_process():` helpers
-MAIN_NAMES = {"is_main", "is_master", "master_process", "is_main_process", "is_rank_zero", "is_global_zero",
-              "main_process", "is_rank0", "is_chief"}
+MAIN_NAMES = {
+    "is_main",
+    "is_master",
+    "master_process",
+    "is_main_process",
+    "is_rank_zero",
+    "is_global_zero",
+    "main_process",
+    "is_rank0",
+    "is_chief",
+}
 ANY_RANK0 = frozenset({"global", "local", "device", "single"})
-SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
-               "torch.multiprocessing.Process"}
+SPAWN_CALLS = {
+    "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes",
+    "multiprocessing.Process",
+    "torch.multiprocessing.Process",
+}
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
 WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size"}  # how many processes run
 
@@ -32,8 +60,17 @@ WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size
 
 
 # Calls that give each process its own name: a path built from one is not shared (os.replace(tmp, final) after it).
-UNIQUE_NAMES = {"getpid", "uuid1", "uuid4", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory",
-                "token_hex", "token_urlsafe"}
+UNIQUE_NAMES = {
+    "getpid",
+    "uuid1",
+    "uuid4",
+    "mkstemp",
+    "mkdtemp",
+    "NamedTemporaryFile",
+    "TemporaryDirectory",
+    "token_hex",
+    "token_urlsafe",
+}
 
 
 def dotted(node: ast.AST | None) -> str:
@@ -62,8 +99,11 @@ def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
         return keyword(call, param)
     bound = params[0] in ("self", "cls") and (isinstance(call.func, ast.Attribute) or func.name == "__init__")
     at = params.index(param) - (1 if bound else 0)
-    return keyword(call, param) or (call.args[at] if 0 <= at < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[:at + 1]) else None)
+    return keyword(call, param) or (
+        call.args[at]
+        if 0 <= at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1])
+        else None
+    )
 
 
 def const_str(node: ast.AST | None) -> str | None:
@@ -85,8 +125,11 @@ def _is_none(node: ast.AST | None) -> bool:
 def is_main_block(node: ast.AST) -> bool:
     """`if __name__ == "__main__":`"""
     test = getattr(node, "test", None)
-    return isinstance(test, ast.Compare) and dotted(test.left) == "__name__" and \
-        any(const_str(c) == "__main__" for c in test.comparators)
+    return (
+        isinstance(test, ast.Compare)
+        and dotted(test.left) == "__name__"
+        and any(const_str(c) == "__main__" for c in test.comparators)
+    )
 
 
 def body_exits(body: list[ast.stmt]) -> bool:
@@ -96,8 +139,11 @@ def body_exits(body: list[ast.stmt]) -> bool:
     tail = body[-1]
     if isinstance(tail, (ast.Return, ast.Continue, ast.Break, ast.Raise)):
         return True
-    return isinstance(tail, ast.Expr) and isinstance(tail.value, ast.Call) and last(dotted(tail.value.func)) in (
-        "exit", "_exit")
+    return (
+        isinstance(tail, ast.Expr)
+        and isinstance(tail.value, ast.Call)
+        and last(dotted(tail.value.func)) in ("exit", "_exit")
+    )
 
 
 def method_name(call: ast.Call) -> str:
@@ -107,8 +153,9 @@ def method_name(call: ast.Call) -> str:
 def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
     """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
     stack = list(body)
-    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + \
-        (() if into_loops else (ast.For, ast.While, ast.AsyncFor))
+    skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda) + (
+        () if into_loops else (ast.For, ast.While, ast.AsyncFor)
+    )
     while stack:
         node = stack.pop()
         yield node
@@ -213,9 +260,15 @@ class ScriptReader:
         self._callees: dict[ast.Call, str] = syntax["callees"]
         self.aliases, self.calls, self.calls_by_name = syntax["aliases"], syntax["calls"], syntax["calls_by_name"]
         self.functions, self.passed = syntax["functions"], syntax["passed"]
-        self.distributed = any(self.is_(c, "init_process_group") or self.callee_last(c) in DDP_NAMES
-                               or self.callee(c).startswith("ddplab.dist.") for c in self.calls) \
+        self.distributed = (
+            any(
+                self.is_(c, "init_process_group")
+                or self.callee_last(c) in DDP_NAMES
+                or self.callee(c).startswith("ddplab.dist.")
+                for c in self.calls
+            )
             or self.facts.distributed
+        )
         self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
         self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
@@ -223,16 +276,25 @@ class ScriptReader:
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
         self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
         for node in self.nodes:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and (
-                    self.callee_last(node.value) in DDP_NAMES or self.callee_last(node.value) in
-                    self.facts.ddp_factories):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and (
+                    self.callee_last(node.value) in DDP_NAMES
+                    or self.callee_last(node.value) in self.facts.ddp_factories
+                )
+            ):
                 for target in node.targets:
                     self.ddp_names.setdefault(dotted(target), node.lineno)
                     self.ddp_scopes.setdefault(dotted(target), set()).add(
-                        self.enclosing_function(node) if isinstance(target, ast.Name) else None)
+                        self.enclosing_function(node) if isinstance(target, ast.Name) else None
+                    )
         # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
-        self.loaded_into = {dotted(c.func.value) for c in self.calls
-                            if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"}
+        self.loaded_into = {
+            dotted(c.func.value)
+            for c in self.calls
+            if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"
+        }
 
     def _read_syntax(self, syntax: dict) -> None:
         calls = [n for n in self.nodes if isinstance(n, ast.Call)]
@@ -240,11 +302,19 @@ class ScriptReader:
         for c in calls:
             calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
         syntax.update(
-            callees={}, aliases=self._imports(), calls=calls, calls_by_name=calls_by_name,
+            callees={},
+            aliases=self._imports(),
+            calls=calls,
+            calls_by_name=calls_by_name,
             functions={n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))},
             # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
-            passed={last(dotted(a)) for c in calls for a in [*c.args, *(k.value for k in c.keywords)]
-                    if isinstance(a, (ast.Name, ast.Attribute))})
+            passed={
+                last(dotted(a))
+                for c in calls
+                for a in [*c.args, *(k.value for k in c.keywords)]
+                if isinstance(a, (ast.Name, ast.Attribute))
+            },
+        )
 
     def holds_ddp(self, owner: str, node: ast.AST) -> bool:
         """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
@@ -257,16 +327,23 @@ class ScriptReader:
         (`torch.accelerator.device_index(i)` is a context manager: called alone it sets nothing.)"""
         if any(self.callee_last(c) in ("set_device", "set_device_index") for c in self.calls):
             return True
-        return any(isinstance(n, ast.Assign) and any(
-            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
-            for n in self.nodes)
+        return any(
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
+            for n in self.nodes
+        )
 
     def visible_per_process_here(self) -> bool:
         """`os.environ["CUDA_VISIBLE_DEVICES"] = str(devices[rank])`: each process sees its own GPU, as cuda:0."""
-        return any(isinstance(n, ast.Assign) and any(
-            isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets) and any(
-            isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
-            for v in ast.walk(n.value)) for n in self.nodes)
+        return any(
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
+            and any(
+                isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
+                for v in ast.walk(n.value)
+            )
+            for n in self.nodes
+        )
 
     def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
         """`builtins.print = ...` (setup_for_distributed): every print goes through the project's filter. Not when
@@ -275,8 +352,11 @@ class ScriptReader:
         spawn_flags = self.spawn_flags() if spawn_flags is None else spawn_flags
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr == "print" and
-                    self.resolve(dotted(t.value)) in ("builtins", "__builtin__") for t in node.targets):
+                isinstance(t, ast.Attribute)
+                and t.attr == "print"
+                and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+                for t in node.targets
+            ):
                 if not self._conditions(node) & spawn_flags:
                     return True
         return False
@@ -286,8 +366,11 @@ class ScriptReader:
         found, child, parent = set(), node, self.parent.get(node)
         while parent is not None:
             if isinstance(parent, ast.If) and child in parent.body:
-                tests = parent.test.values if isinstance(parent.test, ast.BoolOp) and \
-                    isinstance(parent.test.op, ast.And) else [parent.test]
+                tests = (
+                    parent.test.values
+                    if isinstance(parent.test, ast.BoolOp) and isinstance(parent.test.op, ast.And)
+                    else [parent.test]
+                )
                 found |= {dotted(t) for t in tests if isinstance(t, (ast.Name, ast.Attribute))}
             child, parent = parent, self.parent.get(parent)
         return found
@@ -296,9 +379,13 @@ class ScriptReader:
         """Flags whose `if` starts the workers with mp.spawn: the path they choose is one launcher among others."""
         if not self.spawns:
             return set()
-        return {dotted(n.test) for n in self.nodes if isinstance(n, ast.If) and isinstance(n.test, (
-            ast.Name, ast.Attribute)) and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS
-                                             for s in n.body for c in ast.walk(s))}
+        return {
+            dotted(n.test)
+            for n in self.nodes
+            if isinstance(n, ast.If)
+            and isinstance(n.test, (ast.Name, ast.Attribute))
+            and any(isinstance(c, ast.Call) and self.callee(c) in SPAWN_CALLS for s in n.body for c in ast.walk(s))
+        }
 
     def helper_results(self) -> tuple[dict, dict, set]:
         """This file's functions that return a rank test, a rank, or a DDP wrapper (for the rest of the project)."""
@@ -316,11 +403,16 @@ class ScriptReader:
                 tests[func.name] = test
             elif (kind := self.rank_kind(first)) and func.name != "__init__":
                 values[func.name] = kind
-            if func in wrapping and (any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES
-                                         for r in values_returned) or any(
-                    isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in
-                    DDP_NAMES and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
-                    for n in walk_same_function(func.body))):
+            if func in wrapping and (
+                any(isinstance(r, ast.Call) and self.callee_last(r) in DDP_NAMES for r in values_returned)
+                or any(
+                    isinstance(n, ast.Assign)
+                    and isinstance(n.value, ast.Call)
+                    and self.callee_last(n.value) in DDP_NAMES
+                    and any(dotted(t) == dotted(r) for t in n.targets for r in values_returned)
+                    for n in walk_same_function(func.body)
+                )
+            ):
                 factories.add(func.name)
         return tests, values, factories
 
@@ -363,8 +455,9 @@ class ScriptReader:
 
     def is_collective(self, call: ast.Call) -> bool:
         full = self.callee(call)
-        return last(full) in COLLECTIVES and (full.startswith("torch.distributed.") or ".dist." in f".{full}"
-                                              or full.startswith("dist."))
+        return last(full) in COLLECTIVES and (
+            full.startswith("torch.distributed.") or ".dist." in f".{full}" or full.startswith("dist.")
+        )
 
     # --------------------------------------------------------------------------------------- rank guards
 
@@ -374,8 +467,11 @@ class ScriptReader:
             return self.enclosing_function(node), node.id
         if isinstance(node, ast.Attribute):
             return None, node.attr
-        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)) and \
-                (slot := const_str(node.slice)) is not None:
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, (ast.Name, ast.Attribute))
+            and (slot := const_str(node.slice)) is not None
+        ):
             return None, f"{last(dotted(node.value))}[{slot!r}]"  # self.metric["path"]: a slot of a dict
         return None
 
@@ -391,14 +487,16 @@ class ScriptReader:
         # what init_process_group(rank=...) is given is the global rank, whatever its name (`rank=local_rank` in a
         # one-node mp.spawn script: there the local index is the rank)
         given = {}
-        for call in (c for c in self.nodes if isinstance(c, ast.Call) and
-                     last(dotted(c.func)) == "init_process_group"):
+        for call in (c for c in self.nodes if isinstance(c, ast.Call) and last(dotted(c.func)) == "init_process_group"):
             value = keyword(call, "rank")
             if isinstance(value, (ast.Name, ast.Attribute)) and (key := self._scope_key(value)) is not None:
                 given[key] = "global"
         self.held_kind = dict(given)
-        fresh = {id(n) for n in assigns if self._fresh_name(n.value)} if any(
-            getattr(c.func, "attr", getattr(c.func, "id", None)) in UNIQUE_NAMES for c in self.calls) else set()
+        fresh = (
+            {id(n) for n in assigns if self._fresh_name(n.value)}
+            if any(getattr(c.func, "attr", getattr(c.func, "id", None)) in UNIQUE_NAMES for c in self.calls)
+            else set()
+        )
         learnt = None
         for _ in range(3):  # `rank = ...; is_main = rank == 0`: the next pass sees what the last learnt (up to three:
             #                 path = join(d, f"rank{rank}"); self.meta["path"] = path; p = join(self.meta["path"], f))
@@ -410,9 +508,9 @@ class ScriptReader:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
                     continue
-                is_test = isinstance(node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute,
-                                                  ast.Call, ast.IfExp)) \
-                    and not self.rank_kind(node.value)
+                is_test = isinstance(
+                    node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.Call, ast.IfExp)
+                ) and not self.rank_kind(node.value)
                 if is_test and (test := self.rank_test(node.value)) is not None:
                     tests.setdefault(key, set()).add(test)
                 elif (kind := self.rank_kind(node.value)) is not None:
@@ -435,8 +533,13 @@ class ScriptReader:
         (a loss computed on this rank's device is not one: only names, strings and devices count). A name drawn
         fresh in each process (uuid4, the process id, mkstemp) is as per-process as the rank: _fresh_name."""
         if isinstance(value, ast.JoinedStr):  # the process id is as good as the rank for a per-process name
-            return any(isinstance(v, ast.FormattedValue) and (self.rank_kind(v.value) or isinstance(
-                v.value, ast.Call) and last(self.callee(v.value)) == "getpid") for v in value.values)
+            return any(
+                isinstance(v, ast.FormattedValue)
+                and (
+                    self.rank_kind(v.value) or isinstance(v.value, ast.Call) and last(self.callee(v.value)) == "getpid"
+                )
+                for v in value.values
+            )
         if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) and self._held(self.rank_derived, value):
             return True  # a name (or dict slot) an earlier pass saw assigned a per-process label
         if isinstance(value, ast.Subscript):  # devices[rank]
@@ -453,8 +556,10 @@ class ScriptReader:
     @staticmethod
     def _fresh_name(value: ast.AST) -> bool:
         """A call in `value` gives each process its own name (uuid4(), os.getpid(), tempfile.mkstemp())."""
-        return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in UNIQUE_NAMES
-                   for n in ast.walk(value))
+        return any(
+            isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in UNIQUE_NAMES
+            for n in ast.walk(value)
+        )
 
     def _held(self, table: dict, node: ast.AST):
         key = self._scope_key(node)
@@ -511,14 +616,18 @@ class ScriptReader:
         if func is None or name.id not in {a.arg for a in func.args.args}:
             return None
         owner = self.parent.get(func)
-        key = (f"{owner.name}.__init__" if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name,
-               name.id)
+        key = (
+            f"{owner.name}.__init__" if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name,
+            name.id,
+        )
         if key not in table:
             return None
         stored = self.__dict__.setdefault("_stored_params", {})  # (function, name) -> reassigned in its body
         if (func, name.id) not in stored:
-            stored[(func, name.id)] = any(isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                                          for n in walk_same_function(func.body))
+            stored[(func, name.id)] = any(
+                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                for n in walk_same_function(func.body)
+            )
         return None if stored[(func, name.id)] else table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
@@ -542,9 +651,13 @@ class ScriptReader:
             tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
-                if inner is None and isinstance(expr.op, ast.Or) and len(expr.values) == 2 and \
-                        self.rank_test(expr.values[1 - expr.values.index(value)], follow_names) and \
-                        self._launcher_test(value) is False:
+                if (
+                    inner is None
+                    and isinstance(expr.op, ast.Or)
+                    and len(expr.values) == 2
+                    and self.rank_test(expr.values[1 - expr.values.index(value)], follow_names)
+                    and self._launcher_test(value) is False
+                ):
                     # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
                     # one-process path, as `rank is None` is
                     inner = ("single", True)
@@ -560,20 +673,35 @@ class ScriptReader:
             return None
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
             return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Is, ast.IsNot)) \
-                and _is_none(expr.comparators[0]) and follow_names and \
-                (held := self._held(self.held_test, expr.left)) is not None:
+        if (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) == 1
+            and isinstance(expr.ops[0], (ast.Is, ast.IsNot))
+            and _is_none(expr.comparators[0])
+            and follow_names
+            and (held := self._held(self.held_test, expr.left)) is not None
+        ):
             return held if isinstance(expr.ops[0], ast.IsNot) else (held[0], not held[1])  # `if run is not None:`
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.In, ast.NotIn)) \
-                and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set)):
+        if (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) == 1
+            and isinstance(expr.ops[0], (ast.In, ast.NotIn))
+            and isinstance(expr.comparators[0], (ast.List, ast.Tuple, ast.Set))
+        ):
             # `local_rank in [-1, 0]`: rank 0 (or no launcher); `rank not in (0,)`: every rank but 0
             kind = self.rank_kind(expr.left)
             if kind and any(_is_zero(e) for e in expr.comparators[0].elts):
                 return kind, isinstance(expr.ops[0], ast.In)
             return None
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], (ast.Eq, ast.NotEq)) \
-                and not _is_zero(expr.comparators[0]) and not _is_zero(expr.left) and \
-                self._other_rank(expr.comparators[0]) and (kind := self.rank_kind(expr.left)):
+        if (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) == 1
+            and isinstance(expr.ops[0], (ast.Eq, ast.NotEq))
+            and not _is_zero(expr.comparators[0])
+            and not _is_zero(expr.left)
+            and self._other_rank(expr.comparators[0])
+            and (kind := self.rank_kind(expr.left))
+        ):
             # `rank == world_size - 1` runs on one rank (a single voice, like rank 0); `rank != 1` on the others
             return kind, isinstance(expr.ops[0], ast.Eq)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
@@ -613,10 +741,17 @@ class ScriptReader:
         """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
         negations; None when `expr` is no such test. A device index is not a rank here."""
         op, right = expr.ops[0], expr.comparators[0]
-        missing = _is_none(right) or isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and \
-            isinstance(right.operand, ast.Constant) and right.operand.value == 1
-        if not (missing or _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE))) or \
-                self.rank_kind(expr.left) not in ("global", "local"):
+        missing = (
+            _is_none(right)
+            or isinstance(right, ast.UnaryOp)
+            and isinstance(right.op, ast.USub)
+            and isinstance(right.operand, ast.Constant)
+            and right.operand.value == 1
+        )
+        if not (missing or _is_zero(right) and isinstance(op, (ast.Lt, ast.GtE))) or self.rank_kind(expr.left) not in (
+            "global",
+            "local",
+        ):
             return None  # (`gpu is None` is no chosen device, every GPU of the machine, not no launcher)
         if missing and isinstance(op, (ast.Is, ast.Eq)):
             return True
@@ -631,8 +766,15 @@ class ScriptReader:
         module's names, as nanoGPT's configurator does)."""
         if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
             return None
-        values = [n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
-            isinstance(t, ast.Name) and t.id == name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        values = [
+            n
+            for n in self.nodes
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            )
+        ]
         if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
             return None
         if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
@@ -649,8 +791,13 @@ class ScriptReader:
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
             left, right = self._const_int(node.left, depth + 1), self._const_int(node.right, depth + 1)
             if left is not None and right is not None:
-                return left + right if isinstance(node.op, ast.Add) else \
-                    left - right if isinstance(node.op, ast.Sub) else left * right
+                return (
+                    left + right
+                    if isinstance(node.op, ast.Add)
+                    else left - right
+                    if isinstance(node.op, ast.Sub)
+                    else left * right
+                )
         return None
 
     def _other_rank(self, node: ast.AST) -> bool:
@@ -658,14 +805,23 @@ class ScriptReader:
         the world size (`world - 1`)."""
         if (value := self._const_int(node)) is not None:
             return value > 0
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and "world" in last(dotted(n)).lower() or
-                   isinstance(n, ast.Call) and last(self.callee(n)) == "get_world_size" for n in ast.walk(node))
+        return any(
+            isinstance(n, (ast.Name, ast.Attribute))
+            and "world" in last(dotted(n)).lower()
+            or isinstance(n, ast.Call)
+            and last(self.callee(n)) == "get_world_size"
+            for n in ast.walk(node)
+        )
 
     def _hands_worker(self, block: ast.If) -> bool:
         """The main block hands a function of this file to a project helper, and the project starts workers
         (utils.run(worker, n) whose body is mp.spawn(run_fn, ...)): the block is the parent, one process."""
-        return self.facts.spawns and any(isinstance(a, ast.Name) and a.id in self.functions
-                                         for c in ast.walk(block) if isinstance(c, ast.Call) for a in c.args)
+        return self.facts.spawns and any(
+            isinstance(a, ast.Name) and a.id in self.functions
+            for c in ast.walk(block)
+            if isinstance(c, ast.Call)
+            for a in c.args
+        )
 
     def guards(self, node: ast.AST) -> list[_Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
@@ -679,15 +835,22 @@ class ScriptReader:
                 orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
                 if test:
                     in_body = child in body
-                    found.append(_Guard(test[0], test[1] if in_body else not test[1], parent,
-                                        orelse if in_body else body))
+                    found.append(
+                        _Guard(test[0], test[1] if in_body else not test[1], parent, orelse if in_body else body)
+                    )
                 elif is_main_block(parent) and child in body and (self.spawns or self._hands_worker(parent)):
                     found.append(_Guard("single", True, parent))
-                elif (launched := self._launcher_test(parent.test)) is not None and \
-                        child in (orelse if launched else body):
+                elif (launched := self._launcher_test(parent.test)) is not None and child in (
+                    orelse if launched else body
+                ):
                     found.append(_Guard("single", True, parent))  # no launcher: one process
-                elif isinstance(parent, ast.If) and parent.orelse and child in body and \
-                        self._makes_group(orelse) and not self._makes_group(body):
+                elif (
+                    isinstance(parent, ast.If)
+                    and parent.orelse
+                    and child in body
+                    and self._makes_group(orelse)
+                    and not self._makes_group(body)
+                ):
                     found.append(_Guard("single", True, parent))  # the else makes the group: this branch is the
                     #                                               one-process path (`if single_gpu: ... else: main()`)
             for name in ("body", "orelse", "finalbody"):
@@ -708,8 +871,11 @@ class ScriptReader:
         cache = self.__dict__.setdefault("_group_blocks", {})
         if key not in cache:
             makers = {"init_process_group", *self.facts.group_makers}
-            cache[key] = any(isinstance(c, ast.Call) and (last(self.callee(c)) in makers or spawning and
-                                                          self.callee(c) in SPAWN_CALLS) for c in calls_in(block))
+            cache[key] = any(
+                isinstance(c, ast.Call)
+                and (last(self.callee(c)) in makers or spawning and self.callee(c) in SPAWN_CALLS)
+                for c in calls_in(block)
+            )
         return cache[key]
 
     def _launcher_test(self, test: ast.AST, depth: int = 0) -> bool | None:
@@ -718,15 +884,23 @@ class ScriptReader:
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
             found = [self._launcher_test(v, depth) for v in test.values]
             return True if True in found else None
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and const_str(test.left) in RANK_VARS and \
-                self.resolve(dotted(test.comparators[0])) == "os.environ":
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and const_str(test.left) in RANK_VARS
+            and self.resolve(dotted(test.comparators[0])) == "os.environ"
+        ):
             return {ast.In: True, ast.NotIn: False}.get(type(test.ops[0]))
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._launcher_test(test.operand, depth)
             return None if inner is None else not inner
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (
-                ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and isinstance(test.comparators[0], ast.Constant) and \
-                isinstance(test.comparators[0].value, bool):
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq))
+            and isinstance(test.comparators[0], ast.Constant)
+            and isinstance(test.comparators[0].value, bool)
+        ):
             # `args.distributed is not True`, `ddp == False`: the flag's test, said the long way
             inner = self._launcher_test(test.left, depth)
             same = isinstance(test.ops[0], (ast.Is, ast.Eq)) == test.comparators[0].value
@@ -734,8 +908,11 @@ class ScriptReader:
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
             # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
             op, right = test.ops[0], test.comparators[0]
-            missing = isinstance(right, ast.Constant) and (right.value is None or right.value == -1) or (
-                isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub))
+            missing = (
+                isinstance(right, ast.Constant)
+                and (right.value is None or right.value == -1)
+                or (isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub))
+            )
             if missing and isinstance(op, (ast.NotEq, ast.IsNot)):
                 return True
             if missing and isinstance(op, (ast.Eq, ast.Is)):
@@ -745,21 +922,36 @@ class ScriptReader:
             return None
         if isinstance(test, ast.Name) and depth < 2:  # ddp = int(os.environ.get("RANK", -1)) != -1; if ddp: ...
             scope = self.enclosing_function(test)
-            values = [n.value for n in (ast.walk(scope) if scope else self.nodes) if isinstance(n, ast.Assign)
-                      and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+            values = [
+                n.value
+                for n in (ast.walk(scope) if scope else self.nodes)
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)
+            ]
             if len(values) == 1:
                 return self._launcher_test(values[0], depth + 1)
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
             return True
-        if isinstance(test, ast.Call) and last(self.callee(test)) == "is_initialized" and \
-                "distributed" in self.callee(test):
+        if (
+            isinstance(test, ast.Call)
+            and last(self.callee(test)) == "is_initialized"
+            and "distributed" in self.callee(test)
+        ):
             return True  # dist.is_initialized(): a process group exists
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and \
-                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 1 and \
-                self._world_count(test.left):
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Gt)
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == 1
+            and self._world_count(test.left)
+        ):
             return True  # `get_world_size() > 1`, `world_size > 1`: several processes (its else: one)
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
-                and (chosen := self._group_option(test)) is not None:
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+            and (chosen := self._group_option(test)) is not None
+        ):
             return chosen == isinstance(test.ops[0], ast.Eq)
         return None
 
@@ -774,9 +966,11 @@ class ScriptReader:
             return True
         if isinstance(expr, ast.Name) and depth < 2:
             scope = self.enclosing_function(expr)
-            values = [n.value for n in walk_same_function((scope or self.tree).body)
-                      if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id
-                                                           for t in n.targets)]
+            values = [
+                n.value
+                for n in walk_same_function((scope or self.tree).body)
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets)
+            ]
             return len(values) == 1 and self._world_count(values[0], depth + 1)
         return False
 
@@ -796,9 +990,14 @@ class ScriptReader:
         """option -> the values whose `if option == value:` makes the process group."""
         found: dict[str, set] = {}
         for n in self.nodes:
-            if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and len(n.test.ops) == 1 and \
-                    isinstance(n.test.ops[0], ast.Eq) and isinstance(n.test.comparators[0], ast.Constant) and \
-                    self._makes_group(n.body, spawning=False):
+            if (
+                isinstance(n, ast.If)
+                and isinstance(n.test, ast.Compare)
+                and len(n.test.ops) == 1
+                and isinstance(n.test.ops[0], ast.Eq)
+                and isinstance(n.test.comparators[0], ast.Constant)
+                and self._makes_group(n.body, spawning=False)
+            ):
                 found.setdefault(dotted(n.test.left), set()).add(n.test.comparators[0].value)
         return found
 
@@ -818,15 +1017,22 @@ class ScriptReader:
     def _group_flag_uncached(self, key: tuple) -> bool:
         ons = offs = 0
         for node in self.nodes:
-            if not isinstance(node, ast.Assign) or len(node.targets) != 1 or \
-                    (k := self._scope_key(node.targets[0])) is None or \
-                    not (k == key or None in (k[0], key[0]) and k[1] == key[1]):
+            if (
+                not isinstance(node, ast.Assign)
+                or len(node.targets) != 1
+                or (k := self._scope_key(node.targets[0])) is None
+                or not (k == key or None in (k[0], key[0]) and k[1] == key[1])
+            ):
                 continue
             value = node.value
             if isinstance(value, ast.Constant) and value.value in (False, None):
                 offs += 1
-            elif isinstance(value, ast.Constant) and value.value is True and (func := self.enclosing_function(node)) \
-                    and self._makes_group(func.body, spawning=False):
+            elif (
+                isinstance(value, ast.Constant)
+                and value.value is True
+                and (func := self.enclosing_function(node))
+                and self._makes_group(func.body, spawning=False)
+            ):
                 ons += 1
             elif self._launcher_test(value, 2):
                 ons += 1
@@ -838,8 +1044,12 @@ class ScriptReader:
         """os.environ.get("RANK", ...) / os.getenv("WORLD_SIZE") / int(...) of it: a launcher's variable."""
         if isinstance(node, ast.Call) and last(self.callee(node)) == "int" and node.args:
             return self._env_read(node.args[0])
-        return isinstance(node, ast.Call) and self.callee(node) in ("os.environ.get", "os.getenv") and \
-            bool(node.args) and const_str(node.args[0]) in RANK_VARS
+        return (
+            isinstance(node, ast.Call)
+            and self.callee(node) in ("os.environ.get", "os.getenv")
+            and bool(node.args)
+            and const_str(node.args[0]) in RANK_VARS
+        )
 
     def ancestors(self, node: ast.AST, stop: ast.AST | None = None):
         """The nodes that hold `node`, innermost first, up to (not including) `stop`."""
@@ -877,7 +1087,7 @@ class ScriptReader:
         `if save_cur:`; a call passing nothing takes the default)."""
         params = [*func.args.posonlyargs, *func.args.args]
         names = [a.arg for a in params]
-        defaults = dict(zip(names[len(names) - len(func.args.defaults):], func.args.defaults))
+        defaults = dict(zip(names[len(names) - len(func.args.defaults) :], func.args.defaults))
         offset = 1 if names[:1] in (["self"], ["cls"]) and isinstance(site.func, ast.Attribute) else 0
         child, parent = node, self.parent.get(node)
         while parent is not None and parent is not func:
@@ -888,8 +1098,11 @@ class ScriptReader:
                 if isinstance(test, ast.Name) and test.id in names:
                     at = names.index(test.id) - offset
                     value = keyword(site, test.id) or (site.args[at] if 0 <= at < len(site.args) else None)
-                    if value is None and not any(k.arg is None for k in site.keywords) and \
-                            not any(isinstance(a, ast.Starred) for a in site.args):
+                    if (
+                        value is None
+                        and not any(k.arg is None for k in site.keywords)
+                        and not any(isinstance(a, ast.Starred) for a in site.args)
+                    ):
                         value = defaults.get(test.id)
                     if isinstance(value, ast.Constant) and bool(value.value) != wanted:
                         return False

@@ -17,9 +17,8 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
-
 
 from ddplab.launcher.procs import pid_alive
 
@@ -84,20 +83,22 @@ class GuardResult:
     last_busy: list[str] = field(default_factory=list)
 
 
-def guard(idle_after: float, command: str | None, warn_only: bool, interval: float,
-          log: Callable[[str], None]) -> GuardResult:
+def guard(
+    idle_after: float, command: str | None, warn_only: bool, interval: float, log: Callable[[str], None]
+) -> GuardResult:
     """Watch until the machine has been idle for `idle_after` seconds, then run `command` (or warn)."""
     from ddplab.observe.monitor import Sampler
 
     sampler = Sampler()  # for its NVML reader: no GPU, no driver -> no GPUs, and jobs alone decide
     gpus, nvml = sampler.nvml.read()
-    result = GuardResult(idle_after, command, warn_only,
-                         f"{len(gpus)} GPU(s) watched" if nvml == "ok" else nvml)
+    result = GuardResult(idle_after, command, warn_only, f"{len(gpus)} GPU(s) watched" if nvml == "ok" else nvml)
     step = max(interval, idle_after / 10, 1.0)  # countdown lines: about ten per idle period, one a second at most
     action = "then warn (--warn-only)" if warn_only else f"then run: {command}"
-    log("idle guard: idle = no torchrun/ddplab rank alive"
+    log(
+        "idle guard: idle = no torchrun/ddplab rank alive"
         + (f", every GPU under {IDLE_GPU_PERCENT:g} % and {IDLE_GPU_MEMORY_MIB:g} MiB" if gpus else "")
-        + f" ({result.gpus}); after {clock(idle_after)} idle, counted from now, {action}")
+        + f" ({result.gpus}); after {clock(idle_after)} idle, counted from now, {action}"
+    )
     start = time.monotonic()
     idle_since: float | None = start
     next_tick = start
@@ -114,22 +115,26 @@ def guard(idle_after: float, command: str | None, warn_only: bool, interval: flo
             else:
                 if idle_since is None:
                     idle_since, next_tick = now, now + step
-                    log("idle: no rank alive" + (", every GPU quiet" if gpus else "")
-                        + f"; {clock(idle_after)} to go")
+                    log("idle: no rank alive" + (", every GPU quiet" if gpus else "") + f"; {clock(idle_after)} to go")
                 result.idle_s = now - idle_since
                 if result.idle_s >= idle_after and not warned:
                     result.fired = True
                     if warn_only:
-                        log(f"WARN idle for {clock(result.idle_s)}: this machine does nothing"
-                            + (f" (would run: {command})" if command else "") + "; stop it if you pay for it")
+                        log(
+                            f"WARN idle for {clock(result.idle_s)}: this machine does nothing"
+                            + (f" (would run: {command})" if command else "")
+                            + "; stop it if you pay for it"
+                        )
                         warned = True
                     else:
                         log(f"idle for {clock(result.idle_s)}: running {command}")
                         result.exit_code = subprocess.run(command, shell=True).returncode
                         return result
                 elif now >= next_tick and not warned:
-                    log(f"idle {clock(result.idle_s)} of {clock(idle_after)}: "
-                        f"{'warning' if warn_only else 'the command runs'} in {clock(idle_after - result.idle_s)}")
+                    log(
+                        f"idle {clock(result.idle_s)} of {clock(idle_after)}: "
+                        f"{'warning' if warn_only else 'the command runs'} in {clock(idle_after - result.idle_s)}"
+                    )
                     next_tick = now + step
             time.sleep(interval)
     except KeyboardInterrupt:  # the usual end of --warn-only

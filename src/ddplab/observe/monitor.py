@@ -25,9 +25,9 @@ from pathlib import Path
 import psutil
 
 from ddplab.envinfo import visible_gpus
+from ddplab.errors import DdplabError
 from ddplab.launcher.agent import spec_path_of
 from ddplab.launcher.local import events as run_events
-from ddplab.errors import DdplabError
 
 # Below a tenth of a core, a CPU rank is not computing: it waits (for another rank, for data) or it is stuck.
 IDLE_CPU_PERCENT = 10.0
@@ -177,18 +177,29 @@ def _ddplab_job(spec_path: str, procs: dict[int, dict]) -> _Job | None:
             continue
         pid = starts[-1]["pid"]
         # An elastic restart appends a new attempt to the same file: count only the current attempt's marks.
-        current = events[events.index(starts[-1]):]
+        current = events[events.index(starts[-1]) :]
         # A fork's environment is its agent's, CUDA_VISIBLE_DEVICES too.
-        members.append(_Member(pid, starts[-1].get("rank", local), local, nproc, progress=len(current), phase=current[-1]["phase"],
-                               last_mark=current[-1].get("t"),
-                               cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES")))
+        members.append(
+            _Member(
+                pid,
+                starts[-1].get("rank", local),
+                local,
+                nproc,
+                progress=len(current),
+                phase=current[-1]["phase"],
+                last_mark=current[-1].get("t"),
+                cuda_visible=(_environ(pid) or {}).get("CUDA_VISIBLE_DEVICES"),
+            )
+        )
     worker_pids = {m.pid for m in members}
-    agents = [pid for pid, info in procs.items()
-              if spec_path_of(info["cmdline"]) == spec_path and pid not in worker_pids]
+    agents = [
+        pid for pid, info in procs.items() if spec_path_of(info["cmdline"]) == spec_path and pid not in worker_pids
+    ]
     agent = min(agents, key=lambda pid: procs[pid]["create_time"], default=None)
     run_id = spec.get("run_id", run_dir.name)
-    return _Job(f"ddplab:{run_id.removeprefix('ddplab-run-')}", f"ddplab runner (pid {agent}, {run_dir})", agent,
-                members)
+    return _Job(
+        f"ddplab:{run_id.removeprefix('ddplab-run-')}", f"ddplab runner (pid {agent}, {run_dir})", agent, members
+    )
 
 
 def _environ(pid: int) -> dict[str, str] | None:
@@ -231,9 +242,15 @@ def find_jobs(pids: list[int] | None = None) -> list[_Job]:
             continue
         agent = procs[pid]["ppid"]
         key = (agent, env.get("TORCHELASTIC_RUN_ID", ""))
-        by_agent.setdefault(key, []).append(_Member(
-            pid, _int(env.get("RANK")), _int(env.get("LOCAL_RANK")), _int(env.get("WORLD_SIZE")),
-            cuda_visible=env.get("CUDA_VISIBLE_DEVICES")))
+        by_agent.setdefault(key, []).append(
+            _Member(
+                pid,
+                _int(env.get("RANK")),
+                _int(env.get("LOCAL_RANK")),
+                _int(env.get("WORLD_SIZE")),
+                cuda_visible=env.get("CUDA_VISIBLE_DEVICES"),
+            )
+        )
     for (agent, _), members in sorted(by_agent.items()):
         launcher = _launcher_name(procs[agent]["cmdline"]) if agent in procs else "launcher"
         jobs.append(_Job(f"{launcher.split()[-1]}:{agent}", f"{launcher} (pid {agent})", agent, members))
@@ -258,8 +275,10 @@ def _has_ancestor_in(pid: int, group: dict, procs: dict[int, dict]) -> bool:
 def _select(jobs: list[_Job], pids: list[int], procs: dict[int, dict]) -> list[_Job]:
     for pid in pids:
         if pid not in procs and pid != os.getpid():
-            raise DdplabError(f"no process with pid {pid} is running: pass the pid of a rank or of its launcher "
-                              "(see `ps -ef | grep -e torchrun -e ddplab`), or no --pids to find the job by itself")
+            raise DdplabError(
+                f"no process with pid {pid} is running: pass the pid of a rank or of its launcher "
+                "(see `ps -ef | grep -e torchrun -e ddplab`), or no --pids to find the job by itself"
+            )
     wanted = set(pids)
     # A launcher given by pid stands for everything under it (torchrun, `ddplab train`, `ddplab launch`...).
     for pid in list(wanted):
@@ -329,17 +348,31 @@ class Sampler:
         now = time.time()
         interval, self._last = now - self._last, now
         gpus, nvml_state = self.nvml.read()
-        views = [JobView(job.id, job.launcher, job.agent_pid,
-                         next((m.world_size for m in job.members if m.world_size), None),
-                         [self._rank_view(m) for m in job.members]) for job in jobs]
+        views = [
+            JobView(
+                job.id,
+                job.launcher,
+                job.agent_pid,
+                next((m.world_size for m in job.members if m.world_size), None),
+                [self._rank_view(m) for m in job.members],
+            )
+            for job in jobs
+        ]
         _place_on_gpus(views, jobs, gpus)
         snap = Snapshot(now, round(interval, 3), views, gpus, nvml_state)
         judge(snap)
         return snap
 
     def _rank_view(self, m: _Member) -> RankView:
-        view = RankView(m.pid, m.rank, m.local_rank, "exited", progress=m.progress, phase=m.phase,
-                        quiet_s=None if m.last_mark is None else round(max(0.0, time.time() - m.last_mark), 1))
+        view = RankView(
+            m.pid,
+            m.rank,
+            m.local_rank,
+            "exited",
+            progress=m.progress,
+            phase=m.phase,
+            quiet_s=None if m.last_mark is None else round(max(0.0, time.time() - m.last_mark), 1),
+        )
         proc = self._process(m.pid)
         if proc is None:
             return view
@@ -442,12 +475,19 @@ class _Nvml:
             for p in self._get(nv.nvmlDeviceGetComputeRunningProcesses, h) or []:
                 used = getattr(p, "usedGpuMemory", None)
                 processes.append(GpuProcess(p.pid, round(used / 2**20, 1) if used else None, _name(p.pid), None))
-            gpus.append(GpuView(
-                index, name.decode() if isinstance(name, bytes) else name,
-                float(util.gpu) if util is not None else None,
-                round(mem.used / 2**20, 1) if mem else 0.0, round(mem.total / 2**20, 1) if mem else 0.0,
-                round(power / 1000, 1) if power is not None else None,
-                round(limit / 1000, 1) if limit is not None else None, temp, processes))
+            gpus.append(
+                GpuView(
+                    index,
+                    name.decode() if isinstance(name, bytes) else name,
+                    float(util.gpu) if util is not None else None,
+                    round(mem.used / 2**20, 1) if mem else 0.0,
+                    round(mem.total / 2**20, 1) if mem else 0.0,
+                    round(power / 1000, 1) if power is not None else None,
+                    round(limit / 1000, 1) if limit is not None else None,
+                    temp,
+                    processes,
+                )
+            )
         return gpus, self.state
 
 
@@ -487,19 +527,27 @@ def judge(snap: Snapshot) -> None:
             if r.quiet_s is not None and r.quiet_s >= QUIET_S:
                 r.flags.append("quiet")
         _describe(job, live, snap)
-    busy_gpu_ranks = [r for job in snap.jobs for r in job.ranks
-                      if r.progress is None and r.gpu_util_percent is not None and not r.flags]
+    busy_gpu_ranks = [
+        r
+        for job in snap.jobs
+        for r in job.ranks
+        if r.progress is None and r.gpu_util_percent is not None and not r.flags
+    ]
     if busy_gpu_ranks:  # said, not guessed: without progress marks a hang in NCCL looks like work
-        snap.notes.append("a rank hung in an NCCL collective also reads busy (NCCL's kernels spin at ~100 % while "
-                          "they wait): GPU utilisation alone cannot tell; run it under `ddplab launch` for progress "
-                          "marks, or `py-spy dump --pid PID` to see where it is")
+        snap.notes.append(
+            "a rank hung in an NCCL collective also reads busy (NCCL's kernels spin at ~100 % while "
+            "they wait): GPU utilisation alone cannot tell; run it under `ddplab launch` for progress "
+            "marks, or `py-spy dump --pid PID` to see where it is"
+        )
     used = {r.gpu for job in snap.jobs for r in job.ranks if r.gpu is not None}
     for gpu in snap.gpus:
         if gpu.util_percent is not None and gpu.util_percent < IDLE_GPU_PERCENT:
             gpu.flags.append("idle")
             if gpu.index in used:
-                snap.problems.append(f"GPU {gpu.index} is idle ({gpu.util_percent:.0f}% busy) while its rank runs: "
-                                     "it waits for data, for the CPU, or for another rank")
+                snap.problems.append(
+                    f"GPU {gpu.index} is idle ({gpu.util_percent:.0f}% busy) while its rank runs: "
+                    "it waits for data, for the CPU, or for another rank"
+                )
     if used and (unused := [g.index for g in snap.gpus if g.index not in used]):
         snap.notes.append(f"GPU(s) {', '.join(map(str, unused))} run no rank of the job(s) watched")
     snap.ok = not snap.problems
@@ -507,8 +555,9 @@ def judge(snap: Snapshot) -> None:
         ranks = sum(len(job.ranks) for job in snap.jobs)
         snap.verdict = f"{ranks} rank(s) in {len(snap.jobs)} job(s): all busy, none behind"  # guide.md shows it
         return
-    flagged = [f"{job.id} {_ranks_text([r])} {' and '.join(r.flags)}" for job in snap.jobs for r in job.ranks
-               if r.flags]
+    flagged = [
+        f"{job.id} {_ranks_text([r])} {' and '.join(r.flags)}" for job in snap.jobs for r in job.ranks if r.flags
+    ]
     flagged += [f"GPU {g.index} idle" for g in snap.gpus if g.flags and g.index in used]
     n = len(snap.problems)
     snap.verdict = f"{n} {'problem' if n == 1 else 'problems'}: {'; '.join(flagged)}"
@@ -534,46 +583,61 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
     exited = [r for r in job.ranks if r not in live]
     idle = [r for r in live if "idle" in r.flags]
     if exited and live:
-        snap.problems.append(f"{job.id}: {_ranks_text(exited)} exited while the others still run: normal in the "
-                             "last second of a run; otherwise the others wait for it until their collective times out")
+        snap.problems.append(
+            f"{job.id}: {_ranks_text(exited)} exited while the others still run: normal in the "
+            "last second of a run; otherwise the others wait for it until their collective times out"
+        )
     if idle and len(idle) == len(live):
-        snap.problems.append(f"{job.id}: every rank is idle: they all wait (for data, I/O, a checkpoint) or hang; "
-                             "`py-spy dump --pid PID` shows where each one is")
+        snap.problems.append(
+            f"{job.id}: every rank is idle: they all wait (for data, I/O, a checkpoint) or hang; "
+            "`py-spy dump --pid PID` shows where each one is"
+        )
     elif idle:
         busy = [r for r in live if r not in idle]
-        why = ("behind too (below): not waiting for a straggler but the straggler itself"
-               if all("behind" in r.flags for r in idle)
-               else "in DDP the idle ones usually wait in a collective for a straggler, or they are stuck")
-        snap.problems.append(f"{job.id}: {_ranks_text(idle)} {_are(idle)} idle while {_ranks_text(busy)} "
-                             f"{_are(busy)} busy: {why}")
+        why = (
+            "behind too (below): not waiting for a straggler but the straggler itself"
+            if all("behind" in r.flags for r in idle)
+            else "in DDP the idle ones usually wait in a collective for a straggler, or they are stuck"
+        )
+        snap.problems.append(
+            f"{job.id}: {_ranks_text(idle)} {_are(idle)} idle while {_ranks_text(busy)} {_are(busy)} busy: {why}"
+        )
     quiet = [r for r in live if "quiet" in r.flags]
     if quiet:
         on_gpu = any(r.gpu_util_percent is not None and r.gpu_util_percent >= IDLE_GPU_PERCENT for r in quiet)
         snap.problems.append(
             f"{job.id}: {_ranks_text(quiet)} made no progress for {min(r.quiet_s for r in quiet):.0f} s or more "
             f"(last in {quiet[0].phase}): a long step, a checkpoint, or a hang in a collective"
-            + ("; its GPU reads busy, which a rank waiting in NCCL also does (NCCL's kernels spin)" if on_gpu else ""))
+            + ("; its GPU reads busy, which a rank waiting in NCCL also does (NCCL's kernels spin)" if on_gpu else "")
+        )
     for r in (r for r in live if "behind" in r.flags):
         if r.progress is not None:
             lead = max(x.progress for x in live)
-            snap.problems.append(f"{job.id}: rank {r.rank} is behind: {r.progress} progress marks against {lead} "
-                                 f"for the leader (last in {r.phase}): it is the straggler the others wait for")
+            snap.problems.append(
+                f"{job.id}: rank {r.rank} is behind: {r.progress} progress marks against {lead} "
+                f"for the leader (last in {r.phase}): it is the straggler the others wait for"
+            )
     if waiting := [r for r in live if "waiting" in r.flags]:
         busiest = max(live, key=lambda x: x.cpu_seconds)
-        snap.problems.append(f"{job.id}: {_ranks_text(waiting)} used far less CPU time than {_ranks_text([busiest])} "
-                             f"({', '.join(f'{r.cpu_seconds:.1f}' for r in waiting)} s against "
-                             f"{busiest.cpu_seconds:.1f} s): in DDP a rank waiting in a collective uses little CPU, so "
-                             f"{_ranks_text([busiest])}, the busy one, is likely the straggler; unless "
-                             f"{_ranks_text(waiting)} {_are(waiting)} stuck elsewhere (`py-spy dump --pid PID` shows "
-                             "where each one is)")
+        snap.problems.append(
+            f"{job.id}: {_ranks_text(waiting)} used far less CPU time than {_ranks_text([busiest])} "
+            f"({', '.join(f'{r.cpu_seconds:.1f}' for r in waiting)} s against "
+            f"{busiest.cpu_seconds:.1f} s): in DDP a rank waiting in a collective uses little CPU, so "
+            f"{_ranks_text([busiest])}, the busy one, is likely the straggler; unless "
+            f"{_ranks_text(waiting)} {_are(waiting)} stuck elsewhere (`py-spy dump --pid PID` shows "
+            "where each one is)"
+        )
 
 
 def require_jobs(pids: list[int] | None) -> list[_Job]:
     """find_jobs(), where finding nothing is an error: there is nothing to watch (exit 1, not a usage error)."""
     jobs = find_jobs(pids)
     if not jobs:
-        raise DdplabError("no running torchrun or ddplab job found on this machine: start one, or pass --pids "
-                          "with a rank's or a launcher's pid", exit_code=1)
+        raise DdplabError(
+            "no running torchrun or ddplab job found on this machine: start one, or pass --pids "
+            "with a rank's or a launcher's pid",
+            exit_code=1,
+        )
     return jobs
 
 

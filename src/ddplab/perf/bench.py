@@ -16,24 +16,26 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ddplab import faults
 from ddplab.errors import DdplabError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 # Element sizes, so that sizes are planned without importing torch. gloo refuses int16/uint16/float8 outright.
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,
-               "int64": 8}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
 # A float type holds every integer 0..N exactly up to N = 2**(stored mantissa bits + 1).
 EXACT_INTS = {"float16": 2048, "bfloat16": 256, "float32": 2**24, "float64": 2**53}
 # torch.distributed has no out-of-place all_reduce/broadcast and no in-place all_to_all_single.
 ALWAYS_IN_PLACE = {"all_reduce": True, "broadcast": True, "all_to_all": False}
 TARGET = "ddplab.perf.bench:worker"  # what every rank runs
 COPY_PROBE_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # well past the last-level cache (CPU L3, GPU L2)
-GPU_REFERENCE_NOTE = ("on GPUs busbw is bounded by the interconnect (NVLink, PCIe, the network), not by memory: "
-                      "compare it with the link's datasheet bandwidth or nccl-tests on the same GPUs")
+GPU_REFERENCE_NOTE = (
+    "on GPUs busbw is bounded by the interconnect (NVLink, PCIe, the network), not by memory: "
+    "compare it with the link's datasheet bandwidth or nccl-tests on the same GPUs"
+)
 PAGE, PAGE_OFFSET = 4096, 64  # where every CPU buffer that bench times starts: see _Collective._buffer
 
 
@@ -70,8 +72,10 @@ def plan_sizes(min_bytes: int, max_bytes: int, factor: float, dtype: str, nproc:
     # Every op runs at every size, and all_gather/reduce_scatter/all_to_all split S into n equal parts.
     granule = DTYPE_BYTES[dtype] * nproc
     if min_bytes < granule:
-        raise DdplabError(f"--min-bytes {min_bytes} is too small for {nproc} ranks of {dtype}: each rank needs at "
-                          f"least one element, so use --min-bytes {granule} or more")
+        raise DdplabError(
+            f"--min-bytes {min_bytes} is too small for {nproc} ranks of {dtype}: each rank needs at "
+            f"least one element, so use --min-bytes {granule} or more"
+        )
     sizes, rounded, size = [], [], float(min_bytes)
     while size <= max_bytes:
         exact = int(size)
@@ -143,8 +147,9 @@ def fit_ring(nranks: int, sizes: list[int], seconds: list[float]) -> RingFit | N
         return None
     steps = 2 * (nranks - 1)
     rms = math.sqrt(sum(((a * s + b) / t - 1) ** 2 for s, t in points) / len(points))
-    return RingFit(alpha_us=b / steps * 1e6, bandwidth_gbps=steps / nranks / a / 1e9, points=len(points),
-                   rms_rel_error=rms)
+    return RingFit(
+        alpha_us=b / steps * 1e6, bandwidth_gbps=steps / nranks / a / 1e9, points=len(points), rms_rel_error=rms
+    )
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -195,10 +200,20 @@ class BenchResult:
 def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchResult:
     """Combine every rank's worker() output: times averaged over ranks, wrong elements summed."""
     first, n = per_rank[0], len(per_rank)
-    result = BenchResult(status="PASS", backend=first["backend"], device=first["device"], world_size=n,
-                         dtype=cfg["dtype"], iters=cfg["iters"], warmup=cfg["warmup"], in_place=cfg["in_place"],
-                         notes=list(cfg.get("notes", [])), copy_gbps=first["copy_gbps"], copy_kind=first["copy_kind"],
-                         seconds=seconds)
+    result = BenchResult(
+        status="PASS",
+        backend=first["backend"],
+        device=first["device"],
+        world_size=n,
+        dtype=cfg["dtype"],
+        iters=cfg["iters"],
+        warmup=cfg["warmup"],
+        in_place=cfg["in_place"],
+        notes=list(cfg.get("notes", [])),
+        copy_gbps=first["copy_gbps"],
+        copy_kind=first["copy_kind"],
+        seconds=seconds,
+    )
     for op in cfg["ops"]:
         if "skipped" in first["ops"][op]:
             result.skipped.append(Skip(op, first["ops"][op]["skipped"]))
@@ -208,8 +223,19 @@ def summarize(cfg: dict, per_rank: list[dict], seconds: float = 0.0) -> BenchRes
             t = sum(r["ops"][op]["rows"][i][1] for r in per_rank) / n
             wrong = sum(r["ops"][op]["rows"][i][2] for r in per_rank)
             alg = algbw_gbps(size, t)
-            result.rows.append(Row(op, size, size // DTYPE_BYTES[cfg["dtype"]], cfg["dtype"], in_place, t * 1e6, alg,
-                                   alg * bus_factor(op, n), wrong))
+            result.rows.append(
+                Row(
+                    op,
+                    size,
+                    size // DTYPE_BYTES[cfg["dtype"]],
+                    cfg["dtype"],
+                    in_place,
+                    t * 1e6,
+                    alg,
+                    alg * bus_factor(op, n),
+                    wrong,
+                )
+            )
     if first["device"] == "cuda":
         result.notes.append(GPU_REFERENCE_NOTE)
     if cfg["in_place"] and "all_to_all" in cfg["ops"]:
@@ -234,19 +260,42 @@ def start_ranks(nproc: int, master_port: int | None = None):
     return start(TARGET, nproc=nproc, master_port=master_port, fresh_workers=True)
 
 
-def run_bench(*, ops: list[str], sizes: list[int], dtype: str, nproc: int, iters: int = 20, warmup: int = 5,
-              in_place: bool = False, backend: str | None = None, device: str | None = None,
-              timeout: float = 120.0, master_port: int | None = None, notes: list[str] | None = None,
-              on_event: Callable[[int, dict], None] | None = None, pending=None, warm_up_ends: bool = True):
+def run_bench(
+    *,
+    ops: list[str],
+    sizes: list[int],
+    dtype: str,
+    nproc: int,
+    iters: int = 20,
+    warmup: int = 5,
+    in_place: bool = False,
+    backend: str | None = None,
+    device: str | None = None,
+    timeout: float = 120.0,
+    master_port: int | None = None,
+    notes: list[str] | None = None,
+    on_event: Callable[[int, dict], None] | None = None,
+    pending=None,
+    warm_up_ends: bool = True,
+):
     """Start `nproc` ranks running worker(); returns (RunResult, BenchResult or None when the run did not finish).
     `pending`: an agent the caller already started with start_ranks() (it imports torch meanwhile).
     warm_up_ends=False: no warm-up at the largest and smallest sizes first (benchmarks/bench_warmup.py compares)."""
-    cfg = {"ops": list(ops), "sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup,
-           "warm_up_ends": warm_up_ends,
-           "in_place": in_place, "backend": backend, "device": device,
-           # The launcher declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
-           # or a rank stuck in a collective would end as a timeout error instead of a named hang.
-           "pg_timeout": timeout + 60, "notes": list(notes or [])}
+    cfg = {
+        "ops": list(ops),
+        "sizes": list(sizes),
+        "dtype": dtype,
+        "iters": iters,
+        "warmup": warmup,
+        "warm_up_ends": warm_up_ends,
+        "in_place": in_place,
+        "backend": backend,
+        "device": device,
+        # The launcher declares a hang after `timeout` quiet seconds; torch's own timeout must come later,
+        # or a rank stuck in a collective would end as a timeout error instead of a named hang.
+        "pg_timeout": timeout + 60,
+        "notes": list(notes or []),
+    }
     if pending is None:
         pending = start_ranks(nproc, master_port)
     run = pending.run(cfg, stall_timeout=timeout, on_event=on_event)
@@ -268,8 +317,10 @@ def gpu_memory_problem(largest: int, per_rank: int, total: int) -> str | None:
     fits = 1 << 10
     while 2 * fits * per_rank / largest <= usable:  # the largest power of two whose buffers fit
         fits *= 2
-    return (f"--max-bytes {format_size(largest)} needs about {per_rank / 2**30:.1f} GiB on each GPU, but the "
-            f"smallest has {total / 2**30:.1f} GiB: use --max-bytes {format_size(fits)} or less")
+    return (
+        f"--max-bytes {format_size(largest)} needs about {per_rank / 2**30:.1f} GiB on each GPU, but the "
+        f"smallest has {total / 2**30:.1f} GiB: use --max-bytes {format_size(fits)} or less"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ worker side
@@ -284,8 +335,13 @@ def worker(cfg: dict) -> dict:
 
     with dd.session(backend=cfg["backend"], device=cfg["device"], timeout=cfg["pg_timeout"]) as ctx:
         dtype = getattr(torch, cfg["dtype"])
-        out: dict[str, Any] = {"backend": ctx.backend, "device": ctx.device.type, "ops": {},
-                               "copy_gbps": None, "copy_kind": ""}
+        out: dict[str, Any] = {
+            "backend": ctx.backend,
+            "device": ctx.device.type,
+            "ops": {},
+            "copy_gbps": None,
+            "copy_kind": "",
+        }
         for op in cfg["ops"]:
             mark(f"bench.{op}.probe")
             reason = _unsupported(op, ctx, dtype)
@@ -349,8 +405,11 @@ def copy_bandwidth(device, nbytes: int | None = None, repeats: int = 5) -> tuple
         _sync(device)
         best = min(best, time.perf_counter() - t0)
     threads = torch.get_num_threads()
-    kind = (f"device-to-device copy on {device}" if device.type == "cuda"
-            else f"host's memory copy (one process, {threads} thread{'s' if threads > 1 else ''})")
+    kind = (
+        f"device-to-device copy on {device}"
+        if device.type == "cuda"
+        else f"host's memory copy (one process, {threads} thread{'s' if threads > 1 else ''})"
+    )
     return nbytes / best / 1e9, kind
 
 
@@ -404,10 +463,10 @@ class _Collective:
             self.input = self.output = self._buffer(count, self._pattern(0 if r == 0 else 1, 0, count))
         elif op == "all_gather":
             self.output = self._buffer(count)
-            self.input = self.output[r * c:(r + 1) * c] if self.in_place else self._buffer(c, self._pattern(r, 0, c))
+            self.input = self.output[r * c : (r + 1) * c] if self.in_place else self._buffer(c, self._pattern(r, 0, c))
         elif op == "reduce_scatter":
             self.input = self._buffer(count, self._pattern(r, 0, count))
-            self.output = self.input[r * c:(r + 1) * c] if self.in_place else self._buffer(c)
+            self.output = self.input[r * c : (r + 1) * c] if self.in_place else self._buffer(c)
         elif op == "all_to_all":
             self.input = self._buffer(count, self._pattern(r, 0, count))
             self.output = self._buffer(count)
@@ -431,7 +490,7 @@ class _Collective:
             size = self.dtype.itemsize
             block = torch.empty(count + PAGE // size, dtype=self.dtype)
             skip = (PAGE_OFFSET - block.data_ptr()) % PAGE // size  # torch aligns to 64 B: a whole element count
-            buffer = block[skip:skip + count]
+            buffer = block[skip : skip + count]
         if data is not None:
             buffer.copy_(data)
         return buffer
@@ -439,16 +498,20 @@ class _Collective:
     def _pattern(self, q: int, start: int, length: int):
         import torch
 
-        index = torch.arange(start, start + length, device=self.device,
-                             dtype=torch.int32 if start + length < 2**31 - 8 else torch.int64)
+        index = torch.arange(
+            start, start + length, device=self.device, dtype=torch.int32 if start + length < 2**31 - 8 else torch.int64
+        )
         return ((index + 7 * q) % self.m).to(self.dtype)
 
     def _summed(self, start: int, length: int):
         """Σ over ranks q of _pattern(q, start, length): periodic in k with period m, so one table lookup."""
         import torch
 
-        table = torch.tensor([sum((j + 7 * q) % self.m for q in range(self.n)) for j in range(self.m)],
-                             dtype=torch.int64, device=self.device)
+        table = torch.tensor(
+            [sum((j + 7 * q) % self.m for q in range(self.n)) for j in range(self.m)],
+            dtype=torch.int64,
+            device=self.device,
+        )
         index = torch.arange(start, start + length, device=self.device) % self.m
         return table[index].to(self.dtype)  # integer sums wrap exactly as the backend's integer sums do
 

@@ -18,22 +18,32 @@ import functools
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 from ddplab.errors import DdplabError
 from ddplab.train.peaks import DEVICE_NAMES, PEAKS, Peak, device_peak, gpu_of_device  # noqa: F401  the tables
-
 
 TIERS = ("secure", "community", "spot", "on-demand")  # secure/community: RunPod's two clouds; spot: interruptible
 STALE_DAYS = 60  # prices move weekly: past this, `ddplab cost` warns
 TODAY_ENV = "DDPLAB_TODAY"  # YYYY-MM-DD: the day the price age is counted to (tests; reproducing an old output)
 PRICE_FILE = "prices.csv"  # the shipped table, in ddplab/data: one row per offer, each with its source and date
-COLUMNS = ("gpu", "provider", "tier", "price_per_gpu_hour", "currency", "gpus_per_box", "offer", "source", "date_read",
-           "read_from", "peak_tflops")
+COLUMNS = (
+    "gpu",
+    "provider",
+    "tier",
+    "price_per_gpu_hour",
+    "currency",
+    "gpus_per_box",
+    "offer",
+    "source",
+    "date_read",
+    "read_from",
+    "peak_tflops",
+)
 REQUIRED = ("gpu", "provider", "tier", "price_per_gpu_hour", "currency", "gpus_per_box", "source", "date_read")
 
 
@@ -86,8 +96,11 @@ class Memory:
     def basis(self) -> str:
         if self.exact_bytes:
             return self.visible_source
-        return (f"nvidia-smi shows {self.visible_mib} MiB ({self.visible_source})" if self.visible_mib
-                else f"{self.gb:g} GB read as {self.gb:g} GiB, as nvidia-smi shows NVIDIA's advertised GB")
+        return (
+            f"nvidia-smi shows {self.visible_mib} MiB ({self.visible_source})"
+            if self.visible_mib
+            else f"{self.gb:g} GB read as {self.gb:g} GiB, as nvidia-smi shows NVIDIA's advertised GB"
+        )
 
 
 def memory_size(text: str) -> Memory | None:
@@ -103,29 +116,67 @@ def memory_size(text: str) -> Memory | None:
     if size <= 0:
         return None
     unit = "GiB" if binary else "GB"
-    return Memory(f"{number:g} {unit}", size / 1e9, "given with --gpus", "", exact_bytes=size,
-                  visible_source=f"given: {number:g} {unit} = {size:,} bytes")
+    return Memory(
+        f"{number:g} {unit}",
+        size / 1e9,
+        "given with --gpus",
+        "",
+        exact_bytes=size,
+        visible_source=f"given: {number:g} {unit} = {size:,} bytes",
+    )
 
 
 # Each priced GPU's memory, for `ddplab memory` and `ddplab cost --memory`: does the training fit?
-MEMORY: dict[str, Memory] = {m.gpu: m for m in [
-    Memory("A10G", 24, "AWS EC2 G5 instances page: NVIDIA A10G Tensor Core GPU, 24 GB GPU memory per GPU, "
-           "https://aws.amazon.com/ec2/instance-types/g5/", "2026-12-03",
-           23028, "ECC on; an A10G's nvidia-smi in https://github.com/NVIDIA/DCGM/issues/232, checked 2026-12-03"),
-    Memory("RTX4090", 24, "NVIDIA Ada GPU Architecture whitepaper v2.01, GeForce RTX 4090: 24 GB GDDR6X, "
-           "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "2026-12-03",
-           24564, "an RTX 4090's nvidia-smi in https://github.com/RLinf/RLinf/issues/255, checked 2026-12-03"),
-    Memory("A100", 80, "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, "
-           "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-           "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-03",
-           81920, "A100 80GB's nvidia-smi total listed in https://github.com/modal-labs/modal-client/pull/2797, "
-                  "checked 2026-12-03"),
-    Memory("H100", 80, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: GPU memory 80GB, "
-           "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "2026-12-03",
-           81559, "an H100 80GB HBM3's nvidia-smi in https://github.com/NVIDIA/nccl/issues/1264, checked 2026-12-03"),
-    Memory("H200", 141, "NVIDIA H200 Tensor Core GPU page, H200 SXM: GPU memory 141GB HBM3e, "
-           "https://www.nvidia.com/en-us/data-center/h200/", "2026-12-03"),
-]}
+MEMORY: dict[str, Memory] = {
+    m.gpu: m
+    for m in [
+        Memory(
+            "A10G",
+            24,
+            "AWS EC2 G5 instances page: NVIDIA A10G Tensor Core GPU, 24 GB GPU memory per GPU, "
+            "https://aws.amazon.com/ec2/instance-types/g5/",
+            "2026-12-03",
+            23028,
+            "ECC on; an A10G's nvidia-smi in https://github.com/NVIDIA/DCGM/issues/232, checked 2026-12-03",
+        ),
+        Memory(
+            "RTX4090",
+            24,
+            "NVIDIA Ada GPU Architecture whitepaper v2.01, GeForce RTX 4090: 24 GB GDDR6X, "
+            "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf",
+            "2026-12-03",
+            24564,
+            "an RTX 4090's nvidia-smi in https://github.com/RLinf/RLinf/issues/255, checked 2026-12-03",
+        ),
+        Memory(
+            "A100",
+            80,
+            "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, "
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+            "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+            "2026-12-03",
+            81920,
+            "A100 80GB's nvidia-smi total listed in https://github.com/modal-labs/modal-client/pull/2797, "
+            "checked 2026-12-03",
+        ),
+        Memory(
+            "H100",
+            80,
+            "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: GPU memory 80GB, "
+            "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+            "2026-12-03",
+            81559,
+            "an H100 80GB HBM3's nvidia-smi in https://github.com/NVIDIA/nccl/issues/1264, checked 2026-12-03",
+        ),
+        Memory(
+            "H200",
+            141,
+            "NVIDIA H200 Tensor Core GPU page, H200 SXM: GPU memory 141GB HBM3e, "
+            "https://www.nvidia.com/en-us/data-center/h200/",
+            "2026-12-03",
+        ),
+    ]
+}
 
 ALIASES = {"4090": "RTX4090", "A10": "A10G"}  # A10 → A10G only as a spelling help; they are different boards
 
@@ -191,8 +242,10 @@ def parse_prices(text: str, where: str, on: date | None = None) -> tuple[list[Pr
                 return [], problems
             continue
         if len(cells) != len(header):
-            problems.append(f"{at}: {len(cells)} cells, the header names {len(header)} (a comma inside a value "
-                            "needs the value in double quotes)")
+            problems.append(
+                f"{at}: {len(cells)} cells, the header names {len(header)} (a comma inside a value "
+                "needs the value in double quotes)"
+            )
             continue
         row = dict(zip(header, cells))
         found = _row_problems(row, on)
@@ -200,14 +253,25 @@ def parse_prices(text: str, where: str, on: date | None = None) -> tuple[list[Pr
         if found:
             continue
         gpu = canonical(row["gpu"], {**PEAKS, **MEMORY}) or row["gpu"]
-        price = Price(gpu, float(row["price_per_gpu_hour"]), row["currency"].upper(), row["provider"],
-                      row["tier"].lower(), int(row["gpus_per_box"]), row["source"], row["date_read"],
-                      row.get("offer", ""), row.get("read_from", ""),
-                      float(row["peak_tflops"]) if row.get("peak_tflops") else None)
+        price = Price(
+            gpu,
+            float(row["price_per_gpu_hour"]),
+            row["currency"].upper(),
+            row["provider"],
+            row["tier"].lower(),
+            int(row["gpus_per_box"]),
+            row["source"],
+            row["date_read"],
+            row.get("offer", ""),
+            row.get("read_from", ""),
+            float(row["peak_tflops"]) if row.get("peak_tflops") else None,
+        )
         key = (gpu, price.provider.lower(), price.tier, price.gpus_per_box, price.currency)
         if key in seen:
-            problems.append(f"{at}: the same offer as line {seen[key]} ({price.name}, {price.gpus_per_box} per box, "
-                            f"{price.currency}): keep one")
+            problems.append(
+                f"{at}: the same offer as line {seen[key]} ({price.name}, {price.gpus_per_box} per box, "
+                f"{price.currency}): keep one"
+            )
             continue
         seen[key] = line
         offers.append(price)
@@ -248,14 +312,15 @@ def _positive_number(text: str) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shipped() -> tuple[Price, ...]:
     """The offers in ddplab/data/prices.csv (their dates are checked by tools/check_prices.py and the tests)."""
     text = resources.files("ddplab").joinpath("data", PRICE_FILE).read_text(encoding="utf-8")
     offers, problems = parse_prices(text, f"ddplab/data/{PRICE_FILE}")
     if problems:
-        raise DdplabError(f"the shipped price table is broken ({problems[0]}): reinstall ddplab, or give your own "
-                          "with --prices FILE")
+        raise DdplabError(
+            f"the shipped price table is broken ({problems[0]}): reinstall ddplab, or give your own with --prices FILE"
+        )
     return tuple(offers)
 
 
@@ -264,17 +329,25 @@ def load_prices(path: str, on: date | None = None) -> tuple[list[Price], dict[st
     Returns its offers and the peaks its peak_tflops column gives."""
     p = Path(path)
     if p.suffix.lower() in (".json", ".toml"):
-        raise DdplabError(f"--prices {path}: price files are CSV now, one row per offer with a date: write the header "
-                          f"{','.join(REQUIRED)} and a row per price (docs/scale.md shows one)")
+        raise DdplabError(
+            f"--prices {path}: price files are CSV now, one row per offer with a date: write the header "
+            f"{','.join(REQUIRED)} and a row per price (docs/scale.md shows one)"
+        )
     if not p.is_file():
         raise DdplabError(f"--prices {path}: no such file: give the path of a CSV price file (docs/scale.md)")
     offers, problems = parse_prices(p.read_text(errors="replace"), f"--prices {path}", on or today())
     if problems:
-        more = f" (and {len(problems) - 1} more problem(s): python tools/check_prices.py {path} lists them)" \
-            if len(problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more problem(s): python tools/check_prices.py {path} lists them)"
+            if len(problems) > 1
+            else ""
+        )
         raise DdplabError(f"{problems[0]}{more}")
-    peaks = {o.gpu: Peak(o.gpu, o.peak_tflops, f"your price file {path}", o.date_read)
-             for o in offers if o.peak_tflops is not None}
+    peaks = {
+        o.gpu: Peak(o.gpu, o.peak_tflops, f"your price file {path}", o.date_read)
+        for o in offers
+        if o.peak_tflops is not None
+    }
     return offers, peaks
 
 
@@ -335,9 +408,17 @@ def ideal(count: int) -> tuple[float, str]:
     return 1.0, "assumed"
 
 
-def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float, epochs: float, offers: list[Price],
-             counts: list[int], peaks: dict[str, Peak], efficiency: Efficiency = ideal,
-             on: date | None = None) -> CostResult:
+def estimate(
+    base_samples_per_sec: float,
+    measured_on: str,
+    dataset_size: float,
+    epochs: float,
+    offers: list[Price],
+    counts: list[int],
+    peaks: dict[str, Peak],
+    efficiency: Efficiency = ideal,
+    on: date | None = None,
+) -> CostResult:
     """Time and money of every (offer, count); cheapest (per currency) and fastest marked among those with a known
     speed, every row that prints the same figure marked alike (a tie is a tie). ON: the day prices age to."""
     samples = dataset_size * epochs
@@ -353,16 +434,34 @@ def estimate(base_samples_per_sec: float, measured_on: str, dataset_size: float,
             ratio, speed_basis = None, "unknown"
         for count in counts:
             eff, scaling_basis = efficiency(count)
-            row = Option(gpu, i, count, price.billed(count), None, None, None, price.currency,
-                         price.price_per_gpu_hour, ratio, speed_basis, scaling_basis)
+            row = Option(
+                gpu,
+                i,
+                count,
+                price.billed(count),
+                None,
+                None,
+                None,
+                price.currency,
+                price.price_per_gpu_hour,
+                ratio,
+                speed_basis,
+                scaling_basis,
+            )
             if ratio is not None:
                 row.samples_per_sec = base_samples_per_sec * ratio * count * eff
                 row.hours = samples / row.samples_per_sec / 3600
                 row.cost = row.hours * row.billed_gpus * price.price_per_gpu_hour
             options.append(row)
     _mark(options)
-    result = CostResult(samples, base_samples_per_sec, measured_on, options, list(offers),
-                        [peaks[g] for g in dict.fromkeys([measured_on, *(o.gpu for o in offers)]) if g in peaks])
+    result = CostResult(
+        samples,
+        base_samples_per_sec,
+        measured_on,
+        options,
+        list(offers),
+        [peaks[g] for g in dict.fromkeys([measured_on, *(o.gpu for o in offers)]) if g in peaks],
+    )
     result.assumptions = _assumptions(result, ref_peak)
     result.notes = _notes(options)
     read = age(offers, on or today())
@@ -391,34 +490,48 @@ def _mark(options: list[Option]) -> None:
 
 def _assumptions(r: CostResult, ref_peak: Peak | None) -> list[str]:
     options, measured_on = r.options, r.measured_on
-    lines = ["cost = hours × GPUs billed × price per GPU-hour (GPUs billed: N rounded up to whole boxes where an offer "
-             "rents boxes; storage, egress and idle time are not counted)"]
+    lines = [
+        "cost = hours × GPUs billed × price per GPU-hour (GPUs billed: N rounded up to whole boxes where an offer "
+        "rents boxes; storage, egress and idle time are not counted)"
+    ]
     if any(o.speed_basis == "assumed" for o in options):
-        lines.append(f"ceiling (speed) = speed on {measured_on} × the ratio of peak dense BF16 tensor TFLOPS, an upper "
-                     "bound: memory-bound models gain less; measure on the GPU you rent")
+        lines.append(
+            f"ceiling (speed) = speed on {measured_on} × the ratio of peak dense BF16 tensor TFLOPS, an upper "
+            "bound: memory-bound models gain less; measure on the GPU you rent"
+        )
     unknown = sorted({o.gpu for o in options if o.speed_basis == "unknown"})
     if unknown:
         missing = measured_on if ref_peak is None else ", ".join(unknown)
-        lines.append(f"no sourced peak for {missing}, so no time or cost for {', '.join(unknown)}: measure on it "
-                     "(--measured-on), or give peak_tflops in a --prices file")
+        lines.append(
+            f"no sourced peak for {missing}, so no time or cost for {', '.join(unknown)}: measure on it "
+            "(--measured-on), or give peak_tflops in a --prices file"
+        )
     if any(o.scaling_basis == "assumed" and o.count > 1 for o in options):
-        lines.append("ideal (scaling) = N GPUs do N × one GPU's work, an upper bound: run `ddplab scale ... --json` "
-                     "on that GPU type and pass --from for measured and predicted efficiency")
+        lines.append(
+            "ideal (scaling) = N GPUs do N × one GPU's work, an upper bound: run `ddplab scale ... --json` "
+            "on that GPU type and pass --from for measured and predicted efficiency"
+        )
     return lines
 
 
 def _notes(options: list[Option]) -> list[str]:
     lines = []
     if any(o.tied_cheapest or o.tied_fastest for o in options):
-        lines.append("(tie) = rows whose figures print the same: none of them is cheaper or faster than the others"
-                     + ("; with ideal scaling N GPUs cost what one does, so the count that is cheapest is not known: "
-                        "measured scaling (--from) tells them apart"
-                        if any(o.tied_cheapest and o.scaling_basis == "assumed" and o.count > 1 for o in options)
-                        else ""))
+        lines.append(
+            "(tie) = rows whose figures print the same: none of them is cheaper or faster than the others"
+            + (
+                "; with ideal scaling N GPUs cost what one does, so the count that is cheapest is not known: "
+                "measured scaling (--from) tells them apart"
+                if any(o.tied_cheapest and o.scaling_basis == "assumed" and o.count > 1 for o in options)
+                else ""
+            )
+        )
     currencies = list(dict.fromkeys(o.currency for o in options))
     if len(currencies) > 1:
-        lines.append(f"costs in {', '.join(currencies)}: compared within each currency (the cheapest of each is "
-                     "marked), no exchange rate applied")
+        lines.append(
+            f"costs in {', '.join(currencies)}: compared within each currency (the cheapest of each is "
+            "marked), no exchange rate applied"
+        )
     return lines
 
 
@@ -460,8 +573,11 @@ def format_money(amount: float | None, currency: str) -> str:
 
 def format_price(p: Price) -> str:
     """A price as the file states it (1.006 stays 1.006), per GPU-hour."""
-    figure = f"{p.price_per_gpu_hour:.2f}" if round(p.price_per_gpu_hour, 2) == p.price_per_gpu_hour \
+    figure = (
+        f"{p.price_per_gpu_hour:.2f}"
+        if round(p.price_per_gpu_hour, 2) == p.price_per_gpu_hour
         else f"{p.price_per_gpu_hour:g}"
+    )
     symbol = SYMBOLS.get(p.currency)
     return f"{symbol}{figure}" if symbol else f"{figure} {p.currency}"
 
@@ -482,8 +598,10 @@ def from_scale(data, path: str, measured_on: str | None, known: dict):
         batch, accum = int(data["batch_per_rank"]), int(data.get("accum_steps", 1))
         model = ScalingModel.from_dict(data["model"]) if data.get("model") else None
     except (KeyError, TypeError, ValueError) as e:
-        raise DdplabError(f"--from {path}: not the JSON `ddplab scale --json` writes ({type(e).__name__}: {e}): "
-                          "re-run ddplab scale with --json") from None
+        raise DdplabError(
+            f"--from {path}: not the JSON `ddplab scale --json` writes ({type(e).__name__}: {e}): "
+            "re-run ddplab scale with --json"
+        ) from None
     if 1 not in points and model is None:
         raise DdplabError(f"--from {path} has no 1-rank run to start from: run ddplab scale with --nproc 1,...")
     if measured_on is not None:
@@ -493,11 +611,13 @@ def from_scale(data, path: str, measured_on: str | None, known: dict):
     else:
         gpu = gpu_of_device(device)
         if gpu is None:
-            raise DdplabError(f"--from {path} was measured on {device!r}, and samples/s there say nothing about a "
-                              "GPU (nor does the scaling: with slower compute, communication weighs less): run "
-                              "`ddplab scale ... --json` on the GPU type you want to price, or price a throughput "
-                              "measured on a GPU with --samples-per-sec X --measured-on GPU (--measured-on with "
-                              "this file would price these figures as that GPU's)")
+            raise DdplabError(
+                f"--from {path} was measured on {device!r}, and samples/s there say nothing about a "
+                "GPU (nor does the scaling: with slower compute, communication weighs less): run "
+                "`ddplab scale ... --json` on the GPU type you want to price, or price a throughput "
+                "measured on a GPU with --samples-per-sec X --measured-on GPU (--measured-on with "
+                "this file would price these figures as that GPU's)"
+            )
     base = points.get(1) or model.samples_per_sec(1, batch, accum)
 
     def eff(count: int) -> tuple[float, str]:
@@ -523,10 +643,24 @@ def memory_fits(report: dict, gpus: list[str]) -> dict:
             continue
         usable = int(MEMORY[gpu].total_bytes * (1 - margin)) - context
         fits = {p["strategy"]: p["peak_bytes"] <= usable for p in report["predictions"]}
-        largest = {p["strategy"]: largest_batch(batch, p["peak_bytes"], report["per_sample_bytes"][p["strategy"]],
-                                                usable) for p in report["predictions"]}
-        rows.append({"gpu": gpu, "memory_gb": MEMORY[gpu].gb, "memory_bytes": MEMORY[gpu].total_bytes, "fits": fits,
-                     "largest_batch": largest})
-    return {"model": report["model"], "batch_size": batch, "nproc": int(report["nproc"]), "margin": margin,
-            "rows": rows, "sources": {g: f"{MEMORY[g].source}; counted: {MEMORY[g].basis}" for g in gpus
-                                      if g in MEMORY}}
+        largest = {
+            p["strategy"]: largest_batch(batch, p["peak_bytes"], report["per_sample_bytes"][p["strategy"]], usable)
+            for p in report["predictions"]
+        }
+        rows.append(
+            {
+                "gpu": gpu,
+                "memory_gb": MEMORY[gpu].gb,
+                "memory_bytes": MEMORY[gpu].total_bytes,
+                "fits": fits,
+                "largest_batch": largest,
+            }
+        )
+    return {
+        "model": report["model"],
+        "batch_size": batch,
+        "nproc": int(report["nproc"]),
+        "margin": margin,
+        "rows": rows,
+        "sources": {g: f"{MEMORY[g].source}; counted: {MEMORY[g].basis}" for g in gpus if g in MEMORY},
+    }

@@ -29,7 +29,8 @@ def has_flag(flags: list[str], name: str) -> bool:
 def machine_limit(recipe_flags: list[str]) -> tuple[int, str]:
     """How many ranks this machine can run side by side: one per GPU, or one per CPU core on CPU."""
     wants_cpu = any(f in ("--device=cpu",) for f in recipe_flags) or any(
-        a == "--device" and b == "cpu" for a, b in zip(recipe_flags, recipe_flags[1:]))
+        a == "--device" and b == "cpu" for a, b in zip(recipe_flags, recipe_flags[1:])
+    )
     if not wants_cpu:
         import torch
 
@@ -42,8 +43,10 @@ def machine_limit(recipe_flags: list[str]) -> tuple[int, str]:
 def split_batch(global_batch: int, n: int) -> int:
     """The per-rank batch of a global batch split over n ranks (strong scaling)."""
     if global_batch % n:
-        raise DdplabError(f"--strong: the global batch {global_batch} does not split evenly over {n} ranks: pick "
-                          f"a --batch-size divisible by every world size in --nproc")
+        raise DdplabError(
+            f"--strong: the global batch {global_batch} does not split evenly over {n} ranks: pick "
+            f"a --batch-size divisible by every world size in --nproc"
+        )
     return global_batch // n
 
 
@@ -88,12 +91,16 @@ def train_once(name: str, nproc: int, flags: list[str]) -> dict:
         res = start_ranks(nproc).run({"recipe": name, "config": cfg.to_dict()}, stall_timeout=STALL_S)
         if not res.ok:
             kept = f" (every rank's whole output kept in {res.run_dir})" if res.run_dir else ""
-            raise DdplabError(f"the {nproc}-rank run of {name} {res.status}: {res.summary()}{kept}",
-                              exit_code=3 if res.status == "hang" else 1)
+            raise DdplabError(
+                f"the {nproc}-rank run of {name} {res.status}: {res.summary()}{kept}",
+                exit_code=3 if res.status == "hang" else 1,
+            )
         result = next(r.result for r in res.ranks if isinstance(r.result, dict) and "ranks" in r.result)
         result["steady"] = steady(Path(tmp) / "metrics.jsonl")
-        report.log(f"scale: {nproc} rank(s) done in {time.monotonic() - start:.1f}s, start-up included: "
-                   f"{result['samples_per_sec']:,.0f} samples/s")
+        report.log(
+            f"scale: {nproc} rank(s) done in {time.monotonic() - start:.1f}s, start-up included: "
+            f"{result['samples_per_sec']:,.0f} samples/s"
+        )
     result["bucket_cap_mb"], result["comm_hook"] = cfg.bucket_cap_mb, cfg.comm_hook  # "parameters": the loop's own
     return result
 
@@ -104,8 +111,10 @@ def plan_steps(recipe, cfg, nproc: int, flags: list[str]) -> int:
     samples = len(recipe.data(cfg))
     per_epoch = (samples // nproc) // (cfg.batch_size * cfg.grad_accum)
     if per_epoch < 1:
-        raise DdplabError(f"the {recipe.name} dataset ({samples} samples) is too small for {nproc} rank(s) x "
-                          f"{cfg.batch_size} x {cfg.grad_accum} micro-batches: lower --batch-size")
+        raise DdplabError(
+            f"the {recipe.name} dataset ({samples} samples) is too small for {nproc} rank(s) x "
+            f"{cfg.batch_size} x {cfg.grad_accum} micro-batches: lower --batch-size"
+        )
     if cfg.max_steps and not has_flag(flags, "--epochs"):
         cfg.epochs = max(cfg.epochs, math.ceil(cfg.max_steps / per_epoch))
     planned = cfg.epochs * per_epoch
@@ -122,8 +131,10 @@ def steady(path: Path) -> dict | None:
     rows = [r for r in (rows[1:] if len(rows) > 1 else rows) if r.get("rank_step_ms")]
     if not rows:
         return None
-    step_ms, wait_ms = min((sum(r["rank_step_ms"]) / len(r["rank_step_ms"]),
-                            sum(r["rank_comm_wait_ms"]) / len(r["rank_comm_wait_ms"])) for r in rows)
+    step_ms, wait_ms = min(
+        (sum(r["rank_step_ms"]) / len(r["rank_step_ms"]), sum(r["rank_comm_wait_ms"]) / len(r["rank_comm_wait_ms"]))
+        for r in rows
+    )
     return {"step_ms": step_ms, "comm_wait_ms": wait_ms, "windows": len(rows)}
 
 
@@ -138,9 +149,15 @@ def to_run(result: dict):
         ranks = result["ranks"]
         step_ms = sum(r["step_ms"] for r in ranks) / len(ranks)
         wait_ms = sum(r["comm_wait_ms"] for r in ranks) / len(ranks)
-    return Run(world_size=result["world_size"], batch_per_rank=result["batch_size"], step_s=step_ms / 1000,
-               accum_steps=result["grad_accum"], grad_bytes=grad_bytes(result),
-               bucket_cap_mb=result.get("bucket_cap_mb"), compute_s=max(step_ms - wait_ms, 0.0) / 1000)
+    return Run(
+        world_size=result["world_size"],
+        batch_per_rank=result["batch_size"],
+        step_s=step_ms / 1000,
+        accum_steps=result["grad_accum"],
+        grad_bytes=grad_bytes(result),
+        bucket_cap_mb=result.get("bucket_cap_mb"),
+        compute_s=max(step_ms - wait_ms, 0.0) / 1000,
+    )
 
 
 def grad_bytes(result: dict) -> int:

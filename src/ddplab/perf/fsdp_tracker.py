@@ -25,8 +25,9 @@ from torch.distributed._tools import fsdp2_mem_tracker as torch_tracker
 
 # The second correction rewrites a private method of torch's tracker; on a torch whose tracker is built otherwise,
 # torch's own method stays (its count may then be high by one gradient: on the safe side).
-_REWRITABLE = (hasattr(torch_tracker.FSDPMemTracker, "_fsdp_param_group_post_backward")
-               and all(hasattr(torch_tracker, n) for n in ("_FSDPModState", "_FSDPRefType", "_FSDPState")))
+_REWRITABLE = hasattr(torch_tracker.FSDPMemTracker, "_fsdp_param_group_post_backward") and all(
+    hasattr(torch_tracker, n) for n in ("_FSDPModState", "_FSDPRefType", "_FSDPState")
+)
 
 _propagating = threading.local()  # >0 while DTensor runs an op on fake tensors only to learn its output's shape
 
@@ -40,8 +41,10 @@ def metadata_ops_untracked():
     except ImportError:  # no DTensor: nothing to propagate
         yield
         return
-    name = next((n for n in ("_propagate_tensor_meta_non_cached", "_propagate_tensor_meta")
-                 if hasattr(ShardingPropagator, n)), None)
+    name = next(
+        (n for n in ("_propagate_tensor_meta_non_cached", "_propagate_tensor_meta") if hasattr(ShardingPropagator, n)),
+        None,
+    )
     if name is None:
         yield
         return
@@ -80,6 +83,7 @@ class ExactFSDPMemTracker(torch_tracker.FSDPMemTracker):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
     if _REWRITABLE:
+
         def _fsdp_param_group_post_backward(self, fsdp_mod, orig_fsdp_param_group_post_backward):
             # torch's version, less its local reference to the last unsharded gradient (the snapshots it takes
             # are kept, so the per-module statistics stay as torch's).
@@ -90,8 +94,9 @@ class ExactFSDPMemTracker(torch_tracker.FSDPMemTracker):
                 group = fsdp_mod._get_fsdp_state()._fsdp_param_group
                 for fsdp_param in group.fsdp_params if group else ():
                     if fsdp_param._unsharded_param.grad is not None:
-                        self._update_and_maybe_create_winfos(fsdp_param._unsharded_param.grad, ref.UNSHARDED_GRAD,
-                                                             update_existing=True)
+                        self._update_and_maybe_create_winfos(
+                            fsdp_param._unsharded_param.grad, ref.UNSHARDED_GRAD, update_existing=True
+                        )
                 snapshots = self.memory_tracking[fsdp_mod].snapshots
                 snapshots.setdefault(when.BEF_POST_BW, []).append(self.get_tracker_snapshot())
                 self._fsdp_state = state.POST_BW

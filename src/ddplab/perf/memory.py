@@ -10,15 +10,14 @@ context and the caching allocator's headroom are not allocations; the plan repor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from ddplab.errors import DdplabError
-from ddplab.perf.memory_trace import MiB, PARTS, Part, Prediction, Spec, trace  # noqa: F401  the public API
+from ddplab.perf.memory_trace import PARTS, MiB, Part, Prediction, Spec, trace  # noqa: F401  the public API
 from ddplab.train.memory import AllocatorPeak, peak_bytes  # noqa: F401  the measured side, the training's own
-
 
 # --------------------------------------------------------------------------------------------------- measuring
 
@@ -48,9 +47,15 @@ def recipe_spec(recipe_name: str, cfg, batch_size: int | None = None, device: st
     if len(data) < 1:
         raise DdplabError("the recipe's data holds no sample at these flags: use more data or a smaller shape")
     indices = torch.arange(cfg.batch_size) % len(data)
-    return Spec(make_model=lambda: recipe.model(cfg, data), batch=tuple(data.take(indices)),
-                make_optimizer=lambda m: recipe.optimizer(cfg, m), loss=recipe.loss, amp=cfg.amp,
-                grad_clip=cfg.grad_clip, device=device)
+    return Spec(
+        make_model=lambda: recipe.model(cfg, data),
+        batch=tuple(data.take(indices)),
+        make_optimizer=lambda m: recipe.optimizer(cfg, m),
+        loss=recipe.loss,
+        amp=cfg.amp,
+        grad_clip=cfg.grad_clip,
+        device=device,
+    )
 
 
 def with_batch(spec: Spec, batch_size: int) -> Spec:
@@ -63,9 +68,11 @@ def with_batch(spec: Spec, batch_size: int) -> Spec:
 
 # Not allocations, so never traced; reported apart, GPU only.
 CUDA_CONTEXT_BYTES = 2**30
-CUDA_CONTEXT_SOURCE = ("assumed 1 GiB per process: the CUDA context takes ~700+ MB depending on CUDA version and "
-                       "device (PyTorch forums: discuss.pytorch.org/t/high-gpu-memory-overhead/81330 and "
-                       "/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021), rounded up for NCCL's buffers")
+CUDA_CONTEXT_SOURCE = (
+    "assumed 1 GiB per process: the CUDA context takes ~700+ MB depending on CUDA version and "
+    "device (PyTorch forums: discuss.pytorch.org/t/high-gpu-memory-overhead/81330 and "
+    "/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021), rounded up for NCCL's buffers"
+)
 MARGIN = 0.10  # of the GPU's memory, for the caching allocator's fragmentation and rounding (reserved > allocated)
 
 
@@ -120,7 +127,7 @@ BASIS = [
     "computed: DDP's gradient buckets (one flat copy of the trainable gradients; the gradients are views into it)",
     "largest batch: the straight line through the traced peaks at the batch and at twice the batch (activations "
     "grow linearly with the batch), against the GPU's memory - CUDA context - margin",
-    "GPU memory: the total nvidia-smi shows (MiB), in GiB; a datasheet's \"80GB\" is that binary figure (A100 80GB: "
+    'GPU memory: the total nvidia-smi shows (MiB), in GiB; a datasheet\'s "80GB" is that binary figure (A100 80GB: '
     "81920 MiB), not 80·10^9 bytes; `--gpus 24GiB` or `--gpus 24GB` (10^9 bytes) checks a size of your own",
 ]
 
@@ -132,9 +139,18 @@ def largest_batch(at_batch: int, peak: int, per_sample: float, usable: int) -> i
     return int((usable - fixed) // per_sample) if per_sample > 0 else 10**9
 
 
-def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], nproc: int, gpus: dict,
-         margin: float = MARGIN, context_bytes: int = CUDA_CONTEXT_BYTES,
-         progress: Callable[[str], None] = lambda _: None, host: tuple[int, int] | None = None) -> MemoryReport:
+def plan(
+    spec: Spec,
+    model_name: str,
+    settings: dict,
+    strategies_: list[str],
+    nproc: int,
+    gpus: dict,
+    margin: float = MARGIN,
+    context_bytes: int = CUDA_CONTEXT_BYTES,
+    progress: Callable[[str], None] = lambda _: None,
+    host: tuple[int, int] | None = None,
+) -> MemoryReport:
     """Trace each strategy at the batch and at twice it; say what fits each GPU in `gpus` (name -> cost.Memory),
     and, given HOST = (RAM, free now) of a machine whose ranks train on its CPU, whether nproc ranks fit its RAM.
     progress: told before each trace (they take seconds each on CPU)."""
@@ -156,8 +172,21 @@ def plan(spec: Spec, model_name: str, settings: dict, strategies_: list[str], np
             fit.fits[p.strategy] = p.peak_bytes <= usable
             fit.largest_batch[p.strategy] = largest_batch(batch, p.peak_bytes, per_sample[p.strategy], usable)
         fits.append(fit)
-    report = MemoryReport(model_name, settings, parameters, batch, nproc, spec.amp, predictions, per_sample, fits,
-                          context_bytes, CUDA_CONTEXT_SOURCE, margin, basis=list(BASIS))
+    report = MemoryReport(
+        model_name,
+        settings,
+        parameters,
+        batch,
+        nproc,
+        spec.amp,
+        predictions,
+        per_sample,
+        fits,
+        context_bytes,
+        CUDA_CONTEXT_SOURCE,
+        margin,
+        basis=list(BASIS),
+    )
     if host is not None:
         report.host = host_fit(predictions, per_sample, batch, nproc, margin, *host)
     report.advice = advice(report)
@@ -172,8 +201,15 @@ def host_memory() -> tuple[int, int]:
     return int(vm.total), int(vm.available)
 
 
-def host_fit(predictions: list[Prediction], per_sample: dict[str, float], batch: int, nproc: int, margin: float,
-             ram: int, available: int) -> HostFit:
+def host_fit(
+    predictions: list[Prediction],
+    per_sample: dict[str, float],
+    batch: int,
+    nproc: int,
+    margin: float,
+    ram: int,
+    available: int,
+) -> HostFit:
     """Whether nproc ranks fit this machine's RAM together, per strategy, with the same margin as a GPU's (no CUDA
     context on CPU), and the largest per-rank batch at nproc ranks."""
     usable = int(ram * (1 - margin)) // nproc
@@ -198,11 +234,15 @@ def advice(report: MemoryReport) -> list[str]:
             continue
         rescue = next((s for s in ("zero1", "fsdp") if fit.fits.get(s)), None)
         if rescue:
-            lines.append(f"{fit.gpu}: ddp does not fit batch {report.batch_size} at {report.nproc} rank(s); {rescue} "
-                         f"does (largest batch {fit.largest_batch[rescue]})")
+            lines.append(
+                f"{fit.gpu}: ddp does not fit batch {report.batch_size} at {report.nproc} rank(s); {rescue} "
+                f"does (largest batch {fit.largest_batch[rescue]})"
+            )
         elif any(s in fit.fits for s in ("zero1", "fsdp")):
-            lines.append(f"{fit.gpu}: no strategy fits batch {report.batch_size} at {report.nproc} rank(s): more "
-                         "ranks (fsdp shrinks with them), a smaller --batch-size with --grad-accum, or --amp bf16")
+            lines.append(
+                f"{fit.gpu}: no strategy fits batch {report.batch_size} at {report.nproc} rank(s): more "
+                "ranks (fsdp shrinks with them), a smaller --batch-size with --grad-accum, or --amp bf16"
+            )
     return lines
 
 
@@ -211,20 +251,27 @@ def host_advice(host: HostFit, batch: int, margin: float) -> list[str]:
     if not short:
         worst = max(host.need_bytes.values())
         if worst > host.available_bytes:
-            return [f"this CPU: {host.nproc} rank(s) fit its {gib(host.ram_bytes)} GiB of RAM but need up to "
-                    f"{gib(worst)} GiB, and {gib(host.available_bytes)} GiB is free now: close other programs first"]
+            return [
+                f"this CPU: {host.nproc} rank(s) fit its {gib(host.ram_bytes)} GiB of RAM but need up to "
+                f"{gib(worst)} GiB, and {gib(host.available_bytes)} GiB is free now: close other programs first"
+            ]
         return []
-    needs = ", ".join(f"{s} needs {host.nproc} × {gib(host.need_bytes[s] / host.nproc)} = {gib(host.need_bytes[s])}"
-                      for s in short)
+    needs = ", ".join(
+        f"{s} needs {host.nproc} × {gib(host.need_bytes[s] / host.nproc)} = {gib(host.need_bytes[s])}" for s in short
+    )
     fitting = [s for s, ok in host.fits.items() if ok]
     if fitting:
         fix = f"{fitting[0]} fits (largest batch {host.largest_batch[fitting[0]]})"
     else:
         best = max(host.largest_batch, key=host.largest_batch.get)
-        fix = (f"fewer ranks (--nproc), a smaller --batch-size (the largest that fits at {host.nproc} rank(s): "
-               f"{host.largest_batch[best]}, {best}) or a smaller --size")
-    return [f"this CPU: its {host.nproc} rank(s) share {gib(host.ram_bytes)} GiB of RAM ({gib(host.usable_bytes)} "
-            f"GiB each with the {100 * margin:.0f} % margin); at batch {batch}, {needs} GiB: too much; {fix}"]
+        fix = (
+            f"fewer ranks (--nproc), a smaller --batch-size (the largest that fits at {host.nproc} rank(s): "
+            f"{host.largest_batch[best]}, {best}) or a smaller --size"
+        )
+    return [
+        f"this CPU: its {host.nproc} rank(s) share {gib(host.ram_bytes)} GiB of RAM ({gib(host.usable_bytes)} "
+        f"GiB each with the {100 * margin:.0f} % margin); at batch {batch}, {needs} GiB: too much; {fix}"
+    ]
 
 
 # --------------------------------------------------------------------------------------------------- subprocess
@@ -278,8 +325,9 @@ class PredictHere:
 
     def result(self, timeout_s: float) -> Prediction:
         if not self._done.wait(timeout_s):
-            raise DdplabError(f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` "
-                              "for it")
+            raise DdplabError(
+                f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` for it"
+            )
         if self._error is not None:
             text = str(self._error).splitlines()[0] if str(self._error) else type(self._error).__name__
             raise DdplabError(f"memory prediction failed: {text}")

@@ -20,8 +20,8 @@ Nothing here runs the step being predicted, and no constant is fitted to measure
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -33,16 +33,34 @@ from ddplab.train import strategy as strategies
 MiB = 2**20
 
 # Part names, in the order they are shown; the tracker's categories map onto them.
-PARTS = ("parameters", "gradients", "DDP buckets (hold the gradients)", "optimizer state + its step's temporaries",
-         "activations",
-         "temporaries", "FSDP all-gather buffers", "FSDP reduce-scatter buffers", "input batch", "other")
+PARTS = (
+    "parameters",
+    "gradients",
+    "DDP buckets (hold the gradients)",
+    "optimizer state + its step's temporaries",
+    "activations",
+    "temporaries",
+    "FSDP all-gather buffers",
+    "FSDP reduce-scatter buffers",
+    "input batch",
+    "other",
+)
 _CATEGORY = {
-    "Parameter": "parameters", "Buffer": "parameters", "Sharded Param": "parameters",
-    "Unsharded Param": "FSDP all-gather buffers", "All Gather": "FSDP all-gather buffers",
-    "Gradient": "gradients", "Sharded Grad": "gradients", "Unsharded Grad": "FSDP reduce-scatter buffers",
-    "Reduce Scatter": "FSDP reduce-scatter buffers", "Optstate": "optimizer state + its step's temporaries",
-    "OptState": "optimizer state + its step's temporaries", "Activation": "activations",
-    "Temp": "temporaries", "Inputs": "input batch", "Other": "other",
+    "Parameter": "parameters",
+    "Buffer": "parameters",
+    "Sharded Param": "parameters",
+    "Unsharded Param": "FSDP all-gather buffers",
+    "All Gather": "FSDP all-gather buffers",
+    "Gradient": "gradients",
+    "Sharded Grad": "gradients",
+    "Unsharded Grad": "FSDP reduce-scatter buffers",
+    "Reduce Scatter": "FSDP reduce-scatter buffers",
+    "Optstate": "optimizer state + its step's temporaries",
+    "OptState": "optimizer state + its step's temporaries",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Inputs": "input batch",
+    "Other": "other",
 }
 
 
@@ -89,8 +107,10 @@ def fake_group(nproc: int, rank: int):
     """A process group of `nproc` ranks that does no communication (torch's "fake" backend), for this process
     only. Refused where a real group exists: the trace would otherwise talk to real ranks."""
     if dist.is_initialized():
-        raise DdplabError("memory prediction needs its own fake process group, and this process already belongs to "
-                          "a real one: predict before init_process_group, or in another process")
+        raise DdplabError(
+            "memory prediction needs its own fake process group, and this process already belongs to "
+            "a real one: predict before init_process_group, or in another process"
+        )
     if "fake" not in dist.Backend.backend_list:  # built in on recent torch (2.13); else its testing module adds it
         import torch.testing._internal.distributed.fake_pg  # noqa: F401
 
@@ -107,8 +127,10 @@ def _trackers():
 
         from ddplab.perf.fsdp_tracker import ExactFSDPMemTracker
     except ImportError:
-        raise DdplabError(f"memory prediction needs torch.distributed._tools.mem_tracker (torch>=2.6); this is "
-                          f"torch {torch.__version__}: upgrade torch") from None
+        raise DdplabError(
+            f"memory prediction needs torch.distributed._tools.mem_tracker (torch>=2.6); this is "
+            f"torch {torch.__version__}: upgrade torch"
+        ) from None
     return MemTracker, ExactFSDPMemTracker
 
 
@@ -128,7 +150,7 @@ def _ddp_buckets(model: nn.Module) -> list[torch.Tensor]:
         flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
         offset = 0
         for p in params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p)
+            p.grad = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         buckets.append(flat)
     return buckets
@@ -136,8 +158,10 @@ def _ddp_buckets(model: nn.Module) -> list[torch.Tensor]:
 
 def _partition_rank(optimizer) -> int:
     """The rank whose ZeRO share of the optimizer state is largest (ZeroRedundancyOptimizer's own partition)."""
-    shares = [sum(p.numel() * p.element_size() for g in groups for p in g["params"])
-              for groups in optimizer._partition_parameters()]
+    shares = [
+        sum(p.numel() * p.element_size() for g in groups for p in g["params"])
+        for groups in optimizer._partition_parameters()
+    ]
     return max(range(len(shares)), key=shares.__getitem__)
 
 

@@ -29,12 +29,20 @@ def plot(result, model, path: str) -> str:
     top = max([p.world_size for p in result.predictions] + [p.world_size for p in result.points])
     sizes = [n for n in range(1, top + 1)]
     b, k = result.batch_per_rank, result.accum_steps
-    curve = [(n, model.samples_per_sec(n, b // n if result.strong else b, k)) for n in sizes
-             if (b // n if result.strong else b) >= 1]
+    curve = [
+        (n, model.samples_per_sec(n, b // n if result.strong else b, k))
+        for n in sizes
+        if (b // n if result.strong else b) >= 1
+    ]
     ax.plot(sizes, [n * one for n in sizes], "--", color="grey", label="ideal (N × 1 rank)")
     ax.plot([n for n, _ in curve], [s for _, s in curve], "-", color="tab:blue", label="predicted (fitted model)")
-    ax.plot([p.world_size for p in result.points], [p.samples_per_sec for p in result.points], "o",
-            color="tab:red", label="measured")
+    ax.plot(
+        [p.world_size for p in result.points],
+        [p.samples_per_sec for p in result.points],
+        "o",
+        color="tab:red",
+        label="measured",
+    )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_yscale("log")

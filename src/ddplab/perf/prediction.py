@@ -47,11 +47,21 @@ def points(runs, results, model) -> list[Point]:
     out = []
     for run, res in zip(runs, results):
         sps = run.samples_per_sec
-        out.append(Point(run.world_size, run.batch_per_rank, run.accum_steps, sps, sps / one,
-                         sps / one / run.world_size, run.step_s * 1e3, run.compute_s * 1e3,
-                         max(run.step_s - run.compute_s, 0.0) * 1e3,
-                         model.samples_per_sec(run.world_size, run.batch_per_rank, run.accum_steps),
-                         res["samples_per_sec"]))
+        out.append(
+            Point(
+                run.world_size,
+                run.batch_per_rank,
+                run.accum_steps,
+                sps,
+                sps / one,
+                sps / one / run.world_size,
+                run.step_s * 1e3,
+                run.compute_s * 1e3,
+                max(run.step_s - run.compute_s, 0.0) * 1e3,
+                model.samples_per_sec(run.world_size, run.batch_per_rank, run.accum_steps),
+                res["samples_per_sec"],
+            )
+        )
     return out
 
 
@@ -74,6 +84,13 @@ def interconnects(model, sizes, b: int, k: int, strong: bool) -> list[LinkPredic
     from ddplab.perf.scaling import INTERCONNECTS
 
     alone = replace(model, slowdown={})
-    return [LinkPrediction(i.name, i.bus_gb_per_s, i.source, i.date,
-                           predict(alone, sizes, b, k, strong, (), bus_bytes_per_s=i.bus_gb_per_s * 1e9))
-            for i in INTERCONNECTS]
+    return [
+        LinkPrediction(
+            i.name,
+            i.bus_gb_per_s,
+            i.source,
+            i.date,
+            predict(alone, sizes, b, k, strong, (), bus_bytes_per_s=i.bus_gb_per_s * 1e9),
+        )
+        for i in INTERCONNECTS
+    ]

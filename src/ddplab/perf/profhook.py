@@ -42,9 +42,16 @@ def install() -> bool:
             config = json.load(f)
     except (OSError, ValueError):
         return False
-    _state.update(folder=folder, rank=int(os.environ.get("RANK", "0")), steps=int(config.get("steps", DEFAULT_STEPS)),
-                  skip=int(config.get("skip", DEFAULT_SKIP)), count=0, optimizer=None, prof=None,
-                  pid=os.getpid())
+    _state.update(
+        folder=folder,
+        rank=int(os.environ.get("RANK", "0")),
+        steps=int(config.get("steps", DEFAULT_STEPS)),
+        skip=int(config.get("skip", DEFAULT_SKIP)),
+        count=0,
+        optimizer=None,
+        prof=None,
+        pid=os.getpid(),
+    )
     # At once when torch is already loaded (a ddplab worker calls install() late), else as the script imports it.
     afterimport.when_imported("torch.optim.optimizer", _attach, "--profile hook")
     return True
@@ -119,11 +126,19 @@ def _finish() -> None:
     prof.export_chrome_trace(base + ".trace.json.tmp")
     os.replace(base + ".trace.json.tmp", base + ".trace.json")
     exported = time.perf_counter()
-    facts = {"rank": s["rank"], "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-             "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "pid": os.getpid(),
-             "skip": s["skip"], "steps": s["steps"], "window_s": wall,
-             "cpu_s": (usage.ru_utime - r0.ru_utime) + (usage.ru_stime - r0.ru_stime),
-             "involuntary_switches": usage.ru_nivcsw - r0.ru_nivcsw, **_environment(), **_objects()}
+    facts = {
+        "rank": s["rank"],
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        "pid": os.getpid(),
+        "skip": s["skip"],
+        "steps": s["steps"],
+        "window_s": wall,
+        "cpu_s": (usage.ru_utime - r0.ru_utime) + (usage.ru_stime - r0.ru_stime),
+        "involuntary_switches": usage.ru_nivcsw - r0.ru_nivcsw,
+        **_environment(),
+        **_objects(),
+    }
     facts["export_s"] = time.perf_counter() - exported + (exported - s["t0"] - wall)  # the step that pays for it
     with open(base + ".json.tmp", "w", encoding="utf-8") as f:
         json.dump(facts, f)
@@ -139,9 +154,11 @@ def _mark_post_forward(on: bool) -> None:
 
     original = DDP.__dict__.get("_post_forward")
     if on and original is not None and "ddplab" not in _state:
+
         def _post_forward(self, output):
             with record_function("DistributedDataParallel._post_forward"):
                 return original(self, output)
+
         _state["ddplab"] = original
         DDP._post_forward = _post_forward
     elif not on and "ddplab" in _state:
@@ -155,8 +172,13 @@ def _environment() -> dict:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
         cores = os.cpu_count() or 1
-    return {"threads": torch.get_num_threads(), "cores": cores, "machine_cores": os.cpu_count() or cores,
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cuda": torch.cuda.is_available()}
+    return {
+        "threads": torch.get_num_threads(),
+        "cores": cores,
+        "machine_cores": os.cpu_count() or cores,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cuda": torch.cuda.is_available(),
+    }
 
 
 def _objects() -> dict:
@@ -175,12 +197,14 @@ def _objects() -> dict:
             loaders.append(obj)
     out = {"ddp": [], "loaders": []}
     for ddp in ddps:
-        entry = {"find_unused_parameters": bool(ddp.find_unused_parameters),
-                 "bucket_cap_bytes": int(getattr(ddp, "bucket_bytes_cap", 0)),
-                 "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
-                 "static_graph": bool(getattr(ddp, "static_graph", False)),
-                 "param_bytes": sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad),
-                 "params": sum(1 for p in ddp.parameters() if p.requires_grad)}
+        entry = {
+            "find_unused_parameters": bool(ddp.find_unused_parameters),
+            "bucket_cap_bytes": int(getattr(ddp, "bucket_bytes_cap", 0)),
+            "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
+            "static_graph": bool(getattr(ddp, "static_graph", False)),
+            "param_bytes": sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad),
+            "params": sum(1 for p in ddp.parameters() if p.requires_grad),
+        }
         try:
             data = ddp._get_ddp_logging_data()  # private, present since torch 1.9: optional
             entry["unused_parameter_size"] = int(data.get("unused_parameter_size", 0))
@@ -191,7 +215,12 @@ def _objects() -> dict:
             pass
         out["ddp"].append(entry)
     for loader in loaders:
-        out["loaders"].append({"num_workers": int(loader.num_workers), "pin_memory": bool(loader.pin_memory),
-                               "batch_size": loader.batch_size})
+        out["loaders"].append(
+            {
+                "num_workers": int(loader.num_workers),
+                "pin_memory": bool(loader.pin_memory),
+                "batch_size": loader.batch_size,
+            }
+        )
     del torch
     return out

@@ -31,9 +31,16 @@ from pathlib import Path
 from ddplab.perf import profhook
 
 PARTS = ("data", "forward", "ddp_post_forward", "backward", "optimizer", "comm_exposed", "host_sync", "other")
-LABELS = {"data": "data wait", "forward": "forward", "ddp_post_forward": "DDP after forward",
-          "backward": "backward", "optimizer": "optimizer", "comm_exposed": "exposed comm",
-          "host_sync": "host syncs", "other": "other"}
+LABELS = {
+    "data": "data wait",
+    "forward": "forward",
+    "ddp_post_forward": "DDP after forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "comm_exposed": "exposed comm",
+    "host_sync": "host syncs",
+    "other": "other",
+}
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item")
 CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
@@ -100,7 +107,8 @@ def analyse(folder: Path, plot: bool = True) -> Profile:
         config = json.loads((folder / profhook.CONFIG).read_text()) if (folder / profhook.CONFIG).exists() else {}
         result.problem = result.problem or (
             f"no rank wrote a trace: the script made fewer than {config.get('skip', 3) + config.get('steps', 5)} "
-            "optimizer steps (warm-up + window), or never called optimizer.step(); lower --profile STEPS")
+            "optimizer steps (warm-up + window), or never called optimizer.step(); lower --profile STEPS"
+        )
         return result
     result.straggler = straggler(result.ranks)
     result.causes = causes(result.ranks, facts, result.straggler)
@@ -155,8 +163,16 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     in_steps = lambda e: any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)  # noqa: E731
     calls = sum(1 for e in events if e["name"] == "c10d::allreduce_" and in_steps(e))
     forwards = sum(1 for e in events if names["forward"](e) and in_steps(e))
-    return RankBreakdown(rank=rank, steps=n, step_ms=step_ms, parts={k: v / n / 1000 for k, v in totals.items()},
-                         allreduces_per_step=calls / n, forwards_per_step=forwards / n, trace=path, busy_ms=busy)
+    return RankBreakdown(
+        rank=rank,
+        steps=n,
+        step_ms=step_ms,
+        parts={k: v / n / 1000 for k, v in totals.items()},
+        allreduces_per_step=calls / n,
+        forwards_per_step=forwards / n,
+        trace=path,
+        busy_ms=busy,
+    )
 
 
 def _reducer_bursts(events: list, main, named: list) -> list:
@@ -166,8 +182,9 @@ def _reducer_bursts(events: list, main, named: list) -> list:
     each copy - DDP's own host reads, not the loop's. A burst: consecutive reducer ranges of the main thread with no
     part of the step (forward, backward, data, optimizer) starting between them, from the first operation the main
     thread ran after the part before it (the wait itself is left to the exposed communication)."""
-    reducer = sorted(_span(e) for e in events
-                     if e["tid"] == main and e["name"].startswith("torch.distributed.ddp.reducer::"))
+    reducer = sorted(
+        _span(e) for e in events if e["tid"] == main and e["name"].startswith("torch.distributed.ddp.reducer::")
+    )
     starts = sorted(a for a, _ in named)
     ends = sorted(b for _, b in named)
     ops = sorted(e["ts"] for e in events if e["tid"] == main and not e["name"].startswith("ProfilerStep#"))
@@ -204,7 +221,7 @@ def _union(spans: list) -> list:
 
 
 def _clip(spans: list, window: list) -> list:
-    (lo, hi), = window
+    ((lo, hi),) = window
     return _union([(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi])
 
 
@@ -261,37 +278,56 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
     if loaders:
         workers = min(entry["num_workers"] for entry in loaders)
         if workers == 0:
-            fix = ("DataLoader(..., num_workers=N, persistent_workers=True) with N >= 1 (up to this rank's cores): "
-                   "batches are then made while the model trains" + (", and pin_memory=True on a GPU"
-                                                                     if any_facts.get("cuda") else ""))
+            fix = (
+                "DataLoader(..., num_workers=N, persistent_workers=True) with N >= 1 (up to this rank's cores): "
+                "batches are then made while the model trains"
+                + (", and pin_memory=True on a GPU" if any_facts.get("cuda") else "")
+            )
         else:
-            fix = (f"the loader has {workers} worker(s) and still keeps the step waiting: more workers, a larger "
-                   "prefetch_factor, or a cheaper __getitem__ (decode/resize once, ahead of training)")
-        add("data", "slow data loading", f"the step waits {mean['data']:.2f} ms for the next batch "
-            f"(num_workers={workers})", fix, mean["data"])
+            fix = (
+                f"the loader has {workers} worker(s) and still keeps the step waiting: more workers, a larger "
+                "prefetch_factor, or a cheaper __getitem__ (decode/resize once, ahead of training)"
+            )
+        add(
+            "data",
+            "slow data loading",
+            f"the step waits {mean['data']:.2f} ms for the next batch (num_workers={workers})",
+            fix,
+            mean["data"],
+        )
     if slow is not None:
         others = [r for r in ranks if r.rank != slow]
         wait = statistics.median(r.parts["comm_exposed"] for r in others)
         mine = next(r for r in ranks if r.rank == slow)
-        extra = max(((p, mine.parts[p] - statistics.median(r.parts[p] for r in others))
-                     for p in PARTS if p != "comm_exposed"), key=lambda kv: kv[1])
+        extra = max(
+            ((p, mine.parts[p] - statistics.median(r.parts[p] for r in others)) for p in PARTS if p != "comm_exposed"),
+            key=lambda kv: kv[1],
+        )
         slow_part = extra[0]
         # What the others wait per step: the straggler's excess over the others' median, step by step, and its
         # median (one step the OS took from a rank does not make a cause).
         n = min(len(r.busy_ms) for r in ranks)
         excess = [mine.busy_ms[i] - statistics.median(r.busy_ms[i] for r in others) for i in range(n)]
         gain = max(statistics.median(excess), 0.0) if excess else 0.0
-        add("straggler", f"rank {slow} is slower than the others",
+        add(
+            "straggler",
+            f"rank {slow} is slower than the others",
             f"the other rank(s) wait {wait:.2f} ms per step in communication for rank {slow}, whose "
             f"{LABELS[extra[0]]} takes {extra[1]:.2f} ms more than theirs"
             + (" (compute)" if slow_part in COMPUTE_PARTS else ""),
             f"find what rank {slow} does that the others do not (code under `if rank == {slow}`, uneven data, "
             "logging or checkpointing on one rank, another process on its core or GPU) and spread or remove it",
-            gain)
+            gain,
+        )
     if mean["host_sync"] > 0:
-        add("host_sync", "host syncs in the loop", f"{mean['host_sync']:.2f} ms per step around .item()/.cpu()/"
-            "printing a tensor", "keep the loss on the device: accumulate it as a tensor and call .item() or print "
-            "only every N steps (on a GPU each sync stalls the queue of kernels)", mean["host_sync"])
+        add(
+            "host_sync",
+            "host syncs in the loop",
+            f"{mean['host_sync']:.2f} ms per step around .item()/.cpu()/printing a tensor",
+            "keep the loss on the device: accumulate it as a tensor and call .item() or print "
+            "only every N steps (on a GPU each sync stalls the queue of kernels)",
+            mean["host_sync"],
+        )
     comm_cost = mean["comm_exposed"]
     buckets = len(ddp.get("bucket_sizes") or []) or None
     calls = statistics.mean(r.allreduces_per_step for r in ranks)
@@ -299,34 +335,50 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
     if ddp and buckets and ddp.get("bucket_cap_bytes", DEFAULT_BUCKET_BYTES) < DEFAULT_BUCKET_BYTES:
         ideal = max(1, -(-ddp["param_bytes"] // DEFAULT_BUCKET_BYTES))
         if buckets > 2 * ideal:
-            add("buckets", "gradient buckets too small", f"bucket_cap_mb={ddp['bucket_cap_bytes'] / 2**20:g} "
+            add(
+                "buckets",
+                "gradient buckets too small",
+                f"bucket_cap_mb={ddp['bucket_cap_bytes'] / 2**20:g} "
                 f"cuts {ddp['param_bytes'] / 2**20:.1f} MiB of gradients into {buckets} all-reduces per step "
                 f"(the default 25 MiB: {ideal}); each pays the collective's fixed latency",
                 "leave bucket_cap_mb at its default (25) or raise it; gradient_as_bucket_view=True saves a copy per "
                 "bucket, static_graph=True lets DDP order buckets by the gradients' real arrival",
-                comm_cost * (1 - ideal / buckets))
+                comm_cost * (1 - ideal / buckets),
+            )
     if ddp.get("find_unused_parameters") and ddp.get("unused_parameter_size", 1) == 0:
         extra_calls = max(calls - forwards * (buckets or 1), 0)
-        add("unused", "find_unused_parameters=True with no unused parameter",
+        add(
+            "unused",
+            "find_unused_parameters=True with no unused parameter",
             f"DDP searched the autograd graph after every forward ({mean['ddp_post_forward']:.2f} ms per step) and "
             "found nothing unused; the flag also costs an extra all-reduce of the used-parameter map",
             "DistributedDataParallel(..., find_unused_parameters=False) (the default)",
-            mean["ddp_post_forward"] + (comm_cost / calls * extra_calls if calls else 0.0))
+            mean["ddp_post_forward"] + (comm_cost / calls * extra_calls if calls else 0.0),
+        )
     if forwards > 1.5 and buckets and calls >= forwards * buckets - 0.5:
-        add("no_sync", "gradient accumulation without no_sync",
+        add(
+            "no_sync",
+            "gradient accumulation without no_sync",
             f"{forwards:.0f} forward/backward passes per optimizer step and {calls:.0f} all-reduces: every micro-"
             "batch all-reduces its gradients, only the last one needs to",
             "wrap every micro-batch but the last in `with model.no_sync():` (or set "
-            "model.require_backward_grad_sync = False for them)", comm_cost * (1 - 1 / forwards))
+            "model.require_backward_grad_sync = False for them)",
+            comm_cost * (1 - 1 / forwards),
+        )
     threads, cores = any_facts.get("threads", 1), any_facts.get("cores", 1)
     local = any_facts.get("local_world_size", 1)
     if threads * local > cores:
         busy = mean["forward"] + mean["backward"] + mean["optimizer"]
         over = threads * local / cores
-        add("threads", "more CPU threads than cores", f"{local} rank(s) x {threads} intra-op threads on {cores} "
+        add(
+            "threads",
+            "more CPU threads than cores",
+            f"{local} rank(s) x {threads} intra-op threads on {cores} "
             f"cores ({over:.1f}x oversubscribed): threads wait for each other and for the core",
             f"OMP_NUM_THREADS={max(cores // local, 1)} (cores / ranks on this machine) or "
-            f"torch.set_num_threads({max(cores // local, 1)})", busy * (1 - 1 / over))
+            f"torch.set_num_threads({max(cores // local, 1)})",
+            busy * (1 - 1 / over),
+        )
     by_key = {c.key: c for c in out}
     if "straggler" in by_key:
         # One cause, not two: a rank slower in its own compute on an oversubscribed machine (the OS shares the cores
@@ -349,10 +401,19 @@ def render(con, p: Profile) -> None:
         return
     from ddplab import report
 
-    columns = [report.Column("rank"), report.Column("step ms"),
-               *[report.Column(LABELS[k], drop=1 if k == "ddp_post_forward" else 0) for k in PARTS]]
-    rows = [[str(r.rank) + (" (straggler)" if r.rank == p.straggler else ""), f"{r.step_ms:.2f}",
-             *[f"{r.parts[k]:.2f}" for k in PARTS]] for r in p.ranks]
+    columns = [
+        report.Column("rank"),
+        report.Column("step ms"),
+        *[report.Column(LABELS[k], drop=1 if k == "ddp_post_forward" else 0) for k in PARTS],
+    ]
+    rows = [
+        [
+            str(r.rank) + (" (straggler)" if r.rank == p.straggler else ""),
+            f"{r.step_ms:.2f}",
+            *[f"{r.parts[k]:.2f}" for k in PARTS],
+        ]
+        for r in p.ranks
+    ]
     con.print(f"profile: ms per step over {p.ranks[0].steps} steps, each part apart (they sum to the step)")
     table, _ = report.fit_table(con.width, columns, rows, box=None)
     con.print(table)
@@ -362,8 +423,10 @@ def render(con, p: Profile) -> None:
         speedup = 1 / max(1 - c.gain_share, 1e-6)
         con.print(f"{i}. {c.title}: {c.evidence}", markup=False)
         con.print(f"   fix: {c.fix}", markup=False)
-        con.print(f"   expected gain: {c.gain_ms:.2f} ms per step ({100 * c.gain_share:.0f} % of it, "
-                  f"{speedup:.2f}x)", markup=False)
+        con.print(
+            f"   expected gain: {c.gain_ms:.2f} ms per step ({100 * c.gain_share:.0f} % of it, {speedup:.2f}x)",
+            markup=False,
+        )
     con.print(f"traces (ui.perfetto.dev, chrome://tracing, TensorBoard): {p.folder}/rank*.trace.json", markup=False)
     if p.plot:
         con.print(f"picture: {p.plot}", markup=False)

@@ -38,19 +38,47 @@ class Interconnect:
 
 # Link rates one way, an upper bound for all_reduce bus bandwidth (NCCL typically reaches 70–90 % of them).
 INTERCONNECTS = [
-    Interconnect("NVLink 4 (H100/H200 SXM)", 450.0, "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions "
-                 "(https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)", "2026-12-02"),
-    Interconnect("NVLink 3 (A100 SXM)", 300.0, "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU, both directions "
-                 "(https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-                 "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)", "2026-12-02"),
-    Interconnect("PCIe 5.0 x16", 63.0, "PCI-SIG PCIe 5.0 spec: 32 GT/s × 16 lanes, 128b/130b coding "
-                 "(https://pcisig.com/specifications)", "2026-12-02"),
-    Interconnect("InfiniBand NDR 400 Gb/s", 50.0, "NVIDIA ConnectX-7 / IBTA NDR: 400 Gb/s per port "
-                 "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)", "2026-12-02"),
-    Interconnect("PCIe 4.0 x16", 31.5, "PCI-SIG PCIe 4.0 spec: 16 GT/s × 16 lanes, 128b/130b coding "
-                 "(https://pcisig.com/specifications)", "2026-12-02"),
-    Interconnect("InfiniBand HDR 200 Gb/s", 25.0, "NVIDIA ConnectX-6 / IBTA HDR: 200 Gb/s per port "
-                 "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)", "2026-12-02"),
+    Interconnect(
+        "NVLink 4 (H100/H200 SXM)",
+        450.0,
+        "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions "
+        "(https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)",
+        "2026-12-02",
+    ),
+    Interconnect(
+        "NVLink 3 (A100 SXM)",
+        300.0,
+        "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU, both directions "
+        "(https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+        "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)",
+        "2026-12-02",
+    ),
+    Interconnect(
+        "PCIe 5.0 x16",
+        63.0,
+        "PCI-SIG PCIe 5.0 spec: 32 GT/s × 16 lanes, 128b/130b coding (https://pcisig.com/specifications)",
+        "2026-12-02",
+    ),
+    Interconnect(
+        "InfiniBand NDR 400 Gb/s",
+        50.0,
+        "NVIDIA ConnectX-7 / IBTA NDR: 400 Gb/s per port "
+        "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)",
+        "2026-12-02",
+    ),
+    Interconnect(
+        "PCIe 4.0 x16",
+        31.5,
+        "PCI-SIG PCIe 4.0 spec: 16 GT/s × 16 lanes, 128b/130b coding (https://pcisig.com/specifications)",
+        "2026-12-02",
+    ),
+    Interconnect(
+        "InfiniBand HDR 200 Gb/s",
+        25.0,
+        "NVIDIA ConnectX-6 / IBTA HDR: 200 Gb/s per port "
+        "(https://www.nvidia.com/en-us/networking/infiniband-adapters/)",
+        "2026-12-02",
+    ),
     Interconnect("100 GbE", 12.5, "IEEE 802.3 line rate 100 Gb/s (https://www.ieee802.org/3/)", "2026-12-02"),
     Interconnect("25 GbE", 3.125, "IEEE 802.3by line rate 25 Gb/s (https://www.ieee802.org/3/)", "2026-12-02"),
     Interconnect("10 GbE", 1.25, "IEEE 802.3ae line rate 10 Gb/s (https://www.ieee802.org/3/)", "2026-12-02"),
@@ -121,23 +149,31 @@ class ScalingModel:
         per_micro_step = self.compute_fixed_s + self.compute_per_sample_s * batch_per_rank
         return (accum_steps * per_micro_step + self.step_fixed_s) * self.slowdown_at(world_size)
 
-    def comm_s(self, world_size: int, bus_bytes_per_s: float | None = None, grad_bytes: float | None = None,
-               bucket_cap_mb: float | None = None) -> float:
+    def comm_s(
+        self,
+        world_size: int,
+        bus_bytes_per_s: float | None = None,
+        grad_bytes: float | None = None,
+        bucket_cap_mb: float | None = None,
+    ) -> float:
         nbytes = self.grad_bytes if grad_bytes is None else grad_bytes
         cap = self.bucket_cap_mb if bucket_cap_mb is None else bucket_cap_mb
-        return allreduce_s(world_size, nbytes, self.latency_s, bus_bytes_per_s or self.bus_bytes_per_s,
-                           buckets(nbytes, cap))
+        return allreduce_s(
+            world_size, nbytes, self.latency_s, bus_bytes_per_s or self.bus_bytes_per_s, buckets(nbytes, cap)
+        )
 
     def exposed_comm_s(self, world_size: int, **comm) -> float:
         return (1 - self.overlap) * self.comm_s(world_size, **comm)
 
     def step_s(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
-        return (self.compute_s(batch_per_rank, accum_steps, world_size) + self.sync_s
-                + self.exposed_comm_s(world_size, **comm))
+        return (
+            self.compute_s(batch_per_rank, accum_steps, world_size)
+            + self.sync_s
+            + self.exposed_comm_s(world_size, **comm)
+        )
 
     def samples_per_sec(self, world_size: int, batch_per_rank: int, accum_steps: int = 1, **comm) -> float:
-        return world_size * batch_per_rank * accum_steps / self.step_s(world_size, batch_per_rank, accum_steps,
-                                                                        **comm)
+        return world_size * batch_per_rank * accum_steps / self.step_s(world_size, batch_per_rank, accum_steps, **comm)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -153,8 +189,9 @@ class ScalingModel:
                 data["bus_bytes_per_s"] = math.inf
             return cls(**data)
         except (TypeError, ValueError, AttributeError) as e:
-            raise DdplabError(f"the scaling model in the file is not one ddplab wrote ({e}): re-run `ddplab scale "
-                              "--json`") from None
+            raise DdplabError(
+                f"the scaling model in the file is not one ddplab wrote ({e}): re-run `ddplab scale --json`"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -198,8 +235,10 @@ def fit(runs: list[Run], link: LinkFit | None = None) -> ScalingModel:
         model.overlap, prov["overlap"] = _fit_overlap(model, exposed)
     elif multi:
         model.latency_s, model.bus_bytes_per_s, prov["link"] = _fit_link(exposed, "exposed comm (step − compute)")
-        prov["overlap"] = ("0 by construction: only exposed comm was measured, so α and B describe what DDP did "
-                           "not hide (give --bench for the link's own α and B)")
+        prov["overlap"] = (
+            "0 by construction: only exposed comm was measured, so α and B describe what DDP did "
+            "not hide (give --bench for the link's own α and B)"
+        )
     else:
         prov["link"] = "not measured: every run had one rank"
     return model
@@ -259,14 +298,19 @@ def _fit_compute(runs: list[Run]) -> tuple[float, float, float, str]:
         solved = _solve_through(features, anchor, others, names.index("c"))
         if solved and min(solved) >= 0 and solved[names.index("c")] > 0:
             fitted = dict(zip(names, solved))
-            return (fitted.get("c0", 0.0), fitted["c"], fitted.get("o", 0.0),
-                    f"{where}: {', '.join(names)} fitted" + (f"; {caveat}" if caveat else ""))
+            return (
+                fitted.get("c0", 0.0),
+                fitted["c"],
+                fitted.get("o", 0.0),
+                f"{where}: {', '.join(names)} fitted" + (f"; {caveat}" if caveat else ""),
+            )
     kb = [(k * b, y) for k, b, y in points]  # a baseline without compute time (0 ms): nothing to pass through
     return 0.0, sum(x * y for x, y in kb) / sum(x * x for x, _ in kb), 0.0, f"{where}: cost per sample only"
 
 
-def _solve_through(features, anchor: tuple[int, int, float], others: list[tuple[int, int, float]],
-                   pivot: int) -> list[float] | None:
+def _solve_through(
+    features, anchor: tuple[int, int, float], others: list[tuple[int, int, float]], pivot: int
+) -> list[float] | None:
     """Least squares of `others` on features(k, b) subject to matching `anchor` exactly: the anchor's equation
     gives the `pivot` term from the rest, which are then fitted on the other points. None when not determined."""
     k0, b0, y0 = anchor
@@ -290,8 +334,9 @@ def _solve_through(features, anchor: tuple[int, int, float], others: list[tuple[
 def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
     """Least squares by the normal equations (a handful of unknowns); None when they are singular."""
     m = len(rows[0])
-    a = [[sum(r[i] * r[j] for r in rows) for j in range(m)] + [sum(r[i] * y for r, y in zip(rows, ys))]
-         for i in range(m)]
+    a = [
+        [sum(r[i] * r[j] for r in rows) for j in range(m)] + [sum(r[i] * y for r, y in zip(rows, ys))] for i in range(m)
+    ]
     for col in range(m):
         pivot = max(range(col, m), key=lambda i: abs(a[i][col]))
         if abs(a[pivot][col]) < 1e-12 * max(1.0, max(abs(v) for v in a[pivot][:m])):
@@ -307,8 +352,11 @@ def _solve(rows: list[list[float]], ys: list[float]) -> list[float] | None:
 def _fit_slowdown(model: ScalingModel, multi: list[Run]) -> tuple[dict[int, float], str]:
     factors = {}
     for n in sorted({r.world_size for r in multi}):
-        pairs = [(r.compute_s, model.compute_s(r.batch_per_rank, r.accum_steps)) for r in multi
-                 if r.world_size == n and r.compute_s is not None]
+        pairs = [
+            (r.compute_s, model.compute_s(r.batch_per_rank, r.accum_steps))
+            for r in multi
+            if r.world_size == n and r.compute_s is not None
+        ]
         if pairs:
             factors[n] = sum(m * p for m, p in pairs) / sum(p * p for _, p in pairs)
     if not factors:
@@ -331,9 +379,14 @@ def _fit_link(runs: list[Run], what: str) -> tuple[float, float, str]:
     # One configuration gives the sum, not its split. Counting it all as bandwidth is the optimistic choice for
     # larger N (that term saturates at 2·bytes/B, latency keeps growing), so the provenance says so.
     inv_bus = sum(t * b for _, b, t in rows) / sum(b * b for _, b, _ in rows)
-    return 0.0, (1 / inv_bus if inv_bus > 0 else math.inf), (
-        f"{what} at one world size: latency and bandwidth not separable, all of it counted as bandwidth, which "
-        "flatters larger world sizes (run a third world size, or give --bench, to split them)")
+    return (
+        0.0,
+        (1 / inv_bus if inv_bus > 0 else math.inf),
+        (
+            f"{what} at one world size: latency and bandwidth not separable, all of it counted as bandwidth, which "
+            "flatters larger world sizes (run a third world size, or give --bench, to split them)"
+        ),
+    )
 
 
 def _nnls2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -353,8 +406,9 @@ def _nnls2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
 
 
 def _fit_overlap(model: ScalingModel, exposed: list[Run]) -> tuple[float, str]:
-    pairs = [(r.comm_s, model.comm_s(r.world_size, grad_bytes=r.grad_bytes, bucket_cap_mb=r.bucket_cap_mb))
-             for r in exposed]
+    pairs = [
+        (r.comm_s, model.comm_s(r.world_size, grad_bytes=r.grad_bytes, bucket_cap_mb=r.bucket_cap_mb)) for r in exposed
+    ]
     denom = sum(t * t for _, t in pairs)
     if denom == 0:
         return 0.0, "not measurable: no communication in these runs"
@@ -373,17 +427,25 @@ def link_from_bench(data: dict, source: str = "ddplab bench") -> LinkFit:
             fitted = fit_ring(int(data["world_size"]), [r["size"] for r in rows], [r["time_us"] / 1e6 for r in rows])
             ring = fitted and {"alpha_us": fitted.alpha_us, "bandwidth_gbps": fitted.bandwidth_gbps}
         if not ring:
-            raise DdplabError(f"{source} has no all_reduce timings at two or more message sizes on 2+ ranks: run "
-                              "`ddplab bench all_reduce --nproc 2 --json` (its default sizes will do)")
-        return LinkFit(float(ring["alpha_us"]) / 1e6, float(ring["bandwidth_gbps"]) * 1e9,
-                       f"{source}: ring fit of all_reduce on {data.get('world_size', '?')} ranks")
+            raise DdplabError(
+                f"{source} has no all_reduce timings at two or more message sizes on 2+ ranks: run "
+                "`ddplab bench all_reduce --nproc 2 --json` (its default sizes will do)"
+            )
+        return LinkFit(
+            float(ring["alpha_us"]) / 1e6,
+            float(ring["bandwidth_gbps"]) * 1e9,
+            f"{source}: ring fit of all_reduce on {data.get('world_size', '?')} ranks",
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise DdplabError(f"{source} is not the JSON `ddplab bench --json` writes ({type(e).__name__}: {e}): "
-                          "re-run ddplab bench with --json") from None
+        raise DdplabError(
+            f"{source} is not the JSON `ddplab bench --json` writes ({type(e).__name__}: {e}): "
+            "re-run ddplab bench with --json"
+        ) from None
 
 
-def efficiency(model: ScalingModel, world_size: int, batch_per_rank: int, accum_steps: int = 1,
-               strong: bool = False, **comm) -> float:
+def efficiency(
+    model: ScalingModel, world_size: int, batch_per_rank: int, accum_steps: int = 1, strong: bool = False, **comm
+) -> float:
     """samples/s on N ranks ÷ (N × samples/s on 1 rank); strong scaling splits the 1-rank batch over N ranks."""
     per_rank = max(1, round(batch_per_rank / world_size)) if strong else batch_per_rank
     one = model.samples_per_sec(1, batch_per_rank, accum_steps)

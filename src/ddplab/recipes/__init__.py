@@ -19,4 +19,3 @@ ORDER = ("linear", "mlp", "gpt")
 def names() -> list[str]:
     """Every recipe's name, found without importing the recipes (they import torch)."""
     return discover.modules(__path__, ORDER)
-

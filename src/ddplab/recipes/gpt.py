@@ -63,8 +63,12 @@ class Config(TrainConfig):
     n_head: int = opt(4, "attention heads per block", shape=True)
     n_embd: int = opt(128, "model width; must be divisible by --n-head", shape=True)
     vocab_size: int = opt(0, "embedding rows (0 = the text's characters; GPT-2 has 50257 tokens)", shape=True)
-    size: str = opt("", "a real model's shape: small, medium, large, xl (GPT-2 124M..1.5B) or 1.3b (GPT-3 XL); "
-                        "sets --n-layer --n-head --n-embd --block-size --vocab-size", choices=("", *SIZES))
+    size: str = opt(
+        "",
+        "a real model's shape: small, medium, large, xl (GPT-2 124M..1.5B) or 1.3b (GPT-3 XL); "
+        "sets --n-layer --n-head --n-embd --block-size --vocab-size",
+        choices=("", *SIZES),
+    )
     dropout: float = opt(0.0, "dropout probability (0 for short runs: nothing to regularise yet)")
     weight_decay: float = opt(0.1, "AdamW weight decay on matrices only (as in GPT-2)")
     warmup: int = opt(20, "optimizer steps of linear learning-rate warm-up, then cosine decay to lr/10")
@@ -84,11 +88,14 @@ class Config(TrainConfig):
         if self.vocab_size < 0:
             raise DdplabError(f"--vocab-size {self.vocab_size}: must be 0 (the text's characters) or positive")
         if self.text and not Path(self.text).is_file():
-            raise DdplabError(f"--text {self.text}: no such file: pass a UTF-8 text file, or omit --text to use "
-                              "the bundled stories")
+            raise DdplabError(
+                f"--text {self.text}: no such file: pass a UTF-8 text file, or omit --text to use the bundled stories"
+            )
         if self.n_embd % self.n_head:
-            raise DdplabError(f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}: pick widths "
-                              "that are (e.g. --n-embd 768 --n-head 12)")
+            raise DdplabError(
+                f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}: pick widths "
+                "that are (e.g. --n-embd 768 --n-head 12)"
+            )
         for name in ("block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise DdplabError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
@@ -151,8 +158,12 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.attn = nn.LayerNorm(cfg.n_embd), SelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(),
-                                 nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout))
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.n_embd, 4 * cfg.n_embd),
+            nn.GELU(),
+            nn.Linear(4 * cfg.n_embd, cfg.n_embd),
+            nn.Dropout(cfg.dropout),
+        )
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -198,8 +209,12 @@ def make_optimizer(cfg: Config, model: nn.Module) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings; not biases or norms
     rest = [p for p in model.parameters() if p.dim() < 2]
     fused = next(model.parameters()).device.type == "cuda"  # one kernel for the whole update on GPUs
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+        fused=fused,
+    )
 
 
 def lr_at(cfg: Config, step: int, total: int) -> float:
@@ -224,9 +239,17 @@ def flops_per_sample(cfg: Config, model: nn.Module) -> float:
     return per_token * cfg.block_size
 
 
-RECIPE = Recipe(name="gpt", config=Config, data=make_data, model=make_model, optimizer=make_optimizer,
-                loss=loss_fn, lr_at=lr_at, flops_per_sample=flops_per_sample,
-                tokens_per_sample=lambda cfg: cfg.block_size)
+RECIPE = Recipe(
+    name="gpt",
+    config=Config,
+    data=make_data,
+    model=make_model,
+    optimizer=make_optimizer,
+    loss=loss_fn,
+    lr_at=lr_at,
+    flops_per_sample=flops_per_sample,
+    tokens_per_sample=lambda cfg: cfg.block_size,
+)
 
 if __name__ == "__main__":
     sys.exit(RECIPE.main())

@@ -67,8 +67,15 @@ def summary(cfg: Config, model: nn.Module, data: TensorData) -> dict:
     return {"weight": model.weight.item(), "bias": model.bias.item()}
 
 
-RECIPE = Recipe(name="linear", config=Config, data=make_data, model=make_model, optimizer=make_optimizer,
-                loss=loss_fn, summary=summary)
+RECIPE = Recipe(
+    name="linear",
+    config=Config,
+    data=make_data,
+    model=make_model,
+    optimizer=make_optimizer,
+    loss=loss_fn,
+    summary=summary,
+)
 
 if __name__ == "__main__":
     sys.exit(RECIPE.main())

@@ -73,8 +73,9 @@ def summary(cfg: Config, model: nn.Module, data: TensorData) -> dict:
     return {"accuracy": (model(x).argmax(dim=1) == y).float().mean().item()}
 
 
-RECIPE = Recipe(name="mlp", config=Config, data=make_data, model=make_model, optimizer=make_optimizer,
-                loss=loss_fn, summary=summary)
+RECIPE = Recipe(
+    name="mlp", config=Config, data=make_data, model=make_model, optimizer=make_optimizer, loss=loss_fn, summary=summary
+)
 
 if __name__ == "__main__":
     sys.exit(RECIPE.main())

@@ -20,7 +20,7 @@ import weakref
 import zlib
 from array import array
 
-from ddplab.sanitize import Finding, rankside, ranks_text, short
+from ddplab.sanitize import Finding, ranks_text, rankside, short
 
 ID = "epoch-repeats"
 SAMPLERS = 16
@@ -62,17 +62,25 @@ class Observer(rankside.Observer):
 
     def built(self, sampler) -> None:
         if len(self.samplers) < SAMPLERS:
-            self.index[sampler] = record = {"where": self.window.where(), "shuffle": bool(sampler.shuffle),
-                                            "seed": int(sampler.seed), "passes": []}
+            self.index[sampler] = record = {
+                "where": self.window.where(),
+                "shuffle": bool(sampler.shuffle),
+                "seed": int(sampler.seed),
+                "passes": [],
+            }
             self.samplers.append(record)
 
     def seen(self, sampler, indices: list) -> None:
         record = self.index[sampler]
         if len(record["passes"]) < PASSES:
-            order = zlib.crc32(array("q", indices).tobytes()) if all(type(i) is int for i in indices[:8]) \
+            order = (
+                zlib.crc32(array("q", indices).tobytes())
+                if all(type(i) is int for i in indices[:8])
                 else zlib.crc32(repr(indices).encode())
-            record["passes"].append({"epoch": int(sampler.epoch), "n": len(indices), "order": order,
-                                     "step": self.window.step})
+            )
+            record["passes"].append(
+                {"epoch": int(sampler.epoch), "n": len(indices), "order": order, "step": self.window.step}
+            )
         if not self.window.open and not self._waiting():
             self.window.done(self)
 
@@ -108,21 +116,35 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             passes = record["passes"]
             for before, after in zip(passes, passes[1:]):
                 if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
-                    seen = repeated.setdefault(record["where"], {"ranks": [], "first": before, "second": after,
-                                                                 "epochs": sorted({p["epoch"] for p in passes})})
+                    seen = repeated.setdefault(
+                        record["where"],
+                        {"ranks": [], "first": before, "second": after, "epochs": sorted({p["epoch"] for p in passes})},
+                    )
                     seen["ranks"].append(rank)
                     break
     findings = []
     for where, seen in repeated.items():
         epochs, first = seen["epochs"], seen["first"]
-        stayed = (f"its epoch stayed {epochs[0]}: set_epoch() was never called" if len(epochs) == 1 else
-                  f"set_epoch() was given {first['epoch']} again")
-        observed = (f"the shuffling DistributedSampler built at {short(where)} gave the second epoch the very order "
-                    f"of the first ({first['n']} indices, on rank{'s' if len(seen['ranks']) > 1 else ''} "
-                    f"{ranks_text(seen['ranks'])}): {stayed}, so every epoch trains on the same order")
-        fix = ("call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
-               "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)")
-        evidence = {"ranks": seen["ranks"], "epochs": epochs, "indices": first["n"], "order_crc32": first["order"],
-                    "second_epoch_at_step": seen["second"]["step"]}
+        stayed = (
+            f"its epoch stayed {epochs[0]}: set_epoch() was never called"
+            if len(epochs) == 1
+            else f"set_epoch() was given {first['epoch']} again"
+        )
+        observed = (
+            f"the shuffling DistributedSampler built at {short(where)} gave the second epoch the very order "
+            f"of the first ({first['n']} indices, on rank{'s' if len(seen['ranks']) > 1 else ''} "
+            f"{ranks_text(seen['ranks'])}): {stayed}, so every epoch trains on the same order"
+        )
+        fix = (
+            "call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+            "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)"
+        )
+        evidence = {
+            "ranks": seen["ranks"],
+            "epochs": epochs,
+            "indices": first["n"],
+            "order_crc32": first["order"],
+            "second_epoch_at_step": seen["second"]["step"],
+        }
         findings.append(Finding(ID, observed, fix, where=where, evidence=evidence))
     return findings

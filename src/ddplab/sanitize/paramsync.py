@@ -24,7 +24,7 @@ import weakref
 import zlib
 
 from ddplab import afterimport
-from ddplab.sanitize import Finding, rankside, ranks_text, short
+from ddplab.sanitize import Finding, ranks_text, rankside, short
 
 ID = "params-diverge"
 SAMPLE = 256  # values per parameter: unaveraged gradients change nearly every value, so a few hundred show it
@@ -62,8 +62,9 @@ class Observer(rankside.Observer):
 
         DistributedDataParallel.__init__ = __init__
         self.undo = [(DistributedDataParallel, "__init__", init)]
-        afterimport.when_imported("torch.distributed.fsdp.fully_sharded_data_parallel", self._watch_fsdp,
-                                  "sanitizer's FSDP watch")
+        afterimport.when_imported(
+            "torch.distributed.fsdp.fully_sharded_data_parallel", self._watch_fsdp, "sanitizer's FSDP watch"
+        )
 
     def _watch_fsdp(self, module) -> None:
         if not self.on:
@@ -82,8 +83,11 @@ class Observer(rankside.Observer):
 
     def built(self, ddp) -> None:
         self.ddps.add(ddp)
-        self.handles += [ddp.register_forward_pre_hook(self._enter), ddp.register_forward_hook(self._leave),
-                         ddp.module.register_forward_pre_hook(self._module)]
+        self.handles += [
+            ddp.register_forward_pre_hook(self._enter),
+            ddp.register_forward_hook(self._leave),
+            ddp.module.register_forward_pre_hook(self._module),
+        ]
 
     def _enter(self, module, args) -> None:
         self.depth += 1
@@ -117,13 +121,21 @@ class Observer(rankside.Observer):
             self.names = self._names(params)
         names, in_ddp = self.names
         digests = _digests(self.torch, params)
-        self.checks.append({
-            "step": step, "where": self.window.where(),
-            "params": [[names.get(i, f"parameter #{i}"), n, crc, total, i in in_ddp]
-                       for i, (n, crc, total) in enumerate(digests)],
-            "ddps": len(self.ddps), "ddp_forwards": calls["ddp"], "direct_forwards": calls["direct"],
-            "direct_where": self.direct_where,
-            "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in self.ddps)})
+        self.checks.append(
+            {
+                "step": step,
+                "where": self.window.where(),
+                "params": [
+                    [names.get(i, f"parameter #{i}"), n, crc, total, i in in_ddp]
+                    for i, (n, crc, total) in enumerate(digests)
+                ],
+                "ddps": len(self.ddps),
+                "ddp_forwards": calls["ddp"],
+                "direct_forwards": calls["direct"],
+                "direct_where": self.direct_where,
+                "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in self.ddps),
+            }
+        )
 
     def _names(self, params) -> tuple[dict[int, str], set[int]]:
         """Parameter names from the DDP wrappers first, else from the live modules that no other module holds."""
@@ -174,7 +186,7 @@ def _digests(torch, params) -> list[tuple[int, int, float]]:
         sampled = []
         for p in params:
             flat = p.detach().reshape(-1)
-            sampled.append(flat[::max(1, flat.numel() // SAMPLE)][:SAMPLE].to(torch.float64))
+            sampled.append(flat[:: max(1, flat.numel() // SAMPLE)][:SAMPLE].to(torch.float64))
         if not sampled:
             return []
         same_device = len({s.device for s in sampled}) == 1
@@ -187,7 +199,7 @@ def _digests(torch, params) -> list[tuple[int, int, float]]:
     out, at = [], 0
     for p, s, total in zip(params, sampled, sums):
         n = s.numel() * 8
-        out.append((p.numel(), zlib.crc32(raw[at:at + n]), total))
+        out.append((p.numel(), zlib.crc32(raw[at : at + n]), total))
         at += n
     return out
 
@@ -217,41 +229,64 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     name, numel = first["params"][differ[0]][0], first["params"][differ[0]][1]
     sums = ", ".join(f"{c['params'][differ[0]][3]:.6g} on rank {r}" for r, c in sorted(checks.items())[:4])
     total = len(first["params"])
-    observed = (f"after optimizer step {step}, ranks {ranks_text(ranks)} hold different parameters: {len(differ)} "
-                f"of {total} differ (first `{name}`, {numel} values: sampled sum {sums})")
+    observed = (
+        f"after optimizer step {step}, ranks {ranks_text(ranks)} hold different parameters: {len(differ)} "
+        f"of {total} differ (first `{name}`, {numel} values: sampled sum {sums})"
+    )
     # What explains it, from what the ranks saw (the first rank that saw each, so that one odd rank counts).
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
     direct = [r for r, c in checks.items() if c["direct_forwards"]]
     where = first["where"]
     if not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"]):
         cause = "no DistributedDataParallel holds the parameters the optimizer steps: nothing averaged the gradients"
-        fix = ("wrap the model: ddp_model = DDP(model, device_ids=[local_rank]) on GPUs (device_ids=None on CPU), "
-               "and call ddp_model(x) in the loop")
+        fix = (
+            "wrap the model: ddp_model = DDP(model, device_ids=[local_rank]) on GPUs (device_ids=None on CPU), "
+            "and call ddp_model(x) in the loop"
+        )
     elif no_sync:
-        cause = (f"the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync) > 1 else ''} "
-                 f"{ranks_text(no_sync)}): DDP did not average this step's gradients")
-        fix = ("use no_sync() only around the accumulation micro-steps; run the backward of the micro-step before "
-               "optimizer.step() outside it")
+        cause = (
+            f"the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync) > 1 else ''} "
+            f"{ranks_text(no_sync)}): DDP did not average this step's gradients"
+        )
+        fix = (
+            "use no_sync() only around the accumulation micro-steps; run the backward of the micro-step before "
+            "optimizer.step() outside it"
+        )
     elif direct:
         c = checks[direct[0]]
         how = "none" if not c["ddp_forwards"] else f"only {c['ddp_forwards']}"
-        cause = (f"of the forwards before this step on rank {direct[0]}, {c['direct_forwards']} reached the wrapped "
-                 f"module without the DDP wrapper ({how} through it), e.g. ddp_model.module(x) at "
-                 f"{short(c['direct_where'])}: DDP averages the gradients of the forwards it runs")
+        cause = (
+            f"of the forwards before this step on rank {direct[0]}, {c['direct_forwards']} reached the wrapped "
+            f"module without the DDP wrapper ({how} through it), e.g. ddp_model.module(x) at "
+            f"{short(c['direct_where'])}: DDP averages the gradients of the forwards it runs"
+        )
         fix = "call ddp_model(x), not ddp_model.module(x) or the model it wraps"
         where = c["direct_where"] or where
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
     else:
-        cause = ("DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
-                 "(a rank-dependent update, or weights loaded on one rank after DDP's start-up broadcast)")
-        fix = ("make every change to the parameters the same on every rank: load a checkpoint on every rank "
-               "before wrapping the model in DDP")
-    evidence = {"step": step, "ranks": ranks, "differ": len(differ), "of": total,
-                "first": {"name": name, "numel": numel, "sampled_sums": {r: c["params"][differ[0]][3]
-                                                                        for r, c in checks.items()}},
-                "differing": [first["params"][i][0] for i in differ[:10]],
-                "ddp_forwards": {r: c["ddp_forwards"] for r, c in checks.items()},
-                "direct_forwards": {r: c["direct_forwards"] for r, c in checks.items()}, "no_sync": no_sync}
+        cause = (
+            "DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
+            "(a rank-dependent update, or weights loaded on one rank after DDP's start-up broadcast)"
+        )
+        fix = (
+            "make every change to the parameters the same on every rank: load a checkpoint on every rank "
+            "before wrapping the model in DDP"
+        )
+    evidence = {
+        "step": step,
+        "ranks": ranks,
+        "differ": len(differ),
+        "of": total,
+        "first": {
+            "name": name,
+            "numel": numel,
+            "sampled_sums": {r: c["params"][differ[0]][3] for r, c in checks.items()},
+        },
+        "differing": [first["params"][i][0] for i in differ[:10]],
+        "ddp_forwards": {r: c["ddp_forwards"] for r, c in checks.items()},
+        "direct_forwards": {r: c["direct_forwards"] for r, c in checks.items()},
+        "no_sync": no_sync,
+    }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)

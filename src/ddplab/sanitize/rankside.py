@@ -158,9 +158,17 @@ class Window:
                 checks[observer.ID] = observer.data()
             except Exception as e:  # noqa: BLE001
                 self.fail(observer, e)
-        record = {"rank": self.rank, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-                  "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "pid": self.pid, "window": self.steps,
-                  "steps": self.step, "closed": not self.open, "checks": checks, "off": dict(self.off)}
+        record = {
+            "rank": self.rank,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "pid": self.pid,
+            "window": self.steps,
+            "steps": self.step,
+            "closed": not self.open,
+            "checks": checks,
+            "off": dict(self.off),
+        }
         path = os.path.join(self.folder, f"rank{self.rank}.json")
         try:
             with open(f"{path}.tmp", "w", encoding="utf-8") as f:

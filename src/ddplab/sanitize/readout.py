@@ -74,6 +74,7 @@ def _source(where: str | None) -> str | None:
 def lead(report: SanitizeReport, failure: str) -> None:
     """The run failed with `failure` (the root-cause rank's last lines): a finding whose file or line appears there
     is what it failed on; such findings go first and the report leads."""
+
     def names(f: Finding) -> bool:
         path = f.evidence.get("path")
         if path and os.path.basename(path) in failure:

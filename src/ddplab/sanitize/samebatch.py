@@ -21,7 +21,7 @@ import zlib
 from collections import Counter
 from itertools import combinations
 
-from ddplab.sanitize import Finding, rankside, ranks_text, short
+from ddplab.sanitize import Finding, ranks_text, rankside, short
 
 ID = "same-samples"
 ROWS = 1024  # samples fingerprinted per batch
@@ -84,12 +84,20 @@ class Observer(rankside.Observer):
         sampler, given = loader.sampler, loader.batch_sampler
         if given is not None and not isinstance(given, BatchSampler):  # a batch_sampler of the user's: its own
             sampler = getattr(given, "sampler", given)
-        record = {"where": self.window.where(), "sampler": type(sampler).__name__,
-                  "iterable": isinstance(loader.dataset, IterableDataset), "distributed": None, "trained": False,
-                  "passes": []}
+        record = {
+            "where": self.window.where(),
+            "sampler": type(sampler).__name__,
+            "iterable": isinstance(loader.dataset, IterableDataset),
+            "distributed": None,
+            "trained": False,
+            "passes": [],
+        }
         if isinstance(sampler, DistributedSampler):
-            record["distributed"] = {"rank": int(sampler.rank), "num_replicas": int(sampler.num_replicas),
-                                     "shuffle": bool(sampler.shuffle)}
+            record["distributed"] = {
+                "rank": int(sampler.rank),
+                "num_replicas": int(sampler.num_replicas),
+                "shuffle": bool(sampler.shuffle),
+            }
         self.by_loader[loader] = len(self.loaders)
         self.loaders.append(record)
 
@@ -128,8 +136,11 @@ class Observer(rankside.Observer):
 def fingerprints(torch, batch, rows: int) -> list[int]:
     """One 64-bit number per sample (up to `rows`) of the batch's largest tensor."""
     parts = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else [batch]
-    tensors = [t for t in parts if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 1
-               and t.shape[0] > 0]  # a sparse or nested batch has no rows to read: not fingerprinted
+    tensors = [
+        t
+        for t in parts
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 1 and t.shape[0] > 0
+    ]  # a sparse or nested batch has no rows to read: not fingerprinted
     if not tensors:
         return []
     t = max(tensors, key=lambda t: t.numel() // t.shape[0])
@@ -161,7 +172,7 @@ def _hash_rows(numpy, values) -> list[int]:
     words = raw.view(numpy.uint64)
     if len(_WEIGHTS) < words.shape[1]:
         _WEIGHTS[:] = _splitmix(words.shape[1])
-    weights = numpy.array(_WEIGHTS[:words.shape[1]], dtype=numpy.uint64)
+    weights = numpy.array(_WEIGHTS[: words.shape[1]], dtype=numpy.uint64)
     mixed = (words ^ (words >> numpy.uint64(29))) * weights
     return (mixed.sum(axis=1, dtype=numpy.uint64) ^ numpy.uint64(raw.shape[1])).tolist()
 
@@ -187,7 +198,7 @@ def _crc_rows(torch, x) -> list[int]:
     data, width = bytes(raw.reshape(-1).tolist()), raw.shape[1]
     out = []
     for i in range(x.shape[0]):
-        row = data[i * width:(i + 1) * width]
+        row = data[i * width : (i + 1) * width]
         out.append(zlib.crc32(row) << 32 | zlib.adler32(row))
     return out
 
@@ -222,9 +233,16 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
             shared = len(set(sa) & set(sb))
             smaller = min(len(set(sa)), len(set(sb)))
             if shared >= max(world, 2) and shared / smaller >= SHARE:
-                pairs.append({"ranks": [a, b], "shared": shared, "of": smaller, "share": round(shared / smaller, 3),
-                              "same_order": sa == sb,
-                              "batches": min(records[a]["passes"][p]["batches"], records[b]["passes"][p]["batches"])})
+                pairs.append(
+                    {
+                        "ranks": [a, b],
+                        "shared": shared,
+                        "of": smaller,
+                        "share": round(shared / smaller, 3),
+                        "same_order": sa == sb,
+                        "batches": min(records[a]["passes"][p]["batches"], records[b]["passes"][p]["batches"]),
+                    }
+                )
         if pairs:
             return {"pass": p + 1, "pairs": pairs}
     return None
@@ -241,33 +259,56 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
     a, b = top["ranks"]
     epoch = f"epoch {found['pass']}" if found["pass"] > 1 else "the first epoch"
     if all(p["same_order"] for p in pairs) and len(ranks) == len(records):
-        observed = (f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the "
-                    f"same order ({top['of']} samples fingerprinted on each), in {epoch}")
+        observed = (
+            f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the "
+            f"same order ({top['of']} samples fingerprinted on each), in {epoch}"
+        )
     else:
-        observed = (f"in {epoch}, {top['shared']} of the {top['of']} samples rank {a} read were also read by rank {b} "
-                    f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks overlap" if len(pairs) > 1
-                                                        else ""))
+        observed = (
+            f"in {epoch}, {top['shared']} of the {top['of']} samples rank {a} read were also read by rank {b} "
+            f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks overlap" if len(pairs) > 1 else "")
+        )
     sampler = records[a]
     dist = [r["distributed"] for r in records.values()]
     if all(d is not None for d in dist) and len({d["rank"] for d in dist}) < len(dist):
-        cause = (f"its DistributedSampler was given rank={dist[0]['rank']} on more than one rank, so they were handed "
-                 "the same shard")
-        fix = ("build the sampler after init_process_group without rank= and num_replicas= (it reads them from the "
-               "process group), or pass rank=dist.get_rank(), num_replicas=dist.get_world_size()")
+        cause = (
+            f"its DistributedSampler was given rank={dist[0]['rank']} on more than one rank, so they were handed "
+            "the same shard"
+        )
+        fix = (
+            "build the sampler after init_process_group without rank= and num_replicas= (it reads them from the "
+            "process group), or pass rank=dist.get_rank(), num_replicas=dist.get_world_size()"
+        )
     elif all(d is not None for d in dist) and any(d["num_replicas"] < world for d in dist):
-        cause = (f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for "
-                 f"{world} ranks")
+        cause = (
+            f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for {world} ranks"
+        )
         fix = "pass num_replicas=dist.get_world_size(), or leave it out (the sampler reads it from the process group)"
     elif sampler["iterable"]:
         cause = "its dataset is an IterableDataset, which every rank iterates in full: DDP splits nothing by itself"
-        fix = ("split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
-               "world_size), and by torch.utils.data.get_worker_info() across loader workers)")
+        fix = (
+            "split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
+            "world_size), and by torch.utils.data.get_worker_info() across loader workers)"
+        )
     else:
-        cause = (f"its sampler is a {sampler['sampler']}, not a DistributedSampler: every rank reads the whole data "
-                 "set" + (" (the same shuffle on every rank: the same seed)" if top["same_order"] else ""))
-        fix = ("give the DataLoader sampler=DistributedSampler(dataset) (shuffle goes to the sampler, and the "
-               "loader's shuffle= is left out), and call sampler.set_epoch(epoch) at the start of each epoch")
-    return Finding(ID, f"{observed}, from the DataLoader built at {short(where)}: {cause}", fix, where=where,
-                   evidence={"ranks": ranks, "epoch": found["pass"], "pairs": pairs,
-                             "sampler": sampler["sampler"], "distributed": dist})
-
+        cause = (
+            f"its sampler is a {sampler['sampler']}, not a DistributedSampler: every rank reads the whole data "
+            "set" + (" (the same shuffle on every rank: the same seed)" if top["same_order"] else "")
+        )
+        fix = (
+            "give the DataLoader sampler=DistributedSampler(dataset) (shuffle goes to the sampler, and the "
+            "loader's shuffle= is left out), and call sampler.set_epoch(epoch) at the start of each epoch"
+        )
+    return Finding(
+        ID,
+        f"{observed}, from the DataLoader built at {short(where)}: {cause}",
+        fix,
+        where=where,
+        evidence={
+            "ranks": ranks,
+            "epoch": found["pass"],
+            "pairs": pairs,
+            "sampler": sampler["sampler"],
+            "distributed": dist,
+        },
+    )

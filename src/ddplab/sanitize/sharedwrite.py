@@ -19,14 +19,18 @@ import functools
 import os
 import sys
 
-from ddplab.sanitize import DIR_ENV, Finding, rankside, ranks_text, short
+from ddplab.sanitize import DIR_ENV, Finding, ranks_text, rankside, short
 from ddplab.sanitize.userframe import where_outside_imports
 
 ID = "shared-write"
 PATHS = 256  # distinct paths kept per rank
 SKIP_ROOTS = ("/dev/", "/proc/", "/sys/")
-SKIP_PARTS = (f"{os.sep}__pycache__{os.sep}", f"{os.sep}.cache{os.sep}", f"{os.sep}.triton{os.sep}",
-              f"{os.sep}torchinductor_")  # caches written by libraries, safe by design (unique temporary names)
+SKIP_PARTS = (
+    f"{os.sep}__pycache__{os.sep}",
+    f"{os.sep}.cache{os.sep}",
+    f"{os.sep}.triton{os.sep}",
+    f"{os.sep}torchinductor_",
+)  # caches written by libraries, safe by design (unique temporary names)
 OWN_DIRS = ("DDPLAB_FR_DIR", "DDPLAB_PROFILE_DIR")  # besides DIR_ENV's folder and the run folder holding it
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -87,8 +91,13 @@ class Observer(rankside.Observer):
         where = where_outside_imports(1)
         if where is not None:
             appending = bool(flags & os.O_APPEND) or (isinstance(mode, str) and "a" in mode)
-            self.writes[full] = {"path": full, "mode": "a" if appending else "w", "where": where,
-                                 "step": self.window.step, "count": 1}
+            self.writes[full] = {
+                "path": full,
+                "mode": "a" if appending else "w",
+                "where": where,
+                "step": self.window.step,
+                "count": 1,
+            }
 
     def stop(self) -> None:
         self.on = self.listening[0] = False  # the audit hook stays (Python cannot remove one): one test per event
@@ -123,14 +132,27 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
         else:
             observed += ": the last writer wins, a reader can meet a half-written file, and a rename of the same "
             observed += "temporary file fails on all ranks but one"
-        fix = ("write from one rank only: `if dist.get_rank() == 0:` (the global rank: LOCAL_RANK 0 exists on every "
-               "machine), then dist.barrier() before any rank reads it; a file each rank needs of its own gets the "
-               "rank in its name")
-        findings.append(Finding(ID, observed, fix, where=first["where"],
-                                evidence={"path": path, "ranks": ranks_, "mode": verb,
-                                          "where": {r: w["where"] for r, w in writes.items()},
-                                          "step": {r: w["step"] for r, w in writes.items()},
-                                          "count": {r: w["count"] for r, w in writes.items()}}))
+        fix = (
+            "write from one rank only: `if dist.get_rank() == 0:` (the global rank: LOCAL_RANK 0 exists on every "
+            "machine), then dist.barrier() before any rank reads it; a file each rank needs of its own gets the "
+            "rank in its name"
+        )
+        findings.append(
+            Finding(
+                ID,
+                observed,
+                fix,
+                where=first["where"],
+                evidence={
+                    "path": path,
+                    "ranks": ranks_,
+                    "mode": verb,
+                    "where": {r: w["where"] for r, w in writes.items()},
+                    "step": {r: w["step"] for r, w in writes.items()},
+                    "count": {r: w["count"] for r, w in writes.items()},
+                },
+            )
+        )
     return findings
 
 

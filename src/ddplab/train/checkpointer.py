@@ -10,9 +10,9 @@ checksummed, written by rank 0); a checkpoint holds the sampler position and eve
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -52,9 +52,20 @@ class Checkpointer:
     gathered, zero1 and fsdp gather their shares), so every rank takes the same decisions at the same step; rank 0
     writes. Without --checkpoint-dir nothing is saved, and an agreed signal still stops the run."""
 
-    def __init__(self, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, data: TensorData, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, scaler, *, global_batch: int, steps_per_epoch: int,
-                 stop: resume.StopFlag | None):
+    def __init__(
+        self,
+        recipe_name: str,
+        cfg: TrainConfig,
+        ctx: dd.DistContext,
+        data: TensorData,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler,
+        *,
+        global_batch: int,
+        steps_per_epoch: int,
+        stop: resume.StopFlag | None,
+    ):
         self.recipe_name, self.cfg, self.ctx, self.data = recipe_name, cfg, ctx, data
         self.model, self.optimizer, self.scaler = model, optimizer, scaler  # model: the unwrapped one
         self.global_batch, self.steps_per_epoch, self.stop = global_batch, steps_per_epoch, stop
@@ -71,8 +82,18 @@ class Checkpointer:
             torch.manual_seed(self.cfg.seed + self.ctx.rank)  # per-rank randomness (dropout) must differ between ranks
             return 0, 0
         self.resumed_from = str(found.path)
-        return restore(found, self.recipe_name, self.cfg, self.model, self.optimizer, self.scaler, self.ctx,
-                       self.global_batch, self.steps_per_epoch, note)
+        return restore(
+            found,
+            self.recipe_name,
+            self.cfg,
+            self.model,
+            self.optimizer,
+            self.scaler,
+            self.ctx,
+            self.global_batch,
+            self.steps_per_epoch,
+            note,
+        )
 
     def after_step(self, step: int, epoch: int, step_in_epoch: int, done: bool) -> Preempted | None:
         """Save when one is due after this step (step_in_epoch: the steps of this epoch now done). Then, unless the
@@ -91,12 +112,25 @@ class Checkpointer:
     def _due(self, step: int, step_in_epoch: int, done: bool) -> bool:
         """Every --checkpoint-every steps, at the end of each epoch, and where the run stops."""
         every = self.cfg.checkpoint_every
-        return bool(self.directory) and (done or step_in_epoch == self.steps_per_epoch
-                                         or bool(every and step % every == 0))
+        return bool(self.directory) and (
+            done or step_in_epoch == self.steps_per_epoch or bool(every and step % every == 0)
+        )
 
     def _save(self, step: int, epoch: int, step_in_epoch: int) -> None:
-        self.saved = save(self.directory, self.recipe_name, self.cfg, self.model, self.optimizer, self.scaler,
-                          self.ctx, self.data, epoch, step_in_epoch, step, self.global_batch)
+        self.saved = save(
+            self.directory,
+            self.recipe_name,
+            self.cfg,
+            self.model,
+            self.optimizer,
+            self.scaler,
+            self.ctx,
+            self.data,
+            epoch,
+            step_in_epoch,
+            step,
+            self.global_batch,
+        )
         self.saved_step = step
 
     def save_model(self, weights: dict) -> Path | None:
@@ -137,18 +171,33 @@ def find(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> 
     try:
         state = ckptfile.load(path, verified=True)
     except (ValueError, OSError) as e:
-        raise DdplabError(f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
-                          "must see the same --checkpoint-dir (on several machines, a shared file system)") from None
+        raise DdplabError(
+            f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
+            "must see the same --checkpoint-dir (on several machines, a shared file system)"
+        ) from None
     return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
 
 
-def save(directory: Path, recipe_name: str, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-         ctx: dd.DistContext, data: TensorData, epoch: int, step_in_epoch: int, step: int,
-         global_batch: int) -> Path | None:
+def save(
+    directory: Path,
+    recipe_name: str,
+    cfg: TrainConfig,
+    model: nn.Module,
+    optimizer,
+    scaler,
+    ctx: dd.DistContext,
+    data: TensorData,
+    epoch: int,
+    step_in_epoch: int,
+    step: int,
+    global_batch: int,
+) -> Path | None:
     """Every rank comes; rank 0 writes the file and returns its path."""
     # Every rank's RNG state goes in (dropout differs per rank); gathering them is a collective, so all ranks come.
-    rng = {"torch": torch.get_rng_state(),
-           "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None}
+    rng = {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(ctx.device) if ctx.device.type == "cuda" else None,
+    }
     states: list = [None] * ctx.world_size
     dist.all_gather_object(states, rng)
     # Whole model and optimizer state whatever the strategy (zero1 and fsdp gather their shares: every rank comes).
@@ -157,30 +206,50 @@ def save(directory: Path, recipe_name: str, cfg: TrainConfig, model: nn.Module, 
     if not ctx.is_main:
         return None
     state = {
-        "recipe": recipe_name, "shape": cfg.shape(), "config": cfg.to_dict(), "data_info": data.info,
-        "strategy": cfg.strategy, "param_shapes": {k: list(v.shape) for k, v in weights.items()},
-        "model": weights, "optimizer": optimizer_state,
+        "recipe": recipe_name,
+        "shape": cfg.shape(),
+        "config": cfg.to_dict(),
+        "data_info": data.info,
+        "strategy": cfg.strategy,
+        "param_shapes": {k: list(v.shape) for k, v in weights.items()},
+        "model": weights,
+        "optimizer": optimizer_state,
         "scaler": scaler.state_dict() if scaler is not None else None,
-        "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
-        "world_size": ctx.world_size, "global_batch": global_batch,
-        "rng_torch": [s["torch"] for s in states], "rng_cuda": [s["cuda"] for s in states],
+        "step": step,
+        "epoch": epoch,
+        "step_in_epoch": step_in_epoch,
+        "world_size": ctx.world_size,
+        "global_batch": global_batch,
+        "rng_torch": [s["torch"] for s in states],
+        "rng_cuda": [s["cuda"] for s in states],
     }
     return ckptfile.save(directory, state, step, cfg.keep)
 
 
-def restore(found: ckptfile.Found, recipe_name: str, cfg: TrainConfig, model: nn.Module, optimizer, scaler,
-            ctx: dd.DistContext, global_batch: int, steps_per_epoch: int,
-            note: Callable[[str], None]) -> tuple[int, int]:
+def restore(
+    found: ckptfile.Found,
+    recipe_name: str,
+    cfg: TrainConfig,
+    model: nn.Module,
+    optimizer,
+    scaler,
+    ctx: dd.DistContext,
+    global_batch: int,
+    steps_per_epoch: int,
+    note: Callable[[str], None],
+) -> tuple[int, int]:
     """Load a checkpoint into this rank; return the (epoch, step in epoch) to continue from."""
     state, name = found.state, found.path.name
     check_compatible(state, recipe_name, cfg, found.path)
     here = {k: list(v.shape) for k, v in model.state_dict().items()}  # a DTensor's shape is the whole one
     if here != state["param_shapes"]:
         key = next((k for k in here if here[k] != state["param_shapes"].get(k)), None) or "(parameter names)"
-        raise DdplabError(f"checkpoint {found.path} holds a model of another shape ({key}: "
-                          f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
-                          "decides some shapes): resume with the same flags and data, or choose another "
-                          "--checkpoint-dir")
+        raise DdplabError(
+            f"checkpoint {found.path} holds a model of another shape ({key}: "
+            f"{state['param_shapes'].get(key)} there, {here.get(key)} here; the data's vocabulary "
+            "decides some shapes): resume with the same flags and data, or choose another "
+            "--checkpoint-dir"
+        )
     statedict.load_full_state_dict(model, state["model"])
     statedict.load_optimizer_state_dict(model, optimizer, state["optimizer"])
     if scaler is not None and state["scaler"] is not None:
@@ -192,18 +261,22 @@ def restore(found: ckptfile.Found, recipe_name: str, cfg: TrainConfig, model: nn
         torch.set_rng_state(state["rng_torch"][ctx.rank])
         if ctx.device.type == "cuda" and state["rng_cuda"][ctx.rank] is not None:
             torch.cuda.set_rng_state(state["rng_cuda"][ctx.rank], ctx.device)
-        note(f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
-             "the epoch")
+        note(
+            f"resumed from {name}: resumed at step {state['step']}, epoch {epoch + 1}, batch {step_in_epoch} of "
+            "the epoch"
+        )
     else:
         # Each epoch's shuffle is the same whatever the world size, and ranks take interleaved shards, so the
         # samples seen so far are a prefix of it: continue after the same number of samples.
         samples_done = step_in_epoch * state["global_batch"]
         step_in_epoch = samples_done // global_batch
         torch.set_rng_state(state["rng_torch"][ctx.rank % old_world])
-        note(f"resumed from {name}, written by {old_world} rank(s) with global batch {state['global_batch']}, on "
-             f"{ctx.world_size} rank(s) with global batch {global_batch}: the model and optimizer are replicated, "
-             f"so this works; epoch {epoch + 1} continues after sample {step_in_epoch * global_batch} "
-             "(a changed world size or batch cannot match an uninterrupted run bitwise)")
+        note(
+            f"resumed from {name}, written by {old_world} rank(s) with global batch {state['global_batch']}, on "
+            f"{ctx.world_size} rank(s) with global batch {global_batch}: the model and optimizer are replicated, "
+            f"so this works; epoch {epoch + 1} continues after sample {step_in_epoch * global_batch} "
+            "(a changed world size or batch cannot match an uninterrupted run bitwise)"
+        )
     if step_in_epoch >= steps_per_epoch:
         epoch, step_in_epoch = epoch + 1, 0
     return epoch, step_in_epoch
@@ -212,16 +285,22 @@ def restore(found: ckptfile.Found, recipe_name: str, cfg: TrainConfig, model: nn
 def check_compatible(state: dict, recipe_name: str, cfg: TrainConfig, path: Path) -> None:
     """A checkpoint resumes only into the recipe and model shape it was written by."""
     if state.get("strategy", "ddp") != cfg.strategy:  # optimizer states are laid out per strategy
-        raise DdplabError(f"checkpoint {path} was written with --strategy {state.get('strategy', 'ddp')}, this run "
-                          f"has --strategy {cfg.strategy}: resume with the same strategy (model.pt, a plain "
-                          "state_dict, loads into any)")
+        raise DdplabError(
+            f"checkpoint {path} was written with --strategy {state.get('strategy', 'ddp')}, this run "
+            f"has --strategy {cfg.strategy}: resume with the same strategy (model.pt, a plain "
+            "state_dict, loads into any)"
+        )
     if state.get("recipe") != recipe_name:
-        raise DdplabError(f"checkpoint {path} was written by the {state.get('recipe')} recipe, not {recipe_name}: "
-                          f"resume with `ddplab train {state.get('recipe')}`, or choose another --checkpoint-dir")
+        raise DdplabError(
+            f"checkpoint {path} was written by the {state.get('recipe')} recipe, not {recipe_name}: "
+            f"resume with `ddplab train {state.get('recipe')}`, or choose another --checkpoint-dir"
+        )
     shape, saved = cfg.shape(), state.get("shape", {})
     differs = [k for k in shape if saved.get(k) != shape[k]]
     if differs:
         was = " ".join(f"--{k.replace('_', '-')} {saved.get(k)}" for k in differs)
         now = " ".join(f"--{k.replace('_', '-')} {shape[k]}" for k in differs)
-        raise DdplabError(f"checkpoint {path} holds a model trained with {was}, this run has {now}: resume with "
-                          "the same model flags, or choose another --checkpoint-dir")
+        raise DdplabError(
+            f"checkpoint {path} holds a model trained with {was}, this run has {now}: resume with "
+            "the same model flags, or choose another --checkpoint-dir"
+        )

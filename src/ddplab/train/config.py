@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ddplab.errors import DdplabError
 
@@ -38,20 +39,34 @@ class TrainConfig:
     grad_clip: float = opt(0.0, "clip the gradient norm to this (0 = off)")
     amp: str = opt("none", "bf16 autocast (CPU or GPU), or fp16 with a GradScaler (GPU only)", choices=AMP_CHOICES)
     compile: bool = opt(False, "torch.compile the model before wrapping it in DDP")
-    bucket_cap_mb: float = opt(25.0, "DDP's gradient bucket size in MiB (its default): larger buckets mean fewer, "
-                                     "larger all-reduces, smaller ones start communicating earlier")
-    comm_hook: str = opt("none", "fp16 / bf16: DDP's fp16_compress_hook / bf16_compress_hook send gradients in "
-                                 "16 bits, half the bytes (bf16 needs NCCL)", choices=COMM_HOOKS)
+    bucket_cap_mb: float = opt(
+        25.0,
+        "DDP's gradient bucket size in MiB (its default): larger buckets mean fewer, "
+        "larger all-reduces, smaller ones start communicating earlier",
+    )
+    comm_hook: str = opt(
+        "none",
+        "fp16 / bf16: DDP's fp16_compress_hook / bf16_compress_hook send gradients in "
+        "16 bits, half the bytes (bf16 needs NCCL)",
+        choices=COMM_HOOKS,
+    )
     device: str = opt("auto", "where to train; auto: cuda when a GPU is visible, else cpu", choices=DEVICE_CHOICES)
-    strategy: str = opt("ddp", "ddp: whole replicas; zero1: optimizer state split over ranks "
-                               "(ZeroRedundancyOptimizer); fsdp: parameters, gradients and optimizer state split "
-                               "(FSDP2 fully_shard); `ddplab memory` shows what each needs", choices=STRATEGIES)
+    strategy: str = opt(
+        "ddp",
+        "ddp: whole replicas; zero1: optimizer state split over ranks "
+        "(ZeroRedundancyOptimizer); fsdp: parameters, gradients and optimizer state split "
+        "(FSDP2 fully_shard); `ddplab memory` shows what each needs",
+        choices=STRATEGIES,
+    )
     checkpoint_dir: str = opt("", "directory for checkpoints, metrics.jsonl and the final model.pt (empty = none)")
     checkpoint_every: int = opt(0, "optimizer steps between checkpoints (0 = at the end of each epoch only)")
     keep: int = opt(3, "checkpoints kept; older ones are deleted once a newer one is safely written")
     resume: bool = opt(False, "continue exactly where the latest checkpoint in --checkpoint-dir stopped")
-    max_steps: int = opt(0, "stop after this many optimizer steps in all (0 = run every epoch); the schedule "
-                            "still spans --epochs, so a stopped run resumes exactly")
+    max_steps: int = opt(
+        0,
+        "stop after this many optimizer steps in all (0 = run every epoch); the schedule "
+        "still spans --epochs, so a stopped run resumes exactly",
+    )
     log_every: int = opt(50, "optimizer steps between loss averages over ranks (one small collective each)")
     json: bool = opt(False, "print the final result as one JSON object on stdout")
 
@@ -78,15 +93,18 @@ class TrainConfig:
         if self.strategy not in STRATEGIES:
             raise DdplabError(f"--strategy {self.strategy}: use one of {', '.join(STRATEGIES)}")
         if self.strategy == "fsdp" and (self.compile or self.comm_hook != "none"):
-            raise DdplabError("--strategy fsdp takes neither --compile nor --comm-hook (both are DDP's): drop "
-                              "them, or use --strategy ddp / zero1")
+            raise DdplabError(
+                "--strategy fsdp takes neither --compile nor --comm-hook (both are DDP's): drop "
+                "them, or use --strategy ddp / zero1"
+            )
         if self.resume and not self.checkpoint_dir:
             raise DdplabError("--resume needs --checkpoint-dir: the directory that holds the run's checkpoints")
 
     def check_device(self, device_type: str) -> None:
         if self.comm_hook == "bf16" and device_type != "cuda":
-            raise DdplabError("--comm-hook bf16 needs NCCL on GPUs (torch's bf16 hook refuses gloo): use "
-                              "--comm-hook fp16 on CPU")
+            raise DdplabError(
+                "--comm-hook bf16 needs NCCL on GPUs (torch's bf16 hook refuses gloo): use --comm-hook fp16 on CPU"
+            )
         if self.amp == "fp16" and device_type != "cuda":
             raise DdplabError("--amp fp16 needs a GPU (its GradScaler is CUDA-only): use --amp bf16 on CPU")
 
@@ -108,9 +126,15 @@ def flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def parser(cls: type[TrainConfig], prog: str, *, kind: type[argparse.ArgumentParser] = argparse.ArgumentParser,
-           before: Callable[[argparse.ArgumentParser], None] | None = None, title: str | None = None,
-           add_help: bool = True) -> argparse.ArgumentParser:
+def parser(
+    cls: type[TrainConfig],
+    prog: str,
+    *,
+    kind: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+    before: Callable[[argparse.ArgumentParser], None] | None = None,
+    title: str | None = None,
+    add_help: bool = True,
+) -> argparse.ArgumentParser:
     """The parser of a recipe's flags, the one every way of running a recipe uses: `torchrun -m ddplab.recipes.NAME`
     (plain argparse), `ddplab train NAME` (one-line errors; `before` adds its launcher flags first, the recipe's go
     in a group named `title`) and `ddplab scale NAME` (errors raised, no --help). Its description is the first line
@@ -134,9 +158,14 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[TrainConfig], skip:
             parser.add_argument(name, action="store_true", default=f.default, help=help_text)
             continue
         kind = type(f.default)
-        parser.add_argument(name, type=kind, default=f.default, choices=f.metadata.get("choices"),
-                            metavar=f.name.upper() if kind is not str or not f.metadata.get("choices") else None,
-                            help=help_text if "default" in help_text else f"{help_text} (default: {f.default!r})")
+        parser.add_argument(
+            name,
+            type=kind,
+            default=f.default,
+            choices=f.metadata.get("choices"),
+            metavar=f.name.upper() if kind is not str or not f.metadata.get("choices") else None,
+            help=help_text if "default" in help_text else f"{help_text} (default: {f.default!r})",
+        )
 
 
 def from_arguments(cls: type[TrainConfig], args: argparse.Namespace) -> TrainConfig:

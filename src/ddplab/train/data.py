@@ -9,7 +9,7 @@ each epoch by set_epoch().
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -21,8 +21,13 @@ Batch = tuple[Tensor, ...]
 class TensorData:
     """A dataset held as tensors; sample i is row i of each, unless `take` builds batches another way."""
 
-    def __init__(self, *tensors: Tensor, size: int | None = None,
-                 take: Callable[[tuple[Tensor, ...], Tensor], Batch] | None = None, info: dict | None = None):
+    def __init__(
+        self,
+        *tensors: Tensor,
+        size: int | None = None,
+        take: Callable[[tuple[Tensor, ...], Tensor], Batch] | None = None,
+        info: dict | None = None,
+    ):
         self.tensors = tensors
         self.size = len(tensors[0]) if size is None else size
         self._take = take
@@ -50,8 +55,9 @@ class ShardedBatches:
     def __init__(self, data: TensorData, batch_size: int, rank: int, world_size: int, seed: int):
         self.data = data
         self.batch_size = batch_size
-        self.sampler = DistributedSampler(range(len(data)), num_replicas=world_size, rank=rank, shuffle=True,
-                                          seed=seed, drop_last=True)
+        self.sampler = DistributedSampler(
+            range(len(data)), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+        )
         self.order: Tensor | None = None
 
     def __len__(self) -> int:
@@ -64,4 +70,4 @@ class ShardedBatches:
         self.order = torch.tensor(list(self.sampler), dtype=torch.long, device=device)
 
     def __getitem__(self, i: int) -> Batch:
-        return self.data.take(self.order[i * self.batch_size:(i + 1) * self.batch_size])
+        return self.data.take(self.order[i * self.batch_size : (i + 1) * self.batch_size])

@@ -32,8 +32,8 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -41,10 +41,9 @@ from torch import Tensor, nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import ddplab.dist as dd
-from ddplab import report, resume
+from ddplab import ckptfile, report, resume, statedict
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
-from ddplab import ckptfile, statedict
 from ddplab.train import metrics, strategy
 from ddplab.train.checkpointer import Checkpointer, Preempted, check_compatible, restarting  # noqa: F401  (API)
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
@@ -105,9 +104,14 @@ def run_worker(payload: dict) -> dict:
     """Target for the launcher (what `ddplab train` starts on every rank)."""
     recipe = load_recipe(payload["recipe"])
     try:
-        result = fit(recipe, from_dict(recipe.config, payload["config"]), events=True, signals=("SIGTERM",),
-                     group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
-                     predict_memory=payload.get("predict_memory", True))
+        result = fit(
+            recipe,
+            from_dict(recipe.config, payload["config"]),
+            events=True,
+            signals=("SIGTERM",),
+            group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
+            predict_memory=payload.get("predict_memory", True),
+        )
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
         raise
@@ -127,8 +131,10 @@ def preflight(cfg: TrainConfig) -> None:
     if cfg.resume and not existing and not restarting():
         raise DdplabError(f"--resume: {directory} holds no checkpoint: run once without --resume to create one")
     if not cfg.resume and existing and not restarting():  # never overwrite another run's good checkpoints
-        raise DdplabError(f"{directory} already holds checkpoints of an earlier run (newest {existing[0][1].name}): "
-                          "pass --resume to continue it, or choose an empty --checkpoint-dir")
+        raise DdplabError(
+            f"{directory} already holds checkpoints of an earlier run (newest {existing[0][1].name}): "
+            "pass --resume to continue it, or choose an empty --checkpoint-dir"
+        )
 
 
 # --------------------------------------------------------------------------------------------------- the loop
@@ -137,8 +143,14 @@ def preflight(cfg: TrainConfig) -> None:
 NO_STOP_CHECK = "DDPLAB_NO_STOP_CHECK"  # "1": no per-step stop check (benchmarks/stop_check_cost.py compares)
 
 
-def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: float = dd.DEFAULT_TIMEOUT_S,
-        predict_memory: bool = True, signals=("SIGTERM",)) -> TrainResult | Preempted | None:
+def fit(
+    recipe: Recipe,
+    cfg: TrainConfig,
+    events: bool = False,
+    group_timeout: float = dd.DEFAULT_TIMEOUT_S,
+    predict_memory: bool = True,
+    signals=("SIGTERM",),
+) -> TrainResult | Preempted | None:
     """Train on every rank; rank 0 returns the result, the other ranks None. group_timeout: how long a collective
     may wait (`ddplab train` passes more than its stall timeout, so that its named hang comes first).
     predict_memory: rank 0 has `ddplab memory`'s prediction traced in another process (`ddplab train` traces it
@@ -159,8 +171,14 @@ def fit(recipe: Recipe, cfg: TrainConfig, events: bool = False, group_timeout: f
         return result
 
 
-def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
-         predict_memory: bool = True, stop: resume.StopFlag | None = None) -> TrainResult | Preempted | None:
+def _fit(
+    recipe: Recipe,
+    cfg: TrainConfig,
+    ctx: dd.DistContext,
+    out: Reporter,
+    predict_memory: bool = True,
+    stop: resume.StopFlag | None = None,
+) -> TrainResult | Preempted | None:
     """The plan of a run; each part owns its decisions (see the module docstring's numbers)."""
     # 2. The same data on every rank (the recipe seeds its own generator); this rank trains on its shard.
     data = recipe.data(cfg)
@@ -171,9 +189,18 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     measure = Measurements(recipe.name, cfg, ctx, predict_memory)
     notes = Notes(out, ctx.is_main)
     model = build_model(recipe, cfg, ctx, data)
-    checkpoints = Checkpointer(recipe.name, cfg, ctx, data, model.raw, model.optimizer, model.scaler,
-                               global_batch=schedule.global_batch, steps_per_epoch=schedule.steps_per_epoch,
-                               stop=stop)
+    checkpoints = Checkpointer(
+        recipe.name,
+        cfg,
+        ctx,
+        data,
+        model.raw,
+        model.optimizer,
+        model.scaler,
+        global_batch=schedule.global_batch,
+        steps_per_epoch=schedule.steps_per_epoch,
+        stop=stop,
+    )
     epoch, index = checkpoints.restore(notes)
     step = epoch * schedule.steps_per_epoch + index
     log = LogWindow(cfg, ctx, out, model, schedule.global_batch, fresh=checkpoints.resumed_from is None)
@@ -185,7 +212,7 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     run_steps, last_loss = 0, torch.zeros((), device=ctx.device)
     started = measure.begin(model.comm)
     log.begin(started, step, measure.usage)
-    for epoch, index in schedule.steps_from(batches, epoch, index):
+    for epoch, index in schedule.steps_from(batches, epoch, index):  # noqa: B020 - the position moves on
         last_loss = train_step(batches, index, step)
         step, run_steps = step + 1, run_steps + 1
         measure.step_done(run_steps)
@@ -206,11 +233,23 @@ def _fit(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter,
     out.end()
     if not ctx.is_main:
         return None
-    result = _result(recipe.name, cfg, ctx, schedule, everyone, timing, steps=run_steps, total_steps=step,
-                     parameters=parameters, predicted_mb=mine.predicted_peak_mb, notes=notes.lines,
-                     resumed_from=checkpoints.resumed_from, model_file=str(model_file) if model_file else None,
-                     checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
-                     metrics_file=log.metrics_file)
+    result = _result(
+        recipe.name,
+        cfg,
+        ctx,
+        schedule,
+        everyone,
+        timing,
+        steps=run_steps,
+        total_steps=step,
+        parameters=parameters,
+        predicted_mb=mine.predicted_peak_mb,
+        notes=notes.lines,
+        resumed_from=checkpoints.resumed_from,
+        model_file=str(model_file) if model_file else None,
+        checkpoint=str(checkpoints.saved) if checkpoints.saved else None,
+        metrics_file=log.metrics_file,
+    )
     _recipe_figures(result, recipe, cfg, model.raw, data, final_weights, ctx.device)
     return result
 
@@ -230,12 +269,18 @@ class Schedule:
     def of(cls, cfg: TrainConfig, data: TensorData, batches: ShardedBatches, world: int) -> Schedule:
         steps_per_epoch = len(batches) // cfg.grad_accum
         if steps_per_epoch == 0:
-            raise DdplabError(f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
-                              f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a "
-                              "smaller --batch-size / --grad-accum / --nproc")
+            raise DdplabError(
+                f"{len(data)} samples give {batches.sampler.num_samples} per rank, fewer than one step "
+                f"needs ({cfg.batch_size} x {cfg.grad_accum} micro-batches): use more data or a "
+                "smaller --batch-size / --grad-accum / --nproc"
+            )
         planned = steps_per_epoch * cfg.epochs
-        return cls(steps_per_epoch, planned, min(planned, cfg.max_steps) if cfg.max_steps else planned,
-                   cfg.batch_size * world * cfg.grad_accum)
+        return cls(
+            steps_per_epoch,
+            planned,
+            min(planned, cfg.max_steps) if cfg.max_steps else planned,
+            cfg.batch_size * world * cfg.grad_accum,
+        )
 
     def steps_from(self, batches: ShardedBatches, epoch: int, index: int) -> Iterator[tuple[int, int]]:
         """(epoch, index in the epoch) of every step left from there to stop_at, each epoch's shuffle set first."""
@@ -260,13 +305,33 @@ class Notes:
             self.out.note(text)
 
 
-def _announce(out: Reporter, note: Notes, recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext,
-              schedule: Schedule, parameters: int, epoch: int, step: int) -> None:
+def _announce(
+    out: Reporter,
+    note: Notes,
+    recipe_name: str,
+    cfg: TrainConfig,
+    ctx: dd.DistContext,
+    schedule: Schedule,
+    parameters: int,
+    epoch: int,
+    step: int,
+) -> None:
     """The run's first line (the progress bar's start); a resumed run with nothing left says so."""
-    out.start(recipe=recipe_name, parameters=parameters, world_size=ctx.world_size, backend=ctx.backend,
-              device=str(ctx.device), global_batch=schedule.global_batch, batch_size=cfg.batch_size,
-              grad_accum=cfg.grad_accum, steps_per_epoch=schedule.steps_per_epoch, epochs=cfg.epochs,
-              planned_steps=schedule.stop_at, start_step=step, start_epoch=min(epoch, cfg.epochs - 1))
+    out.start(
+        recipe=recipe_name,
+        parameters=parameters,
+        world_size=ctx.world_size,
+        backend=ctx.backend,
+        device=str(ctx.device),
+        global_batch=schedule.global_batch,
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum,
+        steps_per_epoch=schedule.steps_per_epoch,
+        epochs=cfg.epochs,
+        planned_steps=schedule.stop_at,
+        start_step=step,
+        start_epoch=min(epoch, cfg.epochs - 1),
+    )
     if step >= schedule.stop_at:
         note(f"nothing left to train: the checkpoint is at step {step} of {schedule.stop_at}; raise --epochs to go on")
 
@@ -294,8 +359,15 @@ def build_model(recipe: Recipe, cfg: TrainConfig, ctx: dd.DistContext, data: Ten
     model = torch.compile(raw) if cfg.compile else raw  # before DDP, as DDP's graph-break-per-bucket optimizer expects
     # ddp / zero1 / fsdp (ddplab.train.strategy); DDP also broadcasts rank 0's weights so that every rank starts
     # identical, and FSDP shards the identical weights every rank built from the seed.
-    wrapped = strategy.wrap(cfg.strategy, model, lambda m: recipe.optimizer(cfg, m), ctx.world_size, ctx.device,
-                            device_ids=ctx.device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
+    wrapped = strategy.wrap(
+        cfg.strategy,
+        model,
+        lambda m: recipe.optimizer(cfg, m),
+        ctx.world_size,
+        ctx.device,
+        device_ids=ctx.device_ids,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+    )
     comm = None
     if wrapped.ddp is not None:
         if cfg.comm_hook != "none":  # the all-reduce carries 16-bit floats: half the bytes, rounded in transit
@@ -359,8 +431,9 @@ class LogWindow:
     a metrics.jsonl line (rank 0, in --checkpoint-dir) and the progress bar's numbers; between windows the bar
     only ticks, with the numbers last shown."""
 
-    def __init__(self, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter, model: Model, global_batch: int,
-                 fresh: bool):
+    def __init__(
+        self, cfg: TrainConfig, ctx: dd.DistContext, out: Reporter, model: Model, global_batch: int, fresh: bool
+    ):
         self.cfg, self.ctx, self.out, self.global_batch = cfg, ctx, out, global_batch
         self.optimizer, self.comm = model.optimizer, model.comm
         directory = cfg.checkpoint_path
@@ -391,11 +464,17 @@ class LogWindow:
         rows = _gather_floats([loss.item(), now - self.since, step - self.since_step, wait], self.ctx.device)
         shown["loss"] = sum(r[0] for r in rows) / world
         shown["samples_per_sec"] = (step - self.since_step) * self.global_batch / max(rows[0][1], 1e-9)
-        self.jsonl.write({"step": step, "epoch": epoch, "loss": shown["loss"],
-                          "samples_per_sec": shown["samples_per_sec"], "lr": self.optimizer.param_groups[0]["lr"],
-                          "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
-                          "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None
-                                                for r in rows]})
+        self.jsonl.write(
+            {
+                "step": step,
+                "epoch": epoch,
+                "loss": shown["loss"],
+                "samples_per_sec": shown["samples_per_sec"],
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "rank_step_ms": [1000 * r[1] / max(r[2], 1) for r in rows],
+                "rank_comm_wait_ms": [r[3] * 1000 * r[1] / max(r[2], 1) if r[3] >= 0 else None for r in rows],
+            }
+        )
         self.out.log(step=step, epoch=epoch, epochs=self.cfg.epochs, **shown)
         self.since, self.since_step = now, step
 
@@ -461,8 +540,9 @@ class Measurements:
         # it would take cores from the ranks and slow the timed steps, so it starts after them.
         if not (self.ctx.is_main and self.predict_memory):
             return None
-        return PredictElsewhere(self.recipe_name, self.cfg.to_dict(), self.cfg.strategy, self.ctx.world_size,
-                                self.ctx.device.type)
+        return PredictElsewhere(
+            self.recipe_name, self.cfg.to_dict(), self.cfg.strategy, self.ctx.world_size, self.ctx.device.type
+        )
 
     def stop(self, run_steps: int) -> Timing:
         if self.cuda:
@@ -472,19 +552,28 @@ class Measurements:
         wait, _ = _wait_share(self.comm, self.warm_wait if timed_steps < run_steps else None, self.ctx.world_size)
         return Timing(timed_steps, seconds, total, cpu_percent, wait)
 
-    def rank_stats(self, timing: Timing, run_steps: int, last_loss: Tensor, weights: dict,
-                   note: Callable[[str], None]) -> RankStats:
+    def rank_stats(
+        self, timing: Timing, run_steps: int, last_loss: Tensor, weights: dict, note: Callable[[str], None]
+    ) -> RankStats:
         """This rank's row of the table (weights: the whole model, whose digest proves the ranks agree)."""
         if self.predicting is None:
             self.predicting = self._predict()
         predicted_mb = _predicted_peak_mb(self.predicting, note) if self.predicting is not None else None
         step_ms, wait = timing.step_ms, timing.wait_share
-        return RankStats(rank=self.ctx.rank, samples=run_steps * self.cfg.batch_size * self.cfg.grad_accum,
-                         steps=run_steps, step_ms=step_ms, comm_wait_ms=wait * step_ms if wait >= 0 else None,
-                         cpu_percent=timing.cpu_percent, gpu_util_percent=self.usage.gpu_percent(),
-                         peak_memory_mb=metrics.peak_memory_mb(self.ctx.device), final_loss=float(last_loss.item()),
-                         digest=metrics.state_digest(weights), allocator_peak_mb=self.peak.measured_mb(),
-                         predicted_peak_mb=predicted_mb)
+        return RankStats(
+            rank=self.ctx.rank,
+            samples=run_steps * self.cfg.batch_size * self.cfg.grad_accum,
+            steps=run_steps,
+            step_ms=step_ms,
+            comm_wait_ms=wait * step_ms if wait >= 0 else None,
+            cpu_percent=timing.cpu_percent,
+            gpu_util_percent=self.usage.gpu_percent(),
+            peak_memory_mb=metrics.peak_memory_mb(self.ctx.device),
+            final_loss=float(last_loss.item()),
+            digest=metrics.state_digest(weights),
+            allocator_peak_mb=self.peak.measured_mb(),
+            predicted_peak_mb=predicted_mb,
+        )
 
 
 def _gather_ranks(mine: RankStats, timing: Timing, world: int) -> list[tuple[dict, float, float]]:
@@ -497,9 +586,21 @@ def _gather_ranks(mine: RankStats, timing: Timing, world: int) -> list[tuple[dic
 # --------------------------------------------------------------------------------------------------- the result
 
 
-def _result(recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, schedule: Schedule,
-            everyone: list[tuple[dict, float, float]], timing: Timing, *, steps: int, total_steps: int,
-            parameters: int, predicted_mb: float | None, notes: list[str], **files: str | None) -> TrainResult:
+def _result(
+    recipe_name: str,
+    cfg: TrainConfig,
+    ctx: dd.DistContext,
+    schedule: Schedule,
+    everyone: list[tuple[dict, float, float]],
+    timing: Timing,
+    *,
+    steps: int,
+    total_steps: int,
+    parameters: int,
+    predicted_mb: float | None,
+    notes: list[str],
+    **files: str | None,
+) -> TrainResult:
     """Rank 0's TrainResult from every rank's row; files: resumed_from, model_file, checkpoint, metrics_file."""
     ranks = [RankStats(**r) for r, _, _ in everyone]
     for r in ranks:  # one prediction per run: the rank that needs most (they differ only under zero1)
@@ -508,24 +609,51 @@ def _result(recipe_name: str, cfg: TrainConfig, ctx: dd.DistContext, schedule: S
     identical = len({r.digest for r in ranks}) == 1
     timed, global_batch = timing.timed_steps, schedule.global_batch
     result = TrainResult(
-        recipe=recipe_name, strategy=cfg.strategy, status="PASS" if identical else "FAIL",
-        world_size=ctx.world_size, backend=ctx.backend, device=str(ctx.device), batch_size=cfg.batch_size,
-        grad_accum=cfg.grad_accum, global_batch=global_batch, epochs=cfg.epochs, steps=steps,
-        total_steps=total_steps, planned_steps=schedule.planned, samples=steps * global_batch,
-        seconds=max(t for _, _, t in everyone), timed_steps=timed,
+        recipe=recipe_name,
+        strategy=cfg.strategy,
+        status="PASS" if identical else "FAIL",
+        world_size=ctx.world_size,
+        backend=ctx.backend,
+        device=str(ctx.device),
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum,
+        global_batch=global_batch,
+        epochs=cfg.epochs,
+        steps=steps,
+        total_steps=total_steps,
+        planned_steps=schedule.planned,
+        samples=steps * global_batch,
+        seconds=max(t for _, _, t in everyone),
+        timed_steps=timed,
         samples_per_sec=timed * global_batch / steady if timed else 0.0,
-        final_loss=sum(r.final_loss for r in ranks) / ctx.world_size, params_identical=identical, ranks=ranks,
-        parameters=parameters, stopped_early=total_steps < schedule.planned, notes=notes,
-        warnings=rank_warnings(ranks) if steps else [], **files)  # a resumed, finished run has nothing to judge
+        final_loss=sum(r.final_loss for r in ranks) / ctx.world_size,
+        params_identical=identical,
+        ranks=ranks,
+        parameters=parameters,
+        stopped_early=total_steps < schedule.planned,
+        notes=notes,
+        warnings=rank_warnings(ranks) if steps else [],
+        **files,
+    )  # a resumed, finished run has nothing to judge
     if not identical:
-        result.warnings.insert(0, "parameters differ between ranks after training: DDP keeps replicas identical "
-                                  "only if every rank starts from the same weights and applies the same all-reduced "
-                                  "gradients; look for per-rank code that changes parameters outside DDP")
+        result.warnings.insert(
+            0,
+            "parameters differ between ranks after training: DDP keeps replicas identical "
+            "only if every rank starts from the same weights and applies the same all-reduced "
+            "gradients; look for per-rank code that changes parameters outside DDP",
+        )
     return result
 
 
-def _recipe_figures(result: TrainResult, recipe: Recipe, cfg: TrainConfig, model: nn.Module, data: TensorData,
-                    weights: dict, device: torch.device) -> None:
+def _recipe_figures(
+    result: TrainResult,
+    recipe: Recipe,
+    cfg: TrainConfig,
+    model: nn.Module,
+    data: TensorData,
+    weights: dict,
+    device: torch.device,
+) -> None:
     """What the recipe adds to the result: its own summary of the trained model, tokens/s, MFU."""
     if recipe.summary is not None:
         whole = model
@@ -604,8 +732,9 @@ def _gather_floats(values: list[float], device: torch.device) -> list[list[float
     return [r.tolist() for r in rows]
 
 
-def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
-         device: torch.device) -> tuple[float | None, str]:
+def _mfu(
+    cfg: TrainConfig, flops_per_sample: float, result: TrainResult, device: torch.device
+) -> tuple[float | None, str]:
     if device.type != "cuda":
         return None, "not applicable on CPU: MFU compares with a GPU's tensor-core peak"
     from ddplab.train.peaks import device_peak, gpu_of_device
@@ -618,5 +747,7 @@ def _mfu(cfg: TrainConfig, flops_per_sample: float, result: TrainResult,
     key, peak = gpu_of_device(name), device_peak(name)  # exact board names: a 4090 D or H100 PCIe gets none
     if peak is None:
         return None, f"no peak known for {name}: pass --peak-tflops from its datasheet (dense BF16)"
-    return (metrics.mfu(flops_per_sample, per_device, peak.bf16_dense_tflops),
-            f"vs {key} dense BF16 peak {peak.bf16_dense_tflops:g} TFLOP/s; source: {peak.source}, read {peak.date}")
+    return (
+        metrics.mfu(flops_per_sample, per_device, peak.bf16_dense_tflops),
+        f"vs {key} dense BF16 peak {peak.bf16_dense_tflops:g} TFLOP/s; source: {peak.source}, read {peak.date}",
+    )

@@ -100,8 +100,11 @@ def _cpu_allocations(results) -> list[tuple[int, int | None, int]]:
             if type(fields).__name__ == "_ExtraFields_Allocation" and fields.device.type == "cpu":
                 found.append((node.start_time_ns, fields.ptr, fields.alloc_size))
     except (AttributeError, RuntimeError):
-        found = [(e.start_ns(), None, e.nbytes()) for e in results.events()
-                 if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+        found = [
+            (e.start_ns(), None, e.nbytes())
+            for e in results.events()
+            if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+        ]
     return sorted(found, key=lambda event: event[0])
 
 
@@ -117,12 +120,18 @@ class PredictElsewhere:
         import sys
         import tempfile
 
-        request = json.dumps({"recipe": recipe_name, "config": config, "strategy": strategy, "nproc": nproc,
-                              "device": device})
+        request = json.dumps(
+            {"recipe": recipe_name, "config": config, "strategy": strategy, "nproc": nproc, "device": device}
+        )
         self.out = tempfile.TemporaryFile(mode="w+")
         self.err = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.perf.memory", request], stdout=self.out,
-                                     stderr=self.err, text=True, env=_clean_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ddplab.perf.memory", request],
+            stdout=self.out,
+            stderr=self.err,
+            text=True,
+            env=_clean_env(),
+        )
 
     def done(self) -> bool:
         return self.proc.poll() is not None
@@ -143,8 +152,9 @@ class PredictElsewhere:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise DdplabError(f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` "
-                              "for it") from None
+            raise DdplabError(
+                f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` for it"
+            ) from None
         self.out.seek(0)
         self.err.seek(0)
         if code != 0:
@@ -157,6 +167,15 @@ def _clean_env() -> dict:
     """This process's environment without the launcher's rendezvous variables (the child is no rank)."""
     import os
 
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
-            "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+    drop = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "TORCHELASTIC_RUN_ID",
+    )
     return {k: v for k, v in os.environ.items() if k not in drop}

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from array import array
 import resource
 import sys
 import time
+from array import array
 from pathlib import Path
 
 import psutil

@@ -20,19 +20,41 @@ class Peak:
 # That is a ceiling: memory-bound models gain less (an H200 equals an H100 here, yet its 4.8 TB/s HBM3e beats the
 # H100's 3.35 TB/s on memory-bound work). NVIDIA publishes no tensor peak for the AWS-only A10G, so it has none:
 # measure on it (--measured-on A10G) or give peak_tflops for it in a --prices file.
-PEAKS: dict[str, Peak] = {p.gpu: p for p in [
-    Peak("RTX4090", 165.2, "NVIDIA Ada GPU Architecture whitepaper v2.01, appendix: Peak BF16 Tensor TFLOPS with FP32 "
-         "Accumulate 165.2 (330.4 sparse), https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
-         "nvidia-ada-gpu-architecture.pdf", "2026-12-02"),
-    Peak("A100", 312.0, "NVIDIA A100 Tensor Core GPU datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse), "
-         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf", "2026-12-02"),
-    Peak("H100", 989.4, "NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity "
-         "(989.4 dense), https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
-         "2026-12-02"),
-    Peak("H200", 989.4, "NVIDIA H200 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity "
-         "(989.4 dense; same GH100 compute as H100), https://www.nvidia.com/en-us/data-center/h200/", "2026-12-02"),
-]}
+PEAKS: dict[str, Peak] = {
+    p.gpu: p
+    for p in [
+        Peak(
+            "RTX4090",
+            165.2,
+            "NVIDIA Ada GPU Architecture whitepaper v2.01, appendix: Peak BF16 Tensor TFLOPS with FP32 "
+            "Accumulate 165.2 (330.4 sparse), https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
+            "nvidia-ada-gpu-architecture.pdf",
+            "2026-12-02",
+        ),
+        Peak(
+            "A100",
+            312.0,
+            "NVIDIA A100 Tensor Core GPU datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse), "
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+            "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+            "2026-12-02",
+        ),
+        Peak(
+            "H100",
+            989.4,
+            "NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity "
+            "(989.4 dense), https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+            "2026-12-02",
+        ),
+        Peak(
+            "H200",
+            989.4,
+            "NVIDIA H200 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity "
+            "(989.4 dense; same GH100 compute as H100), https://www.nvidia.com/en-us/data-center/h200/",
+            "2026-12-02",
+        ),
+    ]
+}
 
 
 # The exact names torch reports (torch.cuda.get_device_name: the driver's board name, as `nvidia-smi -L` prints it)
@@ -41,8 +63,10 @@ PEAKS: dict[str, Peak] = {p.gpu: p for p in [
 # row's. Every A100 is listed: the A100 datasheet above gives 312 dense BF16 TFLOPS to its 40GB/80GB PCIe and SXM
 # boards alike (read 2026-12-03). Names as seen in public nvidia-smi/torch output (read 2026-12-03).
 DEVICE_NAMES = {
-    "NVIDIA A100-SXM4-40GB": "A100", "NVIDIA A100-SXM4-80GB": "A100",
-    "NVIDIA A100-PCIE-40GB": "A100", "NVIDIA A100 80GB PCIe": "A100",
+    "NVIDIA A100-SXM4-40GB": "A100",
+    "NVIDIA A100-SXM4-80GB": "A100",
+    "NVIDIA A100-PCIE-40GB": "A100",
+    "NVIDIA A100 80GB PCIe": "A100",
     "NVIDIA H100 80GB HBM3": "H100",  # the SXM5 board; the PCIe one reports "NVIDIA H100 PCIe"
     "NVIDIA H200": "H200",  # SXM; the NVL board reports "NVIDIA H200 NVL"
     "NVIDIA GeForce RTX 4090": "RTX4090",

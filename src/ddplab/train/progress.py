@@ -26,15 +26,31 @@ class ProgressView:
     def start(self, info: dict) -> None:
         # What is starting, not the result's header (recipe, ranks, batch layout): that follows once, at the end.
         steps = info["planned_steps"] - info["start_step"]
-        self.console.print(f"training {info['recipe']}: {steps} step(s) to go "
-                           f"({info['steps_per_epoch']} per epoch x {info['epochs']} epoch(s)) on "
-                           f"{info['world_size']} rank(s)", markup=False, highlight=False)
-        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}", markup=False), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("loss {task.fields[loss]}", markup=False),
-                            TextColumn("{task.fields[speed]}", markup=False),
-                            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
-        self.task = self.bar.add_task("train", total=info["planned_steps"], completed=info["start_step"],
-                                      epoch=f"{info['start_epoch'] + 1}/{info['epochs']}", loss="-", speed="")
+        self.console.print(
+            f"training {info['recipe']}: {steps} step(s) to go "
+            f"({info['steps_per_epoch']} per epoch x {info['epochs']} epoch(s)) on "
+            f"{info['world_size']} rank(s)",
+            markup=False,
+            highlight=False,
+        )
+        self.bar = Progress(
+            TextColumn("epoch {task.fields[epoch]}", markup=False),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}", markup=False),
+            TextColumn("{task.fields[speed]}", markup=False),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self.task = self.bar.add_task(
+            "train",
+            total=info["planned_steps"],
+            completed=info["start_step"],
+            epoch=f"{info['start_epoch'] + 1}/{info['epochs']}",
+            loss="-",
+            speed="",
+        )
         self.bar.start()
 
     def step(self, info: dict) -> None:

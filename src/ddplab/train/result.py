@@ -9,7 +9,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-
 from ddplab import report
 
 SLOW_FACTOR = 1.5  # a rank whose compute per step exceeds the median by this much holds every other rank back
@@ -84,29 +83,43 @@ def rank_warnings(ranks: list[RankStats]) -> list[str]:
     out = []
     for r in ranks:
         if r.samples == 0 or r.steps == 0:
-            out.append(f"rank {r.rank} processed no samples: its shard of the data was empty (fewer samples than "
-                       "world size x batch size) or it never reached the training loop")
+            out.append(
+                f"rank {r.rank} processed no samples: its shard of the data was empty (fewer samples than "
+                "world size x batch size) or it never reached the training loop"
+            )
     if len(ranks) > 1:
         median = statistics.median(r.compute_ms for r in ranks)
         for r in ranks:
             if r.compute_ms > SLOW_FACTOR * median and r.compute_ms - median > SLOW_FLOOR_MS:
-                out.append(f"rank {r.rank} computes {r.compute_ms / median:.1f}x slower than the median rank "
-                           f"({r.compute_ms:.2f} vs {median:.2f} ms/step) and the others wait for it in every "
-                           "all-reduce: likely another process competing for its CPU core or GPU, a slower or "
-                           "throttled device, or more threads than cores (set OMP_NUM_THREADS)")
+                out.append(
+                    f"rank {r.rank} computes {r.compute_ms / median:.1f}x slower than the median rank "
+                    f"({r.compute_ms:.2f} vs {median:.2f} ms/step) and the others wait for it in every "
+                    "all-reduce: likely another process competing for its CPU core or GPU, a slower or "
+                    "throttled device, or more threads than cores (set OMP_NUM_THREADS)"
+                )
     return out
 
 
 def render(con, r: TrainResult) -> None:
-    con.print(report.text(report.bold(r.recipe), f" ({r.parameters:,} parameters): {r.world_size} rank(s), {r.backend} "
-                          f"on {r.device}, global batch {r.global_batch} = {r.batch_size} per rank x {r.world_size} "
-                          f"rank(s) x {r.grad_accum} micro-batch(es)"))
+    con.print(
+        report.text(
+            report.bold(r.recipe),
+            f" ({r.parameters:,} parameters): {r.world_size} rank(s), {r.backend} "
+            f"on {r.device}, global batch {r.global_batch} = {r.batch_size} per rank x {r.world_size} "
+            f"rank(s) x {r.grad_accum} micro-batch(es)",
+        )
+    )
     stop = f" (stopped early at step {r.total_steps} of {r.planned_steps})" if r.stopped_early else ""
-    con.print(f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s; {r.samples_per_sec:,.0f} "
-              f"samples/s over the last {r.timed_steps} steps; final loss {r.final_loss:.4f}{stop}")
+    con.print(
+        f"trained {r.steps} steps, {r.samples} samples in {r.seconds:.1f}s; {r.samples_per_sec:,.0f} "
+        f"samples/s over the last {r.timed_steps} steps; final loss {r.final_loss:.4f}{stop}"
+    )
     if r.tokens_per_sec is not None:
-        con.print(f"tokens/s {r.tokens_per_sec:,.0f}; MFU "
-                  + (f"{100 * r.mfu:.1f}% " if r.mfu is not None else "") + f"({r.mfu_note})")
+        con.print(
+            f"tokens/s {r.tokens_per_sec:,.0f}; MFU "
+            + (f"{100 * r.mfu:.1f}% " if r.mfu is not None else "")
+            + f"({r.mfu_note})"
+        )
     if r.weight is not None:
         con.print(f"fitted y = {r.weight:.4f} x + {r.bias:.4f} (target y = 2 x + 1)")
     if r.accuracy is not None:
@@ -116,30 +129,58 @@ def render(con, r: TrainResult) -> None:
     Column = report.Column
     # Numbers stay whole at any width (a CI log is 80 columns): narrower headers first, then the columns the proof
     # needs least are left out, and said so.
-    columns = [Column("rank"), Column("samples"), Column("steps"), Column("step ms"), Column("comm wait ms"),
-               Column("compute ms", drop=4), Column("GPU util %" if gpu else "CPU %", drop=3),
-               Column("peak MiB", drop=1), Column("alloc peak MiB", drop=2), Column("predicted", drop=2),
-               Column("loss")]
+    columns = [
+        Column("rank"),
+        Column("samples"),
+        Column("steps"),
+        Column("step ms"),
+        Column("comm wait ms"),
+        Column("compute ms", drop=4),
+        Column("GPU util %" if gpu else "CPU %", drop=3),
+        Column("peak MiB", drop=1),
+        Column("alloc peak MiB", drop=2),
+        Column("predicted", drop=2),
+        Column("loss"),
+    ]
     rows = []
     for s in r.ranks:
         util = s.gpu_util_percent if gpu else s.cpu_percent
         wait = "-" if s.comm_wait_ms is None else f"{s.comm_wait_ms:.2f}"
-        rows.append([str(s.rank), str(s.samples), str(s.steps), f"{s.step_ms:.2f}", wait, f"{s.compute_ms:.2f}",
-                     "-" if util is None else f"{util:.0f}", f"{s.peak_memory_mb:.0f}", _mib(s.allocator_peak_mb),
-                     _mib(s.predicted_peak_mb), f"{s.final_loss:.4f}"])
+        rows.append(
+            [
+                str(s.rank),
+                str(s.samples),
+                str(s.steps),
+                f"{s.step_ms:.2f}",
+                wait,
+                f"{s.compute_ms:.2f}",
+                "-" if util is None else f"{util:.0f}",
+                f"{s.peak_memory_mb:.0f}",
+                _mib(s.allocator_peak_mb),
+                _mib(s.predicted_peak_mb),
+                f"{s.final_loss:.4f}",
+            ]
+        )
     t, left_out = report.fit_table(con.width, columns, rows, box=None)
     con.print(t)
     if left_out:
         con.print(f"note: left out for a {con.width}-column output: {', '.join(left_out)} (set COLUMNS wider)")
-    con.print(f"memory ({r.strategy}): peak MiB = the process's peak RSS on CPU, the allocator's on GPUs; alloc peak ="
-              " the allocator's peak over model build + 2 steps (CPU: profiler memory events); predicted = "
-              "`ddplab memory`'s traced prediction of it (the rank that needs most)")
+    con.print(
+        f"memory ({r.strategy}): peak MiB = the process's peak RSS on CPU, the allocator's on GPUs; alloc peak ="
+        " the allocator's peak over model build + 2 steps (CPU: profiler memory events); predicted = "
+        "`ddplab memory`'s traced prediction of it (the rank that needs most)"
+    )
     if r.params_identical:
-        con.print(report.text(f"parameters identical on all {r.world_size} rank(s): ", report.styled('PASS'),
-                              f" (sha256 {r.ranks[0].digest[:12]})"))
+        con.print(
+            report.text(
+                f"parameters identical on all {r.world_size} rank(s): ",
+                report.styled("PASS"),
+                f" (sha256 {r.ranks[0].digest[:12]})",
+            )
+        )
     else:
         digests = ", ".join(f"rank {s.rank} {s.digest[:12]}" for s in r.ranks)
-        con.print(report.text("parameters identical on all ranks: ", report.styled('FAIL'), f" ({digests})"))
+        con.print(report.text("parameters identical on all ranks: ", report.styled("FAIL"), f" ({digests})"))
     for note in r.notes:
         con.print(f"note: {note}")
     if r.model_file:
@@ -149,7 +190,7 @@ def render(con, r: TrainResult) -> None:
     if r.metrics_file:
         con.print(f"metrics: {r.metrics_file}")
     for w in r.warnings:
-        con.print(report.text(report.styled('WARN'), f" {w}"))
+        con.print(report.text(report.styled("WARN"), f" {w}"))
     if r.profile is not None:
         r.profile.show(con)
 
@@ -180,12 +221,14 @@ class NodeDone:
 
 
 def render_node(con, r: NodeDone) -> None:
-    con.print(f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
-              "the training's result")
+    con.print(
+        f"ranks {', '.join(map(str, r.ranks))} finished in {r.seconds:.1f}s; the node running rank 0 prints "
+        "the training's result"
+    )
 
 
 def render_failure(con, f: TrainFailure) -> None:
-    con.print(report.text(report.styled('TIMEOUT' if f.status == 'hang' else 'FAIL'), f" {f.summary}"))
+    con.print(report.text(report.styled("TIMEOUT" if f.status == "hang" else "FAIL"), f" {f.summary}"))
     for r in f.ranks:
         detail = r["stack"] if f.status == "hang" else (r["output_tail"] if r["rank"] == f.root_cause else None)
         if detail:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -36,8 +36,10 @@ def fully_shard_fn():
         try:
             from torch.distributed._composable.fsdp import fully_shard  # torch 2.4-2.5
         except ImportError:
-            raise DdplabError(f"--strategy fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard, torch>=2.6); this "
-                              f"is torch {torch.__version__}: upgrade torch, or use --strategy zero1") from None
+            raise DdplabError(
+                f"--strategy fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard, torch>=2.6); this "
+                f"is torch {torch.__version__}: upgrade torch, or use --strategy zero1"
+            ) from None
     return fully_shard
 
 
@@ -64,14 +66,26 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
         if any(name.startswith(f"{u}.") for u, _ in units):  # inside a unit already: the outermost one gathers
             continue
         if isinstance(module, (nn.ModuleList, nn.Sequential)):
-            units += [(f"{name}.{i}" if name else str(i), m) for i, m in enumerate(module)
-                      if any(True for _ in m.parameters())]
+            units += [
+                (f"{name}.{i}" if name else str(i), m)
+                for i, m in enumerate(module)
+                if any(True for _ in m.parameters())
+            ]
     return [m for _, m in units]
 
 
-def wrap(strategy: str, model: nn.Module, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
-         world: int, device: torch.device, *, device_ids=None, bucket_cap_mb: float = 25.0,
-         process_group=None, mesh=None) -> Wrapped:
+def wrap(
+    strategy: str,
+    model: nn.Module,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    world: int,
+    device: torch.device,
+    *,
+    device_ids=None,
+    bucket_cap_mb: float = 25.0,
+    process_group=None,
+    mesh=None,
+) -> Wrapped:
     """Wrap `model` (already on `device`, identical on every rank) for `strategy` and build its optimizer."""
     check(strategy)
     if strategy == "fsdp":
@@ -104,8 +118,13 @@ def wrap(strategy: str, model: nn.Module, make_optimizer: Callable[[nn.Module], 
         return Wrapped(model, optimizer, contextlib.nullcontext, None)
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    ddp = DDP(model, device_ids=device_ids, gradient_as_bucket_view=True,  # grads live in the buckets
-              bucket_cap_mb=bucket_cap_mb, process_group=process_group)
+    ddp = DDP(
+        model,
+        device_ids=device_ids,
+        gradient_as_bucket_view=True,  # grads live in the buckets
+        bucket_cap_mb=bucket_cap_mb,
+        process_group=process_group,
+    )
     return Wrapped(ddp, optimizer, ddp.no_sync, ddp)
 
 

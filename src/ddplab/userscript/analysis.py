@@ -71,11 +71,19 @@ class LaunchResult:
 
 
 def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> LaunchResult:
-    result = LaunchResult(status=run.status, exit_code=0, summary="",
-                          command=[ns.training_script, *ns.training_script_args], nproc_per_node=plan.nproc,
-                          nnodes=ns.nnodes, endpoint=plan.endpoint, log_dir=str(plan.log_dir),
-                          seconds=round(run.seconds, 2), notes=plan.notes,
-                          lint=plan.lint.findings if plan.lint else [])
+    result = LaunchResult(
+        status=run.status,
+        exit_code=0,
+        summary="",
+        command=[ns.training_script, *ns.training_script_args],
+        nproc_per_node=plan.nproc,
+        nnodes=ns.nnodes,
+        endpoint=plan.endpoint,
+        log_dir=str(plan.log_dir),
+        seconds=round(run.seconds, 2),
+        notes=plan.notes,
+        lint=plan.lint.findings if plan.lint else [],
+    )
     if run.status == "hang":
         _hang(result, run, plan, hang_timeout)
     elif run.status == "interrupted":
@@ -104,8 +112,9 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
         text = clean(path.read_text(errors="replace"))
     except OSError:
         return ""
-    return "\n".join(strip_prefixes(line) if line.startswith("[") else line
-                     for line in text.rstrip("\n").splitlines()[-lines:])
+    return "\n".join(
+        strip_prefixes(line) if line.startswith("[") else line for line in text.rstrip("\n").splitlines()[-lines:]
+    )
 
 
 def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
@@ -113,8 +122,10 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     if run.status == "ok":
         result.summary = f"{result.nproc_per_node} rank(s) per node finished in {result.seconds:.1f}s"
         if "finished" in run.note:  # ddplab.resume found the run already at its end: the script trained nothing
-            result.summary += (f", but trained nothing: it resumed from {run.note.get('path')}, the end of a "
-                               "finished run (another checkpoint folder trains again)")
+            result.summary += (
+                f", but trained nothing: it resumed from {run.note.get('path')}, the end of a "
+                "finished run (another checkpoint folder trains again)"
+            )
         result.ranks = [RankReport(rank=None, local_rank=lr, exitcode=0, log=str(p)) for lr, p in sorted(logs.items())]
         return
     from ddplab.explain.matcher import ERROR_LINE, RootCause, explain_text  # 0.3 s: only a failure needs it
@@ -125,8 +136,15 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
         folder = logs.get(f["local_rank"])
         tail = _tail(folder / "stderr.log") if folder else ""
         errors = [line for line in tail.splitlines() if ERROR_LINE.match(line)]
-        rep = RankReport(rank=int(rank_key), local_rank=f["local_rank"], pid=f.get("pid"), exitcode=f["exitcode"],
-                         error=errors[-1] if errors else None, traceback=tail, log=str(folder) if folder else None)
+        rep = RankReport(
+            rank=int(rank_key),
+            local_rank=f["local_rank"],
+            pid=f.get("pid"),
+            exitcode=f["exitcode"],
+            error=errors[-1] if errors else None,
+            traceback=tail,
+            log=str(folder) if folder else None,
+        )
         ranks[rep.rank] = rep
         stamp = f.get("time") or 0
         if folder is not None and (folder / "stderr.log").exists():
@@ -136,8 +154,9 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     launcher_log = run.launcher_log
     if not ranks:
         result.summary = f"the launcher failed: {run.launcher_error}"
-        result.explanation = explain_text(launcher_log.read_text(errors="replace") if launcher_log.exists() else "",
-                                          source=str(launcher_log))
+        result.explanation = explain_text(
+            launcher_log.read_text(errors="replace") if launcher_log.exists() else "", source=str(launcher_log)
+        )
         return
     root = ranks[root_cause(failed)]
     result.root_cause = root.rank
@@ -145,14 +164,17 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     text = "\n".join(_prefixed(rep) for rep in sorted(result.ranks, key=lambda r: r is not root))
     if not text.strip() and launcher_log.exists():
         text = launcher_log.read_text(errors="replace")
-    result.explanation = explain_text(text, source=result.log_dir,
-                                      root=RootCause(rank=root.rank, local_rank=root.local_rank,
-                                                     exitcode=root.exitcode, error=root.error))
+    result.explanation = explain_text(
+        text,
+        source=result.log_dir,
+        root=RootCause(rank=root.rank, local_rank=root.local_rank, exitcode=root.exitcode, error=root.error),
+    )
     # A rank that aborted in C++ printed no Python error line; explain reads its `what():` instead.
     root.error = root.error or result.explanation.root_cause.error
     result.flight = _flight(run, errors={r.rank: r.error for r in result.ranks if r.error})
     result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
-        f": {root.error}" if root.error else "")
+        f": {root.error}" if root.error else ""
+    )
     if origin_itself(next(f for f in failed if f.rank == root.rank), bool(finished)):
         _own_cause(result, root, finished, plan)
 
@@ -166,8 +188,11 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
         return
     path, line, code = frame
     where = f"{path.name}:{line}"
-    peers = (f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))) \
-        if result.nnodes in ("1", "1:1") else "its peers on this node"
+    peers = (
+        (f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished)))
+        if result.nnodes in ("1", "1:1")
+        else "its peers on this node"
+    )
     fr = result.flight
     what = "a collective"
     if fr is not None and fr.available and fr.kind == "not_called" and root.rank in (fr.waiting or []):
@@ -177,24 +202,34 @@ def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan
         seqs = [f.last_started.seq for f in fr.ranks if f.rank in finished and f.last_started is not None]
         if seqs and min(seqs) + 1 < fr.seq:
             what += f" (and the collectives from #{min(seqs) + 1} on)"
-    result.cause = OwnCause(root.rank, where, code, (
-        f"rank {root.rank} ran {what} at {where} that {peers} never called: {peers} had already finished (exit code "
-        f"0), so gloo found the connection closed. No rank failed first: this line runs a collective the others do "
-        f"not (a rank-dependent branch such as an evaluation on rank 0, or ranks that stop early)"))
+    result.cause = OwnCause(
+        root.rank,
+        where,
+        code,
+        (
+            f"rank {root.rank} ran {what} at {where} that {peers} never called: {peers} had already finished (exit code "
+            f"0), so gloo found the connection closed. No rank failed first: this line runs a collective the others do "
+            f"not (a rank-dependent branch such as an evaluation on rank 0, or ranks that stop early)"
+        ),
+    )
     result.summary = f"rank {root.rank} ran {what} at {where} that {peers} never called (finished already)" + (
-        f": {root.error}" if root.error else "")
+        f": {root.error}" if root.error else ""
+    )
     linted = plan.script is not None and path.resolve() == Path(plan.script).resolve()
     findings = plan.lint.findings if plan.lint and linted else []
     result.related_lint = [f for f in findings if f.line == line and not getattr(f, "path", None)] or [
-        f for f in findings if f.rule in RELATED_RULES["collective"]]
+        f for f in findings if f.rule in RELATED_RULES["collective"]
+    ]
     if result.explanation is not None:
         # explain's rule for this text says "a consequence: find the rank that failed first"; here that rank is
         # this one, and the fix is its own line.
         for m in result.explanation.matches:
             if m.consequence and m.root_cause:
-                m.fix = (f"No rank failed before rank {root.rank}: the others had finished. Make every rank run the "
-                         f"same collectives: fix {where}" + (f" ({result.related_lint[0].fix})"
-                                                            if result.related_lint else ""))
+                m.fix = (
+                    f"No rank failed before rank {root.rank}: the others had finished. Make every rank run the "
+                    f"same collectives: fix {where}"
+                    + (f" ({result.related_lint[0].fix})" if result.related_lint else "")
+                )
 
 
 def _own_frame(stderr: Path) -> tuple[Path, int, str] | None:
@@ -207,8 +242,9 @@ def _own_frame(stderr: Path) -> tuple[Path, int, str] | None:
         lines = [strip_prefixes(line) for line in stderr.read_text(errors="replace").splitlines()]
     except OSError:
         return None
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
-                default=None)
+    start = max(
+        (i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=None
+    )
     if start is None:
         return None
     found = None
@@ -240,8 +276,17 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
     logs = rank_logs(plan.log_dir)
     for s in run.stacks or []:
         folder = logs.get(s.local_rank) if s.local_rank is not None else None
-        result.ranks.append(RankReport(rank=s.rank, local_rank=s.local_rank, pid=s.pid, stuck_in=s.call,
-                                       where=s.where, stack=s.stack or s.error, log=str(folder) if folder else None))
+        result.ranks.append(
+            RankReport(
+                rank=s.rank,
+                local_rank=s.local_rank,
+                pid=s.pid,
+                stuck_in=s.call,
+                where=s.where,
+                stack=s.stack or s.error,
+                log=str(folder) if folder else None,
+            )
+        )
     result.summary = f"{run.reason or f'no progress for {timeout:g}s'}: {describe(run.stacks or [], plan.endpoint)}"
     result.flight = _flight(run, stacks={s.rank: s.where for s in run.stacks or [] if s.rank is not None and s.where})
     kinds = {s.kind for s in run.stacks or []}

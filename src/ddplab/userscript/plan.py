@@ -34,8 +34,10 @@ def _script_file(ns) -> Path | None:
     if ns.module:
         found = _module_file(ns.training_script)
         if found is None:
-            raise DdplabError(f"-m {ns.training_script}: no such module on the Python path (run from the folder "
-                              "that holds it, or install it)")
+            raise DdplabError(
+                f"-m {ns.training_script}: no such module on the Python path (run from the folder "
+                "that holds it, or install it)"
+            )
         return found if found.suffix == ".py" else None
     path = Path(ns.training_script)
     if path.is_dir():
@@ -91,8 +93,10 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     try:
         nproc, max_nodes = torchrun.counts(ns)
     except ValueError as e:
-        raise DdplabError(f"--nproc-per-node {ns.nproc_per_node} / --nnodes {ns.nnodes}: {e}: give a number of "
-                          "processes per node, e.g. --nproc-per-node 2") from None
+        raise DdplabError(
+            f"--nproc-per-node {ns.nproc_per_node} / --nnodes {ns.nnodes}: {e}: give a number of "
+            "processes per node, e.g. --nproc-per-node 2"
+        ) from None
     if nproc < 1:
         raise DdplabError(f"--nproc-per-node {nproc}: need at least 1 process")
     script = _script_file(ns)
@@ -109,13 +113,16 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
             raise DdplabError(
                 f"{script.name}:{lint_result.backend_line} hard-codes backend 'nccl', which needs one GPU per "
                 f"process, but --nproc-per-node is {nproc} and {gpus} GPU(s) are visible: start at most {gpus} "
-                "processes per node" + ("" if gpus else ", or use backend 'gloo' on CPU"))
+                "processes per node" + ("" if gpus else ", or use backend 'gloo' on CPU")
+            )
 
     backend = lint_result.backend if lint_result is not None and lint_result.backend else None
     on_gpu = backend == "nccl" or (backend is None and cuda_available())
     if on_gpu and backend is None and nproc > cuda_device_count():
-        notes.append(f"{nproc} processes per node but {cuda_device_count()} GPU(s): if the script uses nccl, "
-                     "two ranks will share a GPU (NCCL: 'Duplicate GPU detected')")
+        notes.append(
+            f"{nproc} processes per node but {cuda_device_count()} GPU(s): if the script uses nccl, "
+            "two ranks will share a GPU (NCCL: 'Duplicate GPU detected')"
+        )
     for finding in _environment_findings(nproc, backend or ("nccl" if on_gpu else "gloo"), "cuda" if on_gpu else "cpu"):
         if finding.level == "fail":
             raise DdplabError(f"{finding.what}: {finding.fix}")
@@ -145,5 +152,3 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
     torchrun.check(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
     return Plan(script, nproc, max_nodes, endpoint, Path(ns.log_dir), notes, lint_result)
-
-

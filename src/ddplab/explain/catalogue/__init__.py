@@ -17,7 +17,7 @@ SOURCES = ("torch-python", "torch-native", "nccl", "os")
 FIELD = re.compile(r"\{[^{}]*\}|%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L|q)?[diouxXeEfgGcspn]|%%")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(source: str) -> dict | None:
     path = HERE / f"{source}.json.gz"
     if not path.exists():
@@ -47,7 +47,7 @@ def chunks(text: str) -> list[str]:
     return [c.strip() for c in FIELD.split(text) if c.strip()]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _literal_parts(shortest: int) -> list[tuple[dict, dict, list[str], int]]:
     """Every template with its literal parts of `shortest` characters and more, and the length of all its parts:
     split once per process (closest() was splitting ~11,000 templates on every call: 90 % of explain's time)."""
