@@ -137,11 +137,14 @@ def _records_before_the_end(flight_dir: str) -> None:
 def _saved_on_notice(exit_codes) -> bool:
     """Every rank that ended exited 4 after ddplab.resume saved on the machine's notice: a preemption the launcher
     reports in its own line ("preempted (SIGTERM), state saved at step N"), not a failure to print a banner for."""
-    note_file = os.environ.get(preempt.NOTE_VAR)
-    if not note_file or "step" not in preempt.read_note(Path(note_file).parent):
-        return False
     codes = list(exit_codes)
-    return bool(codes) and all(code == preempt.EXIT_PREEMPTED for code in codes)
+    return bool(codes) and all(code == preempt.EXIT_PREEMPTED for code in codes) and _note_says_saved()
+
+
+def _note_says_saved() -> bool:
+    """ddplab.resume's note (rank 0 writes it) names the step it saved on the notice."""
+    note_file = os.environ.get(preempt.NOTE_VAR)
+    return bool(note_file) and "step" in preempt.read_note(Path(note_file).parent)
 
 
 def _quiet_about_saved_preemptions() -> None:
@@ -154,7 +157,7 @@ def _quiet_about_saved_preemptions() -> None:
         if message.startswith("failed (exitcode: %s)") and record.args:
             return not _saved_on_notice([record.args[0]])
         if message.startswith("Sending process %s closing signal"):
-            return not _saved_on_notice([preempt.EXIT_PREEMPTED])
+            return not _note_says_saved()
         return True
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(keep)
