@@ -26,6 +26,9 @@ def test_full_check_passes(nproc, no_leftover_workers):
     assert sum(collectives["wrong"].values()) == 0 and len(collectives["wrong"]) >= 10 - (nproc == 1)
     ddp = result["stages"][3]["details"]
     assert ddp["spread"] == 0 and ddp["vs_single"] <= 1e-5 and ddp["loss_after"] < ddp["loss_before"]
+    sanitized = result["sanitize"]  # the sanitizer watched the ddp stage's steps on every rank: nothing to say
+    assert sanitized["ranks"] == list(range(nproc)) and sanitized["steps_seen"] >= 1, sanitized
+    assert sanitized["findings"] == [] and sanitized["off"] == {}, sanitized
     for stage in result["stages"]:
         assert {"name", "status", "seconds"} <= set(stage)
 

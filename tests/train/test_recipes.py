@@ -53,6 +53,10 @@ def check_every_rank_worked(result: dict, nproc: int) -> None:
     assert result["global_batch"] == result["batch_size"] * nproc * result["grad_accum"]
     assert result["samples_per_sec"] > 0
     assert len({r["digest"] for r in result["ranks"]}) == 1
+    # the sanitizer watched the recipe's first steps on every rank and saw no DDP mistake (issue 39)
+    sanitized = result["sanitize"]
+    assert sanitized["ranks"] == list(range(nproc)) and sanitized["steps_seen"] > 0, sanitized
+    assert sanitized["findings"] == [] and sanitized["off"] == {}, sanitized
 
 
 @pytest.mark.parametrize("nproc", [1, 2])

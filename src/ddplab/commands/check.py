@@ -8,7 +8,10 @@ stuck ranks are named with the operation and their Python stacks, every worker i
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.table import Table
 
@@ -33,6 +36,7 @@ class CheckResult:
     flight: object = None  # a hung or failed run: which collective each rank last called (flight.reader)
     nodes: list[dict] = field(default_factory=list)  # several nodes: each one's facts and verdict (crossnode)
     kept: str = ""  # a failed or hung run: the folder that keeps every rank's whole output
+    sanitize: object = None  # sanitize.readout.SanitizeReport of the ddp stage's steps: ddplab's own code, clean
 
 
 def _fraction(text: str) -> float:
@@ -90,6 +94,7 @@ def run(args) -> int:
     from ddplab import envinfo
     from ddplab.checks import preflight
     from ddplab.launcher import local, startup
+    from ddplab.sanitize import readout as sanitizer
 
     worker_stages = [s for s in WORKER_STAGES if s in args.stages]
     nodes = cliargs.nodes_from(args)
@@ -97,8 +102,13 @@ def run(args) -> int:
     # Start the agent first: it imports torch while this process does too (for preflight), so start-up is paid
     # once in wall time, not twice. Without a GPU driver the default is 2 CPU ranks, known before torch is loaded.
     guess = envinfo.early_nproc(args.nproc, args.device) if worker_stages and port is not None else None
+    # The sanitizer watches the ddp stage's optimizer steps as it would a user's script's: check's own DDP code
+    # must come out clean (a finding there is ddplab's bug, said but not the machine's verdict).
+    sanitize_dir = Path(tempfile.mkdtemp(prefix="ddplab-sanitize-"))
+    sanitizer.request(sanitize_dir, sanitizer.DEFAULT_STEPS)
+    env = {sanitizer.DIR_ENV: str(sanitize_dir)}
     with startup.early(
-        lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True), guess
+        lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True, env=env), guess
     ) as ranks:
         import torch
 
@@ -138,6 +148,8 @@ def run(args) -> int:
         nodes=pre.details.get("nodes", []),
     )
     result.verdict = _verdict(result)
+    result.sanitize = sanitizer.read(sanitize_dir)
+    shutil.rmtree(sanitize_dir, ignore_errors=True)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
         return 3
@@ -277,6 +289,10 @@ def render(con, r: CheckResult) -> None:
         from ddplab.flight.reader import render as render_flight
 
         con.print("\n" + render_flight(r.flight))
+    from ddplab.sanitize.readout import render as render_sanitize
+
+    if text := render_sanitize(r.sanitize):
+        con.print(text, markup=False, highlight=False, soft_wrap=True)
     if r.kept:
         con.print(f"\nkept: every rank's whole output in {r.kept} (delete it when done)", soft_wrap=True)
     con.print(f"\nverdict: {r.verdict}", style="bold green" if r.ok else "bold red", soft_wrap=True)

@@ -57,6 +57,7 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     )
     cliargs.add_hang_timeout(launch, "train", "--stall-timeout", dest="stall_timeout")
     cliargs.add_profile(launch)
+    cliargs.add_sanitize(launch)
     cliargs.add_grace(launch)
     cliargs.add_nodes(p)
 
@@ -81,11 +82,15 @@ def _guess(argv: list[str]):
 def run(args) -> int:
     from ddplab.launcher import startup
     from ddplab.perf import profhook, profile
+    from ddplab.sanitize import readout as sanitizer
     from ddplab.train.ranks import start_ranks
 
     early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
     # Where the ranks look for --profile's request (they start before the flags are read): made only if asked.
     args.profile_dir = Path(tempfile.gettempdir()) / f"ddplab-profile-{os.getpid()}-{time.time_ns()}"
+    # The sanitizer watches the recipe's first steps as it watches a user's script under `ddplab launch`: ddplab's
+    # own trainings must come out clean (docs/sanitize.md). Its config is written before the ranks start.
+    args.sanitize_dir = Path(tempfile.gettempdir()) / f"ddplab-sanitize-{os.getpid()}-{time.time_ns()}"
 
     def start(nproc: int):
         return start_ranks(
@@ -94,14 +99,14 @@ def run(args) -> int:
             launch.max_restarts,
             launch.nodes,
             flight=True,
-            env={profhook.DIR_ENV: str(args.profile_dir)},
+            env={profhook.DIR_ENV: str(args.profile_dir), sanitizer.DIR_ENV: str(args.sanitize_dir)},
         )
 
     with startup.early(start, early.nproc if early else None) as ranks:
         cfg, ns, nproc, device = _checked(args)
         if ns.profile:
             profile.request(args.profile_dir, ns.profile)
-        ns.profile_dir = args.profile_dir
+        ns.profile_dir, ns.sanitize_dir = args.profile_dir, args.sanitize_dir
         if early is None:
             ns.nodes, launch = cliargs.nodes_from(ns), ns
         if launch.nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
@@ -119,10 +124,12 @@ def run(args) -> int:
         predict = PredictHere if device == "cpu" else PredictElsewhere
         world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
         predicting = predict(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
+        sanitizer.request(args.sanitize_dir, ns.sanitize_steps)
         try:
             return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
         finally:
             predicting.cancel()
+            shutil.rmtree(args.sanitize_dir, ignore_errors=True)
 
 
 def _checked(args):
@@ -224,6 +231,9 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
             from ddplab.perf import profile
 
             result.profile = profile.analyse(ns.profile_dir)
+        from ddplab.sanitize import readout
+
+        result.sanitize = readout.read(ns.sanitize_dir)
         report.emit(result, cfg.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input

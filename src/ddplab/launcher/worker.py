@@ -21,6 +21,7 @@ from ddplab.flight import rankdump
 from ddplab.launcher import progress
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.lifeline import die_with_parent
+from ddplab.sanitize import rankside
 
 
 def resolve(target: str):
@@ -42,6 +43,7 @@ def main(spec_path: str) -> None:
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)  # the caller's stack request
     rankdump.install()  # a forked rank never ran the bootstrap's sitecustomize: answer Flight Recorder requests here
+    rankside.install()  # nor armed the sanitizer: `ddplab check` asks for it (a no-op unless the caller did)
     progress.mark(
         "start",
         pid=os.getpid(),

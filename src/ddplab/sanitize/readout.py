@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, Finding, ranks_text, short
+from ddplab.sanitize import CHECKS, CONFIG, DEFAULT_STEPS, DIR_ENV, Finding, ranks_text, short
 
-__all__ = ["DIR_ENV", "SanitizeReport", "lead", "read", "render", "request"]
+__all__ = ["DEFAULT_STEPS", "DIR_ENV", "SanitizeReport", "lead", "read", "render", "request"]
 
 
 @dataclass

@@ -72,6 +72,7 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     profile: object = None  # `--profile`: perf.profile.Profile, added by the caller
+    sanitize: object = None  # sanitize.readout.SanitizeReport of the first steps (None with --sanitize-steps 0)
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainResult:
@@ -193,6 +194,10 @@ def render(con, r: TrainResult) -> None:
         con.print(report.text(report.styled("WARN"), f" {w}"))
     if r.profile is not None:
         r.profile.show(con)
+    from ddplab.sanitize.readout import render as render_sanitize
+
+    if text := render_sanitize(r.sanitize):  # a recipe is written right: the sanitizer has nothing to say
+        con.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _mib(value: float | None) -> str:
