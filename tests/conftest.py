@@ -41,6 +41,14 @@ def pytest_configure(config):
         PINNED_TO_CPU = True
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker per core this process may use; the GPU group in this process
+    alone (its tests share one GPU and time it)."""
+    if gpu_group_asked(config):
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 _gpu_group_skipped = False
 
 
