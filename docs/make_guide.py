@@ -50,6 +50,10 @@ BLOCK = re.compile(
 OPTION = re.compile(r' ([a-z]+)(?:=("[^"]*"|\S+))?')
 TIMEOUT_S = 600
 TRACEBACK = "Traceback (most recent call last)"
+# The sanitizer's heading when it saw a DDP mistake (ddplab/sanitize/readout.py render): the guide's scripts, ddplab's
+# recipes and check run sanitized, and a finding the guide does not print is a mistake in what the guide teaches.
+SANITIZED = re.compile(r"sanitizer \(ranks [^)]*watched\): ")
+SANITIZER_SAID = re.compile(r"DDP mistakes? seen|the run failed on what the sanitizer saw")
 
 
 @dataclass
@@ -185,6 +189,8 @@ def problems(block: Block, outcome: Outcome) -> list[str]:
     found += [f"does not show {text!r}" for text in block.shows if " ".join(text.split()) not in flat]
     if TRACEBACK in outcome.output:
         found.append("printed a Python traceback")
+    if SANITIZED.search(outcome.output) and not any(SANITIZER_SAID.search(text) for text in block.shows):
+        found.append("the sanitizer saw a DDP mistake the guide does not show")
     if outcome.survived:
         found.append("left a process running after it ended")
     return found

@@ -76,6 +76,9 @@ def test_a_block_fails_when_its_run_differs_from_the_guide(tmp_path):
     assert check("echo READY; exit 3", exit=0) == ["exited 3, the guide says 0"]
     assert check("echo NOT READY", shows=["verdict: READY"]) == ["does not show 'verdict: READY'"]
     assert check("echo 'Traceback (most recent call last):' >&2") == ["printed a Python traceback"]
+    finding = "echo '  sanitizer (ranks 0 and 1, optimizer steps 1-50 watched): 1 DDP mistake seen'"
+    assert check(finding) == ["the sanitizer saw a DDP mistake the guide does not show"]
+    assert check(finding, shows=["steps 1-50 watched): 1 DDP mistake seen"]) == []  # one the guide teaches
     assert check("echo $DOCS/examples") == []  # the old guide's variable is not set for the commands
     assert check("mkdir $TMPDIR/ddplab-run-x") == ["left /tmp/ddplab-run-x behind"]
     assert check("mkdir $TMPDIR/ddplab-launch-y; exit 3", exit=3) == [
