@@ -8,6 +8,8 @@ the memory and MFU figures.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import conftest
 import pytest
 import torch
@@ -86,6 +88,7 @@ def test_train_gpt_on_every_gpu(strategy, amp, tmp_path, no_leftover_workers):
     assert result["status"] == "PASS" and result["world_size"] == GPUS and result["backend"] == "nccl"
     assert result["params_identical"] and result["steps"] == 8
     assert result["tokens_per_sec"] > 0 and result["mfu_note"]
+    assert result["sanitize"]["findings"] == [], result["sanitize"]  # each rank on its own GPU, nothing else wrong
 
 
 def test_train_gpt_compiled(tmp_path, no_leftover_workers):
@@ -113,3 +116,12 @@ def test_stop_and_resume_on_gpus(strategy, tmp_path, no_leftover_workers):
     resumed = run(*common, "--max-steps", "8", "--resume").json()
     assert resumed["resumed_from"] and "step-00000004" in resumed["resumed_from"]
     assert resumed["total_steps"] == 8 and resumed["status"] == "PASS"
+
+
+def test_the_sanitizer_names_two_ranks_on_one_gpu(no_leftover_workers):
+    """tests/scripts/sanitize_gpu_plant.py: both ranks `model.cuda()` without set_device (gloo: one GPU is enough)."""
+    script = Path(__file__).parent.parent / "scripts" / "sanitize_gpu_plant.py"
+    result = run("launch", "--nproc-per-node", "2", "--json", str(script)).json()
+    found = [f for f in result["sanitize"]["findings"] if f["check"] == "device-placement"]
+    assert found and found[0]["evidence"]["ranks"] == [0, 1], result["sanitize"]
+    assert "train on one GPU" in found[0]["observed"] and "set_device(local_rank)" in found[0]["fix"]

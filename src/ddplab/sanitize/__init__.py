@@ -10,6 +10,7 @@ ranks after the run (`ddplab launch`, on by default; `--sanitize-steps N`, 0 = o
   `epochorder`  an epoch repeats the previous one's order (DistributedSampler.set_epoch never called)
   `paramsync`   the parameters differ between ranks after an optimizer step (the gradients were not averaged)
   `sharedwrite` several ranks wrote the same file
+  `placement`   GPUs only: two ranks on one GPU, parameters on another rank's GPU, torch.load onto cuda:0 everywhere
 - `userframe`   which frame is the user's code (file:line of a finding)
 - `readout`     the launcher's side: asks for the window, reads the ranks' files, the findings, their rendering
 
@@ -24,7 +25,8 @@ DIR_ENV = "DDPLAB_SANITIZE_DIR"  # the folder each rank writes its observations 
 OWNER_ENV = "DDPLAB_SANITIZE_OWNER"  # pid of the rank that installed: a DataLoader worker it spawns must not
 CONFIG = "config.json"  # written by the caller before the ranks start: {"steps": N}; absent = off
 DEFAULT_STEPS = 50  # long enough for a small script's second epoch, short enough that a real run pays nothing after
-CHECKS = ("samebatch", "epochorder", "paramsync", "sharedwrite")  # the check modules, in the order findings print
+# the check modules, in the order findings print
+CHECKS = ("samebatch", "epochorder", "paramsync", "sharedwrite", "placement")
 
 
 @dataclass
