@@ -28,7 +28,7 @@ def test_on_a_gpu_a_new_step_mark_is_progress_and_none_is_a_stall_whatever_the_g
     stuck = watch.look(_job(102.0, "step.8"), _view(100.0), now=200.0)
     assert not stuck.moving and stuck.since == 102.0 and stuck.gpus == {0}
     assert stuck.how == "no new step mark, GPU under 5 %"
-    assert stuck.last == "step mark step.8 (rank 0)"
+    assert stuck.last == "step marks rank 0 step.8"
 
 
 def test_a_gpu_job_without_marks_is_judged_by_utilisation_alone_and_says_so():

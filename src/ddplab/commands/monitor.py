@@ -69,7 +69,8 @@ def add_parser(sub) -> None:
         type=_pids,
         nargs="+",
         metavar="PID",
-        help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves",
+        help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves (with "
+        "--idle-after: only these jobs count, once ended or stalled, and no GPU but theirs)",
     )
     p.add_argument(
         "--once", action="store_true", help="one sample over --interval, then exit (1 if anything is flagged)"
@@ -139,65 +140,26 @@ def _idle_guard(args) -> int:
     if not args.then and not args.warn_only:
         first = "--idle-after" if args.idle_after is not None else "--budget"
         raise DdplabError(f"{first} needs --then COMMAND (what to run), or --warn-only")
-    if args.once or args.pids:
-        raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
+    if args.once:
+        raise DdplabError("the idle guard watches until it acts: drop --once")
+    pids = [pid for group in args.pids for pid in group] if args.pids else None
+    if pids:
+        from ddplab.observe.monitor import find_jobs
+
+        find_jobs(pids)  # a pid that does not exist is bad input, said now
     if args.since is not None and args.budget is None:
         raise DdplabError("--since is where --budget counts from: add --budget AMOUNT")
-    since = None if args.since is None else _since(args.since)
-    budget = spend.budget(args, _gpus_here(), since)
-    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log, budget)
+    since = None if args.since is None else spend.since(args.since)
+    budget = spend.budget(args, spend.gpus_here(), since)
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log, budget, pids)
     report.emit(result, args.json, _render_guard)
     return 0 if result.exit_code in (None, 0) else 1
 
 
-def _since(text: str) -> float:
-    """time.time() of --since: 'boot', a duration ago, a date-time or a time of today (local)."""
-    import datetime
-
-    import psutil
-
-    from ddplab.observe.idle import parse_duration
-
-    text = text.strip()
-    if text.lower() == "boot":
-        return psutil.boot_time()
-    try:
-        return time.time() - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        try:
-            when = datetime.datetime.combine(datetime.date.today(), datetime.time.fromisoformat(text))
-        except ValueError:
-            raise DdplabError(
-                f"--since {text!r} is not a time: give 'boot', 2026-12-05T09:00, 09:00 (today) or 90m (ago)"
-            ) from None
-    at = when.timestamp()
-    if at > time.time():
-        raise DdplabError(f"--since {text!r} is in the future: give when the spending began")
-    return at
-
-
-def _gpus_here() -> int:
-    """GPUs this machine pays for: NVML's count; a machine without GPUs is priced as one (--price per machine-hour)."""
-    from ddplab.observe.monitor import Sampler
-
-    sampler = Sampler()
-    try:
-        gpus, _ = sampler.nvml.read()
-    finally:
-        sampler.close()
-    return max(len(gpus), 1)
-
-
 def _render_guard(con, r) -> None:
     if r.exit_code is not None:
-        con.print(
-            f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})", markup=False
-        )
-        con.print(f"reason: {r.reason}", markup=False)
+        # The reason was logged as the command ran (and is in --json): once is enough on a terminal.
+        con.print(f"guard: ran: {r.command}  (exit status {r.exit_code})", markup=False)
     else:
         con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""))
 

@@ -62,6 +62,13 @@ class Budget:
         return False
 
 
+def check(budget: Budget | None, log: Callable[[str], None]) -> None:
+    """The launcher's hook, called as it watches the ranks: at the cap, the stop, once."""
+    if budget is not None and budget.reached_at is None and budget.poll(log):
+        log(budget.reason() + ": every rank saves and stops, as on a preemption")
+        stop_like_a_preemption()
+
+
 def stop_like_a_preemption() -> None:
     """The notice a cloud's reclaim sends, from within: the launcher's preemption Forwarder catches it and every
     rank saves (ddplab.resume) and leaves with exit 4."""

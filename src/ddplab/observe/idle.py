@@ -56,12 +56,13 @@ def clock(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
-def what_is_busy(sampler, watch: StallWatch) -> tuple[list[str], list[Look]]:
+def what_is_busy(sampler, watch: StallWatch, pids: list[int] | None = None) -> tuple[list[str], list[Look]]:
     """Why this machine is not idle now, one reason per busy job or GPU (empty when idle), and the jobs whose ranks
-    are alive but stalled (observe.stall): they count as idle, and so do the GPUs only they use."""
+    are alive but stalled (observe.stall): they count as idle, and so do the GPUs only they use. pids: only the jobs
+    of these processes count (and only their GPUs)."""
     from ddplab.observe.monitor import find_jobs
 
-    jobs = find_jobs()
+    jobs = find_jobs(pids)
     sampler.track(jobs)
     snap = sampler.sample(jobs)
     reasons, stalled = [], []
@@ -83,7 +84,7 @@ def what_is_busy(sampler, watch: StallWatch) -> tuple[list[str], list[Look]]:
     theirs = {g for look in stalled for g in look.gpus}
     stuck = {look.job for look in stalled}
     others = {r.gpu for view in snap.jobs if view.id not in stuck for r in view.ranks}
-    for g in snap.gpus:
+    for g in [] if pids else snap.gpus:
         if g.index in theirs and g.index not in others:
             continue  # held by a stalled job: busy-looking, paid for nothing
         util = g.util_percent or 0.0
@@ -128,6 +129,7 @@ def guard(
     interval: float,
     log: Callable[[str], None],
     budget: Budget | None = None,
+    pids: list[int] | None = None,
 ) -> GuardResult:
     """Watch until the machine has been idle for `idle_after` seconds, or `budget` is spent, then run `command` (or
     warn). idle_after None: the budget alone."""
@@ -155,7 +157,8 @@ def guard(
             if gpus
             else ""
         )
-        + f" ({result.gpus}); after {clock(idle_after)} idle, counted from now, {action}"
+        + (f" ({result.gpus})" if not pids else f"; only the job(s) of pid {', '.join(map(str, pids))}")
+        + f"; after {clock(idle_after)} idle, counted from now, {action}"
     )
     start = time.monotonic()
     idle_since: float | None = start
@@ -169,7 +172,7 @@ def guard(
                 over_budget = True  # --warn-only: said once
                 if _act(result, budget.reason(), log):
                     return result
-            reasons, stalled = what_is_busy(sampler, watch)
+            reasons, stalled = what_is_busy(sampler, watch, pids)
             now = time.monotonic()
             result.watched_s = now - start
             if {s.job for s in stalled} - stalled_before:

@@ -76,14 +76,15 @@ class StallWatch:
         utils = [r.gpu_util_percent for r in live if r.gpu_util_percent is not None]
         look = Look(job.id, len(live), True, "", now, "", gpus, targets=[(r.pid, r.rank, r.local_rank) for r in live])
         st = self.state.get(job.id)
+        marks = ", ".join(f"rank {m.rank} {m.phase}" for m in marked)
         if st is None or st.pids != pids:  # first seen, or restarted with new ranks: a fresh start is progress
-            last = f"step mark {newest.phase} (rank {newest.rank})" if newest else "started"
+            last = f"step marks {marks}" if newest else "started"
             self.state[job.id] = _State(now, pids, cpu, newest.last_mark if newest else None, now, last)
             look.how, look.last = "just seen", last
             return look
         moved = []
         if newest is not None and (st.mark is None or newest.last_mark > st.mark):
-            st.mark, st.last = newest.last_mark, f"step mark {newest.phase} (rank {newest.rank})"
+            st.mark, st.last = newest.last_mark, f"step marks {marks}"
             st.since = max(st.since, newest.last_mark)
             moved.append(f"step mark {newest.phase}")
         cores = (cpu - st.cpu) / max(now - st.at, 1e-3)

@@ -81,3 +81,45 @@ def budget(args, gpus: int, since: float | None = None) -> Budget | None:
         f"{r.label} x {billed} GPU(s)",
         time.time() if since is None else since,
     )
+
+
+def since(text: str) -> float:
+    """time.time() of --since: 'boot', a duration ago, a date-time or a time of today (local)."""
+    import datetime
+
+    import psutil
+
+    from ddplab.observe.idle import parse_duration
+
+    text = text.strip()
+    if text.lower() == "boot":
+        return psutil.boot_time()
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            when = datetime.datetime.combine(datetime.date.today(), datetime.time.fromisoformat(text))
+        except ValueError:
+            raise DdplabError(
+                f"--since {text!r} is not a time: give 'boot', 2026-12-05T09:00, 09:00 (today) or 90m (ago)"
+            ) from None
+    at = when.timestamp()
+    if at > time.time():
+        raise DdplabError(f"--since {text!r} is in the future: give when the spending began")
+    return at
+
+
+def gpus_here() -> int:
+    """GPUs this machine pays for: NVML's count; a machine without GPUs is priced as one (--price per machine-hour)."""
+    from ddplab.observe.monitor import Sampler
+
+    sampler = Sampler()
+    try:
+        gpus, _ = sampler.nvml.read()
+    finally:
+        sampler.close()
+    return max(len(gpus), 1)
