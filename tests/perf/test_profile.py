@@ -314,3 +314,22 @@ def test_every_part_worth_5_percent_is_named_even_without_a_cause():
         "backward 83 %: the model's own compute (gradients: about twice the forward's work)",
         "other 17 %: Python between the parts: the loss, logging, metrics, the loop itself (the traces show which op)",
     ]
+
+
+def test_ddps_own_exposed_all_reduce_is_named_when_nothing_else_explains_it():
+    from ddplab.perf.profile import breakdown, causes
+
+    events = [
+        _x("ProfilerStep#1", 0, 1000),
+        _x("DistributedDataParallel.forward", 10, 100),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 200),
+        _c10d(150, 1 << 20),  # DDP's one bucket, from its hook inside backward
+        _x("gloo:all_reduce", 152, 700, tid=2),  # runs far past backward's end: the rank waits 532 µs
+        _x("Optimizer.step#SGD.step", 900, 50),
+    ]
+    b = breakdown({"traceEvents": events}, 0)
+    assert b.collectives.calls == {"ddp": 1, "script": 0}
+    found = causes([b], {0: {"ddp": [{"bucket_sizes": [1 << 22], "param_bytes": 1 << 22}]}}, None)
+    assert [c.key for c in found] == ["ddp_comm"]
+    assert "1 all-reduce(s) per step in 1 bucket(s) (4.0 MiB of gradients)" in found[0].evidence
+    assert found[0].gain_ms * 1000 == pytest.approx(532 / 2)
