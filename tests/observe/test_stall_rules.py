@@ -27,7 +27,7 @@ def test_on_a_gpu_a_new_step_mark_is_progress_and_none_is_a_stall_whatever_the_g
     assert look.moving and look.how == "step mark step.8" and look.since == 102.0
     stuck = watch.look(_job(102.0, "step.8"), _view(100.0), now=200.0)
     assert not stuck.moving and stuck.since == 102.0 and stuck.gpus == {0}
-    assert stuck.how == "no new step mark, GPU under 5 %"
+    assert stuck.how == "no new step mark, GPU 100 % (a rank waiting in NCCL keeps its GPU busy too)"
     assert stuck.last == "step marks rank 0 step.8"
 
 

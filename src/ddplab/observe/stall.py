@@ -103,11 +103,13 @@ class StallWatch:
             look.how = ", ".join(moved)
         else:
             look.moving = False
-            look.how = ("no new step mark" if marked else "no step mark") + (
-                f", GPU under {IDLE_GPU_PERCENT:g} %" + ("" if marked else " (utilisation alone: cannot tell)")
-                if utils
-                else f", CPU {cores:.2f} core(s)"
-            )
+            if not utils:
+                gpu = f", CPU {cores:.2f} core(s)"
+            elif marked:  # the marks decide; the GPU's reading is no evidence either way
+                gpu = f", GPU {max(utils):.0f} % (a rank waiting in NCCL keeps its GPU busy too)"
+            else:
+                gpu = f", GPU under {IDLE_GPU_PERCENT:g} % (utilisation alone: cannot tell)"
+            look.how = ("no new step mark" if marked else "no step mark") + gpu
         look.since, look.last = st.since, st.last
         return look
 
