@@ -136,7 +136,7 @@ def guard(
     from ddplab.observe.monitor import Sampler
 
     sampler = Sampler()  # for its NVML reader: no GPU, no driver -> no GPUs, and jobs alone decide
-    watch = StallWatch()
+    watch = StallWatch(idle_after or 60.0)
     gpus, nvml = sampler.nvml.read()
     result = GuardResult(idle_after, command, warn_only, f"{len(gpus)} GPU(s) watched" if nvml == "ok" else nvml)
     action = "then warn (--warn-only)" if warn_only else f"then run: {command}"

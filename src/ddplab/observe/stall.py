@@ -8,7 +8,11 @@ The evidence, the launcher's own (ddplab.launcher.hang), taken in this order at 
   sleep in a recv and use none. This is what tells a long step from a hang: a 10-minute eval burns CPU all along;
 - GPU ranks: their host may spin at 100 % of a core inside a CUDA synchronisation while the GPU waits in NCCL, so
   CPU time proves nothing there: step marks decide; a GPU job that gives no step mark is judged by its GPUs'
-  utilisation alone, and the guard says it cannot tell (a rank hung in NCCL keeps its GPU at ~100 %).
+  utilisation alone, and the guard says it cannot tell (a rank hung in NCCL keeps its GPU at ~100 %);
+- Flight Recorder sequence numbers: ranks under `ddplab launch` record their collectives and answer a request for
+  the record (flight.reader, as the launcher's hang watch asks); a job without step marks that looks quiet by the
+  rest is asked, at most every FLIGHT_EVERY of the window: a collective started since the last answer is progress
+  (a job slow in communication, its CPU idle), and the newest one is what it last did.
 A job is stalled at a sample that shows none of these; the guard counts the machine idle while every job is finished
 or stalled, so a job fires it once it has shown no progress for the whole window. What each stalled rank last did is
 read from outside (py-spy, as the launcher's hang report does) when the guard acts.
@@ -27,6 +31,8 @@ import psutil
 IDLE_CORES = 0.1
 # = observe.idle.IDLE_GPU_PERCENT: a GPU under this is not running kernels.
 IDLE_GPU_PERCENT = 5.0
+FLIGHT_EVERY = 0.25  # of the window, between two requests for the ranks' records (each rank writes its record)
+FLIGHT_ANSWER_S = 3.0  # = launcher.hang.FLIGHT_ANSWER_S: a rank waiting in C++ answers from a thread of its own
 
 
 @dataclass
@@ -52,13 +58,17 @@ class _State:
     mark: float | None  # time of the newest step mark seen
     since: float
     last: str
+    flight_dir: str | None = None  # where the ranks answer Flight Recorder requests ("" : they do not)
+    flight_at: float = 0.0
+    seqs: tuple | None = None  # (rank, group, newest sequence number) at the last answer
 
 
 class StallWatch:
     """Keeps each job's evidence between samples (CPU time and marks are judged as they change)."""
 
-    def __init__(self):
+    def __init__(self, window: float = 60.0):
         self.state: dict[str, _State] = {}
+        self.flight_every = max(window * FLIGHT_EVERY, 1.0)
 
     def look(self, job, view, now: float | None = None) -> Look | None:
         """job: an observe.monitor._Job (its members' marks), view: its JobView from the same sample (status,
@@ -99,6 +109,8 @@ class StallWatch:
             st.since = now
             if not marked:
                 st.last = f"used CPU ({cores:.1f} core(s))"
+        if not moved and not marked and (seen := self._flight(st, live, now)):
+            moved.append(seen)
         if moved:
             look.how = ", ".join(moved)
         else:
@@ -112,6 +124,44 @@ class StallWatch:
             look.how = ("no new step mark" if marked else "no step mark") + gpu
         look.since, look.last = st.since, st.last
         return look
+
+    def _flight(self, st: _State, live, now: float) -> str | None:
+        """'new collectives' when the ranks' Flight Recorder records show a collective started since the last
+        answer; st.last names the newest. None without records, or when nothing new (or not asked this time)."""
+        from ddplab.flight import rankdump
+        from ddplab.flight import reader as flight
+
+        if st.flight_dir is None:
+            env = {}
+            with contextlib.suppress(psutil.Error, OSError):
+                env = psutil.Process(live[0].pid).environ()
+            st.flight_dir = env.get(rankdump.DIR_ENV, "")
+        ranks = [r.rank for r in live if r.rank is not None]
+        if not st.flight_dir or not ranks or now - st.flight_at < self.flight_every:
+            return None
+        st.flight_at = now
+        try:
+            dumps = flight.request_dumps(st.flight_dir, ranks, timeout=FLIGHT_ANSWER_S)
+        except OSError:  # the run ended and took its folder
+            return None
+        newest = {}
+        for rank, record in dumps.items():
+            for group, seqs in flight.collectives(record).items():
+                if seqs:
+                    newest[(rank, group)] = seqs[max(seqs)]
+        seqs = tuple(sorted((rank, group, int(e["collective_seq_id"])) for (rank, group), e in newest.items()))
+        if not seqs:
+            return None
+        moved = st.seqs is not None and seqs != st.seqs
+        st.seqs = seqs
+        st.last = "collectives (Flight Recorder) " + ", ".join(
+            f"rank {rank} {str(e.get('profiling_name', '?')).rsplit(':', 1)[-1]} #{e['collective_seq_id']}"
+            for (rank, _), e in sorted(newest.items())
+        )
+        if moved:
+            st.since = now
+            return "new collectives (Flight Recorder)"
+        return None
 
 
 def _cpu_seconds(pids) -> float:
