@@ -23,9 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANT = ROOT / "tests" / "scripts" / "profile_plant.py"
-PLANTS = ["loader", "rank", "item", "buckets", "unused", "nosync", "threads"]
+PLANTS = ["loader", "rank", "item", "buckets", "unused", "nosync", "threads", "stats"]
 EXPECTED = {"loader": "data", "rank": "straggler", "item": "host_sync", "buckets": "buckets", "unused": "unused",
-            "nosync": "no_sync", "threads": "threads"}
+            "nosync": "no_sync", "threads": "threads",
+            "stats": "own_collectives"}
 STEPS, TIME_FROM = 30, 6
 
 

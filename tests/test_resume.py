@@ -57,11 +57,14 @@ def run_script(tmp: Path, name: str, *extra: str, expect: int = 0, timeout: floa
     return ran
 
 
+REFERENCE_S: list[float] = []
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """One uninterrupted 2-rank run of the script: its loss per step and its final weights' digest."""
     tmp = tmp_path_factory.mktemp("reference")
-    run_script(tmp, "ref")
+    REFERENCE_S.append(run_script(tmp, "ref").seconds)  # start-up and 48 quick steps on this machine, now
     return losses(tmp / "ref.losses"), (tmp / "ref.out").read_text()
 
 
@@ -132,6 +135,36 @@ def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_
     ran = run_script(tmp_path, "run")
     assert f"resumed at step {saved} " in ran.out
     assert losses(log) == ref_losses  # the whole curve, bitwise, the steps after the resume included
+    assert (tmp_path / "run.out").read_text() == ref_out
+
+
+def test_a_budget_reached_mid_run_saves_like_a_preemption_and_resumes_bitwise(reference, tmp_path, no_leftover_workers):
+    """`ddplab launch --budget 1 --price P` for 2 ranks, P chosen so that the cap falls 10 s after the time the
+    reference run took (its start-up and 48 quick steps, on this machine under its present load: a fixed time was
+    reached before the first step at load 15 on 2 cores); this run's 48 steps take 1 s each, so the cap falls
+    mid-run: a warning at 80 %, then every rank saves at one step, exit 4, and the same command without the budget
+    resumes it to the uninterrupted run's curve, bitwise."""
+    ref_losses, ref_out = reference
+    ckpt, log = tmp_path / "run", tmp_path / "run.losses"
+    cap_s = REFERENCE_S[0] + 10
+    price = f"{3600 / (2 * cap_s):.4f}"
+    args = [str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"), "--sleep", "1"]
+    ran = cli(*LAUNCH, "--budget", "1", "--price", price, *args, timeout=150 + cap_s)
+    assert ran.code == 4, ran.out + ran.err[-3000:]
+    assert re.search(r"^ddplab launch: WARN budget: 0\.8\d+ USD spent of 1\.00 USD", ran.err, re.M), ran.err[-3000:]
+    said = re.search(
+        r"^ddplab launch: preempted \(budget reached: 1\.0\d+ USD spent of 1\.00 USD since \S+ at \S+ USD/GPU-hour "
+        r"\(--price\) x 2 GPU\(s\)\), state saved at step (\d+): ",
+        ran.out,
+        re.M,
+    )
+    assert said, ran.out
+    saved = int(said.group(1))
+    assert 0 < saved < len(ref_losses) and lines_in(log) >= saved, (saved, lines_in(log))
+    assert not (tmp_path / "o").exists()
+    again = run_script(tmp_path, "run")
+    assert f"resumed at step {saved} " in again.out
+    assert losses(log) == ref_losses
     assert (tmp_path / "run.out").read_text() == ref_out
 
 

@@ -216,3 +216,18 @@ def _seconds(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 30")
     return value
+
+
+def add_budget(parser, what: str) -> None:
+    """--budget AMOUNT and how it is priced (ddplab.perf.spend): --price, or --gpu/--provider/--tier from the table."""
+    parser.add_argument(
+        "--budget",
+        type=positive_float,
+        metavar="AMOUNT",
+        help=f"stop {what} once this much has been spent (time x price); a warning at 80 %%",
+    )
+    parser.add_argument("--price", type=positive_float, metavar="P", help="--budget's rate: P per GPU-hour")
+    parser.add_argument("--currency", default="USD", metavar="CODE", help="--price's currency (default USD)")
+    parser.add_argument("--gpu", metavar="NAME", help="--budget's rate from ddplab's price table (`ddplab cost`)")
+    parser.add_argument("--provider", metavar="NAME", help="with --gpu: the provider's row (RunPod, AWS, ...)")
+    parser.add_argument("--tier", metavar="TIER", help="with --gpu: secure, community, spot or on-demand")

@@ -17,6 +17,7 @@ TOP = {
     "unused": "unused",
     "nosync": "no_sync",
     "threads": "threads",
+    "stats": "own_collectives",
 }
 
 
@@ -74,14 +75,18 @@ def check_chrome_trace(path: Path, steps: int = 5) -> None:
     assert {e["ph"] for e in events} <= set("BEXiIPCMbnesftsO")  # the phases the format defines
 
 
-@pytest.mark.parametrize("plant", ["loader", "buckets"])
+@pytest.mark.parametrize("plant", ["loader", "buckets", "stats"])
 def test_planted_slowdown_is_the_top_cause(tmp_path, plant, no_leftover_workers):
     p = check_whole(profiled(tmp_path, plant), tmp_path)
     top = top_code_cause(p)
     assert top["key"] == TOP[plant], p["causes"]
     assert top["fix"] and 0 < top["gain_ms"] and 0 < top["gain_share"] < 1
-    fix_words = {"loader": "num_workers", "buckets": "bucket_cap_mb"}[plant]
+    fix_words = {"loader": "num_workers", "buckets": "bucket_cap_mb", "stats": "batch them into one tensor"}[plant]
     assert fix_words in top["fix"]
+    if plant == "stats":  # all-reduces each parameter tensor's norm after each step: 12 tensors, 12 scalars
+        assert top["title"] == "the script's own collectives: 12 per step", top
+        assert "allreduce x12 per step" in top["evidence"] and "1 element(s) each" in top["evidence"], top
+    assert p["parts_named"], p
 
 
 @pytest.mark.slow
@@ -98,6 +103,7 @@ def test_text_output_names_cause_fix_and_kept_folder(tmp_path, no_leftover_worke
     ran = cli("launch", "--profile", "--no-lint", PLANT, "loader", "--steps", "10", timeout=300)
     assert ran.code == 0, ran.err[-3000:]
     assert "1. slow data loading" in ran.out and "fix: DataLoader(" in ran.out
+    assert "USDT:" not in ran.out + ran.err and "profiler_start" not in ran.out + ran.err  # kineto's own lines
     kept = ran.out.strip().splitlines()[-1].removeprefix("  logs: ")
     assert (Path(kept) / "profile" / "rank0.trace.json").exists()  # a profiled run keeps its folder
     import shutil
@@ -257,3 +263,73 @@ def test_train_profile_breaks_down_the_recipes_steps(no_leftover_workers):
             check_chrome_trace(Path(r["trace"]), steps=4)
     finally:
         shutil.rmtree(p["folder"], ignore_errors=True)
+
+
+def _c10d(ts, elements=1):
+    return {**_x("c10d::allreduce_", ts, 2), "args": {"Input Dims": [[[elements]], [], [], [], [], []]}}
+
+
+def test_the_scripts_own_collectives_are_told_from_ddps_counted_sized_and_named():
+    """A step as the trace of a script that all-reduces a statistic of each parameter after optimizer.step() shows
+    it (seen in real traces: a c10d::allreduce_ on the main thread per call, the gloo work on the backend's thread,
+    the rank idle while it waits): DDP's own call inside backward stays DDP's; the three after the step are the
+    script's, their waits are theirs; the cause names how many, how large, and the fix."""
+    from ddplab.perf.profile import breakdown, causes, name_parts
+
+    events = [
+        _x("ProfilerStep#1", 0, 1000),
+        _x("DistributedDataParallel.forward", 10, 100),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 100),
+        {**_c10d(150, 4096)},  # DDP's bucket, from its autograd hook
+        _x("gloo:all_reduce", 150, 150, tid=2),
+        _x("Optimizer.step#SGD.step", 300, 50),
+        _c10d(400),
+        _x("gloo:all_reduce", 402, 150, tid=2),
+        _c10d(560),
+        _x("gloo:all_reduce", 562, 150, tid=2),
+        _c10d(720),
+        _x("gloo:all_reduce", 722, 150, tid=2),
+    ]
+    b = breakdown({"traceEvents": events}, 0)
+    c = b.collectives
+    assert c.calls == {"ddp": 1, "script": 3} and c.ops == {"allreduce": 3} and c.elements == [1, 1, 1]
+    assert c.exposed_ms["script"] * 1000 == pytest.approx(3 * 150) and c.exposed_ms["ddp"] * 1000 == pytest.approx(80)
+    found = causes([b], {0: {"ddp": [{"bucket_sizes": [4096]}]}}, None)
+    own = next(x for x in found if x.key == "own_collectives")
+    assert own.title == "the script's own collectives: 3 per step"
+    assert "allreduce x3 per step" in own.evidence and "1 element(s) each" in own.evidence
+    assert own.fix.startswith("batch them into one tensor") and "every N steps" in own.fix
+    assert own.gain_ms * 1000 == pytest.approx(3 * 150 * 2 / 3)  # batched: one call's wait is left
+    named = name_parts([b], found)
+    assert any(line.startswith("exposed comm") and "cause" in line for line in named), named
+    assert all(float(line.split(" %")[0].split()[-1]) >= 5 for line in named)  # only parts worth 5 % or more
+
+
+def test_every_part_worth_5_percent_is_named_even_without_a_cause():
+    from ddplab.perf.profile import name_parts
+
+    r = _rank(0, [50, 50], wait=0.0)
+    r.parts["other"], r.step_ms = 10.0, 60.0  # 17 % of the step in Python between the parts
+    assert name_parts([r], []) == [
+        "backward 83 %: the model's own compute (gradients: about twice the forward's work)",
+        "other 17 %: Python between the parts: the loss, logging, metrics, the loop itself (the traces show which op)",
+    ]
+
+
+def test_ddps_own_exposed_all_reduce_is_named_when_nothing_else_explains_it():
+    from ddplab.perf.profile import breakdown, causes
+
+    events = [
+        _x("ProfilerStep#1", 0, 1000),
+        _x("DistributedDataParallel.forward", 10, 100),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 120, 200),
+        _c10d(150, 1 << 20),  # DDP's one bucket, from its hook inside backward
+        _x("gloo:all_reduce", 152, 700, tid=2),  # runs far past backward's end: the rank waits 532 µs
+        _x("Optimizer.step#SGD.step", 900, 50),
+    ]
+    b = breakdown({"traceEvents": events}, 0)
+    assert b.collectives.calls == {"ddp": 1, "script": 0}
+    found = causes([b], {0: {"ddp": [{"bucket_sizes": [1 << 22], "param_bytes": 1 << 22}]}}, None)
+    assert [c.key for c in found] == ["ddp_comm"]
+    assert "1 all-reduce(s) per step in 1 bucket(s) (4.0 MiB of gradients)" in found[0].evidence
+    assert found[0].gain_ms * 1000 == pytest.approx(532 / 2)

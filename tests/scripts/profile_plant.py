@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 2 profile_plant.py PLANT [--fixed] [--steps N]
 
-PLANT: none | loader | rank | item | buckets | unused | nosync | threads. --fixed applies the fix ddplab names for
+PLANT: none | loader | rank | item | buckets | unused | nosync | threads | stats. --fixed applies the fix ddplab names for
 that planting (the planting itself stays: a slow dataset gets workers; a slow rank keeps its extra work off).
 """
 
@@ -83,6 +83,13 @@ def main():
                 a = torch.tanh(a @ a)  # one rank doing work the others do not
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if plant == "stats":  # a "monitoring" habit: every parameter tensor's norm averaged over the ranks
+            norms = [q.detach().norm() for q in model.parameters()]
+            if fixed:
+                dist.all_reduce(torch.stack(norms))  # one collective for all of them
+            else:
+                for norm in norms:
+                    dist.all_reduce(norm)  # one tiny collective per tensor: each pays the fixed latency
         ends.append(time.perf_counter())
     if args.time_from and rank == 0:
         timed = ends[args.time_from - 1:]

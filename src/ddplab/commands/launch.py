@@ -23,7 +23,10 @@ Around torchrun it adds:
   is stuck, related lint findings, every worker ended, exit 3;
 - the machine taken away: SIGTERM/SIGUSR1/SIGUSR2 to ddplab is passed to every rank as SIGTERM; a script using
   ddplab.resume saves at the same step on every rank within --grace S (default 30), then everything is ended:
-  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1).
+  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1);
+- `--budget AMOUNT --price P` (per GPU-hour; or --gpu/--provider from the price table): once the job has cost that
+  much since the launch (P x this machine's ranks, or its GPUs in whole boxes), it stops the same way: saved, exit 4,
+  resumable; a warning at 80 %. The budget is per launch: the resumed run counts afresh.
 
 The agent (torchrun) runs in a process group of its own, so that every worker can always be ended.
 """
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
+from ddplab.perf import spend
 
 
 def add_parser(sub) -> None:
@@ -78,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "CPU or every rank seen in the same distributed wait twice confirms it",
     )
     cliargs.add_grace(group)
+    cliargs.add_budget(group, "this job, counted from the launch: it saves and ends as on a preemption (exit 4)")
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument(
         "--json",
@@ -115,7 +120,7 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
     early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile", sanitizer.DIR_ENV: "sanitize"})
     try:
-        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps = _options(
+        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps, pricing = _options(
             early.parser(build_parser), argv
         )
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
@@ -143,6 +148,12 @@ def run(args) -> int:
 
         profile.request(early.folder / "profile", profile_steps)
     sanitizer.request(early.folder / "sanitize", sanitize_steps)  # the findings: analyse() reads them
+    budget = spend.budget(pricing, plan.nproc, since=started)  # this machine's ranks, from the command's start
+    if budget is not None:
+        report.log(
+            f"ddplab launch: budget {budget.money(budget.cap)} at {budget.priced} = {budget.money(budget.per_hour)}"
+            f"/hour: the cap falls {budget.seconds_left():.0f} s from now (a warning at 80 %)"
+        )
     ran = run_script(
         early,
         vars(ns),
@@ -151,6 +162,7 @@ def run(args) -> int:
         since=started,
         output=sys.stderr if as_json else sys.stdout,
         grace=grace,
+        budget=budget,
     )
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
         from ddplab.launcher.preempt import outcome
@@ -175,13 +187,18 @@ def run(args) -> int:
     return result.exit_code
 
 
+BUDGET_FLAGS = ("budget", "price", "currency", "gpu", "provider", "tier")  # cliargs.add_budget's
+
+
 def _options(parser, argv: list[str]):
     """torchrun's options (for the agent) and ddplab's own, apart; the rank count defaults as every command's."""
     ns = parser.parse_args(_bare_profile(argv, len(argv)))
     if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
         ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
-    ours = (ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile, ns.sanitize_steps)
-    for name in ("hang_timeout", "no_lint", "json", "grace", "profile", "sanitize_steps"):
+    pricing = argparse.Namespace(**{name: getattr(ns, name) for name in BUDGET_FLAGS})
+    spend.rate(pricing)  # bad input before anything starts
+    ours = (ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile, ns.sanitize_steps, pricing)
+    for name in ("hang_timeout", "no_lint", "json", "grace", "profile", "sanitize_steps", *BUDGET_FLAGS):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         from ddplab.envinfo import cuda_available

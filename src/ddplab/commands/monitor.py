@@ -16,7 +16,8 @@ from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
-from ddplab import report
+from ddplab import cliargs, report
+from ddplab.errors import DdplabError
 
 
 def _pids(text: str) -> list[int]:
@@ -68,7 +69,8 @@ def add_parser(sub) -> None:
         type=_pids,
         nargs="+",
         metavar="PID",
-        help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves",
+        help="ranks or launchers (torchrun, ddplab) to watch; default: find running jobs by themselves (with "
+        "--idle-after: only these jobs count, once ended or stalled, and no GPU but theirs)",
     )
     p.add_argument(
         "--once", action="store_true", help="one sample over --interval, then exit (1 if anything is flagged)"
@@ -83,11 +85,19 @@ def add_parser(sub) -> None:
         "--idle-after",
         type=_duration,
         metavar="DURATION",
-        help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive and "
-        "every GPU quiet; then --then runs",
+        help="idle this long (90s, 15m, 1h30m), counted from now: no torchrun/ddplab rank alive, or only "
+        "stalled ones (no step mark, CPU ranks under 0.1 core), and every other GPU quiet; then --then runs with "
+        "the reason in DDPLAB_IDLE_REASON",
     )
     guard.add_argument("--then", metavar="COMMAND", help="shell command to run once, e.g. 'sudo shutdown -h now'")
     guard.add_argument("--warn-only", action="store_true", help="only warn when idle that long; keep watching")
+    cliargs.add_budget(guard, "this machine: --then runs")
+    guard.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="--budget counts from: 'boot' (the machine's start), a time (2026-12-05T09:00, 09:00 today), or a "
+        "duration ago (90m); default: now",
+    )
     p.set_defaults(run=run)
 
 
@@ -103,8 +113,13 @@ def _duration(text: str) -> float:
 def run(args) -> int:
     from ddplab.observe import monitor
 
-    if args.idle_after is not None or args.then or args.warn_only:
+    if args.idle_after is not None or args.then or args.warn_only or args.budget is not None:
         return _idle_guard(args)
+    if args.price is not None or args.gpu or args.provider or args.tier or args.since:
+        from ddplab.perf import spend
+
+        spend.rate(args)  # says which flag wants --budget
+        raise DdplabError("--since is where --budget counts from: add --budget AMOUNT")
 
     pids = [pid for group in args.pids for pid in group] if args.pids else None
     if args.once:
@@ -115,23 +130,36 @@ def run(args) -> int:
 
 
 def _idle_guard(args) -> int:
-    from ddplab.errors import DdplabError
     from ddplab.observe import idle
+    from ddplab.perf import spend
 
-    if args.idle_after is None:
-        raise DdplabError("--then and --warn-only belong to the idle guard: add --idle-after DURATION, e.g. 30m")
+    if args.idle_after is None and args.budget is None:
+        raise DdplabError(
+            "--then and --warn-only belong to the idle guard: add --idle-after DURATION, e.g. 30m (or --budget AMOUNT)"
+        )
     if not args.then and not args.warn_only:
-        raise DdplabError("--idle-after needs --then COMMAND (what to run), or --warn-only")
-    if args.once or args.pids:
-        raise DdplabError("the idle guard watches the whole machine: drop --once and --pids")
-    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log)
+        first = "--idle-after" if args.idle_after is not None else "--budget"
+        raise DdplabError(f"{first} needs --then COMMAND (what to run), or --warn-only")
+    if args.once:
+        raise DdplabError("the idle guard watches until it acts: drop --once")
+    pids = [pid for group in args.pids for pid in group] if args.pids else None
+    if pids:
+        from ddplab.observe.monitor import find_jobs
+
+        find_jobs(pids)  # a pid that does not exist is bad input, said now
+    if args.since is not None and args.budget is None:
+        raise DdplabError("--since is where --budget counts from: add --budget AMOUNT")
+    since = None if args.since is None else spend.since(args.since)
+    budget = spend.budget(args, spend.gpus_here(), since)
+    result = idle.guard(args.idle_after, args.then, args.warn_only, args.interval, report.log, budget, pids)
     report.emit(result, args.json, _render_guard)
     return 0 if result.exit_code in (None, 0) else 1
 
 
 def _render_guard(con, r) -> None:
     if r.exit_code is not None:
-        con.print(f"idle guard: after {r.idle_s:.0f}s idle, ran: {r.command}  (exit status {r.exit_code})")
+        # The reason was logged as the command ran (and is in --json): once is enough on a terminal.
+        con.print(f"guard: ran: {r.command}  (exit status {r.exit_code})", markup=False)
     else:
         con.print(f"idle guard: stopped after {r.watched_s:.0f}s" + (", having warned" if r.fired else ""))
 

@@ -21,6 +21,7 @@ from ddplab import faults
 from ddplab.errors import DdplabError
 from ddplab.flight import reader as flight
 from ddplab.launcher import agent, preempt
+from ddplab.launcher import budget as spending
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
@@ -160,6 +161,7 @@ def run_script(
     since: float,
     output,
     grace: float = preempt.DEFAULT_GRACE_S,
+    budget: spending.Budget | None = None,
 ) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang.
@@ -187,6 +189,7 @@ def run_script(
                     break
                 time.sleep(0.05)
                 continue
+            spending.check(budget, lambda line: print(f"ddplab launch: {line}", file=sys.stderr, flush=True))
             stacks = watch.poll()
             if stacks is not None:
                 status = "hang"
@@ -208,7 +211,7 @@ def run_script(
     preempted = None
     if notice.requested and status == "ok":
         status = "preempted"
-        preempted = {"signal": notice.name, "grace": grace}
+        preempted = {"signal": budget.reason() if budget and budget.reached_at else notice.name, "grace": grace}
     note = preempt.read_note(early.folder)
     if status == "ok" and (outcome["failures"] or outcome.get("launcher_error")):
         status = "failed"

@@ -19,7 +19,9 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 
 from ddplab import afterimport
@@ -93,14 +95,43 @@ def _start() -> None:
         activities.append(ProfilerActivity.CUDA)
     s = _state
     # A schedule (always record) makes the profiler mark each step as a ProfilerStep#N range; none would not.
-    s["prof"] = profile(activities=activities, schedule=lambda step: ProfilerAction.RECORD)
+    # record_shapes: the sizes of the script's own collectives (perf/profile_comm.py), a few µs per op.
+    s["prof"] = profile(activities=activities, schedule=lambda step: ProfilerAction.RECORD, record_shapes=True)
     _mark_post_forward(True)
     s["rusage0"] = resource.getrusage(resource.RUSAGE_SELF)
     s["t0"] = time.perf_counter()
-    s["prof"].start()
+    _without_kineto_lines(s["prof"].start)
     import atexit
 
     atexit.register(_abandon, os.getpid())
+
+
+# Kineto's own log lines, "USDT:2026-12-05 12:22:16 28448:28448 SyncActivityProfilerHandler.cpp:52] profiler_start"
+# (and STAGE:, INFO:), written by C++ on fd 2 as the profiler starts and stops: news to nobody running a script.
+# KINETO_LOG_LEVEL cannot drop USDT lines without dropping kineto's errors too (USDT is its highest level).
+KINETO_LINE = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\] ")
+
+
+def _without_kineto_lines(call) -> None:
+    """call() with fd 2 caught in a file, then everything it caught written back but kineto's own log lines. The file
+    lives in memory (memfd: no file of the ranks' in /tmp, which the sanitizer would see as both ranks writing one)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    memfd = getattr(os, "memfd_create", None)
+    with open(memfd("ddplab-kineto"), "w+b") if memfd else tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            call()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not KINETO_LINE.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
 
 
 def _abandon(owner: int) -> None:
@@ -109,7 +140,7 @@ def _abandon(owner: int) -> None:
     prof = _state.get("prof")
     if prof is not None and os.getpid() == owner:
         _state["prof"] = None
-        prof.stop()
+        _without_kineto_lines(prof.stop)
         _mark_post_forward(False)
 
 
@@ -117,7 +148,7 @@ def _finish() -> None:
     import resource
 
     prof, s = _state["prof"], _state
-    prof.stop()
+    _without_kineto_lines(prof.stop)
     _mark_post_forward(False)
     wall = time.perf_counter() - s["t0"]
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab.perf import profhook
+from ddplab.perf import profhook, profile_comm
 
 PARTS = ("data", "forward", "ddp_post_forward", "backward", "optimizer", "comm_exposed", "host_sync", "other")
 LABELS = {
@@ -59,6 +59,7 @@ class RankBreakdown:
     forwards_per_step: float
     trace: str
     busy_ms: list = field(default_factory=list)  # each step's time less its exposed communication
+    collectives: profile_comm.Collectives = field(default_factory=profile_comm.Collectives)  # whose, how many
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Profile:
     causes: list[Cause] = field(default_factory=list)
     plot: str | None = None
     problem: str | None = None  # why there is nothing to show
+    parts_named: list[str] = field(default_factory=list)  # each part above MIN_SHARE: what it is, which cause
 
     def show(self, con) -> None:
         render(con, self)
@@ -112,6 +114,7 @@ def analyse(folder: Path, plot: bool = True) -> Profile:
         return result
     result.straggler = straggler(result.ranks)
     result.causes = causes(result.ranks, facts, result.straggler)
+    result.parts_named = name_parts(result.ranks, result.causes)
     if plot:
         from ddplab.perf.profile_plot import breakdown_png
 
@@ -143,6 +146,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     syncs = [_span(e) for e in events if e["tid"] == main and _is_sync(e)]
     totals = dict.fromkeys(PARTS, 0.0)
     busy = []
+    exposed_all: list = []
     for step in steps:
         window = [_span(step)]
         taken: list = []
@@ -152,6 +156,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
             taken = _union(taken + mine)
         exposed = _subtract(_clip(comm, window), taken)
         totals["comm_exposed"] += _length(exposed)
+        exposed_all += exposed
         busy.append((step["dur"] - _length(exposed)) / 1000)
         taken = _union(taken + exposed)
         gaps = _subtract(window, taken)
@@ -163,6 +168,8 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
     in_steps = lambda e: any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)  # noqa: E731
     calls = sum(1 for e in events if e["name"] == "c10d::allreduce_" and in_steps(e))
     forwards = sum(1 for e in events if names["forward"](e) and in_steps(e))
+    reducer = [_span(e) for e in events if e["tid"] == main and e["name"].startswith("torch.distributed.ddp.")]
+    ddp_spans = spans["forward"] + spans["ddp_post_forward"] + spans["backward"] + reducer
     return RankBreakdown(
         rank=rank,
         steps=n,
@@ -172,6 +179,7 @@ def breakdown(trace: dict, rank: int, path: str = "") -> RankBreakdown:
         forwards_per_step=forwards / n,
         trace=path,
         busy_ms=busy,
+        collectives=profile_comm.attribute(events, main, steps, ddp_spans, exposed_all),
     )
 
 
@@ -365,6 +373,7 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
             "model.require_backward_grad_sync = False for them)",
             comm_cost * (1 - 1 / forwards),
         )
+    _communication(add, ranks, ddp, {c.key for c in out}, step)
     threads, cores = any_facts.get("threads", 1), any_facts.get("cores", 1)
     local = any_facts.get("local_world_size", 1)
     if threads * local > cores:
@@ -393,6 +402,88 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
             cause.gain_share = cause.gain_ms / step if step else 0.0
     out = [c for c in out if c.gain_share >= MIN_SHARE]
     return sorted(out, key=lambda c: -c.gain_ms)
+
+
+EVERY_N = 10  # "reduce every N steps": the gain counted for it
+
+
+def _communication(add, ranks: list[RankBreakdown], ddp: dict, named: set, step: float) -> None:
+    """The exposed communication, by whose collectives it waited for (profile_comm): the script's own calls, and
+    DDP's gradient buckets when no more precise cause (small buckets, unused-parameter search, accumulation
+    without no_sync, a straggler) has named it already."""
+    comm = profile_comm.mean([r.collectives for r in ranks])
+    own, k = comm.exposed_ms["script"], comm.calls["script"]
+    if k > 0 and own > 0:
+        ops = ", ".join(f"{op} x{n:.0f}" for op, n in sorted(comm.ops.items(), key=lambda kv: -kv[1]))
+        batch = k >= 2
+        add(
+            "own_collectives",
+            f"the script's own collectives: {k:.0f} per step",
+            f"besides DDP's {comm.calls['ddp']:.0f} gradient all-reduce(s), the script itself calls {ops} per step "
+            f"(not DDP: outside its forward and backward), {profile_comm.sizes_text(comm.elements)}; the ranks wait "
+            f"{own:.2f} ms per step for them, and each call pays the collective's fixed latency",
+            (
+                "batch them into one tensor: torch.stack (or torch.cat of flattened tensors), one all_reduce, then "
+                "index the result; "
+                if batch
+                else ""
+            )
+            + f"or reduce only every N steps (e.g. {EVERY_N}), or only the values that are logged, when they are",
+            own * (1 - 1 / k) if batch else own * (1 - 1 / EVERY_N),
+        )
+    waited = comm.exposed_ms["ddp"]
+    if waited > 0 and not named & {"buckets", "unused", "no_sync", "straggler"}:
+        buckets = len(ddp.get("bucket_sizes") or []) or round(comm.calls["ddp"]) or 1
+        grads = f" ({ddp['param_bytes'] / 2**20:.1f} MiB of gradients)" if ddp.get("param_bytes") else ""
+        add(
+            "ddp_comm",
+            "DDP's gradient all-reduce is not hidden behind backward",
+            f"{comm.calls['ddp']:.0f} all-reduce(s) per step in {buckets} bucket(s){grads}; the ranks wait "
+            f"{waited:.2f} ms per step for them after their backward (the gain counted: half of it, an estimate; "
+            "all of it if fully hidden)",
+            "more compute per byte sent: a larger batch per rank, or gradient accumulation with no_sync; fewer bytes: "
+            "a compression hook (ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)); a faster link "
+            "(NCCL on GPUs); gradient_as_bucket_view=True and static_graph=True let buckets start sooner",
+            waited / 2,
+        )
+
+
+COVERS = {  # which causes explain a part of the step
+    "data": {"data"},
+    "comm_exposed": {"own_collectives", "ddp_comm", "buckets", "unused", "no_sync", "straggler"},
+    "host_sync": {"host_sync"},
+    "ddp_post_forward": {"unused"},
+    "forward": {"threads"},
+    "backward": {"threads"},
+    "optimizer": {"threads"},
+    "other": set(),
+}
+WHAT = {  # a part no cause explains: what it is
+    "forward": "the model's own compute (the work itself: a smaller model or batch, or faster kernels, shrink it)",
+    "backward": "the model's own compute (gradients: about twice the forward's work)",
+    "optimizer": "the optimizer's update (a fused or foreach optimizer, fewer parameter tensors, shrink it)",
+    "ddp_post_forward": "DDP's bookkeeping after forward",
+    "other": "Python between the parts: the loss, logging, metrics, the loop itself (the traces show which op)",
+    "data": "waiting for the next batch",
+    "host_sync": "host syncs (.item(), .cpu(), printing a tensor)",
+    "comm_exposed": "waiting for collectives",
+}
+
+
+def name_parts(ranks: list[RankBreakdown], found: list[Cause]) -> list[str]:
+    """Each part worth MIN_SHARE of the step or more, with the cause above that explains it or, where none does,
+    what it is: no large share of the step goes unnamed."""
+    step = statistics.median(r.step_ms for r in ranks)
+    keys = [c.key for c in found]
+    lines = []
+    for part in PARTS:
+        ms = statistics.mean(r.parts[part] for r in ranks)
+        if not step or ms / step < MIN_SHARE:
+            continue
+        by = [i + 1 for i, key in enumerate(keys) if key in COVERS[part]]
+        what = f"cause {', '.join(map(str, by))} above" if by else WHAT[part]
+        lines.append(f"{LABELS[part]} {100 * ms / step:.0f} %: {what}")
+    return lines
 
 
 def render(con, p: Profile) -> None:
@@ -427,6 +518,8 @@ def render(con, p: Profile) -> None:
             f"   expected gain: {c.gain_ms:.2f} ms per step ({100 * c.gain_share:.0f} % of it, {speedup:.2f}x)",
             markup=False,
         )
+    if p.parts_named:
+        con.print("the step's parts above 5 %: " + "; ".join(p.parts_named), markup=False)
     con.print(f"traces (ui.perfetto.dev, chrome://tracing, TensorBoard): {p.folder}/rank*.trace.json", markup=False)
     if p.plot:
         con.print(f"picture: {p.plot}", markup=False)
