@@ -30,6 +30,8 @@ ORDER = (
     "new",
     "monitor",
     "slurm",
+    "sky",
+    "k8s",
 )
 
 
