@@ -119,7 +119,6 @@ def jobs(tmp_path_factory):
                     + c.log()[-3000:]
                 )
             time.sleep(0.5)
-        print(c.log())
         yield {"tmp": tmp, "ids": ids, "jobs": {n: c.job(i) for n, i in ids.items()}, "cluster_log": c.log()}
     left = [p.pid for p in psutil.process_iter() if _tagged(p, tag)]
     assert not left, f"processes of the jobs left behind: {left}"

@@ -82,11 +82,13 @@ class Job:
         ]
         return " \\\n    ".join(lines)
 
-    def outcome_lines(self, requeue: str, hang: str) -> list[str]:
-        """The shell that says what the exit code means, after the nodes' command set $rc."""
+    def outcome_lines(self, requeue: str, hang: str, then: str = "") -> list[str]:
+        """The shell that says what the exit code means, after the nodes' command set $rc; `then`: what the script
+        itself does on exit 4 (Slurm's requeue)."""
         return [
             f'if [ "$rc" -eq {PREEMPTED_EXIT} ]; then',
             f'  echo "ddplab: preempted and saved (exit {PREEMPTED_EXIT}): {requeue}"',
+            *([f"  {then}"] if then else []),
             f'elif [ "$rc" -eq {HANG_EXIT} ]; then',
             f'  echo "ddplab: the run hung (exit {HANG_EXIT}): the node logs name the stuck rank and line; {hang}"',
             "fi",
@@ -156,7 +158,10 @@ def render(con, r: Written) -> None:
 
 
 def command_line(args) -> str:
-    """How the user asked for it, for the file's first line."""
+    """How the user asked for it (as typed, past the command's name), for the file's first line."""
+    typed = getattr(args, "argv", None)
+    if typed:
+        return shlex.join(typed[1:])
     return shlex.join(
         ["--nnodes", str(args.nnodes), "--nproc-per-node", str(args.nproc_per_node), args.target, *args.target_args]
     )

@@ -80,8 +80,8 @@ def render(job: Job, spec: SlurmSpec, command: str, outfile: str) -> str:
         *job.outcome_lines(
             requeue="requeued; the next start resumes at the saved step",
             hang="not requeued (it would hang again)",
+            then='scontrol requeue "$SLURM_JOB_ID"',
         ),
-        'if [ "$rc" -eq 4 ]; then scontrol requeue "$SLURM_JOB_ID"; fi',
         'exit "$rc"',
     ]
     return "\n".join(lines) + "\n"
