@@ -34,6 +34,7 @@ def test_script_for_a_recipe_is_valid_bash_with_requeue_and_signal(capsys, tmp_p
         f"submit it with: sbatch {out}",
     ]
     text = out.read_text()
+    assert text.splitlines()[1].startswith("# Written by `ddplab slurm --nnodes 4 --nproc-per-node 8 --partition a100")
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     for line in [
         "#SBATCH --nodes=4",

@@ -18,6 +18,8 @@ from netns import hosts, popen_in
 from ddplab.cli import main
 from ddplab.ports import free_port
 
+pytestmark = pytest.mark.slow  # minutes on a loaded 2-core machine: one shared run for the whole module
+
 DEADLINE_S = 180
 
 

@@ -27,6 +27,8 @@ from slurmcluster import cluster
 
 from ddplab.ports import free_port
 
+pytestmark = pytest.mark.slow  # minutes on a loaded 2-core machine: one shared run for the whole module
+
 HOLD = """\
             if rank == 0 and ckpt.step == 5 and ckpt.resumed_from is None and os.environ.get("DDPLAB_TEST_HOLD"):
                 print(f"held at step {ckpt.step}", flush=True)  # test hook: the signal lands mid-run

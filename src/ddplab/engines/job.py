@@ -159,7 +159,7 @@ def render(con, r: Written) -> None:
 
 def command_line(args) -> str:
     """How the user asked for it (as typed, past the command's name), for the file's first line."""
-    typed = getattr(args, "argv", None)
+    typed = getattr(args, "typed", None)
     if typed:
         return shlex.join(typed[1:])
     return shlex.join(
