@@ -9,7 +9,7 @@ Layers, lowest first; a module may import from its own layer or a lower one, nev
              Recorder's reader and the dump thread each rank runs), sanitize (what each rank did in its first steps,
              observed by hooks each rank runs, and the findings read from it)
   launcher   starting, watching and ending ranks (uses explain to name a root cause, flight to say where ranks wait)
-  library    checks, train, recipes, perf, observe, userscript: what the commands do; inside it, perf predicts and
+  library    checks, train, recipes, perf, observe, userscript, engines: what the commands do; inside it, perf predicts and
              measures train's runs, so perf may import train and train never imports perf (ONE_WAY)
   commands   one module per subcommand, and cliargs (the CLI's shared argument types)
   entry      the entry points: the CLI (cli, __main__) and boot/sitecustomize.py, which every rank of a user's script
@@ -48,6 +48,7 @@ LAYERS = {
         "ddplab.observe",
         "ddplab.userscript",
         "ddplab.templates",
+        "ddplab.engines",
     ],
     "commands": ["ddplab.commands", "ddplab.cliargs"],
     "entry": ["ddplab.cli", "ddplab.__main__", "ddplab.boot"],

@@ -395,7 +395,8 @@ def test_scale_cost_memory(capsys):
 
 
 def test_monitor_new_slurm(capsys):
-    from ddplab.commands import monitor, new, slurm
+    from ddplab.commands import monitor, new
+    from ddplab.engines import job as jobs
     from ddplab.observe.monitor import JobView, RankView, Snapshot
 
     rank = RankView(
@@ -415,8 +416,8 @@ def test_monitor_new_slurm(capsys):
     assert_verbatim(*rendered(snap, monitor.render, capsys), times=7)
     n = new.NewResult(path=MARK, task="classification", lines=1, overwritten=False, run=MARK)
     assert_verbatim(*rendered(n, new.render, capsys), times=2)
-    s = slurm.SlurmResult(path=MARK, script=MARK, nodes=1, gpus_per_node=1)
-    assert_verbatim(*rendered(s, slurm.render, capsys))
+    s = jobs.Written(engine="slurm", path=MARK, submit=MARK, nnodes=1, nproc_per_node=1)
+    assert_verbatim(*rendered(s, jobs.render, capsys), times=2)
 
 
 def test_log_and_status_and_finding_print_markup_as_it_is(capsys):

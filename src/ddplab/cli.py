@@ -30,6 +30,8 @@ ORDER = (
     "new",
     "monitor",
     "slurm",
+    "sky",
+    "k8s",
 )
 
 
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args.typed = argv  # as typed: what a written file says it was written by
     if not args.command:
         parser.print_help(sys.stderr)
         return 2

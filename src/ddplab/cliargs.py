@@ -231,3 +231,70 @@ def add_budget(parser, what: str) -> None:
     parser.add_argument("--gpu", metavar="NAME", help="--budget's rate from ddplab's price table (`ddplab cost`)")
     parser.add_argument("--provider", metavar="NAME", help="with --gpu: the provider's row (RunPod, AWS, ...)")
     parser.add_argument("--tier", metavar="TIER", help="with --gpu: secure, community, spot or on-demand")
+
+
+# ------------------------------------------------------------------ the engines' commands (slurm, sky, k8s)
+
+
+def engine_flags(p, defaults: bool = True, nodes_alias: bool = False) -> None:
+    """The flags every engine takes (torchrun's names). defaults=False: for flags found after the target, where a
+    flag not given must not reset the value given before it."""
+
+    def d(value):
+        return value if defaults else argparse.SUPPRESS
+
+    names = ["--nnodes", "--nodes"] if nodes_alias else ["--nnodes"]
+    p.add_argument(*names, dest="nnodes", type=positive_int, default=d(None), help="nodes (required)")
+    p.add_argument(
+        "--nproc-per-node",
+        "--gpus-per-node",
+        dest="nproc_per_node",
+        type=positive_int,
+        default=d(None),
+        help="processes per node = GPUs per node (required)",
+    )
+    p.add_argument("--cpu", action="store_true", default=d(False), help="CPU nodes: no GPUs asked for, gloo ranks")
+    p.add_argument(
+        "--checkpoint-dir",
+        default=d(None),
+        help="given to the target as --checkpoint-dir: where it saves and a restarted job resumes from",
+    )
+    p.add_argument(
+        "--grace",
+        type=positive_int,
+        default=d(30),
+        help="seconds between the engine's signal and the end, for the save (default 30)",
+    )
+    p.add_argument(
+        "--hang-timeout",
+        type=positive_int,
+        default=d(None),
+        help="ddplab launch's watchdog: no progress for S seconds is a hang, exit 3 (default: launch's)",
+    )
+    p.add_argument("--rdzv-port", type=port, default=d(29500), help="rendezvous port on node 0 (default 29500)")
+    p.add_argument("-o", "--output", default=d(None), help="where to write the job (default: beside the script)")
+    p.add_argument("--force", action="store_true", default=d(False), help="overwrite --output if it exists")
+
+
+class _EngineFlags(argparse.ArgumentParser):
+    """The engine's own flags found after the target: bad values are one line, exit 2, as before the target."""
+
+    def error(self, message: str):
+        from ddplab.errors import DdplabError
+
+        raise DdplabError(f"{message}: see `{self.prog} --help`")
+
+
+def take_engine_flags(args, engine: str, add) -> None:
+    """Move the engine's own flags (add(parser, defaults=False)) out of the target's arguments: they may come before
+    or after the target; those after `--` stay the target's."""
+    rest = list(args.target_args)
+    after = []
+    if "--" in rest:
+        cut = rest.index("--")
+        rest, after = rest[:cut], rest[cut + 1 :]
+    own = _EngineFlags(prog=f"ddplab {engine}", add_help=False, allow_abbrev=False)
+    add(own, defaults=False)
+    found, rest = own.parse_known_args(rest)
+    vars(args).update(vars(found))
+    args.target_args = rest + after

@@ -1,39 +1,40 @@
-"""`ddplab slurm`: the sbatch script is valid bash in the standard pattern, and it really runs: with stand-ins
-for srun and scontrol (tests/fake_slurm), two "nodes" on this machine meet through torchrun's c10d rendezvous."""
+"""`ddplab slurm`: the sbatch script is valid bash with Slurm's preemption pieces, and its flags are torchrun's (the
+old --nodes / --gpus-per-node kept as aliases), before or after the target. In-process: the script is run for real
+on a real Slurm in tests/engines/test_slurm_real.py."""
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-from conftest import cli, kill_tree
+from conftest import refused
 
-from ddplab.ports import free_port
-
-FAKE_SLURM = Path(__file__).parents[1] / "fake_slurm"
+from ddplab.cli import main
 
 
-def test_script_for_a_recipe_is_valid_bash_in_the_standard_pattern(tmp_path):
+def _slurm(capsys, *args: str, cwd=None) -> tuple[int, str]:
+    import os
+
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        code = main(["slurm", *args])
+    finally:
+        os.chdir(here)
+    return code, capsys.readouterr().out
+
+
+def test_script_for_a_recipe_is_valid_bash_with_requeue_and_signal(capsys, tmp_path):
     out = tmp_path / "gpt.sbatch"
-    ran = cli(
-        "slurm",
-        "--nodes",
-        "4",
-        "--gpus-per-node",
-        "8",
-        "--partition",
-        "a100",
-        "--time",
-        "02:00:00",
-        "-o",
-        str(out),
-        "gpt",
-        "--layers",
-        "12",
-    )
-    assert ran.code == 0, ran.err
+    code, said = _slurm(
+        capsys, "--nnodes", "4", "--nproc-per-node", "8", "--partition", "a100", "--time", "02:00:00",
+        "--checkpoint-dir", "ckpt", "--grace", "90", "-o", str(out), "gpt", "--layers", "12", cwd=tmp_path,
+    )  # fmt: skip
+    assert code == 0
+    assert said.splitlines() == [
+        f"wrote {out}: 4 node(s) × 8 rank(s), each node under ddplab launch",
+        f"submit it with: sbatch {out}",
+    ]
     text = out.read_text()
+    assert text.splitlines()[1].startswith("# Written by `ddplab slurm --nnodes 4 --nproc-per-node 8 --partition a100")
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     for line in [
         "#SBATCH --nodes=4",
@@ -41,105 +42,70 @@ def test_script_for_a_recipe_is_valid_bash_in_the_standard_pattern(tmp_path):
         "#SBATCH --gpus-per-node=8",
         "#SBATCH --partition=a100",
         "#SBATCH --time=02:00:00",
+        "#SBATCH --signal=B:USR1@90",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
-        "--nnodes=4",
-        "--nproc-per-node=8",
-        "--rdzv-backend=c10d",
-        '--rdzv-endpoint="$head_node:29500"',
-        '--rdzv-id="$SLURM_JOB_ID"',
-        "-m ddplab.recipes.gpt --layers 12",
+        "ddplab launch",
+        '--nnodes="$SLURM_NNODES"',
+        '--rdzv-endpoint="$head_addr:29500"',
+        '--rdzv-conf="is_host=$(( $SLURM_NODEID == 0 ))"',
+        "--grace=90",
+        "-m ddplab.recipes.gpt --layers 12 --checkpoint-dir ckpt",
+        'scontrol requeue "$SLURM_JOB_ID"',
         "%x-%j-node%n.out",
     ]:
         assert line in text, line
-    assert "MASTER_PORT=" not in text.replace("Never set MASTER_ADDR/MASTER_PORT", "")
+    assert "torchrun" not in text.replace("torchrun sets them", "").replace("torchrun's", "")
+    assert (tmp_path / "logs").is_dir()  # sbatch opens --output before the script runs: it must exist
 
 
-def test_printed_without_output_and_bad_input_is_one_line(tmp_path):
-    assert cli("slurm", "--nodes", "2", "--gpus-per-node", "4", "mlp").out.startswith("#!/bin/bash")
-    for args, words in [
-        (["--nodes", "2", "--gpus-per-node", "1", "nosuch"], "neither a recipe"),
-        (["--nodes", "0", "--gpus-per-node", "1", "mlp"], "not a positive whole number"),
-        (["--nodes", "1", "--gpus-per-node", "1", "--time", "soon", "mlp"], "not a Slurm time"),
-    ]:
-        ran = cli("slurm", *args)
-        assert ran.code == 2 and words in ran.err and len(ran.err.strip().splitlines()) == 1
-    (tmp_path / "x.sbatch").write_text("keep")
-    ran = cli("slurm", "--nodes", "1", "--gpus-per-node", "1", "-o", str(tmp_path / "x.sbatch"), "mlp")
-    assert ran.code == 2 and "--force" in ran.err and (tmp_path / "x.sbatch").read_text() == "keep"
+def test_default_output_is_beside_the_script(capsys, tmp_path):
+    script = tmp_path / "sub" / "train.py"
+    script.parent.mkdir()
+    script.write_text("print('hi')\n")
+    code, said = _slurm(capsys, "--nnodes", "2", "--nproc-per-node", "1", str(script), cwd=tmp_path)
+    assert code == 0 and (tmp_path / "sub" / "train.sbatch").is_file()
+    assert said.strip().endswith(f"submit it with: sbatch {tmp_path / 'sub' / 'train.sbatch'}")
 
 
-def test_the_script_runs_two_nodes_through_c10d(tmp_path, no_leftover_workers):
-    script = tmp_path / "train.py"
-    assert cli("new", str(script)).code == 0
-    sbatch = tmp_path / "job.sbatch"
-    ran = cli(
-        "slurm",
-        "--nodes",
-        "2",
-        "--gpus-per-node",
-        "0",
-        "--cpus-per-node",
-        "1",
-        "--rdzv-port",
-        str(free_port()),
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "-o",
-        str(sbatch),
-        str(script),
-    )
-    assert ran.code == 0, ran.err
-    env = {
-        **os.environ,
-        "PATH": f"{FAKE_SLURM}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "SLURM_NNODES": "2",
-        "SLURM_JOB_NODELIST": "fake[1-2]",
-        "SLURM_JOB_ID": "4242",
-        "SLURM_JOB_NAME": "job",
-        "SLURM_CPUS_PER_TASK": "1",
-    }
-    proc = subprocess.Popen(
-        ["bash", str(sbatch)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        pytest.fail("the sbatch script did not finish within 150 s")
-    logs = {n: (tmp_path / "logs" / f"job-4242-node{n}.out") for n in (0, 1)}
-    logs = {n: path.read_text() if path.exists() else "" for n, path in logs.items()}
-    assert proc.returncode == 0, out + "\n".join(logs.values())
-    # one group of 2 ranks across the 2 nodes: the script's rank 0 prints for both, rank 1 (node 1) prints nothing
-    assert "samples on 2 ranks)" in logs[0], logs[0]
-    assert "samples on" not in logs[1]
-
-
-def test_own_flags_before_or_after_the_target_and_the_rest_to_the_target(tmp_path):
-    before = cli("slurm", "--nodes", "2", "--gpus-per-node", "4", "--time", "02:00:00", "mlp", "--epochs", "1")
-    after = cli("slurm", "mlp", "--nodes", "2", "--epochs", "1", "--gpus-per-node", "4", "--time", "02:00:00")
-    mixed = cli("slurm", "--nodes", "2", "mlp", "--gpus-per-node", "4", "--epochs", "1", "--time", "02:00:00")
-    assert before.code == after.code == mixed.code == 0, (after.err, mixed.err)
-    assert after.out == before.out == mixed.out
-    assert "-m ddplab.recipes.mlp --epochs 1" in after.out and "#SBATCH --time=02:00:00" in after.out
-    # a value given before the target is not reset by the defaults of the flags looked for after it
-    assert (
-        "#SBATCH --time=02:00:00"
-        in cli("slurm", "--time", "02:00:00", "mlp", "--nodes", "2", "--gpus-per-node", "1").out
-    )
+def test_old_flag_names_and_own_flags_after_the_target(capsys, tmp_path):
+    codes, texts = [], []
+    for i, args in enumerate(
+        [
+            ["--nnodes", "2", "--nproc-per-node", "4", "--time", "02:00:00", "mlp", "--epochs", "1"],
+            ["mlp", "--nodes", "2", "--epochs", "1", "--gpus-per-node", "4", "--time", "02:00:00"],
+            ["--nodes", "2", "mlp", "--nproc-per-node", "4", "--epochs", "1", "--time", "02:00:00"],
+        ]
+    ):
+        code, _ = _slurm(capsys, *args, "-o", str(tmp_path / f"{i}.sbatch"), cwd=tmp_path)
+        codes.append(code)
+        texts.append((tmp_path / f"{i}.sbatch").read_text().split("\n", 2)[2])  # past the "Written by" line
+    assert codes == [0, 0, 0] and texts[0] == texts[1] == texts[2]
+    assert "-m ddplab.recipes.mlp --epochs 1" in texts[0] and "#SBATCH --time=02:00:00" in texts[0]
     # after `--`, even a flag of slurm's own name is the target's
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
-    ran = cli("slurm", str(script), "--nodes", "2", "--gpus-per-node", "1", "--", "--time", "5")
-    assert ran.code == 0 and f"{script} --time 5" in ran.out and "#SBATCH --time=01:00:00" in ran.out
+    code, _ = _slurm(capsys, str(script), "--nnodes", "2", "--nproc-per-node", "1", "--", "--time", "5", cwd=tmp_path)
+    text = (tmp_path / "train.sbatch").read_text()
+    assert code == 0 and f"{script} --time 5" in text and "#SBATCH --time=01:00:00" in text
+
+
+def test_usage_says_what_is_required(capsys):
+    """42.12: the usage line showed --nodes optional while the help said required."""
+    from ddplab.cli import build_parser
+
+    usage = build_parser(["slurm"])._subparsers._group_actions[0].choices["slurm"].format_usage()
+    assert "--nnodes N --nproc-per-node P" in usage and "[--nnodes" not in usage
+
+
+def test_bad_input_is_one_line(capsys, tmp_path):
     for args, words in [
-        (["mlp", "--nodes", "2"], "missing --gpus-per-node"),
-        (["mlp", "--nodes", "0", "--gpus-per-node", "1"], "not a positive whole number"),
+        (["--nnodes", "2", "--nproc-per-node", "1", "nosuch"], "neither a recipe"),
+        (["--nnodes", "0", "--nproc-per-node", "1", "mlp"], "not a positive whole number"),
+        (["--nnodes", "1", "--nproc-per-node", "1", "--time", "soon", "mlp"], "not a Slurm time"),
+        (["mlp", "--nnodes", "2"], "missing --nproc-per-node"),
+        (["mlp", "--nnodes", "0", "--nproc-per-node", "1"], "not a positive whole number"),
     ]:
-        ran = cli("slurm", *args)
-        assert ran.code == 2 and words in ran.err and len(ran.err.strip().splitlines()) == 1, ran.err
+        assert words in refused(capsys, "slurm", *args, cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -50,6 +50,24 @@ def _ipv4(name: str) -> list[str]:
         return []
 
 
+def machine_id() -> str:
+    """Which machine and network namespace this process is in: nodes that share both reach each other through
+    loopback, so a loopback or shared address is right between them (two nodes practised on one machine)."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id"):
+        try:
+            with open(path) as f:
+                parts.append(f.read().strip())
+            break
+        except OSError:
+            continue
+    try:
+        parts.append(str(os.stat("/proc/self/ns/net").st_ino))
+    except OSError:
+        parts.append(socket.gethostname())
+    return ":".join(parts)
+
+
 def _local_addresses() -> dict[str, str]:
     """IPv4 address -> interface name."""
     return {
@@ -75,6 +93,7 @@ class Local:
     is_host: bool  # this node serves the store
     rdzv_backend: str = "c10d"
     node_rank: int | None = None  # None where the rendezvous assigns ranks (torchrun's c10d under `ddplab launch`)
+    host_inferred: bool = False  # is_host guessed from the endpoint, as torch does: a failed bind falls back to client
     hostname: str = ""
     address: str = ""  # what the collectives advertise to the other nodes
     interface: str = ""
@@ -110,7 +129,9 @@ def local_findings(me: Local, environ=None) -> list[Finding]:
         me.address = own[0]
         me.interface = mine.get(own[0], "")
 
-    # the loopback trap
+    # the loopback trap; with the endpoint on loopback every node is on this machine (nothing else reaches it), and
+    # loopback is then the address that works between them
+    on_one_machine = bool(_ipv4(nodes.host)) and all(_is_loopback(a) for a in _ipv4(nodes.host))
     if not own:
         found.append(
             Finding(
@@ -120,7 +141,7 @@ def local_findings(me: Local, environ=None) -> list[Finding]:
                 f"add '{nodes.local_addr} {me.hostname}' to /etc/hosts, or export GLOO_SOCKET_IFNAME={route_if}",
             )
         )
-    elif all(_is_loopback(a) for a in own):
+    elif all(_is_loopback(a) for a in own) and not on_one_machine:
         set_vars = [v for v, _ in IFNAME_VARS if env.get(v)]
         level = "warn" if me.sets_interface or "GLOO_SOCKET_IFNAME" in set_vars else "fail"
         why = (
@@ -394,8 +415,8 @@ def for_launch(ns, nproc: int, max_nodes: int) -> CrossNodeResult | None:
         is_host = ns.node_rank == 0
     elif "is_host" in conf:  # torch's RendezvousParameters.get_as_bool
         is_host = conf["is_host"].strip().lower() in ("1", "true", "t", "yes", "y")
-    else:  # what torch's c10d backend does without it (c10d_rendezvous_backend.py, _create_tcp_store)
-        is_host = _matches_machine_hostname(host)
+    else:  # what torch's c10d backend does without it (c10d_rendezvous_backend.py, _create_tcp_store): a guess
+        is_host = _matches_machine_hostname(host)  # that falls back to a client when the port is taken
     nodes = Nodes(max_nodes, ns.node_rank if static else 0, host, port, ns.rdzv_id or "none")
     nodes.local_addr, nodes.interface = route_to(host)
     me = Local(
@@ -406,5 +427,6 @@ def for_launch(ns, nproc: int, max_nodes: int) -> CrossNodeResult | None:
         is_host=is_host,
         rdzv_backend=ns.rdzv_backend,
         node_rank=ns.node_rank if static else None,
+        host_inferred=not static and "is_host" not in conf,
     )
     return require(me)

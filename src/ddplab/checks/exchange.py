@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 
 from ddplab import faults
-from ddplab.checks.crossnode import CONNECT_S, CrossNodeResult, Local, node_label, socket_error_text
+from ddplab.checks.crossnode import CONNECT_S, CrossNodeResult, Local, machine_id, node_label, socket_error_text
 from ddplab.checks.preflight import Finding
 
 PREFIX = "ddplab-preflight/"
@@ -93,13 +93,23 @@ def exchange(me: Local, local: list[Finding], wait: float, say=None) -> CrossNod
 
     nodes = me.nodes
     try:
-        store = TCPStore(
-            nodes.host,
-            nodes.port,
-            is_master=me.is_host,
-            wait_for_workers=False,
-            timeout=timedelta(seconds=max(5.0, wait)),
-        )
+        try:
+            store = TCPStore(
+                nodes.host,
+                nodes.port,
+                is_master=me.is_host,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=max(5.0, wait)),
+            )
+        except Exception:
+            if not (me.is_host and me.host_inferred):
+                raise
+            # torch's c10d guessed "host" from the endpoint (two nodes on one machine both match 127.0.0.1) and,
+            # like torch, falls back to a client when another node already serves the port
+            me.is_host = False
+            store = TCPStore(
+                nodes.host, nodes.port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=wait)
+            )
     except Exception as e:  # bind refused on the host, or the store vanished between probe and connect
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return CrossNodeResult(
@@ -129,6 +139,7 @@ def _exchange(store, me: Local, local: list[Finding], listener: _Listener, wait:
         "node_rank": me.node_rank,
         "hostname": me.hostname,
         "address": me.address,
+        "machine": machine_id(),
         "interface": me.interface,
         "nnodes": nodes.count,
         "nproc": me.nproc,
@@ -241,27 +252,31 @@ def _compare(me: Local, slot: int, every: dict[int, dict], meshes: dict[int, dic
                         f"has {ref[key]!r}: the nodes would not meet in one job",
                         f"use the same {flag} on every node ({ref[key]!r})",
                     )
-    seen: dict[tuple, dict] = {}
+    seen: dict[int, dict] = {}
     for f in facts:
-        for key, what, fix in (
-            (
-                ("node_rank", f["node_rank"]),
-                f"--node-rank {f['node_rank']}",
+        if f["node_rank"] is not None and f["node_rank"] in seen:
+            other = seen[f["node_rank"]]
+            blame(
+                f["slot"],
+                "fail",
+                f"{node_label(f)} and {node_label(other)} both have --node-rank {f['node_rank']}",
                 "give each node its own --node-rank, 0..--nnodes-1",
-            ),
-            (
-                ("address", f["address"]),
-                f"the advertised address {f['address']}",
+            )
+        seen.setdefault(f["node_rank"], f)
+    for i, f in enumerate(facts):
+        # one address for two nodes is right only where both share one machine's network namespace (two nodes
+        # practised on one machine over loopback); on two machines the other node's traffic goes to the wrong one
+        other = next(
+            (o for o in facts[:i] if o["address"] == f["address"] and o.get("machine") != f.get("machine")), None
+        )
+        if other is not None:
+            blame(
+                f["slot"],
+                "fail",
+                f"{node_label(f)} and {node_label(other)} both have the advertised address {f['address']}",
                 "each node must advertise its own address: set GLOO_SOCKET_IFNAME / "
                 "NCCL_SOCKET_IFNAME to the interface on the nodes' network",
-            ),
-        ):
-            if key[1] is None:
-                continue
-            if key in seen:
-                blame(f["slot"], "fail", f"{node_label(f)} and {node_label(seen[key])} both have {what}", fix)
-            else:
-                seen[key] = f
+            )
     for name in ("torch", "cuda", "nccl", "driver"):
         for f in facts:
             a, b = f["versions"].get(name), ref["versions"].get(name)

@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,6 +63,11 @@ def main(spec_path: str) -> int:
     from torch.distributed.launcher.api import elastic_launch
 
     die_with_parent()
+    # A scheduler that signals every process of a job step (Slurm's scancel --signal, its --signal) reaches this
+    # agent too: the stop is the launcher's to pass on (SIGTERM to the ranks), and USR1/USR2's default action would
+    # end the agent and its ranks before they save. A handler, not SIG_IGN: the ranks must not inherit it.
+    for name in ("SIGUSR1", "SIGUSR2"):
+        signal.signal(getattr(signal, name), lambda signum, frame: None)
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
     if spec["kind"] == "function" and not spec["fresh_workers"]:
