@@ -25,8 +25,12 @@ INSTALL = "apt-get install -y slurm-wlm munge"
 
 
 def _need(condition: bool, why: str) -> None:
+    """CI (.ci/run sets DDPLAB_REQUIRE_ENGINES=1 after installing Slurm) fails with the reason; a developer's
+    machine without Slurm or root skips with it, so that the README's test command passes on a fresh machine."""
     if not condition:
-        pytest.fail(f"the Slurm cluster cannot start: {why}", pytrace=False)
+        if os.environ.get("DDPLAB_REQUIRE_ENGINES"):
+            pytest.fail(f"the Slurm cluster cannot start: {why}", pytrace=False)
+        pytest.skip(f"the Slurm cluster cannot start: {why} (CI requires it: DDPLAB_REQUIRE_ENGINES=1)")
 
 
 def _conf(d: Path, ports: list[int]) -> str:
