@@ -250,3 +250,28 @@ def test_json_carries_what_the_message_said(capsys):
         code = main(["explain", "--json", path])
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["matched"] is False and out["matches"][0]["said"] == ["unsupported"]
+
+
+def _local_lambda():
+    return lambda: 0
+
+
+def test_torch_grammar_devices_kernels_libraries_and_pickle():
+    import ctypes
+    import pickle
+
+    # torch's device check (TensorIterator / the dispatcher): the two devices it names
+    _, m = only(
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and "
+        "cuda:0!"
+    )
+    assert m.title == "one operation got tensors on cuda:1 and cuda:0" and "set_device(local_rank)" in m.fix
+    # the dispatcher's "no kernel for this backend" (c10/core/dispatch: Could not run ... from the ... backend)
+    a = message.answer("NotImplementedError: Could not run 'torchvision::nms' with arguments from the 'CUDA' backend.")
+    assert a.title == "torchvision::nms has no CUDA kernel here"
+    # the dynamic loader, for real
+    _, m = only(traceback_of(lambda: ctypes.CDLL("libddplab_absent.so.11")))
+    assert m.title.startswith("the loader cannot find libddplab_absent.so.11") and "LD_LIBRARY_PATH" in m.fix
+    # pickle, for real: what spawn sends to a process must pickle
+    _, m = only(traceback_of(lambda: pickle.dumps(_local_lambda())))
+    assert m.title == "_local_lambda.<locals>.<lambda> cannot be pickled" and "module level" in m.fix

@@ -504,6 +504,77 @@ WRAPPER_ATTRIBUTE = re.compile(
 LOCAL_RANK_ARG = re.compile(r"--local[_-]rank")
 
 
+# torch's dispatcher and device checks, the loader and pickle: fixed grammar around the names they print
+TWO_DEVICES = re.compile(r"found at least two devices, (?P<a>[\w:]+) and (?P<b>[\w:]+)")
+NO_KERNEL = re.compile(r"Could not run '(?P<op>[\w:.]+)' with arguments from the '(?P<backend>\w+)' backend")
+NO_LIBRARY = re.compile(r"(?P<lib>lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+CANT_PICKLE = re.compile(
+    r"(?:Can't|cannot|Can not) pickle (?:local object )?'?(?P<what>[^'\n:]{1,80}?)'?(?: object|:|$)", re.I | re.M
+)
+
+
+def torch_answer(message: str) -> Answer | None:
+    m = TWO_DEVICES.search(message)
+    if m:
+        a, b = m.group("a"), m.group("b")
+        gpus = a.startswith("cuda") and b.startswith("cuda")
+        return Answer(
+            f"one operation got tensors on {a} and {b}",
+            f"An operation got tensors on two devices ({a} and {b})."
+            + (
+                " With one process per GPU, a tensor or module created on the default device (cuda:0: a missing "
+                "torch.cuda.set_device(local_rank), a hard-coded .cuda() or 'cuda:0', a checkpoint loaded without "
+                "map_location) meets the rank's own GPU."
+                if gpus
+                else " Part of the model or of the batch was not moved to the device the rest is on."
+            ),
+            "Put everything a rank uses on its own device: torch.cuda.set_device(local_rank) first, then "
+            "model.to(device) and batch.to(device) with device = torch.device('cuda', local_rank); "
+            "torch.load(..., map_location=device)."
+            if gpus
+            else "Move the model and every input to one device (model.to(device); x = x.to(device)) before the call.",
+            ["torch"],
+        )
+    m = NO_KERNEL.search(message)
+    if m:
+        op, backend = m.group("op"), m.group("backend")
+        return Answer(
+            f"{op} has no {backend} kernel here",
+            f"The operator {op} has no implementation for the {backend} backend in this build: the tensor is on a "
+            f"device the op does not support, or the library that provides it was built without {backend} (a "
+            "CPU-only wheel of torch, torchvision or an extension, or one built for another torch).",
+            f"Move the input to a device {op} supports, or install builds of torch and the extension (torchvision, "
+            f"...) made for each other and with {backend} support (`python -c 'import torch; print(torch.__version__, "
+            "torch.version.cuda)'`).",
+            ["torch"],
+        )
+    m = NO_LIBRARY.search(message)
+    if m:
+        lib = m.group("lib")
+        return Answer(
+            f"the loader cannot find {lib}",
+            f"A compiled module needs {lib} and the dynamic loader finds no such file: it was built against another "
+            "version of that library (a CUDA or NCCL runtime other than the installed one) or the library's folder "
+            "is not on the loader's path.",
+            f"Install the build made for the installed runtime (torch and its extensions from the same CUDA index), "
+            f"or put {lib}'s folder on LD_LIBRARY_PATH (`ldconfig -p | grep {lib.split('.so')[0]}`).",
+            ["torch"],
+        )
+    m = CANT_PICKLE.search(message)
+    if m:
+        what = m.group("what").strip(" '\"")
+        return Answer(
+            f"{what} cannot be pickled",
+            f"Starting processes with spawn (mp.spawn, DataLoader workers, some launchers) pickles what is passed "
+            f"to them, the model and its attributes included; {what} cannot be pickled (a lambda, a local "
+            "function, a lock or an open handle).",
+            "Define functions at module level instead of lambdas or local functions, keep locks and handles out of "
+            "what the processes receive (create them inside the worker), or pass a name and build the object there.",
+            ["python"],
+        )
+    return None
+
+
 def python_answer(message: str) -> Answer | None:
     m = ARGPARSE_REQUIRED.search(message)
     if m:
@@ -604,6 +675,7 @@ def answer(
         parts.append(dp)
     for reading in (
         python_answer(message),
+        torch_answer(message),
         cuda_answer(message),
         nccl_answer(message),
         errno_answer(message, code, multi, rank),
