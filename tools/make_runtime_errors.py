@@ -160,7 +160,12 @@ NCCL = [
         "NCCL operation in progress",
         "A NCCL operation on the communicator is being enqueued and is being progressed in the background.",
     ),
-    (8, "ncclTimeout", None, "An NCCL operation timed out (ncclTimeout, new in NCCL 2.28's nccl.h)."),
+    (
+        8,
+        "ncclTimeout",
+        None,
+        "An NCCL operation timed out (ncclTimeout: in NVIDIA/nccl src/nccl.h.in at commit 021e804, undocumented in api/types.html).",
+    ),
 ]
 
 ENTRY = re.compile(r"/\*\*((?:(?!\*/)[\s\S])*)\*/\s*(cudaError\w+|cudaSuccess)\s*=\s*(\d+)")
@@ -253,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "written": datetime.date.today().isoformat(),
         "cuda_source": cuda_source,
         "cuda_before_10_1_source": "CUDA 9's include/driver_types.h (enum cudaError; CUDA 10.1 renumbered it)",
-        "nccl_source": "NVIDIA/nccl src/nccl.h.in (ncclResult_t) and src/init.cc (ncclGetErrorString); meanings: "
+        "nccl_source": "NVIDIA/nccl src/nccl.h.in at 021e804 (ncclResult_t) and src/init.cc (ncclGetErrorString); meanings: "
         "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html",
         "cuda": cuda,
         "gloo_cpu_ops": gloo_cpu_ops(),

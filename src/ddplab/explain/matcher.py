@@ -425,10 +425,11 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
             else describe_exit(root.exitcode)
         )
     attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
-    involved = extent.layers(text) | ({"cuda"} if CUDA_WORDS.search(text) else set())
+    named = extent.layers(text)
+    involved = named | ({"cuda"} if any(w in text for w in ("CUDA", "cuda", "GPU", "nvidia")) else set())
     reading = _reading(lines, root, root_lines, summary, attempts, involved)
     matched = bool(result)
-    said = _said(text, lines, root, root_lines, result, reading)
+    said = _said(text, lines, root, root_lines, result, reading, named)
     if said is not None:
         result = said
     return Explanation(
@@ -452,15 +453,30 @@ MESSAGE_REFERENCES = {
     "data-parallel": "https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel",
     "unsupported": "https://pytorch.org/docs/stable/distributed.html#backends",
 }
-CUDA_WORDS = re.compile(r"\bCUDA\b|\bcuda\b|\bGPU\b|nvidia")
-MULTI_PROCESS = re.compile(
-    r"torchrun|torch\.distributed\.(?:run|launch)|\bWORLD_SIZE\b|world_size|Root Cause \(first observed|"
-    r"\bsrun\b|\bmpirun\b|deepspeed|accelerate launch"
+# A log of a multi-process run says so: a launcher's name, the world size, torchrun's summary (plain substrings: fast
+# on a whole log)
+MULTI_WORDS = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "WORLD_SIZE",
+    "world_size",
+    "Root Cause (first observed",
+    "srun ",
+    "mpirun",
+    "deepspeed",
+    "accelerate launch",
 )
 
 
 def _said(
-    text: str, lines: list[str], root: RootCause | None, root_lines: set[int], result: list[Match], reading: Reading
+    text: str,
+    lines: list[str],
+    root: RootCause | None,
+    root_lines: set[int],
+    result: list[Match],
+    reading: Reading,
+    named: set[str],
 ) -> list[Match] | None:
     """The findings with the message's own answer in them, or None when it adds nothing (a specific rule names the
     cause, or the message says nothing message.py reads)."""
@@ -483,14 +499,15 @@ def _said(
     frame = reading.user_frame.code if reading.user_frame is not None and reading.user_frame.code else ""
     inner = _innermost_code(lines, start)
     ranks = {r for line in lines[:2000] for r in _line_owner(line) if r is not None}  # rank 1 exists: world >= 2
+    multi = root is not None or bool(ranks - {0}) or any(w in text for w in MULTI_WORDS)
     a = message.answer(
         body,
         code=" ; ".join(c for c in (frame, inner) if c),
         block="\n".join(lines[max(0, start - 60) : stop + 1]),
         log=text,
-        multi=root is not None or bool(ranks - {0}) or bool(MULTI_PROCESS.search(text)),
+        multi=multi,
         rank=root.rank if root is not None else reading.rank,
-        backend=next((b for b in ("nccl", "gloo") if b in extent.layers(text)), None),
+        backend=next((b for b in ("nccl", "gloo") if b in named), None),
     )
     if a is None:
         return None
@@ -526,13 +543,17 @@ def _said(
     ]
 
 
+QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S")  # an exception quoted inside a line of prose
+
+
 def _answered_line(lines: list[str], message) -> int | None:
     """The last of the log's last 200 lines that the message reading answers (a pasted error in prose)."""
     for i in range(len(lines) - 1, max(-1, len(lines) - 201), -1):
         line = strip_prefixes(lines[i]).strip()
         if len(line) > 12:
             a = message.answer(line)
-            if a is not None and a.specific:
+            # an instruction alone is not enough in prose (a paste's "Run it on 4 GPUs"): an error's grammar is
+            if a is not None and a.specific and (set(a.kinds) - {"advice", "old-release"} or QUOTED_ERROR.search(line)):
                 return i
     return None
 

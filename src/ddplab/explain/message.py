@@ -447,8 +447,13 @@ OLD_RELEASES = (
 )
 
 
+OLD_NEEDLES = ("THC", "torch/lib/", "/THD/", "python2.", "python3.", "Python 2.", "Python 3.", "torch")
+
+
 def old_release(text: str) -> tuple[str, str] | None:
     """(what the log proves, what changed since) for the first sign of an old release in the log."""
+    if not any(n in text for n in OLD_NEEDLES):
+        return None
     for rx, proves, changed in OLD_RELEASES:
         m = rx.search(text)
         if m:
@@ -508,9 +513,7 @@ LOCAL_RANK_ARG = re.compile(r"--local[_-]rank")
 TWO_DEVICES = re.compile(r"found at least two devices, (?P<a>[\w:]+) and (?P<b>[\w:]+)")
 NO_KERNEL = re.compile(r"Could not run '(?P<op>[\w:.]+)' with arguments from the '(?P<backend>\w+)' backend")
 NO_LIBRARY = re.compile(r"(?P<lib>lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
-CANT_PICKLE = re.compile(
-    r"(?:Can't|cannot|Can not) pickle (?:local object )?'?(?P<what>[^'\n:]{1,80}?)'?(?: object|:|$)", re.I | re.M
-)
+CANT_PICKLE = re.compile(r"(?:Can't|cannot|Can not) pickle (?:local object )?'?(?P<what>[^'\n:\s]{1,80})'?", re.I)
 
 
 def torch_answer(message: str) -> Answer | None:
