@@ -12,7 +12,6 @@ import traceback
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from ddplab.explain import catalogue, message
 from ddplab.explain.matcher import explain_text
@@ -196,31 +195,29 @@ def test_an_nccl_socket_error_is_not_gloo_lost_connection():
 
 
 def test_a_message_continuation_line_makes_no_second_finding():
-    # DDP's reducer: parameters that got no gradient, on a real one-rank gloo group in this process
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    # DDP's reducer report of parameters that got no gradient, quoted from a public thread (tests/logs/): its
+    # continuation line "If you already have done the above, ..." is in the catalogue under a c10d C++ file, and
+    # its family used to explain it again, with advice about TORCH_NCCL_NAN_CHECK
+    import sys
 
-        class Two(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.a, self.b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_explain_corpus import LOGS, read_quoted
 
-            def forward(self, x):
-                return self.a(x)
-
-        model = torch.nn.parallel.DistributedDataParallel(Two())
-
-        def twice():
-            for _ in range(2):
-                model(torch.ones(1, 2)).sum().backward()
-
-        tb = traceback_of(twice)
-    finally:
-        dist.destroy_process_group()
-    assert "If you already have done the above" in tb  # the continuation line the family used to explain again
-    matches = explain_text(tb).matches
+    _, quote = read_quoted(LOGS / "unused_params_ddcap35.log")
+    assert "If you already have done the above" in quote
+    matches = explain_text(quote).matches
     assert [m.rule for m in matches] == ["unused-parameters"]
     assert not any("NAN_CHECK" in m.cause for m in matches)
+    # a family still explains a line of its own under the same traceback's frame
+    assert (
+        first_family_of("RuntimeError: [/x/third_party/gloo/gloo/transport/tcp/pair.cc:9] nbytes mismatch")
+        == "gloo-failed"
+    )
+
+
+def first_family_of(text: str) -> str | None:
+    matches = explain_text(text).matches
+    return matches[0].rule if matches else None
 
 
 def test_the_closest_known_message_is_close_and_of_a_layer_the_log_involves(tmp_path):
