@@ -21,7 +21,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from ddplab.explain import ownreport
+from ddplab.explain import extent, ownreport
 from ddplab.explain.exitcodes import describe_exit
 from ddplab.explain.logread import LogText, normalise
 from ddplab.explain.reading import Reading, read
@@ -36,6 +36,7 @@ TERMINATE = "terminate called after throwing"
 TEARDOWN_ABORT = "terminate called without an active exception"  # the rules' teardown-abort: a C++ thread at exit
 SIGABRT = -6
 SIGNALS_WITHOUT_OUTPUT = (-9, -15)  # SIGKILL, SIGTERM: the rank printed nothing about why; other signals may have
+ERRNO_FAMILY = ("os:strerror",)  # os-error: an errno text, explained by the layer's family when one names its line
 MAX_HITS = 500  # per pattern: enough to find the root-cause rank's first line in any real log
 RESTART = "attempts left; will restart worker group"  # torch/distributed/elastic/agent/server/api.py (INFO)
 # The agent's one ERROR line per failed attempt (elastic/multiprocessing/api.py, _poll: the attempt's first failure)
@@ -133,6 +134,7 @@ class Match:
     warning: bool = False  # not an error
     file: str | None = None  # which file of a log folder `line` is in
     mechanism: str | None = None  # the rule's kind of failure (rules.MECHANISMS)
+    said: list[str] = field(default_factory=list)  # what the message itself said, read by message.py (its kinds)
 
 
 @dataclass
@@ -423,15 +425,161 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
             else describe_exit(root.exitcode)
         )
     attempts = max(1 + sum(RESTART in line for line in lines), sum(bool(ATTEMPT_FAILED.search(line)) for line in lines))
+    named = extent.layers(text)
+    involved = named | ({"cuda"} if any(w in text for w in ("CUDA", "cuda", "GPU", "nvidia")) else set())
+    reading = _reading(lines, root, root_lines, summary, attempts, involved)
+    matched = bool(result)
+    said = _said(text, lines, root, root_lines, result, reading, named)
+    if said is not None:
+        result = said
     return Explanation(
         source=source,
         lines=len(lines),
         root_cause=root,
         matches=result,
-        matched=bool(result),
-        next_steps=[] if result else list(GENERIC_STEPS),
-        reading=_reading(lines, root, root_lines, summary, attempts),
+        matched=matched,
+        next_steps=[] if matched else list(GENERIC_STEPS),
+        reading=reading,
     )
+
+
+# The generic answer (explain/message.py): what the message says about itself, used when no specific rule names the
+# cause. Beside a family rule or a generic pointer it leads that finding's cause and fix (its rule id stays); with no
+# finding at all it is one finding of its own, rule "message" (`matched` stays False: no rule knew the error).
+MESSAGE_REFERENCES = {
+    "errno": "https://man7.org/linux/man-pages/man3/errno.3.html",
+    "cuda": "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+    "nccl": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html",
+    "data-parallel": "https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel",
+    "unsupported": "https://pytorch.org/docs/stable/distributed.html#backends",
+}
+# A log of a multi-process run says so: a launcher's name, the world size, torchrun's summary (plain substrings: fast
+# on a whole log)
+MULTI_WORDS = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "WORLD_SIZE",
+    "world_size",
+    "Root Cause (first observed",
+    "srun ",
+    "mpirun",
+    "deepspeed",
+    "accelerate launch",
+)
+
+
+def _said(
+    text: str,
+    lines: list[str],
+    root: RootCause | None,
+    root_lines: set[int],
+    result: list[Match],
+    reading: Reading,
+    named: set[str],
+) -> list[Match] | None:
+    """The findings with the message's own answer in them, or None when it adds nothing (a specific rule names the
+    cause, or the message says nothing message.py reads)."""
+    from ddplab.explain import message
+
+    if any(m.rule == "ddplab-hang" or not (m.generic or m.consequence or m.warning) for m in result):
+        return None
+    first = next((m for m in result if not m.warning and not m.consequence), None)
+    at = first.line - 1 if first is not None and _is_error_text(lines, first.line - 1) else _error_index(lines, reading)
+    if at is None and not result:
+        at = _answered_line(lines, message)  # a paste without an exception line: the last line the message reads
+    if at is None:
+        return None
+    start = extent.head(lines, at, strip_prefixes, _line_owner)
+    start = at if start is None else start
+    stop = extent.end(lines, start, strip_prefixes, _line_owner)
+    body = "\n".join(strip_prefixes(lines[k]).strip() for k in range(start, stop + 1))
+    if body.startswith("what():"):
+        body = body[len("what():") :].strip()
+    frame = reading.user_frame.code if reading.user_frame is not None and reading.user_frame.code else ""
+    inner = _innermost_code(lines, start)
+    ranks = {r for line in lines[:2000] for r in _line_owner(line) if r is not None}  # rank 1 exists: world >= 2
+    multi = root is not None or bool(ranks - {0}) or any(w in text for w in MULTI_WORDS)
+    a = message.answer(
+        body,
+        code=" ; ".join(c for c in (frame, inner) if c),
+        block="\n".join(lines[max(0, start - 60) : stop + 1]),
+        log=text,
+        multi=multi,
+        rank=root.rank if root is not None else reading.rank,
+        backend=next((b for b in ("nccl", "gloo") if b in named), None),
+    )
+    if a is None:
+        return None
+    reference = next((MESSAGE_REFERENCES[k] for k in a.kinds if k in MESSAGE_REFERENCES), None)
+    if first is not None and (first.generic or BY_ID.get(first.rule, None) is not None and BY_ID[first.rule].covers):
+        if not a.specific and first.rule in BY_ID and not BY_ID[first.rule].covers:
+            return None  # a pointer (an exit code, NCCL's result word) says as much as the enum alone
+        if a.specific:  # an enum's name or the release alone do not name the cause: the layer's title stays
+            first.title = f"{a.title} ({first.title})"
+        first.cause = f"{a.cause} (This layer: {first.cause})"
+        # a CUDA/NCCL enum's fix is that layer's own: the family's would say it twice
+        first.fix = a.fix if {"cuda", "nccl"} & set(a.kinds) else f"{a.fix} (Otherwise: {first.fix})"
+        first.said = list(a.kinds)
+        return result
+    if result:
+        return None
+    global_rank, local_rank = _line_owner(lines[at])
+    return [
+        Match(
+            rule="message",
+            title=a.title,
+            cause=a.cause,
+            fix=a.fix,
+            reference=reference or "https://pytorch.org/docs/stable/distributed.html",
+            line=at + 1,
+            text=strip_prefixes(lines[at]).strip()[:300],
+            rank=global_rank if global_rank is not None else local_rank,
+            consequence=False,
+            root_cause=at in root_lines,
+            generic=True,
+            said=list(a.kinds),
+        )
+    ]
+
+
+QUOTED_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S")  # an exception quoted inside a line of prose
+
+
+def _answered_line(lines: list[str], message) -> int | None:
+    """The last of the log's last 200 lines that the message reading answers (a pasted error in prose)."""
+    for i in range(len(lines) - 1, max(-1, len(lines) - 201), -1):
+        line = strip_prefixes(lines[i]).strip()
+        if len(line) > 12:
+            a = message.answer(line)
+            # an instruction alone is not enough in prose (a paste's "Run it on 4 GPUs"): an error's grammar is
+            if a is not None and a.specific and (set(a.kinds) - {"advice", "old-release"} or QUOTED_ERROR.search(line)):
+                return i
+    return None
+
+
+def _is_error_text(lines: list[str], i: int) -> bool:
+    return 0 <= i < len(lines) and extent.head(lines, i, strip_prefixes, _line_owner) is not None
+
+
+def _error_index(lines: list[str], reading: Reading) -> int | None:
+    """The line of the error the reading names (its last occurrence)."""
+    if not reading.exception:
+        return None
+    needle = reading.exception[:120]
+    for i in range(len(lines) - 1, -1, -1):
+        if needle in lines[i]:
+            return i
+    return None
+
+
+def _innermost_code(lines: list[str], before: int) -> str:
+    """The source line of the innermost frame above the error (the call that raised it)."""
+    for k in range(before - 1, max(-1, before - 40), -1):
+        if 'File "' in lines[k]:
+            code = strip_prefixes(lines[k + 1]).strip() if k + 1 < before else ""
+            return "" if code.startswith("File ") else code
+    return ""
 
 
 def _matches(
@@ -447,6 +595,15 @@ def _matches(
     matches = []
     explained: set[int] = set()
     joined = unwrapped(text) if wrappable and "\n" in text and len(text) <= PASTE_MAX else None
+    found: list[tuple[Rule, set[int]]] = []
+    log_layers = extent.layers(text, ran=True)
+    heads: dict[int, int | None] = {}
+
+    def head(i: int) -> int | None:
+        if i not in heads:
+            heads[i] = extent.head(lines, i, strip_prefixes, _line_owner)
+        return heads[i]
+
     for k, (rule, patterns) in enumerate(compiled):
         if rule.needs and not any(word in text for word in rule.needs):
             continue  # none of the words its patterns need: skip the regexes (families have many)
@@ -458,10 +615,26 @@ def _matches(
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
         if joined is not None:
             hits |= _wrapped_hits(joined, wrappable[k][1], starts)
+        if hits and rule.layer_of and log_layers:
+            # a finding's layer agrees with the layer its message (or, when that says none, the log) proves
+            hits = {i for i in hits if not extent.disagrees(rule.layer_of, _message_layers(lines, i, head), log_layers)}
         if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
             hits -= explained
         else:
             explained |= hits
+        if hits:
+            found.append((rule, hits))
+    # One message's continuation lines belong to it: a line inside a message a specific (not generic) rule matched
+    # above makes no second finding (NCCL's `Last error:` under its generic result word still does)
+    decisive = {i for rule, hits in found if not rule.covers and not rule.generic for i in hits}
+    layered: set[int] = set()  # lines a layer's family explains: the errno text in them is that layer's
+    for rule, hits in found:
+        if rule.covers and decisive:
+            hits = {i for i in hits if not _continues(i, head, decisive, lines)}
+        if rule.covers == ERRNO_FAMILY:
+            hits -= layered
+        elif rule.covers:
+            layered |= hits
         if not hits:
             continue
         ordered = sorted(hits)
@@ -494,6 +667,25 @@ def _matches(
     return matches
 
 
+def _message_layers(lines: list[str], i: int, head) -> set[str]:
+    """The layers the message line `i` belongs to proves (its head and the lines down to i)."""
+    start = head(i)
+    return extent.layers("\n".join(lines[start if start is not None else i : i + 1]))
+
+
+def _continues(i: int, head, decisive: set[int], lines: list[str] | None = None) -> bool:
+    """Line i continues a message whose earlier line a decisive rule matched; or line i is the frame that raised a
+    message a decisive rule matched (a family's traceback pattern starts at the raising frame)."""
+    start = head(i)
+    if start is not None and start < i and any(k in decisive for k in range(start, i)):
+        return True
+    if lines is not None and start is None and 'File "' in lines[i]:
+        for k in range(i + 1, min(len(lines), i + 6)):
+            if extent.ERROR_HEAD.match(strip_prefixes(lines[k]).strip()):
+                return k in decisive
+    return False
+
+
 def _wrapped_hits(joined: tuple[str, list[int], list[int]], patterns: list[re.Pattern], starts: list[int]) -> set[int]:
     """Lines where a pattern matches only across line breaks (WRAPPABLE, unwrapped)."""
     text, joined_at, original_at = joined
@@ -513,16 +705,18 @@ def _is_error(text: str) -> bool:
     return bool(ERROR_LINE.match(text)) or text.startswith("what():")
 
 
-def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], summary: range, attempts: int) -> Reading:
+def _reading(
+    lines: list[str], root: RootCause | None, root_lines: set[int], summary: range, attempts: int, involved: set[str]
+) -> Reading:
     """The structured reading of the rank that failed first: the root cause's lines when the log names it, else
     the owner of the first error line (its last traceback up to its last error)."""
     if root is not None:
         own = sorted(root_lines - set(summary))
         block = [strip_prefixes(lines[i]) for i in own]
-        return read(block, root.rank, root.meaning, root.error, attempts)
+        return read(block, root.rank, root.meaning, root.error, attempts, involved)
     first = next((i for i, line in enumerate(lines) if _is_error(strip_prefixes(line).strip())), None)
     if first is None:
-        return read([strip_prefixes(line) for line in lines[-200:]], None, None, None, attempts)
+        return read([strip_prefixes(line) for line in lines[-200:]], None, None, None, attempts, involved)
     owner = _line_owner(lines[first])
     own = (
         [i for i, line in enumerate(lines) if _line_owner(line) == owner]
@@ -537,7 +731,7 @@ def _reading(lines: list[str], root: RootCause | None, root_lines: set[int], sum
     text = strip_prefixes(lines[last]).strip()
     error = text[len("what():") :].strip() if text.startswith("what():") else text
     rank = owner[0] if owner[0] is not None else owner[1]
-    return read(block, rank, None, error[:300], attempts)
+    return read(block, rank, None, error[:300], attempts, involved)
 
 
 def _hang_match(hang: ownreport.Hang) -> Match:
@@ -597,6 +791,8 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         con.print(Text.assemble(("root cause:", "bold"), f" rank {rc.rank} failed first", f", {code}" if code else ""))
         if rc.error:
             con.print(f"  {rc.error}")
+    if e.matches and not e.matched:
+        con.print("no rule knows this error; what the message itself says:")
     for n, m in enumerate(e.matches, 1):
         where = (
             f"line {m.line}" + (f" of {m.file}" if m.file else "") + (f", rank {m.rank}" if m.rank is not None else "")
@@ -633,7 +829,7 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
             "DDP forward/backward) run on some ranks only, e.g. under `if rank == 0`",
             markup=False,
         )
-    if not e.matches:
+    if not e.matched:
         con.print("Next steps:")
         for step in e.next_steps:
             con.print(f"  - {step}")

@@ -131,7 +131,14 @@ def is_user(frame: Frame) -> bool:
     return not LIBRARY_PATH.search(frame.file)
 
 
-def read(block: list[str], rank: int | None, how: str | None, error: str | None, attempts: int = 1) -> Reading:
+def read(
+    block: list[str],
+    rank: int | None,
+    how: str | None,
+    error: str | None,
+    attempts: int = 1,
+    involved: set[str] | None = None,
+) -> Reading:
     """The reading of one rank's last traceback (`block`: its lines without prefixes, ending at its error line)."""
     error = error or next((line.strip() for line in reversed(block) if EXCEPTION.match(line.strip())), None)
     kind = None
@@ -154,7 +161,7 @@ def read(block: list[str], rank: int | None, how: str | None, error: str | None,
         more=more,
         user_code_error=user_code_error,
         attempts=attempts,
-        closest=_closest(error),
+        closest=_closest(error, involved),
     )
 
 
@@ -180,8 +187,9 @@ def _layer(error: str, stack: list[Frame], user_code_error: bool, how: str | Non
     return ("Python", "PYTHONFAULTHANDLER=1 and TORCH_SHOW_CPP_STACKTRACES=1 (where it stopped, Python and C++)")
 
 
-def _closest(error: str | None) -> str | None:
-    """The catalogue's nearest entry, when the message catalogue (ddplab.explain.catalogue) exists."""
+def _closest(error: str | None, involved: set[str] | None = None) -> str | None:
+    """The catalogue's nearest entry, when the message catalogue (ddplab.explain.catalogue) exists: only from the
+    layers the log involves (NCCL's sources only for a log that mentions NCCL; `involved` None: all)."""
     if not error:
         return None
     try:
@@ -190,7 +198,8 @@ def _closest(error: str | None) -> str | None:
         return None
     closest = getattr(catalogue, "closest", None)
     try:
-        found = closest(error) if callable(closest) else None
+        sources = None if involved is None else tuple(s for s in catalogue.SOURCES if s != "nccl" or "nccl" in involved)
+        found = closest(error, sources=sources) if callable(closest) else None
     except Exception:  # a catalogue problem must not take explain down with it
         return None
     return str(found) if found else None

@@ -49,6 +49,13 @@ class Rule:
     # Words a log must contain somewhere for any pattern of this rule to match (a cheap test before the regexes;
     # empty: always run them). For families, whose patterns are many.
     needs: tuple[str, ...] = ()
+    # The layer its cause belongs to ("gloo", "nccl"; empty: any): it does not fire on a message (or a log) that
+    # proves another layer and not this one (matcher, explain/extent.py). Rules named nccl-* / gloo-* have theirs.
+    layer: str = ""
+
+    @property
+    def layer_of(self) -> str:
+        return self.layer or next((p for p in ("nccl", "gloo") if self.id.startswith(p + "-")), "")
 
 
 # The start of a line NCCL did not print ("host:pid:tid [dev] file:line NCCL WARN ..."): an errno text on NCCL's own
@@ -294,6 +301,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         "ranks, or on rank 0 through model.module with no collective inside) and wait() every isend/irecv.",
         f"{DOCS}/elastic/errors.html",
         consequence=True,
+        layer="gloo",  # NCCL's own lost connection (its `Last error:` socket line) is nccl-socket's
     ),
     Rule(
         "collective-timeout",
@@ -1865,7 +1873,9 @@ def coverage(source: str, template: dict) -> tuple[str, str | None]:
         else:
             found = explain_text(shown_as(source, template)).matches
             _COVERAGE[key] = (
-                (("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule) if found else ("uncovered", None)
+                (("family" if BY_ID[found[0].rule].covers else "rule"), found[0].rule)
+                if found and found[0].rule in BY_ID  # not explain's reading of the message (rule "message")
+                else ("uncovered", None)
             )
     return _COVERAGE[key]
 

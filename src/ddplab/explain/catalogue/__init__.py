@@ -60,16 +60,27 @@ def _literal_parts(shortest: int) -> list[tuple[dict, dict, list[str], int]]:
     return indexed
 
 
-def closest(error: str, shortest: int = 12) -> str | None:
+# Close enough to name (issue 43): the shared parts cover this share of the error's own text, or are this long
+CLOSE_SHARE = 0.3
+CLOSE_CHARS = 40
+EXCEPTION_TYPE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Warning)\b:?\s*")
+
+
+def closest(error: str, shortest: int = 12, sources: tuple[str, ...] | None = None) -> str | None:
     """The catalogue entry whose literal parts the error line contains most of (parts of `shortest` characters and
-    more: short ones match anything), said with where it comes from; None when no entry shares such a part."""
-    best, best_score = None, 0.0
+    more: short ones match anything), said with where it comes from; None when no entry shares such a part, or when
+    what it shares is a small part of the error (under CLOSE_SHARE of its text and CLOSE_CHARS characters: a
+    common phrase, not the same message). `sources`: the catalogue's sources to look in (default: all)."""
+    best, best_score, best_found = None, 0.0, 0
     for data, t, parts, total in _literal_parts(shortest):
+        if sources is not None and data["source"] not in sources:
+            continue
         found = sum(len(c) for c in parts if c in error)
         score = found / total
         if found and score > best_score:
-            best, best_score = (data, t), score
-    if best is None:
+            best, best_score, best_found = (data, t), score, found
+    message = EXCEPTION_TYPE.sub("", error, count=1).strip()
+    if best is None or (best_found < CLOSE_CHARS and best_found < CLOSE_SHARE * max(1, len(message))):
         return None
     data, t = best
     where = f"{t['file']}:{t['line']}" if t.get("line") else t["file"]
