@@ -53,6 +53,17 @@ SPAWN_CALLS = {
     "torch.multiprocessing.Process",
 }
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
+# a switch that holds when a process group runs: `if not use_ddp or rank == 0:` is the one process, or rank 0
+DIST_FLAG_NAMES = {
+    "distributed",
+    "is_distributed",
+    "use_ddp",
+    "ddp",
+    "use_distributed",
+    "is_ddp",
+    "multi_gpu",
+    "multigpu",
+}
 WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size"}  # how many processes run
 
 
@@ -165,6 +176,16 @@ def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
 
 def calls_in(body: list[ast.stmt]) -> list[ast.Call]:
     return [n for n in walk_same_function(body) if isinstance(n, ast.Call)]
+
+
+def _not_a_group_flag(expr: ast.AST) -> bool:
+    """`not use_ddp`, `not args.distributed`, `not is_distributed()`: false exactly when a process group runs, by
+    its name (DIST_FLAG_NAMES; a project's own: pyproject's distributed-flags). Beside a rank test
+    (`not use_ddp or rank == 0`) it is the one-process path."""
+    if not (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)):
+        return False
+    named = expr.operand.func if isinstance(expr.operand, ast.Call) and not expr.operand.args else expr.operand
+    return isinstance(named, (ast.Name, ast.Attribute)) and last(dotted(named)).lower() in DIST_FLAG_NAMES
 
 
 def _kind_by_name(name: str) -> str | None:
@@ -656,7 +677,7 @@ class ScriptReader:
                     and isinstance(expr.op, ast.Or)
                     and len(expr.values) == 2
                     and self.rank_test(expr.values[1 - expr.values.index(value)], follow_names)
-                    and self._launcher_test(value) is False
+                    and (self._launcher_test(value) is False or _not_a_group_flag(value))
                 ):
                     # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
                     # one-process path, as `rank is None` is
@@ -927,8 +948,8 @@ class ScriptReader:
                 for n in (ast.walk(scope) if scope else self.nodes)
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)
             ]
-            if len(values) == 1:
-                return self._launcher_test(values[0], depth + 1)
+            if len(values) == 1 and (by_value := self._launcher_test(values[0], depth + 1)) is not None:
+                return by_value
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
             return True
         if (
