@@ -193,3 +193,72 @@ def test_the_engine_names_no_rule():
     engine = Path(__file__).parents[2] / "src" / "ddplab" / "lint" / "__init__.py"
     literals = {n.value for n in ast.walk(ast.parse(engine.read_text())) if isinstance(n, ast.Constant)}
     assert not ids & literals
+
+
+def test_the_pre_commit_hook_runs_lint_on_the_files_a_commit_changes(capsys):
+    """.pre-commit-hooks.yaml's entry, given file names as pre-commit gives them: the commit fails on an error."""
+    root = Path(__file__).parents[2]
+    hooks = (root / ".pre-commit-hooks.yaml").read_text()
+    entries = {line.split(":", 1)[1].strip() for line in hooks.splitlines() if line.strip().startswith("entry:")}
+    assert entries == {"ddplab lint"}
+    assert {"- id: ddplab-lint", "- id: ddplab-lint-system", "  types: [python]"} <= set(hooks.splitlines())
+    command = entries.pop().split()[1:]
+    bad, good = root / "tests" / "scripts" / "lint_bad.py", root / "tests" / "scripts" / "good_ddp.py"
+    assert main([*command, str(good)]) == 0
+    assert main([*command, str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "good_ddp.py: OK" in out and "lint_bad.py:" in out
+
+
+MODEL = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+
+def test():
+    print(Net())
+
+
+if __name__ == "__main__":
+    test()
+"""
+SIBLING = """\
+import torchvision
+
+
+class Augment:
+    pass
+
+
+def prepare():
+    return torchvision.datasets.MNIST("data", download=True)
+"""
+ENTRY = """\
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from model import Net
+from sibling import Augment, prepare
+
+dist.init_process_group("gloo")
+model = DDP(Net())
+aug = Augment()
+{call}
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("call, found", [("", []), ("data = prepare()", [("sibling.py", 9, "shared-path-write")])])
+def test_imported_modules_count_only_where_the_script_calls_them(tmp_path, call, found):
+    """A model file's own test() and its prints, a sibling script's download: code the entry never runs says nothing;
+    the same download called by the script on every rank is a finding, in its file."""
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "sibling.py").write_text(SIBLING)
+    (tmp_path / "train.py").write_text(ENTRY.format(call=call))
+    result = lint_file(tmp_path / "train.py")
+    assert [(Path(f.path or "train.py").name, f.line, f.rule) for f in result.findings] == found

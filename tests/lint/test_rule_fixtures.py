@@ -38,3 +38,12 @@ def test_every_rule_a_check_finds_is_a_module():
     for rule in RULES:
         for source in rule.fires:
             assert {f.rule for f in lint_source(source, "train.py", show_all=True).findings} <= ids
+
+
+def test_the_docs_rules_table_is_the_rules_own():
+    """docs/lint.md's table is generated from the rule modules (python tools/lint_rules_table.py)."""
+    from pathlib import Path
+
+    from ddplab.lint.rules import markdown_table
+
+    assert markdown_table() in (Path(__file__).parents[2] / "docs" / "lint.md").read_text()

@@ -51,3 +51,15 @@ def by_id() -> dict[str, Rule]:
 def passes() -> list[Callable]:
     """The reader passes that find the rules, each once, in the rules' order."""
     return list(dict.fromkeys(r.check for r in all_rules()))
+
+
+def markdown_table() -> str:
+    """docs/lint.md's rules table, from the rules' docs (tools/lint_rules_table.py writes it there)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = [f"| `{r.id}` | {r.severity} | {cell(r.what)} | {cell(r.why)} | {cell(r.fix)} |" for r in all_rules()]
+    return "\n".join(
+        ["| rule | severity | what it flags | what goes wrong | the fix |", "|---|---|---|---|---|", *rows]
+    )
