@@ -1444,7 +1444,7 @@ class Checks(MultiGpuChecks):
             )
             if stepped_every_k or inner_no_step:
                 self.add(
-                    loop,
+                    backward,  # where DDP all-reduces each micro-step: the statement no_sync() must wrap
                     "grad-accum-no-sync",
                     WARNING,
                     "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "
