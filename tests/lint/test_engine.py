@@ -44,13 +44,19 @@ def _rules(source: str, **kw) -> list[str]:
         "not dist.is_initialized() or rank == 0",
         "rank == 0 and use_ddp",
         "not (rank != 0)",
+        "not (use_ddp and rank != 0)",
+        "(rank == 0 or not use_ddp) and model is not None",
+        "use_ddp and (rank == 0 or rank is None)",
+        "not use_ddp or not rank",
     ],
 )
 def test_a_rank0_guard_is_recognised_in_any_boolean_form(test):
     assert "unguarded-save" not in _rules(SAVE.format(test=test))
 
 
-@pytest.mark.parametrize("test", ["use_ddp or rank == 0", "rank != 0 or not use_ddp", "rank >= 0"])
+@pytest.mark.parametrize(
+    "test", ["use_ddp or rank == 0", "rank != 0 or not use_ddp", "rank >= 0", "not (rank == 0 or not use_ddp)"]
+)
 def test_a_test_that_holds_on_other_ranks_is_no_guard(test):
     assert "unguarded-save" in _rules(SAVE.format(test=test))
 

@@ -655,6 +655,8 @@ class ScriptReader:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             inner = self.rank_test(expr.operand, follow_names)
+            if inner is None and isinstance(expr.operand, ast.BoolOp):
+                return self._rank_test_by_logic(expr)  # `not (use_ddp and rank != 0)`
             return (inner[0], not inner[1]) if inner else None
         if isinstance(expr, ast.IfExp):  # `is_master() if only_master else is_local_master()`: rank 0 either way
             body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
@@ -691,7 +693,7 @@ class ScriptReader:
                 # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
                 kinds = {t[0] for t in tests}
                 return next((k for k in ("local", "device", "global") if k in kinds), "single"), True
-            return None
+            return self._rank_test_by_logic(expr)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
             return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
         if (
@@ -757,6 +759,41 @@ class ScriptReader:
         if kind == "device" and isinstance(expr, (ast.Name, ast.Attribute)) and not self._held(self.held_kind, expr):
             return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def _rank_test_by_logic(self, expr: ast.AST) -> tuple[str, bool] | None:
+        """A test of rank tests and process-group switches joined in any boolean form, read by its value: on rank 0
+        and on another rank of a process group. False on every other rank: it holds on rank 0 only (or in the one
+        process no launcher started); False on rank 0 and True on the others: every rank but 0."""
+        kinds: set[str] = set()
+        on_zero, on_other = self._truth(expr, True, kinds), self._truth(expr, False, kinds)
+        kind = next((k for k in ("local", "device", "global") if k in kinds), "single")
+        if on_other is False:
+            return kind, True
+        if on_zero is False and on_other is True:
+            return kind, False
+        return None
+
+    def _truth(self, expr: ast.AST, zero: bool, kinds: set[str]) -> bool | None:
+        """`expr`'s value on rank 0 (zero) or on another rank, in a process group: True, False, or None (not known:
+        a value the rank does not decide). Rank tests and group switches are the atoms (Kleene's three values)."""
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            value = self._truth(expr.operand, zero, kinds)
+            return None if value is None else not value
+        if isinstance(expr, ast.BoolOp):
+            values = [self._truth(v, zero, kinds) for v in expr.values]
+            decisive = isinstance(expr.op, ast.Or)  # True decides an `or`, False an `and`
+            if decisive in values:
+                return decisive
+            return (not decisive) if all(v is (not decisive) for v in values) else None
+        if _not_a_group_flag(ast.UnaryOp(op=ast.Not(), operand=expr)) or self._launcher_test(expr):
+            return True  # a process group runs (`use_ddp`, `"RANK" in os.environ`)
+        if self._launcher_test(expr) is False:
+            return False
+        test = self.rank_test(expr)
+        if test is None:
+            return None
+        kinds.add(test[0])
+        return zero if test[1] else not zero
 
     def _no_rank(self, expr: ast.Compare) -> bool | None:
         """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
