@@ -268,3 +268,33 @@ def test_imported_modules_count_only_where_the_script_calls_them(tmp_path, call,
     (tmp_path / "train.py").write_text(ENTRY.format(call=call))
     result = lint_file(tmp_path / "train.py")
     assert [(Path(f.path or "train.py").name, f.line, f.rule) for f in result.findings] == found
+
+
+SWITCHED = """\
+import argparse
+
+import torch
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--multiprocessing-distributed", action="store_true")
+parser.add_argument("--world-size", type=int, default=1)
+args = parser.parse_args()
+args.rank = 0
+args.distributed = args.world_size > 1 or args.multiprocessing_distributed
+if {maker}:
+    dist.init_process_group("gloo")
+model = torch.nn.Linear(2, 2)
+if not args.multiprocessing_distributed or args.rank == 0:
+    torch.save(model.state_dict(), "model.pt")
+if dist.is_initialized():
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("maker, found", [("args.multiprocessing_distributed", []), ("args.distributed", [16])])
+def test_the_switch_every_init_process_group_sits_under_is_the_group(maker, found):
+    """`not X or rank == 0` is rank 0 or one process when X is what makes the process group; where another switch
+    makes it (the pytorch/examples imagenet template under torchrun: `args.distributed`, X False), every rank saves."""
+    result = lint_source(SWITCHED.format(maker=maker), "train.py")
+    assert [f.line for f in result.findings if f.rule == "unguarded-save"] == found

@@ -283,7 +283,7 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
                 return True
             if (
                 isinstance(n, ast.Call)
-                and reader.callee_last(n) in installers
+                and reader.function_called(n) in installers
                 and ((func := reader.enclosing_function(n)) is None or func.name not in installers)
             ):
                 return True

@@ -839,7 +839,7 @@ class Checks(MultiGpuChecks):
         for n in walk_same_function(scope.body):
             if getattr(n, "lineno", 0) <= call.lineno:
                 continue
-            if isinstance(n, ast.Call) and self.callee_last(n) in installers:
+            if isinstance(n, ast.Call) and self.function_called(n) in installers:
                 return True
             if isinstance(n, ast.Assign) and any(
                 isinstance(t, ast.Attribute)

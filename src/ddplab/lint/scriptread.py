@@ -178,16 +178,6 @@ def calls_in(body: list[ast.stmt]) -> list[ast.Call]:
     return [n for n in walk_same_function(body) if isinstance(n, ast.Call)]
 
 
-def _not_a_group_flag(expr: ast.AST) -> bool:
-    """`not use_ddp`, `not args.distributed`, `not is_distributed()`: false exactly when a process group runs, by
-    its name (DIST_FLAG_NAMES; a project's own: pyproject's distributed-flags). Beside a rank test
-    (`not use_ddp or rank == 0`) it is the one-process path."""
-    if not (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)):
-        return False
-    named = expr.operand.func if isinstance(expr.operand, ast.Call) and not expr.operand.args else expr.operand
-    return isinstance(named, (ast.Name, ast.Attribute)) and last(dotted(named)).lower() in DIST_FLAG_NAMES
-
-
 def _kind_by_name(name: str) -> str | None:
     """The kind of rank a name (or a config key) says it holds: `local_rank`, `rank`, `gpu_id`."""
     name = name.lstrip("_")  # a module's private `__rank` is the rank too
@@ -462,6 +452,15 @@ class ScriptReader:
             name = self._callees[call] = self.resolve(dotted(call.func))
         return name
 
+    def function_called(self, call: ast.Call) -> str | None:
+        """The name of the function a call runs when it is one by name (`train(...)`) or through an imported module
+        (`utils.init_distributed_mode(args)`); None for a method of an object (`model.train()`), which a
+        function of the same name is not."""
+        head = dotted(call.func).split(".")[0]
+        if isinstance(call.func, ast.Name) or (isinstance(call.func, ast.Attribute) and head in self.aliases):
+            return self.callee_last(call)
+        return None
+
     def callee_last(self, call: ast.Call) -> str:
         return last(self.callee(call))
 
@@ -679,7 +678,7 @@ class ScriptReader:
                     and isinstance(expr.op, ast.Or)
                     and len(expr.values) == 2
                     and self.rank_test(expr.values[1 - expr.values.index(value)], follow_names)
-                    and (self._launcher_test(value) is False or _not_a_group_flag(value))
+                    and (self._launcher_test(value) is False or self._not_a_group_switch(value))
                 ):
                     # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
                     # one-process path, as `rank is None` is
@@ -760,6 +759,39 @@ class ScriptReader:
             return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
 
+    def _not_a_group_switch(self, expr: ast.AST) -> bool:
+        """`not use_ddp`: false exactly when a process group runs. Beside a rank test (`not use_ddp or rank == 0`) it
+        is the one-process path."""
+        return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not) and self._group_switch(expr.operand)
+
+    def _group_switch(self, expr: ast.AST) -> bool:
+        """A switch that holds when a process group runs: named for it (`use_ddp`, `args.distributed`,
+        `is_distributed()`; DIST_FLAG_NAMES, a project's own in pyproject's distributed-flags), or the one test every
+        init_process_group of the file sits under (`if opt.multiprocessing_distributed: dist.init_process_group()`:
+        not `args.multiprocessing_distributed` where `if args.distributed:` is the one that makes the group)."""
+        named = expr.func if isinstance(expr, ast.Call) and not expr.args else expr
+        if not isinstance(named, (ast.Name, ast.Attribute)):
+            return False
+        return last(dotted(named)).lower() in DIST_FLAG_NAMES or dotted(named) in self._group_making_tests
+
+    @functools.cached_property
+    def _group_making_tests(self) -> set[str]:
+        """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else)."""
+        inits = [c for c in self.calls if self.is_(c, "init_process_group")]
+        found: set[str] | None = None
+        for init in inits:
+            tests, child = set(), init
+            for parent in self.ancestors(init):
+                if (
+                    isinstance(parent, ast.If)
+                    and child in parent.body
+                    and isinstance(parent.test, (ast.Name, ast.Attribute))
+                ):
+                    tests.add(dotted(parent.test))
+                child = parent
+            found = tests if found is None else found & tests
+        return found or set()
+
     def _rank_test_by_logic(self, expr: ast.AST) -> tuple[str, bool] | None:
         """A test of rank tests and process-group switches joined in any boolean form, read by its value: on rank 0
         and on another rank of a process group. False on every other rank: it holds on rank 0 only (or in the one
@@ -785,7 +817,7 @@ class ScriptReader:
             if decisive in values:
                 return decisive
             return (not decisive) if all(v is (not decisive) for v in values) else None
-        if _not_a_group_flag(ast.UnaryOp(op=ast.Not(), operand=expr)) or self._launcher_test(expr):
+        if self._group_switch(expr) or self._launcher_test(expr):
             return True  # a process group runs (`use_ddp`, `"RANK" in os.environ`)
         if self._launcher_test(expr) is False:
             return False

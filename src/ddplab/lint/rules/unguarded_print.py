@@ -60,6 +60,36 @@ for epoch in range(2):
         print(f"epoch {epoch}")
 dist.destroy_process_group()
 """,
+        # a print filter (builtins.print) installed by a setup helper: the prints after it are rank 0's; a method of
+        # the same name as a function that installs it (`model.train()` beside `def train()`) installs nothing
+        """\
+import builtins
+
+import torch
+import torch.distributed as dist
+
+
+def setup_for_distributed(is_main):
+    builtin_print = builtins.print
+
+    def print(*args, **kwargs):
+        if is_main:
+            builtin_print(*args, **kwargs)
+
+    builtins.print = print
+
+
+def train():
+    dist.init_process_group("gloo")
+    setup_for_distributed(dist.get_rank() == 0)
+    model = torch.nn.Linear(2, 2)
+    print("training")
+    model.train()
+    dist.destroy_process_group()
+
+
+train()
+""",
     ),
     whole_project=True,
     refine=_printed_where_it_runs,
