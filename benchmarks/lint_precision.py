@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ddplab.lint import lint_file  # noqa: E402
+from lint_heldout_score import statement_starts  # noqa: E402
 
 
 @dataclass
@@ -115,6 +116,12 @@ SCRIPTS = [
 def judge(script: Script, path: Path) -> tuple[int, int, int, int, list[str]]:
     """(findings, right, expected, found, notes on each wrong or missed item)."""
     findings = lint_file(path).findings
+    # lines compared by statement, as lint_heldout_score.py does: lint names a statement's first line, the truth
+    # was written at whichever line of it the reviewer pointed to
+    starts = statement_starts(path)
+    script = Script(script.name, script.source, script.group,
+                    {(starts.get(n, n), r) for n, r in script.expected}, {starts.get(n, n) for n in script.prints},
+                    {(starts.get(n, n), r) for n, r in script.new})
     notes, right = [], 0
     for f in findings:
         ok = ({f.line, *f.also} <= script.prints) if f.rule == "unguarded-print" else \

@@ -32,8 +32,8 @@ class Runner:
     def train(self, epochs: int) -> None:
         for epoch in range(epochs):
             self.data.sampler.set_epoch(epoch)
-            for step, (x, y) in enumerate(self.data):  # expect: grad-accum-no-sync
-                torch.nn.functional.mse_loss(self.net(x), y).backward()
+            for step, (x, y) in enumerate(self.data):
+                torch.nn.functional.mse_loss(self.net(x), y).backward()  # expect: grad-accum-no-sync
                 if (step + 1) % self.accum == 0:
                     self.opt.step()
                     self.opt.zero_grad()

@@ -13,56 +13,20 @@ import ast
 import functools
 import gc
 import os
-import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddplab.errors import DdplabError
 from ddplab.lint import project as projects
+from ddplab.lint import vocabulary
 from ddplab.lint.callers import Callers
 from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
-from ddplab.lint.scriptread import ANY_RANK0, DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block, static
+from ddplab.lint.rules import by_id
+from ddplab.lint.rules import passes as rule_passes
+from ddplab.lint.scriptread import DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block, static
 
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
-
-# What lint reports in a module the script imports (not the script itself): mistakes in the code the script calls.
-# Prints there count only in functions some caller runs on every rank (callers.py).
-MODULE_RULES = {
-    "unguarded-print",
-    "sets-master-env",
-    "sets-rank-env",
-    "collective-in-rank-branch",
-    "hardcoded-cuda-device",
-    "nccl-hardcoded",
-    "no-destroy",
-    "unguarded-save",
-    "local-rank-save",
-    "load-no-map-location",
-    "grad-accum-no-sync",
-    "shared-path-write",
-    "no-set-device",
-    "global-rank-device-ids",
-    "local-rank-argparse",
-    "unreduced-metric",
-    "rank0-early-exit",
-    "world-size-scaled-twice",
-    "unseeded-random-split",
-}
-# Rules whose verdict rests on who calls the function: in a module, its callers (in other files) may guard it.
-GUARD_RULES = {
-    "unguarded-save",
-    "local-rank-save",
-    "shared-path-write",
-    "unreduced-metric",
-    "load-no-map-location",
-    "collective-in-rank-branch",
-    "rank0-early-exit",
-}
-# Rules about the process-group setup: in a module, only the setup the script runs (a project often holds one per
-# launcher: init_process_group_mpi next to the env:// one the script calls).
-SETUP_RULES = {"nccl-hardcoded", "no-destroy", "sets-master-env", "sets-rank-env"}
-# Rules whose verdict rests on what the rest of the project does: not sure when part of it could not be read.
-PROJECT_RULES = {"unguarded-print", "hardcoded-cuda-device", "no-destroy", "grad-accum-no-sync", "no-set-device"}
 
 
 def _without_cycle_collection(lint):
@@ -84,10 +48,22 @@ def _without_cycle_collection(lint):
     return paused
 
 
-@_without_cycle_collection
 def lint_file(path: str | Path, show_all: bool = False) -> LintResult:
-    """Lint a script with the local modules it imports, or every Python file of a folder."""
+    """Lint a script with the local modules it imports, or every Python file of a folder, with the names its
+    project adds in pyproject.toml ([tool.ddplab.lint], vocabulary.py)."""
     path = Path(path)
+    if not path.exists():
+        raise DdplabError(f"{path}: no such file or folder: pass the path of a Python training script or its folder")
+    added, note = vocabulary.read(path if path.is_dir() else path.parent)
+    with vocabulary.extended(added):
+        result = _lint_path(path, show_all)
+    if note:
+        result.notes.append(note)
+    return result
+
+
+@_without_cycle_collection
+def _lint_path(path: Path, show_all: bool) -> LintResult:
     if path.is_dir():
         return lint_folder(path, show_all)
     if path.is_file():
@@ -111,6 +87,7 @@ def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
         raise DdplabError(f"{folder}: no Python file in this folder: pass a training script or its folder")
     findings: dict[tuple, Finding] = {}
     hidden: set[tuple] = set()
+    hidden_rules: set[str] = set()
     backend = backend_line = None
     for entry in whole.entries:
         project = projects.of_script(entry, cache)
@@ -122,6 +99,7 @@ def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
                 findings.setdefault(key, f)
             else:
                 hidden.add(key)
+                hidden_rules.add(f.rule)
     ordered = sorted(findings.values(), key=lambda f: (f.path or "", f.line, f.rule))
     errors = sum(f.level == ERROR for f in ordered)
     return LintResult(
@@ -133,6 +111,7 @@ def lint_folder(folder: Path, show_all: bool = False) -> LintResult:
         backend_line=backend_line,
         ok=errors == 0,
         possible=len(hidden - set(findings)),
+        possible_rules=sorted(hidden_rules),
         files=len(whole.trees),
         unread=whole.unread,
     )
@@ -304,7 +283,7 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
                 return True
             if (
                 isinstance(n, ast.Call)
-                and reader.callee_last(n) in installers
+                and reader.function_called(n) in installers
                 and ((func := reader.enclosing_function(n)) is None or func.name not in installers)
             ):
                 return True
@@ -423,54 +402,7 @@ def _uncalled_spans(
     return spans
 
 
-def _collectives_behind_guarded_calls(readers: dict, callers: Callers, entries: list[Path]) -> None:
-    """`if is_main_process(): stats = evaluate(...)` in the script, where evaluate (in another module) runs an
-    all_reduce: every call of that function is under a rank test, so the collective runs on those ranks only.
-    Reported at the script's guarded call."""
-    for path, reader in readers.items():
-        if path in entries:
-            continue
-        for call in reader.calls:
-            if not reader.is_collective(call) or any(g.kind != "single" for g in reader.guards(call)):
-                continue
-            func = reader.enclosing_function(call)
-            if func is None:
-                continue
-            sites = [(w, s) for w, s in callers.sites(path, func) if w != path]
-            if not sites or any(
-                w not in entries or not readers[w].runs_on_rank0_only(s, ANY_RANK0 - {"single"}) for w, s in sites
-            ):
-                continue
-            for where, site in sites:
-                guards = [g for g in readers[where].guards(site) if g.kind != "single"]
-                if not guards:
-                    continue
-                name = reader.callee_last(call)
-                readers[where].add(
-                    site,
-                    "collective-in-rank-branch",
-                    ERROR,
-                    f"{func.name}() runs {name} ({path.name}:{call.lineno}) and is called on "
-                    f"{'rank 0' if guards[0].rank0 else 'every rank but 0'} only here (the rank test "
-                    f"on line {guards[0].node.lineno}): the others never join it and it hangs",
-                    f"call {func.name}() on every rank, outside the rank test; keep only the printing/saving inside",
-                )
-
-
-def _whole_loader_given(callers: Callers, readers: dict, path: Path, func: ast.AST, param: str) -> bool:
-    """Every call of `func` (in any file) passes for `param` a loader its file builds without a sampler
-    (`evaluate(epoch, model, val_loader)` with `val_loader = prepare_dataloader(val, cfg)`, a plain DataLoader)."""
-    sites = callers.sites(path, func)
-    if not sites:
-        return False
-    for where, call in sites:
-        given = given_for(call, func, param)
-        if given is None or not readers[where].built_without_sampler(given):
-            return False
-    return True
-
-
-def _function_at(reader: Checks, line: int) -> ast.AST | None:
+def function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [
         n
@@ -480,20 +412,18 @@ def _function_at(reader: Checks, line: int) -> ast.AST | None:
     return max(around, key=lambda n: n.lineno, default=None)
 
 
-def _printed_on_every_rank(f: Finding, reader: Checks, callers: Callers, path: Path) -> bool:
-    """Keep, of a module's print finding, the lines in functions some caller runs on every rank (a print at a
-    module's top level, or in a function only rank 0 calls, is left to the script)."""
-    lines = [
-        line
-        for line in (f.line, *f.also)
-        if (func := _function_at(reader, line)) is not None and callers.called_by_script(path, func) is not None
-    ]
-    if not lines:
-        return False
-    f.line, f.also = lines[0], lines[1:]
-    more = f" (also lines {', '.join(map(str, lines[1:6]))}{'...' if len(lines) > 6 else ''})" if len(lines) > 1 else ""
-    f.message = f"print runs on every rank: each line appears once per process, interleaved{more}"
-    return True
+@dataclass
+class Seen:
+    """What the engine knows around a finding, for a rule's refine(): the file's reader, whether it is the script,
+    the other files' readers, who calls what, what the whole project does, the spans of code that never runs."""
+
+    path: Path
+    entry: bool
+    checks: Checks
+    readers: dict
+    callers: Callers
+    facts: Facts
+    spans: list
 
 
 def lint_project(
@@ -508,10 +438,13 @@ def lint_project(
     backend = backend_line = None
     readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
     callers = Callers(readers, project.entries)
-    _collectives_behind_guarded_calls(readers, callers, project.entries)
+    rules, passes = by_id(), rule_passes()
+    for rule in rules.values():
+        if rule.across is not None:  # what a rule finds across files, before each file's own passes
+            rule.across(readers, callers, project.entries)
     for path, tree in project.trees.items():
         checks = readers[path]
-        checks.run()
+        checks.run(passes)
         entry = path in project.entries
         if entry and backend is None and checks.backend:
             backend, backend_line = checks.backend, checks.backend_line
@@ -521,80 +454,44 @@ def lint_project(
         spans = _uncalled_spans(tree, entry and not any(is_main_block(n) for n in tree.body), refs, path)
         if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
             spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if is_main_block(n)]
+        seen = Seen(path, entry, checks, readers, callers, facts, spans)
         for f in checks.findings:
-            if f.rule == "unguarded-print" and spans:  # the print lines in uncalled functions never print
-                lines = [line for line in (f.line, *f.also) if not any(a <= line <= b for a, b in spans)]
-                if lines and lines != [f.line, *f.also]:
-                    f.line, f.also = lines[0], lines[1:]
-                    more = f" (also lines {', '.join(map(str, f.also[:5]))}{'...' if len(f.also) > 5 else ''})"
-                    f.message = re.sub(r" \(also lines [^)]*\)", more if f.also else "", f.message)
-            if (not entry and f.rule not in MODULE_RULES) or any(a <= f.line <= b for a, b in spans):
+            rule = rules[f.rule]
+            f.severity = rule.severity
+            if not entry and not rule.in_modules:
+                continue
+            if rule.refine is not None and not rule.refine(f, seen):
+                continue
+            if any(a <= f.line <= b for a, b in spans):
                 continue
             if shown_from is None and path == project.entries[0]:
                 f.path = None
             else:
                 f.path = os.path.normpath(typed / os.path.relpath(path, base))
-            if not entry and f.rule == "unguarded-print" and not _printed_on_every_rank(f, checks, callers, path):
-                continue
-            if f.rule == "shared-path-write" and f.line in checks.path_params and f.confidence == SURE:
-                func, param = checks.path_params[f.line]
-                if callers.passed_per_rank(path, func, param) is not False:
+            if not entry and f.confidence == SURE and (func := function_at(checks, f.line)) is not None:
+                if rule.callers_guard:
+                    site = callers.every_rank(path, func)
+                    if site is None:
+                        f.confidence = POSSIBLE
+                        f.why = "in a function of an imported module that no caller is seen running on every rank"
+                    else:
+                        where = callers.where(site)
+                        f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
+                if rule.setup and not callers.reached(path, func):
                     f.confidence, f.why = (
                         POSSIBLE,
-                        f"the path comes from the parameter {param}: what its callers pass may differ per rank",
+                        f"in {func.name}(), which no call seen from the script reaches "
+                        "(another launcher's setup, or one called in a way lint does not follow)",
                     )
-            if not entry and f.rule == "unseeded-random-split" and facts.seeded:
-                continue  # the script (or another module) seeds the generators: which runs first is not known
-            if (
-                f.rule == "unreduced-metric"
-                and f.line in checks.loader_params
-                and _whole_loader_given(callers, readers, path, *checks.loader_params[f.line])
-            ):
-                continue  # every caller hands the loop a loader without a sampler: each rank sums the whole set
-            if (
-                not entry
-                and f.rule in GUARD_RULES
-                and f.confidence == SURE
-                and (func := _function_at(checks, f.line)) is not None
-            ):
-                site = callers.every_rank(path, func)
-                if site is None:
-                    f.confidence, f.why = (
-                        POSSIBLE,
-                        "in a function of an imported module that no caller is seen running on every rank",
-                    )
-                else:
-                    where = callers.where(site)
-                    f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
-            if (
-                not entry
-                and f.rule == "nccl-hardcoded"
-                and (func := _function_at(checks, f.line)) is not None
-                and (sites := callers.sites(path, func))
-                and all(readers[w]._cuda_checked(c) for w, c in sites)
-            ):
-                continue  # every caller checks CUDA first (`if not torch.cuda.is_available(): raise`, then setup())
-            if (
-                not entry
-                and f.rule in SETUP_RULES
-                and f.confidence == SURE
-                and (func := _function_at(checks, f.line)) is not None
-                and not callers.reached(path, func)
-            ):
-                f.confidence, f.why = (
-                    POSSIBLE,
-                    f"in {func.name}(), which no call seen from the script reaches "
-                    "(another launcher's setup, or one called in a way lint does not follow)",
-                )
-            if facts.unread and f.rule in PROJECT_RULES and f.confidence == SURE:
+            if facts.unread and rule.whole_project and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
-    # one --local_rank flag, one mistake: where the parser lives in an options module, each file that picks a device
-    # from it would say so; the first (the script's) speaks for all
-    flag = [f for f in findings if f.rule == "local-rank-argparse"]
-    findings = [f for f in findings if f.rule != "local-rank-argparse" or f is flag[0]]
+    # a rule that is one mistake however many files show it (one --local_rank flag, read by each file that picks a
+    # device from it): the first finding (the script's) speaks for all
+    said: set[str] = set()
+    findings = [f for f in findings if not rules[f.rule].once or (f.rule not in said and not said.add(f.rule))]
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]
     errors = sum(f.level == ERROR for f in shown)
     return LintResult(
@@ -606,6 +503,7 @@ def lint_project(
         backend_line=backend_line,
         ok=errors == 0,
         possible=len(findings) - len(shown),
+        possible_rules=sorted({f.rule for f in findings if f not in shown}),
         files=len(project.trees),
         unread=project.unread,
     )

@@ -27,6 +27,7 @@ from ddplab.lint.scriptread import (
 )
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
+SAVE_CALLS = {"torch.save"}  # checkpoint writes judged as torch.save (a project adds its own: vocabulary.py)
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
 DATA_USES = {
@@ -58,9 +59,19 @@ BATCHNORM_MODELS = re.compile(
 class Checks(MultiGpuChecks):
     def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.findings: list[Finding] = []
-        self.backend: str | None = None  # the backend init_process_group is given as a literal, if any
-        self.backend_line: int | None = None
         super().__init__(tree, facts)
+        self.path_params: dict = {}  # line -> (function, parameter): a write whose path a caller gives
+        self.loader_params: dict = {}  # line -> (function, parameter): a sum over a loader other files' callers give
+        self._loop_params: dict = {}
+        # the backend init_process_group is given as a literal, if any: known before any pass runs, since several
+        # rules judge a device by it
+        self.backend: str | None = None
+        self.backend_line: int | None = None
+        for call in self.calls:
+            if self.is_(call, "init_process_group"):
+                value = self._backend_value(keyword(call, "backend") or (call.args[0] if call.args else None))
+                if value is not None:
+                    self.backend, self.backend_line = value.lower(), call.lineno
 
     def add(
         self,
@@ -73,28 +84,23 @@ class Checks(MultiGpuChecks):
         sure: bool = True,
         why: str = "",
     ) -> None:
-        """A finding; `sure=False` (with `why`: what lint could not see) puts it behind --all."""
-        line = getattr(node, "lineno", 0)
+        """A finding at the first line of the statement that holds `node` (where a reader looks for it);
+        `sure=False` (with `why`: what lint could not see) puts it behind --all."""
+        line = self.line_of(node)
         if not any(f.line == line and f.rule == rule for f in self.findings):
             self.findings.append(Finding(line, rule, level, message, fix, also or [], SURE if sure else POSSIBLE, why))
 
-    # --------------------------------------------------------------------------------------- rules
+    def line_of(self, node: ast.AST) -> int:
+        """The first line of the statement that holds `node`."""
+        stmt = node
+        while stmt is not None and not isinstance(stmt, ast.stmt):
+            stmt = self.parent.get(stmt)
+        return getattr(stmt if stmt is not None else node, "lineno", 0)
 
-    def run(self) -> None:
-        self.check_launcher_env()
-        self.check_backend()
-        self.check_cuda_devices()
-        self.check_random_data()
-        self.check_sampler()
-        self.check_saving()
-        self.check_loading()
-        self.check_teardown()
-        self.check_ddp_device_ids()
-        self.check_collectives_in_rank_branches()
-        self.check_rank0_ddp_forward()
-        self.check_loader_without_sampler()
-        self.check_grad_accumulation()
-        self.run_multigpu()
+    def run(self, passes) -> None:
+        """The rules' passes (ddplab.lint.rules), each a method of this reader."""
+        for check in passes:
+            check(self)
 
     def _skipped_when_launched(self, node: ast.AST) -> bool:
         """Inside `if "RANK" not in os.environ:` (or its kin): only runs when no launcher set the variables."""
@@ -233,12 +239,8 @@ class Checks(MultiGpuChecks):
         for call in self.calls:
             if not self.is_(call, "init_process_group"):
                 continue
-            backend = keyword(call, "backend") or (call.args[0] if call.args else None)
-            value = self._backend_value(backend)
-            if value is None:
-                continue
-            self.backend, self.backend_line = value.lower(), call.lineno
-            if value.lower() == "nccl" and not self._cuda_checked(call):
+            value = self._backend_value(keyword(call, "backend") or (call.args[0] if call.args else None))
+            if value is not None and value.lower() == "nccl" and not self._cuda_checked(call):
                 self.add(
                     call,
                     "nccl-hardcoded",
@@ -735,7 +737,7 @@ class Checks(MultiGpuChecks):
         return None
 
     def check_saving(self) -> None:
-        if any(self.callee(c) == "torch.save" for c in self.calls):
+        if any(self._saves(c) for c in self.calls):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
@@ -758,7 +760,7 @@ class Checks(MultiGpuChecks):
             return
         for call in self.calls:
             name = self.callee(call)
-            if name != "torch.save" and (
+            if not self._saves(call) and (
                 "save" not in last(name).lower()
                 or last(name) in self.functions
                 or isinstance(call.func, ast.Attribute)
@@ -779,12 +781,12 @@ class Checks(MultiGpuChecks):
                     "(the same file on shared storage, concurrently)",
                     "test the global rank: if dist.get_rank() == 0 (or rank == 0 with rank = int(os.environ['RANK']))",
                 )
-            elif name == "torch.save" and not self.runs_on_rank0_only(call, ANY_RANK0):
+            elif self._saves(call) and not self.runs_on_rank0_only(call, ANY_RANK0):
                 self.add(
                     call,
                     "unguarded-save",
                     WARNING,
-                    "torch.save runs on every rank: all processes write the same file at once (a corrupt "
+                    f"{name} runs on every rank: all processes write the same file at once (a corrupt "
                     "checkpoint, or N copies)",
                     "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)",
                 )
@@ -837,7 +839,7 @@ class Checks(MultiGpuChecks):
         for n in walk_same_function(scope.body):
             if getattr(n, "lineno", 0) <= call.lineno:
                 continue
-            if isinstance(n, ast.Call) and self.callee_last(n) in installers:
+            if isinstance(n, ast.Call) and self.function_called(n) in installers:
                 return True
             if isinstance(n, ast.Assign) and any(
                 isinstance(t, ast.Attribute)
@@ -865,20 +867,25 @@ class Checks(MultiGpuChecks):
             for n in self.nodes
         )
 
+    def _saves(self, call: ast.Call) -> bool:
+        """torch.save, or a call the project names a checkpoint write (pyproject's save-calls)."""
+        name = self.callee(call)
+        return name in SAVE_CALLS or last(name) in SAVE_CALLS
+
     def _save_helper_sites(self) -> None:
         """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
         torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
         by_function: dict[ast.AST, list[ast.Call]] = {}
         for c in self.calls:
             if (
-                self.callee(c) == "torch.save"
+                self._saves(c)
                 and (func := self.enclosing_function(c)) is not None
                 and not self._in_memory(c)
                 and not self._mentions_rank(c)
             ):
                 by_function.setdefault(func, []).append(c)
         for func, saves in by_function.items():
-            if any(f.rule == "local-rank-save" and f.line == saves[0].lineno for f in self.findings):
+            if any(f.rule == "local-rank-save" and f.line == self.line_of(saves[0]) for f in self.findings):
                 continue
             for site in self.call_sites(func):
                 if not self.runs_on_rank0_only(site, frozenset({"global", "single"})) and self.runs_on_rank0_only(
@@ -1437,7 +1444,7 @@ class Checks(MultiGpuChecks):
             )
             if stepped_every_k or inner_no_step:
                 self.add(
-                    loop,
+                    backward,  # where DDP all-reduces each micro-step: the statement no_sync() must wrap
                     "grad-accum-no-sync",
                     WARNING,
                     "gradient accumulation without no_sync(): DDP all-reduces the gradients in every "

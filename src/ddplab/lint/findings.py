@@ -19,6 +19,7 @@ class Finding:
     confidence: str = SURE  # sure: shown by default; possible: shown with --all
     why: str = ""  # what makes lint sure, or what it could not see
     path: str | None = None  # the file, when it is not the script linted (a module it imports, a file of a folder)
+    severity: str = "bug"  # the rule's: bug (hangs, crashes, wrong results, wasted GPUs) or minor (noise, hygiene)
 
 
 @dataclass
@@ -31,5 +32,7 @@ class LintResult:
     backend_line: int | None = None
     ok: bool = True  # no error-level finding
     possible: int = 0  # findings lint is not sure of, left out unless --all
+    possible_rules: list[str] = field(default_factory=list)  # their rules
     files: int = 1  # the files read (the script and the local modules it imports, or a folder's)
     unread: list[str] = field(default_factory=list)  # "path: why" for project files that could not be read
+    notes: list[str] = field(default_factory=list)  # what lint could not take into account here, one line each

@@ -53,20 +53,9 @@ COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "nump
 class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
-    path_params: dict  # line -> (function, parameter): a write whose path a caller gives
-    loader_params: dict  # line -> (function, parameter): a metric summed over a loader that callers in other files give
-
-    def run_multigpu(self) -> None:
-        self.path_params = {}
-        self.loader_params = {}
-        self._loop_params: dict = {}
-        self.check_local_rank_flag()
-        self.check_current_device()
-        self.check_global_rank_device()
-        self.check_unreduced_metric()
-        self.check_shared_writes()
-        self.check_rank0_leaves_loop()
-        self.check_scaled_twice()
+    path_params: dict
+    loader_params: dict
+    _loop_params: dict
 
     # ------------------------------------------------------------------------------------------ --local_rank
 
@@ -825,7 +814,7 @@ class MultiGpuChecks(ScriptReader):
                     )
                     own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
                     if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
-                        self.loader_params[call.lineno] = param
+                        self.loader_params[self.line_of(call)] = param
                     self.add(
                         call,
                         "unreduced-metric",
@@ -1045,7 +1034,7 @@ class MultiGpuChecks(ScriptReader):
             if self._checkpoint_write(call):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
             if (param := self._path_parameter(call)) is not None:
-                self.path_params[call.lineno] = param  # the caller decides the path: judged with the callers
+                self.path_params[self.line_of(call)] = param  # the caller decides the path: judged with the callers
             stamped = self._time_stamped(call)
             self.add(
                 call,
@@ -1368,7 +1357,7 @@ class MultiGpuChecks(ScriptReader):
         return any(p is ancestor for p in self.ancestors(node))
 
     def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
-        if any(f.rule == "rank0-early-exit" and f.line == getattr(leave, "lineno", 0) for f in self.findings):
+        if any(f.rule == "rank0-early-exit" and f.line == self.line_of(leave) for f in self.findings):
             return
         self.add(
             leave,

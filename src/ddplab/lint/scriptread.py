@@ -53,6 +53,17 @@ SPAWN_CALLS = {
     "torch.multiprocessing.Process",
 }
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
+# a switch that holds when a process group runs: `if not use_ddp or rank == 0:` is the one process, or rank 0
+DIST_FLAG_NAMES = {
+    "distributed",
+    "is_distributed",
+    "use_ddp",
+    "ddp",
+    "use_distributed",
+    "is_ddp",
+    "multi_gpu",
+    "multigpu",
+}
 WORLD_NAMES = {"world_size", "world", "num_processes", "nprocs", "ddp_world_size"}  # how many processes run
 
 
@@ -441,6 +452,15 @@ class ScriptReader:
             name = self._callees[call] = self.resolve(dotted(call.func))
         return name
 
+    def function_called(self, call: ast.Call) -> str | None:
+        """The name of the function a call runs when it is one by name (`train(...)`) or through an imported module
+        (`utils.init_distributed_mode(args)`); None for a method of an object (`model.train()`), which a
+        function of the same name is not."""
+        head = dotted(call.func).split(".")[0]
+        if isinstance(call.func, ast.Name) or (isinstance(call.func, ast.Attribute) and head in self.aliases):
+            return self.callee_last(call)
+        return None
+
     def callee_last(self, call: ast.Call) -> str:
         return last(self.callee(call))
 
@@ -634,6 +654,8 @@ class ScriptReader:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             inner = self.rank_test(expr.operand, follow_names)
+            if inner is None and isinstance(expr.operand, ast.BoolOp):
+                return self._rank_test_by_logic(expr)  # `not (use_ddp and rank != 0)`
             return (inner[0], not inner[1]) if inner else None
         if isinstance(expr, ast.IfExp):  # `is_master() if only_master else is_local_master()`: rank 0 either way
             body, orelse = self.rank_test(expr.body, follow_names), self.rank_test(expr.orelse, follow_names)
@@ -656,7 +678,7 @@ class ScriptReader:
                     and isinstance(expr.op, ast.Or)
                     and len(expr.values) == 2
                     and self.rank_test(expr.values[1 - expr.values.index(value)], follow_names)
-                    and self._launcher_test(value) is False
+                    and (self._launcher_test(value) is False or self._not_a_group_switch(value))
                 ):
                     # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
                     # one-process path, as `rank is None` is
@@ -670,7 +692,7 @@ class ScriptReader:
                 # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
                 kinds = {t[0] for t in tests}
                 return next((k for k in ("local", "device", "global") if k in kinds), "single"), True
-            return None
+            return self._rank_test_by_logic(expr)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
             return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
         if (
@@ -736,6 +758,74 @@ class ScriptReader:
         if kind == "device" and isinstance(expr, (ast.Name, ast.Attribute)) and not self._held(self.held_kind, expr):
             return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def _not_a_group_switch(self, expr: ast.AST) -> bool:
+        """`not use_ddp`: false exactly when a process group runs. Beside a rank test (`not use_ddp or rank == 0`) it
+        is the one-process path."""
+        return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not) and self._group_switch(expr.operand)
+
+    def _group_switch(self, expr: ast.AST) -> bool:
+        """A switch that holds when a process group runs: named for it (`use_ddp`, `args.distributed`,
+        `is_distributed()`; DIST_FLAG_NAMES, a project's own in pyproject's distributed-flags), or the one test every
+        init_process_group of the file sits under (`if opt.multiprocessing_distributed: dist.init_process_group()`:
+        not `args.multiprocessing_distributed` where `if args.distributed:` is the one that makes the group)."""
+        named = expr.func if isinstance(expr, ast.Call) and not expr.args else expr
+        if not isinstance(named, (ast.Name, ast.Attribute)):
+            return False
+        return last(dotted(named)).lower() in DIST_FLAG_NAMES or dotted(named) in self._group_making_tests
+
+    @functools.cached_property
+    def _group_making_tests(self) -> set[str]:
+        """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else)."""
+        inits = [c for c in self.calls if self.is_(c, "init_process_group")]
+        found: set[str] | None = None
+        for init in inits:
+            tests, child = set(), init
+            for parent in self.ancestors(init):
+                if (
+                    isinstance(parent, ast.If)
+                    and child in parent.body
+                    and isinstance(parent.test, (ast.Name, ast.Attribute))
+                ):
+                    tests.add(dotted(parent.test))
+                child = parent
+            found = tests if found is None else found & tests
+        return found or set()
+
+    def _rank_test_by_logic(self, expr: ast.AST) -> tuple[str, bool] | None:
+        """A test of rank tests and process-group switches joined in any boolean form, read by its value: on rank 0
+        and on another rank of a process group. False on every other rank: it holds on rank 0 only (or in the one
+        process no launcher started); False on rank 0 and True on the others: every rank but 0."""
+        kinds: set[str] = set()
+        on_zero, on_other = self._truth(expr, True, kinds), self._truth(expr, False, kinds)
+        kind = next((k for k in ("local", "device", "global") if k in kinds), "single")
+        if on_other is False:
+            return kind, True
+        if on_zero is False and on_other is True:
+            return kind, False
+        return None
+
+    def _truth(self, expr: ast.AST, zero: bool, kinds: set[str]) -> bool | None:
+        """`expr`'s value on rank 0 (zero) or on another rank, in a process group: True, False, or None (not known:
+        a value the rank does not decide). Rank tests and group switches are the atoms (Kleene's three values)."""
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            value = self._truth(expr.operand, zero, kinds)
+            return None if value is None else not value
+        if isinstance(expr, ast.BoolOp):
+            values = [self._truth(v, zero, kinds) for v in expr.values]
+            decisive = isinstance(expr.op, ast.Or)  # True decides an `or`, False an `and`
+            if decisive in values:
+                return decisive
+            return (not decisive) if all(v is (not decisive) for v in values) else None
+        if self._group_switch(expr) or self._launcher_test(expr):
+            return True  # a process group runs (`use_ddp`, `"RANK" in os.environ`)
+        if self._launcher_test(expr) is False:
+            return False
+        test = self.rank_test(expr)
+        if test is None:
+            return None
+        kinds.add(test[0])
+        return zero if test[1] else not zero
 
     def _no_rank(self, expr: ast.Compare) -> bool | None:
         """True for `rank is None`, `local_rank == -1`, `rank < 0` (no launcher: one process), False for their
@@ -927,8 +1017,8 @@ class ScriptReader:
                 for n in (ast.walk(scope) if scope else self.nodes)
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)
             ]
-            if len(values) == 1:
-                return self._launcher_test(values[0], depth + 1)
+            if len(values) == 1 and (by_value := self._launcher_test(values[0], depth + 1)) is not None:
+                return by_value
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
             return True
         if (

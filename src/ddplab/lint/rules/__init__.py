@@ -1,0 +1,65 @@
+"""lint's rules, one module each, found by discovery: a new rule is a new module here (with its fixtures), nothing
+else. Each module holds RULE: its id, severity, doc (what, why, example, fix), the reader pass that finds it, the
+scripts it must flag and those it must leave alone (tests/lint/test_rules.py runs them all), and what the engine
+needs to know to judge it in an imported module."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ddplab import discover
+
+BUG, MINOR = "bug", "minor"  # bug: hangs, crashes, wrong results, wasted GPUs; minor: noise, hygiene
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str  # BUG | MINOR
+    what: str  # what it flags, one line (the rules table)
+    why: str  # what goes wrong at run time
+    example: str  # the mistake, as a line or two of code
+    fix: str  # what to write instead
+    check: Callable  # the reader pass (a Checks method) that finds it; rules found together share one pass
+    fires: tuple[str, ...]  # whole scripts it must flag
+    quiet: tuple[str, ...]  # the same scripts written right: it must stay silent
+    in_modules: bool = True  # judged in the modules the script imports too (where the script calls them)
+    callers_guard: bool = False  # in a module, a caller may guard it: sure only when some caller runs it on every rank
+    setup: bool = False  # process-group setup: in a module, only the setup the script's calls reach counts
+    whole_project: bool = False  # rests on the whole project: not sure when one of its files could not be read
+    once: bool = False  # one mistake however many files show it: the first finding speaks for all
+    observed: str = ""  # what `ddplab launch`'s sanitizer sees of it in a run, where it does: lint points there
+    across: Callable | None = None  # (readers, callers, entries): findings only several files together show
+    refine: Callable | None = None  # (finding, Seen) -> keep it?: what the project around a finding says of it
+
+
+@functools.cache
+def all_rules() -> tuple[Rule, ...]:
+    """Every rule, by id."""
+    found = [importlib.import_module(f"{__name__}.{name}").RULE for name in discover.modules(__path__)]
+    return tuple(sorted(found, key=lambda r: r.id))
+
+
+@functools.cache
+def by_id() -> dict[str, Rule]:
+    return {r.id: r for r in all_rules()}
+
+
+def passes() -> list[Callable]:
+    """The reader passes that find the rules, each once, in the rules' order."""
+    return list(dict.fromkeys(r.check for r in all_rules()))
+
+
+def markdown_table() -> str:
+    """docs/lint.md's rules table, from the rules' docs (tools/lint_rules_table.py writes it there)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = [f"| `{r.id}` | {r.severity} | {cell(r.what)} | {cell(r.why)} | {cell(r.fix)} |" for r in all_rules()]
+    return "\n".join(
+        ["| rule | severity | what it flags | what goes wrong | the fix |", "|---|---|---|---|---|", *rows]
+    )

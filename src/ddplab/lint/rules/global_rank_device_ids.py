@@ -1,0 +1,39 @@
+"""`global-rank-device-ids`: the global rank used as a device index (`device_ids=[rank]`, `set_device(rank)`, `.cuda(rank)`)."""
+
+from __future__ import annotations
+
+from ddplab.lint.checks import Checks
+from ddplab.lint.rules import BUG, Rule
+
+RULE = Rule(
+    id="global-rank-device-ids",
+    severity=BUG,
+    what="the global rank used as a device index (`device_ids=[rank]`, `set_device(rank)`, `.cuda(rank)`)",
+    why="on the second machine the global rank is past the last GPU: invalid device ordinal",
+    example="torch.cuda.set_device(dist.get_rank())",
+    fix="use the local rank: `local_rank = int(os.environ['LOCAL_RANK'])`",
+    check=Checks.check_global_rank_device,
+    fires=(
+        """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+rank = dist.get_rank()
+torch.cuda.set_device(rank)
+dist.destroy_process_group()
+""",
+    ),
+    quiet=(
+        """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.destroy_process_group()
+""",
+    ),
+)

@@ -1,0 +1,37 @@
+"""`no-destroy`: `destroy_process_group()` never called (in the script or any module it imports)."""
+
+from __future__ import annotations
+
+from ddplab.lint.checks import Checks
+from ddplab.lint.rules import MINOR, Rule
+
+RULE = Rule(
+    id="no-destroy",
+    severity=MINOR,
+    what="`destroy_process_group()` never called (in the script or any module it imports)",
+    why="on exit or after an error the other ranks may wait for this one until the timeout",
+    example='dist.init_process_group("gloo")  # and no destroy_process_group() anywhere',
+    fix="call `dist.destroy_process_group()` at the end, in a `finally:` so that it runs after errors too",
+    check=Checks.check_teardown,
+    fires=(
+        """\
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.barrier()
+""",
+    ),
+    quiet=(
+        """\
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+try:
+    dist.barrier()
+finally:
+    dist.destroy_process_group()
+""",
+    ),
+    setup=True,
+    whole_project=True,
+)

@@ -1,0 +1,46 @@
+"""`no-set-device`: the current device never set: `torch.device("cuda")`, `.to("cuda")` with no `set_device`; NCCL with no `set_device`."""
+
+from __future__ import annotations
+
+from ddplab.lint.checks import Checks
+from ddplab.lint.rules import BUG, Rule
+
+RULE = Rule(
+    id="no-set-device",
+    severity=BUG,
+    what='the current device never set: `torch.device("cuda")`, `.to("cuda")` with no `set_device`; NCCL with no `set_device`',
+    why="the current device stays GPU 0 on every rank: every model, and every CUDA context, lands there",
+    example='device = torch.device("cuda")',
+    fix="`torch.cuda.set_device(local_rank)` (or `torch.accelerator.set_device_index(local_rank)`) before `init_process_group`",
+    check=Checks.check_current_device,
+    fires=(
+        """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+device = torch.device("cuda")
+model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[local_rank])
+dist.destroy_process_group()
+""",
+    ),
+    quiet=(
+        """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+device = torch.device("cuda")
+model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[local_rank])
+dist.destroy_process_group()
+""",
+    ),
+    whole_project=True,
+)
