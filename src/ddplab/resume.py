@@ -48,6 +48,9 @@ from ddplab.errors import DdplabError
 PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at which step it saved
+# This process saved its state on the notice and is on its way out with PREEMPTED_EXIT: `ddplab launch`'s bootstrap
+# then exits without the interpreter's seconds-long teardown (launcher/bootstrap.py).
+saved_on_notice = False
 
 
 CHECK_PERIOD_S = 0.2  # the stop check runs about this often: its all-reduce then costs well under 1 % of the time
@@ -273,7 +276,8 @@ class Checkpointer:
         if stop or (self.every and self.step % self.every == 0):
             path = self.save()
             if stop:
-                self.stopped = True
+                global saved_on_notice
+                self.stopped = saved_on_notice = True
                 self._announce(path)
                 if self.epoch_length is not None and self.batch >= self.epoch_length:
                     # The epoch's last step: its end (the epoch's loss summed over the ranks, its line, an

@@ -31,7 +31,13 @@ p.add_argument("--hidden", type=int, default=32)
 p.add_argument("--wrap", choices=("ddp", "zero1", "fsdp"), default="ddp")
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--epoch-log", help="rank 0 appends `epoch loss.hex()`: each epoch's loss summed over the ranks")
+p.add_argument("--linger-rank", type=int, default=-1, help="this rank stays on after the save on a notice")
 args = p.parse_args()
+
+
+def linger() -> None:
+    """A rank that does not leave after the save (a slow upload, a logger's flush): the launcher names it."""
+    time.sleep(600)
 
 with dd.session() as ctx:
     g = torch.Generator().manual_seed(0)
@@ -64,6 +70,10 @@ with dd.session() as ctx:
                                every=args.every, run=args.name)
     torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
     ddp = model if args.wrap == "fsdp" else DDP(model)
+    if ctx.rank == args.linger_rank:
+        import atexit
+
+        atexit.register(lambda: ckpt.stopped and linger())
     for epoch in ckpt.epochs(args.epochs):
         total = torch.zeros(1)
         for xb, yb in ckpt.batches(loader):
