@@ -17,7 +17,9 @@
   its optimizer, or a ZeroRedundancyOptimizer, are gathered to rank 0 by ddplab.statedict, i.e. by
   torch.distributed.checkpoint.state_dict) as one ddplab.ckptfile checkpoint:
   temporary file, fsync, rename to a name holding its checksum (the rename is the completion marker: a file without
-  its checksum in the name is never a checkpoint), the last `keep` kept.
+  its checksum in the name is never a checkpoint), the last `keep` kept. On a bucket mounted as a folder
+  (mountpoint-s3, gcsfuse: /proc/mounts says so) or wherever the rename fails, a small commit marker written after
+  the data takes the rename's place; a checkpoint without its marker is never loaded.
 - Constructed, it resumes from the newest checkpoint that verifies (a torn one is named and the previous one used),
   with the RNG states at the epoch's start (so the DataLoader draws the same shuffle and worker seeds) and at the step.
 - Bad input stops every rank with one line and exit code 2, before anything is written: a folder that is not
