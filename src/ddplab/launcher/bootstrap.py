@@ -70,7 +70,7 @@ def _leave_now(code: int) -> None:
     import io
 
     try:
-        atexit._run_exitfuncs()
+        getattr(atexit, "_run_exitfuncs", lambda: None)()  # CPython's (ddplab.compat.PRIVATE_APIS)
         for obj in gc.get_objects():
             # type(), not isinstance: isinstance reads obj.__class__, which some module proxies answer with a
             # deprecation warning (torch.distributed.reduce_op)
