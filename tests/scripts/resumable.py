@@ -70,29 +70,29 @@ with dd.session() as ctx:
                                every=args.every, run=args.name)
     torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
     ddp = model if args.wrap == "fsdp" else DDP(model)
-    if ctx.rank == args.linger_rank:
-        import atexit
-
-        atexit.register(lambda: ckpt.stopped and linger())
-    for epoch in ckpt.epochs(args.epochs):
-        total = torch.zeros(1)
-        for xb, yb in ckpt.batches(loader):
-            loss = torch.nn.functional.mse_loss(ddp(xb), yb)
-            total += loss.detach()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            if ctx.rank == 0:
-                with open(args.losses, "a") as f:
-                    f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
-            time.sleep(args.sleep)
-            ckpt.step_done()
-        if args.epoch_log:  # the epoch's end: a collective every rank must reach, then rank 0's line
-            dist.all_reduce(total)
-            if ctx.rank == 0:
-                with open(args.epoch_log, "a") as f:
-                    f.write(f"{epoch} {total.item().hex()}\n")
+    try:
+        for epoch in ckpt.epochs(args.epochs):
+            total = torch.zeros(1)
+            for xb, yb in ckpt.batches(loader):
+                loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+                total += loss.detach()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sched.step()
+                if ctx.rank == 0:
+                    with open(args.losses, "a") as f:
+                        f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
+                time.sleep(args.sleep)
+                ckpt.step_done()
+            if args.epoch_log:  # the epoch's end: a collective every rank must reach, then rank 0's line
+                dist.all_reduce(total)
+                if ctx.rank == 0:
+                    with open(args.epoch_log, "a") as f:
+                        f.write(f"{epoch} {total.item().hex()}\n")
+    finally:  # the first line after the save and the SystemExit: a rank that stays there on purpose
+        if ctx.rank == args.linger_rank and ckpt.stopped:
+            linger()
     weights = statedict.full_state_dict(model)  # every rank: a sharded model is gathered
     if ctx.rank == 0:
         h = hashlib.sha256()

@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
         add_help=False,
         prefix_chars="\0",
         usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-        "[--sanitize-steps N] [torchrun options] SCRIPT [args]",
+        "[--sanitize-steps N] [--grace S] [--preemption-notice aws|gcp|URL] [torchrun options] SCRIPT [args]",
     )
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from ddplab import faults
 from ddplab.errors import DdplabError
 from ddplab.flight import reader as flight
@@ -203,8 +205,15 @@ def run_script(
                     saved_at = time.monotonic()
                 if saved_at is not None and time.monotonic() - saved_at > preempt.LEAVE_S:
                     # The state is safe; a rank still here holds the machine's last seconds for nothing. What it
-                    # is doing is said (its stack), then it is ended with the rest.
-                    lingering = watch.stacks([p for p in workers if procs.alive(p)])
+                    # is doing is said (its stack), then it is ended; the agent, its ranks all gone, then copies
+                    # out their last lines and leaves by itself (_agent_leaves).
+                    still = [p for p in workers if procs.alive(p)]
+                    lingering = watch.stacks(still)
+                    for worker in still:
+                        with contextlib.suppress(psutil.Error):
+                            worker.kill()
+                    procs.wait_dead(still, 2)
+                    _agent_leaves(proc, watch, notice)
                     break
                 time.sleep(0.05)
                 continue
