@@ -98,6 +98,13 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_anything_starts(monk
     assert "hop limit" in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
+def test_an_endpoint_that_answers_otherwise_is_refused_with_what_it_said(server, monkeypatch):
+    monkeypatch.setenv(notice.AWS_ENDPOINT_VAR, f"{server.base}/elsewhere")  # the token PUT is answered 400
+    with pytest.raises(DdplabError) as e:
+        notice.first_check(notice.parse("aws"))
+    assert f"--preemption-notice aws: {server.base}/elsewhere/latest/api/token answered HTTP 400" in str(e.value)
+
+
 def test_a_bad_poll_period_is_one_line(monkeypatch):
     monkeypatch.setenv(notice.POLL_VAR, "soon")
     with pytest.raises(DdplabError, match="DDPLAB_NOTICE_POLL_S='soon' is not a positive number"):

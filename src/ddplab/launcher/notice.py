@@ -132,15 +132,17 @@ def first_check(source: Source) -> None:
     try:
         source.poller().check()
     except (OSError, ValueError) as e:
-        reason = getattr(e, "reason", None) or e
+        if isinstance(e, urllib.error.HTTPError):  # something answered, but not as the metadata server does
+            what = f"{e.url or source.url} answered HTTP {e.code} ({e.reason})"
+        else:
+            what = f"no answer from {source.url} ({getattr(e, 'reason', None) or e})"
         hint = {
-            "aws": "is this an EC2 instance? in a container, IMDSv2 needs the instance's hop limit at 2",
+            "aws": "is this an EC2 instance with its metadata service on? (in a container, IMDSv2 needs the "
+            "instance's hop limit at 2)",
             "gcp": "is this a Compute Engine VM?",
         }.get(source.kind, "is the URL right, and its server up?")
-        raise DdplabError(
-            f"--preemption-notice {source.kind if source.kind != 'url' else source.url}: no answer from "
-            f"{source.url} ({reason}): {hint}"
-        ) from None
+        name = source.kind if source.kind != "url" else source.url
+        raise DdplabError(f"--preemption-notice {name}: {what}: {hint}") from None
 
 
 class Watch:
