@@ -1,6 +1,8 @@
 """When the machine is taken away (ddplab.resume, `ddplab launch/train --grace`), with real processes and signals:
-- SIGTERM to `ddplab launch` at a random step: every rank saves at the same step, nothing done before the signal is
-  lost, exit code 4 with "preempted, state saved at step N"; started again it says "resumed at step N" and its loss
+- the machine's notice at a random step (the metadata server's, which `ddplab launch --preemption-notice` polls and
+  turns into the stop SIGTERM gives; SIGTERM itself in the other tests): every rank saves at the same step, nothing
+  done before the notice is lost, exit code 4 with "preempted (...), state saved at step N", every rank gone soon
+  after (one that stays is named); started again it says "resumed at step N" and its loss
   curve and final weights are bitwise those of an uninterrupted run (dropout, a shuffling sampler, momentum, an LR
   schedule: every RNG, the optimizer, the scheduler and the position in the epoch must come back);
 - the same for a recipe under `ddplab train`;
@@ -103,38 +105,66 @@ def lines_in(path: Path) -> int:
         return 0
 
 
-def test_sigterm_to_launch_saves_at_one_step_and_resumes_bitwise(reference, tmp_path, no_leftover_workers):
+def test_a_notice_from_the_metadata_server_stops_the_run_as_sigterm_and_a_lingering_rank_is_named(
+    reference, tmp_path, no_leftover_workers
+):
+    """--preemption-notice URL (issue 40): a metadata server on 127.0.0.1 starts serving the notice once rank 0 has
+    logged a random step (an event, not a sleep); the launcher, polling it, stops the run as on SIGTERM: every rank
+    saves at one step, exit 4, "preempted (notice from URL: ...)" and no torchrun failure report. Rank 1 does not
+    leave after the save (an atexit handler that sleeps): it is named with what it was doing and ended, well within
+    the grace. Started again, the run resumes there and ends bitwise as the uninterrupted one."""
+    from metadata import MetadataServer
+
     ref_losses, ref_out = reference
     ckpt, log = tmp_path / "run", tmp_path / "run.losses"
-    at = random.randint(2, len(ref_losses) - 8)  # a random step, not the first nor near the end
-    proc = start(
-        [
-            *LAUNCH,
-            str(SCRIPT),
-            "--ckpt",
-            str(ckpt),
-            "--losses",
-            str(log),
-            "--out",
-            str(tmp_path / "o"),
-            "--sleep",
-            "0.05",
-        ]
+    at = random.randint(2, len(ref_losses) - 8)
+    with MetadataServer() as server:
+        url = f"{server.base}/notice"
+        proc = start(
+            [
+                *LAUNCH[:-1],
+                "60",  # --grace 60: the lingering rank must be ended long before it
+                "--preemption-notice",
+                url,
+                str(SCRIPT),
+                "--ckpt",
+                str(ckpt),
+                "--losses",
+                str(log),
+                "--out",
+                str(tmp_path / "o"),
+                "--sleep",
+                "0.05",
+                "--linger-rank",
+                "1",
+            ],
+            env={"DDPLAB_NOTICE_POLL_S": "0.1"},
+        )
+        wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
+        done_at_notice = lines_in(log)
+        server.notify()
+        code, out, err = finish(proc, 40)  # the grace is 60 s: ending before it is the point
+    assert code == 4, out + err[-3000:]
+    said = re.search(
+        rf"^ddplab launch: preempted \(notice from {re.escape(url)}: going at 12:02\), state saved at step (\d+): ",
+        out,
+        re.M,
     )
-    wait_for(lambda: lines_in(log) >= at, proc, 120, f"step {at}")
-    done_at_signal = lines_in(log)
-    proc.send_signal(signal.SIGTERM)
-    code, out, err = finish(proc, 30 + 15)  # the 30 s grace, and the machine's load
-    assert code == 4, err[-3000:]
-    said = re.search(r"^ddplab launch: preempted \(SIGTERM\), state saved at step (\d+): ", out, re.M)
     assert said, out
     saved = int(said.group(1))
-    assert saved >= done_at_signal, f"signal after step {done_at_signal}, saved at {saved}: work lost"
+    assert saved >= done_at_notice
+    assert re.search(
+        r"^  rank 1 \(pid \d+\) was still running 3 s after the save, at resumable\.py:\d+ in linger; it was ended$",
+        out,
+        re.M,
+    ), out
+    for banner in ("FAILED", "Root Cause", "exitcode: 4", "failed (exitcode"):
+        assert banner not in err, err[-3000:]
     assert not (tmp_path / "o").exists() and len(list(ckpt.glob("step-*.pt"))) == 1
 
     ran = run_script(tmp_path, "run")
     assert f"resumed at step {saved} " in ran.out
-    assert losses(log) == ref_losses  # the whole curve, bitwise, the steps after the resume included
+    assert losses(log) == ref_losses
     assert (tmp_path / "run.out").read_text() == ref_out
 
 

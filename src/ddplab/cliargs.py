@@ -167,6 +167,30 @@ def add_grace(parser) -> None:
     )
 
 
+def add_preemption_notice(parser) -> None:
+    """--preemption-notice aws|gcp|URL: a notice polled from the metadata server, turned into the agreed stop."""
+    parser.add_argument(
+        "--preemption-notice",
+        metavar="aws|gcp|URL",
+        type=_notice,
+        default=None,
+        help="poll the machine's metadata every few seconds for a preemption notice that is no signal (aws: the "
+        "spot two-minute warning, spot/instance-action; gcp: instance/preempted; URL: 200 with a body) and stop "
+        "as on SIGTERM: every rank saves at the same step, exit code 4",
+    )
+
+
+def _notice(value: str) -> str:
+    """The value as given (it travels as JSON from the agent's parser); launcher.notice.parse reads it again."""
+    from ddplab.launcher.notice import parse
+
+    try:
+        parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 PROFILE_STEPS = 5  # --profile alone: enough steps to see a pattern, few enough that the window ends early
 
 

@@ -134,6 +134,12 @@ PRIVATE_APIS = [
         "the zero1 prediction assumes an even split",
         "2.6-2.13",
     ),
+    PrivateApi(
+        "atexit:_run_exitfuncs",
+        "launcher/bootstrap.py",
+        "a rank leaving after the save on a notice skips the script's atexit handlers (CPython's, not torch's)",
+        "CPython 3.10-3.13",
+    ),
 ]
 
 

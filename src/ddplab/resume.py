@@ -17,7 +17,9 @@
   its optimizer, or a ZeroRedundancyOptimizer, are gathered to rank 0 by ddplab.statedict, i.e. by
   torch.distributed.checkpoint.state_dict) as one ddplab.ckptfile checkpoint:
   temporary file, fsync, rename to a name holding its checksum (the rename is the completion marker: a file without
-  its checksum in the name is never a checkpoint), the last `keep` kept.
+  its checksum in the name is never a checkpoint), the last `keep` kept. On a bucket mounted as a folder
+  (mountpoint-s3, gcsfuse: /proc/mounts says so) or wherever the rename fails, a small commit marker written after
+  the data takes the rename's place; a checkpoint without its marker is never loaded.
 - Constructed, it resumes from the newest checkpoint that verifies (a torn one is named and the previous one used),
   with the RNG states at the epoch's start (so the DataLoader draws the same shuffle and worker seeds) and at the step.
 - Bad input stops every rank with one line and exit code 2, before anything is written: a folder that is not
@@ -48,6 +50,9 @@ from ddplab.errors import DdplabError
 PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at which step it saved
+# This process saved its state on the notice and is on its way out with PREEMPTED_EXIT: `ddplab launch`'s bootstrap
+# then exits without the interpreter's seconds-long teardown (launcher/bootstrap.py).
+saved_on_notice = False
 
 
 CHECK_PERIOD_S = 0.2  # the stop check runs about this often: its all-reduce then costs well under 1 % of the time
@@ -273,7 +278,8 @@ class Checkpointer:
         if stop or (self.every and self.step % self.every == 0):
             path = self.save()
             if stop:
-                self.stopped = True
+                global saved_on_notice
+                self.stopped = saved_on_notice = True
                 self._announce(path)
                 if self.epoch_length is not None and self.batch >= self.epoch_length:
                     # The epoch's last step: its end (the epoch's loss summed over the ranks, its line, an

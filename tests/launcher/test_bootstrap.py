@@ -47,6 +47,39 @@ def test_a_module_sees_what_python_m_would_give_it(tmp_path):
     assert seen["path0"] == str(tmp_path)
 
 
+def test_a_rank_that_saved_on_the_notice_leaves_at_once_with_what_an_exit_does_for_it(tmp_path):
+    """Exit 4 after ddplab.resume's save (its `saved_on_notice`, stood in for here so that no torch is imported):
+    no interpreter teardown, but the script's atexit handlers run and a file it never closed is flushed (which
+    Python's own teardown does not even promise: here it lost the line). Without the save, exit 4 is Python's
+    own."""
+    script = tmp_path / "leaving.py"
+    script.write_text(
+        textwrap.dedent(f"""
+            import atexit, sys, types
+            resume = types.ModuleType("ddplab.resume")
+            resume.saved_on_notice = sys.argv[1] == "saved"
+            sys.modules["ddplab.resume"] = resume
+            log = open({str(tmp_path / "log.txt")!r}, "w")
+            log.write("the epoch's last line")  # buffered: written only by a flush
+            atexit.register(lambda: open({str(tmp_path / "atexit.txt")!r}, "w").write("ran"))
+            # A finalizer of the interpreter's teardown: it runs on Python's own exit only.
+            class Teardown:
+                def __del__(self):
+                    open({str(tmp_path / "teardown.txt")!r}, "w").write("ran")
+            keep = Teardown()
+            sys.exit(4)
+        """)
+    )
+    for how, teardown in (("saved", False), ("not-saved", True)):
+        for name in ("log.txt", "atexit.txt", "teardown.txt"):
+            (tmp_path / name).unlink(missing_ok=True)
+        ran = subprocess.run([sys.executable, "-u", str(BOOTSTRAP), str(script), how], capture_output=True, timeout=60)
+        assert ran.returncode == 4, ran.stderr
+        assert (tmp_path / "log.txt").read_text() == "the epoch's last line" or how == "not-saved"
+        assert (tmp_path / "atexit.txt").read_text() == "ran"
+        assert (tmp_path / "teardown.txt").exists() == teardown, how
+
+
 def test_a_failing_script_exits_as_it_would_alone(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("import sys\nraise SystemExit(7)\n")

@@ -31,7 +31,13 @@ p.add_argument("--hidden", type=int, default=32)
 p.add_argument("--wrap", choices=("ddp", "zero1", "fsdp"), default="ddp")
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--epoch-log", help="rank 0 appends `epoch loss.hex()`: each epoch's loss summed over the ranks")
+p.add_argument("--linger-rank", type=int, default=-1, help="this rank stays on after the save on a notice")
 args = p.parse_args()
+
+
+def linger() -> None:
+    """A rank that does not leave after the save (a slow upload, a logger's flush): the launcher names it."""
+    time.sleep(600)
 
 with dd.session() as ctx:
     g = torch.Generator().manual_seed(0)
@@ -64,25 +70,29 @@ with dd.session() as ctx:
                                every=args.every, run=args.name)
     torch.manual_seed(100 + ctx.rank) if ckpt.resumed_from is None else None  # dropout differs between ranks
     ddp = model if args.wrap == "fsdp" else DDP(model)
-    for epoch in ckpt.epochs(args.epochs):
-        total = torch.zeros(1)
-        for xb, yb in ckpt.batches(loader):
-            loss = torch.nn.functional.mse_loss(ddp(xb), yb)
-            total += loss.detach()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            if ctx.rank == 0:
-                with open(args.losses, "a") as f:
-                    f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
-            time.sleep(args.sleep)
-            ckpt.step_done()
-        if args.epoch_log:  # the epoch's end: a collective every rank must reach, then rank 0's line
-            dist.all_reduce(total)
-            if ctx.rank == 0:
-                with open(args.epoch_log, "a") as f:
-                    f.write(f"{epoch} {total.item().hex()}\n")
+    try:
+        for epoch in ckpt.epochs(args.epochs):
+            total = torch.zeros(1)
+            for xb, yb in ckpt.batches(loader):
+                loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+                total += loss.detach()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sched.step()
+                if ctx.rank == 0:
+                    with open(args.losses, "a") as f:
+                        f.write(f"{ckpt.step + 1} {loss.item().hex()}\n")
+                time.sleep(args.sleep)
+                ckpt.step_done()
+            if args.epoch_log:  # the epoch's end: a collective every rank must reach, then rank 0's line
+                dist.all_reduce(total)
+                if ctx.rank == 0:
+                    with open(args.epoch_log, "a") as f:
+                        f.write(f"{epoch} {total.item().hex()}\n")
+    finally:  # the first line after the save and the SystemExit: a rank that stays there on purpose
+        if ctx.rank == args.linger_rank and ckpt.stopped:
+            linger()
     weights = statedict.full_state_dict(model)  # every rank: a sharded model is gathered
     if ctx.rank == 0:
         h = hashlib.sha256()

@@ -23,7 +23,9 @@ Around torchrun it adds:
   is stuck, related lint findings, every worker ended, exit 3;
 - the machine taken away: SIGTERM/SIGUSR1/SIGUSR2 to ddplab is passed to every rank as SIGTERM; a script using
   ddplab.resume saves at the same step on every rank within --grace S (default 30), then everything is ended:
-  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1);
+  "preempted (SIGTERM), state saved at step N", exit 4 (nothing saved: exit 1). A rank still running 3 s after
+  the save is named with what it was doing, then ended. `--preemption-notice aws|gcp|URL` also polls the
+  machine's metadata for a notice that comes as no signal (AWS's two-minute warning) and stops the same way;
 - `--budget AMOUNT --price P` (per GPU-hour; or --gpu/--provider from the price table): once the job has cost that
   much since the launch (P x this machine's ranks, or its GPUs in whole boxes), it stops the same way: saved, exit 4,
   resumable; a warning at 80 %. The budget is per launch: the resumed run counts afresh.
@@ -53,7 +55,7 @@ def add_parser(sub) -> None:
         add_help=False,
         prefix_chars="\0",
         usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-        "[--sanitize-steps N] [torchrun options] SCRIPT [args]",
+        "[--sanitize-steps N] [--grace S] [--preemption-notice aws|gcp|URL] [torchrun options] SCRIPT [args]",
     )
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cliargs.add_grace(group)
     cliargs.add_budget(group, "this job, counted from the launch: it saves and ends as on a preemption (exit 4)")
+    cliargs.add_preemption_notice(group)
     group.add_argument("--no-lint", action="store_true", help="skip `ddplab lint` on the script before starting")
     group.add_argument(
         "--json",
@@ -120,9 +123,16 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
     early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile", sanitizer.DIR_ENV: "sanitize"})
     try:
-        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps, pricing = _options(
+        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps, pricing, notice_value = _options(
             early.parser(build_parser), argv
         )
+        notice_source = None
+        if notice_value is not None:  # the endpoint answers now, or the run would never hear of its end
+            from ddplab.launcher import notice
+
+            notice_source = notice.parse(notice_value)
+            notice.first_check(notice_source)
+            notice.poll_period()
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -163,13 +173,14 @@ def run(args) -> int:
         output=sys.stderr if as_json else sys.stdout,
         grace=grace,
         budget=budget,
+        notice_source=notice_source,
     )
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
         from ddplab.launcher.preempt import outcome
 
-        stopped = outcome(ran.preempted["signal"], grace, ran.note)
+        stopped = outcome(ran.preempted["signal"], grace, ran.note, ran.lingering)
         _clean(plan.log_dir, asked_logs, keep=False)
-        report.emit(stopped, as_json, lambda con, r: con.print(f"ddplab launch: {r.line()}", markup=False))
+        report.emit(stopped, as_json, lambda con, r: con.print("ddplab launch: " + "\n".join(r.lines()), markup=False))
         return stopped.exit_code
     if ran.status == "failed" and ran.note.get("refused"):  # ddplab.resume stopped every rank on bad input
         _clean(plan.log_dir, asked_logs, keep=False)
@@ -197,8 +208,26 @@ def _options(parser, argv: list[str]):
         ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
     pricing = argparse.Namespace(**{name: getattr(ns, name) for name in BUDGET_FLAGS})
     spend.rate(pricing)  # bad input before anything starts
-    ours = (ns.hang_timeout, not ns.no_lint, ns.json, ns.grace, ns.profile, ns.sanitize_steps, pricing)
-    for name in ("hang_timeout", "no_lint", "json", "grace", "profile", "sanitize_steps", *BUDGET_FLAGS):
+    ours = (
+        ns.hang_timeout,
+        not ns.no_lint,
+        ns.json,
+        ns.grace,
+        ns.profile,
+        ns.sanitize_steps,
+        pricing,
+        ns.preemption_notice,
+    )
+    for name in (
+        "hang_timeout",
+        "no_lint",
+        "json",
+        "grace",
+        "profile",
+        "sanitize_steps",
+        *BUDGET_FLAGS,
+        "preemption_notice",
+    ):
         delattr(ns, name)
     if ns.nproc_per_node is None:
         from ddplab.envinfo import cuda_available

@@ -128,7 +128,7 @@ def _records_before_the_end(flight_dir: str) -> None:
     close = PContext.close
 
     def close_after_records(self, death_sig=None, timeout=30):
-        if death_sig is None:
+        if death_sig is None and not _note_says_saved():  # ranks leaving on the notice: no failure to record
             try:
                 flight.settle(
                     flight_dir, {int(self.envs[local_rank]["RANK"]): pid for local_rank, pid in self.pids().items()}
@@ -141,10 +141,13 @@ def _records_before_the_end(flight_dir: str) -> None:
 
 
 def _saved_on_notice(exit_codes) -> bool:
-    """Every rank that ended exited 4 after ddplab.resume saved on the machine's notice: a preemption the launcher
-    reports in its own line ("preempted (SIGTERM), state saved at step N"), not a failure to print a banner for."""
+    """Every rank that ended exited 4 after ddplab.resume saved on the machine's notice, or was ended after that
+    save (SIGTERM from this agent once a peer had left; SIGKILL from `ddplab launch` to a rank that did not leave,
+    which it names): a preemption the launcher reports in its own line ("preempted (SIGTERM), state saved at step
+    N"), not a failure to print a banner for."""
     codes = list(exit_codes)
-    return bool(codes) and all(code == preempt.EXIT_PREEMPTED for code in codes) and _note_says_saved()
+    left = (preempt.EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL)
+    return bool(codes) and all(code in left for code in codes) and _note_says_saved()
 
 
 def _note_says_saved() -> bool:

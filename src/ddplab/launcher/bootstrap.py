@@ -14,6 +14,8 @@ import os
 import runpy
 import sys
 
+PREEMPTED_EXIT = 4  # = ddplab.resume.PREEMPTED_EXIT (this file imports no ddplab module: see above)
+
 
 def _die_with_parent() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,12 +42,46 @@ def main(argv: list) -> None:
             sys.argv = list(argv)
             sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
             runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:
+        if e.code == PREEMPTED_EXIT and _saved_on_notice():
+            _leave_now(PREEMPTED_EXIT)
+        raise
     except Exception as e:  # SystemExit and Ctrl-C go on as Python's own
         # What Python prints for an uncaught error, less the frames of this file and runpy: the user's traceback
         # starts in the user's script, as under plain torchrun (and a hook the script set still gets it).
         tb = _without_launcher_frames(e.__traceback__)
         sys.excepthook(type(e), e.with_traceback(tb), tb)  # Python 3.11+ prints e.__traceback__, older ones tb
         sys.exit(1)
+
+
+def _saved_on_notice() -> bool:
+    """ddplab.resume saved this rank's state on the machine's notice (it says so in `saved_on_notice`)."""
+    resume = sys.modules.get("ddplab.resume")
+    return bool(getattr(resume, "saved_on_notice", False))
+
+
+def _leave_now(code: int) -> None:
+    """Exit at once after a save on the notice, as Python would, less the interpreter's teardown: with torch loaded,
+    freeing every module took 2-3 s of a 2-core machine's time per rank (benchmarks/preempt_trials.py), on a
+    machine that is being taken away. What a normal exit does for the user still runs: the script's atexit
+    handlers (logging's flush among them), then every open file's buffer is flushed (the teardown would have)."""
+    import atexit
+    import gc
+    import io
+
+    try:
+        getattr(atexit, "_run_exitfuncs", lambda: None)()  # CPython's (ddplab.compat.PRIVATE_APIS)
+        for obj in gc.get_objects():
+            # type(), not isinstance: isinstance reads obj.__class__, which some module proxies answer with a
+            # deprecation warning (torch.distributed.reduce_op)
+            if issubclass(type(obj), io.IOBase) and not obj.closed:
+                try:
+                    if obj.writable():
+                        obj.flush()
+                except Exception:  # noqa: BLE001 - one file that cannot be flushed must not keep the rank here
+                    pass
+    finally:
+        os._exit(code)
 
 
 def _without_launcher_frames(tb):

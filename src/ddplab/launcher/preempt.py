@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab.launcher.procs import pid_alive
@@ -23,6 +23,10 @@ SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 DEFAULT_GRACE_S = 30.0  # GKE's default notice; AWS spot gives 120 s, RunPod's interruptible pods ~5 s
 NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # = ddplab.resume.NOTE_VAR (not imported: that would import torch here)
 NOTE_FILE = "preempted.json"
+# After the agreed save, how long the ranks have to leave before the rest is ended (and each one still running is
+# named with what it was doing): leaving takes well under a second (launcher/bootstrap.py exits without the
+# interpreter's teardown), and a machine being taken away has no seconds to spare.
+LEAVE_S = 3.0
 EXIT_PREEMPTED = 4  # = ddplab.resume.PREEMPTED_EXIT: "preempted, state saved; start it again to resume"
 
 
@@ -34,6 +38,7 @@ class Forwarder:
         self.signal: int | None = None
         self.at = 0.0
         self.sent: set[int] = set()
+        self.source = ""  # a notice that was no signal: what said so (launcher/notice.py)
         self._previous: dict = {}
 
     def __enter__(self) -> Forwarder:
@@ -49,6 +54,13 @@ class Forwarder:
     def _seen(self, signum, frame) -> None:
         if self.signal is None:
             self.signal, self.at = signum, time.monotonic()
+
+    def noticed(self, source: str) -> None:
+        """A notice from elsewhere (the metadata server): the same stop as SIGTERM, named by its source. Called from
+        the polling thread: the source is set before the signal, which the main loop reads."""
+        if self.signal is None:
+            self.source = source
+            self.signal, self.at = signal.SIGTERM, time.monotonic()
 
     @property
     def requested(self) -> bool:
@@ -70,7 +82,7 @@ class Forwarder:
 
     @property
     def name(self) -> str:
-        return signal.Signals(self.signal).name if self.signal else ""
+        return self.source or (signal.Signals(self.signal).name if self.signal else "")
 
 
 def read_note(folder: Path) -> dict:
@@ -93,10 +105,19 @@ class Preempted:
     step: int | None  # None: nothing was saved within the grace
     checkpoint: str | None
     listening: bool = False  # a rank had installed ddplab.resume's signal handler
+    # Ranks still running LEAVE_S after the save, each "rank R (pid P): in CALL at FILE:LINE", then ended.
+    lingering: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return EXIT_PREEMPTED if self.step is not None else 1
+
+    def lines(self) -> list[str]:
+        """line(), then one line per rank that did not leave after the save."""
+        return [self.line()] + [
+            f"  {who} was still running {LEAVE_S:g} s after the save, {doing}; it was ended"
+            for who, _, doing in (text.partition(": ") for text in self.lingering)
+        ]
 
     def line(self) -> str:
         if self.step is not None:
@@ -117,7 +138,8 @@ class Preempted:
         )
 
 
-def outcome(signum_name: str, grace: float, note: dict) -> Preempted:
+def outcome(signum_name: str, grace: float, note: dict, lingering=()) -> Preempted:
+    """lingering: launcher.stacks.RankStack of each rank still running LEAVE_S after the save."""
     step = note.get("step")
     return Preempted(
         "preempted",
@@ -126,4 +148,14 @@ def outcome(signum_name: str, grace: float, note: dict) -> Preempted:
         step if isinstance(step, int) else None,
         note.get("path"),
         note.get("listening") is True,
+        [_doing(stack) for stack in lingering],
     )
+
+
+def _doing(stack) -> str:
+    """'rank 1 (pid 42): in all_reduce at train.py:80 in main', from a RankStack."""
+    who = f"rank {stack.rank}" if stack.rank is not None else "a rank"
+    if stack.error:
+        return f"{who} (pid {stack.pid}): its stack could not be read ({stack.error})"
+    call = f"in {stack.call} " if stack.call else ""
+    return f"{who} (pid {stack.pid}): {call}at {stack.where or 'a line outside the script'}"

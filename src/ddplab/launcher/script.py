@@ -14,14 +14,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from ddplab import faults
 from ddplab.errors import DdplabError
 from ddplab.flight import reader as flight
-from ddplab.launcher import agent, preempt
+from ddplab.launcher import agent, preempt, procs
 from ddplab.launcher import budget as spending
+from ddplab.launcher import notice as notices
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
@@ -42,6 +45,7 @@ class ScriptRun:
     dumps: dict | None = None  # each rank's Flight Recorder record: asked for on a hang, written at exit otherwise
     preempted: dict | None = None  # preempted: the signal and the grace
     note: dict | None = None  # ddplab.resume's word from rank 0: {"step", "path"} saved, {"refused": LINE} bad input
+    lingering: list[RankStack] = field(default_factory=list)  # preempted: ranks still running LEAVE_S after the save
 
 
 class EarlyAgent:
@@ -162,10 +166,12 @@ def run_script(
     output,
     grace: float = preempt.DEFAULT_GRACE_S,
     budget: spending.Budget | None = None,
+    notice_source: notices.Source | None = None,
 ) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang.
-    grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end."""
+    grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end.
+    notice_source: a metadata endpoint polled meanwhile; its notice stops the run as SIGTERM does."""
     start = time.monotonic()
     flight_dir = early.folder / "flight"
     proc = early.go(torchrun, log_dir)
@@ -176,16 +182,40 @@ def run_script(
     launcher_log = log_dir / "launcher.log"
     progress = None if redirected else watch.note_output
     pumps = [_pump(proc.stdout, output, launcher_log, progress), _pump(proc.stderr, sys.stderr, launcher_log, progress)]
-    status, stacks, dumps = "ok", None, None
+    status, stacks, dumps, lingering = "ok", None, None, []
     notice = preempt.Forwarder(grace).__enter__()  # `kill` of ddplab: the ranks save, then nothing is orphaned
+    saved_at = None  # when rank 0 said it saved on the notice: from then on, the ranks have LEAVE_S to leave
+    polling = contextlib.nullcontext()
+    if notice_source is not None:
+        polling = notices.Watch(
+            notice_source,
+            lambda text: notice.noticed(f"{notice_source.name}: {text}"),
+            notices.poll_period(),
+            warn=lambda line: print(f"ddplab launch: {line}", file=sys.stderr, flush=True),
+        ).__enter__()
     try:
         while proc.poll() is None:
             if notice.requested:  # no hang watch in the grace: saving is silent
-                notice.forward(p.pid for p in watch.workers())
+                workers = watch.workers()
+                notice.forward(p.pid for p in workers)
                 if notice.ranks_gone():
                     _agent_leaves(proc, watch, notice)
                     break
                 if notice.expired():
+                    break
+                if saved_at is None and "step" in preempt.read_note(early.folder):
+                    saved_at = time.monotonic()
+                if saved_at is not None and time.monotonic() - saved_at > preempt.LEAVE_S:
+                    # The state is safe; a rank still here holds the machine's last seconds for nothing. What it
+                    # is doing is said (its stack), then it is ended; the agent, its ranks all gone, then copies
+                    # out their last lines and leaves by itself (_agent_leaves).
+                    still = [p for p in workers if procs.alive(p)]
+                    lingering = watch.stacks(still)
+                    for worker in still:
+                        with contextlib.suppress(psutil.Error):
+                            worker.kill()
+                    procs.wait_dead(still, 2)
+                    _agent_leaves(proc, watch, notice)
                     break
                 time.sleep(0.05)
                 continue
@@ -201,6 +231,7 @@ def run_script(
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
+        polling.__exit__(None, None, None)
         end_tree(proc, watch.seen.values())
         notice.__exit__()
         for pump in pumps:
@@ -238,6 +269,7 @@ def run_script(
         dumps,
         preempted,
         note,
+        lingering,
     )
 
 

@@ -175,7 +175,7 @@ def find(cfg: TrainConfig, note: Callable[[str], None], ctx: dd.DistContext) -> 
             f"checkpoint {path}, chosen by rank 0, does not load on rank {ctx.rank} ({e}): every rank "
             "must see the same --checkpoint-dir (on several machines, a shared file system)"
         ) from None
-    return ckptfile.Found(path, int(ckptfile.NAME.match(path.name).group(1)), state)
+    return ckptfile.Found(path, ckptfile.step_of(path), state)
 
 
 def save(
