@@ -39,6 +39,11 @@ from pathlib import Path
 from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 
+USAGE = (
+    "ddplab launch [--hang-timeout S] [--grace S] [--no-lint] [--json] [--profile [STEPS]] [--sanitize-steps N] "
+    "[torchrun options] SCRIPT [args]"
+)
+
 
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
@@ -48,8 +53,7 @@ def add_parser(sub) -> None:
         help="run any script under torchrun with preflight checks and a hang watchdog",
         add_help=False,
         prefix_chars="\0",
-        usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-        "[--sanitize-steps N] [torchrun options] SCRIPT [args]",
+        usage=USAGE,
     )
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
@@ -60,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = get_args_parser()
     parser.prog = "ddplab launch"
+    parser.usage = USAGE  # torchrun's generated usage lists its ~25 options before ddplab's own
     parser.description = (
         "torchrun with a safety net: lint and preflight before, per-rank logs, root cause and "
         "diagnosis after a failure, stacks of every rank on a hang. Takes torchrun's options."
@@ -86,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cliargs.add_profile(group)
     cliargs.add_sanitize(group)
+    # ddplab's own options first in --help: torchrun's ~60 lines come after, for those who need them.
+    groups = parser._action_groups
+    groups.insert(0, groups.pop(groups.index(group)))
+    for g in groups[1:]:
+        if g.title in ("options", "optional arguments"):
+            g.title = "torchrun's options (they mean what they mean to torchrun)"
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
