@@ -229,35 +229,23 @@ def render(con, r) -> None:
     sanitized = render_sanitize(r.sanitize)  # after the verdict; first when the run failed on what it saw
     if sanitized and r.sanitize.leading:
         con.print(sanitized, markup=False, highlight=False)
+    # A failure leads with its answer (issue 42 point 4): what failed (the verdict), why and the fix, the warning that
+    # foretold it; the evidence after it (stacks, the other ranks, the Flight Recorder), each once.
     if r.status == "hang":
         from ddplab.launcher.stacks import brief
 
+        _render_lint(con, r.related_lint, "likely cause", r.command)
+        if r.fix:
+            con.print(f"  fix: {r.fix}", markup=False)
         for rank in r.ranks:
             who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
             con.print(f"  {who} (pid {rank.pid}): in {rank.stuck_in or 'no distributed call'} at {rank.where or '?'}")
             if rank.stack:
                 con.print(brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
-        _render_lint(con, r.related_lint, "likely cause")
         con.print("  every worker was ended")
     elif r.status == "failed":
-        root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
-        if root is not None and root.traceback:
-            con.print(f"  rank {root.rank}'s last lines ({root.log or ''}/stderr.log):")
-            con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
-        for rank in r.ranks:
-            if rank is not root:
-                con.print(f"  rank {rank.rank}: exit code {rank.exitcode}" + (f": {rank.error}" if rank.error else ""))
-        _render_flight(con, r.flight)
-        if r.cause is not None:
-            con.print(f"  cause: {r.cause.text}:")
-            con.print(f"    {r.cause.code}", markup=False)
-            _render_lint(con, r.related_lint, "lint saw it before the run")
-        if r.explanation is not None:
-            from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
-
-            con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
-            render_explanation(con, r.explanation, show_root=False)
+        _render_failure(con, r)
     if r.profile is not None:
         from ddplab.perf.profile import render as render_profile
 
@@ -272,9 +260,36 @@ def render(con, r) -> None:
     )
 
 
-def _render_lint(con, findings, title: str) -> None:
+def _render_failure(con, r) -> None:
+    root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
+    if r.cause is not None:
+        con.print(f"  cause: {r.cause.text}:")
+        con.print(f"    {r.cause.code}", markup=False)
+    _render_lint(con, r.related_lint, "lint saw it before the run", r.command)
+    if r.explanation is not None:
+        from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
+
+        con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
+        render_explanation(con, r.explanation, show_root=False)
+    if root is not None and root.traceback:
+        where = f"{root.log or ''}/stderr.log"
+        if r.echoed:  # the console showed it as it came: once is enough
+            con.print(f"  rank {root.rank}'s traceback: above, as it printed it, and in {where}", markup=False)
+        else:
+            con.print(f"  rank {root.rank}'s last lines ({where}):", markup=False)
+            con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
+    for rank in r.ranks:
+        if rank is not root:
+            con.print(f"  rank {rank.rank}: exit code {rank.exitcode}" + (f": {rank.error}" if rank.error else ""))
+    _render_flight(con, r.flight)
+
+
+def _render_lint(con, findings, title: str, command: list[str]) -> None:
+    script = Path(command[0]).name if command else ""
     for f in findings:
-        where = f"{f.path}:{f.line}" if getattr(f, "path", None) else f"line {f.line}"
+        where = (
+            f"{f.path}:{f.line}" if getattr(f, "path", None) else f"{script}:{f.line}" if script else f"line {f.line}"
+        )
         con.print(f"  {title} — {where}: {f.message} [{f.rule}]")
         con.print(f"      fix: {f.fix}")
 

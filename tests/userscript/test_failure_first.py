@@ -1,0 +1,47 @@
+"""Issue 42 points 4 and 6: a run lint knew would hang says so before it starts, and its failure's first screen
+holds the cause and the fix. (A crash's first screen: tests/userscript/test_launch.py, on its crash run.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from ddplab.ports import free_port
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+SCREEN = 24  # a terminal's first screen
+
+
+def own_port() -> list[str]:
+    return ["--master-port", str(free_port())]
+
+
+@pytest.fixture(scope="module")
+def hung():
+    """eval_epochs_bn.py: rank 0 evaluates through the DDP wrapper of a BatchNorm model each epoch. 15 s: at 5 s a
+    loaded machine read a slow DDP start-up (imports under DistributedDataParallel.__init__) as a hang."""
+    ran = cli("launch", *own_port(), "--hang-timeout", "15", str(SCRIPTS / "eval_epochs_bn.py"), "2", "2", timeout=150)
+    assert ran.code == 3, ran.err[-3000:]
+    return ran
+
+
+def screen(ran) -> list[str]:
+    """What a terminal shows, in order: the run's stderr and stdout are both the console (lint and notes on
+    stderr before the run; the ranks' output and the report after)."""
+    return ran.err.splitlines() + ran.out.splitlines()
+
+
+def test_a_sure_hang_is_said_at_the_start_and_named_at_the_end(hung):
+    lines = screen(hung)
+    sure = next(i for i, line in enumerate(lines) if line.startswith("ddplab launch: lint is sure this run hangs"))
+    assert "eval_epochs_bn.py:29 [rank0-ddp-forward]" in lines[sure]
+    assert sure < next(i for i, line in enumerate(lines) if "1 OpenMP thread per rank" in line)  # before the run
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("ddplab launch: TIMEOUT"))
+    assert lines[verdict + 1].startswith("  likely cause — eval_epochs_bn.py:29: ")
+    assert lines[verdict + 2].startswith("      fix: evaluate the plain module on rank 0")
+    assert verdict + 2 < SCREEN
+    # The first collective where the ranks' records differ: rank 0's evaluation broadcast against rank 1's barrier.
+    disagree = next(line for line in lines if "=> ranks disagree at #" in line)
+    assert "rank 0 broadcast" in disagree and "rank 1 barrier" in disagree
