@@ -45,3 +45,18 @@ def test_a_sure_hang_is_said_at_the_start_and_named_at_the_end(hung):
     # The first collective where the ranks' records differ: rank 0's evaluation broadcast against rank 1's barrier.
     disagree = next(line for line in lines if "=> ranks disagree at #" in line)
     assert "rank 0 broadcast" in disagree and "rank 1 barrier" in disagree
+
+
+def test_unused_parameters_are_named_not_numbered():
+    """Issue 42 point 7: DDP says "Parameter indices which did not receive grad for rank 0: 2 3"; each rank names
+    them (its DDP model's parameters, in the reducer's order), and the diagnosis says them."""
+    ran = cli("launch", *own_port(), str(SCRIPTS / "unused_head.py"), timeout=150)
+    assert ran.code == 1, ran.err[-3000:]
+    console = ran.out + ran.err
+    for rank in (0, 1):
+        assert (
+            f"ddplab: parameters that received no gradient on rank {rank} (DDP's indices 2 3): aux_head.weight, "
+            "aux_head.bias" in console
+        )
+    cause = next(line for line in ran.out.splitlines() if line.startswith("   cause: Some parameters took no part"))
+    assert cause.endswith("On ranks 0, 1 they are: aux_head.weight, aux_head.bias.")

@@ -182,6 +182,7 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
         source=result.log_dir,
         root=RootCause(rank=root.rank, local_rank=root.local_rank, exitcode=root.exitcode, error=root.error),
     )
+    _named_parameters(result.explanation, text)
     # A rank that aborted in C++ printed no Python error line; explain reads its `what():` instead.
     root.error = root.error or result.explanation.root_cause.error
     result.flight = _flight(run, errors={r.rank: r.error for r in result.ranks if r.error})
@@ -201,6 +202,24 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
             {m.rule for m in result.explanation.matches if m.root_cause} if result.explanation is not None else set()
         )
         result.related_lint = predicted(plan.lint.findings, plan.script, text, root.error or "", rules)
+
+
+def _named_parameters(explanation, text: str) -> None:
+    """DDP's unused-parameter indices, named by the rank itself (sanitize/paramnames.py), in explain's diagnosis."""
+    from ddplab.sanitize.paramnames import NAMED
+
+    named = {m[1]: m[2] for m in NAMED.finditer(text)}
+    if not named or explanation is None:
+        return
+    by_names: dict[str, list[str]] = {}
+    for rank, names in sorted(named.items(), key=lambda kv: int(kv[0])):
+        by_names.setdefault(names, []).append(rank)
+    said = " ".join(
+        f"On rank{'s' * (len(ranks) > 1)} {', '.join(ranks)} they are: {names}." for names, ranks in by_names.items()
+    )
+    for m in explanation.matches:
+        if m.rule == "unused-parameters":
+            m.cause += f" {said}"
 
 
 def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan: Plan) -> None:
