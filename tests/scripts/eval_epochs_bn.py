@@ -1,8 +1,8 @@
 """Issue 42 point 6: each epoch ends with an evaluation on rank 0 through the DDP wrapper of a model with BatchNorm.
 DDP's forward broadcasts the buffers, so rank 0's evaluation broadcast pairs with rank 1's next training broadcast
-(same op, same sizes): no error, the ranks' collectives shifted by one; the run hangs at the end, when rank 0 has
-one more collective than rank 1. The first collective where their records differ is the one after the first
-evaluation. Steps per epoch: argv[1] (default 4), epochs: argv[2] (default 3)."""
+(same op, same sizes; DDP then skips the broadcast of rank 0's next training forward, which follows a no_grad one):
+no error, nothing out of step in the ranks' records, until the end, when rank 0's last evaluation broadcast has no
+partner and rank 1 waits in the final barrier. Steps per epoch: argv[1] (default 4), epochs: argv[2] (default 3)."""
 
 import sys
 

@@ -20,9 +20,10 @@ def own_port() -> list[str]:
 
 @pytest.fixture(scope="module")
 def hung():
-    """eval_epochs_bn.py: rank 0 evaluates through the DDP wrapper of a BatchNorm model each epoch. 15 s: at 5 s a
+    """eval_epochs_bn.py: rank 0 evaluates through the DDP wrapper of a BatchNorm model each epoch (45 steps an
+    epoch, 2 epochs: ~280 collectives, past the 256 each rank keeps). 15 s: at 5 s a
     loaded machine read a slow DDP start-up (imports under DistributedDataParallel.__init__) as a hang."""
-    ran = cli("launch", *own_port(), "--hang-timeout", "15", str(SCRIPTS / "eval_epochs_bn.py"), "2", "2", timeout=150)
+    ran = cli("launch", *own_port(), "--hang-timeout", "15", str(SCRIPTS / "eval_epochs_bn.py"), "45", "2", timeout=150)
     assert ran.code == 3, ran.err[-3000:]
     return ran
 
@@ -45,6 +46,11 @@ def test_a_sure_hang_is_said_at_the_start_and_named_at_the_end(hung):
     # The first collective where the ranks' records differ: rank 0's evaluation broadcast against rank 1's barrier.
     disagree = next(line for line in lines if "=> ranks disagree at #" in line)
     assert "rank 0 broadcast" in disagree and "rank 1 barrier" in disagree
+    # Rank 0's first evaluation broadcast paired with rank 1's next training broadcast (same op and size: DDP skips
+    # the broadcast of a forward that follows a no_grad one), so the records agree up to the end; and they no
+    # longer hold the first collectives, which the report says.
+    kept = next(line for line in lines if line.startswith("  (the records start at #"))
+    assert "TORCH_FR_BUFFER_SIZE (ddplab: 256)" in kept
 
 
 def test_unused_parameters_are_named_not_numbered():
