@@ -172,7 +172,7 @@ def test_hang_is_found_explained_and_ended(tmp_path):
     assert "both ranks are inside init_process_group" in text
     assert "they never reached the rendezvous the launcher serves on 127.0.0.1:" in text
     assert "rank 0 (pid" in text and "rank 1 (pid" in text and "master_port.py:11" in text  # py-spy stacks
-    assert "line 10: sets MASTER_PORT" in text
+    assert "likely cause — master_port.py:10: sets MASTER_PORT" in text
     assert_nothing_left("master_port.py")
 
 

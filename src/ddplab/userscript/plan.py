@@ -139,8 +139,6 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
             raise DdplabError(f"{finding.what}: {finding.fix}")
         notes.append(f"{finding.what} (fix: {finding.fix})")
 
-    if "OMP_NUM_THREADS" not in os.environ and nproc > 1:  # torchrun's choice, said in one line, not its banner
-        notes.append("1 OpenMP thread per rank (OMP_NUM_THREADS=1, as torchrun sets it; set it yourself to choose)")
     endpoint = None
     if ns.standalone:
         notes.append("--standalone: torchrun serves the rendezvous on a free port of its choosing")
@@ -157,6 +155,8 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     else:
         endpoint = ns.rdzv_endpoint
 
+    if "OMP_NUM_THREADS" not in os.environ and nproc > 1:  # torchrun's choice, said in one line, not its banner
+        notes.append("1 OpenMP thread per rank (OMP_NUM_THREADS=1, as torchrun sets it; set it yourself to choose)")
     if not _given(argv, "-r", "--redirects"):
         ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
     if not _given(argv, "-t", "--tee"):
