@@ -184,7 +184,7 @@ def _view(snap, width: int = 80) -> Group:
     ]
     if len(snap.jobs) == 1:  # said once above the rows, not in a column of its own (the table fits 80 columns whole)
         job = snap.jobs[0]
-        parts.append(Text(f"job {job.id} ({job.launcher})"))
+        parts.append(Text(f"job {job.id}", no_wrap=True))
     ranks, left_out = _ranks_table(snap, width)
     parts.append(ranks)
     if snap.gpus:
