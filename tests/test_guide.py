@@ -116,7 +116,11 @@ def test_paths_in_the_output_are_the_projects_not_this_machines(tmp_path):
 
 def test_quick_blocks_run_as_printed(tmp_path, no_leftover_workers):
     """The blocks that start no ranks, run as the slow test runs them all."""
-    quick = [b for b in blocks() if b.command.startswith(("ddplab lint docs/", "ddplab cost ", "ddplab slurm "))]
+    quick = [
+        b
+        for b in blocks()
+        if b.command.startswith(("ddplab lint docs/", "ddplab cost ", "mkdir -p runs && cd runs && ddplab slurm "))
+    ]
     assert len(quick) == 3
     assert run_in_order(quick, make_guide.Sandbox(tmp_path)) == []
 
@@ -130,3 +134,30 @@ def test_every_block_runs_as_printed_and_leaves_nothing_in_tmp(tmp_path, no_left
     sandbox = make_guide.Sandbox(tmp_path)
     failures = run_in_order(blocks(), sandbox)
     assert failures == [], "\n\n".join(failures)
+
+
+def test_the_guide_writes_only_into_runs():
+    """Issue 42 point 12: pasted from the repository root, the guide's commands filled it with train.py,
+    checkpoints/, model.pt, prof/. Every file a block writes (and every script it trains, which saves next to where
+    it runs) is inside runs/, which git ignores."""
+    import os
+
+    for block in blocks():
+        cwd = "runs" if re.match(r"(?:mkdir -p runs && )?cd runs && ", block.command) else "."
+        for target in re.findall(
+            r"(?:ddplab new |2> |[^2]> |--log-dir |--checkpoint-dir |--out )([\w./-]+)", block.command
+        ):
+            if target != "/dev/null":
+                assert os.path.normpath(os.path.join(cwd, target)).startswith("runs/"), (target, block.command)
+        if re.search(r"(?:torchrun|ddplab launch)\b.*(?<![\w/.-])train\.py", block.command):
+            assert cwd == "runs", block.command
+
+
+def test_each_failure_the_guide_shows_has_its_fix_on_the_first_screen():
+    """Issue 42 point 4: a failure's first 24 lines (from the top of what the command printed) hold the fix. The
+    guide's outputs are real runs' (docs/make_guide.py writes them; the slow test reruns them)."""
+    failures = [b for b in blocks() if b.exit not in (0, 4)]  # 4: preempted after saving, not a failure
+    assert len(failures) >= 4
+    for block in failures:
+        first = shown_output(block.command).splitlines()[:24]
+        assert any("fix:" in line for line in first), block.command

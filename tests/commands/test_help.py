@@ -101,3 +101,16 @@ def test_monitor_help_explains_every_column_and_flag():
         "power W",
     ):
         assert word in monitor.COLUMNS, word
+
+
+def test_launch_help_shows_ddplab_options_before_torchruns(capsys):
+    """Issue 42 point 12: the five options ddplab adds come first; torchrun's ~60 lines of its own after them."""
+    from ddplab.cli import main
+
+    assert main(["launch", "--help"]) == 0
+    text = capsys.readouterr().out
+    usage = text.splitlines()[0]
+    assert usage.startswith("usage: ddplab launch [--hang-timeout S]") and "--rdzv" not in usage
+    ours = text.index("--hang-timeout S ")
+    assert ours < text.index("--rdzv-backend") and ours < text.index("--nnodes")
+    assert text.index("\nddplab:\n") < text.index("\ntorchrun's options (")

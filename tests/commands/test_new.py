@@ -168,7 +168,7 @@ def test_script_refuses_to_run_without_torchrun(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     done = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stderr.strip() == "start this script with torchrun: torchrun --standalone --nproc-per-node 2 t.py"
+    assert done.stderr.strip() == "start this script with a launcher: ddplab launch --nproc-per-node 2 t.py"
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -227,3 +227,17 @@ def test_new_output_lints_clean(tmp_path):
         found = ran.json()
         findings = found.get("findings", found) if isinstance(found, dict) else found
         assert not findings, findings
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_each_ddp_step_is_where_a_learner_looks(task, tmp_path):
+    """Issue 42 point 11: set_epoch in the epoch loop itself (not only inside ckpt.epochs()), the run hint
+    `ddplab launch`, no teardown lecture about gloo's threads, and short."""
+    from ddplab.commands.new import write_script
+
+    result = write_script(str(tmp_path / "t.py"), task, False)
+    lines = (tmp_path / "t.py").read_text().splitlines()
+    loop = next(i for i, line in enumerate(lines) if line.strip().startswith("for epoch in "))
+    assert lines[loop + 1].strip().startswith("sampler.set_epoch(epoch)")
+    assert result.run.startswith("ddplab launch --nproc-per-node 2 ")
+    assert not any("thread" in line for line in lines) and result.lines <= 155

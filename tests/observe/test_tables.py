@@ -112,3 +112,23 @@ def test_fit_table_never_cuts_an_id_however_narrow():
             assert left_out == [] and table.box is not None  # room enough: the usual boxed table, every column
         if width == 40:
             assert "phase" in left_out  # the least useful column went first
+
+
+def test_one_jobs_table_keeps_every_column_at_80(capsys):
+    """Issue 42 point 9: at 80 columns monitor left a column out ("note: left out for a 80-column output: phase").
+    One job's id is said once above the table, so a ddplab job's ranks fit whole, marks and phase included."""
+    from ddplab.commands.monitor import _view
+    from ddplab.observe.monitor import JobView, RankView, Snapshot
+
+    ranks = [
+        RankView(4194301 + r, r, r, "sleeping", 71.0, 1234.5, 32768.0, progress=12345, phase="train.step")
+        for r in range(2)
+    ]
+    snap = Snapshot(0.0, 2.1, [JobView("ddplab:g1_co_09ab", "ddplab train", 4194300, 2, ranks)], [], "no driver")
+    Console(file=(out := io.StringIO()), width=80, no_color=True).print(_view(snap, 80))
+    text = out.getvalue()
+    assert "left out" not in text and "…" not in text, text
+    assert "\njob ddplab:g1_co_09ab\n" in text
+    for header in ("rank", "local", "pid", "state", "CPU", "RSS", "marks", "phase", "flags"):
+        assert header in text, header
+    assert shows_whole(text, 1, 1, 4194302) and "train.step" in text, text

@@ -394,3 +394,34 @@ def test_bench_file_gives_the_link_and_overlap_is_fitted(tmp_path, no_leftover_w
     bad.write_text('{"rows": 3}')
     b = cli("scale", "mlp", "--nproc", "1,2", "--bench", str(bad))
     assert b.code == 2 and "not the JSON" in b.err and len(b.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("strong", [False, True])
+def test_the_table_is_whole_at_80_columns_and_piped(strong, monkeypatch, capsys):
+    """Issue 42 point 9: piped or at 80 columns the table read "batch/r… samples… efficie…". Rendered as a pipe sees
+    it (report.console: no terminal, COLUMNS=80), every header and value is whole and within 80 columns."""
+    from ddplab import report
+    from ddplab.commands.scale import render
+    from ddplab.perf import prediction
+    from ddplab.perf.advice import advise
+    from ddplab.perf.study import ScaleResult
+
+    runs = synthetic(TRUE, [(1, 32, 1), (2, 16 if strong else 32, 1), (3, 32, 1)])
+    results = [{"samples_per_sec": r.samples_per_sec * 0.9} for r in runs]
+    points = prediction.points(runs, results, TRUE)
+    points[0].samples_per_sec = 1234567.0  # the widest figure a CPU run gives
+    result = ScaleResult(
+        "gpt", "cpu", "gloo", strong, 32, 1, int(TRUE.grad_bytes), [], points, TRUE.to_dict(),
+        prediction.predict(TRUE, [1, 2, 3, 4, 8, 64], 32, 1, strong, [1, 2, 3]),
+        prediction.interconnects(TRUE, [8, 64], 32, 1, strong),
+        advise(TRUE, points[-1], strong, hook="fp16"),
+    )  # fmt: skip
+    monkeypatch.setenv("COLUMNS", "80")
+    render(report.console(), result)  # stdout is captured: a pipe
+    text = capsys.readouterr().out
+    assert "…" not in text
+    table = text.split("\nmodel:")[0].splitlines()[1:]
+    assert max(len(line) for line in table) <= 80, "\n".join(table)
+    assert "1,234,567" in text and ("batch/" in text) == strong
+    for header in ("samples/s", "speedup", "ciency", "compute", "exposed", "comm ms"):
+        assert header in "\n".join(table), header

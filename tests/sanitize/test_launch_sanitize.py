@@ -119,8 +119,9 @@ def test_the_same_script_written_right_is_silent(tmp_path, no_leftover_workers):
 
 def test_a_run_that_fails_on_a_shared_file_leads_with_it(tmp_path, no_leftover_workers):
     """Every rank saves to model.pt.tmp, then renames it: the second rename fails. The text output says what the
-    sanitizer saw right after the verdict, before the failing rank's traceback."""
-    ran = cli("launch", "--no-lint", str(PLANT), "all-save-replace", "--out", str(tmp_path), timeout=150, cwd=tmp_path)
+    sanitizer saw right after the verdict, before the failing rank's traceback; then lint's warning from the start of
+    the run that foretold it (issue 42 point 5: the crash read "[os-error]" while lint had said [unguarded-save])."""
+    ran = cli("launch", str(PLANT), "all-save-replace", "--out", str(tmp_path), timeout=150, cwd=tmp_path)
     assert ran.code == 1, ran.err[-3000:]
     lines = ran.out.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("ddplab launch: FAIL"))
@@ -134,7 +135,10 @@ def test_a_run_that_fails_on_a_shared_file_leads_with_it(tmp_path, no_leftover_w
     )
     assert lines[verdict + 3].endswith(': torch.save(model.state_dict(), path + ".tmp")')
     assert lines[verdict + 4].startswith("       fix: write from one rank only")
-    assert "last lines" in lines[verdict + 5]
+    # the nearest of the script's two unguarded saves: the one whose file the failing rename reads
+    assert lines[verdict + 5].startswith(f"  lint saw it before the run — sanitize_plant.py:{save.rsplit(':')[1]}: ")
+    assert lines[verdict + 5].endswith("[unguarded-save]") and "if dist.get_rank() == 0" in lines[verdict + 6]
+    assert "[unguarded-save]" not in "\n".join(lines[verdict + 7 :])  # line 74's save is another mistake
 
 
 @pytest.mark.slow

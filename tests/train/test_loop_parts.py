@@ -172,3 +172,14 @@ def test_one_optimizer_step_accumulates_without_sync_then_unscales_clips_and_ste
     assert calls == ["no_sync", *scale, "no_sync", *scale, *scale, *update, "zero_grad"]
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.3)  # the schedule at step 4 of 10
     assert loss.item() == net(batches[5]).sum().item() and not loss.requires_grad  # the last micro-batch's
+
+
+def test_compile_says_what_it_cost_and_where_its_gain_is():
+    """Issue 42 point 8: `--compile` showed nothing. The note names the first step's time (mostly compiling) and the
+    steady step time, and says that the gain is only seen against the same run without --compile."""
+    from ddplab.train.loop import Timing, compile_note
+
+    line = compile_note(52.46, Timing(timed_steps=297, seconds=2.352, total=55.0, cpu_percent=20.0, wait_share=0.3))
+    assert line.startswith("compile: on (torch.compile before DDP): the first step took 52.5s")
+    assert "the steady steps 7.92 ms each" in line and "without --compile" in line
+    assert "no steady step timed" in compile_note(3.0, Timing(0, 3.0, 3.0, 50.0, -1.0))

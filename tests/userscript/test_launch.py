@@ -111,7 +111,7 @@ def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
     out = ran.out
     line = " ".join(out.split())
     assert (
-        "rank 1 failed first (exit code 1: it raised an exception; the Python traceback in its output says "
+        "rank 1 failed first at crash_ddp.py:18 (exit code 1: it raised an exception; the Python traceback in its output says "
         "why): RuntimeError: Error(s) in loading state_dict" in line
     )
     assert out.index("failed first") < out.index('Unexpected key(s) in state_dict: "module.weight"')
@@ -122,12 +122,33 @@ def test_crashing_rank_is_named_with_traceback_and_diagnosis(tmp_path):
     rank_log = next(tmp_path.glob("*/attempt_0/1/stderr.log")).read_text()
     assert "module.weight" in rank_log
     # what the user reads names their script: torchrun's summary, and a traceback that starts in it (issue 27)
-    launcher_text = ran.err + "".join(p.read_text() for p in tmp_path.glob("launcher.log"))
+    launcher_text = ran.err + "".join(p.read_text() for p in tmp_path.glob("torchrun-summary.txt"))
     assert "crash_ddp.py FAILED" in launcher_text and "bootstrap.py FAILED" not in launcher_text
     assert "bootstrap.py" not in rank_log and "runpy" not in rank_log
     # the lint warnings came first, and did not stop the run
     assert "[save-ddp-state-dict]" in ran.err
     assert_nothing_left("crash_ddp.py")
+    first_screen_of_a_crash(ran, tmp_path)
+
+
+def first_screen_of_a_crash(ran, logs: Path) -> None:
+    """Issue 42 points 4 and 5, on the same run: the answer first, each thing once, lint's warning tied to it."""
+    screen = 24  # a terminal's first screen
+    report = ran.out.splitlines()
+    verdict = next(i for i, line in enumerate(report) if line.startswith("ddplab launch: FAIL"))
+    first = "\n".join(report[verdict : verdict + screen])
+    assert "[module-prefix]" in first and "fix:   Save ddp_model.module.state_dict()" in first
+    # what a terminal shows from the very top (lint and notes on stderr first, then the ranks and the report)
+    assert "fix: save model.module.state_dict()" in "\n".join((ran.err.splitlines() + report)[:screen])
+    console = ran.err + ran.out
+    assert "\nRoot Cause (first observed failure):" not in console and "*****" not in console  # torchrun's banners
+    assert console.count('crash_ddp.py", line 18, in <module>') == 1  # the traceback, as the rank printed it
+    assert "rank 1's traceback: above" in ran.out and "1 OpenMP thread per rank" in ran.err
+    assert "Root Cause (first observed failure)" in (logs / "torchrun-summary.txt").read_text()  # kept, not lost
+    assert [line for line in report if line.startswith("  lint saw it before the run")] == [
+        "  lint saw it before the run — crash_ddp.py:15: model.state_dict() is the DDP wrapper's: every key starts "
+        "with 'module.', so the file does not load into the plain model [save-ddp-state-dict]"
+    ]
 
 
 @pytest.mark.slow
@@ -151,7 +172,7 @@ def test_hang_is_found_explained_and_ended(tmp_path):
     assert "both ranks are inside init_process_group" in text
     assert "they never reached the rendezvous the launcher serves on 127.0.0.1:" in text
     assert "rank 0 (pid" in text and "rank 1 (pid" in text and "master_port.py:11" in text  # py-spy stacks
-    assert "line 10: sets MASTER_PORT" in text
+    assert "likely cause — master_port.py:10: sets MASTER_PORT" in text
     assert_nothing_left("master_port.py")
 
 
@@ -251,7 +272,10 @@ def test_rank0_evaluation_in_text(tmp_path):
     text = " ".join(ran.out.split())
     assert "cause: rank 0 ran broadcast #" in text and "No rank failed first: this line runs a collective" in text
     assert "loss = model(torch.randn(16, 8)).mean().item()" in text
-    assert "lint saw it before the run — line 28: model(...) runs the DDP wrapper's forward on rank 0 only" in text
+    assert (
+        "lint saw it before the run — eval_rank0_ddp.py:28: model(...) runs the DDP wrapper's forward on rank 0 only"
+        in text
+    )
     assert "[rank0-ddp-forward]" in text
     assert_nothing_left("eval_rank0_ddp.py")
 

@@ -31,6 +31,13 @@ try:  # the sanitizer: what each rank did in its first optimizer steps (ddplab/s
 except Exception as e:  # noqa: BLE001
     sys.stderr.write(f"ddplab: sanitizer not installed: {e}\n")
 
+try:  # DDP's unused-parameter indices given their names (ddplab/sanitize/paramnames.py)
+    from ddplab.sanitize import paramnames
+
+    paramnames.install()
+except Exception as e:  # noqa: BLE001
+    sys.stderr.write(f"ddplab: DDP parameter names not installed: {e}\n")
+
 _here = os.path.dirname(os.path.abspath(__file__))
 _rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)

@@ -45,6 +45,11 @@ from ddplab import cliargs, report
 from ddplab.errors import DdplabError
 from ddplab.perf import spend
 
+USAGE = (
+    "ddplab launch [--hang-timeout S] [--grace S] [--no-lint] [--json] [--profile [STEPS]] [--sanitize-steps N] "
+    "[--preemption-notice aws|gcp|URL] [--budget AMOUNT --price P] [torchrun options] SCRIPT [args]"
+)
+
 
 def add_parser(sub) -> None:
     # torchrun's parser reads the arguments inside run(): importing it costs a torch import that `ddplab --help`
@@ -54,8 +59,7 @@ def add_parser(sub) -> None:
         help="run any script under torchrun with preflight checks and a hang watchdog",
         add_help=False,
         prefix_chars="\0",
-        usage="ddplab launch [--hang-timeout S] [--no-lint] [--json] [--profile [STEPS]] "
-        "[--sanitize-steps N] [--grace S] [--preemption-notice aws|gcp|URL] [torchrun options] SCRIPT [args]",
+        usage=USAGE,
     )
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = get_args_parser()
     parser.prog = "ddplab launch"
+    parser.usage = USAGE  # torchrun's generated usage lists its ~25 options before ddplab's own
     parser.description = (
         "torchrun with a safety net: lint and preflight before, per-rank logs, root cause and "
         "diagnosis after a failure, stacks of every rank on a hang. Takes torchrun's options."
@@ -94,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cliargs.add_profile(group)
     cliargs.add_sanitize(group)
+    # ddplab's own options first in --help: torchrun's ~60 lines come after, for those who need them.
+    groups = parser._action_groups
+    groups.insert(0, groups.pop(groups.index(group)))
+    for g in groups[1:]:
+        if g.title in ("options", "optional arguments"):
+            g.title = "torchrun's options (they mean what they mean to torchrun)"
     parser.add_argument("--nproc", dest="nproc_per_node", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for action in parser._actions:
         if action.dest == "nproc_per_node" and action.help != argparse.SUPPRESS:
@@ -264,35 +275,23 @@ def render(con, r) -> None:
     sanitized = render_sanitize(r.sanitize)  # after the verdict; first when the run failed on what it saw
     if sanitized and r.sanitize.leading:
         con.print(sanitized, markup=False, highlight=False)
+    # A failure leads with its answer (issue 42 point 4): what failed (the verdict), why and the fix, the warning that
+    # foretold it; the evidence after it (stacks, the other ranks, the Flight Recorder), each once.
     if r.status == "hang":
         from ddplab.launcher.stacks import brief
 
+        _render_lint(con, r.related_lint, "likely cause", r.command)
+        if r.fix:
+            con.print(f"  fix: {r.fix}", markup=False)
         for rank in r.ranks:
             who = f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
             con.print(f"  {who} (pid {rank.pid}): in {rank.stuck_in or 'no distributed call'} at {rank.where or '?'}")
             if rank.stack:
                 con.print(brief(rank.stack), markup=False)
         _render_flight(con, r.flight)
-        _render_lint(con, r.related_lint, "likely cause")
         con.print("  every worker was ended")
     elif r.status == "failed":
-        root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
-        if root is not None and root.traceback:
-            con.print(f"  rank {root.rank}'s last lines ({root.log or ''}/stderr.log):")
-            con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
-        for rank in r.ranks:
-            if rank is not root:
-                con.print(f"  rank {rank.rank}: exit code {rank.exitcode}" + (f": {rank.error}" if rank.error else ""))
-        _render_flight(con, r.flight)
-        if r.cause is not None:
-            con.print(f"  cause: {r.cause.text}:")
-            con.print(f"    {r.cause.code}", markup=False)
-            _render_lint(con, r.related_lint, "lint saw it before the run")
-        if r.explanation is not None:
-            from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
-
-            con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
-            render_explanation(con, r.explanation, show_root=False)
+        _render_failure(con, r)
     if r.profile is not None:
         from ddplab.perf.profile import render as render_profile
 
@@ -307,9 +306,36 @@ def render(con, r) -> None:
     )
 
 
-def _render_lint(con, findings, title: str) -> None:
+def _render_failure(con, r) -> None:
+    root = next((rank for rank in r.ranks if rank.rank == r.root_cause), None)
+    if r.cause is not None:
+        con.print(f"  cause: {r.cause.text}:")
+        con.print(f"    {r.cause.code}", markup=False)
+    _render_lint(con, r.related_lint, "lint saw it before the run", r.command)
+    if r.explanation is not None:
+        from ddplab.explain.matcher import render as render_explanation  # 0.3 s: only when there is one
+
+        con.print(report.text(report.bold("diagnosis"), " (ddplab explain):"))
+        render_explanation(con, r.explanation, show_root=False)
+    if root is not None and root.traceback:
+        where = f"{root.log or ''}/stderr.log"
+        if r.echoed:  # the console showed it as it came: once is enough
+            con.print(f"  rank {root.rank}'s traceback: above, as it printed it, and in {where}", markup=False)
+        else:
+            con.print(f"  rank {root.rank}'s last lines ({where}):", markup=False)
+            con.print("\n".join(f"    {line}" for line in root.traceback.splitlines()), markup=False)
+    for rank in r.ranks:
+        if rank is not root:
+            con.print(f"  rank {rank.rank}: exit code {rank.exitcode}" + (f": {rank.error}" if rank.error else ""))
+    _render_flight(con, r.flight)
+
+
+def _render_lint(con, findings, title: str, command: list[str]) -> None:
+    script = Path(command[0]).name if command else ""
     for f in findings:
-        where = f"{f.path}:{f.line}" if getattr(f, "path", None) else f"line {f.line}"
+        where = (
+            f"{f.path}:{f.line}" if getattr(f, "path", None) else f"{script}:{f.line}" if script else f"line {f.line}"
+        )
         con.print(f"  {title} — {where}: {f.message} [{f.rule}]")
         con.print(f"      fix: {f.fix}")
 

@@ -210,6 +210,9 @@ def _view(snap, width: int = 80) -> Group:
             style="dim",
         )
     ]
+    if len(snap.jobs) == 1:  # said once above the rows, not in a column of its own (the table fits 80 columns whole)
+        job = snap.jobs[0]
+        parts.append(Text(f"job {job.id}", no_wrap=True))
     ranks, left_out = _ranks_table(snap, width)
     parts.append(ranks)
     if snap.gpus:
@@ -250,8 +253,9 @@ def _ranks_table(snap, width: int):
     has_gpu = any(r.gpu is not None for job in snap.jobs for r in job.ranks)
     has_progress = any(r.progress is not None for job in snap.jobs for r in job.ranks)
     # drop: what goes first when the output is narrow (the GPU table names each rank's GPU; CPU s is a total)
+    one_job = len(snap.jobs) == 1  # then its id is the line above the table
     columns = [
-        Column("job", justify="left", fold_last=True),
+        *([] if one_job else [Column("job", justify="left", fold_last=True)]),
         Column("rank"),
         Column("local"),
         Column("pid"),
@@ -269,7 +273,7 @@ def _ranks_table(snap, width: int):
     for job in snap.jobs:
         for i, r in enumerate(job.ranks):
             row = [
-                job.id if i == 0 else "",
+                *([] if one_job else [job.id if i == 0 else ""]),
                 _num(r.rank, "{}"),
                 _num(r.local_rank, "{}"),
                 str(r.pid),

@@ -83,7 +83,7 @@ def write_script(path: str, task: str, force: bool = False) -> NewResult:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise DdplabError(f"cannot write {path}: {e.strerror or e}: choose a path in a writable directory") from None
-    run_it = f"torchrun --standalone --nproc-per-node 2 {shlex.quote(path)}"
+    run_it = f"ddplab launch --nproc-per-node 2 {shlex.quote(path)}"
     return NewResult(str(target), task, script.count("\n"), existed, run_it)
 
 

@@ -149,24 +149,27 @@ def render(con, r) -> None:
             f" on {r.device} ({r.backend}): {mode}, {r.grad_bytes / 2**20:.2f} MiB of gradients per step",
         )
     )
+    # Whole at 80 columns, piped or not (issue 42 point 9): two-line headers, and the batch per rank, when every row
+    # has the same, said once in the line above (weak scaling) instead of in a column.
     t = Table(box=None, pad_edge=False)
+    same_batch = len({p.batch_per_rank for p in r.points}) == 1 and not r.strong
     for col in (
         "N",
-        "batch/rank",
+        *([] if same_batch else ["batch/\nrank"]),
         "samples/s",
         "speedup",
-        "efficiency",
-        "step ms",
-        "compute ms",
-        "exposed comm ms",
-        "model samples/s",
+        "effi-\nciency",
+        "step\nms",
+        "compute\nms",
+        "exposed\ncomm ms",
+        "model\nsamples/s",
     ):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=True)
     for p in r.points:
         eff = f"{p.efficiency:.0%}"
         t.add_row(
             str(p.world_size),
-            str(p.batch_per_rank),
+            *([] if same_batch else [str(p.batch_per_rank)]),
             f"{p.samples_per_sec:,.0f}",
             f"{p.speedup:.2f}x",
             eff if p.efficiency >= EFFICIENCY_TARGET else Text(eff, style="yellow"),

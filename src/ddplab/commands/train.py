@@ -160,6 +160,10 @@ def _checked(args):
         raise DdplabError(f"--max-restarts {ns.max_restarts}: must be 0 or more")
     loop.preflight(cfg)
     cfg.check_device(device)
+    if device == "cpu":  # the ranks share this machine's RAM: refuse what cannot fit before any rank starts
+        from ddplab.train.hostfit import require_fits
+
+        require_fits(args.recipe, cfg, nproc)
     _environment(nproc, device)
     if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
         newest = ckptfile.listed(cfg.checkpoint_path)[0][1]

@@ -201,6 +201,7 @@ class FlightReport:
     missing: list[int] = field(default_factory=list)  # ranks that have not called it / left no record
     also: list[str] = field(default_factory=list)  # verdicts on other process groups where ranks are uneven
     ranks: list[RankFlight] = field(default_factory=list)
+    first_kept: int | None = None  # the verdict's group: the earliest collective every rank still holds, when not #1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -350,6 +351,10 @@ def analyse(
         done = [s for s in seqs if _state(r, s, all_seqs, flights, all_ranks, g) == "completed"]
         f.last_completed = _collective(seqs[max(done)]) if done else None
     report.ranks = ranks_list
+    # Each rank keeps its last BUFFER_SIZE collectives: past that, "the first disagreement" is the first one kept.
+    firsts = [min(s[chosen]) for s in by_rank.values() if s.get(chosen)]
+    if firsts and max(firsts) > 1:
+        report.first_kept = max(firsts)
     return report
 
 
@@ -551,5 +556,10 @@ def render(report: FlightReport) -> str:
         extra = f"  [{f.where}]" if f.where else ""
         lines.append(f"  rank {f.rank}: last called {started}; last completed {done}{extra}")
     lines.append(f"  => {report.verdict}")
+    if report.first_kept is not None:
+        lines.append(
+            f"  (the records start at #{report.first_kept}: each rank keeps its last collectives only, so the ranks "
+            f"may have parted before it; TORCH_FR_BUFFER_SIZE (ddplab: {BUFFER_SIZE}) keeps more)"
+        )
     lines += [f"  also: {v}" for v in report.also]
     return "\n".join(lines)

@@ -108,7 +108,11 @@ def main(spec_path: str) -> int:
         }
         if spec["kind"] == "script":  # torchrun names the first argument, bootstrap.py: say the user's script
             e = ChildFailedError(_user_entry(launch.args), e.failures)
-        if not _saved_on_notice(f.exitcode for f in e.failures.values()):
+        if spec["kind"] == "script":
+            # torchrun's own summary ("Root Cause (first observed failure)") goes to the log folder: ddplab launch's
+            # report says the same, first, and the console shows each thing once (issue 42 point 4).
+            (run_dir / "torchrun-summary.txt").write_text(f"{e}\n")
+        elif not _saved_on_notice(f.exitcode for f in e.failures.values()):
             print(e, file=sys.stderr)  # torchrun's own summary, "Root Cause (first observed failure)" included
     except Exception as e:  # a rendezvous that never completed, a bad option torch found late
         launcher_error = _one_line(e)

@@ -20,6 +20,7 @@ one that already exists (the run folder's logs/, `ddplab launch`'s log folder).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import uuid
@@ -125,7 +126,8 @@ def plan_script(torchrun: dict) -> LaunchPlan:
     if ns.master_port is None:
         ns.master_port = 29500
     try:
-        (config, cmd, cmd_args), env = _environ_kept(config_from_args, ns)
+        with _quiet_thread_banner():
+            (config, cmd, cmd_args), env = _environ_kept(config_from_args, ns)
     except (ValueError, AssertionError, RuntimeError) as e:
         raise Refused(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     # --run-path (where torch has it): torchrun would call runpy in a spawned child; a script it is
@@ -135,6 +137,24 @@ def plan_script(torchrun: dict) -> LaunchPlan:
         return LaunchPlan(config, sys.executable, ("-u", BOOTSTRAP, "--exec", cmd, *cmd_args), env=env)
     assert cmd_args[0] == "-u"
     return LaunchPlan(config, cmd, ("-u", BOOTSTRAP, *cmd_args[1:]), env=env)
+
+
+@contextlib.contextmanager
+def _quiet_thread_banner():
+    """torchrun's 5-line banner for setting OMP_NUM_THREADS=1 stays out of the console; the variable is still set
+    (returned in `env`), and `ddplab launch` says so in one line (userscript/plan.py)."""
+    import logging
+
+    log = logging.getLogger("torch.distributed.run")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "OMP_NUM_THREADS" not in str(record.msg)
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def _environ_kept(fn, *args):

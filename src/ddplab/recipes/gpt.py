@@ -239,6 +239,20 @@ def flops_per_sample(cfg: Config, model: nn.Module) -> float:
     return per_token * cfg.block_size
 
 
+def memory_floor(cfg: Config) -> tuple[int, int]:
+    """(parameters, activation bytes of one fp32 training step at cfg.batch_size) by arithmetic on the shapes, for
+    `ddplab train`'s check that the ranks fit a CPU machine's RAM before any starts (train/hostfit.py), where a trace
+    on fake tensors would cost every run seconds. Fitted to that trace (ddplab.perf.memory, tests/train/
+    test_hostfit.py): per layer ~15 tensors of batch x context x width survive to backward; the logits of batch x
+    context x vocabulary are held three times at the loss (the logits, the softmax, its gradient). Attention's
+    context x context scores are not counted: torch's CPU and GPU kernels (flash, memory-efficient) never hold them."""
+    vocab = cfg.vocab_size or len(set(read_text(cfg)))
+    e, t = cfg.n_embd, cfg.block_size
+    params = vocab * e + t * e + cfg.n_layer * (12 * e * e + 13 * e) + 2 * e  # the output layer is tied
+    tokens = cfg.batch_size * t
+    return params, 4 * (15 * cfg.n_layer * tokens * e + 3 * tokens * vocab)
+
+
 RECIPE = Recipe(
     name="gpt",
     config=Config,

@@ -251,7 +251,19 @@ def _fit(
         metrics_file=log.metrics_file,
     )
     _recipe_figures(result, recipe, cfg, model.raw, data, final_weights, ctx.device)
+    if cfg.compile and measure.first_step_s is not None:
+        result.notes.append(compile_note(measure.first_step_s, timing))
     return result
+
+
+def compile_note(first_step_s: float, timing: Timing) -> str:
+    """What --compile cost and what it gave (issue 42 point 8): the first step compiles, the steady steps are
+    the gain, which only the same run without --compile can show (on CPU it is often nothing)."""
+    steady = f"the steady steps {timing.step_ms:.2f} ms each" if timing.timed_steps else "no steady step timed"
+    return (
+        f"compile: on (torch.compile before DDP): the first step took {first_step_s:.1f}s (tracing and compiling), "
+        f"{steady}; what it gains: the same command without --compile, step ms against step ms"
+    )
 
 
 @dataclass(frozen=True)
@@ -513,6 +525,7 @@ class Measurements:
         self.usage: metrics.Utilisation | None = None
         self.timer: Steady | None = None
         self.warm_wait = None  # DDP's communication timers when the warm-up ended
+        self.first_step_s: float | None = None  # the first step's wall time: under --compile, mostly compiling
 
     def begin(self, comm: metrics.CommWait | None) -> float:
         """Right before the first step: start the clocks; return the time they start from."""
@@ -526,6 +539,8 @@ class Measurements:
     def step_done(self, run_steps: int) -> None:
         if self.comm is not None:
             self.comm.step_done(time.perf_counter())
+        if run_steps == 1:
+            self.first_step_s = time.perf_counter() - self.timer.t0
         if run_steps == MEASURED_STEPS:
             self.peak.stop()
             self.predicting = self._predict() if self.cuda else None

@@ -20,6 +20,15 @@ RELATED_RULES = {
     "collective": {"collective-in-rank-branch", "rank0-ddp-forward"},
     "ddp": {"collective-in-rank-branch", "rank0-ddp-forward"},
 }
+# A hang's fix by where the ranks wait (launcher.stacks' kinds), when lint has none to offer.
+HANG_FIXES = {
+    "collective": "every rank must call the same collectives in the same order: the lines below show where each "
+    "rank waits; a collective under `if rank == 0:` (a metric, a barrier, an evaluation) is the usual cause",
+    "ddp": "every rank must run the DDP model's forward and backward the same number of times: an evaluation or an "
+    "extra batch on some ranks only (uneven data: DistributedSampler(drop_last=True) or the join() context)",
+    "rendezvous": "the ranks never met: do not set MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE in the script "
+    "(the launcher sets them), and check that every node reaches the rendezvous endpoint",
+}
 FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>.+)')
 
 
@@ -68,6 +77,8 @@ class LaunchResult:
     flight: object = None  # flight.reader.FlightReport: the per-collective view from PyTorch's Flight Recorder
     profile: object = None  # perf.profile.Profile: `--profile`'s per-rank step breakdown and ranked causes
     sanitize: object = None  # sanitize.readout.SanitizeReport: what the ranks did in their first steps, the mistakes
+    fix: str | None = None  # a hang's fix when no lint finding gives one (from where the ranks wait)
+    echoed: bool = False  # every rank's stderr went to the console as it came (torchrun's --tee 2 or 3)
 
 
 def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> LaunchResult:
@@ -83,6 +94,7 @@ def analyse(ns, plan: Plan, run: ScriptRun, hang_timeout: float | None) -> Launc
         seconds=round(run.seconds, 2),
         notes=plan.notes,
         lint=plan.lint.findings if plan.lint else [],
+        echoed=str(getattr(ns, "tee", "")) in ("2", "3"),
     )
     if run.status == "hang":
         _hang(result, run, plan, hang_timeout)
@@ -163,20 +175,51 @@ def _finished(result: LaunchResult, run: ScriptRun, plan: Plan) -> None:
     finished = sorted(set(logs) - {f["local_rank"] for f in run.failures.values()})  # local ranks that exited 0
     text = "\n".join(_prefixed(rep) for rep in sorted(result.ranks, key=lambda r: r is not root))
     if not text.strip() and launcher_log.exists():
-        text = launcher_log.read_text(errors="replace")
+        summary = launcher_log.parent / "torchrun-summary.txt"  # torchrun's "Root Cause", kept apart by the agent
+        text = launcher_log.read_text(errors="replace") + (summary.read_text() if summary.exists() else "")
     result.explanation = explain_text(
         text,
         source=result.log_dir,
         root=RootCause(rank=root.rank, local_rank=root.local_rank, exitcode=root.exitcode, error=root.error),
     )
+    _named_parameters(result.explanation, text)
     # A rank that aborted in C++ printed no Python error line; explain reads its `what():` instead.
     root.error = root.error or result.explanation.root_cause.error
     result.flight = _flight(run, errors={r.rank: r.error for r in result.ranks if r.error})
-    result.summary = f"rank {root.rank} failed first ({exit_text(root.exitcode)})" + (
+    frame = _own_frame(Path(root.log) / "stderr.log") if root.log else None
+    at = f" at {frame[0].name}:{frame[1]}" if frame else ""  # where: its own code's innermost line
+    result.summary = f"rank {root.rank} failed first{at} ({exit_text(root.exitcode)})" + (
         f": {root.error}" if root.error else ""
     )
     if origin_itself(next(f for f in failed if f.rank == root.rank), bool(finished)):
         _own_cause(result, root, finished, plan)
+    if not result.related_lint and plan.lint is not None:  # the warning printed at the start that foretold this
+        from ddplab.userscript.predicted import predicted
+
+        whole = (Path(root.log) / "stderr.log") if root.log else None
+        text = whole.read_text(errors="replace") if whole is not None and whole.exists() else root.traceback
+        rules = (
+            {m.rule for m in result.explanation.matches if m.root_cause} if result.explanation is not None else set()
+        )
+        result.related_lint = predicted(plan.lint.findings, plan.script, text, root.error or "", rules)
+
+
+def _named_parameters(explanation, text: str) -> None:
+    """DDP's unused-parameter indices, named by the rank itself (sanitize/paramnames.py), in explain's diagnosis."""
+    from ddplab.sanitize.paramnames import NAMED
+
+    named = {m[1]: m[2] for m in NAMED.finditer(text)}
+    if not named or explanation is None:
+        return
+    by_names: dict[str, list[str]] = {}
+    for rank, names in sorted(named.items(), key=lambda kv: int(kv[0])):
+        by_names.setdefault(names, []).append(rank)
+    said = " ".join(
+        f"On rank{'s' * (len(ranks) > 1)} {', '.join(ranks)} they are: {names}." for names, ranks in by_names.items()
+    )
+    for m in explanation.matches:
+        if m.rule == "unused-parameters":
+            m.cause += f" {said}"
 
 
 def _own_cause(result: LaunchResult, root: RankReport, finished: list[int], plan: Plan) -> None:
@@ -293,6 +336,8 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
     related = set().union(*(RELATED_RULES.get(k, set()) for k in kinds)) if kinds else set()
     findings = plan.lint.findings if plan.lint else []
     result.related_lint = [f for f in findings if f.rule in related] or [f for f in findings if f.level == "error"]
+    if not result.related_lint:
+        result.fix = HANG_FIXES.get(next((k for k in ("collective", "ddp", "rendezvous") if k in kinds), ""))
 
 
 def _flight(run: ScriptRun, **known):

@@ -17,6 +17,10 @@ from ddplab.launcher.script import EarlyAgent
 DEFAULT_MASTER_PORT = 29500  # torchrun's, for a static rendezvous
 
 
+# lint errors that make a run hang for certain (a rendezvous nobody serves, a collective some ranks never call).
+HANG_RULES = {"sets-master-env", "sets-rank-env", "collective-in-rank-branch", "rank0-ddp-forward"}
+
+
 @dataclass
 class Plan:
     script: Path | None  # the file to lint, when there is one
@@ -107,6 +111,13 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
         lint_result = lint_file(script)
         for f in lint_result.findings:
             report.log(f"lint {f.level}: {f.path or script.name}:{f.line} [{f.rule}] {f.message}\n      fix: {f.fix}")
+    sure = [f for f in (lint_result.findings if lint_result else []) if f.level == "error" and f.rule in HANG_RULES]
+    if sure:  # said apart from the list, last before the run: the run will wait the whole watchdog (issue 42 point 6)
+        where = ", ".join(f"{f.path or script.name}:{f.line} [{f.rule}]" for f in sure)
+        report.log(
+            f"ddplab launch: lint is sure this run hangs ({where}): fix that first; started anyway, the hang "
+            "watchdog ends it after --hang-timeout seconds without progress"
+        )
     if lint_result is not None and lint_result.backend == "nccl":
         gpus = cuda_device_count()
         if nproc > gpus:
@@ -144,6 +155,8 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     else:
         endpoint = ns.rdzv_endpoint
 
+    if "OMP_NUM_THREADS" not in os.environ and nproc > 1:  # torchrun's choice, said in one line, not its banner
+        notes.append("1 OpenMP thread per rank (OMP_NUM_THREADS=1, as torchrun sets it; set it yourself to choose)")
     if not _given(argv, "-r", "--redirects"):
         ns.redirects = "3"  # every rank's stdout and stderr into its own files ...
     if not _given(argv, "-t", "--tee"):
