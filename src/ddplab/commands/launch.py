@@ -134,16 +134,9 @@ def run(args) -> int:
     # The agent first: it imports torch (seconds; this process never does) and reads the options with torchrun's parser.
     early = EarlyAgent(rank_folders={profhook.DIR_ENV: "profile", sanitizer.DIR_ENV: "sanitize"})
     try:
-        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps, pricing, notice_value = _options(
+        ns, hang_timeout, lint, as_json, grace, profile_steps, sanitize_steps, pricing, notice_source = _options(
             early.parser(build_parser), argv
         )
-        notice_source = None
-        if notice_value is not None:  # the endpoint answers now, or the run would never hear of its end
-            from ddplab.launcher import notice
-
-            notice_source = notice.parse(notice_value)
-            notice.first_check(notice_source)
-            notice.poll_period()
         asked_logs = ns.log_dir is not None  # torchrun's --log-dir (or PET_LOG_DIR): the user keeps them there
         if not asked_logs:
             ns.log_dir = str(early.folder)
@@ -171,10 +164,7 @@ def run(args) -> int:
     sanitizer.request(early.folder / "sanitize", sanitize_steps)  # the findings: analyse() reads them
     budget = spend.budget(pricing, plan.nproc, since=started)  # this machine's ranks, from the command's start
     if budget is not None:
-        report.log(
-            f"ddplab launch: budget {budget.money(budget.cap)} at {budget.priced} = {budget.money(budget.per_hour)}"
-            f"/hour: the cap falls {budget.seconds_left():.0f} s from now (a warning at 80 %)"
-        )
+        report.log(f"ddplab launch: {budget.announce()}")
     ran = run_script(
         early,
         vars(ns),
@@ -217,6 +207,8 @@ def _options(parser, argv: list[str]):
     ns = parser.parse_args(_bare_profile(argv, len(argv)))
     if ns.training_script in argv:  # a `--profile` among the script's own arguments is the script's
         ns = parser.parse_args(_bare_profile(argv, argv.index(ns.training_script)))
+    from ddplab.launcher import notice  # its endpoint must answer now, or the run would never hear of its end
+
     pricing = argparse.Namespace(**{name: getattr(ns, name) for name in BUDGET_FLAGS})
     spend.rate(pricing)  # bad input before anything starts
     ours = (
@@ -227,7 +219,7 @@ def _options(parser, argv: list[str]):
         ns.profile,
         ns.sanitize_steps,
         pricing,
-        ns.preemption_notice,
+        notice.checked(ns.preemption_notice),
     )
     for name in (
         "hang_timeout",

@@ -37,6 +37,13 @@ class Budget:
     def seconds_left(self) -> float:
         return (self.cap - self.spent()) / self.per_hour * 3600
 
+    def announce(self) -> str:
+        """The line said at the start: the cap, its rate, and when it falls."""
+        return (
+            f"budget {self.money(self.cap)} at {self.priced} = {self.money(self.per_hour)}/hour: the cap falls "
+            f"{self.seconds_left():.0f} s from now (a warning at 80 %)"
+        )
+
     def reason(self) -> str:
         return (
             f"budget reached: {self.money(self.spent(self.reached_at))} spent of {self.money(self.cap)} since "

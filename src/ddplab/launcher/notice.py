@@ -177,3 +177,14 @@ class Watch:
                 self.on_notice(text)
                 return
             self._stop.wait(self.period)
+
+
+def checked(value: str | None) -> Source | None:
+    """--preemption-notice VALUE as a source whose endpoint answered now, with a valid poll period (else exit 2);
+    None when it was not given."""
+    if value is None:
+        return None
+    source = parse(value)
+    first_check(source)
+    poll_period()
+    return source
