@@ -29,7 +29,9 @@ def main(sky_file: str, trainjob_file: str) -> int:
     task = sky.Task.from_yaml_config(config)
     print(f"sky: {task.num_nodes} node(s), resources {task.resources}, run {len(task.run)} chars")
     job = TrainerV1alpha1TrainJob.from_dict(yaml.safe_load(Path(trainjob_file).read_text()))
-    print(f"kubeflow: TrainJob {job.metadata.name}: {job.spec.trainer.num_nodes} node(s) x {job.spec.trainer.num_proc_per_node}")
+    print(
+        f"kubeflow: TrainJob {job.metadata.name}: {job.spec.trainer.num_nodes} node(s) x {job.spec.trainer.num_proc_per_node}"
+    )
     return 0
 
 

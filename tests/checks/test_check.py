@@ -82,8 +82,8 @@ def test_a_hanging_rank_times_out_with_its_name_and_stack(no_leftover_workers):
     assert ended - stage["details"]["last_progress"] <= timeout + 5
 
 
-def test_ctrl_c_ends_every_worker(no_leftover_workers):
-    env = {**os.environ, "DDPLAB_FAULT": "hang:0:collectives", "NO_COLOR": "1"}
+def test_ctrl_c_ends_every_worker(tmp_path, no_leftover_workers):
+    env = {**os.environ, "DDPLAB_FAULT": "hang:0:collectives", "NO_COLOR": "1", "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddplab", "check", "--timeout", "120"],
         env=env,
@@ -106,6 +106,7 @@ def test_ctrl_c_ends_every_worker(no_leftover_workers):
     assert proc.returncode == 130
     gone, still = psutil.wait_procs([psutil.Process(p) for p in workers if psutil.pid_exists(p)], timeout=5)
     assert not still
+    assert not list(tmp_path.glob("ddplab-sanitize-*"))  # the sanitizer's folder goes with an interrupted check
 
 
 def test_busy_master_port_fails_preflight(busy_port, no_leftover_workers):

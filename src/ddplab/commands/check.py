@@ -91,6 +91,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # The sanitizer's folder goes whatever happens: a check ended by SIGTERM (the CLI's SystemExit) or Ctrl-C too.
+    sanitize_dir = Path(tempfile.mkdtemp(prefix="ddplab-sanitize-"))
+    try:
+        return _run_check(args, sanitize_dir)
+    finally:
+        shutil.rmtree(sanitize_dir, ignore_errors=True)
+
+
+def _run_check(args, sanitize_dir: Path) -> int:
     from ddplab import envinfo
     from ddplab.checks import preflight
     from ddplab.launcher import local, startup
@@ -104,7 +113,6 @@ def run(args) -> int:
     guess = envinfo.early_nproc(args.nproc, args.device) if worker_stages and port is not None else None
     # The sanitizer watches the ddp stage's optimizer steps as it would a user's script's: check's own DDP code
     # must come out clean (a finding there is ddplab's bug, said but not the machine's verdict).
-    sanitize_dir = Path(tempfile.mkdtemp(prefix="ddplab-sanitize-"))
     sanitizer.request(sanitize_dir, sanitizer.DEFAULT_STEPS)
     env = {sanitizer.DIR_ENV: str(sanitize_dir)}
     with startup.early(
@@ -149,7 +157,6 @@ def run(args) -> int:
     )
     result.verdict = _verdict(result)
     result.sanitize = sanitizer.read(sanitize_dir)
-    shutil.rmtree(sanitize_dir, ignore_errors=True)
     report.emit(result, args.json, render)
     if any(s.status == TIMEOUT for s in stages):
         return 3
