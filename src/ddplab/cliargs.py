@@ -300,6 +300,24 @@ def engine_flags(p, defaults: bool = True, nodes_alias: bool = False) -> None:
     p.add_argument("--force", action="store_true", default=d(False), help="overwrite --output if it exists")
 
 
+def add_engine_parser(sub, engine: str, what: str, description: str, add_own, run) -> None:
+    """`ddplab slurm|sky|k8s`: one parser for every engine: its own flags (add_own), the target and its arguments."""
+    from ddplab import recipes  # their names only (pkgutil): no torch
+
+    p = sub.add_parser(
+        engine,
+        help=f"write {what} that runs a recipe or script on several nodes",
+        description=description,
+        usage=f"ddplab {engine} --nnodes N --nproc-per-node P [options] target [target_args ...]",
+        epilog="Own flags may come before or after the target; every other argument goes to the target (after "
+        "`--`, even one named like an own flag).",
+    )
+    add_own(p)
+    p.add_argument("target", help=f"a recipe ({', '.join(recipes.names())}) or a training script's path")
+    p.add_argument("target_args", nargs=argparse.REMAINDER, help="arguments for the recipe or script")
+    p.set_defaults(run=run)
+
+
 class _EngineFlags(argparse.ArgumentParser):
     """The engine's own flags found after the target: bad values are one line, exit 2, as before the target."""
 

@@ -14,7 +14,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ddplab import cliargs, recipes, report
+from ddplab import cliargs, report
 from ddplab.engines import job as jobs
 from ddplab.engines import slurm as writer
 from ddplab.errors import DdplabError
@@ -40,18 +40,7 @@ def _add_own(p, defaults: bool = True) -> None:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "slurm",
-        help="write an sbatch script that runs a recipe or script on several nodes",
-        description=__doc__.split("\n\n")[0],
-        usage="ddplab slurm --nnodes N --nproc-per-node P [options] target [target_args ...]",
-        epilog="Own flags may come before or after the target; every other argument goes to the target (after "
-        "`--`, even one named like an own flag).",
-    )
-    _add_own(p)
-    p.add_argument("target", help=f"a recipe ({', '.join(recipes.names())}) or a training script's path")
-    p.add_argument("target_args", nargs=argparse.REMAINDER, help="arguments for the recipe or script")
-    p.set_defaults(run=run)
+    cliargs.add_engine_parser(sub, "slurm", "an sbatch script", __doc__.split("\n\n")[0], _add_own, run)
 
 
 def run(args) -> int:
