@@ -125,14 +125,57 @@ def test_quick_blocks_run_as_printed(tmp_path, no_leftover_workers):
     assert run_in_order(quick, make_guide.Sandbox(tmp_path)) == []
 
 
+# What a block writes that a later block may read: a file it creates or a folder it makes (by its last name).
+WRITES = re.compile(r"(?:ddplab new |2> |(?<!2)> |mkdir -p )([\w./-]+)")
+CHAPTER = re.compile(r"^## (\d+)\. ", re.MULTILINE)
+
+
+def chapters() -> dict[str, tuple[list[make_guide.Block], list[make_guide.Block]]]:
+    """The guide's blocks by chapter, as (the earlier blocks that write what the chapter reads, its own blocks):
+    chapter 7 resumes the train.py chapter 3 writes; most chapters write into the runs/ folder chapter 3 makes. Run
+    in that order in a stand-in root of its own, a chapter sees what a reader pasting from the top has."""
+    text = make_guide.GUIDE.read_text()
+    heads = [(m.start(), m.group(1)) for m in CHAPTER.finditer(text)]
+    own: dict[str, list[make_guide.Block]] = {}
+    for match in make_guide.BLOCK.finditer(text):
+        chapter = [name for start, name in heads if start < match.start()][-1]
+        own.setdefault(chapter, []).append(make_guide.parse(match))
+
+    def written(block: make_guide.Block) -> set[str]:
+        return {Path(w).name for w in WRITES.findall(block.command)}
+
+    found, earlier = {}, []
+    for chapter, blocks_of_chapter in own.items():
+        read = {w for b in blocks_of_chapter for w in re.findall(r"[\w.-]+", b.command)}
+        read -= set().union(*(written(b) for b in blocks_of_chapter))
+        found[chapter] = ([b for b in earlier if written(b) & read], blocks_of_chapter)
+        earlier += blocks_of_chapter
+    return found
+
+
+def test_each_chapter_is_led_by_the_cheap_blocks_that_write_what_it_reads():
+    """The split below is faithful and costs little: every block of the guide runs in its own chapter; what a
+    chapter reads from an earlier one is written by a block that starts no ranks (a script written, a folder made),
+    and chapter 7's preemption demo resumes the script chapter 3 writes."""
+    found = chapters()
+    assert list(found) == [str(n) for n in range(1, len(found) + 1)] and len(found) >= 10
+    assert [b.command for _, own in found.values() for b in own] == [b.command for b in blocks()]
+    assert any("ddplab new train.py" in b.command for b in found["7"][0])
+    for needed, _ in found.values():
+        for block in needed:
+            assert not re.search(r"torchrun|ddplab (?:launch|train|check|bench|scale|monitor)", block.command)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_every_block_runs_as_printed_and_leaves_nothing_in_tmp(tmp_path, no_leftover_workers):
-    """The whole guide, top to bottom, as a reader pastes it (each block under make_guide's deadline). A block's
-    run fails on a different exit code, a missing key line, a traceback, or a ddplab-* folder left in the
-    temporary folder that its output does not name as a failed run's logs (make_guide.problems)."""
-    sandbox = make_guide.Sandbox(tmp_path)
-    failures = run_in_order(blocks(), sandbox)
+@pytest.mark.parametrize("chapter", list(chapters()))
+def test_every_block_runs_as_printed_and_leaves_nothing_in_tmp(chapter, tmp_path, no_leftover_workers):
+    """The guide as a reader pastes it, chapter by chapter (so the suite's workers share it), each block under
+    make_guide's deadline. A block's run fails on a different exit code, a missing key line, a traceback, or a
+    ddplab-* folder left in the temporary folder that its output does not name as a failed run's logs
+    (make_guide.problems)."""
+    needed, own = chapters()[chapter]
+    failures = run_in_order(needed + own, make_guide.Sandbox(tmp_path))
     assert failures == [], "\n\n".join(failures)
 
 
