@@ -114,7 +114,7 @@ def test_state_dict_on_the_plain_branch_of_a_wrapper_test_is_not_the_wrappers():
 def test_module_load_called_only_on_rank0_is_not_sure(tmp_path):
     """A module's torch.load without map_location is judged with its callers, as a save is: called only under a
     rank-0 test, one process loads (onto its own GPU)."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "helpers.py").write_text("import torch\ndef load(p):\n    return torch.load(p)\n")
     script = (

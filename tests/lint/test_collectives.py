@@ -9,12 +9,22 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import END, GPU, HEAD, HEAD_TIME, SCRIPTS, line_rules, names, names_time, rules_but_nccl
+from lintcase import (
+    END,
+    GPU,
+    HEAD,
+    HEAD_TIME,
+    SCRIPTS,
+    line_rules,
+    lint_file,
+    lint_source,
+    names,
+    names_time,
+    rules_but_nccl,
+)
 from lintcase import PG_OPEN as PG
 from lintcase import rules_after as rules
 from lintcase import write_train as _write
-
-from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
@@ -285,7 +295,7 @@ def test_rank0_forward_of_a_project_model_with_batchnorm_in_another_module(tmp_p
     """Net (models.py) holds a Block that holds BatchNorm1d: its buffers are broadcast in DDP's forward, so rank 0
     alone evaluating through the wrapper hangs."""
     script = _write(tmp_path / "a", {"train.py": BN_TRAIN, "models.py": BN_MODELS})
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     assert "rank0-ddp-forward" in [f.rule for f in lint_file(script).findings]
 
@@ -293,7 +303,7 @@ def test_rank0_forward_of_a_project_model_with_batchnorm_in_another_module(tmp_p
 def test_rank0_forward_of_a_project_model_without_buffers_is_quiet(tmp_path):
     """The same model with LayerNorm (parameters, no buffers): nothing to broadcast, no hang."""
     script = _write(tmp_path / "b", {"train.py": BN_TRAIN, "models.py": BN_MODELS.replace("BatchNorm1d", "LayerNorm")})
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
 
@@ -307,7 +317,7 @@ def test_buffer_made_only_under_a_condition_is_no_evidence(tmp_path):
     )
     attention = "import torch\n" + attention
     script = _write(tmp_path / "c", {"train.py": BN_TRAIN, "models.py": attention})
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     assert "rank0-ddp-forward" not in [f.rule for f in lint_file(script, show_all=True).findings]
     always = attention.replace(
@@ -348,7 +358,7 @@ dist.destroy_process_group()
 def test_collective_in_a_module_function_the_script_calls_on_rank0_only(tmp_path):
     """engine.evaluate all-reduces; the script calls it only under `dist.get_rank() == 0`: reported at that call."""
     script = _write(tmp_path / "e", {"train.py": ENGINE_MAIN, "engine.py": ENGINE})
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     found = [(f.path, f.line) for f in lint_file(script).findings if f.rule == "collective-in-rank-branch"]
     assert found == [(None, 12)]
@@ -361,7 +371,7 @@ def test_collective_in_a_module_function_called_on_every_rank_is_quiet(tmp_path)
         "    val = evaluate(model.module, torch.ones(2, 4))\n    if dist.get_rank() == 0:\n        print(val)",
     )
     script = _write(tmp_path / "f", {"train.py": everyone, "engine.py": ENGINE})
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     assert "collective-in-rank-branch" not in [f.rule for f in lint_file(script, show_all=True).findings]
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from conftest import refused
+from lintcase import lint_file, lint_source
 
 from ddplab.cli import main
-from ddplab.lint import lint_file, lint_source, vocabulary
+from ddplab.lint import vocabulary
 from ddplab.lint.rules import all_rules
 from ddplab.lint.scriptread import GLOBAL_RANK_NAMES
 
@@ -298,3 +299,54 @@ def test_the_switch_every_init_process_group_sits_under_is_the_group(maker, foun
     makes it (the pytorch/examples imagenet template under torchrun: `args.distributed`, X False), every rank saves."""
     result = lint_source(SWITCHED.format(maker=maker), "train.py")
     assert [f.line for f in result.findings if f.rule == "unguarded-save"] == found
+
+
+# ------------------------------------------------------------------ issue 39 point 2: the default output is sure
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder / next(iter(files))
+
+
+def test_an_opt_in_rules_findings_are_shown_with_all_only(tmp_path):
+    """A rule whose findings were too often wrong on the benchmark sets (Rule.opt_in) reads the script as before,
+    but its findings are possible, saying why: the default output leaves them out and counts them."""
+    from ddplab.lint import lint_file as real
+    from ddplab.lint.rules import by_id
+
+    script = _write(
+        tmp_path,
+        {
+            "t.py": "import torch\nimport torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\nx = torch.randn(8, 4)\nm = x.cuda(0)\n"
+            "dist.destroy_process_group()\n"
+        },
+    )
+    rule = by_id()["hardcoded-cuda-device"]
+    assert rule.opt_in
+    shown = real(script)
+    assert "hardcoded-cuda-device" not in {f.rule for f in shown.findings}
+    assert "hardcoded-cuda-device" in shown.possible_rules
+    [f] = [f for f in real(script, show_all=True).findings if f.rule == "hardcoded-cuda-device"]
+    assert (f.confidence, f.why) == ("possible", rule.opt_in)
+
+
+def test_a_run_time_rule_is_sure_in_the_script_and_possible_in_a_module(tmp_path, capsys):
+    """A print on every rank is sure in the script; the same print in an imported module's function is possible
+    (whether every rank runs it shows in a run: Rule.modules_at_run), and the summary points to the sanitizer."""
+    from ddplab.lint import AT_RUN
+    from ddplab.lint import lint_file as real
+
+    entry = (
+        "import torch.distributed as dist\nfrom helpers import report\ndist.init_process_group('gloo')\n"
+        "print('start')\nreport()\ndist.destroy_process_group()\n"
+    )
+    script = _write(tmp_path, {"t.py": entry, "helpers.py": "def report():\n    print('done')\n"})
+    assert [(f.path, f.rule) for f in real(script).findings] == [(None, "unguarded-print")]
+    module = [f for f in real(script, show_all=True).findings if f.path and f.rule == "unguarded-print"]
+    assert [(f.confidence, f.why) for f in module] == [("possible", AT_RUN)]
+    capsys.readouterr()
+    assert main(["lint", str(script)]) == 0
+    assert capsys.readouterr().out.count("run it under `ddplab launch` to see") == 1

@@ -8,11 +8,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from lintcase import END, HEAD, names, pair
+from lintcase import END, HEAD, lint_source, names, pair
 from lintcase import PG_OPEN as PG
 from lintcase import rules_after as rules
-
-from ddplab.lint import lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import cli
-from lintcase import HERE, SCRIPTS, expected
+from lintcase import HERE, SCRIPTS, expected, lint_file, lint_source
 from lintcase import names_time as names
-
-from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 

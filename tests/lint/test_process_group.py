@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import textwrap
 
-from lintcase import HEAD, line_names, names, names_time, pair
+from lintcase import HEAD, line_names, lint_file, lint_source, names, names_time, pair
 from lintcase import PG_OPEN as PG
 from lintcase import found_by_name as found
 from lintcase import rules_after as rules
 from lintcase import write_flat as write
-
-from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 

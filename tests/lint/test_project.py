@@ -9,10 +9,8 @@ import textwrap
 from pathlib import Path
 
 from conftest import cli
-from lintcase import HEAD, HERE, found, write
+from lintcase import HEAD, HERE, found, lint_file, lint_source, write
 from lintcase import rules_after_pg as rules
-
-from ddplab.lint import lint_file, lint_source
 
 TRAIN = """\
     import torch
@@ -216,6 +214,8 @@ def test_confidence_default_shows_the_sure_ones(tmp_path):
     """
         },
     )
+    from ddplab.lint import lint_file  # the default output itself
+
     assert lint_file(script).findings == [] and lint_file(script).possible == 1
     [f] = lint_file(script, show_all=True).findings
     assert (f.rule, f.confidence) == ("no-destroy", "possible") and "while True" in f.why
@@ -356,7 +356,7 @@ def test_an_imported_function_the_script_runs_on_every_rank_is_judged_sure(tmp_p
 def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path):
     """`mp.spawn(ddp_main, ...)` in the script with ddp_main (and the group's setup) in a module: the setup is
     reached (its nccl literal is sure) and ddp_main's prints run on every rank."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "worker.py").write_text(
         HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"

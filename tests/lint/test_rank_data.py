@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import textwrap
 
-from lintcase import END, HEAD, line_rules, names, pair
+from lintcase import END, HEAD, line_rules, lint_file, names, pair
 from lintcase import PG_OPEN as PG
 from lintcase import rules_after as rules
-
-from ddplab.lint import lint_file
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 

@@ -9,11 +9,22 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import HEAD, HEAD_TIME, NCCL, SCRIPTS, SETUP, line_names, line_rules, names, names_time, rules_after
+from lintcase import (
+    HEAD,
+    HEAD_TIME,
+    NCCL,
+    SCRIPTS,
+    SETUP,
+    line_names,
+    line_rules,
+    lint_file,
+    lint_source,
+    names,
+    names_time,
+    rules_after,
+)
 from lintcase import PG_OPEN as PG
 from lintcase import rules_but_nccl as rules
-
-from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
@@ -235,7 +246,7 @@ def test_an_options_default_device_is_the_users_choice():
 def test_local_rank_flag_of_an_options_module(tmp_path):
     """The parser is built in options.py; the script picks the device from opt.local_rank: reported once, in the
     script. A flag value replaced before use (`opt.local_rank = dist.get_rank()`) is not the flag's."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "options.py").write_text(
         "import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"

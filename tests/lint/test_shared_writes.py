@@ -9,11 +9,9 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import HEAD, SCRIPTS, SETUP, found, names, pair, rules_but_nccl, write
+from lintcase import HEAD, SCRIPTS, SETUP, found, lint_file, lint_source, names, pair, rules_but_nccl, write
 from lintcase import line_rules as rules
 from lintcase import write_train as _write
-
-from ddplab.lint import lint_file, lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
@@ -461,7 +459,7 @@ if __name__ == "__main__":
 
 
 def _shared(path, show_all=False):
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     return [
         (f.line, f.confidence) for f in lint_file(path, show_all=show_all).findings if f.rule == "shared-path-write"
@@ -470,9 +468,13 @@ def _shared(path, show_all=False):
 
 def test_path_parameter_given_a_config_path_through_a_helper_is_shared(tmp_path):
     """`save_train_logging(save_path=results_dir)` where results_dir = setup_logging(args.result_path, ...)[1]:
-    by data flow in the caller the path is the same on every rank, so the helper's append is a race (sure)."""
+    by data flow in the caller the path is the same on every rank, so the helper's append is a race; it is in an
+    imported module, so whether every rank runs it shows in a run: possible, saying so (Rule.modules_at_run)."""
+    from ddplab.lint import AT_RUN, lint_file
+
     script = _write(tmp_path / "a", {"train.py": LOG_MAIN, "utils.py": LOG_HELPERS})
-    assert [c for _, c in _shared(script)] == ["sure"]
+    assert [c for _, c in _shared(script)] == ["possible"]
+    assert [f.why for f in lint_file(script, show_all=True).findings if f.rule == "shared-path-write"] == [AT_RUN]
 
 
 def test_path_parameter_stamped_per_process_stays_possible(tmp_path):
@@ -521,7 +523,7 @@ def test_mkdir_whose_exists_error_is_caught_is_no_race():
 
 def test_main_block_of_an_imported_module_does_not_run(tmp_path):
     """An imported module's `if __name__ == "__main__":` demo does not run when the script imports it."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "helpers.py").write_text(
         "def f():\n    return 1\n\nif __name__ == '__main__':\n    open('demo.txt', 'w').write('x')\n"

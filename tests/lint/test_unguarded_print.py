@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import textwrap
 
-from lintcase import END, HEAD, HEAD_TIME, SETUP, line_rules, names, names_time, pair
+from lintcase import END, HEAD, HEAD_TIME, SETUP, line_rules, lint_source, names, names_time, pair
 from lintcase import PG_OPEN as PG
 from lintcase import rules_after as rules
-
-from ddplab.lint import lint_source
 
 # ----------------------------------------------------------------------------------- the first rules (was test_lint.py)
 
@@ -409,7 +407,7 @@ def test_function_a_script_with_a_main_block_never_calls_does_not_run():
 def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
     script never calls: every rank still prints."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "misc.py").write_text(
         "import builtins\ndef setup_for_distributed(is_master):\n"
@@ -430,7 +428,7 @@ def test_print_filter_nothing_installs_filters_nothing(tmp_path):
 def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
     """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
     the if branch runs without a group, as one process."""
-    from ddplab.lint import lint_file
+    from lintcase import lint_file
 
     (tmp_path / "utils.py").write_text(
         HEAD + "def ddp_setup(rank, n):\n    dist.init_process_group('gloo', rank=rank, world_size=n)\n"

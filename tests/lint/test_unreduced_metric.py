@@ -9,10 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import HEAD, SCRIPTS, found, names, names_time, write
+from lintcase import HEAD, SCRIPTS, found, lint_file, names, names_time, write
 from lintcase import rules_but_nccl as rules
-
-from ddplab.lint import lint_file
 
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
 

@@ -26,6 +26,9 @@ from ddplab.lint.rules import by_id
 from ddplab.lint.rules import passes as rule_passes
 from ddplab.lint.scriptread import DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block, static
 
+# why a finding of a run-time rule (Rule.modules_at_run) in an imported module is possible
+AT_RUN = "in an imported module: whether every rank runs it, on one path, shows in a run"
+
 __all__ = ["ERROR", "POSSIBLE", "SURE", "WARNING", "Finding", "LintResult", "lint_file", "lint_source"]
 
 
@@ -483,6 +486,11 @@ def lint_project(
                         f"in {func.name}(), which no call seen from the script reaches "
                         "(another launcher's setup, or one called in a way lint does not follow)",
                     )
+            if not entry and rule.modules_at_run and f.confidence == SURE:
+                f.confidence = POSSIBLE
+                f.why = AT_RUN
+            if rule.opt_in and f.confidence == SURE:
+                f.confidence, f.why = POSSIBLE, rule.opt_in
             if facts.unread and rule.whole_project and f.confidence == SURE:
                 unread = facts.unread[0].split(": ")[0]
                 f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"

@@ -32,6 +32,12 @@ class Rule:
     whole_project: bool = False  # rests on the whole project: not sure when one of its files could not be read
     once: bool = False  # one mistake however many files show it: the first finding speaks for all
     observed: str = ""  # what `ddplab launch`'s sanitizer sees of it in a run, where it does: lint points there
+    # in a module the script imports, whether every rank runs the statement (on one path) is known only in a run:
+    # there the finding is possible, and the sanitizer (`observed`) says
+    modules_at_run: bool = False
+    # why the rule is shown with --all only: its findings are too often wrong on the benchmark sets
+    # (benchmarks/lint_rules.py) and no general mechanism fixes them; "" for a rule of the default output
+    opt_in: str = ""
     across: Callable | None = None  # (readers, callers, entries): findings only several files together show
     refine: Callable | None = None  # (finding, Seen) -> keep it?: what the project around a finding says of it
 
@@ -59,7 +65,10 @@ def markdown_table() -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    rows = [f"| `{r.id}` | {r.severity} | {cell(r.what)} | {cell(r.why)} | {cell(r.fix)} |" for r in all_rules()]
+    rows = [
+        f"| `{r.id}`{' (--all)' if r.opt_in else ''} | {r.severity} | {cell(r.what)} | {cell(r.why)} | {cell(r.fix)} |"
+        for r in all_rules()
+    ]
     return "\n".join(
         ["| rule | severity | what it flags | what goes wrong | the fix |", "|---|---|---|---|---|", *rows]
     )

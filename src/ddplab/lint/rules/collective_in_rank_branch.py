@@ -50,6 +50,7 @@ RULE = Rule(
     example="if rank == 0:\n    dist.barrier()",
     fix="call it on every rank, outside the rank test; keep only the printing/saving inside",
     check=Checks.check_collectives_in_rank_branches,
+    opt_in="shown with --all only: whether the other ranks reach a matching collective on another path is known in a run (a hang shows in `ddplab launch`)",
     fires=(
         """\
 import os

@@ -13,6 +13,7 @@ RULE = Rule(
     example="loss.backward()\nif (i + 1) % accum == 0: opt.step()",
     fix="run the micro-steps but the last inside `with model.no_sync():`",
     check=Checks.check_grad_accumulation,
+    opt_in="shown with --all only: whether the accumulation takes more than one step depends on the configuration",
     fires=(
         """\
 import os

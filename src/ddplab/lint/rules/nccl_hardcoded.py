@@ -40,6 +40,20 @@ import torch.distributed as dist
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 dist.destroy_process_group()
 """,
+        # the backend chosen in a branch that asks for CUDA, then passed on
+        """import torch
+import torch.distributed as dist
+
+
+def setup(backend="gloo"):
+    if torch.cuda.is_available():
+        backend = "nccl"
+    dist.init_process_group(backend=backend)
+
+
+setup()
+dist.destroy_process_group()
+""",
     ),
     setup=True,
     refine=_every_caller_checks_cuda,

@@ -13,6 +13,7 @@ RULE = Rule(
     example='device = torch.device("cuda")',
     fix="`torch.cuda.set_device(local_rank)` (or `torch.accelerator.set_device_index(local_rank)`) before `init_process_group`",
     check=Checks.check_current_device,
+    opt_in="shown with --all only: whether anything uses the current device, or sets it another way, is known at run time",
     fires=(
         """\
 import os

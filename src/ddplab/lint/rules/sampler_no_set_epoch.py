@@ -14,6 +14,7 @@ RULE = Rule(
     fix="call `sampler.set_epoch(epoch)` at the start of every epoch",
     observed="an epoch repeating the last one's order",
     check=Checks.check_sampler,
+    opt_in="shown with --all only: whether the sampler shuffles and the loop runs several epochs shows in a run",
     fires=(
         """\
 import os

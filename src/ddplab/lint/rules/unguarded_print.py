@@ -33,6 +33,7 @@ RULE = Rule(
     why="each line appears once per process, interleaved",
     example='print(f"epoch {epoch} loss {loss:.3f}")',
     fix="print on global rank 0 only (`if rank == 0: print(...)`), or put the rank in the message",
+    modules_at_run=True,
     observed="the same line printed by every rank",
     check=Checks.check_saving,
     fires=(

@@ -14,6 +14,7 @@ RULE = Rule(
     fix="`torch.manual_seed(0)` first, or draw from `g = torch.Generator().manual_seed(0)`",
     observed="the same samples on several ranks",
     check=Checks.check_random_data,
+    opt_in="shown with --all only: whether the ranks draw different data shows in a run",
     fires=(
         """\
 import torch
