@@ -9,7 +9,6 @@ Progress means different things by who owns the workers:
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import psutil
 from ddplab.flight import reader as flight
 from ddplab.launcher import stacks as stack_reader
 from ddplab.launcher.logs import output_bytes
+from ddplab.launcher.procs import busy_seconds
 
 IDLE_CORES = 0.1  # CPU per worker below which it is waiting, not working
 FLIGHT_ANSWER_S = 3.0  # a rank waiting in C++ answers a record request from a thread of its own within moments
@@ -118,15 +118,6 @@ class ScriptWatch:
         except psutil.NoSuchProcess:
             return []
 
-    def _cpu_seconds(self, procs: list[psutil.Process]) -> float:
-        total = 0.0
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                for p in (proc, *proc.children(recursive=True)):
-                    times = p.cpu_times()
-                    total += times.user + times.system
-        return total
-
     def poll(self) -> list[stack_reader.RankStack] | None:
         """Every rank's stack when the job is hung, else None (call it a few times a second)."""
         now = time.monotonic()
@@ -143,7 +134,7 @@ class ScriptWatch:
             self.detector.progressed()
         # The agent with everything under it: while it still imports torch and starts the ranks it is busy, and
         # start-up must not read as an idle (hung) job; once the ranks run, they are what counts.
-        self.samples.append((now, self._cpu_seconds(self._agent())))
+        self.samples.append((now, busy_seconds(self._agent())))
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.idle_window:
             self.samples.popleft()
         self.found = None

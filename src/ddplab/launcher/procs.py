@@ -1,4 +1,4 @@
-"""Ending a launcher and everything it started, whatever state each process is in."""
+"""Ending a launcher and everything it started, whatever state each process is in; how busy its processes are."""
 
 from __future__ import annotations
 
@@ -53,3 +53,35 @@ def wait_dead(procs: list[psutil.Process], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while (procs := [p for p in procs if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def busy_seconds(procs: Iterable[psutil.Process]) -> float:
+    """Seconds the processes and everything under them (DataLoader workers do a rank's work) ran on a CPU or stood
+    ready for one. The second part (Linux's per-thread run delay) is what keeps a loaded machine from reading as
+    an idle job: a rank importing torch beside many busy processes gets a tenth of a core but wants all of it,
+    while a rank hung in a receive sleeps and accrues neither."""
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            for p in (proc, *proc.children(recursive=True)):
+                with contextlib.suppress(psutil.Error):
+                    times = p.cpu_times()
+                    total += times.user + times.system + run_delay(p.pid)
+    return total
+
+
+def run_delay(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat, second
+    field, in ns); 0 where the kernel does not keep it."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9

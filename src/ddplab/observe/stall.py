@@ -5,7 +5,8 @@ The evidence, the launcher's own (ddplab.launcher.hang), taken in this order at 
 - step marks: ddplab's own runs mark each step in their event files (launcher.progress); a new one is progress;
 - CPU time: on CPU ranks, the ranks' processes (their DataLoader workers included) using at least IDLE_CORES of a
   core between two samples are working, a long step included; ranks waiting in gloo for a peer that never comes
-  sleep in a recv and use none. This is what tells a long step from a hang: a 10-minute eval burns CPU all along;
+  sleep in a recv and use none (time spent ready for a CPU counts as use: on a loaded machine a starved rank is
+  not an idle one). This is what tells a long step from a hang: a 10-minute eval burns CPU all along;
 - GPU ranks: their host may spin at 100 % of a core inside a CUDA synchronisation while the GPU waits in NCCL, so
   CPU time proves nothing there: step marks decide; a GPU job that gives no step mark is judged by its GPUs'
   utilisation alone, and the guard says it cannot tell (a rank hung in NCCL keeps its GPU at ~100 %);
@@ -25,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
+from ddplab.launcher.procs import busy_seconds
 
 # Below a tenth of a core for the whole job it is waiting, not working (= the launcher's hang.IDLE_CORES per worker:
 # here per job, since one busy rank is enough for a step that is merely long).
@@ -79,7 +82,7 @@ class StallWatch:
             self.state.pop(job.id, None)
             return None
         pids = frozenset(r.pid for r in live)
-        cpu = _cpu_seconds(pids)
+        cpu = busy_seconds(_processes(pids))
         marked = [m for m in job.members if m.last_mark is not None and m.pid in pids]
         newest = max(marked, key=lambda m: m.last_mark, default=None)
         gpus = {r.gpu for r in live if r.gpu is not None}
@@ -164,17 +167,12 @@ class StallWatch:
         return None
 
 
-def _cpu_seconds(pids) -> float:
-    """User + system time of the processes and everything under them (DataLoader workers do a rank's work)."""
-    total = 0.0
+def _processes(pids) -> list[psutil.Process]:
+    found = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(pid)
-            for p in (proc, *proc.children(recursive=True)):
-                with contextlib.suppress(psutil.Error):
-                    times = p.cpu_times()
-                    total += times.user + times.system
-    return total
+            found.append(psutil.Process(pid))
+    return found
 
 
 def last_words(look: Look) -> str:
