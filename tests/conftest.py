@@ -410,6 +410,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("e2e") is None and _starts_processes(item):
             item.add_marker(pytest.mark.e2e)
+    # The longest tests first and the quick ones last, whole modules kept together (their shared runs are
+    # module-scoped): xdist's workers then end together, stealing short tests, instead of one worker starting a
+    # minute-long test when the others are done.
+    cost: dict[str, int] = {}
+    for item in items:
+        rank = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
+        cost[item.module.__name__] = min(rank, cost.get(item.module.__name__, 2))
+    items.sort(key=lambda item: cost[item.module.__name__])
 
 
 _spawned: list[str] = []
