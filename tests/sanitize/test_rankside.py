@@ -68,6 +68,7 @@ def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, 
     list(loader)  # the second epoch, set_epoch never called
     assert DistributedSampler.__dict__["__iter__"] is originals[DistributedSampler, "__iter__"]
 
+    w.written()  # the file is written by a short thread of the rank's
     record = json.loads((tmp_path / "rank0.json").read_text())
     assert record["steps"] == 3 and record["closed"] and record["off"] == {}
     (batches,) = record["checks"]["same-samples"]["loaders"]
@@ -100,6 +101,36 @@ def test_a_forward_around_the_wrapper_and_no_sync_are_seen(window, one_process_g
     assert first["direct_where"] == f"{__file__}:{_line('model.module(torch.randn(2, 4))')}"
     assert (second["ddp_forwards"], second["direct_forwards"], second["no_sync"]) == (1, 0, True)
     assert second["where"] == f"{__file__}:{_line('optimizer.step()', after='with model.no_sync()')}"
+
+
+def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_process_group):
+    """Digests after steps 1, 2 and N: the hooks that explain a difference are on for the forwards before those
+    steps only (a hooked module leaves PyTorch's fast call path, a cost on every forward)."""
+    w = window(steps=6, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooked = []
+    for _ in range(6):
+        hooked.append(bool(model._forward_pre_hooks) and bool(model.module._forward_pre_hooks))
+        model.module(torch.randn(2, 4)).sum().backward()  # around the wrapper, every step
+        optimizer.step()
+    assert hooked == [True, True, False, False, False, True]
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model.module._forward_pre_hooks
+    checks = w.observers[0].data()["checks"]
+    assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 0, 1), (2, 0, 1), (6, 0, 1)]
+
+
+def test_a_parameter_digest_reads_every_value():
+    """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
+    from ddplab.sanitize.paramsync import _digests
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        a = torch.randn(100, 1000).to(dtype)
+        b = a.clone()
+        b[37, 501] = b[37, 501] * 1.5 + 1
+        (n, bits_a, sum_a), (_, bits_b, _) = _digests(torch, [a, b])
+        assert n == 100_000 and bits_a != bits_b and abs(sum_a - a.double().sum().item()) < 1e-6 * a.numel()
+        assert _digests(torch, [a.t()])[0][1] == bits_a  # the same values, another layout: the same digest
 
 
 def _line(text: str, after: str | None = None) -> int:
