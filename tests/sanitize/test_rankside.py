@@ -143,8 +143,8 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     class Odd(torch.Tensor):  # a library's tensor type that refuses an operation the fingerprint uses
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func is torch.Tensor.detach:
-                raise RuntimeError("Odd tensors cannot be detached\nsecond line")
+            if func is torch.Tensor.numel:
+                raise RuntimeError("Odd tensors cannot be counted\nsecond line")
             return super().__torch_function__(func, types, args, kwargs or {})
 
     original = DataLoader.__dict__["__iter__"]
@@ -153,9 +153,9 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     batches = list(loader)
     assert len(batches) == 3 and all(type(b) is Odd for b in batches)
     assert capsys.readouterr().err == (
-        "ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be detached\n"
+        "ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be counted\n"
     )
-    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be detached"} and w.observers == []
+    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be counted"} and w.observers == []
     assert DataLoader.__dict__["__iter__"] is original
 
 

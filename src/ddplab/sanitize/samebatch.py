@@ -28,7 +28,7 @@ ID = "same-samples"
 ROWS = 1024  # samples fingerprinted per batch
 COLS = 256  # values per sample: enough to tell real samples apart, few enough to cost microseconds
 PASS_SAMPLES = 8192  # per pass over a loader
-PENDING_BYTES = 4 << 20  # sampled rows kept before they are hashed
+PENDING_BYTES = 4 << 20  # bytes of batches kept before they are hashed
 PASSES = 4  # passes per loader
 LOADERS = 16
 SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the same pass
@@ -46,10 +46,13 @@ class Observer(rankside.Observer):
         self.by_loader = weakref.WeakKeyDictionary()  # DataLoader -> index in self.loaders
         self.by_iter = weakref.WeakKeyDictionary()  # its iterator -> (loader index, the pass's record)
         self.last: int | None = None  # the loader that yielded the last batch
-        # Each batch's sampled rows are copied at once and hashed later, many batches in one go (at each write of
-        # the rank's file, or past PENDING_BYTES): hashed one batch at a time between training steps, the hash ran
-        # with cold caches at about 5x the cost (60-80 us against 13 for the template's batch).
-        self.pending: list[tuple[dict, object]] = []  # (the pass's record, a CPU tensor of rows x values)
+        # Each batch is kept (a CPU batch itself, a GPU batch's sampled values copied to the CPU) and hashed later,
+        # many batches in one go (at each write of the rank's file, or past PENDING_BYTES): read one batch at a time
+        # between training steps, the copy and the hash ran with cold caches at about 5x their cost (60-80 us
+        # against 13 for the template's batch). A batch changed in place before the flush is hashed as changed: the
+        # same change on every rank (a normalisation) keeps equal samples equal; a random one per rank can only
+        # hide an overlap, never make one.
+        self.pending: list[tuple] = []  # (the pass's record, a tensor, samples to read, values per sample)
         self.pending_bytes = 0
         self.taken: dict[int, int] = {}  # id(a pass's record) -> samples taken from it, hashed or pending
         self.undo: list = []
@@ -124,30 +127,40 @@ class Observer(rankside.Observer):
         self.last, record = tag
         record["batches"] += 1
         room = PASS_SAMPLES - self.taken.get(id(record), 0)
-        if room > 0:
-            rows = sampled(self.torch, batch, min(room, ROWS))
-            if rows is not None:
-                self.taken[id(record)] = PASS_SAMPLES - room + rows.shape[0]
-                self.pending.append((record, rows))
-                self.pending_bytes += rows.numel() * rows.element_size()
-                if self.pending_bytes > PENDING_BYTES:
-                    self.flush()
+        if room <= 0:
+            return
+        picked = pick(self.torch, batch)
+        if picked is None:
+            return
+        t, width = picked
+        n = min(room, ROWS, t.shape[0])
+        self.taken[id(record)] = PASS_SAMPLES - room + n
+        if t.is_cpu:  # the tensor itself, read at the flush (a copy now would cost a torch call per batch)
+            self.pending.append((record, t, n, width))
+            self.pending_bytes += t.numel() * t.element_size()
+        else:  # a GPU batch: only the values read cross to the CPU, now (the batch may be freed or reused)
+            rows = sample_rows(t, n, width).cpu()
+            self.pending.append((record, rows, n, rows.shape[1]))
+            self.pending_bytes += rows.numel() * rows.element_size()
+        if self.pending_bytes > PENDING_BYTES:
+            self.flush()
 
     def flush(self) -> None:
-        """Hash the rows kept since the last flush: runs of one dtype and width in one product."""
+        """Hash the batches kept since the last flush: runs of one dtype and width in one product."""
         pending, self.pending, self.pending_bytes = self.pending, [], 0
+        rows = [(record, sample_rows(t.detach(), n, width)) for record, t, n, width in pending]
         start = 0
-        while start < len(pending):
-            kind = (pending[start][1].dtype, pending[start][1].shape[1])
+        while start < len(rows):
+            kind = (rows[start][1].dtype, rows[start][1].shape[1])
             end = start + 1
-            while end < len(pending) and (pending[end][1].dtype, pending[end][1].shape[1]) == kind:
+            while end < len(rows) and (rows[end][1].dtype, rows[end][1].shape[1]) == kind:
                 end += 1
-            run = [rows for _, rows in pending[start:end]]
-            hashed = hash_rows(self.torch, run[0] if len(run) == 1 else self.torch.cat(run))
+            run = [r for _, r in rows[start:end]]
+            hashed = hash_rows(self.torch, run[0].contiguous() if len(run) == 1 else self.torch.cat(run))
             at = 0
-            for record, rows in pending[start:end]:
-                record["samples"] += hashed[at : at + rows.shape[0]]
-                at += rows.shape[0]
+            for record, r in rows[start:end]:
+                record["samples"] += hashed[at : at + r.shape[0]]
+                at += r.shape[0]
             start = end
 
     def on_step(self, step: int, optimizer) -> None:
@@ -166,15 +179,17 @@ class Observer(rankside.Observer):
 
 
 def fingerprints(torch, batch, rows: int) -> list[int]:
-    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor (sampled, then hash_rows)."""
-    taken = sampled(torch, batch, rows)
-    return [] if taken is None else hash_rows(torch, taken)
+    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor (pick, sample_rows, hash_rows)."""
+    picked = pick(torch, batch)
+    if picked is None:
+        return []
+    t, width = picked
+    return hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
 
 
-def sampled(torch, batch, rows: int):
-    """A CPU copy of the values a fingerprint reads: the batch's largest tensor, its first `rows` samples, up to COLS
-    values evenly spread over each (rows x values); None for a batch with no tensor rows. A copy: the batch may be
-    changed in place, and it is not kept alive. As few torch calls as possible: each costs a microsecond or more."""
+def pick(torch, batch):
+    """(the batch's largest tensor by values per sample, that number), or None for a batch with no tensor rows.
+    Python's checks only: every torch call costs microseconds between training steps (cold caches)."""
     Tensor = torch.Tensor
     if isinstance(batch, Tensor):
         parts = (batch,)
@@ -190,17 +205,16 @@ def sampled(torch, batch, rows: int):
             n = x.shape[0]
             if n and x.numel() // n > width:
                 t, width = x, x.numel() // n
-    if t is None:
-        return None
-    n = min(rows, t.shape[0])
-    x = t.detach()
-    if n < x.shape[0]:
-        x = x[:n]
+    return None if t is None else (t, width)
+
+
+def sample_rows(t, n: int, width: int):
+    """The values a fingerprint reads, a view where it can be: the first n samples of t, up to COLS values evenly
+    spread over each (n x values)."""
+    x = t[:n] if n < t.shape[0] else t
     if x.dim() != 2:
         x = x.reshape(n, width)
-    if width > COLS:
-        x = x[:, :: width // COLS][:, :COLS]
-    return x.cpu() if x.device.type != "cpu" else x.clone()
+    return x[:, :: width // COLS][:, :COLS] if width > COLS else x
 
 
 def hash_rows(torch, rows) -> list[int]:
