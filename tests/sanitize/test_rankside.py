@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, dataloader
 
 from ddplab.sanitize import rankside, userframe
-from ddplab.sanitize.samebatch import fingerprints
+from ddplab.sanitize.samebatch import _samples, fingerprints
 
 HOOKED = [
     (DataLoader, "__init__"),
@@ -73,8 +73,9 @@ def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, 
     assert record["steps"] == 3 and record["closed"] and record["off"] == {}
     (batches,) = record["checks"]["same-samples"]["loaders"]
     assert batches["trained"] and batches["sampler"] == "DistributedSampler" and __file__ in batches["where"]
-    assert [(p["batches"], len(p["samples"])) for p in batches["passes"]] == [(3, 48)]  # nothing after the window
-    assert len(set(batches["passes"][0]["samples"])) == 48
+    samples = [_samples(p) for p in batches["passes"]]  # the hex of 64-bit words
+    assert [(p["batches"], len(s)) for p, s in zip(batches["passes"], samples)] == [(3, 48)]  # none after the window
+    assert len(set(samples[0])) == 48 and all(0 <= s < 1 << 64 for s in samples[0])
     (order,) = record["checks"]["epoch-repeats"]["samplers"]
     assert [(p["epoch"], p["n"]) for p in order["passes"]] == [(0, 64), (0, 64)]
     assert order["passes"][0]["order"] == order["passes"][1]["order"] and order["shuffle"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import weakref
 import zlib
+from array import array
 from collections import Counter
 from itertools import combinations
 
@@ -148,7 +149,10 @@ class Observer(rankside.Observer):
     def flush(self) -> None:
         """Hash the batches kept since the last flush: runs of one dtype and width in one product."""
         pending, self.pending, self.pending_bytes = self.pending, [], 0
-        rows = [(record, sample_rows(t.detach(), n, width)) for record, t, n, width in pending]
+        rows = [
+            (record, t if n == t.shape[0] and width <= COLS and t.dim() == 2 else sample_rows(t, n, width))
+            for record, t, n, width in pending
+        ]  # the template's batch as it is: no torch call per batch
         start = 0
         while start < len(rows):
             kind = (rows[start][1].dtype, rows[start][1].shape[1])
@@ -156,7 +160,7 @@ class Observer(rankside.Observer):
             while end < len(rows) and (rows[end][1].dtype, rows[end][1].shape[1]) == kind:
                 end += 1
             run = [r for _, r in rows[start:end]]
-            hashed = hash_rows(self.torch, run[0].contiguous() if len(run) == 1 else self.torch.cat(run))
+            hashed = hash_rows(self.torch, (run[0] if len(run) == 1 else self.torch.cat(run)).detach())
             at = 0
             for record, r in rows[start:end]:
                 record["samples"] += hashed[at : at + r.shape[0]]
@@ -174,8 +178,18 @@ class Observer(rankside.Observer):
         self.undo = []
 
     def data(self) -> dict:
+        """The loaders' records, each pass's fingerprints as the hex of their 64-bit words (json.dumps writes a
+        string at once; a list of thousands of big numbers takes it ten times as long)."""
         self.flush()
-        return {"loaders": self.loaders}
+        return {
+            "loaders": [
+                {
+                    **loader,
+                    "passes": [{**p, "samples": array("Q", p["samples"]).tobytes().hex()} for p in loader["passes"]],
+                }
+                for loader in self.loaders
+            ]
+        }
 
 
 def fingerprints(torch, batch, rows: int) -> list[int]:
@@ -229,7 +243,9 @@ def hash_rows(torch, rows) -> list[int]:
         values = None
     if values is None:
         return _crc_rows(torch, rows)
-    return (values @ _weights(values.shape[1])).tolist()
+    import numpy
+
+    return (values @ _weights(values.shape[1])).view(numpy.uint64).tolist()  # unsigned: array("Q") holds them
 
 
 _INTS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}  # element size -> the integer type its bits are read as
@@ -295,7 +311,7 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
     for p in range(passes):
         pairs = []
         for a, b in combinations(sorted(records), 2):
-            sa, sb = records[a]["passes"][p]["samples"], records[b]["passes"][p]["samples"]
+            sa, sb = _samples(records[a]["passes"][p]), _samples(records[b]["passes"][p])
             if min(len(sa), len(sb)) < MIN_SAMPLES or _repeats(sa) or _repeats(sb):
                 continue
             shared = len(set(sa) & set(sb))
@@ -314,6 +330,16 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
         if pairs:
             return {"pass": p + 1, "pairs": pairs}
     return None
+
+
+def _samples(record: dict) -> list[int]:
+    """A pass's fingerprints: the hex of their 64-bit words as a rank writes them, or a list of numbers."""
+    samples = record["samples"]
+    if isinstance(samples, str):
+        words = array("Q")
+        words.frombytes(bytes.fromhex(samples))
+        return words.tolist()
+    return samples
 
 
 def _repeats(samples: list[int]) -> bool:
