@@ -1,9 +1,12 @@
-"""What the sanitizer costs: `ddplab new`'s template under `ddplab launch`, with the sanitizer (the default window,
---sanitize-steps 50) and without it (--sanitize-steps 0), paired rounds in one run, the order alternated.
+"""What the sanitizer costs: `ddplab new`'s template under `ddplab launch` (or a `ddplab train` recipe), with the
+sanitizer (the default window, --sanitize-steps 50) and without it (--sanitize-steps 0), paired rounds in one run,
+the order alternated.
 
-    python benchmarks/sanitize_overhead.py [--rounds 6] [--epochs 10] [--nproc 2]
+    python benchmarks/sanitize_overhead.py [--rounds 6] [--epochs 10] [--nproc 2] [--workload template|linear|mlp|gpt]
+                                           [--src DIR]
 
-The template runs unchanged. Each rank's step times come from an optimizer step hook of the benchmark's own (a
+--src: the ddplab source tree the runs use (default: this checkout's src/), to measure another commit's sanitizer
+with the same benchmark (a `git worktree` of it). The template runs unchanged. Each rank's step times come from an optimizer step hook of the benchmark's own (a
 sitecustomize.py on the ranks' PYTHONPATH, which ddplab's bootstrap runs after its own), the same in both variants.
 Printed, per round and then as the median of the per-round ratios sanitized/plain with a 95 % sign-test interval:
   window  the time from the end of step 1 to the end of step N+1 (rank 0): N steps with everything the sanitizer
@@ -16,7 +19,11 @@ Whole runs on a shared machine differ by more than the sanitizer costs, so the s
 own code directly in the sanitized runs (every entry point it runs in the script's thread: the step hook with the
 checks' step work and the files, the DataLoader/DistributedSampler/DDP hooks, the write hook's recording; an inner
 call inside an outer one counted once): printed as microseconds per step of the window and as a share of the plain
-runs' median step in the window.
+runs' median step in the window. That time is the thread's CPU time (time.thread_time), not the clock's: on a
+shared machine a clock also counts the moments another process held the core, the CPU time does not. The plain
+step it is set against is measured both ways (the clock's median step, and the main thread's CPU time per step).
+What this does not see: the forward hooks' cost inside PyTorch's module call (a module with hooks leaves its fast
+path), measured in one process by benchmarks/sanitize_inprocess.py.
 """
 
 from __future__ import annotations
@@ -38,15 +45,19 @@ TIMER = r'''
 import atexit, json, os, time
 
 if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
-    _times, _pid = [], os.getpid()
+    _times, _cpu, _pid = [], [], os.getpid()
 
     def _attach(module):
-        module.register_optimizer_step_post_hook(lambda opt, args, kwargs: _times.append(time.perf_counter()))
+        def _stamp(opt, args, kwargs):
+            _times.append(time.perf_counter())
+            _cpu.append(time.thread_time())
+
+        module.register_optimizer_step_post_hook(_stamp)
 
     def _write():
         if os.getpid() == _pid:
             with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"rank{os.environ['RANK']}.json"), "w") as f:
-                json.dump(_times, f)
+                json.dump({"clock": _times, "cpu": _cpu}, f)
 
     from ddplab import afterimport
 
@@ -65,13 +76,13 @@ if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
         def _timed(function, label):
             def timed(*args, **kwargs):
                 _own["depth"] += 1
-                start = time.perf_counter()
+                start = time.thread_time()
                 try:
                     return function(*args, **kwargs)
                 finally:
                     _own["depth"] -= 1
                     if _own["depth"] == 0:
-                        spent = time.perf_counter() - start
+                        spent = time.thread_time() - start
                         if rankside._window.step == 0 and label != "_after_step":  # start-up: imports' opens
                             _own["start_s"] += spent
                         else:
@@ -97,24 +108,32 @@ if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
 '''
 
 
-def one_run(folder: Path, steps: int, epochs: int, nproc: int, window: int) -> dict:
+def one_run(folder: Path, steps: int, epochs: int, nproc: int, window: int, workload: str, src: str) -> dict:
     times = Path(tempfile.mkdtemp(dir=folder, prefix="times-"))
     env = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1", "BENCH_STEP_TIMES": str(times),
-           "PYTHONPATH": os.pathsep.join([SRC, str(folder / "timer")])}
-    ran = subprocess.run([sys.executable, "-m", "ddplab", "launch", "--json", "--no-lint", "--nproc", str(nproc),
-                          "--sanitize-steps", str(steps), "train.py", "--epochs", str(epochs), "--checkpoint-dir",
-                          str(tempfile.mkdtemp(dir=folder, prefix="ckpt-"))],
-                         cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+           "PYTHONPATH": os.pathsep.join([src, str(folder / "timer")])}
+    if workload == "template":
+        command = ["launch", "--json", "--no-lint", "--nproc", str(nproc), "--sanitize-steps", str(steps), "train.py",
+                   "--epochs", str(epochs), "--checkpoint-dir", str(tempfile.mkdtemp(dir=folder, prefix="ckpt-"))]
+    else:
+        command = ["train", workload, "--json", "--nproc", str(nproc), "--sanitize-steps", str(steps),
+                   "--epochs", str(epochs)]
+    ran = subprocess.run([sys.executable, "-m", "ddplab", *command], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=600)
     if ran.returncode != 0:
-        raise SystemExit(f"ddplab launch --sanitize-steps {steps} failed ({ran.returncode}):\n{ran.stderr[-3000:]}")
+        raise SystemExit(f"ddplab {' '.join(command)} failed ({ran.returncode}):\n{ran.stderr[-3000:]}")
     result = json.loads(ran.stdout)
     if steps and (result["sanitize"] is None or result["sanitize"]["findings"]):
-        raise SystemExit(f"the template is not clean under the sanitizer: {result['sanitize']}")
-    t = json.loads((times / "rank0.json").read_text())
+        raise SystemExit(f"{workload} is not clean under the sanitizer: {result['sanitize']}")
+    stamps = json.loads((times / "rank0.json").read_text())
+    t, cpu = stamps["clock"], stamps["cpu"]
+    if len(t) < window + 12:
+        raise SystemExit(f"{workload}: {len(t)} steps, fewer than the window and 12 more: give more --epochs")
     gaps = [b - a for a, b in zip(t, t[1:])]
     own = json.loads((times / "own0.json").read_text()) if steps else {"s": 0.0, "calls": 0}
     return {"window_s": t[window] - t[0], "after_ms": 1e3 * statistics.median(gaps[window + 10:]),
             "wall_s": result["seconds"], "steps": len(t), "window_step_ms": 1e3 * statistics.median(gaps[:window]),
+            "window_cpu_ms": 1e3 * (cpu[window] - cpu[0]) / window,
             "own_s": own["s"], "own_calls": own["calls"], "own_start_s": own.get("start_s", 0.0),
             "own_by": own.get("by", {})}
 
@@ -122,7 +141,11 @@ def one_run(folder: Path, steps: int, epochs: int, nproc: int, window: int) -> d
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--epochs", type=int, default=10, help="the template's epochs (32 steps each at 2 ranks)")
+    p.add_argument("--epochs", type=int, default=10,
+                   help="epochs (the template: 32 steps each at 2 ranks; linear: 64; mlp: 32; gpt: see its --help)")
+    p.add_argument("--workload", default="template", choices=["template", "linear", "mlp", "gpt"],
+                   help="`ddplab new`'s template under `ddplab launch`, or a `ddplab train` recipe")
+    p.add_argument("--src", default=SRC, help="the ddplab source tree to run (default: this checkout's)")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--window", type=int, default=50, help="--sanitize-steps of the sanitized runs")
     args = p.parse_args()
@@ -131,36 +154,40 @@ def main() -> int:
         (folder / "timer").mkdir()
         (folder / "timer" / "sitecustomize.py").write_text(TIMER)
         made = subprocess.run([sys.executable, "-m", "ddplab", "new", "train.py"], cwd=folder, capture_output=True,
-                              text=True, env={**os.environ, "PYTHONPATH": SRC})
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path(args.src).resolve())})
         if made.returncode != 0:
             raise SystemExit(made.stderr)
         ratios: dict[str, list[float]] = {"window_s": [], "after_ms": [], "wall_s": []}
-        own_us, share = [], []
+        own_us, share, share_cpu = [], [], []
         for r in range(args.rounds):
             got = {}
             for steps in ((args.window, 0) if r % 2 == 0 else (0, args.window)):
-                got[steps] = one_run(folder, steps, args.epochs, args.nproc, args.window)
+                got[steps] = one_run(folder, steps, args.epochs, args.nproc, args.window, args.workload,
+                                     str(Path(args.src).resolve()))
             on, off = got[args.window], got[0]
             for key in ratios:
                 ratios[key].append(on[key] / off[key])
             own_us.append(1e6 * on["own_s"] / args.window)
             share.append(own_us[-1] / 1e3 / off["window_step_ms"])
+            share_cpu.append(own_us[-1] / 1e3 / off["window_cpu_ms"])
             print(f"round {r + 1}: window {on['window_s'] * 1e3:.1f} vs {off['window_s'] * 1e3:.1f} ms, after "
                   f"{on['after_ms']:.3f} vs {off['after_ms']:.3f} ms/step, wall {on['wall_s']:.2f} vs "
                   f"{off['wall_s']:.2f} s ({on['steps']} steps); the sanitizer's own code {on['own_s'] * 1e3:.2f} ms "
                   f"in {on['own_calls']} calls from the first step on (by entry point, ms: "
                   f"{', '.join(f'{k} {v * 1e3:.1f}' for k, v in on['own_by'].items())}), "
-                  f"{on['own_start_s'] * 1e3:.1f} ms before it", flush=True)
-    print(f"sanitized / plain, median of {args.rounds} paired rounds (95 % sign-test interval), {args.nproc} ranks, "
-          f"window {args.window} steps:")
+                  f"{on['own_start_s'] * 1e3:.1f} ms before it; the plain step {off['window_step_ms']:.3f} ms "
+                  f"(clock), {off['window_cpu_ms']:.3f} ms (CPU)", flush=True)
+    print(f"{args.workload} at {args.src}: sanitized / plain, median of {args.rounds} paired rounds (95 % sign-test "
+          f"interval), {args.nproc} ranks, window {args.window} steps:")
     for key, label in (("window_s", "the window's steps"), ("after_ms", "a step after the window"),
                        ("wall_s", "the whole launch")):
         median, low, high = median_interval(ratios[key])
         print(f"  {label:<24} {median:.3f}  ({low:.3f}..{high:.3f})")
     median, low, high = median_interval(own_us)
-    print(f"the sanitizer's own code in the window: {median:.0f} us per step ({low:.0f}..{high:.0f}), "
-          f"{100 * statistics.median(share):.1f} % of a plain step in the window (median "
-          f"{100 * min(share):.1f}..{100 * max(share):.1f} % over the rounds)")
+    print(f"the sanitizer's own code in the window (CPU time): {median:.1f} us per step ({low:.1f}..{high:.1f}), "
+          f"{100 * statistics.median(share):.2f} % of a plain step in the window by the clock "
+          f"({100 * min(share):.2f}..{100 * max(share):.2f} % over the rounds), {100 * statistics.median(share_cpu):.2f} "
+          f"% of its CPU time ({100 * min(share_cpu):.2f}..{100 * max(share_cpu):.2f} %)")
     return 0
 
 

@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, dataloader
 
 from ddplab.sanitize import rankside, userframe
-from ddplab.sanitize.samebatch import fingerprints
+from ddplab.sanitize.samebatch import _samples, fingerprints
 
 HOOKED = [
     (DataLoader, "__init__"),
@@ -68,12 +68,14 @@ def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, 
     list(loader)  # the second epoch, set_epoch never called
     assert DistributedSampler.__dict__["__iter__"] is originals[DistributedSampler, "__iter__"]
 
+    w.written()  # the file is written by a short thread of the rank's
     record = json.loads((tmp_path / "rank0.json").read_text())
     assert record["steps"] == 3 and record["closed"] and record["off"] == {}
     (batches,) = record["checks"]["same-samples"]["loaders"]
     assert batches["trained"] and batches["sampler"] == "DistributedSampler" and __file__ in batches["where"]
-    assert [(p["batches"], len(p["samples"])) for p in batches["passes"]] == [(3, 48)]  # nothing after the window
-    assert len(set(batches["passes"][0]["samples"])) == 48
+    samples = [_samples(p) for p in batches["passes"]]  # the hex of 64-bit words
+    assert [(p["batches"], len(s)) for p, s in zip(batches["passes"], samples)] == [(3, 48)]  # none after the window
+    assert len(set(samples[0])) == 48 and all(0 <= s < 1 << 64 for s in samples[0])
     (order,) = record["checks"]["epoch-repeats"]["samplers"]
     assert [(p["epoch"], p["n"]) for p in order["passes"]] == [(0, 64), (0, 64)]
     assert order["passes"][0]["order"] == order["passes"][1]["order"] and order["shuffle"]
@@ -102,6 +104,36 @@ def test_a_forward_around_the_wrapper_and_no_sync_are_seen(window, one_process_g
     assert second["where"] == f"{__file__}:{_line('optimizer.step()', after='with model.no_sync()')}"
 
 
+def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_process_group):
+    """Digests after steps 1, 2 and N: the hooks that explain a difference are on for the forwards before those
+    steps only (a hooked module leaves PyTorch's fast call path, a cost on every forward)."""
+    w = window(steps=6, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooked = []
+    for _ in range(6):
+        hooked.append(bool(model._forward_pre_hooks) and bool(model.module._forward_pre_hooks))
+        model.module(torch.randn(2, 4)).sum().backward()  # around the wrapper, every step
+        optimizer.step()
+    assert hooked == [True, True, False, False, False, True]
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model.module._forward_pre_hooks
+    checks = w.observers[0].data()["checks"]
+    assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 0, 1), (2, 0, 1), (6, 0, 1)]
+
+
+def test_a_parameter_digest_reads_every_value():
+    """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
+    from ddplab.sanitize.paramsync import _digests
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        a = torch.randn(100, 1000).to(dtype)
+        b = a.clone()
+        b[37, 501] = b[37, 501] * 1.5 + 1
+        (n, bits_a, sum_a), (_, bits_b, _) = _digests(torch, [a, b])
+        assert n == 100_000 and bits_a != bits_b and abs(sum_a - a.double().sum().item()) < 1e-6 * a.numel()
+        assert _digests(torch, [a.t()])[0][1] == bits_a  # the same values, another layout: the same digest
+
+
 def _line(text: str, after: str | None = None) -> int:
     lines = open(__file__).read().splitlines()
     start = next(i for i, line in enumerate(lines) if after in line) if after else 0
@@ -112,8 +144,8 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     class Odd(torch.Tensor):  # a library's tensor type that refuses an operation the fingerprint uses
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func is torch.Tensor.detach:
-                raise RuntimeError("Odd tensors cannot be detached\nsecond line")
+            if func is torch.Tensor.numel:
+                raise RuntimeError("Odd tensors cannot be counted\nsecond line")
             return super().__torch_function__(func, types, args, kwargs or {})
 
     original = DataLoader.__dict__["__iter__"]
@@ -122,9 +154,9 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     batches = list(loader)
     assert len(batches) == 3 and all(type(b) is Odd for b in batches)
     assert capsys.readouterr().err == (
-        "ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be detached\n"
+        "ddplab: sanitizer check same-samples off: RuntimeError: Odd tensors cannot be counted\n"
     )
-    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be detached"} and w.observers == []
+    assert w.off == {"same-samples": "RuntimeError: Odd tensors cannot be counted"} and w.observers == []
     assert DataLoader.__dict__["__iter__"] is original
 
 

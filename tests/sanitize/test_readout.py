@@ -196,7 +196,7 @@ def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
     assert f.observed.startswith(
         "after optimizer step 1, ranks 0 and 1 hold different parameters: 2 of 4 differ "
-        "(first `0.bias`, 16 values: sampled sum 0.2 on rank 0, 0.9 on rank 1)"
+        "(first `0.bias`, 16 values: sum 0.2 on rank 0, 0.9 on rank 1)"
     )
     assert "without the DDP wrapper (none through it), e.g. ddp_model.module(x) at" in f.observed
     assert f.where == f"{SCRIPT}:58" and "call ddp_model(x)" in f.fix

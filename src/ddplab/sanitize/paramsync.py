@@ -3,11 +3,15 @@ averaged, so each rank trains its own model and the job is N separate trainings.
 
 DDP keeps the replicas bitwise identical: every rank gets the same averaged gradient (the all-reduce leaves the same
 bits everywhere) and applies the same update. Rank side: after optimizer steps 1, 2 and the window's last, a digest
-of each parameter the counted optimizer steps: up to SAMPLE values evenly spread over it, as float64 (exact for any
-float dtype), their crc32 and their sum; and what explains a difference: whether a DistributedDataParallel holds
-the parameter, how many forwards since the last step went through the wrapper and how many reached the wrapped
-module around it (ddp.module(x); where, the first time), whether no_sync() was in effect at the step, and where
-optimizer.step() was called. Nothing is sent between ranks (a collective of ddplab's among the script's could
+of each parameter the counted optimizer steps, over every one of its values (a sample of them would miss a
+divergence confined to a few: an embedding's rows that only one rank's batches touched): two reductions per
+tensor, the sum of its bit patterns as integers (exact, any order, wraps at 64 bits: one changed value changes it)
+and the sum of its values in float64 (what a finding shows); all of them cross to the CPU in one copy. And what
+explains a difference: whether a DistributedDataParallel holds the parameter, how many forwards since the last step
+went through the wrapper and how many reached the wrapped module around it (ddp.module(x); where, the first time),
+whether no_sync() was in effect at the step, and where optimizer.step() was called. The forward hooks that count
+are on only for the steps digested (before steps 1, 2 and N): a hook on a module takes it off PyTorch's fast call
+path, which costs every forward. Nothing is sent between ranks (a collective of ddplab's among the script's could
 change what the script does: a rank at another step would pair it with one of the script's); the reader compares
 the ranks' digests after the run.
 
@@ -19,15 +23,14 @@ from __future__ import annotations
 
 import functools
 import gc
-import struct
 import weakref
-import zlib
 
 from ddplab import afterimport
 from ddplab.sanitize import Finding, ranks_text, rankside, short
 
 ID = "params-diverge"
-SAMPLE = 256  # values per parameter: unaveraged gradients change nearly every value, so a few hundred show it
+# a parameter's bits read as integers of its element's size (complex ones as their real pairs)
+BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 class Observer(rankside.Observer):
@@ -38,6 +41,7 @@ class Observer(rankside.Observer):
         self.on = True
         self.at = {1, 2, window.steps}
         self.ddps = weakref.WeakSet()
+        self.counting = True  # the forward hooks are on: the next step is one of self.at
         self.handles: list = []
         self.undo: list = []
         self.depth = 0  # inside a DDP forward
@@ -83,11 +87,28 @@ class Observer(rankside.Observer):
 
     def built(self, ddp) -> None:
         self.ddps.add(ddp)
+        if self.counting:
+            self._hook(ddp)
+
+    def _hook(self, ddp) -> None:
         self.handles += [
             ddp.register_forward_pre_hook(self._enter),
             ddp.register_forward_hook(self._leave),
             ddp.module.register_forward_pre_hook(self._module),
         ]
+
+    def _count(self, on: bool) -> None:
+        """The forward hooks on (for a step that will be digested) or off (a hook costs every forward)."""
+        if on == self.counting:
+            return
+        self.counting = on
+        if on:
+            for ddp in list(self.ddps):
+                self._hook(ddp)
+        else:
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
 
     def _enter(self, module, args) -> None:
         self.depth += 1
@@ -111,11 +132,13 @@ class Observer(rankside.Observer):
 
     def on_step(self, step: int, optimizer) -> None:
         calls, self.calls, self.depth = self.calls, {"ddp": 0, "direct": 0}, 0
+        self._count(step + 1 in self.at and not self.sharded)
         if step not in self.at or self.sharded:
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.sharded = _sharded(params)
         if self.sharded:
+            self._count(False)
             return
         if self.names is None:
             self.names = self._names(params)
@@ -126,8 +149,8 @@ class Observer(rankside.Observer):
                 "step": step,
                 "where": self.window.where(),
                 "params": [
-                    [names.get(i, f"parameter #{i}"), n, crc, total, i in in_ddp]
-                    for i, (n, crc, total) in enumerate(digests)
+                    [names.get(i, f"parameter #{i}"), n, bits, total, i in in_ddp]
+                    for i, (n, bits, total) in enumerate(digests)
                 ],
                 "ddps": len(self.ddps),
                 "ddp_forwards": calls["ddp"],
@@ -159,9 +182,7 @@ class Observer(rankside.Observer):
 
     def stop(self) -> None:
         self.on = False
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self._count(False)
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
@@ -181,27 +202,31 @@ def _sharded(params) -> str | None:
 
 
 def _digests(torch, params) -> list[tuple[int, int, float]]:
-    """(numel, crc32 of the sampled values as float64, their sum) per parameter: one copy to the CPU for them all."""
+    """(numel, the sum of its bit patterns as int64, the sum of its values in float64) per parameter, over all of its
+    values: two reductions a tensor on its own device, then one copy of the 2 x len(params) numbers to the CPU."""
+    if not params:
+        return []
     with torch.no_grad():
-        sampled = []
+        bits, sums = [], []
         for p in params:
-            flat = p.detach().reshape(-1)
-            sampled.append(flat[:: max(1, flat.numel() // SAMPLE)][:SAMPLE].to(torch.float64))
-        if not sampled:
-            return []
-        same_device = len({s.device for s in sampled}) == 1
-        values = torch.cat(sampled).cpu() if same_device else torch.cat([s.cpu() for s in sampled])
-        try:
-            raw = values.numpy().tobytes()
-        except RuntimeError:  # torch built without numpy
-            raw = struct.pack(f"{values.numel()}d", *values.tolist())
-        sums = [float(s.sum()) for s in values.split([s.numel() for s in sampled])]
-    out, at = [], 0
-    for p, s, total in zip(params, sampled, sums):
-        n = s.numel() * 8
-        out.append((p.numel(), zlib.crc32(raw[at : at + n]), total))
-        at += n
-    return out
+            x = p.detach()
+            if x.is_complex():
+                x = torch.view_as_real(x)
+            kind = BITS.get(x.element_size())
+            # .view(dtype) of the same size reinterprets the bits in place, whatever the strides
+            bits.append(
+                x.view(getattr(torch, kind)).sum(dtype=torch.int64) if kind else x.new_zeros((), dtype=torch.int64)
+            )
+            sums.append(x.sum(dtype=torch.float64) if x.is_floating_point() else x.double().sum())
+        devices = {b.device for b in bits}
+        if len(devices) == 1:
+            both = torch.stack([torch.stack(bits), torch.stack(sums).view(torch.int64)]).cpu()
+        else:
+            both = torch.stack(
+                [torch.stack([b.cpu() for b in bits]), torch.stack([s.cpu() for s in sums]).view(torch.int64)]
+            )
+        b, t = both[0].tolist(), both[1].view(torch.float64).tolist()
+    return [(p.numel(), b[i], t[i]) for i, p in enumerate(params)]
 
 
 # ------------------------------------------------------------------------------------------------------ reader side
@@ -217,6 +242,7 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
         counts = {len(c["params"]) for c in checks.values()}
         if len(checks) < 2 or len(counts) != 1:
             continue
+        # the bit sums alone: exact whatever the order of the additions (a float sum may depend on threads)
         differ = [i for i in range(counts.pop()) if len({c["params"][i][2] for c in checks.values()}) > 1]
         if differ:
             return [_finding(step, checks, differ)]
@@ -231,7 +257,7 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     total = len(first["params"])
     observed = (
         f"after optimizer step {step}, ranks {ranks_text(ranks)} hold different parameters: {len(differ)} "
-        f"of {total} differ (first `{name}`, {numel} values: sampled sum {sums})"
+        f"of {total} differ (first `{name}`, {numel} values: sum {sums})"
     )
     # What explains it, from what the ranks saw (the first rank that saw each, so that one odd rank counts).
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
@@ -282,7 +308,7 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
         "first": {
             "name": name,
             "numel": numel,
-            "sampled_sums": {r: c["params"][differ[0]][3] for r, c in checks.items()},
+            "sums": {r: c["params"][differ[0]][3] for r, c in checks.items()},
         },
         "differing": [first["params"][i][0] for i in differ[:10]],
         "ddp_forwards": {r: c["ddp_forwards"] for r, c in checks.items()},

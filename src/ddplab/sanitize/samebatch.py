@@ -2,7 +2,8 @@
 
 Rank side: every batch a DataLoader yields (torch.utils.data's iterator, whatever the loader's workers) leaves a
 fingerprint of each of its samples: the batch's largest tensor, row by row, up to COLS values evenly spread over
-the row, hashed to 64 bits (all rows in one numpy pass; crc32 and adler32 where numpy cannot read the dtype).
+the row, hashed to 64 bits (a weighted sum of their bit patterns, all rows in one numpy product; crc32 and
+adler32 where numpy is missing).
 Per loader (named by where the user's code built it and its order there) and per pass over it (an epoch: each
 iter(loader)), up to PASS_SAMPLES samples; the sampler's kind, and a DistributedSampler's rank, num_replicas and
 shuffle. A loader counts as a training loader once an optimizer step follows one of its batches (an evaluation
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import weakref
 import zlib
+from array import array
 from collections import Counter
 from itertools import combinations
 
@@ -27,6 +29,7 @@ ID = "same-samples"
 ROWS = 1024  # samples fingerprinted per batch
 COLS = 256  # values per sample: enough to tell real samples apart, few enough to cost microseconds
 PASS_SAMPLES = 8192  # per pass over a loader
+PENDING_BYTES = 4 << 20  # bytes of batches kept before they are hashed
 PASSES = 4  # passes per loader
 LOADERS = 16
 SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the same pass
@@ -44,6 +47,15 @@ class Observer(rankside.Observer):
         self.by_loader = weakref.WeakKeyDictionary()  # DataLoader -> index in self.loaders
         self.by_iter = weakref.WeakKeyDictionary()  # its iterator -> (loader index, the pass's record)
         self.last: int | None = None  # the loader that yielded the last batch
+        # Each batch is kept (a CPU batch itself, a GPU batch's sampled values copied to the CPU) and hashed later,
+        # many batches in one go (at each write of the rank's file, or past PENDING_BYTES): read one batch at a time
+        # between training steps, the copy and the hash ran with cold caches at about 5x their cost (60-80 us
+        # against 13 for the template's batch). A batch changed in place before the flush is hashed as changed: the
+        # same change on every rank (a normalisation) keeps equal samples equal; a random one per rank can only
+        # hide an overlap, never make one.
+        self.pending: list[tuple] = []  # (the pass's record, a tensor, samples to read, values per sample)
+        self.pending_bytes = 0
+        self.taken: dict[int, int] = {}  # id(a pass's record) -> samples taken from it, hashed or pending
         self.undo: list = []
 
     def attach(self, torch) -> None:
@@ -115,9 +127,45 @@ class Observer(rankside.Observer):
             return
         self.last, record = tag
         record["batches"] += 1
-        room = PASS_SAMPLES - len(record["samples"])
-        if room > 0:
-            record["samples"] += fingerprints(self.torch, batch, min(room, ROWS))
+        room = PASS_SAMPLES - self.taken.get(id(record), 0)
+        if room <= 0:
+            return
+        picked = pick(self.torch, batch)
+        if picked is None:
+            return
+        t, width = picked
+        n = min(room, ROWS, t.shape[0])
+        self.taken[id(record)] = PASS_SAMPLES - room + n
+        if t.is_cpu:  # the tensor itself, read at the flush (a copy now would cost a torch call per batch)
+            self.pending.append((record, t, n, width))
+            self.pending_bytes += t.numel() * t.element_size()
+        else:  # a GPU batch: only the values read cross to the CPU, now (the batch may be freed or reused)
+            rows = sample_rows(t, n, width).cpu()
+            self.pending.append((record, rows, n, rows.shape[1]))
+            self.pending_bytes += rows.numel() * rows.element_size()
+        if self.pending_bytes > PENDING_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hash the batches kept since the last flush: runs of one dtype and width in one product."""
+        pending, self.pending, self.pending_bytes = self.pending, [], 0
+        rows = [
+            (record, t if n == t.shape[0] and width <= COLS and t.dim() == 2 else sample_rows(t, n, width))
+            for record, t, n, width in pending
+        ]  # the template's batch as it is: no torch call per batch
+        start = 0
+        while start < len(rows):
+            kind = (rows[start][1].dtype, rows[start][1].shape[1])
+            end = start + 1
+            while end < len(rows) and (rows[end][1].dtype, rows[end][1].shape[1]) == kind:
+                end += 1
+            run = [r for _, r in rows[start:end]]
+            hashed = hash_rows(self.torch, (run[0] if len(run) == 1 else self.torch.cat(run)).detach())
+            at = 0
+            for record, r in rows[start:end]:
+                record["samples"] += hashed[at : at + r.shape[0]]
+                at += r.shape[0]
+            start = end
 
     def on_step(self, step: int, optimizer) -> None:
         if self.last is not None:
@@ -130,51 +178,87 @@ class Observer(rankside.Observer):
         self.undo = []
 
     def data(self) -> dict:
-        return {"loaders": self.loaders}
+        """The loaders' records, each pass's fingerprints as the hex of their 64-bit words (json.dumps writes a
+        string at once; a list of thousands of big numbers takes it ten times as long)."""
+        self.flush()
+        return {
+            "loaders": [
+                {
+                    **loader,
+                    "passes": [{**p, "samples": array("Q", p["samples"]).tobytes().hex()} for p in loader["passes"]],
+                }
+                for loader in self.loaders
+            ]
+        }
 
 
 def fingerprints(torch, batch, rows: int) -> list[int]:
-    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor."""
-    parts = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else [batch]
-    tensors = [
-        t
-        for t in parts
-        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 1 and t.shape[0] > 0
-    ]  # a sparse or nested batch has no rows to read: not fingerprinted
-    if not tensors:
+    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor (pick, sample_rows, hash_rows)."""
+    picked = pick(torch, batch)
+    if picked is None:
         return []
-    t = max(tensors, key=lambda t: t.numel() // t.shape[0])
-    n, width = min(rows, t.shape[0]), t.numel() // t.shape[0]
-    step = max(1, width // COLS)
-    with torch.no_grad():
-        x = t.detach()
-        if x.device.type != "cpu":  # only the values read cross to the CPU
-            x = x[:n].reshape(n, -1)[:, ::step][:, :COLS].cpu()
-        try:
-            import numpy
-
-            values = x.numpy()  # bfloat16 and friends have no numpy type: bytes below
-        except (ImportError, RuntimeError, TypeError):
-            return _crc_rows(torch, x[:n].reshape(n, -1)[:, ::step][:, :COLS])
-    return _hash_rows(numpy, values[:n].reshape(n, -1)[:, ::step][:, :COLS])
+    t, width = picked
+    return hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
 
 
-_WEIGHTS: list = []
+def pick(torch, batch):
+    """(the batch's largest tensor by values per sample, that number), or None for a batch with no tensor rows.
+    Python's checks only: every torch call costs microseconds between training steps (cold caches)."""
+    Tensor = torch.Tensor
+    if isinstance(batch, Tensor):
+        parts = (batch,)
+    elif isinstance(batch, dict):
+        parts = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        parts = batch
+    else:
+        return None
+    t, width = None, 0
+    for x in parts:  # a sparse or nested tensor has no rows to read: not fingerprinted
+        if isinstance(x, Tensor) and x.layout == torch.strided and x.dim() >= 1:
+            n = x.shape[0]
+            if n and x.numel() // n > width:
+                t, width = x, x.numel() // n
+    return None if t is None else (t, width)
 
 
-def _hash_rows(numpy, values) -> list[int]:
-    """A multiply-add hash of each row's bytes, 64-bit words times fixed odd weights, wrapping: one vectorised pass
-    (a row-by-row crc costs ~1 us a row in Python). Equal rows, equal numbers, in every process."""
-    raw = numpy.ascontiguousarray(values).view(numpy.uint8).reshape(values.shape[0], -1)
-    pad = -raw.shape[1] % 8
-    if pad:
-        raw = numpy.concatenate([raw, numpy.zeros((raw.shape[0], pad), numpy.uint8)], axis=1)
-    words = raw.view(numpy.uint64)
-    if len(_WEIGHTS) < words.shape[1]:
-        _WEIGHTS[:] = _splitmix(words.shape[1])
-    weights = numpy.array(_WEIGHTS[: words.shape[1]], dtype=numpy.uint64)
-    mixed = (words ^ (words >> numpy.uint64(29))) * weights
-    return (mixed.sum(axis=1, dtype=numpy.uint64) ^ numpy.uint64(raw.shape[1])).tolist()
+def sample_rows(t, n: int, width: int):
+    """The values a fingerprint reads, a view where it can be: the first n samples of t, up to COLS values evenly
+    spread over each (n x values)."""
+    x = t[:n] if n < t.shape[0] else t
+    if x.dim() != 2:
+        x = x.reshape(n, width)
+    return x[:, :: width // COLS][:, :COLS] if width > COLS else x
+
+
+def hash_rows(torch, rows) -> list[int]:
+    """One 64-bit number per row: the row's bit patterns read as integers (bfloat16's and bool's too: torch
+    reinterprets them in place), times fixed odd 64-bit weights, summed with wrap-around - one vectorised product for
+    all rows. Equal rows give equal numbers in every process; distinct rows collide with odds near 2**-64, and a
+    weight per position tells a sample from the same values in another order."""
+    kind = _INTS.get(rows.element_size()) if not rows.is_complex() else None
+    try:
+        values = rows.view(getattr(torch, kind)).numpy() if kind else None
+    except (RuntimeError, TypeError):  # torch built without numpy
+        values = None
+    if values is None:
+        return _crc_rows(torch, rows)
+    import numpy
+
+    return (values @ _weights(values.shape[1])).view(numpy.uint64).tolist()  # unsigned: array("Q") holds them
+
+
+_INTS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}  # element size -> the integer type its bits are read as
+_WEIGHTS: dict = {}  # row width -> its numpy weights
+
+
+def _weights(width: int):
+    w = _WEIGHTS.get(width)
+    if w is None:
+        import numpy
+
+        w = _WEIGHTS[width] = numpy.array(_splitmix(width), dtype=numpy.uint64).view(numpy.int64)
+    return w
 
 
 def _splitmix(n: int) -> list[int]:
@@ -227,7 +311,7 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
     for p in range(passes):
         pairs = []
         for a, b in combinations(sorted(records), 2):
-            sa, sb = records[a]["passes"][p]["samples"], records[b]["passes"][p]["samples"]
+            sa, sb = _samples(records[a]["passes"][p]), _samples(records[b]["passes"][p])
             if min(len(sa), len(sb)) < MIN_SAMPLES or _repeats(sa) or _repeats(sb):
                 continue
             shared = len(set(sa) & set(sb))
@@ -246,6 +330,16 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
         if pairs:
             return {"pass": p + 1, "pairs": pairs}
     return None
+
+
+def _samples(record: dict) -> list[int]:
+    """A pass's fingerprints: the hex of their 64-bit words as a rank writes them, or a list of numbers."""
+    samples = record["samples"]
+    if isinstance(samples, str):
+        words = array("Q")
+        words.frombytes(bytes.fromhex(samples))
+        return words.tolist()
+    return samples
 
 
 def _repeats(samples: list[int]) -> bool:
