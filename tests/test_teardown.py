@@ -35,6 +35,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab.dist as dd
 rank = os.environ['RANK']
+def say(line):  # one write per line: the two ranks share the pipe, and print() may write the newline apart
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
 before = {THREADS}
 with dd.session(device="cpu") as ctx:
     model = DDP(nn.Linear(8, 1))
@@ -42,19 +45,19 @@ with dd.session(device="cpu") as ctx:
     total = torch.ones(1)
     dd.dist.all_reduce(total)
     del model
-print(f"session rank {{rank}} threads before {{before}} after {{{THREADS}}}", flush=True)
+say(f"session rank {{rank}} threads before {{before}} after {{{THREADS}}}")
 spec = importlib.util.spec_from_file_location("written", sys.argv[1])
 written = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(written)
 before = {THREADS}
 sys.argv = [sys.argv[1], "--epochs", "1"]
 written.main()
-print(f"new rank {{rank}} threads before {{before}} after {{{THREADS}}}", flush=True)
+say(f"new rank {{rank}} threads before {{before}} after {{{THREADS}}}")
 """
 
 
 def thread_counts(out: str, what: str) -> dict[int, tuple[int, int]]:
-    found = re.findall(rf"^{what} rank (\d) threads before (\d+) after (\d+)", out, re.MULTILINE)
+    found = re.findall(rf"{what} rank (\d) threads before (\d+) after (\d+)", out)
     return {int(r): (int(b), int(a)) for r, b, a in found}
 
 
