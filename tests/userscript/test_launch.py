@@ -236,29 +236,6 @@ def test_help_lists_torchruns_options_and_ours(capsys):
         assert option in out
 
 
-def test_a_rank_that_aborts_in_cpp_is_the_root_cause_not_its_peers_reset(tmp_path):
-    """gloo's size mismatch: one rank aborts (exit -6, C++ what()), the other sees its connection reset. The root
-    cause is the one that aborted, named with its signal's meaning and the mismatch (issue #16)."""
-    ran = cli(
-        "launch",
-        "--json",
-        "--nproc-per-node",
-        "2",
-        "--log-dir",
-        str(tmp_path),
-        str(SCRIPTS / "gloo_size_mismatch.py"),
-        timeout=150,
-    )
-    assert ran.code == 1, ran.err[-3000:]
-    result = ran.json()
-    aborted = [r for r in result["ranks"] if r["exitcode"] == -6]
-    assert len(aborted) == 1, result["ranks"]
-    assert result["root_cause"] == aborted[0]["rank"]
-    assert "SIGABRT" in result["summary"] and "Received data size doesn't match" in result["summary"]
-    assert result["explanation"]["matches"][0]["rule"] == "gloo-size-mismatch"
-    assert_nothing_left("gloo_size_mismatch")
-
-
 def test_rank0_evaluation_through_the_ddp_wrapper_names_its_line_not_a_peer(tmp_path):
     """Rank 0 evaluates through the DDP wrapper after training; rank 1 has finished and exited. gloo tells rank 0
     "Connection closed by peer", a text that usually follows another rank's failure, but no rank failed before it:
