@@ -1,5 +1,6 @@
-"""Every recipe on 1 and 2 real CPU ranks (gloo) through `ddplab train`, with tiny sizes; linear converges;
-the final weights load into the plain model class; torchrun runs the same recipe to the same result."""
+"""Every recipe on real CPU ranks (gloo) through `ddplab train`, with tiny sizes: linear on 1 and 2 ranks (the
+one-rank path is the command's, not a recipe's), mlp and gpt on 2; linear converges; the final weights load into the
+plain model class; torchrun runs the same recipe to the same result."""
 
 from __future__ import annotations
 
@@ -59,9 +60,22 @@ def check_every_rank_worked(result: dict, nproc: int) -> None:
     assert sanitized["findings"] == [] and sanitized["off"] == {}, sanitized
 
 
+@pytest.fixture(scope="module")
+def linear_runs() -> dict:
+    """nproc -> (ran, result) of `ddplab train linear --nproc N --json` with the defaults, run once per module: the
+    convergence test and the torchrun comparison read the same 2-rank run."""
+    return {}
+
+
+def linear(linear_runs: dict, nproc: int):
+    if nproc not in linear_runs:
+        linear_runs[nproc] = train("linear", nproc)
+    return linear_runs[nproc]
+
+
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_linear_converges_with_default_flags(nproc, no_leftover_workers):
-    ran, result = train("linear", nproc)
+def test_linear_converges_with_default_flags(nproc, linear_runs, no_leftover_workers):
+    ran, result = linear(linear_runs, nproc)
     check_every_rank_worked(result, nproc)
     assert abs(result["weight"] - 2) < 0.05 and abs(result["bias"] - 1) < 0.05, result
     assert result["final_loss"] < 0.02  # the noise variance is 0.01
@@ -81,8 +95,8 @@ def test_the_header_is_printed_once_and_nothing_is_left_in_tmp(tmp_path, no_left
     assert not list(tmp_path.glob("ddplab-*"))
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_mlp_runs_and_its_weights_load_into_the_plain_model(nproc, tmp_path, no_leftover_workers):
+def test_mlp_runs_and_its_weights_load_into_the_plain_model(tmp_path, no_leftover_workers):
+    nproc = 2  # one rank is the command's path, tested with linear
     _, result = train("mlp", nproc, "--checkpoint-dir", str(tmp_path))
     check_every_rank_worked(result, nproc)
     cfg = mlp.Config(samples=512, hidden=32)
@@ -98,8 +112,8 @@ def test_mlp_runs_and_its_weights_load_into_the_plain_model(nproc, tmp_path, no_
     assert len(lines[-1]["rank_step_ms"]) == nproc and lines[-1]["step"] == result["total_steps"]
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_gpt_runs_on_a_given_text_and_loads_into_the_plain_model(nproc, tmp_path, no_leftover_workers):
+def test_gpt_runs_on_a_given_text_and_loads_into_the_plain_model(tmp_path, no_leftover_workers):
+    nproc = 2  # one rank is the command's path, tested with linear
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog.\n" * 150)
     _, result = train("gpt", nproc, "--text", str(text), "--checkpoint-dir", str(tmp_path / "ck"))
@@ -124,9 +138,9 @@ def test_gpt_default_text_ships_with_the_package():
 
 
 @pytest.mark.slow
-def test_torchrun_gives_the_same_result_as_ddplab_train(tmp_path, no_leftover_workers):
+def test_torchrun_gives_the_same_result_as_ddplab_train(linear_runs, no_leftover_workers):
     """`torchrun --nproc-per-node 2 -m ddplab.recipes.linear` and `ddplab train linear --nproc 2` end identical."""
-    _, via_ddplab = train("linear", 2)
+    _, via_ddplab = linear(linear_runs, 2)
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     proc = subprocess.Popen(
         [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab.recipes.linear", "--json"],

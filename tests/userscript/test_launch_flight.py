@@ -75,10 +75,15 @@ def test_a_rank_that_crashes_while_the_others_wait(tmp_path, no_leftover_workers
 
 
 def test_ranks_that_all_reduce_different_sizes(tmp_path, no_leftover_workers):
-    """On gloo this aborts rather than hangs: the aborted rank is the root cause and the record names #4."""
+    """On gloo this aborts rather than hangs: one rank aborts (exit -6, C++ what()), the other sees its connection
+    reset. The root cause is the one that aborted, named with its signal's meaning and the mismatch (issue #16), and
+    the record names #4."""
     result, report = launch("hang_sizes.py", 2, tmp_path, hang=False)
     aborted = result["root_cause"]
     assert [r["exitcode"] for r in result["ranks"] if r["rank"] == aborted] == [-6]
+    assert [r["rank"] for r in result["ranks"] if r["exitcode"] == -6] == [aborted], result["ranks"]  # only it
+    assert "SIGABRT" in result["summary"] and "Received data size doesn't match" in result["summary"]
+    assert result["explanation"]["matches"][0]["rule"] == "gloo-size-mismatch"
     assert report["kind"] == "aborted" and (report["seq"], report["op"]) == (4, "all_reduce"), report
     assert report["verdict"].startswith(f"rank {aborted} aborted in all_reduce #4")
     other = 1 - aborted
