@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DIR_ENV = "DDPLAB_SANITIZE_DIR"  # the folder each rank writes its observations to (set by `ddplab launch`)
-OWNER_ENV = "DDPLAB_SANITIZE_OWNER"  # pid of the rank that installed: a DataLoader worker it spawns must not
+OWNER_ENV = "DDPLAB_SANITIZE_OWNER"  # pid of the rank that installed: a process it starts is no rank until it joins
 CONFIG = "config.json"  # written by the caller before the ranks start: {"steps": N}; absent = off
 DEFAULT_STEPS = 50  # long enough for a small script's second epoch, short enough that a real run pays nothing after
 # the check modules, in the order findings print

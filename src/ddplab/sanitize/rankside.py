@@ -11,7 +11,9 @@ Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
   event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window;
 - writes DIR/rank<RANK>.json after step 2 (a rank killed later still leaves something: the parameter digests of
   steps 1 and 2), at the window's end, and at exit. A write costs about 0.5 ms (more than all of a step's own
-  work), so not one per step, nor after step 1 too. Only the rank that installed writes: a DataLoader worker forked from it does not.
+  work), so not one per step, nor after step 1 too. Only a rank writes: a DataLoader worker forked from it does not; a
+  process it starts (spawned: the ranks of torch.multiprocessing.spawn, a DataLoader worker) watches from start-up
+  but writes only once its own init_process_group makes it a rank (Window.join), and its starter then writes nothing.
 
 Any error inside a check turns that check off with one stderr line; the user's script never sees it.
 """
@@ -38,8 +40,10 @@ def install() -> bool:
     if _window is not None or not folder or "LOCAL_RANK" not in os.environ:
         return _window is not None
     owner = os.environ.get(OWNER_ENV)
-    if owner and owner != str(os.getpid()):
-        return False
+    # a process started by a watched one (a DataLoader worker, or a rank of torch.multiprocessing.spawn / mp.Process
+    # under `ddplab launch --nproc-per-node 1`): it watches too, but is a rank, and writes, only once it calls
+    # init_process_group itself (Window.join)
+    started = bool(owner) and owner != str(os.getpid())
     try:
         with open(os.path.join(folder, CONFIG), encoding="utf-8") as f:
             steps = int(json.load(f).get("steps", 0))
@@ -47,8 +51,9 @@ def install() -> bool:
         return False
     if steps <= 0:
         return False
-    os.environ[OWNER_ENV] = str(os.getpid())
-    _window = Window(folder, steps)
+    if not started:
+        os.environ[OWNER_ENV] = str(os.getpid())
+    _window = Window(folder, steps, started_by=owner if started else None)
     afterimport.when_imported("torch", _window.attach, "sanitizer")
     atexit.register(_window.write, wait=True)
     return True
@@ -57,9 +62,13 @@ def install() -> bool:
 class Window:
     """The window over the first `steps` optimizer steps and the checks that watch it (`checks`: module names)."""
 
-    def __init__(self, folder: str, steps: int, checks: tuple[str, ...] = CHECKS):
+    def __init__(self, folder: str, steps: int, checks: tuple[str, ...] = CHECKS, started_by: str | None = None):
         self.folder, self.steps = folder, steps
-        self.rank = int(os.environ.get("RANK", "0"))
+        # a torchrun worker is a rank from the start (RANK, WORLD_SIZE); a process a rank started (`started_by`: that
+        # rank's pid) inherited those variables but is a rank only once its own init_process_group returns (join)
+        self.started_by = started_by
+        self.rank: int | None = None if started_by else int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.pid = os.getpid()
         self.step = 0  # optimizer steps counted so far
         self.open = True  # inside the window
@@ -108,6 +117,8 @@ class Window:
                 observer.attach(torch)
             except Exception as e:  # noqa: BLE001
                 self.fail(observer, e)
+        if self.started_by:
+            self._hook_init(torch)
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.handle = register_optimizer_step_post_hook(self._after_step)
@@ -136,6 +147,45 @@ class Window:
         elif self.step == 2:
             self.write()
 
+    def _hook_init(self, torch) -> None:
+        """Wrap init_process_group (torch.distributed's and distributed_c10d's, which scripts import by name) so that
+        this process becomes a rank when it returns. Only in a started process: a torchrun worker's is left alone."""
+        import functools
+
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        c10d = dist.distributed_c10d
+        original = c10d.init_process_group
+
+        @functools.wraps(original)
+        def init_process_group(*args, **kwargs):
+            result = original(*args, **kwargs)
+            try:
+                self.join(dist.get_rank(), dist.get_world_size())
+            except Exception as e:  # noqa: BLE001 - never the user's problem
+                sys.stderr.write(f"ddplab: sanitizer could not join the process group: {e}\n")
+            return result
+
+        for module in (dist, c10d):
+            if getattr(module, "init_process_group", None) is original:
+                module.init_process_group = init_process_group
+
+    def join(self, rank: int, world: int) -> None:
+        """This started process is rank `rank` of `world` (its init_process_group returned): it writes its record from
+        now on, leaves a mark for the process that started it (which is not a rank then: it writes nothing), and is
+        the owner its own children (DataLoader workers, or ranks of its own) see."""
+        if self.rank is not None:
+            return
+        self.rank, self.world = rank, world
+        os.environ[OWNER_ENV] = str(self.pid)
+        try:
+            with open(os.path.join(self.folder, f"started-by-{self.started_by}"), "a", encoding="utf-8") as f:
+                f.write(f"{rank}\n")
+        except OSError as e:
+            sys.stderr.write(f"ddplab: sanitizer could not mark rank {rank}: {e}\n")
+
     def close(self) -> None:
         self.open = False
         if self.handle is not None:
@@ -158,8 +208,10 @@ class Window:
         """DIR/rank<RANK>.json, atomically; never from a process forked off the rank. The record is encoded here (in C,
         a fraction of a millisecond); the file is written by a short thread unless `wait` (at exit): opening, writing
         and renaming a file can block for milliseconds on a busy disk, a stall of the training step it would sit in."""
-        if os.getpid() != self.pid:
-            return
+        if os.getpid() != self.pid or self.rank is None:
+            return  # forked off the rank, or started by one and not (yet) a rank itself
+        if not self.started_by and os.path.exists(os.path.join(self.folder, f"started-by-{self.pid}")):
+            return  # the ranks are the processes this one started (mp.spawn): it is not one of them
         checks = {}
         for observer in list(self.observers):
             try:
@@ -168,7 +220,7 @@ class Window:
                 self.fail(observer, e)
         record = {
             "rank": self.rank,
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "world_size": self.world,
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "pid": self.pid,
             "window": self.steps,
