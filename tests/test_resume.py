@@ -333,6 +333,69 @@ def test_the_lines_a_rank_prints_as_it_leaves_on_the_notice_all_come_out(tmp_pat
     assert printed == [f"line {i}" for i in range(100_000)], (len(printed), out[-2000:], err[-2000:])
 
 
+def test_a_preempted_run_on_two_nodes_exits_4_on_both_with_ddplabs_line_alone(tmp_path, no_leftover_workers):
+    """Two `ddplab launch` nodes of one rank on this machine (c10d rendezvous on loopback, node 0 hosting it), as
+    Slurm or SkyPilot start them. SIGTERM reaches node 0 only (a cloud takes one machine): the ranks agree the stop
+    through their all-reduce and save once; both nodes - one of them without global rank 0, one never told - exit 4
+    with ddplab's line naming the same step, and no torchrun failure report on either (issue 40: the node without
+    rank 0 printed one and exited 1). Slurm signals every node: each then says SIGTERM, by the same note."""
+    from ddplab.ports import free_port
+
+    endpoint, log = f"127.0.0.1:{free_port()}", tmp_path / "run.losses"
+    procs = [
+        start(
+            [
+                "launch",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                "two",
+                "--rdzv-conf",
+                f"is_host={int(node == 0)}",
+                "--no-lint",
+                "--hang-timeout",
+                "0",
+                str(SCRIPT),
+                "--ckpt",
+                str(tmp_path / "c"),
+                "--losses",
+                str(log),
+                "--out",
+                str(tmp_path / "o"),
+                "--sleep",
+                "0.05",
+                "--epochs",
+                "30",
+            ]
+        )  # fmt: skip
+        for node in range(2)
+    ]
+    try:
+        wait_for(lambda: lines_in(log) >= 3, procs[0], 150, "step 3 (global rank 0's log)")
+        procs[0].send_signal(signal.SIGTERM)
+        ran = [finish(proc, 60) for proc in procs]
+    finally:
+        for proc in procs:
+            kill_tree(proc.pid)
+    steps = set()
+    for node, (code, out, err) in enumerate(ran):
+        told = "SIGTERM" if node == 0 else "a notice to another node"
+        said = re.search(rf"^ddplab launch: preempted \({told}\), state saved at step (\d+): ", out, re.M)
+        assert code == 4 and said, f"node {node}: exit {code}\n{out[-2000:]}{err[-3000:]}"
+        steps.add(int(said.group(1)))
+        for banner in ("FAILED", "Root Cause", "exitcode", "ChildFailedError"):
+            assert banner not in out + err, f"node {node}: {err[-3000:]}"
+    assert len(steps) == 1 and len(list((tmp_path / "c").glob("step-*.pt"))) == 1, steps
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wrap", ["zero1", "fsdp"])
 def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_leftover_workers):

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from ddplab import ckptfile, faults, statedict
 from ddplab.errors import DdplabError
+from ddplab.stamps import stamp
 
 PREEMPTED_EXIT = 4  # "preempted, state saved": start it again to resume (shared/design.md's table)
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
@@ -55,7 +56,11 @@ NOTE_VAR = "DDPLAB_PREEMPT_NOTE"  # the launcher's file where rank 0 says at whi
 saved_on_notice = False
 
 
-CHECK_PERIOD_S = 0.2  # the stop check runs about this often: its all-reduce then costs well under 1 % of the time
+# The stop check runs about this often: its all-reduce (a fraction of a millisecond to launch) then costs well under
+# 1 % of the time, and a signal is agreed within about two periods - 0.2 s, or a few times that when a loaded
+# machine slows the steps after N was chosen (benchmarks/preempt_trials.py measures it: issue 40 asks an exit within
+# 5 s of the signal).
+CHECK_PERIOD_S = 0.1
 MAX_CHECK_INTERVAL = 100  # steps between two checks, at most
 
 
@@ -67,8 +72,9 @@ class StopFlag:
     waits on the check's round trip. A check on every step of a few-millisecond step would still cost ~5 % of it
     (launching a collective, and on few cores the collective itself: benchmarks/stop_check_cost.py --in-run), so
     the check runs every N steps, N such that checks come about CHECK_PERIOD_S apart: each rank proposes N from its
-    own step time in the same all-reduce (MAX), so every rank counts the same N. A signal stops the run within
-    about two periods - a fraction of any grace a machine gives."""
+    own step time in the same all-reduce and the smallest wins (the slowest rank's: a MAX of -N), so every rank
+    counts the same N. A signal stops the run within about two periods - a fraction of any grace a machine
+    gives."""
 
     def __init__(self, signals: Iterable[str] = SIGNALS, device: torch.device | None = None):
         self.signal: int | None = None
@@ -90,6 +96,7 @@ class StopFlag:
 
     def _seen(self, signum, frame) -> None:
         self.signal = signum  # only a flag: the step in progress finishes, then every rank agrees
+        stamp("rank", "signal")
 
     def agreed(self) -> bool:
         """True on every rank, at the same call, once any rank has seen a signal. A collective: every rank calls it
@@ -104,7 +111,8 @@ class StopFlag:
         interval = 1
         if self._work is not None:
             self._work.wait()
-            seen, interval = (int(v) for v in self._tensors[0].tolist())
+            seen, minus_interval = (int(v) for v in self._tensors[0].tolist())
+            interval = -minus_interval
             if seen:  # agreed: nothing more in flight, every rank stops here
                 self._work = None
                 return True
@@ -113,7 +121,7 @@ class StopFlag:
         self._since, self._interval, self._left = now, interval, interval
         proposed = min(MAX_CHECK_INTERVAL, max(1, math.ceil(CHECK_PERIOD_S / step_s))) if step_s > 0 else 1
         self._tensors.reverse()
-        self._tensors[0].copy_(torch.tensor([1 if self.signal is not None else 0, proposed], dtype=torch.int32))
+        self._tensors[0].copy_(torch.tensor([1 if self.signal is not None else 0, -proposed], dtype=torch.int32))
         self._work = dist.all_reduce(self._tensors[0], op=dist.ReduceOp.MAX, async_op=True)
         return False
 
@@ -275,9 +283,12 @@ class Checkpointer:
         self.step += 1
         faults.preempt_after(self.step, lambda: self.flag.signal is not None)
         stop = self.flag.agreed()
+        if stop:
+            stamp("rank", f"agreed {self.step}")
         if stop or (self.every and self.step % self.every == 0):
             path = self.save()
             if stop:
+                stamp("rank", "saved")
                 global saved_on_notice
                 self.stopped = saved_on_notice = True
                 self._announce(path)
@@ -391,9 +402,10 @@ class Checkpointer:
         return name
 
     def _announce(self, path: Path | None) -> None:
-        if self.rank != 0:
-            return
-        print(f"preempted, state saved at step {self.step} ({path})", file=sys.stderr, flush=True)
+        """Rank 0 says it; every rank notes it (the path came back from rank 0's save): on several machines each
+        node's `ddplab launch` reads its own ranks' note, and a node without rank 0 must know the state is safe."""
+        if self.rank == 0:
+            print(f"preempted, state saved at step {self.step} ({path})", file=sys.stderr, flush=True)
         _note({"step": self.step, "path": os.path.abspath(path)})
 
 
