@@ -7,6 +7,8 @@
             ...one optimizer step...
             ckpt.step_done()                     # every rank stops at the same step: saved, then exit code 4
                                                  # (on an epoch's last step: after the epoch's end)
+    if rank == 0:
+        resume.save_file(model.state_dict(), "model.pt")   # a final file, never torn, on a bucket mount too
 
 - SIGTERM / SIGUSR1 / SIGUSR2 (a spot instance's notice, `ddplab launch` passing one on, Slurm's --signal) only set a
   flag; step_done() shares it through a small all-reduce every few steps (StopFlag), so a signal seen by any rank
@@ -407,6 +409,22 @@ class Checkpointer:
         if self.rank == 0:
             print(f"preempted, state saved at step {self.step} ({path})", file=sys.stderr, flush=True)
         _note({"step": self.step, "path": os.path.abspath(path)})
+
+
+def save_file(obj: Any, path: str | os.PathLike) -> None:
+    """torch.save(obj, path) that never leaves a torn file under `path`, wherever the folder is: a temporary file
+    and a rename, or, on a bucket mount that cannot rename (mountpoint-s3, gcsfuse: os.replace fails or copies), the
+    file written whole under its name (an object appears when its upload ends). A script's final model, say.
+    Call it on one rank; a write that fails is one line and exit code 2 (ddplab.ckptfile.atomic_save)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _refuse(f"cannot create {path.parent} ({e.strerror}): choose a writable --out", everyone=True)
+    try:
+        ckptfile.atomic_save(obj, path)
+    except DdplabError as e:
+        _refuse(str(e).replace("--checkpoint-dir", "path"), everyone=True)
 
 
 def _plain_epoch(state):
