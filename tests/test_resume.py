@@ -470,40 +470,49 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(ref
 
 
 @pytest.mark.slow
-def test_another_runs_checkpoints_are_refused_in_one_line_and_kept(tmp_path, no_leftover_workers):
-    """A checkpoint of a 1-process run: another model shape, another run name, another number of ranks - each one
-    line, exit 2, the files untouched."""
+def in_process(*argv: str) -> int:
+    """SCRIPT run as `python SCRIPT ARGV` in this process (one rank: ddplab.dist's session makes a group of one),
+    without the seconds of a new interpreter importing torch; its exit code. The signal handlers
+    ddplab.resume installs are this process's: put back after."""
+    import runpy
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)}
+    argv_before = sys.argv
+    sys.argv = [str(SCRIPT), *argv]
+    try:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = argv_before
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def test_another_runs_checkpoints_are_refused_in_one_line_and_kept(tmp_path, capsys, no_leftover_workers):
+    """A checkpoint of a 1-process run: another model shape, another run name - ddplab.resume's one line, exit 2
+    (in this process, as the checkpoint was written); another number of ranks - `ddplab launch`'s one line, exit 2
+    - the files untouched each time."""
     ckpt = tmp_path / "run"
-    subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--ckpt",
-            str(ckpt),
-            "--losses",
-            str(tmp_path / "l"),
-            "--out",
-            str(tmp_path / "o"),
-            "--epochs",
-            "1",
-            "--every",
-            "5",
-        ],
-        check=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    files = ["--ckpt", str(ckpt), "--losses", str(tmp_path / "l"), "--out", str(tmp_path / "o")]
+    assert in_process(*files, "--epochs", "1", "--every", "5") == 0
     before = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
     assert before
+    capsys.readouterr()
     for extra, says in (
         (["--hidden", "16"], "holds checkpoints of another run (other model shapes)"),
         (["--name", "other"], "holds checkpoints of another run (run: '' there, 'other' here)"),
-        ([], "was written by 1 rank(s), this run has 2: resume with 1"),
     ):
-        ran = run_script(tmp_path, "run", *extra, expect=2)
-        ours = [line for line in ran.err.splitlines() if line.startswith("ddplab launch: error:")]
-        assert len(ours) == 1 and says in ours[0] and "Traceback" not in ran.err, ran.err[-2000:]
+        assert in_process(*files, *extra) == 2
+        err = capsys.readouterr().err
+        ours = [line for line in err.splitlines() if line.startswith("ddplab.resume: error:")]
+        assert len(ours) == 1 and says in ours[0] and "Traceback" not in err, err[-2000:]
         assert {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()} == before
+    ran = run_script(tmp_path, "run", expect=2)
+    ours = [line for line in ran.err.splitlines() if line.startswith("ddplab launch: error:")]
+    assert len(ours) == 1 and "was written by 1 rank(s), this run has 2: resume with 1" in ours[0], ran.err[-2000:]
+    assert "Traceback" not in ran.err and {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()} == before
 
 
 UNSHARE = shutil.which("unshare")
@@ -552,8 +561,9 @@ def test_a_read_only_or_full_folder_is_one_line_and_exit_2(tmp_path, mount, args
 
 # Each recipe for a few hundred steps, a metrics line every `--log-every` steps; the signal comes after a random
 # number of lines within the first third of the run.
+# linear and gpt: the two data paths of the one training loop (tensors, tokens); mlp, another model on linear's
+# path, added a third of this file's CPU time and nothing the stop or the resume do differently.
 RECIPE_RUNS = {
-    "mlp": (["--samples", "1024", "--hidden", "32", "--epochs", "30", "--batch-size", "16", "--log-every", "8"], 40),
     "linear": (["--samples", "1024", "--epochs", "30", "--batch-size", "16", "--log-every", "8"], 40),
     "gpt": (["--max-steps", "150", "--batch-size", "2", "--log-every", "5"], 10),
 }
@@ -562,8 +572,10 @@ RECIPE_RUNS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPE_RUNS)
 def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(recipe, tmp_path, no_leftover_workers):
-    """The recipes use the same stop flag: SIGTERM to `ddplab train` at a random moment, --resume, the final weights
-    bitwise those of an uninterrupted run."""
+    """The recipes use the same stop flag: SIGTERM to `ddplab train` at a random moment: every rank saved at one
+    step, exit 4 with the one line and no torchrun report, every process gone well before the grace (the caller
+    leaves without its torch teardown: it took 3 of the 3.6 s to the exit); --resume, the final weights bitwise
+    those of an uninterrupted run."""
     import torch
 
     options, lines = RECIPE_RUNS[recipe]
@@ -577,8 +589,10 @@ def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(recip
     at = random.randint(1, lines)
     wait_for(lambda: lines_in(ckpt / "metrics.jsonl") >= at, proc, 150, f"metrics line {at}")
     proc.send_signal(signal.SIGTERM)
-    code, out, err = finish(proc, 30 + 15)
+    code, out, err = finish(proc, 30)  # the grace is 30 s: ending before it is the point
     assert code == 4 and "preempted, state saved at step " in out, (code, out, err[-3000:])
+    for banner in ("FAILED", "Root Cause", "exitcode", "Traceback", "terminate called"):
+        assert banner not in out + err, err[-3000:]
     saved = int(out.split("state saved at step ")[1].split(":")[0])
     assert saved >= every * at
 
@@ -591,3 +605,33 @@ def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(recip
     for line in (ckpt / "metrics.jsonl").open():
         row = json.loads(line)
         assert curve[row["step"]] == row["loss"], row["step"]
+
+
+def test_save_file_writes_whole_where_rename_fails_and_refuses_in_one_line(tmp_path, capsys):
+    """resume.save_file, the `ddplab new` script's final model.pt: in a folder where rename(2) fails for real
+    (append-only, as mountpoint-s3 refuses renames) the file is written whole under its name; a folder that cannot
+    be made is one line and exit 2."""
+    import torch
+    from test_ckptfile_commit import append_only
+
+    from ddplab import resume
+
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    try:
+        append_only(bucket, True)
+    except OSError as e:
+        pytest.skip(f"the append-only flag (chattr +a) is refused here ({e.strerror}): needs root on ext4/xfs/btrfs")
+    try:
+        resume.save_file({"w": torch.ones(3)}, bucket / "model.pt")
+        assert torch.equal(torch.load(bucket / "model.pt", weights_only=True)["w"], torch.ones(3))
+        with pytest.raises(PermissionError):  # the folder really refuses renames
+            os.rename(bucket / "model.pt", bucket / "moved.pt")
+    finally:
+        append_only(bucket, False)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        resume.save_file({"w": torch.ones(3)}, tmp_path / "file" / "model.pt")
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ddplab.resume: error: cannot create ") and "\n" not in err, err
