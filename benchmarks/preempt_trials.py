@@ -196,6 +196,7 @@ def template_trial(nproc: int, folder: Path, reference: dict, span: float, times
     said = re.search(r"state saved at step (\d+):", out)
     saved_at = lines.first("preempted, state saved at step")
     if proc.returncode != 4 or not said or saved_at is None:
+        print(f"  stages: {stages(folder / 'stamps', sent_wall, ended - sent)}", flush=True)
         return False, f"exit {proc.returncode}: {(out + err)[-300:]}"
     report = [word for word in FAILURE_REPORT if word in err]
     again = template_launch(folder, nproc)
