@@ -635,3 +635,28 @@ def test_save_file_writes_whole_where_rename_fails_and_refuses_in_one_line(tmp_p
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("ddplab.resume: error: cannot create ") and "\n" not in err, err
+
+
+def test_a_loop_that_ends_at_a_saved_step_tells_the_launcher_it_is_saved(tmp_path, monkeypatch):
+    """A notice after the training loop (the final model being written) ends the ranks by the signal's default,
+    the loop's handlers gone; found by benchmarks/preempt_trials.py (2 of 20 random moments: exit 1). The loop's
+    end, at a step it saved, notes that save as a stop on the notice would: the launcher then says "state saved
+    at step N" and exits 4. In this process, one rank; the launcher reads the same note (the two-node test)."""
+    import torch
+
+    from ddplab import resume
+
+    note = tmp_path / "note.json"
+    monkeypatch.setenv(resume.NOTE_VAR, str(note))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)}
+    try:
+        ckpt = resume.Checkpointer(tmp_path / "c", every=2, model=torch.nn.Linear(2, 1))
+        assert json.loads(note.read_text()) == {"listening": True}
+        for _ in ckpt.epochs(1):
+            for _ in ckpt.batches([0, 1, 2, 3]):
+                ckpt.step_done()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    said = json.loads(note.read_text())
+    assert said["step"] == 4 and said["path"] == str(next((tmp_path / "c").glob("step-00000004-*.pt"))), said
