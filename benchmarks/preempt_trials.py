@@ -125,11 +125,12 @@ TEMPLATE_EPOCHS = "30"  # 32 steps each at 2 ranks: a few seconds of training to
 FAILURE_REPORT = ("FAILED", "Root Cause", "exitcode", "ChildFailedError")
 
 
-def template_launch(folder: Path, nproc: int) -> subprocess.Popen:
+def template_launch(folder: Path, nproc: int, stamps: Path | None = None) -> subprocess.Popen:
+    env = ENV if stamps is None else {**ENV, "DDPLAB_PREEMPT_STAMPS": str(stamps)}
     return subprocess.Popen([sys.executable, "-m", "ddplab", "launch", "--nproc", str(nproc), "--no-lint",
                              "--hang-timeout", "0", str(folder / "train.py"), "--epochs", TEMPLATE_EPOCHS,
                              "--checkpoint-dir", str(folder / "ckpt"), "--out", str(folder / "model.pt")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
 
 
@@ -177,13 +178,13 @@ def torch_load(path: Path) -> dict:
 
 def template_trial(nproc: int, folder: Path, reference: dict, span: float, times: list) -> tuple[bool, str]:
     (folder / "train.py").write_bytes(TEMPLATE["text"])
-    proc = template_launch(folder, nproc)
+    proc = template_launch(folder, nproc, folder / "stamps")
     lines = Lines(proc)
     if not wait(lambda: lines.first("epoch 1/") is not None, proc):
         end(proc)
         return False, "never printed its first epoch"
     time.sleep(random.uniform(0, 0.9 * span))  # a random moment: a benchmark, not a test (tests wait on events)
-    sent = time.monotonic()
+    sent, sent_wall = time.monotonic(), time.time()
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=60)
@@ -195,6 +196,7 @@ def template_trial(nproc: int, folder: Path, reference: dict, span: float, times
     said = re.search(r"state saved at step (\d+):", out)
     saved_at = lines.first("preempted, state saved at step")
     if proc.returncode != 4 or not said or saved_at is None:
+        print(f"  stages: {stages(folder / 'stamps', sent_wall, ended - sent)}", flush=True)
         return False, f"exit {proc.returncode}: {(out + err)[-300:]}"
     report = [word for word in FAILURE_REPORT if word in err]
     again = template_launch(folder, nproc)
@@ -204,11 +206,25 @@ def template_trial(nproc: int, folder: Path, reference: dict, span: float, times
 
     weights = torch_load(folder / "model.pt") if (folder / "model.pt").exists() else {}
     bitwise = weights.keys() == reference.keys() and all(torch.equal(weights[k], reference[k]) for k in reference)
-    times.append((saved_at - sent, ended - sent))
+    times.append((saved_at - sent, ended - sent, stages(folder / "stamps", sent_wall, ended - sent)))
     ok = not report and again.returncode == 0 and resumed and bitwise
+    print(f"  stages: {times[-1][2]}", flush=True)
     return ok, (f"saved at step {said.group(1)} {saved_at - sent:.2f} s after the signal, exit 4 after "
                 f"{ended - sent:.2f} s; failure report: {', '.join(report) or 'none'}; resumed: {resumed}, "
                 f"exit {again.returncode}, weights bitwise equal: {bitwise}")
+
+
+def stages(path: Path, sent: float, exited: float) -> str:
+    """Each stage of the stop (ddplab/stamps.py), in seconds after the signal: where the time went."""
+    try:
+        rows = [line.split(" ", 3) for line in path.read_text().splitlines()]
+    except FileNotFoundError:
+        return "no stamps"
+    firsts: dict[str, list[str]] = {}
+    for when, _pid, who, stage in rows:
+        stage = stage if not stage.startswith(("told ", "agreed ")) else stage.split()[0]
+        firsts.setdefault(f"{who} {stage}", []).append(f"{float(when) - sent:.2f}")
+    return ", ".join(f"{k} {'/'.join(v)}" for k, v in firsts.items()) + f", exit {exited:.2f}"
 
 
 def main() -> int:
@@ -241,9 +257,11 @@ def main() -> int:
     for (kind, nproc), passed in totals.items():
         print(f"{kind} at {nproc} ranks: {passed}/{args.trials} passed")
         if times[(kind, nproc)]:
-            to_save, to_exit = zip(*times[(kind, nproc)])
+            to_save, to_exit, where = zip(*times[(kind, nproc)])
             print(f"  signal to save: worst {max(to_save):.2f} s, median {sorted(to_save)[len(to_save) // 2]:.2f} s;"
-                  f" signal to exit: worst {max(to_exit):.2f} s, median {sorted(to_exit)[len(to_exit) // 2]:.2f} s")
+                  f" signal to exit: worst {max(to_exit):.2f} s, median {sorted(to_exit)[len(to_exit) // 2]:.2f} s;"
+                  f" within 5 s: {sum(t <= 5 for t in to_exit)}/{len(to_exit)}")
+            print(f"  the worst run's stages (s after the signal): {where[to_exit.index(max(to_exit))]}")
     return 0 if all(v == args.trials for v in totals.values()) else 1
 
 

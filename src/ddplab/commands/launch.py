@@ -178,10 +178,12 @@ def run(args) -> int:
     )
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
         from ddplab.launcher.preempt import outcome
+        from ddplab.stamps import stamp
 
         stopped = outcome(ran.preempted["signal"], grace, ran.note, ran.lingering)
         _clean(plan.log_dir, asked_logs, keep=False)
         report.emit(stopped, as_json, lambda con, r: con.print("ddplab launch: " + "\n".join(r.lines()), markup=False))
+        stamp("launch", "said")
         return stopped.exit_code
     if ran.status == "failed" and ran.note.get("refused"):  # ddplab.resume stopped every rank on bad input
         _clean(plan.log_dir, asked_logs, keep=False)

@@ -29,6 +29,7 @@ from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.launchplan import BOOTSTRAP, Refused, plan, plan_script
 from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
+from ddplab.stamps import stamp
 
 
 def spawn(
@@ -118,6 +119,7 @@ def main(spec_path: str) -> int:
         launcher_error = _one_line(e)
         traceback.print_exc()
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
+    stamp("agent", "ranks ended")
     return 1 if failures or launcher_error else 0
 
 

@@ -35,6 +35,7 @@ from ddplab.launcher.outcome import Failed, RankOutcome, RunResult, root_cause
 from ddplab.launcher.procs import end_tree
 from ddplab.launcher.progress import read_events
 from ddplab.ports import free_port, port_is_free
+from ddplab.stamps import stamp
 
 POLL_S = 0.05
 TORCH_DUMP_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
@@ -181,6 +182,8 @@ class PendingRun:
                     # Every result is on disk: waiting for the agent's orderly exit (exit barrier, interpreter
                     # teardown) would add most of a second and tell nothing more.
                     status = "done"
+                    if notice.requested:
+                        stamp("launch", "results read")
                     break
                 if notice.requested:  # the ranks save, then return their results; no hang watch meanwhile
                     notice.forward(_worker_pids(run_dir, nproc).values())
@@ -215,6 +218,8 @@ class PendingRun:
             if grace is not None:
                 notice.__exit__()
             end_all(proc, run_dir, nproc)
+            if notice.requested:
+                stamp("launch", "tree ended")
             follow.poll()
             if status == "interrupted" and not keep_dir:
                 # The user stopped a run that had not failed: nothing of it stays in /tmp (a hang or a failure

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab.launcher.procs import pid_alive
+from ddplab.stamps import stamp
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
 DEFAULT_GRACE_S = 30.0  # GKE's default notice; AWS spot gives 120 s, RunPod's interruptible pods ~5 s
@@ -33,8 +34,11 @@ EXIT_PREEMPTED = 4  # = ddplab.resume.PREEMPTED_EXIT: "preempted, state saved; s
 class Forwarder:
     """Catches the notice while installed; forward() passes it on to each rank once; expired() after the grace."""
 
-    def __init__(self, grace: float = DEFAULT_GRACE_S):
+    def __init__(self, grace: float = DEFAULT_GRACE_S, known=None):
+        """known: a callable giving the pids of the ranks seen so far: told from the signal handler itself, not
+        at the caller's next poll (up to 0.2 s later, more on a loaded machine)."""
         self.grace = grace
+        self.known = known
         self.signal: int | None = None
         self.at = 0.0
         self.sent: set[int] = set()
@@ -54,6 +58,9 @@ class Forwarder:
     def _seen(self, signum, frame) -> None:
         if self.signal is None:
             self.signal, self.at = signum, time.monotonic()
+            stamp("launch", "signal")
+            if self.known is not None:
+                self.forward(self.known())
 
     def noticed(self, source: str) -> None:
         """A notice from elsewhere (the metadata server): the same stop as SIGTERM, named by its source. Called from
@@ -72,6 +79,7 @@ class Forwarder:
                 self.sent.add(pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGTERM)
+                    stamp("launch", f"told {pid}")
 
     def ranks_gone(self) -> bool:
         """Every rank that was told has exited (it saved, or could not)."""

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.hang import ScriptWatch
 from ddplab.launcher.procs import end_tree
 from ddplab.launcher.stacks import RankStack
+from ddplab.stamps import stamp
 
 AGENT_LEAVES_S = 5.0  # after the ranks have left on a notice, the most the agent is given to copy out their last lines
 
@@ -183,7 +185,8 @@ def run_script(
     progress = None if redirected else watch.note_output
     pumps = [_pump(proc.stdout, output, launcher_log, progress), _pump(proc.stderr, sys.stderr, launcher_log, progress)]
     status, stacks, dumps, lingering = "ok", None, None, []
-    notice = preempt.Forwarder(grace).__enter__()  # `kill` of ddplab: the ranks save, then nothing is orphaned
+    # `kill` of ddplab: the ranks save, then nothing is orphaned; the ranks seen so far are told at once
+    notice = preempt.Forwarder(grace, known=lambda: list(watch.seen)).__enter__()
     saved_at = None  # when rank 0 said it saved on the notice: from then on, the ranks have LEAVE_S to leave
     polling = contextlib.nullcontext()
     if notice_source is not None:
@@ -199,17 +202,21 @@ def run_script(
                 workers = watch.workers()
                 notice.forward(p.pid for p in workers)
                 if notice.ranks_gone():
+                    stamp("launch", "ranks gone")
                     _agent_leaves(proc, watch, notice)
+                    stamp("launch", "agent gone" if proc.poll() is not None else "agent still there")
                     break
                 if notice.expired():
                     break
                 if saved_at is None and "step" in preempt.read_note(early.folder):
                     saved_at = time.monotonic()
+                    stamp("launch", "read the save")
                 if saved_at is not None and time.monotonic() - saved_at > preempt.LEAVE_S:
                     # The state is safe; a rank still here holds the machine's last seconds for nothing. What it
                     # is doing is said (its stack), then it is ended; the agent, its ranks all gone, then copies
                     # out their last lines and leaves by itself (_agent_leaves).
                     still = [p for p in workers if procs.alive(p)]
+                    stamp("launch", "ending lingering ranks")
                     lingering = watch.stacks(still)
                     for worker in still:
                         with contextlib.suppress(psutil.Error):
@@ -236,14 +243,19 @@ def run_script(
         notice.__exit__()
         for pump in pumps:
             pump.join(timeout=5)
+        if notice.requested:
+            stamp("launch", "tree ended")
     outcome = read_json(log_dir / "ddplab-outcome.json", None)
     if outcome is None:
         outcome = {"failures": {}, "launcher_error": None if status != "ok" else "the launcher exited without a result"}
     preempted = None
+    note = preempt.read_note(early.folder)
     if notice.requested and status == "ok":
         status = "preempted"
         preempted = {"signal": budget.reason() if budget and budget.reached_at else notice.name, "grace": grace}
-    note = preempt.read_note(early.folder)
+    elif status == "ok" and _stopped_by_a_peer(outcome, note):
+        status = "preempted"
+        preempted = {"signal": "a notice to another node", "grace": grace}
     if status == "ok" and (outcome["failures"] or outcome.get("launcher_error")):
         status = "failed"
     if dumps is None and status == "failed":
@@ -271,6 +283,15 @@ def run_script(
         note,
         lingering,
     )
+
+
+def _stopped_by_a_peer(outcome: dict, note: dict) -> bool:
+    """No notice came here, but another node's did: the ranks agreed the stop with its ranks (ddplab.resume), saved,
+    and every one of this node's ranks left with 4 (or was ended after the save by the agent). Said as the
+    preemption it is, with exit 4, as on the node that was told."""
+    codes = [failure.get("exitcode") for failure in outcome["failures"].values()]
+    left = (preempt.EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL)
+    return "step" in note and bool(codes) and all(code in left for code in codes) and not outcome.get("launcher_error")
 
 
 def _agent_leaves(

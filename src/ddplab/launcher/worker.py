@@ -22,6 +22,7 @@ from ddplab.launcher import progress
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.lifeline import die_with_parent
 from ddplab.sanitize import rankside
+from ddplab.stamps import stamp
 
 
 def resolve(target: str):
@@ -63,6 +64,7 @@ def main(spec_path: str) -> None:
         raise
     progress.mark("done")
     write_atomic(run_dir / "results" / f"local{local}.json", value)
+    stamp("rank", "result written")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from torch import nn
 import ddplab.dist as dd
 from ddplab import ckptfile, resume, statedict
 from ddplab.errors import DdplabError
+from ddplab.stamps import stamp
 from ddplab.train.config import TrainConfig
 from ddplab.train.data import TensorData
 
@@ -103,8 +104,10 @@ class Checkpointer:
             self._save(step, epoch, step_in_epoch)
         if done or self.stop is None or not self.stop.agreed():
             return None
+        stamp("rank", f"agreed {step}")
         if self.directory and self.saved_step != step:
             self._save(step, epoch, step_in_epoch)
+        stamp("rank", "saved")
         if not self.directory:
             return Preempted(step, None)
         return Preempted(step, str(self.saved) if self.saved else str(self.directory))
