@@ -13,10 +13,11 @@ import signal
 from conftest import Ran
 
 
-def here(*args: str, env: dict | None = None, cwd=None, stdin: str | None = None) -> Ran:
+def here(*args: str, env: dict | None = None, cwd=None, stdin: str | None = None, timeout: float = 0) -> Ran:
     """`ddplab ARGS` as cli() runs it (NO_COLOR, 200 columns, ENV on top of this process's environment; a value
     None unsets the variable), its exit code, stdout and stderr; the environment, the working folder and the
-    SIGTERM handler main installs are put back afterwards."""
+    SIGTERM handler main installs are put back afterwards. `timeout` is cli()'s, unused: pytest-timeout's deadline
+    is the test's."""
     import sys
     import time
 
