@@ -1,0 +1,94 @@
+"""Write the consoles of real failing 2-rank torchrun runs that tests/explain/test_explain_read.py reads, to
+tests/logs/made/NAME.log. Run it after changing one of the scripts below (the tests refuse a log whose script changed
+since it was made) or to see a newer torch's output:
+
+    python tools/make_explain_logs.py              # every log
+    python tools/make_explain_logs.py name_error   # one
+
+Each run is what the tests used to start themselves (2-3 s of CPU each, for a text that only explain reads): plain
+torchrun, 2 CPU ranks on gloo, `--tee 3` (every rank's lines with `[defaultN]:`), the script in tests/scripts/. The
+log keeps the console verbatim below four header lines: how it was made, the script's sha256, torch's version.
+One real run per reader stays in the tests (crash_ddp.py's console, made at every run), so a torch whose output
+explain no longer reads is still caught there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
+OUT = ROOT / "tests" / "logs" / "made"
+
+# name -> (script, torchrun options, a text the console must hold: a run that raced the other way is made again)
+LOGS = {
+    "name_error": ("name_error.py", [], "NameError"),
+    "rank0_eval": ("rank0_eval.py", [], "Traceback"),
+    # rank 1 aborts at exit nearly always, not quite (tests/test_teardown.py): the log is the case where it did
+    "rank0_collective_peer_aborts": ("rank0_collective_peer_aborts.py", [], "(SIGABRT)"),
+    "crash_restart": ("crash_restart.py", ["--max-restarts", "1"], "Traceback"),
+}
+
+
+def script_sha256(script: str) -> str:
+    return hashlib.sha256((SCRIPTS / script).read_bytes()).hexdigest()
+
+
+def run(script: str, options: list[str], deadline_s: float = 400) -> str:
+    """The console of one real 2-rank torchrun run of SCRIPT, which must fail."""
+    from ddplab.ports import free_port
+
+    with tempfile.TemporaryDirectory(prefix="ddplab-made-") as tmp:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+        cmd += ["--master-port", str(free_port()), "--log-dir", tmp, "--tee", "3", *options, str(SCRIPTS / script)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+        for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(var, None)
+        done = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=deadline_s
+        )
+    if done.returncode == 0:
+        raise SystemExit(f"{script}: the run passed; it must fail\n{done.stdout[-2000:]}")
+    return done.stdout
+
+
+def make(name: str, tries: int = 5) -> Path:
+    import torch
+
+    script, options, must_hold = LOGS[name]
+    for _ in range(tries):
+        console = run(script, options)
+        if must_hold in console:
+            break
+    else:
+        raise SystemExit(f"{name}: {tries} runs, none printed {must_hold!r}")
+    header = [
+        f"# made-by: python tools/make_explain_logs.py {name}",
+        f"# command: torchrun --nproc-per-node 2 --tee 3 {' '.join(options)} tests/scripts/{script}".replace("  ", " "),
+        f"# script-sha256: {script_sha256(script)}",
+        f"# torch: {torch.__version__}",
+    ]
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.log"
+    path.write_text("\n".join(header) + "\n" + console)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"which logs (default: all): {', '.join(LOGS)}")
+    names = parser.parse_args().names or list(LOGS)
+    if unknown := [n for n in names if n not in LOGS]:
+        parser.error(f"unknown log(s) {', '.join(unknown)}: choose from {', '.join(LOGS)}")
+    for name in names:
+        print(make(name))
+
+
+if __name__ == "__main__":
+    main()
