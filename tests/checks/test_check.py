@@ -36,9 +36,12 @@ def test_full_check_passes(nproc, no_leftover_workers):
 
 
 def test_text_output_is_a_table_and_a_verdict(no_leftover_workers):
-    ran = cli("check", "--stages", "collectives")
+    # under CUDA_VISIBLE_DEVICES=-1 (every GPU hidden, as CUDA reads it): the 2 CPU ranks are fine with it
+    # (test_visible_devices.py reads the preflight's findings in-process; this is the run with ranks)
+    ran = cli("check", "--stages", "collectives", env={"CUDA_VISIBLE_DEVICES": "-1"})
     assert ran.code == 0, ran.err
     assert "collectives" in ran.out and "PASS" in ran.out and "verdict: READY" in ran.out
+    assert "CUDA_VISIBLE_DEVICES=-1 (every GPU hidden)" in " ".join(ran.out.split()), ran.out
     rows = [line.split()[0] for line in ran.out.splitlines() if line.split()[:1] in (["devices"], ["ddp"])]
     assert rows == []  # only the asked-for stages (and preflight) have rows
 
