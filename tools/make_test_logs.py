@@ -1,21 +1,23 @@
-"""Write the consoles of real failing 2-rank torchrun runs that tests/explain/test_explain_read.py reads, to
-tests/logs/made/NAME.log. Run it after changing one of the scripts below (the tests refuse a log whose script changed
-since it was made) or to see a newer torch's output:
+"""Write the outputs of real runs that tests only read, to tests/logs/made/: the consoles of failing 2-rank torchrun
+runs that tests/explain/test_explain_read.py explains (NAME.log), and `ddplab bench`'s JSON that tests/perf/test_scale.py
+gives `ddplab scale --bench` (NAME.json). Run it after changing one of the scripts below (the tests refuse a log whose
+script changed since it was made) or to see a newer torch's output:
 
-    python tools/make_explain_logs.py              # every log
-    python tools/make_explain_logs.py name_error   # one
+    python tools/make_test_logs.py              # every one
+    python tools/make_test_logs.py name_error   # one
 
 Each run is what the tests used to start themselves (2-3 s of CPU each, for a text that only explain reads): plain
 torchrun, 2 CPU ranks on gloo, `--tee 3` (every rank's lines with `[defaultN]:`), the script in tests/scripts/. The
 log keeps the console verbatim below four header lines: how it was made, the script's sha256, torch's version.
 One real run per reader stays in the tests (crash_ddp.py's console, made at every run), so a torch whose output
-explain no longer reads is still caught there.
+explain no longer reads is still caught there; bench's JSON keys are pinned by tests/perf/test_bench.py's real runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +36,11 @@ LOGS = {
     "rank0_collective_peer_aborts": ("rank0_collective_peer_aborts.py", [], "(SIGABRT)"),
     "crash_restart": ("crash_restart.py", ["--max-restarts", "1"], "Traceback"),
 }
+
+
+# name -> `ddplab ARGS` whose --json output is kept; bench's all_reduce times over 4K..4M on 2 CPU ranks. A run whose
+# times do not grow with size (a loaded machine) has no ring fit: it is made again.
+JSON = {"bench_all_reduce": ["bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10"]}
 
 
 def script_sha256(script: str) -> str:
@@ -69,7 +76,7 @@ def make(name: str, tries: int = 5) -> Path:
     else:
         raise SystemExit(f"{name}: {tries} runs, none printed {must_hold!r}")
     header = [
-        f"# made-by: python tools/make_explain_logs.py {name}",
+        f"# made-by: python tools/make_test_logs.py {name}",
         f"# command: torchrun --nproc-per-node 2 --tee 3 {' '.join(options)} tests/scripts/{script}".replace("  ", " "),
         f"# script-sha256: {script_sha256(script)}",
         f"# torch: {torch.__version__}",
@@ -80,14 +87,31 @@ def make(name: str, tries: int = 5) -> Path:
     return path
 
 
+def make_json(name: str, tries: int = 5) -> Path:
+    args = [*JSON[name], "--json"]
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=300)
+        if done.returncode == 0 and json.loads(done.stdout).get("ring_fit"):
+            break
+    else:
+        raise SystemExit(
+            f"{name}: {tries} runs of ddplab {' '.join(args)}, none with a ring fit\n{done.stderr[-2000:]}"
+        )
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    path.write_text(done.stdout)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help=f"which logs (default: all): {', '.join(LOGS)}")
-    names = parser.parse_args().names or list(LOGS)
-    if unknown := [n for n in names if n not in LOGS]:
-        parser.error(f"unknown log(s) {', '.join(unknown)}: choose from {', '.join(LOGS)}")
+    known = [*LOGS, *JSON]
+    parser.add_argument("names", nargs="*", help=f"which (default: all): {', '.join(known)}")
+    names = parser.parse_args().names or known
+    if unknown := [n for n in names if n not in known]:
+        parser.error(f"unknown: {', '.join(unknown)}: choose from {', '.join(known)}")
     for name in names:
-        print(make(name))
+        print(make(name) if name in LOGS else make_json(name))
 
 
 if __name__ == "__main__":

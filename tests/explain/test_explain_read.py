@@ -4,7 +4,7 @@ the structured reading when no rule knows the error.
 
 Every log here is made from a real failing run (torchrun or `ddplab launch` of a script in tests/scripts/ that fails),
 then shaped the way another launcher or a terminal would show it. crash_ddp.py's console and ddplab's own reports are
-made at every run; the other consoles, which only explain reads, were made the same way by tools/make_explain_logs.py
+made at every run; the other consoles, which only explain reads, were made the same way by tools/make_test_logs.py
 and are kept in tests/logs/made/ (a log whose script changed since is refused: make it again).
 """
 
@@ -33,7 +33,7 @@ from ddplab.ports import free_port
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 MADE = Path(__file__).parents[1] / "logs" / "made"
-sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))  # make_explain_logs: which script made which log
+sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))  # make_test_logs: which script made which log
 TORCH_PREFIX = re.compile(r"^(?:\[default(\d+)\]:)?(?:\[rank(\d+)\]:)? ?")
 
 
@@ -86,21 +86,21 @@ def tagged(tag: str) -> list[int]:
 
 
 def made_console(name: str) -> str:
-    """The console of a real run kept in tests/logs/made/NAME.log (tools/make_explain_logs.py), without its header;
+    """The console of a real run kept in tests/logs/made/NAME.log (tools/make_test_logs.py), without its header;
     refused if the script it ran has changed since (its line numbers and texts would no longer be the script's)."""
-    from make_explain_logs import LOGS, script_sha256
+    from make_test_logs import LOGS, script_sha256
 
     header, _, console = (MADE / f"{name}.log").read_text().partition("\n# torch: ")
     made_from = dict(line[2:].split(": ", 1) for line in header.splitlines())["script-sha256"]
     assert made_from == script_sha256(LOGS[name][0]), (
         f"tests/scripts/{LOGS[name][0]} changed since tests/logs/made/{name}.log was made: "
-        f"python tools/make_explain_logs.py {name}"
+        f"python tools/make_test_logs.py {name}"
     )
     return console.partition("\n")[2]
 
 
 def test_every_made_log_is_its_scripts_current_run():
-    from make_explain_logs import LOGS
+    from make_test_logs import LOGS
 
     assert sorted(p.stem for p in MADE.glob("*.log")) == sorted(LOGS)
     for name, (_, _, must_hold) in LOGS.items():
