@@ -1,6 +1,7 @@
 """Write the outputs of real runs that tests only read, to tests/logs/made/: the consoles of failing 2-rank torchrun
-runs that tests/explain/test_explain_read.py explains (NAME.log), and `ddplab bench`'s JSON that tests/perf/test_scale.py
-gives `ddplab scale --bench` (NAME.json). Run it after changing one of the scripts below (the tests refuse a log whose
+runs that tests/explain/test_explain_read.py explains (NAME.log); `ddplab bench`'s JSON that tests/perf/test_scale.py
+gives `ddplab scale --bench`, and the check, bench and train outputs benchmarks/gpu_report.py renders in
+tests/test_gpu_validate.py (NAME.json). Run it after changing one of the scripts below (the tests refuse a log whose
 script changed since it was made) or to see a newer torch's output:
 
     python tools/make_test_logs.py              # every one
@@ -38,9 +39,23 @@ LOGS = {
 }
 
 
-# name -> `ddplab ARGS` whose --json output is kept; bench's all_reduce times over 4K..4M on 2 CPU ranks. A run whose
-# times do not grow with size (a loaded machine) has no ring fit: it is made again.
-JSON = {"bench_all_reduce": ["bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10"]}
+TINY_GPT = ["gpt", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "16"]
+# name -> (`ddplab ARGS` whose --json output is kept, what that output must hold or the run is made again).
+# bench_all_reduce: all_reduce over 4K..4M on 2 CPU ranks for test_scale.py (a loaded machine can give times that do
+# not grow with size: no ring fit). gpu_*: what benchmarks/gpu_validate.sh runs, at CPU size, for the report that
+# tests/test_gpu_validate.py renders ({tmp}: a folder of the run's own).
+JSON = {
+    "bench_all_reduce": (
+        ["bench", "all_reduce", "--nproc", "2", "-b", "4K", "-e", "4M", "-f", "4", "-n", "10"],
+        lambda d: d.get("ring_fit"),
+    ),
+    "gpu_check": (["check", "--stages", "collectives"], lambda d: d["ok"]),
+    "gpu_bench": (["bench", "-b", "1K", "-e", "4K", "all_reduce"], lambda d: d["status"] == "PASS"),
+    "gpu_train_ddp": (
+        ["train", *TINY_GPT, "--max-steps", "4", "--checkpoint-dir", "{tmp}/ck"],
+        lambda d: True,  # exit 0 says it trained
+    ),
+}
 
 
 def script_sha256(script: str) -> str:
@@ -88,15 +103,15 @@ def make(name: str, tries: int = 5) -> Path:
 
 
 def make_json(name: str, tries: int = 5) -> Path:
-    args = [*JSON[name], "--json"]
+    command, good = JSON[name]
     for _ in range(tries):
-        done = subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=300)
-        if done.returncode == 0 and json.loads(done.stdout).get("ring_fit"):
+        with tempfile.TemporaryDirectory(prefix="ddplab-made-") as tmp:
+            args = [a.replace("{tmp}", tmp) for a in command] + ["--json"]
+            done = subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=300)
+        if done.returncode == 0 and good(json.loads(done.stdout)):
             break
     else:
-        raise SystemExit(
-            f"{name}: {tries} runs of ddplab {' '.join(args)}, none with a ring fit\n{done.stderr[-2000:]}"
-        )
+        raise SystemExit(f"{name}: {tries} runs of ddplab {' '.join(command)}, none as wanted\n{done.stderr[-2000:]}")
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(done.stdout)
