@@ -1,12 +1,13 @@
 """Nothing hidden: every warning and failure a command's --json holds is readable, with its fix, in its text output
-(at 80 columns, and through a pipe: these runs capture stdout and stderr, no terminal)."""
+(at 80 columns, and through a pipe: these runs capture stdout and stderr, no terminal). None of these commands
+starts a process, so they run in this process (tests/inproc.py: the CLI's entry point less the interpreter)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from inproc import here
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 TEXT_KEYS = ("what", "problem", "message", "cause")
@@ -48,10 +49,10 @@ CASES = {
 def test_every_finding_in_json_is_in_the_text(case):
     args, env = CASES[case]
     env = {**env, "COLUMNS": "80"}
-    as_json = cli(*args, "--json", env=env)
+    as_json = here(*args, "--json", env=env)
     expected = findings(as_json.json())
     assert expected, f"{case}: the case shows nothing wrong, so it tests nothing"
-    text = cli(*args, env=env)
+    text = here(*args, env=env)
     assert text.code == as_json.code
     shown = flat(text.out + text.err)
     missing = [f for f in expected if flat(f) not in shown]

@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import cli
+from inproc import here
 
 from ddplab.checks.preflight import interface_matches
 
@@ -49,12 +50,16 @@ def test_check_fails_preflight_and_starts_no_rank(no_leftover_workers):
     assert stages["preflight"]["status"] == "FAIL" and _names_the_interfaces(stages["preflight"]["cause"])
     assert all(stages[s]["status"] == "SKIP" for s in ("devices", "collectives", "ddp"))
     assert ran.json()["problems"] == []  # no rank ran, so no rank's traceback
-    text = cli("check", env={"GLOO_SOCKET_IFNAME": MISSING, "COLUMNS": "80"}, timeout=120)
+
+
+def test_the_text_names_the_interfaces():
+    # the preflight alone (in this process): the same finding, rendered as text at 80 columns
+    text = here("check", "--stages", "preflight", env={"GLOO_SOCKET_IFNAME": MISSING, "COLUMNS": "80"})
     assert text.code == 1 and _names_the_interfaces(" ".join(text.out.split())) and "Traceback" not in text.out
 
 
 def test_nccl_name_only_warns_on_gloo():
-    ran = cli("check", "--stages", "preflight", "--json", env={"NCCL_SOCKET_IFNAME": MISSING})
+    ran = here("check", "--stages", "preflight", "--json", env={"NCCL_SOCKET_IFNAME": MISSING})
     assert ran.code == 0
     warned = [f for f in ran.json()["stages"][0]["details"]["findings"] if "NCCL_SOCKET_IFNAME" in f["what"]]
     assert [f["level"] for f in warned] == ["warn"]
@@ -68,6 +73,7 @@ def test_nccl_name_only_warns_on_gloo():
     ],
 )
 def test_train_and_launch_refuse_before_any_rank_starts(args, no_leftover_workers):
+    # a real process: train and launch start their agent while they check (start-up paid once), and it must end
     ran = cli(*args, env={"GLOO_SOCKET_IFNAME": MISSING}, timeout=120)
     assert ran.code == 2, ran.err
     assert len(ran.err.strip().splitlines()) == 1 and _names_the_interfaces(ran.err), ran.err

@@ -1,14 +1,16 @@
-"""`ddplab env`: the fields, the JSON keys, and each warning made to happen."""
+"""`ddplab env`: the fields, the JSON keys, and each warning made to happen. env starts no process: it runs in this
+process (tests/inproc.py); the last test runs `python -m ddplab` itself."""
 
 import sys
 
 from conftest import cli
+from inproc import here
 
 from ddplab import compat, envinfo
 
 
 def test_env_json_has_the_report_keys():
-    ran = cli("env", "--json")
+    ran = here("env", "--json")
     assert ran.code == 0, ran.err
     report = ran.json()
     for key in ("python", "torch", "backends", "devices", "env_vars", "warnings"):
@@ -20,16 +22,16 @@ def test_env_json_has_the_report_keys():
 
 
 def test_env_text_shows_a_verdict():
-    ran = cli("env")
+    ran = here("env")
     assert ran.code == 0
     assert "verdict:" in ran.out and "torch" in ran.out
 
 
 def test_a_problem_is_a_failed_check_exit_1_and_counted_in_words(capsys):
-    one = cli("env", env={"LOCAL_RANK": "abc"})
+    one = here("env", env={"LOCAL_RANK": "abc"})
     assert one.code == 1, one.err
     assert "verdict: FAIL 1 problem to fix" in one.out and "problem(s)" not in one.out
-    assert cli("env", "--json", env={"LOCAL_RANK": "abc"}).code == 1
+    assert here("env", "--json", env={"LOCAL_RANK": "abc"}).code == 1
     from ddplab import report
     from ddplab.commands.env import render
 
@@ -46,21 +48,21 @@ def test_a_problem_is_a_failed_check_exit_1_and_counted_in_words(capsys):
 
 
 def test_steering_variables_are_listed_and_secrets_masked():
-    ran = cli("env", "--json", env={"NCCL_DEBUG": "INFO", "TORCH_API_TOKEN": "s3cret", "GLOO_SOCKET_IFNAME": "lo"})
+    ran = here("env", "--json", env={"NCCL_DEBUG": "INFO", "TORCH_API_TOKEN": "s3cret", "GLOO_SOCKET_IFNAME": "lo"})
     found = ran.json()["env_vars"]
     assert found["NCCL_DEBUG"] == "INFO" and found["GLOO_SOCKET_IFNAME"] == "lo"
     assert found["TORCH_API_TOKEN"] == "****" and "s3cret" not in ran.out
 
 
 def test_malformed_launcher_variable_is_a_warning_with_a_fix():
-    ran = cli("env", "--json", env={"LOCAL_RANK": "abc"})
+    ran = here("env", "--json", env={"LOCAL_RANK": "abc"})
     warnings = ran.json()["warnings"]
     assert any("LOCAL_RANK='abc'" in w["problem"] and w["fix"] for w in warnings)
 
 
 def test_busy_master_port_is_a_warning(busy_port):
     port = busy_port
-    ran = cli("env", "--json", env={"MASTER_PORT": str(port)})
+    ran = here("env", "--json", env={"MASTER_PORT": str(port)})
     assert any(f"MASTER_PORT={port} is already in use" in w["problem"] for w in ran.json()["warnings"])
 
 

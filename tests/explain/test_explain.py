@@ -296,6 +296,8 @@ def test_gloo_size_mismatch_is_the_root_cause_not_the_peers_reset(no_leftover_wo
     # loaded machine makes likely: either way rank 0's end is a consequence, never the root cause.
     ended = rest.get("peer-closed") or rest["worker-terminated"]
     assert not ended.root_cause and (ended.consequence or ended.generic), list(rest)
+    # the layer that printed it, and the setting that makes it say more (test_explain_read.py's reading)
+    assert e.reading.layer == "gloo" and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in e.reading.more
 
 
 def test_isend_without_wait_is_explained_as_a_vanished_peer(no_leftover_workers):

@@ -662,7 +662,7 @@ def test_gpu_memory_is_what_nvidia_smi_shows_and_sizes_take_an_explicit_unit():
 
 
 def test_memory_command_counts_a_given_size_in_its_unit():
-    from conftest import cli
+    from inproc import here as cli  # memory starts no process: its entry point in this process
 
     ran = cli("memory", "linear", "--strategy", "ddp", "--gpus", "24GiB,24GB,A100", "--json", timeout=120)
     assert ran.code == 0, ran.err

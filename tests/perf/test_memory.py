@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cli
+from inproc import here as cli  # memory starts no process: its entry point in this process
 from torch import nn
 
 from ddplab.perf import memory
