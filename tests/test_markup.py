@@ -481,7 +481,7 @@ def test_lint_of_a_script_whose_path_and_line_carry_markup(tmp_path):
         f"if dist.get_rank() == 0:  # {MARK}\n"
         "    dist.all_reduce(x)\n"
     )
-    ran = cli("lint", str(script), timeout=60)
+    ran = cli("lint", "--all", str(script), timeout=60)  # a collective under a rank test: opt-in
     assert "Traceback" not in ran.err and ran.code == 1, ran.err
     assert f"{script}:4:" in ran.out, ran.out
     data = cli("lint", str(script), "--json", timeout=60).json()
@@ -529,7 +529,7 @@ def test_piped_output_keeps_paths_and_sentences_whole_without_trailing_spaces(tm
         "if dist.get_rank() == 0:\n"
         "    dist.all_reduce(x)\n"
     )
-    lint = _piped("lint", str(script))
+    lint = _piped("lint", "--all", str(script))  # collective-in-rank-branch is opt-in
     finding = next(line for line in lint.splitlines() if line.startswith(f"{script}:4: error"))
     assert len(finding) > 120  # the path, the rule and the message on one line, as an editor's jump list wants
     log = tmp_path / "run.log"

@@ -447,7 +447,8 @@ def test_the_layer_and_the_setting_that_makes_it_say_more():
 
 def launch(script: Path, *flags: str) -> tuple[subprocess.CompletedProcess, Path | None]:
     """`ddplab launch --nproc 2 SCRIPT` for real; its output and the log folder it names (any folder it prints)."""
-    ran = cli("launch", "--nproc", "2", *flags, str(script), timeout=240)
+    # its own port: torchrun's default 29500 may be taken by a parallel test between the preflight and the bind
+    ran = cli("launch", "--nproc", "2", "--master-port", str(free_port()), *flags, str(script), timeout=240)
     text = ran.out + ran.err
     folders = [Path(p) for p in re.findall(r"(/[^\s:;,()'\"]+)", text) if Path(p).is_dir() and Path(p) != Path("/")]
     folders = [f for f in folders if list(f.rglob("*.log"))]

@@ -231,6 +231,7 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         predicting.cancel()
+        shutil.rmtree(ns.sanitize_dir, ignore_errors=True)  # what the caller's `finally` would have removed
         os._exit(stopped.exit_code)
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
