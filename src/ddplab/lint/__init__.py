@@ -164,9 +164,6 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
-        facts.backward_helpers |= {
-            f.name for c in reader.calls_by_name.get("backward", []) if (f := reader.enclosing_function(c)) is not None
-        }
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -265,16 +262,6 @@ def _with_callers(found: set[str], calls: dict[str, set[str]]) -> set[str]:
     return found
 
 
-def _sets_print(reader, n: ast.AST) -> bool:
-    """`builtins.print = ...` (a print filter being installed)."""
-    return isinstance(n, ast.Assign) and any(
-        isinstance(t, ast.Attribute)
-        and t.attr == "print"
-        and reader.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-        for t in n.targets
-    )
-
-
 def _filter_installed(readers: list, installers: set[str]) -> bool:
     """The print filter is installed somewhere that runs: `builtins.print = ...` at a module's top level, or a call
     of an installer from outside the installers (init_distributed_mode -> setup_for_distributed, called by the
@@ -282,7 +269,7 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
     nothing."""
     for reader in readers:
         for n in reader.nodes:
-            if _sets_print(reader, n) and reader.enclosing_function(n) is None:
+            if reader.sets_print(n) and reader.enclosing_function(n) is None:
                 return True
             if (
                 isinstance(n, ast.Call)
@@ -311,7 +298,7 @@ def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
         for n in reader.nodes:  # each call and print assignment counts for every function it is in (one walk up)
             if isinstance(n, ast.FunctionDef):
                 calls.setdefault(n.name, set())
-            call, sets = isinstance(n, ast.Call), _sets_print(reader, n)
+            call, sets = isinstance(n, ast.Call), reader.sets_print(n)
             if not (call or sets):
                 continue
             outer = reader.parent.get(n)

@@ -861,12 +861,7 @@ class Checks(MultiGpuChecks):
                 continue
             if isinstance(n, ast.Call) and self.function_called(n) in installers:
                 return True
-            if isinstance(n, ast.Assign) and any(
-                isinstance(t, ast.Attribute)
-                and t.attr == "print"
-                and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-                for t in n.targets
-            ):
+            if self.sets_print(n):
                 return True
         return False
 
@@ -1408,17 +1403,6 @@ class Checks(MultiGpuChecks):
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
             here = list(walk_same_function(loop.body, into_loops=False))  # this loop's own level
             backward = next((c for c in here if isinstance(c, ast.Call) and method_name(c) == "backward"), None)
-            if backward is None and (where := self._steps_every_k_beside_helper(loop, here)) is not None:
-                self.add(
-                    where,
-                    "grad-accum-no-sync",
-                    WARNING,
-                    "gradient accumulation without no_sync(): the step runs every k-th iteration and a helper "
-                    "that runs backward on the others too, so DDP all-reduces in every backward (k-1 of every "
-                    "k all-reduces are wasted)",
-                    "run the micro-steps but the last inside `with model.no_sync():`",
-                )
-                continue
             if backward is None:
                 # loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0): backward every call, the step
                 # every k-th, inside a helper
@@ -1489,48 +1473,6 @@ class Checks(MultiGpuChecks):
                     for c in calls_in(loop.body[i + 1 :])
                 )
         return False
-
-    def _steps_every_k_beside_helper(self, loop: ast.AST, here: list[ast.AST]) -> ast.AST | None:
-        """`should_step = step % accum == 0; if should_step: optimizer.step()` with a project helper that runs
-        backward (`loss = self.training_step(...)`, in this file or another) called on the iterations that do not
-        step too: accumulation written as a step counter and a helper. Returns where the `% k` is written."""
-        helpers = [c for c in here if isinstance(c, ast.Call) and self.callee_last(c) in self.facts.backward_helpers]
-        if not helpers:
-            return None
-        scope = self.enclosing_function(loop)
-        for branch in (n for n in here if isinstance(n, ast.If)):
-            if (counted := self._every_k(branch, scope)) is None:
-                continue
-            steps = [
-                c
-                for c in calls_in(branch.body)
-                if method_name(c) == "step"
-                and "sched" not in dotted(c.func.value).lower()
-                and "lr" not in last(dotted(c.func.value)).lower()
-            ]
-            inside = set(map(id, calls_in(branch.body)))
-            if steps and any(id(h) not in inside for h in helpers):
-                return counted
-        return None
-
-    def _every_k(self, branch: ast.If, scope: ast.AST | None) -> ast.AST | None:
-        """Where the `if`'s `% k` test is written: in the `if` itself, or the assignment of the name it tests
-        (`should_step = i % k == 0`); None when it tests no `% k`."""
-
-        def counts(node: ast.AST) -> bool:
-            return any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(node))
-
-        if counts(branch.test):
-            return branch
-        if isinstance(branch.test, (ast.Name, ast.Attribute)):
-            stored = [
-                n
-                for n in (walk_same_function(scope.body) if scope else self.nodes)
-                if isinstance(n, ast.Assign) and any(dotted(t) == dotted(branch.test) for t in n.targets)
-            ]
-            if stored and all(counts(n.value) for n in stored):
-                return min(stored, key=lambda n: n.lineno)
-        return None
 
 
 PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}

@@ -205,7 +205,6 @@ class Facts:
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
-    backward_helpers: set = field(default_factory=set)  # project functions whose own body runs loss.backward()
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
@@ -445,6 +444,15 @@ class ScriptReader:
         head, _, rest = name.partition(".")
         full = self.aliases.get(head.rstrip("()"))
         return f"{full}.{rest}" if full and rest else (full or name)
+
+    def sets_print(self, n: ast.AST) -> bool:
+        """`builtins.print = ...` (a print filter being installed)."""
+        return isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Attribute)
+            and t.attr == "print"
+            and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+            for t in n.targets
+        )
 
     def callee(self, call: ast.Call) -> str:
         name = self._callees.get(call)
