@@ -42,14 +42,11 @@ def pytest_configure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject's addopts): half again as many workers as the cores this process may use, because a
-    worker spends about a third of its time waiting (hang tests wait out timeouts, clusters and ranks start): on 2
-    cores a run of 2 workers kept 1.25 cores busy (1,453 CPU s in 1,167 s). The GPU group runs in this process
+    """`-n auto` (pyproject's addopts): one worker per core this process may use; the GPU group in this process
     alone (its tests share one GPU and time it)."""
     if gpu_group_asked(config):
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores + max(1, cores // 2)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 _gpu_group_skipped = False
