@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import cli, kill_tree
 from conftest import finish as ended
+from test_ckptfile_commit import no_rename  # noqa: F401  (a fixture: a folder where rename(2) fails)
 
 SCRIPT = Path(__file__).parent / "scripts" / "resumable.py"
 # --grace 30, the default: a save on a loaded machine must not race a short grace (5 s failed once at load 8)
@@ -607,28 +608,18 @@ def test_sigterm_to_train_stops_every_rank_at_one_step_and_resumes_bitwise(recip
         assert curve[row["step"]] == row["loss"], row["step"]
 
 
-def test_save_file_writes_whole_where_rename_fails_and_refuses_in_one_line(tmp_path, capsys):
+def test_save_file_writes_whole_where_rename_fails_and_refuses_in_one_line(no_rename, tmp_path, capsys):  # noqa: F811
     """resume.save_file, the `ddplab new` script's final model.pt: in a folder where rename(2) fails for real
     (append-only, as mountpoint-s3 refuses renames) the file is written whole under its name; a folder that cannot
     be made is one line and exit 2."""
     import torch
-    from test_ckptfile_commit import append_only
 
     from ddplab import resume
 
-    bucket = tmp_path / "bucket"
-    bucket.mkdir()
-    try:
-        append_only(bucket, True)
-    except OSError as e:
-        pytest.skip(f"the append-only flag (chattr +a) is refused here ({e.strerror}): needs root on ext4/xfs/btrfs")
-    try:
-        resume.save_file({"w": torch.ones(3)}, bucket / "model.pt")
-        assert torch.equal(torch.load(bucket / "model.pt", weights_only=True)["w"], torch.ones(3))
-        with pytest.raises(PermissionError):  # the folder really refuses renames
-            os.rename(bucket / "model.pt", bucket / "moved.pt")
-    finally:
-        append_only(bucket, False)
+    resume.save_file({"w": torch.ones(3)}, no_rename / "model.pt")
+    assert torch.equal(torch.load(no_rename / "model.pt", weights_only=True)["w"], torch.ones(3))
+    with pytest.raises(PermissionError):  # the folder really refuses renames
+        os.rename(no_rename / "model.pt", no_rename / "moved.pt")
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit) as stopped:
         resume.save_file({"w": torch.ones(3)}, tmp_path / "file" / "model.pt")
