@@ -92,14 +92,18 @@ def _leave_now(code: int) -> None:
 
 
 def _stamp(stage: str) -> None:
-    """ddplab/stamps.py's stamp, for benchmarks/preempt_trials.py (not imported: a module named `stamps` of the
-    user's own would be shadowed)."""
+    """ddplab/stamps.py's stamp, for benchmarks/preempt_trials.py, written again here because this file imports no
+    ddplab module (see above). As there, a measurement never changes the run: a stamp that cannot be written is
+    dropped, not raised out of _leave_now before its os._exit."""
     path = os.environ.get("DDPLAB_PREEMPT_STAMPS")
     if path:
         import time
 
-        with open(path, "a") as f:
-            f.write(f"{time.time():.4f} {os.getpid()} rank {stage}\n")
+        try:
+            with open(path, "a") as f:
+                f.write(f"{time.time():.4f} {os.getpid()} rank {stage}\n")
+        except OSError:
+            pass
 
 
 def _without_launcher_frames(tb):
