@@ -21,7 +21,7 @@ import weakref
 import zlib
 from array import array
 from collections import Counter
-from itertools import combinations
+from itertools import combinations, groupby
 
 from ddplab.sanitize import Finding, ranks_text, rankside, short
 
@@ -153,19 +153,14 @@ class Observer(rankside.Observer):
             (record, t if n == t.shape[0] and width <= COLS and t.dim() == 2 else sample_rows(t, n, width))
             for record, t, n, width in pending
         ]  # the template's batch as it is: no torch call per batch
-        start = 0
-        while start < len(rows):
-            kind = (rows[start][1].dtype, rows[start][1].shape[1])
-            end = start + 1
-            while end < len(rows) and (rows[end][1].dtype, rows[end][1].shape[1]) == kind:
-                end += 1
-            run = [r for _, r in rows[start:end]]
+        for _, group in groupby(rows, key=lambda row: (row[1].dtype, row[1].shape[1])):
+            group = list(group)
+            run = [r for _, r in group]
             hashed = hash_rows(self.torch, (run[0] if len(run) == 1 else self.torch.cat(run)).detach())
             at = 0
-            for record, r in rows[start:end]:
+            for record, r in group:
                 record["samples"] += hashed[at : at + r.shape[0]]
                 at += r.shape[0]
-            start = end
 
     def on_step(self, step: int, optimizer) -> None:
         if self.last is not None:
