@@ -30,9 +30,9 @@ def block(torch, sanitize: bool, steps: int) -> float:
 
     from ddplab.sanitize import rankside
 
-    window = None
+    window, folder = None, tempfile.TemporaryDirectory(prefix="ddplab-sanitize-inprocess-")
     if sanitize:
-        window = rankside.Window(tempfile.mkdtemp(prefix="ddplab-sanitize-inprocess-"), steps - 1, CHECKS)
+        window = rankside.Window(folder.name, steps - 1, CHECKS)
         window.attach(torch)
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(4096, 16, generator=g)
@@ -60,6 +60,7 @@ def block(torch, sanitize: bool, steps: int) -> float:
     if window is not None:  # the window closed at its last step; what lingers (a sampler's __iter__) goes now
         for observer in list(window.observers):
             observer.stop()
+    folder.cleanup()
     return spent
 
 

@@ -203,6 +203,23 @@ def test_a_straggler_lagging_in_the_host_syncs_every_rank_makes_is_that_cause():
     assert found[0].gain_ms == pytest.approx(20)
 
 
+def test_oversubscribed_cpu_ranks_waiting_at_ddps_all_reduce_is_one_cause():
+    """On CPU ranks with more threads than cores, the ranks' wait at DDP's all-reduce is the oversubscription's effect
+    (gloo's threads queue for the same cores; CI once ranked the wait above its cause): one cause, with both waits."""
+    from ddplab.perf.profile import causes
+
+    ranks = [_rank(0, [5, 6, 5, 6, 5], wait=20), _rank(1, [6, 5, 6, 5, 6], wait=20)]
+    for r in ranks:
+        r.collectives.calls["ddp"], r.collectives.exposed_ms["ddp"] = 1.0, 20.0
+    cpu = {"threads": 8, "cores": 2, "local_world_size": 2, "cuda": False}
+    found = causes(ranks, {0: cpu, 1: cpu}, None)
+    assert [c.key for c in found] == ["threads"], found
+    assert "wait 20.00 ms per step for DDP's all-reduce" in found[0].evidence
+    assert found[0].gain_ms == pytest.approx(10)  # the all-reduce's (half its wait) exceeds the compute's share
+    gpu = {**cpu, "cuda": True}  # NCCL's all-reduce does not queue for the CPU's cores: two causes
+    assert {c.key for c in causes(ranks, {0: gpu, 1: gpu}, None)} == {"threads", "ddp_comm"}
+
+
 def _x(name, ts, dur, tid=1):
     return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
 

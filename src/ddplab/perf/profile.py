@@ -395,13 +395,26 @@ def causes(ranks: list[RankBreakdown], facts: dict, slow: int | None) -> list[Ca
         # machine: whichever rank's output waits longer lags).
         owner = "threads" if slow_part in COMPUTE_PARTS else "host_sync" if slow_part == "host_sync" else None
         if owner in by_key:
-            lagging, cause = by_key["straggler"], by_key[owner]
-            out.remove(lagging)
-            cause.evidence += f"; it also makes {lagging.title} ({lagging.gain_ms:.2f} ms per step)"
-            cause.gain_ms = max(cause.gain_ms, lagging.gain_ms)
-            cause.gain_share = cause.gain_ms / step if step else 0.0
+            lagging = by_key["straggler"]
+            _fold(
+                out, lagging, by_key[owner], f"it also makes {lagging.title} ({lagging.gain_ms:.2f} ms per step)", step
+            )
+    if "threads" in by_key and "ddp_comm" in by_key and not any_facts.get("cuda"):
+        # On CPU ranks gloo's all-reduce runs on threads that queue for the same oversubscribed cores, and each rank's
+        # compute stalls unevenly, so the ranks wait for each other at the all-reduce: the same cause, said once.
+        waited = by_key["ddp_comm"]
+        said = f"the ranks also wait {2 * waited.gain_ms:.2f} ms per step for DDP's all-reduce"
+        _fold(out, waited, by_key["threads"], said, step)
     out = [c for c in out if c.gain_share >= MIN_SHARE]
     return sorted(out, key=lambda c: -c.gain_ms)
+
+
+def _fold(out: list[Cause], part: Cause, into: Cause, said: str, step: float) -> None:
+    """`part` is an effect of `into`: one cause in the list, with the larger of the two gains."""
+    out.remove(part)
+    into.evidence += f"; {said}"
+    into.gain_ms = max(into.gain_ms, part.gain_ms)
+    into.gain_share = into.gain_ms / step if step else 0.0
 
 
 EVERY_N = 10  # "reduce every N steps": the gain counted for it
