@@ -206,7 +206,6 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
                 "recipe": recipe,
                 "config": cfg.to_dict(),
                 "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
-                "predict_memory": False,
             },
             stall_timeout=ns.stall_timeout,
             on_event=on_event,

@@ -110,7 +110,9 @@ def run_worker(payload: dict) -> dict:
             events=True,
             signals=("SIGTERM",),
             group_timeout=payload.get("group_timeout", dd.DEFAULT_TIMEOUT_S),
-            predict_memory=payload.get("predict_memory", True),
+            # ddplab's callers predict the run themselves (`ddplab train`, in its own process) or need no
+            # prediction (`ddplab scale`: a child tracing for ~3 CPU s per measured run, shown nowhere)
+            predict_memory=payload.get("predict_memory", False),
         )
     except DdplabError as e:  # tell the parent it is a ddplab error (its exit code), then fail as usual
         mark("train.error", message=str(e), exit_code=e.exit_code)
