@@ -12,7 +12,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.train import metrics
 
-HOLD_S = 0.06
+# Long beside a step of this toy model (well under 1 ms): the window-edge bug reproduces on a loaded machine too (at
+# 0.06 s, steps slowed by a busy CI machine once outgrew the held wait's share).
+HOLD_S = 0.3
 
 
 def _train(slow_iterations: set[int], steps: int, warm: int):
