@@ -354,25 +354,15 @@ def test_torchs_own_dump_is_read_as_plain_data_and_analysed(tmp_path):
     assert report.available and report.ranks[0].last_started.op == "all_reduce"
 
 
-@pytest.mark.slow
-def test_a_hang_longer_than_a_minute_is_named_before_the_group_gives_up(tmp_path, no_leftover_workers):
-    """Before: the process group's 60 s timeout ended the run first, and gloo's message ("[/.../unbound_buffer.cc:78]")
-    was printed as rich markup: a MarkupError traceback. Now the group waits longer than the stall timeout."""
-    ran = cli(
-        "train",
-        "mlp",
-        "--nproc",
-        "2",
-        "--stall-timeout",
-        "70",
-        "--epochs",
-        "1",
-        env={"DDPLAB_FAULT": "hang:1:train.log", "TMPDIR": str(tmp_path)},
-        timeout=240,
-    )
-    assert ran.code == 3, ran.err[-3000:]
-    assert ran.out.startswith("TIMEOUT") and "no rank made progress for 70s" in ran.out
-    assert "Traceback" not in ran.err and "MarkupError" not in ran.err + ran.out
+@pytest.mark.parametrize("stall", [5, 59, 70, 600])
+def test_the_group_waits_longer_than_the_stall_timeout(stall):
+    """Before: the process group's 60 s timeout ended a `--stall-timeout 70` run first, with gloo's message (its
+    markup-like text is test_markup's). The group timeout is past every stall timeout, never below torch's default;
+    the hang named with its stack is test_a_hanging_rank_is_reported_with_its_stack_exit_3's, made to happen."""
+    from ddplab.commands.train import group_timeout_s
+    from ddplab.dist import DEFAULT_TIMEOUT_S
+
+    assert group_timeout_s(stall) >= stall + 30 and group_timeout_s(stall) >= DEFAULT_TIMEOUT_S
 
 
 def test_the_prediction_child_says_when_it_is_done_and_ends_when_cancelled(no_leftover_workers):

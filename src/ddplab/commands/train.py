@@ -23,6 +23,14 @@ from ddplab.errors import DdplabError
 GROUP_TIMEOUT_MARGIN_S = 60.0
 
 
+def group_timeout_s(stall_timeout: float) -> float:
+    """The ranks' process-group timeout for a stall timeout: never below torch's default, always past the stall
+    timeout (the group's 60 s once ended a `--stall-timeout 70` run first, with gloo's message instead of the hang)."""
+    from ddplab.dist import DEFAULT_TIMEOUT_S
+
+    return max(stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S)
+
+
 def add_parser(sub) -> None:
     names = recipes.names()
     p = sub.add_parser(
@@ -186,7 +194,6 @@ def _environment(nproc: int, device: str) -> None:
 
 
 def _run(pending, recipe: str, cfg, ns, predicting) -> int:
-    from ddplab.dist import DEFAULT_TIMEOUT_S
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import NodeDone, TrainFailure, TrainResult, render, render_failure, render_node
 
@@ -205,7 +212,7 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
             {
                 "recipe": recipe,
                 "config": cfg.to_dict(),
-                "group_timeout": max(ns.stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S),
+                "group_timeout": group_timeout_s(ns.stall_timeout),
             },
             stall_timeout=ns.stall_timeout,
             on_event=on_event,
