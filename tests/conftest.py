@@ -41,6 +41,35 @@ def pytest_configure(config):
         PINNED_TO_CPU = True
 
 
+def _machine_cpu() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine since boot, monotonic time) from /proc/stat; None off Linux."""
+    import time
+
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), time.monotonic()
+
+
+_cpu_at_start = _machine_cpu()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """What the run cost the machine: the busy CPU seconds of all its cores over the run (every process: the ranks a
+    killed launcher leaves to init are counted too, which a parent's rusage misses), beside what the cores offer."""
+    end = _machine_cpu()
+    if _cpu_at_start is None or end is None or hasattr(config, "workerinput"):
+        return
+    busy, wall = end[0] - _cpu_at_start[0], end[1] - _cpu_at_start[1]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    terminalreporter.write_line(
+        f"machine CPU over the run: {busy:,.0f} s busy of {cores} cores x {wall:,.0f} s "
+        f"({100 * busy / max(cores * wall, 1e-9):.0f} %; every process on this machine counts)"
+    )
+
+
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's addopts): one worker per core this process may use; the GPU group in this process
     alone (its tests share one GPU and time it)."""
