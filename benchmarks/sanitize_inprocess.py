@@ -60,6 +60,7 @@ def block(torch, sanitize: bool, steps: int) -> float:
     if window is not None:  # the window closed at its last step; what lingers (a sampler's __iter__) goes now
         for observer in list(window.observers):
             observer.stop()
+        window.written()  # the last record's writer thread, before its folder goes
     folder.cleanup()
     return spent
 

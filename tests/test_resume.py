@@ -470,7 +470,6 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(ref
     assert not list(ckpt.glob(".step-*.tmp"))  # the next save cleared the torn one
 
 
-@pytest.mark.slow
 def in_process(*argv: str) -> int:
     """SCRIPT run as `python SCRIPT ARGV` in this process (one rank: ddplab.dist's session makes a group of one),
     without the seconds of a new interpreter importing torch; its exit code. The signal handlers

@@ -175,6 +175,7 @@ def run(args) -> int:
         grace=grace,
         budget=budget,
         notice_source=notice_source,
+        port_may_move=plan.port_may_move,
     )
     if ran.status == "preempted":  # the machine is being taken away: say where the state is, nothing more
         from ddplab.launcher.preempt import outcome

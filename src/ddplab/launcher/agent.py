@@ -29,6 +29,7 @@ from ddplab.launcher import preempt
 from ddplab.launcher.files import write_atomic
 from ddplab.launcher.launchplan import BOOTSTRAP, Refused, plan, plan_script
 from ddplab.launcher.lifeline import PARENT_VAR, die_with_parent
+from ddplab.ports import free_port
 from ddplab.stamps import stamp
 
 
@@ -95,7 +96,7 @@ def main(spec_path: str) -> int:
     if spec["kind"] == "script":
         _quiet_about_saved_preemptions()
     try:
-        elastic_launch(launch.config, launch.entrypoint)(*launch.args)
+        _launch_moving_a_taken_port(spec, spec_path, launch, elastic_launch)
     except ChildFailedError as e:
         failures = {
             str(rank): {
@@ -121,6 +122,34 @@ def main(spec_path: str) -> int:
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
     stamp("agent", "ranks ended")
     return 1 if failures or launcher_error else 0
+
+
+PORT_TRIES = 3
+
+
+def _launch_moving_a_taken_port(spec: dict, spec_path: str, launch, elastic_launch) -> None:
+    """elastic_launch; when the static rendezvous port is ddplab's choice (spec's port_may_move) and another process
+    took it between the caller's check and this bind (two launches at once both found 29500 free), the rendezvous
+    fails before any rank starts: the launch moves to a port the system just gave, and says so."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    for attempt in range(PORT_TRIES):
+        try:
+            elastic_launch(launch.config, launch.entrypoint)(*launch.args)
+            return
+        except ChildFailedError:  # the ranks ran: whatever they said is theirs
+            raise
+        except Exception as e:
+            taken = "EADDRINUSE" in str(e) or "Address already in use" in str(e)  # c10d's socket error, or older
+            if not (spec.get("port_may_move") and taken) or attempt == PORT_TRIES - 1:
+                raise
+            old, spec["torchrun"]["master_port"] = spec["torchrun"]["master_port"], free_port()
+            print(
+                f"ddplab launch: port {old} was taken as the run started: using {spec['torchrun']['master_port']}",
+                file=sys.stderr,
+                flush=True,
+            )
+            launch = plan(spec, spec_path)
 
 
 def _records_before_the_end(flight_dir: str) -> None:

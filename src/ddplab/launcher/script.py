@@ -125,11 +125,9 @@ class EarlyAgent:
         self.replies.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def go(self, torchrun: dict, log_dir: Path) -> subprocess.Popen:
-        write_atomic(
-            self.folder / "ddplab-spec.json",
-            {"kind": "script", "torchrun": torchrun, "run_dir": str(log_dir), "wait_for_go": True},
-        )
+    def go(self, torchrun: dict, log_dir: Path, port_may_move: bool = False) -> subprocess.Popen:
+        spec = {"kind": "script", "torchrun": torchrun, "run_dir": str(log_dir), "port_may_move": port_may_move}
+        write_atomic(self.folder / "ddplab-spec.json", {**spec, "wait_for_go": True})
         with contextlib.suppress(BrokenPipeError):  # it died while importing torch: its outcome says so
             self.proc.stdin.write(b"go\n")
             self.proc.stdin.close()
@@ -169,14 +167,16 @@ def run_script(
     grace: float = preempt.DEFAULT_GRACE_S,
     budget: spending.Budget | None = None,
     notice_source: notices.Source | None = None,
+    port_may_move: bool = False,
 ) -> ScriptRun:
     """torchrun: its parsed options (vars of the Namespace); output: where the script's own stdout goes.
     since: when the user's command began (time.time()): start-up counts toward a hang.
     grace: after SIGTERM/SIGUSR1/SIGUSR2, how long the ranks (told by SIGTERM) may take to save before the end.
-    notice_source: a metadata endpoint polled meanwhile; its notice stops the run as SIGTERM does."""
+    notice_source: a metadata endpoint polled meanwhile; its notice stops the run as SIGTERM does.
+    port_may_move: the rendezvous port is ddplab's choice; the agent takes another if it is gone at the start."""
     start = time.monotonic()
     flight_dir = early.folder / "flight"
-    proc = early.go(torchrun, log_dir)
+    proc = early.go(torchrun, log_dir, port_may_move)
     # With per-rank log files the watch reads those (the launcher's own messages are not the script's progress);
     # without them, anything the agent forwards counts.
     redirected = torchrun.get("redirects") != "0"

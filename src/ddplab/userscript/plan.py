@@ -30,6 +30,9 @@ class Plan:
     log_dir: Path
     notes: list[str]
     lint: object  # LintResult | None
+    # the static rendezvous port is ddplab's choice (torchrun's default, or a free one), not the user's --master-port:
+    # the agent may move it when another process takes it first (launcher/agent.py)
+    port_may_move: bool = False
 
 
 def _script_file(ns) -> Path | None:
@@ -139,13 +142,14 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
             raise DdplabError(f"{finding.what}: {finding.fix}")
         notes.append(f"{finding.what} (fix: {finding.fix})")
 
-    endpoint = None
+    endpoint, port_may_move = None, False
     if ns.standalone:
         notes.append("--standalone: torchrun serves the rendezvous on a free port of its choosing")
     elif ns.rdzv_backend == "static" and not ns.rdzv_endpoint:
         # Explicit even when torchrun would pick a default: the same behaviour on every torch version, and the
         # hang report can name the address the ranks should have reached.
         port = ns.master_port if ns.master_port is not None else DEFAULT_MASTER_PORT
+        port_may_move = ns.master_port is None and max_nodes == 1
         if max_nodes == 1 and not port_is_free(port, ""):
             new = free_port()
             notes.append(f"port {port} is busy on this machine: using {new} instead")
@@ -164,4 +168,4 @@ def preflight(ns, argv: list[str], lint: bool, torchrun: EarlyAgent) -> Plan:
     # The caller gives the log folder (the user's --log-dir, or the early agent's run folder, which it removes itself)
     Path(ns.log_dir).mkdir(parents=True, exist_ok=True)
     torchrun.check(ns)  # given a log folder: torchrun would otherwise make one of its own for the check
-    return Plan(script, nproc, max_nodes, endpoint, Path(ns.log_dir), notes, lint_result)
+    return Plan(script, nproc, max_nodes, endpoint, Path(ns.log_dir), notes, lint_result, port_may_move)
