@@ -920,10 +920,12 @@ class MultiGpuChecks(ScriptReader):
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         if not isinstance(name, (ast.Name, ast.Attribute)):
             return False
-        built = [
-            n.value
+        built = [  # `loader = DataLoader(...)`, or `train_loader, val_loader = DataLoader(...), DataLoader(...)`
+            v
             for n in (walk_same_function(scope.body) if scope else self.nodes)
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and dotted(n.targets[0]) == dotted(name)
+            if isinstance(n, ast.Assign)
+            for t, v in ([(n.targets[0], n.value)] if len(n.targets) == 1 else []) + list(_pairs(n))
+            if dotted(t) == dotted(name)
         ]
         if not built:
             return False

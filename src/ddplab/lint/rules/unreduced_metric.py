@@ -80,6 +80,23 @@ if rank == 0:
     print(f"val loss {t.item() / len(ds):.4f}")
 dist.destroy_process_group()
 """,
+        # the sums are over a loader built without a sampler (in a tuple assignment): every rank reads the whole set
+        """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+ds = TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
+model = torch.nn.Linear(2, 1)
+train_loader, val_loader = DataLoader(ds, sampler=DistributedSampler(ds)), DataLoader(ds, batch_size=8)
+total = 0.0
+for x, y in val_loader:
+    total += torch.nn.functional.mse_loss(model(x), y).item()
+if dist.get_rank() == 0:
+    print(f"val loss {total / len(val_loader):.4f}")
+dist.destroy_process_group()
+""",
     ),
     callers_guard=True,
     refine=_not_a_whole_loader,
