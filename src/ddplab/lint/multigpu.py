@@ -523,20 +523,16 @@ class MultiGpuChecks(ScriptReader):
                     if (
                         isinstance(sub, ast.AugAssign)
                         and isinstance(sub.op, ast.Add)
-                        and isinstance(sub.target, ast.Name)
+                        and (
+                            isinstance(sub.target, ast.Name)
+                            or isinstance(sub.target, ast.Attribute)
+                            and dotted(sub.target.value) == "self"
+                        )
                         and not timed(sub.value)
                         and not whole(sub.value)
+                        and not self._set_earlier_in_pass(sub, node)
                     ):
-                        accumulated.setdefault(sub.target.id, node)
-                    elif (
-                        isinstance(sub, ast.AugAssign)
-                        and isinstance(sub.op, ast.Add)
-                        and isinstance(sub.target, ast.Attribute)
-                        and dotted(sub.target.value) == "self"
-                        and not timed(sub.value)
-                        and not whole(sub.value)
-                    ):
-                        accumulated.setdefault(dotted(sub.target), node)  # self.epoch_loss += loss.item()
+                        accumulated.setdefault(dotted(sub.target), node)  # loss += ..., self.epoch_loss += ...
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
                         accumulated.setdefault(sub.func.value.id, node)
                     elif (
@@ -573,6 +569,24 @@ class MultiGpuChecks(ScriptReader):
                 ):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
         return accumulated
+
+    def _set_earlier_in_pass(self, grow: ast.AugAssign, loop: ast.AST) -> bool:
+        """`log = f"epoch {e}"` and then `log += ...` in the same pass of the loop: the name starts again on every
+        iteration (a message being built), so what it holds is this pass's, not a sum over batches."""
+        child, parent = grow, self.parent.get(grow)
+        while child is not loop and parent is not None:
+            for block in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
+                if (
+                    isinstance(block, list)
+                    and child in block
+                    and any(
+                        isinstance(s, ast.Assign) and dotted(grow.target) in map(dotted, s.targets)
+                        for s in block[: block.index(child)]
+                    )
+                ):
+                    return True
+            child, parent = parent, self.parent.get(parent)
+        return False
 
     def _clock_names(self, body: list[ast.stmt]) -> set[str]:
         """Names assigned a clock reading in this scope (`start = time.time()`)."""

@@ -97,6 +97,24 @@ if dist.get_rank() == 0:
     print(f"val loss {total / len(val_loader):.4f}")
 dist.destroy_process_group()
 """,
+        # a message built again in each pass (`message = ...`, then `message += ...`): no sum over batches
+        """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+ds = TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
+model = torch.nn.Linear(2, 1)
+loader = DataLoader(ds, sampler=DistributedSampler(ds))
+for step, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if dist.get_rank() == 0:
+        message = f"step {step}"
+        message += f" loss {loss.item():.4f}"
+        print(message)
+dist.destroy_process_group()
+""",
     ),
     callers_guard=True,
     refine=_not_a_whole_loader,
