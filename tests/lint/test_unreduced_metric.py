@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import HEAD, SCRIPTS, found, lint_file, names, names_time, write
+from lintcase import HEAD, SCRIPTS, found, lint_file, lint_source, names, names_time, write
 from lintcase import rules_but_nccl as rules
 
 # --------------------------------------------------------------- issue 28's multi-GPU rules (was test_lint_multigpu.py)
@@ -555,3 +555,32 @@ def test_project_logger_that_prints_on_rank0_is_a_rank0_report():
         "if dist.get_rank() == 0:", "if rank == 0:"
     )
     assert "unreduced-metric" not in names(twin)
+
+
+def test_a_loop_only_rank0_runs_is_possible_unless_its_loader_is_seen_sharded():
+    """`def evaluate(...): if rank != 0: return` then a sum over `data["val"]`: rank 0 alone reads that loader, so
+    its sum is 1/N only if the loader is sharded, which lint does not see (round 10, open_clip's evaluate)."""
+    src = """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def evaluate(model, data):
+        if dist.get_rank() != 0:
+            return
+        total = 0
+        for x in data["val"].loader:
+            total += model(x).item()
+        print(total)
+
+    dist.init_process_group("gloo")
+    ds = list(range(8))
+    train_loader = DataLoader(ds, sampler=DistributedSampler(ds))
+    evaluate(torch.nn.Linear(1, 1), {"val": train_loader})
+    dist.destroy_process_group()
+    """
+    found = [
+        f for f in lint_source(HEAD + textwrap.dedent(src), show_all=True).findings if f.rule == "unreduced-metric"
+    ]
+    assert [(f.confidence, f.why) for f in found] == [
+        ("possible", "the loop runs on rank 0 only: whether its loader is sharded shows in a run")
+    ]
+    assert "unreduced-metric" in names(src.replace('data["val"].loader', "train_loader"))  # seen sharded: sure

@@ -827,6 +827,13 @@ class MultiGpuChecks(ScriptReader):
                         else f"returned by {self.callee_last(loop.value)}() on line {loop.lineno}"
                     )
                     own_part = sharded or (isinstance(loop, (ast.For, ast.AsyncFor)) and self._loader_from_rank(loop))
+                    # rank 0 alone runs the loop: its sum is 1/N only if its loader is sharded, seen or not
+                    alone = self.runs_on_rank0_only(loop, frozenset({"global", "local", "device"})) and not any(
+                        self.callee_last(v) == "DataLoader"
+                        for o in self._loop_origins(loop)
+                        for v in self._built(o)
+                        if isinstance(v, ast.Call)
+                    )
                     if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
                         self.loader_params[self.line_of(call)] = param
                     self.add(
@@ -837,10 +844,12 @@ class MultiGpuChecks(ScriptReader):
                         "reported on rank 0 as if it were the whole: with N ranks it describes 1/N of the data",
                         f"all_reduce the sums first: t = torch.tensor([{name}, ...], device=device); "
                         "dist.all_reduce(t), then report from t",
-                        sure=own_part,
+                        sure=own_part and not alone,
                         why="the loader's DistributedSampler (or the rank it is built with) "
                         "gives each rank its own shard"
-                        if own_part
+                        if own_part and not alone
+                        else "the loop runs on rank 0 only: whether its loader is sharded shows in a run"
+                        if alone
                         else "no DistributedSampler seen: the loader may read the whole dataset",
                     )
                     break
@@ -853,19 +862,16 @@ class MultiGpuChecks(ScriptReader):
         """The loop reads a loader that every origin shows built without a sampler (`test_loader = DataLoader(ds,
         **test_kwargs)`, passed to `test(model, test_loader)`): each rank reads the whole set, so the sum is the
         whole, not 1/N. Unknown origins (a parameter no call here fills, a factory) keep the finding."""
+        origins = self._loop_origins(loop)
+        return bool(origins) and all(self.built_without_sampler(o) for o in origins)
+
+    def _loop_origins(self, loop: ast.AST) -> list[ast.AST]:
+        """What the loop's loader is, where this file says: its name, or what each call of its function hands it
+        (`acc = evaluate(model, test_loader)`: the helper's sum is over the loader this call hands it)."""
         if isinstance(loop, ast.Assign) and isinstance(loop.value, ast.Call):
-            # acc = evaluate(model, test_loader): the helper's sum is over the loader this call hands it
-            given = [
-                a
-                for a in [*loop.value.args, *(k.value for k in loop.value.keywords)]
-                if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)
-            ]
-            return bool(given) and all(self.built_without_sampler(a) for a in given)
-        if not isinstance(loop, (ast.For, ast.AsyncFor)):
-            return False
-        loaders = self._loop_loaders(loop)
-        if not loaders:
-            return False
+            given = [*loop.value.args, *(k.value for k in loop.value.keywords)]
+            return [a for a in given if isinstance(a, (ast.Name, ast.Attribute)) and self._loader_named(a)]
+        loaders = self._loop_loaders(loop) if isinstance(loop, (ast.For, ast.AsyncFor)) else []
         func = self.enclosing_function(loop)
         params = [a.arg for a in func.args.args] if func is not None else []
         origins: list[ast.AST] = []
@@ -876,15 +882,15 @@ class MultiGpuChecks(ScriptReader):
                 if not sites:
                     # the callers are in other files: lint_project asks them (callers.py) what they pass
                     self._loop_params[loop.lineno] = (func, loader.id)
-                    return False
+                    return []
                 for site in sites:
                     given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
                     if given is None:
-                        return False
+                        return []
                     origins.append(given)
             else:
                 origins.append(loader)
-        return all(self.built_without_sampler(o) for o in origins)
+        return origins
 
     def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
         """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =
@@ -931,16 +937,18 @@ class MultiGpuChecks(ScriptReader):
             for k in value.keywords
         )
 
-    def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
-        if not isinstance(name, (ast.Name, ast.Attribute)):
-            return False
-        built = [  # `loader = DataLoader(...)`, or `train_loader, val_loader = DataLoader(...), DataLoader(...)`
+    def _built(self, name: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
+        """What `name` is assigned: `loader = DataLoader(...)`, `train_loader, val_loader = DataLoader(...), ...`."""
+        return [
             v
             for n in (walk_same_function(scope.body) if scope else self.nodes)
-            if isinstance(n, ast.Assign)
+            if isinstance(n, ast.Assign) and isinstance(name, (ast.Name, ast.Attribute))
             for t, v in ([(n.targets[0], n.value)] if len(n.targets) == 1 else []) + list(_pairs(n))
             if dotted(t) == dotted(name)
         ]
+
+    def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
+        built = self._built(name, scope)
         if not built:
             return False
         for value in built:
