@@ -672,3 +672,22 @@ def test_rank_handed_to_a_constructor_through_a_helper():
     """
     assert "local-rank-save" in names(src)
     assert "local-rank-save" not in names(src.replace('"LOCAL_RANK"', '"RANK"'))
+
+
+def test_a_save_known_by_its_name_is_reported_where_the_local_rank_test_is():
+    """`def save_model(model, epoch): model.save(epoch)` (a method written in another file), called under
+    `local_rank == 0`: the finding is at the call under the test, which is what to change (round 10, ACGPN)."""
+    source = HEAD + textwrap.dedent(
+        """\
+        dist.init_process_group("gloo")
+        local_rank = int(os.environ["LOCAL_RANK"])
+
+        def save_model(model, epoch):
+            model.save(epoch)
+
+        if local_rank == 0:
+            save_model(torch.nn.Linear(2, 2), 1)
+        dist.destroy_process_group()
+    """
+    )
+    assert rules(source) == [(11, "local-rank-save")]

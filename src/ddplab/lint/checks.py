@@ -778,6 +778,7 @@ class Checks(MultiGpuChecks):
                         )
         if not self.distributed:
             return
+        by_callers: list[ast.Call] = []
         for call in self.calls:
             name = self.callee(call)
             if not self._saves(call) and (
@@ -793,6 +794,11 @@ class Checks(MultiGpuChecks):
             if self.runs_on_rank0_only(call, frozenset({"global", "single"})):
                 continue
             if self.runs_on_rank0_only(call, frozenset({"global", "single", "local"})):
+                if not self._saves(call) and not any(g.rank0 and g.kind == "local" for g in self.guards(call)):
+                    # a save known by its name only (`model.save(epoch)`, written elsewhere) with the local-rank
+                    # test in its callers: reported at their calls, where the test is
+                    by_callers.append(call)
+                    continue
                 self.add(
                     call,
                     "local-rank-save",
@@ -810,7 +816,7 @@ class Checks(MultiGpuChecks):
                     "checkpoint, or N copies)",
                     "save on global rank 0 only: if dist.get_rank() == 0: torch.save(...)",
                 )
-        self._save_helper_sites()
+        self._save_helper_sites(by_callers)
         # Printing is per-process output: any rank-0 test keeps it to one line per job (or per node, fine for logs).
         # `builtins.print = ...` (setup_for_distributed): every print goes through the project's filter, once it
         # is installed: a print earlier in the function that installs it (or calls what does) is not filtered
@@ -887,13 +893,14 @@ class Checks(MultiGpuChecks):
         name = self.callee(call)
         return name in SAVE_CALLS or last(name) in SAVE_CALLS
 
-    def _save_helper_sites(self) -> None:
-        """A save helper of this file called under `local_rank == 0` at one site and elsewhere at another: its
-        torch.save is judged by all its callers together, so the per-node writer is reported at its own call."""
+    def _save_helper_sites(self, saves: list[ast.Call]) -> None:
+        """A save helper of this file called under `local_rank == 0` (at one site and elsewhere at another, or with
+        the test in its callers only: `saves`): its save is judged by all its callers together, so the per-node
+        writer is reported at its own call, where the test is."""
         by_function: dict[ast.AST, list[ast.Call]] = {}
         for c in self.calls:
             if (
-                self._saves(c)
+                (c in saves or self._saves(c))
                 and (func := self.enclosing_function(c)) is not None
                 and not self._in_memory(c)
                 and not self._mentions_rank(c)
