@@ -301,3 +301,34 @@ def test_flag_cleared_without_cuda_is_a_cuda_check():
     """
     assert "nccl-hardcoded" not in names(src)
     assert "nccl-hardcoded" in names(src.replace("    args.distributed = False", "    args.device = 'cpu'"))
+
+
+def test_a_gpu_count_that_cannot_hold_without_gpus_is_a_cuda_check():
+    """Workers spawned after `assert n_gpus >= 2` (n_gpus = device_count()), or under `if device_count() > 1:`, make
+    their NCCL group only where there are GPUs; a count that holds with none (`== n`, `!= 1`), or none at all, is no
+    check (round 10: yukiman's llfs, LLM-test; rentainhe's spawn over device_count() stays flagged)."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+        def worker(rank, world_size):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            n_gpus = torch.cuda.device_count()
+            assert n_gpus >= 2
+            mp.spawn(worker, args=(n_gpus,), nprocs=n_gpus)
+    """)
+
+    def nccl(src: str) -> bool:
+        return any(f.rule == "nccl-hardcoded" for f in lint_source(src, show_all=True).findings)
+
+    assert not nccl(source)
+    assert not nccl(
+        source.replace("    assert n_gpus >= 2\n    mp", "    if 1 < torch.cuda.device_count():\n        mp")
+    )
+    assert nccl(source.replace("    assert n_gpus >= 2\n", ""))
+    assert nccl(source.replace("n_gpus >= 2", "n_gpus != 1"))
+    assert nccl(source.replace("n_gpus >= 2", "n_gpus >= 0"))

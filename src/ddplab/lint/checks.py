@@ -423,14 +423,38 @@ class Checks(MultiGpuChecks):
     def _cuda_checked(self, call: ast.Call, depth: int = 0) -> bool:
         """A CUDA check decides whether `call` runs: an enclosing `if torch.cuda.is_available()`, an assert or an
         exit on it in the same function, or the same in every caller of that function in this file (`assert
-        torch.cuda.is_available()` in main, then `setup()`)."""
+        torch.cuda.is_available()` in main, then `setup()`); a function handed to another call (`mp.spawn(worker,
+        ...)`) runs where that call runs it."""
         if self._cuda_checked_here(call) if depth == 0 else self._cuda_checked_here(call, strict=True):
             return True
         func = self.enclosing_function(call)
-        if func is None or depth > 2 or func.name in self.passed:
+        if func is None or depth > 2:
             return False
-        sites = self.call_sites(func)
+        sites = self.call_sites(func) + [
+            c
+            for c in self.calls
+            if func.name in self.passed
+            and any(dotted(a) == func.name for a in [*c.args, *(k.value for k in c.keywords)])
+        ]
         return bool(sites) and all(self._cuda_checked(s, depth + 1) for s in sites)
+
+    def _needs_gpus(self, test: ast.AST) -> bool:
+        """A GPU count compared so that it cannot hold without GPUs (`torch.cuda.device_count() > 1`, `assert n_gpus
+        >= 2` with `n_gpus = torch.cuda.device_count()`): what it guards runs only where there are GPUs."""
+
+        def count(n: ast.AST) -> bool:
+            made = self._built(n) if isinstance(n, ast.Name) else [n]
+            return bool(made) and all(isinstance(v, ast.Call) and self.callee_last(v) == "device_count" for v in made)
+
+        for c in ast.walk(test):
+            if isinstance(c, ast.Compare) and len(c.ops) == 1:
+                left, op, right = c.left, type(c.ops[0]), c.comparators[0]
+                if isinstance(left, ast.Constant):  # 1 < n  is  n > 1
+                    left, right, op = right, left, {ast.Lt: ast.Gt, ast.LtE: ast.GtE}.get(op, op)
+                k = right.value if isinstance(right, ast.Constant) and type(right.value) is int else None
+                if k is not None and count(left) and (op is ast.Gt and k >= 0 or op in (ast.GtE, ast.Eq) and k >= 1):
+                    return True
+        return False
 
     def _cleared_without_cuda(self, flag: ast.AST) -> bool:
         """`if args.distributed:` where the flag is set False on the branch without CUDA (`if torch.cuda.
@@ -459,9 +483,12 @@ class Checks(MultiGpuChecks):
         there checks the GPU count the scheduler gave, not that there are GPUs."""
 
         def check(test: ast.AST) -> bool:
-            return self._mentions_cuda_check(test) and (
-                not strict
-                or any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
+            return self._needs_gpus(test) or (
+                self._mentions_cuda_check(test)
+                and (
+                    not strict
+                    or any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
+                )
             )
 
         parent = self.parent.get(call)

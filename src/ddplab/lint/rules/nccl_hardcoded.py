@@ -54,6 +54,23 @@ def setup(backend="gloo"):
 setup()
 dist.destroy_process_group()
 """,
+        # the workers are spawned only where a GPU count that cannot hold without GPUs was asserted
+        """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    n_gpus = torch.cuda.device_count()
+    assert n_gpus >= 2, "needs two GPUs"
+    mp.spawn(worker, args=(n_gpus,), nprocs=n_gpus)
+""",
     ),
     setup=True,
     refine=_every_caller_checks_cuda,
