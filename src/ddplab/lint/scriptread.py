@@ -945,12 +945,13 @@ class ScriptReader:
                 elif (
                     isinstance(parent, ast.If)
                     and parent.orelse
-                    and child in body
-                    and self._makes_group(orelse)
-                    and not self._makes_group(body)
+                    and self._ddp_path(orelse if child in body else body)
+                    and not self._ddp_path(body if child in body else orelse)
                 ):
-                    found.append(_Guard("single", True, parent))  # the else makes the group: this branch is the
-                    #                                               one-process path (`if single_gpu: ... else: main()`)
+                    # the other branch makes the group or wraps the model in DDP: this one is the one-process path
+                    # (`if single_gpu: ... else: main()`, `if not torch.cuda.is_available(): print(...) elif
+                    # args.distributed: model = DDP(model)`)
+                    found.append(_Guard("single", True, parent))
             for name in ("body", "orelse", "finalbody"):
                 block = getattr(parent, name, None)
                 if isinstance(block, list) and child in block:
@@ -961,6 +962,11 @@ class ScriptReader:
                                 found.append(_Guard(test[0], not test[1], stmt))
             child, parent = parent, self.parent.get(parent)
         return found
+
+    def _ddp_path(self, block: list[ast.AST]) -> bool:
+        return self._makes_group(block) or any(
+            isinstance(c, ast.Call) and self.callee_last(c) in DDP_NAMES for c in calls_in(block)
+        )
 
     def _makes_group(self, block: list[ast.AST], spawning: bool = True) -> bool:
         """The statements call init_process_group (or a project function that does), or (spawning) start workers

@@ -91,6 +91,20 @@ def train():
 
 train()
 """,
+        # the branch beside the one that wraps the model in DDP is the one-process path
+        """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+model = torch.nn.Linear(2, 2)
+if not torch.cuda.is_available():
+    print("using CPU, this will be slow")
+else:
+    model = DDP(model.cuda())
+dist.destroy_process_group()
+""",
     ),
     whole_project=True,
     refine=_printed_where_it_runs,
