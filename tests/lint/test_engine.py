@@ -350,3 +350,19 @@ def test_a_run_time_rule_is_sure_in_the_script_and_possible_in_a_module(tmp_path
     capsys.readouterr()
     assert main(["lint", str(script)]) == 0
     assert capsys.readouterr().out.count("run it under `ddplab launch` to see") == 1
+
+
+def test_a_load_without_map_location_in_a_module_is_possible(tmp_path):
+    """torch.load without map_location is sure in the script; in an imported module (BiSeNet's evaluate.py, loading
+    what train.py saved after net.cpu()) what the file holds, and who loads it, show in a run (round 10)."""
+    from ddplab.lint import AT_RUN
+    from ddplab.lint import lint_file as real
+
+    load = "import torch\ndef restore():\n    return torch.load('model.pt')\n"
+    entry = "import torch.distributed as dist\nfrom helpers import restore\ndist.init_process_group('gloo')\n"
+    entry += "state = restore()\ndist.destroy_process_group()\n"
+    script = _write(tmp_path, {"t.py": entry, "helpers.py": load})
+    [f] = [f for f in real(script, show_all=True).findings if f.rule == "load-no-map-location"]
+    assert (f.confidence, f.why) == ("possible", AT_RUN)
+    script = _write(tmp_path, {"t.py": entry.replace("from helpers import restore\n", load), "helpers.py": ""})
+    assert [f.confidence for f in real(script).findings if f.rule == "load-no-map-location"] == ["sure"]

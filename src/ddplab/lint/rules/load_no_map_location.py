@@ -46,4 +46,7 @@ dist.destroy_process_group()
 """,
     ),
     callers_guard=True,
+    # in a module, what the file holds (saved from the GPU or the CPU) and who loads it show in a run
+    modules_at_run=True,
+    observed="a torch.load landing on cuda:0 on every rank",
 )
