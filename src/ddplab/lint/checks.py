@@ -957,13 +957,9 @@ class Checks(MultiGpuChecks):
             return False
         if isinstance(target, ast.Call):
             return last(self.callee(target)) == "BytesIO"
-        scope = self.enclosing_function(call)
         return any(
-            isinstance(n, ast.Assign)
-            and isinstance(n.value, ast.Call)
-            and last(self.callee(n.value)) == "BytesIO"
-            and any(dotted(t) == dotted(target) for t in n.targets)
-            for n in (ast.walk(scope) if scope else self.nodes)
+            isinstance(v, ast.Call) and last(self.callee(v)) == "BytesIO"
+            for v in self._built(target, self.enclosing_function(call))
         )
 
     def _mentions_rank(self, call: ast.Call, sometimes: bool = False) -> bool:
@@ -1412,11 +1408,7 @@ class Checks(MultiGpuChecks):
         dataset = call.args[0] if call.args else keyword(call, "dataset")
         if dataset is None:
             return False
-        exprs = [dataset] + [
-            n.value
-            for n in self.nodes
-            if isinstance(n, ast.Assign) and any(dotted(t) == dotted(dataset) for t in n.targets) and dotted(dataset)
-        ]
+        exprs = [dataset, *(self._built(dataset) if dotted(dataset) else [])]
         return any(
             isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
             for e in exprs

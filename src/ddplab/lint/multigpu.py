@@ -289,18 +289,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _global_name(self, expr: ast.AST, scope: ast.AST | None, depth: int) -> bool:
         """Every assignment of the name (in its function, or anywhere for an attribute) is a global rank."""
-        values = [
-            n.value
-            for n in (ast.walk(scope) if scope else self.nodes)
-            if isinstance(n, ast.Assign) and any(dotted(t) == dotted(expr) for t in n.targets)
-        ]
-        values += [
-            v
-            for n in (ast.walk(scope) if scope else self.nodes)
-            if isinstance(n, ast.Assign)
-            for t, v in _pairs(n)
-            if dotted(t) == dotted(expr)
-        ]
+        values = self._built(expr, scope)
         if not values and isinstance(expr, ast.Attribute):
             return self._param_field_global(expr, depth)
         # `rank = 0` on the path without a process group is the one process's rank, not another kind of rank:
@@ -906,11 +895,8 @@ class MultiGpuChecks(ScriptReader):
         found = named(loop.iter)
         if not found and isinstance(loop.iter, ast.Name) and loop.iter.id in self._loader_streams:
             scope = self.enclosing_function(loop)
-            for n in walk_same_function(scope.body) if scope else self.nodes:
-                if isinstance(n, ast.Assign) and any(dotted(t) == loop.iter.id for t in n.targets):
-                    found += [
-                        x for x in named(n.value) if x not in found and dotted(x) not in {dotted(f) for f in found}
-                    ]
+            for value in self._built(loop.iter, scope):
+                found += [x for x in named(value) if x not in found and dotted(x) not in {dotted(f) for f in found}]
         return found
 
     def plain_loader_makers(self) -> set[str]:
@@ -936,16 +922,6 @@ class MultiGpuChecks(ScriptReader):
             k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
             for k in value.keywords
         )
-
-    def _built(self, name: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
-        """What `name` is assigned: `loader = DataLoader(...)`, `train_loader, val_loader = DataLoader(...), ...`."""
-        return [
-            v
-            for n in (walk_same_function(scope.body) if scope else self.nodes)
-            if isinstance(n, ast.Assign) and isinstance(name, (ast.Name, ast.Attribute))
-            for t, v in ([(n.targets[0], n.value)] if len(n.targets) == 1 else []) + list(_pairs(n))
-            if dotted(t) == dotted(name)
-        ]
 
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         built = self._built(name, scope)
@@ -1421,17 +1397,6 @@ def _factors(expr: ast.AST) -> set[str]:
     if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr):
         return {last(dotted(expr))}
     return set()
-
-
-def _pairs(assign: ast.Assign):
-    """(target, value) of `a, b = x, y`."""
-    for target in assign.targets:
-        if (
-            isinstance(target, ast.Tuple)
-            and isinstance(assign.value, ast.Tuple)
-            and len(target.elts) == len(assign.value.elts)
-        ):
-            yield from zip(target.elts, assign.value.elts)
 
 
 def _cuda_index(arg: ast.AST) -> list[ast.AST]:

@@ -1025,12 +1025,7 @@ class ScriptReader:
                 return True
             return None
         if isinstance(test, ast.Name) and depth < 2:  # ddp = int(os.environ.get("RANK", -1)) != -1; if ddp: ...
-            scope = self.enclosing_function(test)
-            values = [
-                n.value
-                for n in (ast.walk(scope) if scope else self.nodes)
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)
-            ]
+            values = self._built(test, self.enclosing_function(test))
             if len(values) == 1 and (by_value := self._launcher_test(values[0], depth + 1)) is not None:
                 return by_value
         if isinstance(test, (ast.Name, ast.Attribute)) and depth < 2 and self._group_flag(test):
@@ -1069,12 +1064,7 @@ class ScriptReader:
         if any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in ast.walk(expr)):
             return True
         if isinstance(expr, ast.Name) and depth < 2:
-            scope = self.enclosing_function(expr)
-            values = [
-                n.value
-                for n in walk_same_function((scope or self.tree).body)
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in n.targets)
-            ]
+            values = self._built(expr, self.enclosing_function(expr) or self.tree)
             return len(values) == 1 and self._world_count(values[0], depth + 1)
         return False
 
@@ -1167,6 +1157,23 @@ class ScriptReader:
         while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             parent = self.parent.get(parent)
         return parent
+
+    def _built(self, name: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
+        """What `name` is assigned, in `scope` (else anywhere in the file): `loader = DataLoader(...)`, `a = b = x`,
+        `train_loader, val_loader = DataLoader(...), DataLoader(...)`."""
+        key = dotted(name) if isinstance(name, (ast.Name, ast.Attribute)) else ""
+        return [
+            v
+            for n in (walk_same_function(scope.body) if scope else self.nodes)
+            if key and isinstance(n, ast.Assign)
+            for target in n.targets
+            for t, v in (
+                zip(target.elts, n.value.elts)
+                if isinstance(target, ast.Tuple) and isinstance(n.value, ast.Tuple)
+                else [(target, n.value)]
+            )
+            if dotted(t) == key
+        ]
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
         """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
