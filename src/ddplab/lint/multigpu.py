@@ -866,17 +866,14 @@ class MultiGpuChecks(ScriptReader):
         origins: list[ast.AST] = []
         for loader in loaders[:1]:
             if isinstance(loader, ast.Name) and loader.id in params:
-                at = params.index(loader.id) - (1 if params[:1] == ["self"] else 0)
                 sites = self.call_sites(func)
                 if not sites:
                     # the callers are in other files: lint_project asks them (callers.py) what they pass
                     self._loop_params[loop.lineno] = (func, loader.id)
                     return []
-                for site in sites:
-                    given = keyword(site, loader.id) or (site.args[at] if 0 <= at < len(site.args) else None)
-                    if given is None:
-                        return []
-                    origins.append(given)
+                origins += [given_for(site, func, loader.id) for site in sites]
+                if None in origins:
+                    return []
             else:
                 origins.append(loader)
         return origins

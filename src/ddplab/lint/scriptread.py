@@ -1199,7 +1199,6 @@ class ScriptReader:
         params = [*func.args.posonlyargs, *func.args.args]
         names = [a.arg for a in params]
         defaults = dict(zip(names[len(names) - len(func.args.defaults) :], func.args.defaults))
-        offset = 1 if names[:1] in (["self"], ["cls"]) and isinstance(site.func, ast.Attribute) else 0
         child, parent = node, self.parent.get(node)
         while parent is not None and parent is not func:
             if isinstance(parent, ast.If) and child is not parent.test:
@@ -1207,8 +1206,7 @@ class ScriptReader:
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, wanted = test.operand, not wanted
                 if isinstance(test, ast.Name) and test.id in names:
-                    at = names.index(test.id) - offset
-                    value = keyword(site, test.id) or (site.args[at] if 0 <= at < len(site.args) else None)
+                    value = given_for(site, func, test.id)
                     if (
                         value is None
                         and not any(k.arg is None for k in site.keywords)
