@@ -366,40 +366,16 @@ class Checks(MultiGpuChecks):
         return value
 
     def _in_branch_never_taken(self, node: ast.AST) -> bool:
-        """Inside `if flag:` where flag is a parameter whose default is False/None/0 and no call of the function
-        (by its name, or its class's for __init__; at least one seen) passes it: `def __init__(self, n,
-        re_train=False): if re_train: torch.load(...)` built as `Net(n)`."""
+        """In a branch of a parameter flag that no call of the function (by its name, or its class's for __init__; at
+        least one seen) opens (_branch_open): `def __init__(self, n, re_train=False): if re_train: torch.load(...)`
+        built as `Net(n)`."""
         func = self.enclosing_function(node)
         if func is None:
             return False
-        params = [*func.args.posonlyargs, *func.args.args]
-        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults) :], func.args.defaults))
-        child, parent = node, self.parent.get(node)
-        while parent is not None and parent is not func:
-            if (
-                isinstance(parent, ast.If)
-                and child in parent.body
-                and isinstance(parent.test, ast.Name)
-                and isinstance(default := defaults.get(parent.test.id), ast.Constant)
-                and not default.value
-            ):
-                name = (
-                    self.parent.get(func).name
-                    if func.name == "__init__" and isinstance(self.parent.get(func), ast.ClassDef)
-                    else func.name
-                )
-                sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
-                index = [a.arg for a in params].index(parent.test.id)
-                offset = 1 if params and params[0].arg in ("self", "cls") else 0
-                if sites and not any(
-                    keyword(c, parent.test.id) is not None
-                    or any(k.arg is None for k in c.keywords)
-                    or len(c.args) + offset > index
-                    for c in sites
-                ):
-                    return True
-            child, parent = parent, self.parent.get(parent)
-        return False
+        owner = self.parent.get(func)
+        name = owner.name if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name
+        sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
+        return bool(sites) and not any(self._branch_open(node, func, c) for c in sites)
 
     def _chain_ends_in_exit(self, node: ast.If) -> bool:
         """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
