@@ -19,6 +19,7 @@ from ddplab.lint.scriptread import (
     calls_in,
     const_str,
     dotted,
+    given_for,
     is_main_block,
     keyword,
     last,
@@ -352,15 +353,11 @@ class Checks(MultiGpuChecks):
         ]
         if value is None or any(isinstance(t, ast.Name) and t.id == name.id for x in targets for t in ast.walk(x)):
             return None
-        index = (
-            next(i for i, a in enumerate(params) if a.arg == name.id) if name.id in [a.arg for a in params] else None
-        )
         for site in self.call_sites(func):
-            offset = 1 if isinstance(site.func, ast.Attribute) and params and params[0].arg == "self" else 0
             if (
-                keyword(site, name.id) is not None
+                given_for(site, func, name.id) is not None
                 or any(k.arg is None for k in site.keywords)
-                or (index is not None and len(site.args) + offset > index)
+                or any(isinstance(a, ast.Starred) for a in site.args)
             ):
                 return None
         return value
