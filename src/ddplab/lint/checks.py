@@ -311,29 +311,12 @@ class Checks(MultiGpuChecks):
             and any(dotted(t) == dotted(node) for t in n.targets)
             and n.lineno < node.lineno
         ]
-        if len(assigns) == 1 and self._under_cuda_test(assigns[0], scope):
+        if len(assigns) == 1 and self._cuda_checked_here(assigns[0], strict=True):
             return None  # `if torch.cuda.is_available(): backend = "nccl"`: chosen by the platform
         values = [n.value for n in assigns]
         if len(values) == 1 and (chosen := _by_platform(values[0])) is not None:
             return const_str(chosen)
         return const_str(values[0]) if len(values) == 1 else None
-
-    def _under_cuda_test(self, node: ast.AST, scope: ast.AST) -> bool:
-        """`node` sits in a branch of an `if` that asks whether there is CUDA (`torch.cuda.is_available()`; a device
-        count compared to something is not that: `device_count() != 1` holds on a machine without GPUs)."""
-        parent = self.parent.get(node)
-        while parent is not None and parent is not scope:
-            if (
-                isinstance(parent, ast.If)
-                and any(
-                    isinstance(n, ast.Call) and self.callee_last(n) in ("is_available", "is_nccl_available")
-                    for n in ast.walk(parent.test)
-                )
-                and self._mentions_cuda_check(parent.test)
-            ):
-                return True
-            parent = self.parent.get(parent)
-        return False
 
     def _default_never_overridden(self, name: ast.AST | None) -> str | None:
         """`def setup(backend="nccl"): init_process_group(backend=backend)` and no call of setup passes a backend:
