@@ -397,13 +397,7 @@ class MultiGpuChecks(ScriptReader):
         ]  # (the names first: one test per name, not per call)
         for func in {self.enclosing_function(c) for c in reducing} - {None}:
             body = list(walk_same_function(func.body))
-            reduced = {
-                t.id
-                for n in body
-                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self._reduces(n.value)
-                for t in n.targets
-                if isinstance(t, ast.Name)
-            }
+            reduced = _names_given(func.body, lambda v: isinstance(v, ast.Call) and self._reduces(v))
             if not reduced:
                 continue
             positions = None
@@ -486,20 +480,16 @@ class MultiGpuChecks(ScriptReader):
                 for x in ast.walk(value)
             )
 
-        lists = {
-            t.id
-            for n in walk_same_function(body)
-            if isinstance(n, ast.Assign)
-            and (
-                isinstance(n.value, ast.List)
-                and not n.value.elts
-                or isinstance(n.value, ast.Call)
-                and dotted(n.value.func) == "list"
-                and not n.value.args
-            )
-            for t in n.targets
-            if isinstance(t, ast.Name)
-        }
+        lists = _names_given(  # `losses = []`, `losses = list()`
+            body,
+            lambda v: (
+                isinstance(v, ast.List)
+                and not v.elts
+                or isinstance(v, ast.Call)
+                and dotted(v) == "list()"
+                and not v.args
+            ),
+        )
 
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return self._timed(value, clocks)
@@ -579,13 +569,7 @@ class MultiGpuChecks(ScriptReader):
 
     def _clock_names(self, body: list[ast.stmt]) -> set[str]:
         """Names assigned a clock reading in this scope (`start = time.time()`)."""
-        return {
-            t.id
-            for n in walk_same_function(body)
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and self.callee_last(n.value) in TIMERS
-            for t in n.targets
-            if isinstance(t, ast.Name)
-        }
+        return _names_given(body, lambda v: isinstance(v, ast.Call) and self.callee_last(v) in TIMERS)
 
     def _timed(self, value: ast.AST, clocks: set[str]) -> bool:
         """The expression reads a clock (a name from _clock_names, or a timer call): a duration, no metric."""
@@ -1394,6 +1378,17 @@ def _factors(expr: ast.AST) -> set[str]:
     if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr):
         return {last(dotted(expr))}
     return set()
+
+
+def _names_given(body: list[ast.stmt], kind) -> set[str]:
+    """The plain names this scope assigns a value of that kind (`start = time.time()`, `losses = []`)."""
+    return {
+        t.id
+        for n in walk_same_function(body)
+        if isinstance(n, ast.Assign) and kind(n.value)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
 
 
 def _cuda_index(arg: ast.AST) -> list[ast.AST]:
