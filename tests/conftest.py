@@ -60,7 +60,8 @@ def pytest_terminal_summary(terminalreporter, config):
     """What the run cost the machine: the busy CPU seconds of all its cores over the run (every process: the ranks a
     killed launcher leaves to init are counted too, which a parent's rusage misses), beside what the cores offer."""
     end = _machine_cpu()
-    if _cpu_at_start is None or end is None or hasattr(config, "workerinput"):
+    ran = any(terminalreporter.stats.get(outcome) for outcome in ("passed", "failed", "error"))
+    if _cpu_at_start is None or end is None or hasattr(config, "workerinput") or not ran:
         return
     busy, wall = end[0] - _cpu_at_start[0], end[1] - _cpu_at_start[1]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
