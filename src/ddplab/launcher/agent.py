@@ -176,13 +176,9 @@ def _records_before_the_end(flight_dir: str) -> None:
 
 
 def _saved_on_notice(exit_codes) -> bool:
-    """Every rank that ended exited 4 after ddplab.resume saved on the machine's notice, or was ended after that
-    save (SIGTERM from this agent once a peer had left; SIGKILL from `ddplab launch` to a rank that did not leave,
-    which it names): a preemption the launcher reports in its own line ("preempted (SIGTERM), state saved at step
-    N"), not a failure to print a banner for."""
-    codes = list(exit_codes)
-    left = (preempt.EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL)
-    return bool(codes) and all(code in left for code in codes) and _note_says_saved()
+    """Every rank left after ddplab.resume saved on the machine's notice: a preemption the launcher reports in its
+    own line ("preempted (SIGTERM), state saved at step N"), not a failure to print a banner for."""
+    return preempt.left_after_save(exit_codes) and _note_says_saved()
 
 
 def _note_says_saved() -> bool:

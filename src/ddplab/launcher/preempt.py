@@ -31,6 +31,14 @@ LEAVE_S = 3.0
 EXIT_PREEMPTED = 4  # = ddplab.resume.PREEMPTED_EXIT: "preempted, state saved; start it again to resume"
 
 
+def left_after_save(exit_codes: Iterable[int | None]) -> bool:
+    """Every rank that ended left as a saved preemption does: exit 4 after ddplab.resume saved on the notice, or ended
+    after that save (SIGTERM from the agent once a peer had left; SIGKILL from `ddplab launch` to a rank that did not
+    leave, which it names). The caller checks that the note names the saved step."""
+    codes = list(exit_codes)
+    return bool(codes) and all(code in (EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL) for code in codes)
+
+
 class Forwarder:
     """Catches the notice while installed; forward() passes it on to each rank once; expired() after the grace."""
 

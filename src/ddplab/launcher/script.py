@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -289,9 +288,8 @@ def _stopped_by_a_peer(outcome: dict, note: dict) -> bool:
     """No notice came here, but another node's did: the ranks agreed the stop with its ranks (ddplab.resume), saved,
     and every one of this node's ranks left with 4 (or was ended after the save by the agent). Said as the
     preemption it is, with exit 4, as on the node that was told."""
-    codes = [failure.get("exitcode") for failure in outcome["failures"].values()]
-    left = (preempt.EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL)
-    return "step" in note and bool(codes) and all(code in left for code in codes) and not outcome.get("launcher_error")
+    codes = (failure.get("exitcode") for failure in outcome["failures"].values())
+    return "step" in note and preempt.left_after_save(codes) and not outcome.get("launcher_error")
 
 
 def _agent_leaves(
