@@ -2,8 +2,8 @@
 the exit go (caught, forwarded, seen by a rank, agreed, saved, left, the agent gone, ddplab's answer).
 
 Off unless DDPLAB_PREEMPT_STAMPS names a file; then each stage appends one line `TIME PID WHO STAGE` (time.time(),
-one short write with O_APPEND: lines of several processes do not mix). Standard library only (a rank's bootstrap,
-launcher/bootstrap.py, writes the same lines itself)."""
+one short write with O_APPEND: lines of several processes do not mix). Standard library only: a rank's bootstrap
+(launcher/bootstrap.py) loads this file by its path."""
 
 import os
 import time

@@ -10,6 +10,7 @@ sys.argv and sys.path[0] Python itself would give it. Started by path and writte
 it works with whatever interpreter torchrun was told to use (PYTHON_EXEC).
 """
 
+import functools
 import os
 import runpy
 import sys
@@ -17,13 +18,22 @@ import sys
 PREEMPTED_EXIT = 4  # = ddplab.resume.PREEMPTED_EXIT (this file imports no ddplab module: see above)
 
 
+@functools.cache
+def _sibling(relative: str):
+    """A standard-library-only ddplab module, loaded from its file under a private name: this rank's sys.path and
+    sys.modules stay the script's (a module of the script's own named like it is not shadowed)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), relative)
+    name = "_ddplab_bootstrap_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _die_with_parent() -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        from lifeline import die_with_parent
-    finally:
-        sys.path.pop(0)
-    die_with_parent()
+    _sibling("lifeline.py").die_with_parent()
 
 
 def main(argv: list) -> None:
@@ -92,17 +102,12 @@ def _leave_now(code: int) -> None:
 
 
 def _stamp(stage: str) -> None:
-    """ddplab/stamps.py's stamp, for benchmarks/preempt_trials.py, written again here because this file imports no
-    ddplab module (see above). As there, a measurement never changes the run: a stamp that cannot be written is
-    dropped, not raised out of _leave_now before its os._exit."""
-    path = os.environ.get("DDPLAB_PREEMPT_STAMPS")
-    if path:
-        import time
-
+    """ddplab/stamps.py's stamp (for benchmarks/preempt_trials.py), loaded only when stamps are asked for. A
+    measurement never changes the run: nothing it raises leaves _leave_now before its os._exit."""
+    if os.environ.get("DDPLAB_PREEMPT_STAMPS"):
         try:
-            with open(path, "a") as f:
-                f.write(f"{time.time():.4f} {os.getpid()} rank {stage}\n")
-        except OSError:
+            _sibling(os.path.join(os.pardir, "stamps.py")).stamp("rank", stage)
+        except Exception:  # noqa: BLE001
             pass
 
 
