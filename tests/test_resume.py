@@ -34,6 +34,11 @@ SCRIPT = Path(__file__).parent / "scripts" / "resumable.py"
 LAUNCH = ["launch", "--nproc", "2", "--no-lint", "--hang-timeout", "0", "--grace", "30"]
 
 
+def resumable(ckpt: Path, losses: Path, out: Path) -> list[str]:
+    """tests/scripts/resumable.py's command line: its checkpoint folder, its loss log, its final weights' digest."""
+    return [str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(losses), "--out", str(out)]
+
+
 def losses(path: Path) -> dict[int, str]:
     """step -> loss (float.hex) as rank 0 logged it; a step logged twice (killed, then redone) must agree."""
     seen: dict[int, str] = {}
@@ -46,13 +51,7 @@ def losses(path: Path) -> dict[int, str]:
 def run_script(tmp: Path, name: str, *extra: str, expect: int = 0, timeout: float = 150):
     ran = cli(
         *LAUNCH,
-        str(SCRIPT),
-        "--ckpt",
-        str(tmp / name),
-        "--losses",
-        str(tmp / f"{name}.losses"),
-        "--out",
-        str(tmp / f"{name}.out"),
+        *resumable(tmp / name, tmp / f"{name}.losses", tmp / f"{name}.out"),
         *extra,
         timeout=timeout,
     )
@@ -127,13 +126,7 @@ def test_a_notice_from_the_metadata_server_stops_the_run_as_sigterm_and_a_linger
                 "60",  # --grace 60: the lingering rank must be ended long before it
                 "--preemption-notice",
                 url,
-                str(SCRIPT),
-                "--ckpt",
-                str(ckpt),
-                "--losses",
-                str(log),
-                "--out",
-                str(tmp_path / "o"),
+                *resumable(ckpt, log, tmp_path / "o"),
                 "--sleep",
                 "0.05",
                 "--linger-rank",
@@ -179,7 +172,7 @@ def test_a_budget_reached_mid_run_saves_like_a_preemption_and_resumes_bitwise(re
     ckpt, log = tmp_path / "run", tmp_path / "run.losses"
     cap_s = REFERENCE_S[0] + 10
     price = f"{3600 / (2 * cap_s):.4f}"
-    args = [str(SCRIPT), "--ckpt", str(ckpt), "--losses", str(log), "--out", str(tmp_path / "o"), "--sleep", "1"]
+    args = [*resumable(ckpt, log, tmp_path / "o"), "--sleep", "1"]
     ran = cli(*LAUNCH, "--budget", "1", "--price", price, *args, timeout=150 + cap_s)
     assert ran.code == 4, ran.out + ran.err[-3000:]
     assert re.search(r"^ddplab launch: WARN budget: 0\.8\d+ USD spent of 1\.00 USD", ran.err, re.M), ran.err[-3000:]
@@ -207,13 +200,7 @@ def test_the_preempt_fault_stops_the_run_after_its_step_whatever_the_machines_sp
     and says so."""
     args = [
         *LAUNCH,
-        str(SCRIPT),
-        "--ckpt",
-        str(tmp_path / "c"),
-        "--losses",
-        str(tmp_path / "run.losses"),
-        "--out",
-        str(tmp_path / "run.out"),
+        *resumable(tmp_path / "c", tmp_path / "run.losses", tmp_path / "run.out"),
         "--epochs",
         "30",
         "--every",
@@ -240,13 +227,7 @@ def test_a_stop_on_an_epochs_last_step_runs_that_epochs_end_first(tmp_path, no_l
     epochs, log, run = tmp_path / "epochs", tmp_path / "run.losses", ["--batch", "256", "--epochs", "40"]
     args = [
         *LAUNCH,
-        str(SCRIPT),
-        "--ckpt",
-        str(tmp_path / "c"),
-        "--losses",
-        str(log),
-        "--out",
-        str(tmp_path / "o"),
+        *resumable(tmp_path / "c", log, tmp_path / "o"),
         "--epoch-log",
         str(epochs),
         *run,
@@ -274,13 +255,7 @@ def test_ranks_too_slow_to_save_are_told_apart_from_a_script_that_never_listens(
     proc = start(
         [
             *quick,
-            str(SCRIPT),
-            "--ckpt",
-            str(tmp_path / "c"),
-            "--losses",
-            str(log),
-            "--out",
-            str(tmp_path / "o"),
+            *resumable(tmp_path / "c", log, tmp_path / "o"),
             "--sleep",
             "8",
         ]
@@ -364,13 +339,7 @@ def test_a_preempted_run_on_two_nodes_exits_4_on_both_with_ddplabs_line_alone(tm
                 "--no-lint",
                 "--hang-timeout",
                 "0",
-                str(SCRIPT),
-                "--ckpt",
-                str(tmp_path / "c"),
-                "--losses",
-                str(log),
-                "--out",
-                str(tmp_path / "o"),
+                *resumable(tmp_path / "c", log, tmp_path / "o"),
                 "--sleep",
                 "0.05",
                 "--epochs",
@@ -408,13 +377,7 @@ def test_a_sharded_state_is_saved_whole_and_resumes_bitwise(wrap, tmp_path, no_l
     proc = start(
         [
             *LAUNCH,
-            str(SCRIPT),
-            "--ckpt",
-            str(ckpt),
-            "--losses",
-            str(log),
-            "--out",
-            str(tmp_path / "o"),
+            *resumable(ckpt, log, tmp_path / "o"),
             "--sleep",
             "0.05",
             "--wrap",
@@ -441,13 +404,7 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_previous_one(ref
     proc = start(
         [
             *LAUNCH,
-            str(SCRIPT),
-            "--ckpt",
-            str(ckpt),
-            "--losses",
-            str(log),
-            "--out",
-            str(tmp_path / "o"),
+            *resumable(ckpt, log, tmp_path / "o"),
             "--every",
             "6",
             "--big",
