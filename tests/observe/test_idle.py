@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,7 +126,10 @@ def test_guard_never_fires_while_a_rank_lives_and_fires_after_the_job_ends(tmp_p
     assert "fired_at" in r, f"the guard never ran the command\n{r['log']}"
     assert r["fired_at"] - r["job_end"] >= IDLE_S, r  # not before a whole idle period after the last rank
     assert r["guard_rc"] == 0  # it ran the command, which succeeded, and ended
-    assert "idle: no rank alive; 0:03 to go" in r["log"] and "the command runs in 0:0" in r["log"]  # a countdown
+    # a countdown: from the ranks' exit (or, on a loaded machine, from the moment the exiting ranks stopped making
+    # progress: counted as stalled, seen in one CI run) to the command
+    assert re.search(r"idle: (no rank alive|every job stalled); 0:03 to go", r["log"]), r["log"]
+    assert "the command runs in 0:0" in r["log"], r["log"]
     assert f"running {sys.executable}" in r["log"]
 
 
