@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import time
 
-import torch._dynamo  # noqa: F401  DDP's constructor imports it (~2 s): the agent pays once, before forking ranks
-
 from ddplab import dist as dd
 from ddplab.checks import WORKER_STAGES, stage_module
 from ddplab.launcher.progress import mark
 
 # Imported here, not on first use: the agent imports this module once before it forks the ranks, so they start with
-# the stages already loaded. (The CLI imports only the stage it summarizes: no torch._dynamo there.)
+# the stages already loaded. (The CLI imports only the stage it summarizes.)
 STAGES = [stage_module(name) for name in WORKER_STAGES]
 
 

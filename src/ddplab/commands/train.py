@@ -108,6 +108,7 @@ def run(args) -> int:
             launch.nodes,
             flight=True,
             env={profhook.DIR_ENV: str(args.profile_dir), sanitizer.DIR_ENV: str(args.sanitize_dir)},
+            hooks=(f"{profhook.__name__}:install",),  # armed only if --profile writes its request
         )
 
     with startup.early(start, early.nproc if early else None) as ranks:

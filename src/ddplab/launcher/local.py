@@ -90,14 +90,16 @@ def start(
     nodes: Nodes | None = None,
     fresh_workers: bool = False,
     flight: bool = False,
+    hooks: tuple[str, ...] = (),
 ) -> PendingRun:
     """Start the agent now and let it import torch and the target while the caller does other work (preflight);
     nothing is launched until PendingRun.run(), and PendingRun.cancel() ends it.
 
     nodes: several machines meeting through torchrun's c10d rendezvous; None = this machine alone.
+    hooks: `module:function`s each rank calls before the target (installers that read the environment).
     fresh_workers: each worker is a new interpreter, as torchrun starts them, instead of a fork of the agent.
-    Slower to start (every worker imports torch, ~2 s), but forked workers ran gloo's collectives 4-6 % slower and
-    trained ~6 % slower than torchrun's (docs/bench.md, docs/architecture.md): what measures speed asks for them.
+    Slower to start (every worker imports torch and torch._dynamo, ~3 CPU s), but `bench` asks for them: its
+    collectives timed 4-6 % slower in forked workers (docs/bench.md).
     """
     if nproc < 1:
         raise DdplabError(f"--nproc {nproc}: need at least 1 process")
@@ -133,6 +135,7 @@ def start(
         "max_restarts": max_restarts,
         "run_id": run_dir.name,
         "fresh_workers": fresh_workers,
+        "hooks": list(hooks),
         "nodes": dataclasses.asdict(nodes) if nodes is not None and nodes.count > 1 else None,
     }
     with open(run_dir / "agent.log", "wb") as agent_log:

@@ -2,7 +2,9 @@
 written where the caller looks for them (run folder: events/, stacks/, errors/, results/).
 
 Started by the elastic agent either as a fork of the agent (torch already imported: quick to start) or as a new
-interpreter, `python -m ddplab.launcher.worker SPEC`, as torchrun starts a script's ranks.
+interpreter, `python -m ddplab.launcher.worker SPEC`, as torchrun starts a script's ranks. Either way a rank starts the
+same: default signal handlers, and the hooks ddplab's bootstrap installs in a script's ranks (boot/sitecustomize.py;
+those above this layer, as perf's --profile hook, named by the caller in the spec's "hooks").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ddplab.flight import rankdump
 from ddplab.launcher import progress
 from ddplab.launcher.files import read_json, write_atomic
 from ddplab.launcher.lifeline import die_with_parent
-from ddplab.sanitize import rankside
+from ddplab.sanitize import paramnames, rankside
 from ddplab.stamps import stamp
 
 
@@ -30,7 +32,17 @@ def resolve(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def main(spec_path: str) -> None:
+def default_signals() -> None:
+    """The handlers a new interpreter starts with. A forked rank inherits the agent's instead: torch's agent turns
+    SIGTERM, SIGINT, SIGHUP and SIGQUIT into an exception, ddplab's ignores SIGUSR1/2, and a rank must die of them."""
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def main(spec_path: str, forked: bool = True) -> None:
+    if forked:
+        default_signals()
     die_with_parent()
     spec = json.loads(Path(spec_path).read_text())
     run_dir = Path(spec["run_dir"])
@@ -43,8 +55,13 @@ def main(spec_path: str) -> None:
     progress.open_events(run_dir / "events" / f"local{local}.jsonl")
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)  # the caller's stack request
-    rankdump.install()  # a forked rank never ran the bootstrap's sitecustomize: answer Flight Recorder requests here
-    rankside.install()  # nor armed the sanitizer: `ddplab check` asks for it (a no-op unless the caller did)
+    # A forked rank never ran the bootstrap's sitecustomize (a new one did when the run records collectives): each
+    # hook installs once, and only where the caller asked for it.
+    rankdump.install()  # answer Flight Recorder requests
+    rankside.install()  # the sanitizer: `ddplab check` and `ddplab train` ask for it
+    paramnames.install()  # DDP's unused-parameter indices given their names
+    for hook in spec["hooks"]:  # the caller's own, e.g. train's --profile (perf/profhook.py)
+        resolve(hook)()
     progress.mark(
         "start",
         pid=os.getpid(),
@@ -61,6 +78,8 @@ def main(spec_path: str) -> None:
             run_dir / "errors" / f"local{local}.json",
             {"error": text, "traceback": traceback.format_exc(), "time": failed_at},
         )
+        if forked:  # torch's fork wrapper sends the traceback to the agent alone: the rank's log must show it too
+            traceback.print_exc()
         raise
     progress.mark("done")
     write_atomic(run_dir / "results" / f"local{local}.json", value)
@@ -71,4 +90,4 @@ if __name__ == "__main__":
     # Through the package module, not __main__: the target must share the progress module that main() opened.
     from ddplab.launcher.worker import main as _main
 
-    _main(sys.argv[1])
+    _main(sys.argv[1], forked=False)

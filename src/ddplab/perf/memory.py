@@ -315,13 +315,16 @@ class PredictHere:
             finally:
                 self._done.set()
 
-        threading.Thread(target=work, name="ddplab-memory-trace", daemon=True).start()
+        # Not a daemon: the interpreter's teardown waits for it. A daemon thread still inside torch's C++ when the
+        # process ends (a run that failed before the trace did) aborts it: "terminate called without an active
+        # exception", exit -6 after the run's own one-line error.
+        threading.Thread(target=work, name="ddplab-memory-trace", daemon=False).start()
 
     def done(self) -> bool:
         return self._done.is_set()
 
     def cancel(self) -> None:
-        """Nothing to stop: the thread is a daemon, it ends with this process."""
+        """Nothing to stop: a trace cannot be interrupted; this process ends when it does (os._exit leaves at once)."""
 
     def result(self, timeout_s: float) -> Prediction:
         if not self._done.wait(timeout_s):

@@ -12,11 +12,13 @@ def start_ranks(
     nodes=None,
     flight: bool = False,
     env: dict | None = None,
+    hooks: tuple[str, ...] = (),
 ):
-    """The agent for a training on `nproc` ranks (launcher.local.start). Its ranks are new interpreters, as torchrun
-    starts a recipe's: forked ones trained ~6 % slower than `torchrun -m ddplab.recipes.NAME` (docs/architecture.md).
+    """The agent for a training on `nproc` ranks (launcher.local.start). Its ranks are forks of the agent, which has
+    imported torch, torch._dynamo and the training loop once: a new interpreter per rank spent ~3 CPU s importing them
+    before its first step, and trained no faster (docs/architecture.md).
     flight: record collectives, so that a hang names the collective each rank last called (train: yes; scale, which
-    times its runs: no)."""
+    times its runs: no). hooks: `module:function`s each rank calls first (train: --profile's installer)."""
     from ddplab.launcher.local import start
 
     return start(
@@ -25,7 +27,7 @@ def start_ranks(
         master_port=master_port,
         max_restarts=max_restarts,
         nodes=nodes,
-        fresh_workers=True,
         flight=flight,
         env=env,
+        hooks=hooks,
     )
