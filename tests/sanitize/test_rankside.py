@@ -187,3 +187,28 @@ def test_nothing_is_installed_without_a_window_to_watch(tmp_path, monkeypatch, c
     if config is not None:
         (tmp_path / "config.json").write_text(config)
     assert rankside.install() is False and rankside._window is None
+
+
+def test_a_step_hook_registered_after_the_windows_outlives_it(window):
+    """The window closes from inside torch's loop over the global step hooks; with another hook after its own (a
+    profiler's, the script's), removing its own would make that loop raise in the user's step. It stays, idle."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    w = window(steps=2, checks=())
+    seen = []
+    later = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: seen.append(w.step))
+    try:
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            optimizer.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            optimizer.step()  # raised "OrderedDict mutated during iteration" at step 2
+    finally:
+        later.remove()
+    assert seen == [1, 2, 2, 2] and not w.open and w.handle is not None  # closed at step 2, counting no more
+    model_alone = torch.nn.Linear(4, 1)
+    alone, optimizer = window(steps=1, checks=()), torch.optim.SGD(model_alone.parameters(), lr=0.1)
+    model_alone(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    assert not alone.open and alone.handle is None  # the last hook: removed

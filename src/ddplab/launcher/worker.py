@@ -56,12 +56,12 @@ def main(spec_path: str, forked: bool = True) -> None:
     stack_file = open(run_dir / "stacks" / f"local{local}.txt", "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)  # the caller's stack request
     # A forked rank never ran the bootstrap's sitecustomize (a new one did when the run records collectives): each
-    # hook installs once, and only where the caller asked for it.
+    # hook installs once, only where the caller asked for it, in the bootstrap's order.
     rankdump.install()  # answer Flight Recorder requests
-    rankside.install()  # the sanitizer: `ddplab check` and `ddplab train` ask for it
-    paramnames.install()  # DDP's unused-parameter indices given their names
     for hook in spec["hooks"]:  # the caller's own, e.g. train's --profile (perf/profhook.py)
         resolve(hook)()
+    rankside.install()  # the sanitizer: `ddplab check` and `ddplab train` ask for it
+    paramnames.install()  # DDP's unused-parameter indices given their names
     progress.mark(
         "start",
         pid=os.getpid(),

@@ -8,7 +8,8 @@ Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
 - creates them at start-up (the write audit hook needs no torch) and attaches them the moment the script's
   `import torch` completes (ddplab.afterimport): nothing imports torch before the script does;
 - tells them of every counted step; after step N it removes the step hook and every check's hooks (a check whose
-  event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window;
+  event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window (but
+  one call that returns at once, when a later optimizer hook keeps the step hook from being removed: see close());
 - writes DIR/rank<RANK>.json after step 2 (a rank killed later still leaves something: the parameter digests of
   steps 1 and 2), at the window's end, and at exit. A write costs about 0.5 ms (more than all of a step's own
   work), so not one per step, nor after step 1 too. Only a rank writes: a DataLoader worker forked from it does not; a
@@ -188,9 +189,14 @@ class Window:
 
     def close(self) -> None:
         self.open = False
+        # Called from the step hook, while torch's optimizer iterates the global hooks: removing an entry other than
+        # the last one makes that loop raise "OrderedDict mutated during iteration" in the user's step. With a hook
+        # registered after this one (a profiler's, the script's own), this one stays and returns at once (`open`).
         if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
+            hooks = self.handle.hooks_dict_ref()
+            if hooks is None or next(reversed(hooks), None) == self.handle.id:
+                self.handle.remove()
+                self.handle = None
         for observer in list(self.observers):
             if not observer.linger():
                 try:
