@@ -1,5 +1,6 @@
-"""launcher.procs.busy_seconds: what the hang watch and the idle guard read as work. A process starved of CPU on a
-loaded machine must count as busy (it wants the core it does not get); one asleep in a wait must not."""
+"""launcher.procs.CpuMeter: what the hang watch and the idle guard read as work. A process starved of CPU on a
+loaded machine must count as busy (it wants the core it does not get); one asleep in a wait must not; and a child
+that ends does not take the CPU it used out of its job's total (a busy job once read as one using less than none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from ddplab.launcher.procs import busy_seconds
+from ddplab.launcher.procs import CpuMeter
 
 SPIN = "import os; os.sched_setaffinity(0, {0}); print('go', flush=True)\nwhile True: pass"
 
@@ -30,15 +31,50 @@ def test_a_starved_process_counts_as_busy_and_a_sleeping_one_does_not():
         for p in (*procs, sleeper):
             assert p.stdout.readline().strip() == "go"
         spinner, asleep = psutil.Process(procs[0].pid), psutil.Process(sleeper.pid)
-        busy0, idle0, cpu0, t0 = busy_seconds([spinner]), busy_seconds([asleep]), spinner.cpu_times(), time.monotonic()
+        busy_seconds, idle_seconds = CpuMeter().read, CpuMeter().read
+        busy0, idle0, cpu0, t0 = busy_seconds([spinner]), idle_seconds([asleep]), spinner.cpu_times(), time.monotonic()
         time.sleep(2)  # a measuring window, not a wait for an event: the assertions are ratios over it
         span = time.monotonic() - t0
         cpu = sum(spinner.cpu_times()) - sum(cpu0)
         busy = busy_seconds([spinner]) - busy0
         assert cpu / span < 0.5  # the core is shared four ways: CPU time alone reads it as mostly idle
         assert busy / span > 0.8  # ready for a CPU the whole time
-        assert (busy_seconds([asleep]) - idle0) / span < 0.05
+        assert (idle_seconds([asleep]) - idle0) / span < 0.05
     finally:
         for p in (*procs, sleeper):
             p.kill()
             p.wait()
+
+
+BURN = """
+import sys, time
+while time.process_time() < 0.5:
+    pass
+print("burnt", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_ends_keeps_its_cpu_in_the_total():
+    # sh waits for the burning child, then becomes `sleep` (same process): the job lives on without the child.
+    job = subprocess.Popen(
+        ["sh", "-c", f"\"{sys.executable}\" -c '{BURN}'; echo reaped; exec sleep 60"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert job.stdout.readline().strip() == "burnt"
+        meter, top = CpuMeter(), psutil.Process(job.pid)
+        before = meter.read([top])
+        assert before >= 0.5  # the child is counted under its parent
+        job.stdin.write("exit\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "reaped"
+        after = meter.read([top])
+        assert after >= before
+        assert CpuMeter().read([top]) < 0.5  # what a plain sum over the living reads now: the fall it guards against
+    finally:
+        job.kill()
+        job.wait()

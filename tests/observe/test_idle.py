@@ -145,6 +145,33 @@ def test_warn_only_warns_and_runs_nothing(tmp_path, no_leftover_workers):
     assert "WARN idle for 0:03" in r["log"] and "fired_at" not in r
 
 
+@pytest.mark.timeout(90)
+def test_a_watched_pid_that_ends_is_a_job_that_ended(tmp_path, no_leftover_workers):
+    """`ddplab train ... & ddplab monitor --idle-after D --pids $! --then CMD`: the job's end is what the guard
+    waits for, not bad input (it once stopped there, exit 2, and never ran the stop command)."""
+    job = subprocess.Popen([sys.executable, "-c", "print('go', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE)
+    assert job.stdout.readline().strip() == b"go"
+    fired = tmp_path / "fired"
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "monitor", "--idle-after", "1s", "--interval", "0.3", "--pids",
+         str(job.pid), "--then", f"touch {fired}"],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    try:
+        lines = []
+        while not (line := guard.stderr.readline()).startswith("busy: pids:"):
+            assert line, "".join(lines)
+            lines.append(line)
+    finally:
+        job.kill()
+        job.wait()
+    out, err = guard.communicate(timeout=60)
+    log = "".join(lines) + err
+    assert guard.returncode == 0 and fired.exists(), log
+    assert "idle: no rank alive; 0:01 to go" in log
+    assert "no process with pid" not in log
+
+
 @pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("15m", 900), ("1h30m", 5400), ("1.5h", 5400)])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds

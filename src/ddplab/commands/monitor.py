@@ -144,9 +144,9 @@ def _idle_guard(args) -> int:
         raise DdplabError("the idle guard watches until it acts: drop --once")
     pids = [pid for group in args.pids for pid in group] if args.pids else None
     if pids:
-        from ddplab.observe.monitor import find_jobs
+        from ddplab.observe.monitor import require_running
 
-        find_jobs(pids)  # a pid that does not exist is bad input, said now
+        require_running(pids)
     if args.since is not None and args.budget is None:
         raise DdplabError("--since is where --budget counts from: add --budget AMOUNT")
     since = None if args.since is None else spend.since(args.since)

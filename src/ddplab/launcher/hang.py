@@ -19,7 +19,7 @@ import psutil
 from ddplab.flight import reader as flight
 from ddplab.launcher import stacks as stack_reader
 from ddplab.launcher.logs import output_bytes
-from ddplab.launcher.procs import busy_seconds
+from ddplab.launcher.procs import CpuMeter
 
 IDLE_CORES = 0.1  # CPU per worker below which it is waiting, not working
 FLIGHT_ANSWER_S = 3.0  # a rank waiting in C++ answers a record request from a thread of its own within moments
@@ -82,7 +82,8 @@ class ScriptWatch:
         self.pids: frozenset[int] = frozenset()
         self.log_size = -1
         self.next_check = 0.0
-        self.samples: deque[tuple[float, float]] = deque()
+        self.samples: deque[tuple[float, float]] = deque()  # (time, self.cpu's total)
+        self.cpu = CpuMeter()
         self.found: list[stack_reader.RankStack] | None = None
 
     @property
@@ -134,7 +135,7 @@ class ScriptWatch:
             self.detector.progressed()
         # The agent with everything under it: while it still imports torch and starts the ranks it is busy, and
         # start-up must not read as an idle (hung) job; once the ranks run, they are what counts.
-        self.samples.append((now, busy_seconds(self._agent())))
+        self.samples.append((now, self.cpu.read(self._agent())))
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.idle_window:
             self.samples.popleft()
         self.found = None

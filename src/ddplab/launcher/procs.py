@@ -55,19 +55,30 @@ def wait_dead(procs: list[psutil.Process], timeout: float) -> None:
         time.sleep(0.02)
 
 
-def busy_seconds(procs: Iterable[psutil.Process]) -> float:
-    """Seconds the processes and everything under them (DataLoader workers do a rank's work) ran on a CPU or stood
-    ready for one. The second part (Linux's per-thread run delay) is what keeps a loaded machine from reading as
-    an idle job: a rank importing torch beside many busy processes gets a tenth of a core but wants all of it,
-    while a rank hung in a receive sleeps and accrues neither."""
-    total = 0.0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            for p in (proc, *proc.children(recursive=True)):
-                with contextlib.suppress(psutil.Error):
-                    times = p.cpu_times()
-                    total += times.user + times.system + run_delay(p.pid)
-    return total
+class CpuMeter:
+    """Seconds a group of processes and everything under them (DataLoader workers do a rank's work) ran on a CPU or
+    stood ready for one, as a total that never falls. The second part (Linux's per-thread run delay) is what keeps
+    a loaded machine from reading as an idle job: a rank importing torch beside many busy processes gets a tenth of
+    a core but wants all of it, while a rank hung in a receive sleeps and accrues neither.
+
+    Each process's last reading is kept after it ends: a plain sum over the processes alive now falls by all the
+    CPU a DataLoader worker or a finished launcher child ever used the moment it exits, and a busy job then reads
+    as one using less than nothing (an idle guard took such a job for a stalled one). What an ended process used
+    after the last reading is lost; its parent's children_* times are not added, as they would count it twice."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, float], float] = {}  # (pid, start time): its latest reading
+
+    def read(self, procs: Iterable[psutil.Process]) -> float:
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                for p in (proc, *proc.children(recursive=True)):
+                    with contextlib.suppress(psutil.Error):
+                        times = p.cpu_times()
+                        key = (p.pid, p.create_time())
+                        used = times.user + times.system + run_delay(p.pid)
+                        self._seen[key] = max(self._seen.get(key, 0.0), used)
+        return sum(self._seen.values())
 
 
 def run_delay(pid: int) -> float:

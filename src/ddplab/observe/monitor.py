@@ -28,6 +28,7 @@ from ddplab.envinfo import visible_gpus
 from ddplab.errors import DdplabError
 from ddplab.launcher.agent import spec_path_of
 from ddplab.launcher.local import events as run_events
+from ddplab.launcher.procs import pid_alive
 
 # Below a tenth of a core, a CPU rank is not computing: it waits (for another rank, for data) or it is stuck.
 IDLE_CPU_PERCENT = 10.0
@@ -272,13 +273,19 @@ def _has_ancestor_in(pid: int, group: dict, procs: dict[int, dict]) -> bool:
     return False
 
 
-def _select(jobs: list[_Job], pids: list[int], procs: dict[int, dict]) -> list[_Job]:
+def require_running(pids: list[int]) -> None:
+    """A pid given with --pids that names no process is bad input, said as the watch starts. One that ends later
+    is a job that ended: find_jobs then finds nothing of it, and the idle guard counts that as idle."""
     for pid in pids:
-        if pid not in procs and pid != os.getpid():
+        if not pid_alive(pid) and pid != os.getpid():
             raise DdplabError(
                 f"no process with pid {pid} is running: pass the pid of a rank or of its launcher "
                 "(see `ps -ef | grep -e torchrun -e ddplab`), or no --pids to find the job by itself"
             )
+
+
+def _select(jobs: list[_Job], pids: list[int], procs: dict[int, dict]) -> list[_Job]:
+    pids = [pid for pid in pids if pid in procs]
     wanted = set(pids)
     # A launcher given by pid stands for everything under it (torchrun, `ddplab train`, `ddplab launch`...).
     for pid in list(wanted):
@@ -631,6 +638,8 @@ def _describe(job: JobView, live: list[RankView], snap: Snapshot) -> None:
 
 def require_jobs(pids: list[int] | None) -> list[_Job]:
     """find_jobs(), where finding nothing is an error: there is nothing to watch (exit 1, not a usage error)."""
+    if pids:
+        require_running(pids)
     jobs = find_jobs(pids)
     if not jobs:
         raise DdplabError(

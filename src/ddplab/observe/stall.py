@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ddplab.launcher.procs import busy_seconds
+from ddplab.launcher.procs import CpuMeter
 
 # Below a tenth of a core for the whole job it is waiting, not working (= the launcher's hang.IDLE_CORES per worker:
 # here per job, since one busy rank is enough for a step that is merely long).
@@ -57,7 +57,8 @@ class Look:
 class _State:
     at: float  # time.time() of the previous sample
     pids: frozenset[int]
-    cpu: float
+    meter: CpuMeter
+    cpu: float  # the meter's total at the previous sample
     mark: float | None  # time of the newest step mark seen
     since: float
     last: str
@@ -82,17 +83,18 @@ class StallWatch:
             self.state.pop(job.id, None)
             return None
         pids = frozenset(r.pid for r in live)
-        cpu = busy_seconds(_processes(pids))
+        st = self.state.get(job.id)
+        meter = st.meter if st is not None and st.pids == pids else CpuMeter()
+        cpu = meter.read(_processes(pids))
         marked = [m for m in job.members if m.last_mark is not None and m.pid in pids]
         newest = max(marked, key=lambda m: m.last_mark, default=None)
         gpus = {r.gpu for r in live if r.gpu is not None}
         utils = [r.gpu_util_percent for r in live if r.gpu_util_percent is not None]
         look = Look(job.id, len(live), True, "", now, "", gpus, targets=[(r.pid, r.rank, r.local_rank) for r in live])
-        st = self.state.get(job.id)
         marks = ", ".join(f"rank {m.rank} {m.phase}" for m in marked)
         if st is None or st.pids != pids:  # first seen, or restarted with new ranks: a fresh start is progress
             last = f"step marks {marks}" if newest else "started"
-            self.state[job.id] = _State(now, pids, cpu, newest.last_mark if newest else None, now, last)
+            self.state[job.id] = _State(now, pids, meter, cpu, newest.last_mark if newest else None, now, last)
             look.how, look.last = "just seen", last
             return look
         moved = []
