@@ -207,6 +207,22 @@ def strays(block: Block, outcome: Outcome) -> list[str]:
     ]
 
 
+def evidence(block: Block, outcome: Outcome, sandbox: Sandbox, tail: int = 1500) -> str:
+    """For a failed block: the end of each file its command redirected output into (`> runs/check.log`), and of
+    each log in the ddplab folders it left: what a run in the background said, which its output does not show."""
+    paths = [sandbox.root / name for name in re.findall(r"(?:^|\s)\d?>>?\s*([\w./-]+)", block.command)]
+    paths += sorted(p for name in outcome.left for p in (sandbox.tmp / name).rglob("*.log"))
+    parts = []
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        name = path.relative_to(sandbox.root if path.is_relative_to(sandbox.root) else sandbox.tmp)
+        parts.append(f"--- {name} (its last {tail} characters):\n{relative_paths(text[-tail:], sandbox)}")
+    return "\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="run and compare with the guide; write nothing")
@@ -226,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             outcome = run_block(block, sandbox)
             print(f"[{outcome.seconds:5.1f}s exit {outcome.code}] {block.command}", file=sys.stderr, flush=True)
-            failures += [f"`{block.command}` {p}:\n{outcome.output[-2000:]}" for p in problems(block, outcome)]
+            if found := problems(block, outcome):
+                failures.append(
+                    f"`{block.command}` {'; '.join(found)}:\n{outcome.output[-2000:]}\n{evidence(block, outcome, sandbox)}"
+                )
             # Not the guide's text but the tool's hygiene: tests/test_guide.py fails on it, the guide is still written.
             for stray in strays(block, outcome):
                 print(f"WARNING `{block.command}` {stray}", file=sys.stderr, flush=True)

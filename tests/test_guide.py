@@ -32,7 +32,9 @@ def run_in_order(selected, sandbox) -> list[str]:
     for block in selected:
         outcome = make_guide.run_block(block, sandbox)
         found = make_guide.problems(block, outcome) + make_guide.strays(block, outcome)
-        failures += [f"`{block.command}` {p}\n{outcome.output[-3000:]}" for p in found]
+        if found:
+            said = f"{outcome.output[-3000:]}\n{make_guide.evidence(block, outcome, sandbox)}"
+            failures += [f"`{block.command}` {p}" for p in found[:-1]] + [f"`{block.command}` {found[-1]}\n{said}"]
     return failures
 
 
@@ -92,6 +94,21 @@ def test_a_block_fails_when_its_run_differs_from_the_guide(tmp_path):
         "overstayed its deadline (exit code 0 expected)"
     ]
     assert (sandbox.root / "docs").resolve() == make_guide.ROOT / "docs"  # the stand-in links the checkout's
+
+
+def test_a_failed_block_shows_what_its_background_runs_wrote(tmp_path):
+    """A block's run in the background writes to a file (`> runs/check.log`), a failed run keeps its logs: when the
+    block fails, both are part of the failure, since the block's own output lacks them (CI showed nothing else)."""
+    sandbox = make_guide.Sandbox(tmp_path)
+    command = (
+        "mkdir -p runs $TMPDIR/ddplab-run-q && echo 'the agent ended: why' > runs/check.log 2>&1 & wait; "
+        "echo 'rank 1 said so' > $TMPDIR/ddplab-run-q/rank1.log; exit 3"
+    )
+    block = make_guide.Block(command, 0)
+    outcome = make_guide.run_block(block, sandbox, timeout=60)
+    said = make_guide.evidence(block, outcome, sandbox)
+    assert "--- runs/check.log" in said and "the agent ended: why" in said
+    assert "--- ddplab-run-q/rank1.log" in said and "rank 1 said so" in said
 
 
 def test_paths_in_the_output_are_the_projects_not_this_machines(tmp_path):
