@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from ddplab.launcher.procs import CpuMeter
+from ddplab.launcher.procs import CpuMeter, run_delays
 
 SPIN = "import os; os.sched_setaffinity(0, {0}); print('go', flush=True)\nwhile True: pass"
 
@@ -78,3 +78,55 @@ def test_a_child_that_ends_keeps_its_cpu_in_the_total():
     finally:
         job.kill()
         job.wait()
+
+
+THREAD = """
+import os, sys, threading, time
+os.sched_setaffinity(0, {0})
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        pass
+t = threading.Thread(target=spin)
+t.start()
+print(t.native_id, flush=True)
+sys.stdin.readline()
+stop.set()
+t.join()
+print("joined", flush=True)
+sys.stdin.readline()
+start = time.process_time()
+while time.process_time() - start < 0.05:  # the main thread's own work, after the thread's end
+    pass
+print("worked", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task"), reason="needs Linux's /proc")
+@pytest.mark.timeout(60)
+def test_a_thread_that_ends_keeps_its_wait_for_a_cpu_in_the_total():
+    # A thread starved beside four spinners on one core waits for it; its wait is in its own /proc entry only.
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    job = subprocess.Popen([sys.executable, "-c", THREAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for p in spinners:
+            assert p.stdout.readline().strip() == "go"
+        tid = int(job.stdout.readline())
+        while run_delays(job.pid).get(tid, 0.0) < 1.0:  # an amount reached, not a time waited
+            time.sleep(0.05)
+        meter, top = CpuMeter(), psutil.Process(job.pid)
+        before = meter.read([top])
+        job.stdin.write("end\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "joined"
+        assert tid not in run_delays(job.pid)  # the thread's wait left /proc with it
+        assert meter.read([top]) >= before
+        job.stdin.write("work\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "worked"
+        assert meter.read([top]) >= before + 0.05  # what the process did next shows, not hidden under the lost wait
+    finally:
+        for p in (*spinners, job):
+            p.kill()
+            p.wait()

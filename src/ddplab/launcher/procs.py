@@ -61,38 +61,42 @@ class CpuMeter:
     a loaded machine from reading as an idle job: a rank importing torch beside many busy processes gets a tenth of
     a core but wants all of it, while a rank hung in a receive sleeps and accrues neither.
 
-    Each process's last reading is kept after it ends: a plain sum over the processes alive now falls by all the
-    CPU a DataLoader worker or a finished launcher child ever used the moment it exits, and a busy job then reads
-    as one using less than nothing (an idle guard took such a job for a stalled one). What an ended process used
-    after the last reading is lost; its parent's children_* times are not added, as they would count it twice."""
+    Every process's and every thread's last reading is kept after it ends: a plain sum over what is alive now falls
+    by all a DataLoader worker or a finished launcher child ever used the moment it exits (a process's CPU time
+    keeps its ended threads', its run delay does not), and a busy job then reads as one using less than nothing
+    (an idle guard took such a job for a stalled one). What ended after the last reading is lost; a parent's
+    children_* times are not added, as they would count it twice."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, float], float] = {}  # (pid, start time): its latest reading
+        self._seen: dict[tuple, float] = {}  # (pid, start time[, tid]): its latest reading
 
     def read(self, procs: Iterable[psutil.Process]) -> float:
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 for p in (proc, *proc.children(recursive=True)):
                     with contextlib.suppress(psutil.Error):
-                        times = p.cpu_times()
-                        key = (p.pid, p.create_time())
-                        used = times.user + times.system + run_delay(p.pid)
-                        self._seen[key] = max(self._seen.get(key, 0.0), used)
+                        times, key = p.cpu_times(), (p.pid, p.create_time())
+                        self._keep(key, times.user + times.system)
+                        for tid, waited in run_delays(p.pid).items():
+                            self._keep((*key, tid), waited)
         return sum(self._seen.values())
 
+    def _keep(self, key: tuple, seconds: float) -> None:
+        self._seen[key] = max(self._seen.get(key, 0.0), seconds)
 
-def run_delay(pid: int) -> float:
-    """Seconds the process's threads spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat, second
-    field, in ns); 0 where the kernel does not keep it."""
+
+def run_delays(pid: int) -> dict[int, float]:
+    """Per thread, seconds it spent runnable but waiting for a CPU (/proc/PID/task/TID/schedstat, second field, in
+    ns); empty where the kernel does not keep it."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
-    total = 0
+        return {}
+    found = {}
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
+                found[int(tid)] = int(f.read().split()[1]) / 1e9
         except (OSError, ValueError, IndexError):
             continue
-    return total / 1e9
+    return found
