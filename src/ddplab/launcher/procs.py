@@ -68,21 +68,22 @@ class CpuMeter:
     children_* times are not added, as they would count it twice."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple, float] = {}  # (pid, start time[, tid]): its latest reading
+        self._alive: dict[tuple, float] = {}  # (pid, start time[, tid]): its latest reading
+        self._ended = 0.0  # the last readings of those that ended (a long run's many DataLoader workers: one sum)
 
     def read(self, procs: Iterable[psutil.Process]) -> float:
+        now: dict[tuple, float] = {}
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 for p in (proc, *proc.children(recursive=True)):
                     with contextlib.suppress(psutil.Error):
                         times, key = p.cpu_times(), (p.pid, p.create_time())
-                        self._keep(key, times.user + times.system)
+                        now[key] = times.user + times.system
                         for tid, waited in run_delays(p.pid).items():
-                            self._keep((*key, tid), waited)
-        return sum(self._seen.values())
-
-    def _keep(self, key: tuple, seconds: float) -> None:
-        self._seen[key] = max(self._seen.get(key, 0.0), seconds)
+                            now[(*key, tid)] = waited
+        self._ended += sum(seconds for key, seconds in self._alive.items() if key not in now)
+        self._alive = {key: max(seconds, self._alive.get(key, 0.0)) for key, seconds in now.items()}
+        return self._ended + sum(self._alive.values())
 
 
 def run_delays(pid: int) -> dict[int, float]:
