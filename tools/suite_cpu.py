@@ -34,7 +34,12 @@ if _log:
     try:
         _fd = os.open(_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         _test = os.environ.get("PYTEST_CURRENT_TEST", "-").replace(" ", "_")
-        _argv = " ".join(sys.argv).replace("\\n", " ")[:200]
+        try:  # the real command line: at this point `python -m MODULE` has no module name in sys.argv yet
+            with open("/proc/self/cmdline", "rb") as _f:
+                _words = _f.read().decode(errors="replace").split("\\0")[1:]
+        except OSError:
+            _words = sys.argv
+        _argv = " ".join(_words).replace("\\n", " ")[:200]
         os.write(_fd, f"{os.getpid()} {os.getppid()} {_test} {_argv}\\n".encode())
         os.close(_fd)
     except OSError:
@@ -65,7 +70,13 @@ def kind(argv: str, parent_argv: str) -> str:
         return "ddplab's ranks, new interpreters (bench)" if "ddplab-spec.json" in parent_argv else "agents"
     if "execnet" in argv or "xdist" in argv:
         return "pytest workers"
-    return "other Python (the CLI, scripts, pytest)"
+    words = argv.split()
+    if len(words) > 1 and (os.path.basename(words[0]) == "ddplab" or words[:2] == ["-m", "ddplab"]):
+        sub = words[2] if words[:2] == ["-m", "ddplab"] and len(words) > 2 else words[1]
+        return f"ddplab {sub} (the CLI)"
+    if "torch.distributed.run" in argv or "torchrun" in argv:
+        return "torchrun's agents"
+    return "other Python (scripts, their ranks, pytest)"
 
 
 def report(log: Path, pacct: Path, top: int) -> None:
