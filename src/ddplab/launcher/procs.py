@@ -68,22 +68,24 @@ class CpuMeter:
     children_* times are not added, as they would count it twice."""
 
     def __init__(self) -> None:
-        self._alive: dict[tuple, float] = {}  # (pid, start time[, tid]): its latest reading
-        self._ended = 0.0  # the last readings of those that ended (a long run's many DataLoader workers: one sum)
+        # In integer nanoseconds: a float sum taken in another order (one term moved to _ended) can come out a
+        # last bit lower, and the total must never fall.
+        self._alive: dict[tuple, int] = {}  # (pid, start time[, tid]): its latest reading
+        self._ended = 0  # the last readings of those that ended (a long run's many DataLoader workers: one sum)
 
     def read(self, procs: Iterable[psutil.Process]) -> float:
-        now: dict[tuple, float] = {}
+        now: dict[tuple, int] = {}
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 for p in (proc, *proc.children(recursive=True)):
                     with contextlib.suppress(psutil.Error):
                         times, key = p.cpu_times(), (p.pid, p.create_time())
-                        now[key] = times.user + times.system
+                        now[key] = round((times.user + times.system) * 1e9)
                         for tid, waited in run_delays(p.pid).items():
-                            now[(*key, tid)] = waited
-        self._ended += sum(seconds for key, seconds in self._alive.items() if key not in now)
-        self._alive = {key: max(seconds, self._alive.get(key, 0.0)) for key, seconds in now.items()}
-        return self._ended + sum(self._alive.values())
+                            now[(*key, tid)] = round(waited * 1e9)
+        self._ended += sum(ns for key, ns in self._alive.items() if key not in now)
+        self._alive = {key: max(ns, self._alive.get(key, 0)) for key, ns in now.items()}
+        return (self._ended + sum(self._alive.values())) / 1e9
 
 
 def run_delays(pid: int) -> dict[int, float]:
