@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 
 from ddplab.errors import DdplabError
 from ddplab.perf import scaling
+from ddplab.perf.advice import EFFICIENCY_TARGET, Advice, try_advice
+from ddplab.perf.prediction import Point
 from ddplab.perf.scaling import MIB, Run, ScalingModel
 
 TRUE = ScalingModel(
@@ -391,10 +394,24 @@ def test_try_advice_measures_each_gain_or_says_why_not(no_leftover_workers):
     )
     assert r.code == 0, r.err
     data = r.json()
-    assert data["points"][-1]["efficiency"] < 0.8 and data["advice"]
-    for a in data["advice"]:
+    last = data["points"][-1]
+    if last["efficiency"] < EFFICIENCY_TARGET:  # the usual case: advice given, and --try-advice measured it
+        advice = data["advice"]
+        assert advice
+    else:
+        # How efficient 2 ranks measure depends on the machine: with the other cores busy while the 1-rank run ran,
+        # CI once measured 94 %. No advice is due then; the same measuring runs on that point directly.
+        assert data["advice"] == []
+        at = Point(**{f.name: last[f.name] for f in dataclasses.fields(Point) if f.name in last})
+        pieces = [
+            Advice("larger per-rank batch", "", ["--batch-size", str(2 * at.batch_per_rank)], 1.0),
+            Advice("gradient accumulation", "", ["--grad-accum", "4"], 1.0),
+        ]
+        try_advice(pieces, at, "mlp", ["--max-steps", "90"])
+        advice = [dataclasses.asdict(a) for a in pieces]
+    for a in advice:
         assert (a["measured_gain"] is not None and a["measured_gain"] > 0) or "not measured" in a["note"], a
-    measured = {a["name"] for a in data["advice"] if a["measured_gain"] is not None}
+    measured = {a["name"] for a in advice if a["measured_gain"] is not None}
     assert {"larger per-rank batch", "gradient accumulation"} <= measured
 
 
