@@ -324,7 +324,8 @@ class PredictHere:
         return self._done.is_set()
 
     def cancel(self) -> None:
-        """Nothing to stop: a trace cannot be interrupted; this process ends when it does (os._exit leaves at once)."""
+        """Nothing to stop: a trace cannot be interrupted, and its thread is no daemon, so this process's exit waits
+        for it (a run that fails or is interrupted early ends a few seconds later: see the thread's start)."""
 
     def result(self, timeout_s: float) -> Prediction:
         if not self._done.wait(timeout_s):
