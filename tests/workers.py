@@ -64,3 +64,29 @@ def steps_with_all_reduce(payload):
             "total": total.item(),
             "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
         }
+
+
+def answer_after_the_ranks(payload):
+    """A fork of the agent (PendingRun.fork) that answers only once every rank's result is on disk and the caller
+    has said it waits (on_wait writes payload["told"]): the run has to keep the agent for it."""
+    from pathlib import Path
+
+    results = Path(payload["run_dir"]) / "results"
+    while len(list(results.glob("local*.json"))) < payload["nproc"] or not Path(payload["told"]).exists():
+        time.sleep(0.01)
+    return {"pid": os.getpid(), "torch_was_imported": "torch._dynamo" in sys.modules}
+
+
+def refuse_in_one_line(payload):
+    from ddplab.errors import DdplabError
+
+    raise DdplabError(payload["why"])
+
+
+def fail_with_a_bug(payload):
+    raise ValueError("a bug\nwith a second line")
+
+
+def never_answer(payload):
+    while True:
+        time.sleep(0.05)

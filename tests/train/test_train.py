@@ -366,8 +366,9 @@ def test_the_group_waits_longer_than_the_stall_timeout(stall):
 
 
 def test_the_prediction_child_says_when_it_is_done_and_ends_when_cancelled(no_leftover_workers):
-    """On GPUs `ddplab train` traces its memory prediction in a child (a tracer holds a CUDA context); a run that
-    fails cancels it: no process is left."""
+    """A rank that torchrun started (no ddplab agent to fork) traces its memory prediction in a child, beside its
+    training (a rank's real process group cannot hold the tracer's fake one); a run that fails cancels it: no
+    process is left."""
     from ddplab.train.memory import PredictElsewhere
 
     predicting = PredictElsewhere("linear", {}, "ddp", 2)

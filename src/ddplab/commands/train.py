@@ -122,20 +122,25 @@ def run(args) -> int:
             from ddplab.checks import crossnode
 
             crossnode.require(crossnode.own_ranks(launch.nodes, "nccl" if device == "cuda" else "gloo", nproc))
-        from ddplab.perf.memory import PredictHere
-        from ddplab.train.memory import PredictElsewhere
+        from ddplab.train.loop import PREDICTION_GRACE_S
 
-        # `ddplab memory`'s prediction of the run's peak, traced while the ranks start (rank 0 started a new
-        # interpreter for it after the steps and waited for it: ~5 s of a small run's 13). On CPU, here. On GPUs in
-        # a child that ends early: a fake CUDA tensor makes a real one on the current GPU
-        # (torch/_subclasses/fake_tensor.py, init_gpu_context), so the tracer holds a CUDA context on GPU 0, rank
-        # 0's, for as long as it lives.
-        predict = PredictHere if device == "cpu" else PredictElsewhere
+        pending = ranks.get(nproc)
+        # `ddplab memory`'s prediction of the run's peak, traced while the ranks start and train, in a fork of their
+        # agent, which has imported torch._dynamo and the recipe already (here, the trace's import of them cost
+        # ~1.9 CPU s a run). A fork, not a thread: on GPUs a fake CUDA tensor makes a real one on the current GPU
+        # (torch/_subclasses/fake_tensor.py, init_gpu_context), and the tracer holds that CUDA context, on rank 0's
+        # GPU, until its process ends; the fork ends with its answer.
         world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
-        predicting = predict(args.recipe, cfg.to_dict(), cfg.strategy, world, device)
+        request = {"recipe": args.recipe, "config": cfg.to_dict(), "strategy": cfg.strategy, "nproc": world}
+        predicting = pending.fork(
+            "ddplab.perf.memory:predicted_peak",
+            {**request, "device": device},
+            wait_s=PREDICTION_GRACE_S,
+            on_wait=lambda: report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ..."),
+        )
         sanitizer.request(args.sanitize_dir, ns.sanitize_steps)
         try:
-            return _run(ranks.get(nproc), args.recipe, cfg, ns, predicting)
+            return _run(pending, args.recipe, cfg, ns, predicting)
         finally:
             predicting.cancel()
             shutil.rmtree(args.sanitize_dir, ignore_errors=True)
@@ -233,8 +238,7 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         stamp("launch", "said")
         # Every rank has ended and the line is out; the machine is going away. This process imported torch: its
         # interpreter teardown took 3.1 s of the 3.6 s from the signal to the exit here (load ~10, 2 cores;
-        # ddplab/stamps.py), and with the memory prediction's thread still inside torch's C++ it would abort
-        # ("terminate called without an active exception"). So: flushed, then gone, as launch's ranks leave.
+        # ddplab/stamps.py). So: flushed, then gone, as launch's ranks leave.
         sys.stdout.flush()
         sys.stderr.flush()
         predicting.cancel()
@@ -282,13 +286,18 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
 def _add_prediction(result, predicting) -> None:
     """The traced prediction next to each rank's measured peak (one per run: the rank that needs most)."""
     from ddplab.train.loop import PREDICTION_GRACE_S
+    from ddplab.train.memory import PredictedPeak
 
-    if not predicting.done():  # a large model's trace can outlast a short training: say why nothing moves
-        report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ...")
+    if not predicting.done():  # run() waited this long for it after the ranks were done
+        result.notes.append(
+            f"no memory prediction: the trace took longer than the training plus {PREDICTION_GRACE_S:.0f}s; "
+            "run `ddplab memory` for it"
+        )
+        return
     try:
-        mib = predicting.result(PREDICTION_GRACE_S).peak_mib
+        mib = PredictedPeak(predicting.result()["peak_bytes"]).peak_mib
     except DdplabError as e:
-        result.notes.append(f"no memory prediction: {e}")
+        result.notes.append(f"no memory prediction: memory prediction failed: {e}")
         return
     for r in result.ranks:
         r.predicted_peak_mb = mib

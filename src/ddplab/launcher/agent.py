@@ -126,6 +126,8 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
     write_atomic(run_dir / "ddplab-outcome.json", {"failures": failures, "launcher_error": launcher_error})
     stamp("agent", "ranks ended")
+    if not (failures or launcher_error):  # a fork's answer may come after the ranks' results: the caller waits
+        _wait_for_forks()  # for it (bounded), and ends this agent then; after a failure nobody asks for it
     return 1 if failures or launcher_error else 0
 
 
@@ -211,14 +213,17 @@ def _quiet_about_saved_preemptions() -> None:
 def _until_go(reply_fd: int | None) -> bool:
     """Serve the caller's requests until it says "go" (True) or leaves (False). Each request is one line, `parse
     {...}`, `counts {...}` or `check {...}`, answered by one JSON line on reply_fd: the work on torchrun's options
-    that needs torch, done here, where torch is imported anyway (the caller of `ddplab launch` never imports it)."""
+    that needs torch, done here, where torch is imported anyway (the caller of `ddplab launch` never imports it);
+    or `fork {...}`, answered in a file (_fork_call)."""
     reply = os.fdopen(reply_fd, "w") if reply_fd is not None else None
     try:
         for line in iter(sys.stdin.readline, ""):
             command, _, request = line.strip().partition(" ")
             if command == "go":
                 return True
-            if command in REQUESTS and reply is not None:
+            if command == "fork":  # answered in a file of its own, later: the caller does not wait for it here
+                _fork_call(json.loads(request))
+            elif command in REQUESTS and reply is not None:
                 reply.write(json.dumps(REQUESTS[command](json.loads(request))) + "\n")
                 reply.flush()
         return False
@@ -280,6 +285,50 @@ def _counts(request: dict) -> dict:
 
 
 REQUESTS = {"parse": _parse, "counts": _counts, "check": _check}
+
+FORKED: list[int] = []  # the forks _fork_call made; this agent waits for them before it leaves
+
+
+def _fork_call(request: dict) -> None:
+    """request: {"target": "module:function", "payload": ..., "folder": PATH}. The target runs on the payload in a
+    fork of this agent, beside the ranks, at the lowest CPU priority: for the caller's work that needs torch (`ddplab
+    train`'s memory prediction), which this agent has imported already, with torch._dynamo and the target's modules
+    for forked workers, so that neither the caller nor a new interpreter imports them again (~3 CPU s). The fork's
+    pid goes to FOLDER/pid, its answer, {"value"} or {"error": one line}, to FOLDER/answer.json. Asked before "go",
+    as a worker is forked: no thread of elastic's runs yet. The fork dies with this agent (its caller ends both)."""
+    folder = Path(request["folder"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        FORKED.append(pid)
+        write_atomic(folder / "pid", pid)
+        return
+    try:
+        die_with_parent()
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, 19)  # only the CPU time the ranks leave
+        from ddplab.errors import DdplabError
+        from ddplab.launcher.worker import resolve
+
+        try:
+            answer = {"value": resolve(request["target"])(request["payload"])}
+        except DdplabError as e:
+            answer = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - the caller says it in one line; the log keeps the traceback
+            traceback.print_exc()
+            answer = {"error": _one_line(e)}
+        write_atomic(folder / "answer.json", answer)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # not the agent's atexit handlers, not its teardown
+
+
+def _wait_for_forks() -> None:
+    for pid in FORKED:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 def _user_entry(args) -> str:

@@ -28,6 +28,7 @@ from ddplab.errors import DdplabError
 from ddplab.flight import reader as flight_recorder
 from ddplab.launcher import agent, preempt
 from ddplab.launcher.files import read_json, write_atomic
+from ddplab.launcher.forked import Forked
 from ddplab.launcher.hang import HangDetector
 from ddplab.launcher.logs import tail
 from ddplab.launcher.nodes import Nodes
@@ -150,10 +151,26 @@ class PendingRun:
     nproc: int
     master_port: int
     launched: bool = False  # run() was called: it ends the agent itself, on every path
+    forks: list[Forked] = dataclasses.field(default_factory=list)
 
     def cancel(self) -> None:
         end_all(self.agent, self.run_dir, self.nproc)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def fork(self, target: str, payload: Any, wait_s: float, on_wait: Callable[[], None] | None = None) -> Forked:
+        """Run `module:function`(payload) in a fork of the agent, beside the ranks (agent._fork_call): work that
+        needs torch, in a process that has imported it already. Before run(). Once its ranks are done, run() keeps
+        the agent up to wait_s for the answer (calling on_wait if it has to wait); any other end ends the fork too.
+        The caller reads the answer with Forked.result() and removes it with Forked.cancel()."""
+        forked = Forked(Path(tempfile.mkdtemp(prefix="ddplab-fork-")), wait_s, on_wait)
+        request = {"target": target, "payload": payload, "folder": str(forked.folder)}
+        try:
+            self.agent.stdin.write(f"fork {json.dumps(request)}\n".encode())
+            self.agent.stdin.flush()
+        except BrokenPipeError:  # the agent is gone (run() reports why)
+            write_atomic(forked.folder / "answer.json", {"error": "its agent ended before it could start it"})
+        self.forks.append(forked)
+        return forked
 
     def run(
         self,
@@ -212,6 +229,8 @@ class PendingRun:
                         flight_recorder.request_dumps(run_dir / "flight", _global_ranks(run_dir, nproc), timeout=5)
                     break
                 time.sleep(POLL_S)
+            if status == "done":
+                self._wait_for_forks()
         except BrokenPipeError:  # the agent died before it was told to go; collect() reports its log
             pass
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the CLI turns it into SystemExit)
@@ -244,6 +263,13 @@ class PendingRun:
         elif not keep_dir:
             result.run_dir = _keep_for_user(run_dir)
         return result
+
+    def _wait_for_forks(self) -> None:
+        for forked in self.forks:
+            if not forked.done():
+                if forked.on_wait is not None:
+                    forked.on_wait()
+                forked.wait(forked.wait_s)
 
 
 def _keep_for_user(run_dir: Path) -> str:

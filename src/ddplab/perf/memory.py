@@ -285,67 +285,21 @@ def predict_recipe(recipe_name: str, config: dict, strategy: str, nproc: int, de
     return trace(recipe_spec(recipe_name, cfg, device=device), strategy, nproc)
 
 
-class PredictHere:
-    """predict_recipe on a thread of this process, started now and collected later, used as
-    ddplab.train.memory.PredictElsewhere is (done, cancel, result().peak_mib): for `ddplab train`'s own process, which joins no process group and has imported torch and the
-    recipe already, so the trace costs no interpreter start (~2 s of importing torch, more than a small recipe's
-    trace and training together). It runs while the ranks start and train, at the lowest CPU priority where the
-    system allows a thread its own (Linux), so that it takes only CPU time the ranks leave."""
-
-    def __init__(self, recipe_name: str, config: dict, strategy: str, nproc: int, device: str = "cpu"):
-        import threading
-
-        self._done = threading.Event()
-        self._value: Prediction | None = None
-        self._error: Exception | None = None
-
-        def work() -> None:
-            import os
-            import sys
-
-            if sys.platform.startswith("linux"):  # elsewhere the niceness would be the whole process's
-                try:
-                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-                except OSError:
-                    pass
-            try:
-                self._value = predict_recipe(recipe_name, config, strategy, nproc, device)
-            except Exception as e:  # noqa: BLE001 - reported by result(), like the child's failure
-                self._error = e
-            finally:
-                self._done.set()
-
-        # Not a daemon: the interpreter's teardown waits for it. A daemon thread still inside torch's C++ when the
-        # process ends (a run that failed before the trace did) aborts it: "terminate called without an active
-        # exception", exit -6 after the run's own one-line error.
-        threading.Thread(target=work, name="ddplab-memory-trace", daemon=False).start()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def cancel(self) -> None:
-        """Nothing to stop: a trace cannot be interrupted, and its thread is no daemon, so this process's exit waits
-        for it (a run that fails or is interrupted early ends a few seconds later: see the thread's start)."""
-
-    def result(self, timeout_s: float) -> Prediction:
-        if not self._done.wait(timeout_s):
-            raise DdplabError(
-                f"the trace took longer than the training plus {timeout_s:.0f}s; run `ddplab memory` for it"
-            )
-        if self._error is not None:
-            text = str(self._error).splitlines()[0] if str(self._error) else type(self._error).__name__
-            raise DdplabError(f"memory prediction failed: {text}")
-        return self._value
+def predicted_peak(request: dict) -> dict:
+    """predict_recipe for a JSON request {recipe, config, strategy, nproc, device}, answered as a dict: the answer of
+    `python -m ddplab.perf.memory REQUEST` (a rank's PredictElsewhere) and of the fork of its agent that `ddplab
+    train` asks for."""
+    keys = ("recipe", "config", "strategy", "nproc", "device")
+    return dataclasses.asdict(predict_recipe(*(request[k] for k in keys)))
 
 
 if __name__ == "__main__":
     import json
     import sys
 
-    args = json.loads(sys.argv[1])
     try:
-        result = predict_recipe(args["recipe"], args["config"], args["strategy"], args["nproc"], args["device"])
+        answer = predicted_peak(json.loads(sys.argv[1]))
     except DdplabError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    print(json.dumps(dataclasses.asdict(result)))
+    print(json.dumps(answer))

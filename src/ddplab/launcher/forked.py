@@ -1,0 +1,65 @@
+"""The caller's handle on a function the agent runs in a fork of itself, beside the ranks (agent._fork_call)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddplab.errors import DdplabError
+from ddplab.launcher.files import read_json
+from ddplab.launcher.procs import pid_alive
+
+POLL_S = 0.02
+
+
+@dataclass
+class Forked:
+    folder: Path  # the fork's pid and answer land here (agent._fork_call)
+    wait_s: float  # how long a run whose ranks are done keeps the agent for this answer
+    on_wait: Callable[[], None] | None = None  # called once, when the run has to wait for it
+
+    def _pid(self) -> int | None:
+        return read_json(self.folder / "pid")
+
+    def done(self) -> bool:
+        """Answered, or ended without an answer (killed with its agent)."""
+        if (self.folder / "answer.json").exists():
+            return True
+        pid = self._pid()
+        return pid is not None and not pid_alive(pid)
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.done():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def result(self, timeout_s: float = 0.0) -> Any:
+        """The function's return value; DdplabError with its one line when it failed, ended without an answer, or
+        did not answer within timeout_s."""
+        if not self.wait(timeout_s):
+            raise DdplabError(f"no answer within {timeout_s:g}s")
+        answer = read_json(self.folder / "answer.json")
+        if answer is None:
+            raise DdplabError("it ended before it answered (its run was ended)")
+        if "error" in answer:
+            raise DdplabError(answer["error"])
+        return answer["value"]
+
+    def cancel(self) -> None:
+        """End the fork if it still runs, and remove its folder."""
+        pid = self._pid()
+        # Answered: it has left, and its pid may be another process's by now.
+        if pid is not None and not (self.folder / "answer.json").exists() and pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.folder, ignore_errors=True)
