@@ -2,8 +2,10 @@
 prediction): its answer, or its one-line error, reaches the caller; a run whose ranks are done first waits for it;
 a run that fails ends it; nothing is left behind."""
 
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import alive
 
@@ -24,6 +26,12 @@ def test_the_answers_come_back_and_a_done_run_waits_for_a_late_one(tmp_path, no_
     )
     refused = pending.fork("workers:refuse_in_one_line", {"why": "no such recipe: fix it"}, 60)
     bug = pending.fork("workers:fail_with_a_bug", None, 60)
+    assert refused.wait(60)
+    # The agent reaps a fork that ended at once: its ranks, forked next, are its only other children.
+    pid, deadline = int((refused.folder / "pid").read_text()), time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not psutil.pid_exists(pid), "an ended fork stayed a zombie"
     result = pending.run(None, stall_timeout=60)
     assert result.ok, result.summary()
     value = late.result()

@@ -1,6 +1,7 @@
 """`kill -9` of any ddplab process that started ranks leaves no process of its run behind: the agent dies with its
 caller and every rank with its agent (PR_SET_PDEATHSIG), whether ddplab owns the worker or runs a user's script."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,17 +25,29 @@ COMMANDS = {
 }
 
 
-def _ranks_running(pid: int, want: int) -> list[psutil.Process]:
-    """The caller's descendants once `want` ranks (processes that torch gave a RANK, or forks of the agent) exist."""
+def _ranks_running(pid: int, want: int, tmp: Path) -> list[psutil.Process]:
+    """The caller's descendants once `want` ranks exist. Each of ddplab's own ranks opens its events file in the
+    run's folder first (the agent's other children, its forks for the flags and the memory prediction, are no ranks);
+    a script's ranks are the children of its agent."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        family = psutil.Process(pid).children(recursive=True)
-        agents = [p for p in family if "ddplab.launcher.agent" in " ".join(p.cmdline())]
-        ranks = [c for a in agents for c in a.children()]
-        if len(ranks) >= want:  # a rank that exists has armed its parent-death signal, or exits by itself
+        if list(tmp.glob("ddplab-run-*")):
+            started = len(list(tmp.glob("ddplab-run-*/events/local*.jsonl")))
+        else:
+            started = sum(len(agent.children()) for agent in _agents(pid))
+        if started >= want:  # a rank that exists has armed its parent-death signal, or exits by itself
             return psutil.Process(pid).children(recursive=True)
         time.sleep(0.2)
     raise AssertionError("the ranks never started")
+
+
+def _agents(pid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            if "ddplab.launcher.agent" in " ".join(proc.cmdline()):
+                found.append(proc)
+    return found
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -50,7 +63,7 @@ def test_kill_9_of_ddplab_leaves_no_process_of_its_run(command, no_leftover_work
         start_new_session=True,
     )
     try:
-        family = _ranks_running(proc.pid, 1 if command == "scale" else 2)
+        family = _ranks_running(proc.pid, 1 if command == "scale" else 2, tmp_path)
         proc.send_signal(signal.SIGKILL)  # only ddplab itself: nothing else is told
         proc.wait(timeout=10)
         deadline = time.monotonic() + 5

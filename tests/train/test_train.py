@@ -214,8 +214,13 @@ def test_bad_input_is_one_line_exit_2(args, message, capsys, no_leftover_workers
 
 
 def test_bad_input_in_a_real_process_is_one_line():
-    ran = cli("train", "gpt", "--nproc", "2", "--text", "/no/such/file.txt")
-    assert ran.code == 2 and ran.err.strip().splitlines() == [
+    """With --nproc the agent starts at once and checks the flags in a fork of itself: the refusal comes from there,
+    still one line, and the CLI itself never imports torch (~1.5 CPU s a run; Python's own import log says so)."""
+    ran = cli("train", "gpt", "--nproc", "2", "--text", "/no/such/file.txt", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = [line.rpartition("|")[2].strip() for line in ran.err.splitlines() if line.startswith("import time:")]
+    assert "ddplab.train.flags" in imported and "torch" not in imported
+    said = [line for line in ran.err.splitlines() if not line.startswith("import time:")]
+    assert ran.code == 2 and said == [
         "ddplab train: error: --text /no/such/file.txt: no such file: pass a UTF-8 text file, or omit --text to use "
         "the bundled stories"
     ]
@@ -359,8 +364,8 @@ def test_the_group_waits_longer_than_the_stall_timeout(stall):
     """Before: the process group's 60 s timeout ended a `--stall-timeout 70` run first, with gloo's message (its
     markup-like text is test_markup's). The group timeout is past every stall timeout, never below torch's default;
     the hang named with its stack is test_a_hanging_rank_is_reported_with_its_stack_exit_3's, made to happen."""
-    from ddplab.commands.train import group_timeout_s
     from ddplab.dist import DEFAULT_TIMEOUT_S
+    from ddplab.train.flags import group_timeout_s
 
     assert group_timeout_s(stall) >= stall + 30 and group_timeout_s(stall) >= DEFAULT_TIMEOUT_S
 

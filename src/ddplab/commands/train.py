@@ -17,18 +17,8 @@ from pathlib import Path
 
 from ddplab import cliargs, recipes, report
 from ddplab.errors import DdplabError
-
-# The ranks' process-group timeout exceeds the stall timeout by this much: the stall detector names the hang (stacks,
-# Flight Recorder) before a collective gives up (gloo: an error on one rank; NCCL: an abort), as check and bench do.
-GROUP_TIMEOUT_MARGIN_S = 60.0
-
-
-def group_timeout_s(stall_timeout: float) -> float:
-    """The ranks' process-group timeout for a stall timeout: never below torch's default, always past the stall
-    timeout (the group's 60 s once ended a `--stall-timeout 70` run first, with gloo's message instead of the hang)."""
-    from ddplab.dist import DEFAULT_TIMEOUT_S
-
-    return max(stall_timeout + GROUP_TIMEOUT_MARGIN_S, DEFAULT_TIMEOUT_S)
+from ddplab.train import flags
+from ddplab.train.result import PREDICTION_GRACE_S
 
 
 def add_parser(sub) -> None:
@@ -70,21 +60,34 @@ def launcher_arguments(p: argparse.ArgumentParser) -> None:
     cliargs.add_nodes(p)
 
 
-def _guess(argv: list[str]):
-    """The launcher flags, when they already say how many ranks: the agent can start (and import torch, ~2 s)
-    before this process imports torch and checks the rest."""
+def launcher_flags(argv: list[str]):
+    """The launcher flags alone (the recipe's are left for checked()), with `nodes` (a bad combination is a
+    DdplabError); None when they do not parse or ask for help: checked()'s full parse says what is wrong."""
     if "-h" in argv or "--help" in argv:
         return None
     quick = argparse.ArgumentParser(add_help=False)
     launcher_arguments(quick)
     try:
         launch, _ = quick.parse_known_args(argv)
-        launch.nodes = cliargs.nodes_from(launch)
-    except (SystemExit, DdplabError):  # bad flags: the full parse below says what is wrong
+    except SystemExit:
         return None
-    if launch.nproc is None or launch.nproc < 1 or launch.max_restarts < 0:
-        return None
+    launch.nodes = cliargs.nodes_from(launch)
     return launch
+
+
+def checked(request: dict) -> dict:
+    """flags.check() of `ddplab train RECIPE ARGV` (request: {"recipe", "argv"}), parsed here, as JSON: what the
+    early agent's fork answers (_checked)."""
+    import dataclasses
+
+    from ddplab.train import loop
+    from ddplab.train.config import parser
+
+    name = request["recipe"]
+    config = loop.load_recipe(name).config
+    title = f"{name} recipe"
+    ns = parser(config, f"ddplab train {name}", kind=cliargs.Parser, before=launcher_arguments, title=title)
+    return dataclasses.asdict(flags.check(name, config, ns.parse_args(request["argv"])))
 
 
 def run(args) -> int:
@@ -93,7 +96,10 @@ def run(args) -> int:
     from ddplab.sanitize import readout as sanitizer
     from ddplab.train.ranks import start_ranks
 
-    early = launch = _guess(args.args)  # the same flags the full parse reads, when they parse
+    launch = launcher_flags(args.args)  # the same flags the full parse reads, when they parse
+    # With --nproc the agent starts at once, imports torch while this process goes on, and checks the flags in a fork
+    # (_checked). Without, they are checked here first (only torch can count the GPUs): bad input starts no process.
+    guess = launch.nproc if launch is not None else None
     # Where the ranks look for --profile's request (they start before the flags are read): made only if asked.
     args.profile_dir = Path(tempfile.gettempdir()) / f"ddplab-profile-{os.getpid()}-{time.time_ns()}"
     # The sanitizer watches the recipe's first steps as it watches a user's script under `ddplab launch`: ddplab's
@@ -111,95 +117,60 @@ def run(args) -> int:
             hooks=(f"{profhook.__name__}:install",),  # armed only if --profile writes its request
         )
 
-    with startup.early(start, early.nproc if early else None) as ranks:
-        cfg, ns, nproc, device = _checked(args)
-        if ns.profile:
-            profile.request(args.profile_dir, ns.profile)
-        ns.profile_dir, ns.sanitize_dir = args.profile_dir, args.sanitize_dir
-        if early is None:
-            ns.nodes, launch = cliargs.nodes_from(ns), ns
-        if launch.nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
+    with startup.early(start, guess if guess and guess >= 1 else None) as ranks:
+        run = _checked(args, ranks.pending)  # a launch that did not parse raises here
+        if run.profile:
+            profile.request(args.profile_dir, run.profile)
+        nodes = launch.nodes if launch is not None else None  # None: checked() refused the flags already
+        if nodes is not None:  # several nodes: the cross-node preflight, before any rank (checks/crossnode.py)
             from ddplab.checks import crossnode
 
-            crossnode.require(crossnode.own_ranks(launch.nodes, "nccl" if device == "cuda" else "gloo", nproc))
-        from ddplab.train.loop import PREDICTION_GRACE_S
-
-        pending = ranks.get(nproc)
+            crossnode.require(crossnode.own_ranks(nodes, "nccl" if run.device == "cuda" else "gloo", run.nproc))
+        pending = ranks.get(run.nproc)
         # `ddplab memory`'s prediction of the run's peak, traced while the ranks start and train, in a fork of their
         # agent, which has imported torch._dynamo and the recipe already (here, the trace's import of them cost
         # ~1.9 CPU s a run). A fork, not a thread: on GPUs a fake CUDA tensor makes a real one on the current GPU
         # (torch/_subclasses/fake_tensor.py, init_gpu_context), and the tracer holds that CUDA context, on rank 0's
         # GPU, until its process ends; the fork ends with its answer.
-        world = nproc * (launch.nodes.count if launch.nodes is not None else 1)
-        request = {"recipe": args.recipe, "config": cfg.to_dict(), "strategy": cfg.strategy, "nproc": world}
+        world = run.nproc * (nodes.count if nodes is not None else 1)
         predicting = pending.fork(
             "ddplab.perf.memory:predicted_peak",
-            {**request, "device": device},
+            {
+                "recipe": args.recipe,
+                "config": run.config,
+                "strategy": run.strategy,
+                "nproc": world,
+                "device": run.device,
+            },
             wait_s=PREDICTION_GRACE_S,
             on_wait=lambda: report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ..."),
         )
-        sanitizer.request(args.sanitize_dir, ns.sanitize_steps)
+        sanitizer.request(args.sanitize_dir, run.sanitize_steps)
         try:
-            return _run(pending, args.recipe, cfg, ns, predicting)
+            return _run(pending, args.recipe, run, args, predicting)
         finally:
             predicting.cancel()
             shutil.rmtree(args.sanitize_dir, ignore_errors=True)
 
 
-def _checked(args):
-    """Every check that needs no worker: flags, device, checkpoint directory, a --resume that cannot fit."""
-    import torch
-
-    from ddplab import ckptfile
-    from ddplab.train import loop
-    from ddplab.train.config import from_arguments, parser
-
-    recipe = loop.load_recipe(args.recipe)
-    ns = parser(
-        recipe.config,
-        f"ddplab train {args.recipe}",
-        kind=cliargs.Parser,
-        before=launcher_arguments,
-        title=f"{args.recipe} recipe",
-    ).parse_args(args.args)
-    cfg = from_arguments(recipe.config, ns)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    nproc = ns.nproc if ns.nproc is not None else (gpus or 2)
-    if nproc < 1:
-        raise DdplabError(f"--nproc {nproc}: need at least 1 rank")
-    device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and gpus) else "cpu"
-    if device == "cuda" and nproc > gpus:
-        raise DdplabError(f"--nproc {nproc} but {gpus} GPU(s) are visible: use --nproc {gpus or 1}, or --device cpu")
-    if ns.max_restarts < 0:
-        raise DdplabError(f"--max-restarts {ns.max_restarts}: must be 0 or more")
-    loop.preflight(cfg)
-    cfg.check_device(device)
-    if device == "cpu":  # the ranks share this machine's RAM: refuse what cannot fit before any rank starts
-        from ddplab.train.hostfit import require_fits
-
-        require_fits(args.recipe, cfg, nproc)
-    _environment(nproc, device)
-    if cfg.resume:  # a checkpoint of another recipe or shape fails now rather than after the workers start
-        newest = ckptfile.listed(cfg.checkpoint_path)[0][1]
-        state = ckptfile.peek(newest)
-        if state is not None:
-            loop.check_compatible(state, args.recipe, cfg, newest)
-    return cfg, ns, nproc, device
+CHECK_TIMEOUT_S = 600.0  # the agent imports torch first: minutes on a machine busy enough; a hang is a bug
 
 
-def _environment(nproc: int, device: str) -> None:
-    """`ddplab check`'s environment preflight (interface names, CUDA_VISIBLE_DEVICES, threads ...) before any
-    rank starts: a failure is bad input, a warning is shown on stderr."""
-    from ddplab.checks.preflight import environment_findings
+def _checked(args, agent) -> flags.Checked:
+    """checked() in a fork of the early agent when one runs, else here (no --nproc: only torch can count the
+    GPUs; --help; flags that did not parse)."""
+    request = {"recipe": args.recipe, "argv": args.args}
+    if agent is None:
+        return flags.Checked(**checked(request))
+    forked = agent.fork(f"{__name__}:checked", request, wait_s=0)
+    try:
+        return flags.Checked(**forked.result(CHECK_TIMEOUT_S))
+    finally:
+        forked.cancel()
 
-    for f in environment_findings(nproc, device, "nccl" if device == "cuda" else "gloo", ranks_vs_devices=False):
-        if f.level == "fail":
-            raise DdplabError(f"{f.what}: {f.fix}")
-        if f.level == "warn":
-            report.log(f"WARN {f.what}\n      fix: {f.fix}")
 
-
-def _run(pending, recipe: str, cfg, ns, predicting) -> int:
+def _run(pending, recipe: str, run: flags.Checked, args, predicting) -> int:
+    """args: the run's folders (profile_dir, sanitize_dir)."""
     from ddplab.train.progress import ProgressView
     from ddplab.train.result import NodeDone, TrainFailure, TrainResult, render, render_failure, render_node
 
@@ -217,24 +188,24 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         outcome = pending.run(
             {
                 "recipe": recipe,
-                "config": cfg.to_dict(),
-                "group_timeout": group_timeout_s(ns.stall_timeout),
+                "config": run.config,
+                "group_timeout": run.group_timeout,
             },
-            stall_timeout=ns.stall_timeout,
+            stall_timeout=run.stall_timeout,
             on_event=on_event,
-            grace=ns.grace,
+            grace=run.grace,
         )
     finally:
         view.close()
     if outcome.ok and all(r.rank != 0 for r in outcome.ranks):  # another node holds rank 0 and its result
-        report.emit(NodeDone([r.rank for r in outcome.ranks], outcome.seconds), cfg.json, render_node)
+        report.emit(NodeDone([r.rank for r in outcome.ranks], outcome.seconds), run.json, render_node)
         return 0
     if outcome.ok and "preempted" in outcome.rank(0).result:  # every rank stopped after the same step, saved
         from ddplab.stamps import stamp
-        from ddplab.train.loop import Preempted
+        from ddplab.train.result import Preempted
 
         stopped = Preempted(**outcome.rank(0).result["preempted"])
-        report.emit(stopped, cfg.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
+        report.emit(stopped, run.json, lambda con, r: con.print(r.line(), markup=False, soft_wrap=True))
         stamp("launch", "said")
         # Every rank has ended and the line is out; the machine is going away. This process imported torch: its
         # interpreter teardown took 3.1 s of the 3.6 s from the signal to the exit here (load ~10, 2 cores;
@@ -242,19 +213,19 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         predicting.cancel()
-        shutil.rmtree(ns.sanitize_dir, ignore_errors=True)  # what the caller's `finally` would have removed
+        shutil.rmtree(args.sanitize_dir, ignore_errors=True)  # what the caller's `finally` would have removed
         os._exit(stopped.exit_code)
     if outcome.ok:
         result = TrainResult.from_dict(outcome.rank(0).result)
         _add_prediction(result, predicting)
-        if ns.profile:
+        if run.profile:
             from ddplab.perf import profile
 
-            result.profile = profile.analyse(ns.profile_dir)
+            result.profile = profile.analyse(args.profile_dir)
         from ddplab.sanitize import readout
 
-        result.sanitize = readout.read(ns.sanitize_dir)
-        report.emit(result, cfg.json, render)
+        result.sanitize = readout.read(args.sanitize_dir)
+        report.emit(result, run.json, render)
         return 0 if result.status == "PASS" else 1
     if outcome.status == "failed" and outcome.root_cause in errors:  # a ddplab error inside a worker: bad input
         message, code = errors[outcome.root_cause]
@@ -279,15 +250,12 @@ def _run(pending, recipe: str, cfg, ns, predicting) -> int:
         outcome.flight,
         outcome.run_dir,
     )
-    report.emit(failure, cfg.json, render_failure)
+    report.emit(failure, run.json, render_failure)
     return {"hang": 3, "interrupted": 130}.get(outcome.status, 1)
 
 
 def _add_prediction(result, predicting) -> None:
     """The traced prediction next to each rank's measured peak (one per run: the rank that needs most)."""
-    from ddplab.train.loop import PREDICTION_GRACE_S
-    from ddplab.train.memory import PredictedPeak
-
     if not predicting.done():  # run() waited this long for it after the ranks were done
         result.notes.append(
             f"no memory prediction: the trace took longer than the training plus {PREDICTION_GRACE_S:.0f}s; "
@@ -295,7 +263,7 @@ def _add_prediction(result, predicting) -> None:
         )
         return
     try:
-        mib = PredictedPeak(predicting.result()["peak_bytes"]).peak_mib
+        mib = predicting.result()["peak_bytes"] / 2**20  # perf.memory's Prediction.peak_mib
     except DdplabError as e:
         result.notes.append(f"no memory prediction: memory prediction failed: {e}")
         return

@@ -236,13 +236,21 @@ def _parse(request: dict) -> dict:
     """request: {"parser": "module:function" that builds the parser, "argv": [...]}. The answer:
     {"options": vars(namespace)}, or {"error", "exit_code"} for bad input, or {"exit"} when the parser ended the
     command itself (--help); with what it printed. Any other exception is a bug and propagates."""
-    from ddplab.errors import DdplabError
     from ddplab.launcher.worker import resolve
+
+    return _captured(lambda: vars(resolve(request["parser"])().parse_args(request["argv"])), "options")
+
+
+def _captured(call, key: str) -> dict:
+    """call() with what it prints captured: {key: its value}, {"error", "exit_code"} for a DdplabError (bad input),
+    or {"exit": code} when it ended the command itself (argparse: --help, a bad flag); "stdout" and "stderr" with
+    each, for the caller to print as if it had run there."""
+    from ddplab.errors import DdplabError
 
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            answer = {"options": vars(resolve(request["parser"])().parse_args(request["argv"]))}
+            answer = {key: call()}
     except DdplabError as e:
         answer = {"error": str(e), "exit_code": e.exit_code}
     except SystemExit as e:
@@ -292,29 +300,31 @@ FORKED: list[int] = []  # the forks _fork_call made; this agent waits for them b
 def _fork_call(request: dict) -> None:
     """request: {"target": "module:function", "payload": ..., "folder": PATH}. The target runs on the payload in a
     fork of this agent, beside the ranks, at the lowest CPU priority: for the caller's work that needs torch (`ddplab
-    train`'s memory prediction), which this agent has imported already, with torch._dynamo and the target's modules
-    for forked workers, so that neither the caller nor a new interpreter imports them again (~3 CPU s). The fork's
-    pid goes to FOLDER/pid, its answer, {"value"} or {"error": one line}, to FOLDER/answer.json. Asked before "go",
-    as a worker is forked: no thread of elastic's runs yet. The fork dies with this agent (its caller ends both)."""
+    train`'s flags and memory prediction), which this agent has imported already, with torch._dynamo and the
+    target's modules for forked workers, so that neither the caller nor a new interpreter imports them again (~3 CPU
+    s). A fork, not this process: what the target does (CUDA's driver initialised by counting the GPUs) must not
+    reach the ranks forked later. The fork's pid goes to FOLDER/pid, its answer (_captured's, or {"error": one line}
+    for a bug) to FOLDER/answer.json. Asked before "go", as a worker is forked: no thread of elastic's runs yet. The
+    fork dies with this agent (its caller ends both)."""
     folder = Path(request["folder"])
     sys.stdout.flush()
     sys.stderr.flush()
+    if not FORKED:  # a fork that answered is reaped at once: no zombie among the agent's children (ranks come next)
+        signal.signal(signal.SIGCHLD, _reap_forks_of(os.getpid()))
     pid = os.fork()
     if pid:
         FORKED.append(pid)
         write_atomic(folder / "pid", pid)
         return
     try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         die_with_parent()
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, 19)  # only the CPU time the ranks leave
-        from ddplab.errors import DdplabError
         from ddplab.launcher.worker import resolve
 
         try:
-            answer = {"value": resolve(request["target"])(request["payload"])}
-        except DdplabError as e:
-            answer = {"error": str(e)}
+            answer = _captured(lambda: resolve(request["target"])(request["payload"]), "value")
         except Exception as e:  # noqa: BLE001 - the caller says it in one line; the log keeps the traceback
             traceback.print_exc()
             answer = {"error": _one_line(e)}
@@ -325,8 +335,24 @@ def _fork_call(request: dict) -> None:
         os._exit(0)  # not the agent's atexit handlers, not its teardown
 
 
+def _reap_forks_of(agent_pid: int):
+    """A SIGCHLD handler that reaps the agent's forks that ended, and only them: elastic waits for its ranks by pid
+    itself. A rank forked from the agent inherits the handler: there it does nothing."""
+
+    def reap(signum, frame) -> None:
+        if os.getpid() != agent_pid:
+            return
+        for pid in list(FORKED):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    continue
+            FORKED.remove(pid)
+
+    return reap
+
+
 def _wait_for_forks() -> None:
-    for pid in FORKED:
+    for pid in list(FORKED):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class Forked:
     folder: Path  # the fork's pid and answer land here (agent._fork_call)
     wait_s: float  # how long a run whose ranks are done keeps the agent for this answer
     on_wait: Callable[[], None] | None = None  # called once, when the run has to wait for it
+    agent_alive: Callable[[], bool] = lambda: True  # an agent that died before it forked answers nothing
 
     def _pid(self) -> int | None:
         return read_json(self.folder / "pid")
@@ -33,7 +35,9 @@ class Forked:
         if (self.folder / "answer.json").exists():
             return True
         pid = self._pid()
-        return pid is not None and not pid_alive(pid)
+        if pid is None:  # not forked yet: the agent still imports, or died doing so
+            return not self.agent_alive() and self._pid() is None
+        return not pid_alive(pid)
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -44,15 +48,20 @@ class Forked:
         return True
 
     def result(self, timeout_s: float = 0.0) -> Any:
-        """The function's return value; DdplabError with its one line when it failed, ended without an answer, or
-        did not answer within timeout_s."""
+        """The function's return value, after printing what it printed, as if it had run in this process; what it
+        raised the same way: DdplabError (its line, its exit code), SystemExit (argparse's --help, a bad flag). A
+        DdplabError too when it ended without an answer or gave none within timeout_s."""
         if not self.wait(timeout_s):
             raise DdplabError(f"no answer within {timeout_s:g}s")
         answer = read_json(self.folder / "answer.json")
         if answer is None:
             raise DdplabError("it ended before it answered (its run was ended)")
+        sys.stdout.write(answer.get("stdout", ""))
+        sys.stderr.write(answer.get("stderr", ""))
+        if "exit" in answer:
+            raise SystemExit(answer["exit"])
         if "error" in answer:
-            raise DdplabError(answer["error"])
+            raise DdplabError(answer["error"], exit_code=answer.get("exit_code"))
         return answer["value"]
 
     def cancel(self) -> None:

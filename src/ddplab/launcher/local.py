@@ -162,7 +162,8 @@ class PendingRun:
         needs torch, in a process that has imported it already. Before run(). Once its ranks are done, run() keeps
         the agent up to wait_s for the answer (calling on_wait if it has to wait); any other end ends the fork too.
         The caller reads the answer with Forked.result() and removes it with Forked.cancel()."""
-        forked = Forked(Path(tempfile.mkdtemp(prefix="ddplab-fork-")), wait_s, on_wait)
+        alive = self.agent.poll
+        forked = Forked(Path(tempfile.mkdtemp(prefix="ddplab-fork-")), wait_s, on_wait, lambda: alive() is None)
         request = {"target": target, "payload": payload, "folder": str(forked.folder)}
         try:
             self.agent.stdin.write(f"fork {json.dumps(request)}\n".encode())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,28 +23,12 @@ from ddplab.errors import DdplabError
 from ddplab.stamps import stamp
 from ddplab.train.config import TrainConfig
 from ddplab.train.data import TensorData
+from ddplab.train.result import Preempted
 
 
 def restarting() -> bool:
     """True when the elastic agent restarted this group after a failure: continue from the latest checkpoint."""
     return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
-
-
-@dataclass
-class Preempted:
-    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
-
-    step: int
-    checkpoint: str | None
-
-    @property
-    def exit_code(self) -> int:
-        return resume.PREEMPTED_EXIT if self.checkpoint else 1
-
-    def line(self) -> str:
-        if self.checkpoint:
-            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
-        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
 
 
 class Checkpointer:

@@ -45,12 +45,19 @@ from ddplab import ckptfile, report, resume, statedict
 from ddplab.errors import DdplabError
 from ddplab.launcher.progress import mark
 from ddplab.train import metrics, strategy
-from ddplab.train.checkpointer import Checkpointer, Preempted, check_compatible, restarting  # noqa: F401  (API)
+from ddplab.train.checkpointer import Checkpointer, check_compatible, restarting  # noqa: F401  (API)
 from ddplab.train.config import TrainConfig, from_arguments, from_dict, parser
 from ddplab.train.data import Batch, ShardedBatches, TensorData
 from ddplab.train.memory import AllocatorPeak, PredictElsewhere
 from ddplab.train.progress import Reporter
-from ddplab.train.result import RankStats, TrainResult, rank_warnings, render
+from ddplab.train.result import (  # noqa: F401  (Preempted: the API)
+    PREDICTION_GRACE_S,
+    Preempted,
+    RankStats,
+    TrainResult,
+    rank_warnings,
+    render,
+)
 
 
 @dataclass(frozen=True)
@@ -691,9 +698,6 @@ def _recipe_figures(
 # per-rank step times are timed after them (as nanoGPT does for MFU), unless the run is too short to have any.
 WARMUP_STEPS = 3
 MEASURED_STEPS = 2  # the first step creates the optimizer state, the second runs with it: the steady peak
-
-
-PREDICTION_GRACE_S = 120.0  # how long the end of a run waits for a trace that is slower than the training
 
 
 def _predicted_peak_mb(predicting: PredictElsewhere, note: Callable[[str], None]) -> float | None:

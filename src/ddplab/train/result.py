@@ -10,9 +10,28 @@ import statistics
 from dataclasses import dataclass, field
 
 from ddplab import report
+from ddplab.launcher.preempt import EXIT_PREEMPTED
 
+PREDICTION_GRACE_S = 120.0  # how long the end of a run waits for a memory prediction slower than the training
 SLOW_FACTOR = 1.5  # a rank whose compute per step exceeds the median by this much holds every other rank back
 SLOW_FLOOR_MS = 0.5  # below this, differences are timer noise
+
+
+@dataclass
+class Preempted:
+    """A signal stopped every rank after the same step; the state was saved there (when there is a checkpoint dir)."""
+
+    step: int
+    checkpoint: str | None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PREEMPTED if self.checkpoint else 1
+
+    def line(self) -> str:
+        if self.checkpoint:
+            return f"preempted, state saved at step {self.step}: {self.checkpoint}; run again with --resume"
+        return f"preempted at step {self.step}, nothing saved: pass --checkpoint-dir to save on a signal"
 
 
 @dataclass
