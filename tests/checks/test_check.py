@@ -38,8 +38,12 @@ def test_full_check_passes(nproc, no_leftover_workers):
 def test_text_output_is_a_table_and_a_verdict(no_leftover_workers):
     # under CUDA_VISIBLE_DEVICES=-1 (every GPU hidden, as CUDA reads it): the 2 CPU ranks are fine with it
     # (test_visible_devices.py reads the preflight's findings in-process; this is the run with ranks)
-    ran = cli("check", "--stages", "collectives", env={"CUDA_VISIBLE_DEVICES": "-1"})
+    # The CLI itself never imports torch (the agent settles device, backend and ranks in a fork; verdicts.py sums
+    # up): Python's own import log of the CLI says so.
+    ran = cli("check", "--stages", "collectives", env={"CUDA_VISIBLE_DEVICES": "-1", "PYTHONPROFILEIMPORTTIME": "1"})
     assert ran.code == 0, ran.err
+    imported = [line.rpartition("|")[2].strip() for line in ran.err.splitlines() if line.startswith("import time:")]
+    assert "ddplab.checks.verdicts" in imported and "torch" not in imported
     assert "collectives" in ran.out and "PASS" in ran.out and "verdict: READY" in ran.out
     assert "CUDA_VISIBLE_DEVICES=-1 (every GPU hidden)" in " ".join(ran.out.split()), ran.out
     rows = [line.split()[0] for line in ran.out.splitlines() if line.split()[:1] in (["devices"], ["ddp"])]
@@ -134,13 +138,14 @@ def test_busy_master_port_fails_preflight(busy_port):
 
 
 def test_every_worker_stage_is_a_module_with_both_halves():
-    from ddplab.checks import STAGES, WORKER_STAGES, stage_module
+    from ddplab.checks import STAGES, WORKER_STAGES, stage_module, verdicts
 
     assert list(STAGES) == STAGE_NAMES and STAGES[0] == "preflight"
+    assert set(verdicts.SUMMARIES) == set(WORKER_STAGES)
     for name in WORKER_STAGES:
         module = stage_module(name)
         assert module.__name__ == f"ddplab.checks.{name}"
-        assert callable(module.on_rank) and callable(module.summarize)
+        assert callable(module.on_rank) and callable(verdicts.SUMMARIES[name])
     with pytest.raises(ValueError):
         stage_module("preflight")  # runs in the CLI process, not on the ranks
 

@@ -1,5 +1,6 @@
-"""The stages of `ddplab check`. Each stage module has a worker half (runs on every rank, returns a per-rank dict)
-and a summary half (runs in the CLI process, turns the per-rank dicts into one StageResult)."""
+"""The stages of `ddplab check`. Each worker stage has its module (on_rank runs on every rank and returns a per-rank
+dict) and its summary in verdicts.py (runs in the CLI process, which never imports torch: the per-rank dicts into
+one StageResult)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 
 PASS, FAIL, SKIP, TIMEOUT = "PASS", "FAIL", "SKIP", "TIMEOUT"
 # The one registry of stages, in the order they run: each name is a module of this package. preflight runs in the
-# CLI process before any worker starts; each worker stage has on_rank(ctx, payload) and summarize(per_rank, seconds).
+# CLI process before any worker starts; each worker stage has on_rank(ctx, payload), and verdicts.SUMMARIES[stage].
 WORKER_STAGES = ("devices", "collectives", "ddp")
 STAGES = ("preflight", *WORKER_STAGES)
 

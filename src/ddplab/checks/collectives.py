@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ddplab import faults
-from ddplab.checks import FAIL, PASS, SKIP, Skip, StageResult, unsupported
+from ddplab.checks import Skip, unsupported
 from ddplab.launcher.progress import mark
 
 # Odd on purpose: an element count that no world size divides catches padding and chunking mistakes.
@@ -130,30 +130,3 @@ def on_rank(ctx, opts: dict) -> dict:
                 raise
             ops[name] = {"skipped": str(e).splitlines()[0][:200]}
     return {"rank": ctx.rank, "ops": ops, "count": COUNT}
-
-
-def summarize(per_rank: list[dict], seconds: float) -> StageResult:
-    names = list(per_rank[0]["ops"])
-    wrong = {name: sum(r["ops"][name].get("wrong", 0) for r in per_rank) for name in names}
-    skipped = {name: per_rank[0]["ops"][name]["skipped"] for name in names if "skipped" in per_rank[0]["ops"][name]}
-    ran = [n for n in names if n not in skipped]
-    total_wrong = sum(wrong[n] for n in ran)
-    figure = f"{len(ran)} ops on {len(per_rank)} ranks, {total_wrong} wrong elements"
-    if skipped:
-        figure += f"; skipped: {', '.join(skipped)}"
-    details = {"wrong": {n: wrong[n] for n in ran}, "skipped": skipped, "elements": per_rank[0]["count"]}
-    if total_wrong:
-        bad = ", ".join(f"{n} ({wrong[n]})" for n in ran if wrong[n])
-        return StageResult(
-            "collectives",
-            FAIL,
-            seconds,
-            figure,
-            f"wrong results from {bad}",
-            "results differ between ranks: check NCCL_P2P_DISABLE=1 / NCCL_SHM_DISABLE=1 to isolate a "
-            "broken transport, and the driver/NCCL versions in `ddplab env`",
-            details,
-        )
-    if not ran:
-        return StageResult("collectives", SKIP, seconds, figure, "the backend ran none of the collectives", "", details)
-    return StageResult("collectives", PASS, seconds, figure, details=details)

@@ -15,7 +15,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from ddplab.checks import FAIL, PASS, StageResult
 from ddplab.launcher.progress import mark
 
 STEPS = 12
@@ -23,7 +22,6 @@ BATCH = 8  # per rank
 SAMPLES_PER_RANK = STEPS * BATCH  # the dataset divides evenly, so shards can be asserted disjoint
 FEATURES, HIDDEN, OUTPUTS = 16, 32, 4
 LR = 0.05
-TOLERANCE = 1e-5
 
 
 def _model(device) -> nn.Module:
@@ -101,51 +99,3 @@ def on_rank(ctx, opts: dict) -> dict:
         "shards_cover": set(all_indices) == set(range(len(x))),
         "samples": len(mine),
     }
-
-
-def summarize(per_rank: list[dict], seconds: float) -> StageResult:
-    r0 = per_rank[0]
-    spread = max(r["spread"] for r in per_rank)
-    vs_single = max(r["vs_single"] for r in per_rank)
-    first, last = r0["loss_before"], r0["loss_after"]
-    figure = (
-        f"params equal on all ranks (max |Δ| {spread:.0e}); vs 1 process {vs_single:.1e}; "
-        f"dataset loss {first:.3f} → {last:.3f} in {len(r0['losses'])} steps"
-    )
-    details = {
-        "spread": spread,
-        "vs_single": vs_single,
-        "losses": r0["losses"],
-        "loss_before": first,
-        "loss_after": last,
-        "tolerance": TOLERANCE,
-    }
-    problems = []
-    if spread != 0:
-        problems.append(
-            (
-                f"parameters differ between ranks by {spread:.2e} after training",
-                "ranks must start from the same weights (DDP broadcasts rank 0's at wrap) and see the same "
-                "number of steps; look for rank-dependent model code or a second optimizer",
-            )
-        )
-    if vs_single > TOLERANCE:
-        problems.append(
-            (
-                f"DDP result is {vs_single:.2e} away from one process on the same batches (> {TOLERANCE})",
-                "gradients are not averaged right: check for no_sync misuse, a custom comm hook, or unused parameters",
-            )
-        )
-    if not (r0["shards_disjoint"] and r0["shards_cover"]):
-        problems.append(
-            (
-                "DistributedSampler shards overlap or miss samples",
-                "give DistributedSampler the same dataset length and seed on every rank",
-            )
-        )
-    if not last < first:
-        problems.append((f"loss did not go down ({first:.4f} → {last:.4f})", "check the learning rate and data"))
-    if problems:
-        cause, fix = problems[0]
-        return StageResult("ddp", FAIL, seconds, figure, cause, fix, details)
-    return StageResult("ddp", PASS, seconds, figure, details=details)

@@ -7,7 +7,6 @@ import time
 
 import torch
 
-from ddplab.checks import FAIL, PASS, StageResult
 from ddplab.launcher.progress import mark
 
 # Relative error allowed against the float64 reference: a few units in the last place of each dtype's mantissa,
@@ -124,46 +123,3 @@ def _allocate(dev: torch.device, fraction: float) -> dict:
     del block
     torch.cuda.empty_cache()
     return {"bytes": nbytes, "free": free, "total": total, "ok": ok}
-
-
-def summarize(per_rank: list[dict], seconds: float) -> StageResult:
-    bad = [
-        (r["rank"], dt, m["rel_error"], m["tolerance"])
-        for r in per_rank
-        for dt, m in r["matmul"].items()
-        if not m["ok"]
-    ]
-    bad_mem = [r["rank"] for r in per_rank if not r.get("memory", {"ok": True})["ok"]]
-    speeds = [r["flops_per_s"] for r in per_rank]
-    unit, scale = ("TFLOP/s", 1e12) if per_rank[0]["device"].startswith("cuda") else ("GFLOP/s", 1e9)
-    figure = (
-        f"matmul right on {len(per_rank) - len({b[0] for b in bad})}/{len(per_rank)} ranks; "
-        f"{min(speeds) / scale:.1f}–{max(speeds) / scale:.1f} {unit} ({per_rank[0]['speed_dtype']}) per rank"
-    )
-    modes = sorted({r.get("float32_as", "ieee") for r in per_rank} - {"ieee"})
-    if modes:  # said, so that a float32 figure or a wider tolerance is never a surprise
-        figure += f"; float32 matmul allowed as {'/'.join(m.upper() for m in modes)}"
-    peers = next((r["peer_access"] for r in per_rank if "peer_access" in r), None)
-    details = {"ranks": per_rank}
-    if bad or bad_mem:
-        rank, dtype, err, limit = bad[0] if bad else (bad_mem[0], "memory", 0.0, 0.0)
-        cause = (
-            f"rank {rank}: {dtype} matmul is off by {err:.2e} (relative, tolerance {limit:.0e}) against a "
-            "float64 reference"
-            if bad
-            else f"rank {rank}: memory written did not read back the same"
-        )
-        return StageResult(
-            "devices",
-            FAIL,
-            seconds,
-            figure,
-            cause,
-            "this device computes wrong results: run nvidia-smi -q for ECC/XID errors and take the "
-            "GPU out of service (or exclude it with CUDA_VISIBLE_DEVICES)",
-            details,
-        )
-    if peers is not None:
-        missing = sum(not x for row in peers for x in row)
-        figure += f"; peer access {'full' if not missing else f'missing on {missing} pairs (traffic goes via host)'}"
-    return StageResult("devices", PASS, seconds, figure, details=details)

@@ -257,6 +257,19 @@ def environment_findings(nproc: int, device: str, backend: str, ranks_vs_devices
     return [f for f in found if f is not None]
 
 
+def settle(request: dict) -> list:
+    """[device, backend, nproc] for `ddplab check`'s flags (request: {"device", "backend", "nproc"}, None where not
+    given): CUDA when torch sees a GPU, nccl on GPUs, one rank per GPU or 2 CPU ranks; a bad combination is a
+    DdplabError (exit 2). Imports torch: `ddplab check` runs it in a fork of its early agent."""
+    import torch
+
+    from ddplab import dist as ddist
+
+    device = request["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = ddist.choose_backend(ddist.choose_device(0, device), request["backend"])
+    return [device, backend, request["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)]
+
+
 def run(nproc: int, device: str, backend: str, port: Finding, cross=None) -> StageResult:
     """cross: several nodes' preflight (checks/crossnode.py), given this node's findings to share; returns the job's."""
     start = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ddplab import cliargs, report
-from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult, stage_module
+from ddplab.checks import FAIL, PASS, SKIP, STAGES, TIMEOUT, WORKER_STAGES, StageResult, verdicts
 
 TARGET = "ddplab.checks.worker:run_stages"
 
@@ -118,13 +118,7 @@ def _run_check(args, sanitize_dir: Path) -> int:
     with startup.early(
         lambda n: local.start(TARGET, nproc=n, master_port=port, nodes=nodes, flight=True, env=env), guess
     ) as ranks:
-        import torch
-
-        from ddplab import dist as ddist
-
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        backend = ddist.choose_backend(ddist.choose_device(0, device), args.backend)  # bad combination: exit 2
-        nproc = args.nproc or (torch.cuda.device_count() if device == "cuda" else 2)
+        device, backend, nproc = _settled(args, ranks.pending)  # a bad combination: exit 2
         pre = preflight.run(nproc, device, backend, port_finding, cross=_cross(nodes, backend, nproc))
         stages, problems, seconds, run_ranks, flight, kept = [pre], [], pre.seconds, [], None, ""
         if pre.status == FAIL:
@@ -163,6 +157,24 @@ def _run_check(args, sanitize_dir: Path) -> int:
     return 0 if result.ok else 1
 
 
+def _settled(args, agent) -> tuple[str, str, int]:
+    """preflight.settle(): in a fork of the early agent when one runs (it has imported torch; this process never
+    does, ~1.5 CPU s), else here."""
+    from ddplab.checks import preflight
+
+    request = {"device": args.device, "backend": args.backend, "nproc": args.nproc}
+    if agent is None:
+        return tuple(preflight.settle(request))
+    forked = agent.fork(f"{preflight.__name__}:settle", request, wait_s=0)
+    try:
+        return tuple(forked.result(SETTLE_TIMEOUT_S))
+    finally:
+        forked.cancel()
+
+
+SETTLE_TIMEOUT_S = 600.0  # the agent imports torch first: minutes on a machine busy enough; a hang is a bug
+
+
 def _cross(nodes, backend: str, nproc: int):
     """Several nodes: the cross-node preflight (ddplab's ranks get the route's interface; node 0 hosts the store)."""
     if nodes is None:
@@ -189,7 +201,7 @@ def _run_workers(args, pending, payload):
     for name in names:
         if len(done[name]) == nproc:
             per_rank = [done[name][r]["result"] for r in range(nproc)]
-            stages.append(stage_module(name).summarize(per_rank, max(e["seconds"] for e in done[name].values())))
+            stages.append(verdicts.summarize(name, per_rank, max(e["seconds"] for e in done[name].values())))
         elif not blamed and not run.ok:
             stages.append(_blame(name, run))
             problems = _problems(run)
