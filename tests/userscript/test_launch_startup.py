@@ -67,3 +67,21 @@ def test_an_agent_that_died_before_answering_leaves_the_options_to_this_process(
     finally:
         early.cancel()
     assert not list(tmp_path.glob("ddplab-*"))
+
+
+def test_an_agent_that_writes_more_than_a_pipe_holds_before_go_is_not_blocked(tmp_path, no_leftover_workers):
+    """PYTHONVERBOSE=1: the agent writes its imports (MBs) to stderr while it imports torch, before the CLI says go.
+    Read only after go, that pipe filled and the agent blocked on its write for good; the launch hung. Now its output
+    is read from the start, held, and comes out (and into the log) once the run starts."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello from', __import__('os').environ['RANK'])\n")
+    ran = subprocess.run(
+        [sys.executable, "-m", "ddplab", "launch", "--nproc-per-node", "1", "--no-lint", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # the hang this is about was forever
+        env={**os.environ, "PYTHONVERBOSE": "1", "NO_COLOR": "1"},
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "hello from 0" in ran.stdout
+    assert len(ran.stderr) > 1 << 16 and "import 'torch'" in ran.stderr  # the agent's own, held, then forwarded

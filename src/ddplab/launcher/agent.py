@@ -311,13 +311,16 @@ def _fork_call(request: dict) -> None:
     sys.stderr.flush()
     if not FORKED:  # a fork that answered is reaped at once: no zombie among the agent's children (ranks come next)
         signal.signal(signal.SIGCHLD, _reap_forks_of(os.getpid()))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # a fork that ends at once is in FORKED first
     pid = os.fork()
     if pid:
         FORKED.append(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         write_atomic(folder / "pid", pid)
         return
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         die_with_parent()
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, 19)  # only the CPU time the ranks leave

@@ -27,16 +27,17 @@ class Forked:
     on_wait: Callable[[], None] | None = None  # called once, when the run has to wait for it
     agent_alive: Callable[[], bool] = lambda: True  # an agent that died before it forked answers nothing
 
-    def _pid(self) -> int | None:
+    def pid(self) -> int | None:
+        """The fork's pid, once the agent has forked it."""
         return read_json(self.folder / "pid")
 
     def done(self) -> bool:
         """Answered, or ended without an answer (killed with its agent)."""
         if (self.folder / "answer.json").exists():
             return True
-        pid = self._pid()
+        pid = self.pid()
         if pid is None:  # not forked yet: the agent still imports, or died doing so
-            return not self.agent_alive() and self._pid() is None
+            return not self.agent_alive() and self.pid() is None
         return not pid_alive(pid)
 
     def wait(self, timeout_s: float) -> bool:
@@ -66,7 +67,7 @@ class Forked:
 
     def cancel(self) -> None:
         """End the fork if it still runs, and remove its folder."""
-        pid = self._pid()
+        pid = self.pid()
         # Answered: it has left, and its pid may be another process's by now.
         if pid is not None and not (self.folder / "answer.json").exists() and pid_alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):

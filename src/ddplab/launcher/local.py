@@ -154,7 +154,7 @@ class PendingRun:
     forks: list[Forked] = dataclasses.field(default_factory=list)
 
     def cancel(self) -> None:
-        end_all(self.agent, self.run_dir, self.nproc)
+        end_all(self.agent, self.run_dir, self.nproc, self.forks)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def fork(self, target: str, payload: Any, wait_s: float, on_wait: Callable[[], None] | None = None) -> Forked:
@@ -240,7 +240,7 @@ class PendingRun:
         finally:  # any path
             if grace is not None:
                 notice.__exit__()
-            end_all(proc, run_dir, nproc)
+            end_all(proc, run_dir, nproc, self.forks)
             if notice.requested:
                 stamp("launch", "tree ended")
             follow.poll()
@@ -368,10 +368,12 @@ def _dump_stacks(run_dir: Path, nproc: int) -> None:
     time.sleep(0.3)  # faulthandler writes from the signal handler; give it a moment on a busy machine
 
 
-def end_all(proc: subprocess.Popen, run_dir: Path, nproc: int) -> None:
-    """Kill the agent and every worker, whatever state they are in, and wait until they are gone."""
+def end_all(proc: subprocess.Popen, run_dir: Path, nproc: int, forks: list[Forked] = ()) -> None:
+    """Kill the agent, every worker and the agent's forks, whatever state they are in, and wait until they are
+    gone."""
     orphans = []
-    for pid in _worker_pids(run_dir, nproc).values():  # workers of an agent that already died
+    pids = [*_worker_pids(run_dir, nproc).values(), *(f.pid() for f in forks if f.pid() is not None)]
+    for pid in pids:  # workers and forks of an agent that already died
         with contextlib.suppress(psutil.NoSuchProcess):
             orphans.append(psutil.Process(pid))
     end_tree(proc, orphans)

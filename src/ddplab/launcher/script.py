@@ -83,6 +83,9 @@ class EarlyAgent:
         finally:
             os.close(reply_to)  # the agent holds the only writing end: its exit is this end's EOF
         self.replies = os.fdopen(reply, "rb")
+        # Read from the start: an agent that writes more than a pipe holds before "go" (PYTHONVERBOSE=1, a flood of
+        # warnings while torch imports) would block on that write, and the launch with it, for good.
+        self.relays = (_Relay(self.proc.stdout), _Relay(self.proc.stderr))
 
     def parser(self, build: Callable[[], argparse.ArgumentParser]) -> AgentParser:
         """build().parse_args(argv), done in the agent (see AgentParser); `build` must be importable by name."""
@@ -182,7 +185,8 @@ def run_script(
     watch = ScriptWatch(proc.pid, hang_timeout, log_dir if redirected else None, since=since, flight_dir=flight_dir)
     launcher_log = log_dir / "launcher.log"
     progress = None if redirected else watch.note_output
-    pumps = [_pump(proc.stdout, output, launcher_log, progress), _pump(proc.stderr, sys.stderr, launcher_log, progress)]
+    log = open(launcher_log, "ab")  # noqa: SIM115 - closed once both relays have ended, below
+    pumps = [relay.forward(target, log, progress) for relay, target in zip(early.relays, (output, sys.stderr))]
     status, stacks, dumps, lingering = "ok", None, None, []
     # `kill` of ddplab: the ranks save, then nothing is orphaned; the ranks seen so far are told at once
     notice = preempt.Forwarder(grace, known=lambda: list(watch.seen)).__enter__()
@@ -242,6 +246,7 @@ def run_script(
         notice.__exit__()
         for pump in pumps:
             pump.join(timeout=5)
+        log.close()
         if notice.requested:
             stamp("launch", "tree ended")
     outcome = read_json(log_dir / "ddplab-outcome.json", None)
@@ -308,20 +313,42 @@ def _agent_leaves(
             proc.wait(timeout=0.05)
 
 
-def _pump(stream, target, log_path: Path, on_output) -> threading.Thread:
-    """Forward the agent's output as it comes and keep a copy (launcher.log)."""
+class _Relay:
+    """One of the agent's output streams, read as it comes from the agent's start: held until forward() says where
+    it goes, then forwarded to that stream with a copy in the launcher's log."""
 
-    def forward():
-        with open(log_path, "ab") as log:
-            for chunk in iter(lambda: stream.read1(65536), b""):
-                if on_output is not None:
-                    on_output()
-                log.write(chunk)
-                log.flush()
-                with contextlib.suppress(ValueError, OSError):
-                    target.buffer.write(chunk)
-                    target.flush()
+    def __init__(self, stream):
+        self.lock = threading.Lock()
+        self.held: list[bytes] = []
+        self.write: Callable[[bytes], None] | None = None
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
 
-    thread = threading.Thread(target=forward, daemon=True)
-    thread.start()
-    return thread
+    def _read(self, stream) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            with self.lock:
+                if self.write is None:
+                    self.held.append(chunk)
+                    continue
+                write = self.write
+            write(chunk)
+
+    def forward(self, target, log, on_output) -> threading.Thread:
+        """From now on (what was held first) each chunk goes to `target` and to `log`; on_output() is called for
+        each. The thread ends with the stream."""
+
+        def write(chunk: bytes) -> None:
+            if on_output is not None:
+                on_output()
+            log.write(chunk)
+            log.flush()
+            with contextlib.suppress(ValueError, OSError):
+                target.buffer.write(chunk)
+                target.flush()
+
+        with self.lock:
+            for chunk in self.held:
+                write(chunk)
+            self.held.clear()
+            self.write = write
+        return self.thread
