@@ -23,6 +23,7 @@ def test_the_answers_come_back_and_a_done_run_waits_for_a_late_one(tmp_path, no_
         {"run_dir": str(pending.run_dir), "nproc": 2, "told": str(told)},
         60,
         told.touch,
+        background=True,
     )
     refused = pending.fork("workers:refuse_in_one_line", {"why": "no such recipe: fix it"}, 60)
     bug = pending.fork("workers:fail_with_a_bug", None, 60)
@@ -37,6 +38,7 @@ def test_the_answers_come_back_and_a_done_run_waits_for_a_late_one(tmp_path, no_
     value = late.result()
     assert told.exists()  # the ranks were done before it answered: the run said so, and kept the agent for it
     assert value["torch_was_imported"] and value["pid"] not in [r["pid"] for r in result.results()]
+    assert value["nice"] == 19  # in the background: only the CPU time the ranks leave
     with pytest.raises(DdplabError, match="^no such recipe: fix it$"):
         refused.result()
     with pytest.raises(DdplabError, match="^ValueError: a bug$"):

@@ -165,7 +165,7 @@ def _settled(args, agent) -> tuple[str, str, int]:
     request = {"device": args.device, "backend": args.backend, "nproc": args.nproc}
     if agent is None:
         return tuple(preflight.settle(request))
-    forked = agent.fork(f"{preflight.__name__}:settle", request, wait_s=0)
+    forked = agent.fork(f"{preflight.__name__}:settle", request)
     try:
         return tuple(forked.result(SETTLE_TIMEOUT_S))
     finally:

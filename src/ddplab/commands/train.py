@@ -144,6 +144,7 @@ def run(args) -> int:
             },
             wait_s=PREDICTION_GRACE_S,
             on_wait=lambda: report.log("waiting for the memory prediction (`ddplab memory`'s trace of this run) ..."),
+            background=True,
         )
         sanitizer.request(args.sanitize_dir, run.sanitize_steps)
         try:
@@ -162,7 +163,7 @@ def _checked(args, agent) -> flags.Checked:
     request = {"recipe": args.recipe, "argv": args.args}
     if agent is None:
         return flags.Checked(**checked(request))
-    forked = agent.fork(f"{__name__}:checked", request, wait_s=0)
+    forked = agent.fork(f"{__name__}:checked", request)
     try:
         return flags.Checked(**forked.result(CHECK_TIMEOUT_S))
     finally:

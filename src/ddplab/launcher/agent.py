@@ -294,12 +294,13 @@ def _counts(request: dict) -> dict:
 
 REQUESTS = {"parse": _parse, "counts": _counts, "check": _check}
 
-FORKED: list[int] = []  # the forks _fork_call made; this agent waits for them before it leaves
+FORKED: list[int] = []  # the forks _fork_call made that have not ended (reaped as they end; waited for at the end)
 
 
 def _fork_call(request: dict) -> None:
-    """request: {"target": "module:function", "payload": ..., "folder": PATH}. The target runs on the payload in a
-    fork of this agent, beside the ranks, at the lowest CPU priority: for the caller's work that needs torch (`ddplab
+    """request: {"target": "module:function", "payload": ..., "folder": PATH, "background": bool}. The target runs on
+    the payload in a fork of this agent (in the background: at the lowest CPU priority, beside the ranks): for the
+    caller's work that needs torch (`ddplab
     train`'s flags and memory prediction), which this agent has imported already, with torch._dynamo and the
     target's modules for forked workers, so that neither the caller nor a new interpreter imports them again (~3 CPU
     s). A fork, not this process: what the target does (CUDA's driver initialised by counting the GPUs) must not
@@ -322,8 +323,9 @@ def _fork_call(request: dict) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         die_with_parent()
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, 19)  # only the CPU time the ranks leave
+        if request.get("background"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, 19)  # only the CPU time the ranks leave
         from ddplab.launcher.worker import resolve
 
         try:

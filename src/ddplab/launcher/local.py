@@ -157,14 +157,22 @@ class PendingRun:
         end_all(self.agent, self.run_dir, self.nproc, self.forks)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
-    def fork(self, target: str, payload: Any, wait_s: float, on_wait: Callable[[], None] | None = None) -> Forked:
-        """Run `module:function`(payload) in a fork of the agent, beside the ranks (agent._fork_call): work that
-        needs torch, in a process that has imported it already. Before run(). Once its ranks are done, run() keeps
-        the agent up to wait_s for the answer (calling on_wait if it has to wait); any other end ends the fork too.
-        The caller reads the answer with Forked.result() and removes it with Forked.cancel()."""
+    def fork(
+        self,
+        target: str,
+        payload: Any,
+        wait_s: float = 0.0,
+        on_wait: Callable[[], None] | None = None,
+        background: bool = False,
+    ) -> Forked:
+        """Run `module:function`(payload) in a fork of the agent (agent._fork_call): work that needs torch, in a
+        process that has imported it already. Before run(). background: at the lowest CPU priority, beside the
+        ranks; once they are done, run() keeps the agent up to wait_s for the answer (calling on_wait if it has to
+        wait); any other end ends the fork too. The caller reads the answer with Forked.result() and removes it with
+        Forked.cancel()."""
         alive = self.agent.poll
         forked = Forked(Path(tempfile.mkdtemp(prefix="ddplab-fork-")), wait_s, on_wait, lambda: alive() is None)
-        request = {"target": target, "payload": payload, "folder": str(forked.folder)}
+        request = {"target": target, "payload": payload, "folder": str(forked.folder), "background": background}
         try:
             self.agent.stdin.write(f"fork {json.dumps(request)}\n".encode())
             self.agent.stdin.flush()
