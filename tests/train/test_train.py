@@ -226,6 +226,31 @@ def test_bad_input_in_a_real_process_is_one_line():
     ]
 
 
+@pytest.mark.e2e
+def test_an_agent_that_died_before_it_answered_leaves_the_flags_to_this_process(
+    tmp_path, monkeypatch, no_leftover_workers
+):
+    """The early agent killed before it checked the flags (as if its torch import crashed): they are checked here,
+    and the run then reports how the agent ended."""
+    import argparse
+    import os
+    import signal
+
+    from ddplab.commands.train import _checked
+    from ddplab.train.ranks import start_ranks
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    pending = start_ranks(2)
+    try:
+        os.kill(pending.agent.pid, signal.SIGKILL)
+        pending.agent.wait(timeout=30)
+        run = _checked(argparse.Namespace(recipe="linear", args=["--nproc", "2", "--epochs", "3"]), pending)
+        assert (run.nproc, run.device, run.config["epochs"]) == (2, "cpu", 3)
+    finally:
+        pending.cancel()
+    assert not list(tmp_path.glob("ddplab-*"))
+
+
 def test_idle_and_slow_ranks_are_warned_about():
     def rank(r, samples, step_ms, comm_ms):
         return RankStats(

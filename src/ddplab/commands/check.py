@@ -158,21 +158,12 @@ def _run_check(args, sanitize_dir: Path) -> int:
 
 
 def _settled(args, agent) -> tuple[str, str, int]:
-    """preflight.settle(): in a fork of the early agent when one runs (it has imported torch; this process never
-    does, ~1.5 CPU s), else here."""
-    from ddplab.checks import preflight
+    """preflight.settle(), in a fork of the early agent when one runs (it has imported torch; this process never
+    does), else here."""
+    from ddplab.launcher.forked import in_fork_or_here
 
     request = {"device": args.device, "backend": args.backend, "nproc": args.nproc}
-    if agent is None:
-        return tuple(preflight.settle(request))
-    forked = agent.fork(f"{preflight.__name__}:settle", request)
-    try:
-        return tuple(forked.result(SETTLE_TIMEOUT_S))
-    finally:
-        forked.cancel()
-
-
-SETTLE_TIMEOUT_S = 600.0  # the agent imports torch first: minutes on a machine busy enough; a hang is a bug
+    return tuple(in_fork_or_here(agent, "ddplab.checks.preflight:settle", request))
 
 
 def _cross(nodes, backend: str, nproc: int):

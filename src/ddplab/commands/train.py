@@ -154,20 +154,13 @@ def run(args) -> int:
             shutil.rmtree(args.sanitize_dir, ignore_errors=True)
 
 
-CHECK_TIMEOUT_S = 600.0  # the agent imports torch first: minutes on a machine busy enough; a hang is a bug
-
-
 def _checked(args, agent) -> flags.Checked:
-    """checked() in a fork of the early agent when one runs, else here (no --nproc: only torch can count the
-    GPUs; --help; flags that did not parse)."""
+    """checked() in a fork of the early agent when one runs, else here (no --nproc: only torch can count the GPUs;
+    --help; flags that did not parse)."""
+    from ddplab.launcher.forked import in_fork_or_here
+
     request = {"recipe": args.recipe, "argv": args.args}
-    if agent is None:
-        return flags.Checked(**checked(request))
-    forked = agent.fork(f"{__name__}:checked", request)
-    try:
-        return flags.Checked(**forked.result(CHECK_TIMEOUT_S))
-    finally:
-        forked.cancel()
+    return flags.Checked(**in_fork_or_here(agent, f"{__name__}:checked", request))
 
 
 def _run(pending, recipe: str, run: flags.Checked, args, predicting) -> int:

@@ -18,6 +18,11 @@ from ddplab.launcher.files import read_json
 from ddplab.launcher.procs import pid_alive
 
 POLL_S = 0.02
+ANSWER_TIMEOUT_S = 600.0  # the agent imports torch first: minutes on a machine busy enough; a hang is a bug
+
+
+class NoAnswer(DdplabError):
+    """The fork gave no answer: it (or its agent, before forking it) ended first, or it took too long."""
 
 
 @dataclass
@@ -51,12 +56,12 @@ class Forked:
     def result(self, timeout_s: float = 0.0) -> Any:
         """The function's return value, after printing what it printed, as if it had run in this process; what it
         raised the same way: DdplabError (its line, its exit code), SystemExit (argparse's --help, a bad flag). A
-        DdplabError too when it ended without an answer or gave none within timeout_s."""
+        NoAnswer when it ended without an answer or gave none within timeout_s."""
         if not self.wait(timeout_s):
-            raise DdplabError(f"no answer within {timeout_s:g}s")
+            raise NoAnswer(f"no answer within {timeout_s:g}s")
         answer = read_json(self.folder / "answer.json")
         if answer is None:
-            raise DdplabError("it ended before it answered (its run was ended)")
+            raise NoAnswer("it ended before it answered (its run was ended)")
         sys.stdout.write(answer.get("stdout", ""))
         sys.stderr.write(answer.get("stderr", ""))
         if "exit" in answer:
@@ -73,3 +78,21 @@ class Forked:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def in_fork_or_here(agent, target: str, payload: Any, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
+    """`module:function`(payload) in a fork of `agent` (a PendingRun not yet run) when there is one: it has imported
+    torch, and the caller then need not (~1.5 CPU s). Here when there is none, and when the agent died before it
+    answered (as its torch import crashing would: the run then reports how it ended). What the function raised is
+    raised here either way."""
+    if agent is not None:
+        forked = agent.fork(target, payload)
+        try:
+            return forked.result(timeout_s)
+        except NoAnswer:
+            pass
+        finally:
+            forked.cancel()
+    from ddplab.launcher.worker import resolve
+
+    return resolve(target)(payload)

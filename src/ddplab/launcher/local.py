@@ -176,8 +176,8 @@ class PendingRun:
         try:
             self.agent.stdin.write(f"fork {json.dumps(request)}\n".encode())
             self.agent.stdin.flush()
-        except BrokenPipeError:  # the agent is gone (run() reports why)
-            write_atomic(forked.folder / "answer.json", {"error": "its agent ended before it could start it"})
+        except BrokenPipeError:  # the agent is gone (run() reports why): the fork's result() is NoAnswer
+            pass
         self.forks.append(forked)
         return forked
 
