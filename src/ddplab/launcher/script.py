@@ -340,8 +340,9 @@ class _Relay:
         def write(chunk: bytes) -> None:
             if on_output is not None:
                 on_output()
-            log.write(chunk)
-            log.flush()
+            with contextlib.suppress(ValueError, OSError):  # the log closed after the run (a straggler's last words)
+                log.write(chunk)
+                log.flush()
             with contextlib.suppress(ValueError, OSError):
                 target.buffer.write(chunk)
                 target.flush()
