@@ -135,7 +135,11 @@ def test_a_job_hung_in_a_collective_fires_the_guard_with_the_reason(stalled_run)
     assert IDLE_S <= late < IDLE_S + 10, (late, r["log"])
     assert "stalled, counts as idle: " in r["log"]
     reason = r["reason"]
-    assert reason.startswith("idle for 0:03: ") and " stalled since " in reason, reason
+    # The idle time the guard read when it fired: the window at least, later on a loaded machine (0:04 once, with
+    # the suite beside two busy loops), within the same slack.
+    idle = re.match(r"idle for (\d+):(\d\d): ", reason)
+    assert idle and IDLE_S <= int(idle[1]) * 60 + int(idle[2]) < IDLE_S + 10, reason
+    assert " stalled since " in reason, reason
     assert "2 rank(s) alive, no step mark, CPU 0.0" in reason, reason
     # Steps 0-2 all-reduced: each rank's newest collective is its third; rank 0 started a fourth, which waits.
     assert "last: collectives (Flight Recorder) rank 0 all_reduce #4, rank 1 all_reduce #3" in reason, reason
