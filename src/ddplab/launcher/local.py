@@ -380,8 +380,8 @@ def end_all(proc: subprocess.Popen, run_dir: Path, nproc: int, forks: list[Forke
     """Kill the agent, every worker and the agent's forks, whatever state they are in, and wait until they are
     gone."""
     orphans = []
-    pids = [*_worker_pids(run_dir, nproc).values(), *(f.pid() for f in forks if f.pid() is not None)]
-    for pid in pids:  # workers and forks of an agent that already died
+    pids = [*_worker_pids(run_dir, nproc).values(), *(f.pid() for f in forks)]
+    for pid in filter(None, pids):  # workers and forks of an agent that already died (a fork not yet made: None)
         with contextlib.suppress(psutil.NoSuchProcess):
             orphans.append(psutil.Process(pid))
     end_tree(proc, orphans)
