@@ -142,7 +142,10 @@ def test_idle_counts_from_the_guards_start_with_no_job(tmp_path, no_leftover_wor
 def test_warn_only_warns_and_runs_nothing(tmp_path, no_leftover_workers):
     r = run_in_own_pid_namespace(tmp_path, "warn")
     assert r["still_running"] and r["guard_rc"] == 0, r["log"]
-    assert "WARN idle for 0:03" in r["log"] and "fired_at" not in r
+    # The idle time read when it warned: the window at least, later on a loaded machine (as in test_idle_stall.py).
+    warned = re.search(r"WARN idle for (\d+):(\d\d): ", r["log"])
+    assert warned and IDLE_S <= int(warned[1]) * 60 + int(warned[2]) < IDLE_S + 10, r["log"]
+    assert "fired_at" not in r
 
 
 @pytest.mark.timeout(90)
