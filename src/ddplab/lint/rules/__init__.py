@@ -1,7 +1,8 @@
-"""lint's rules, one module each, found by discovery: a new rule is a new module here (with its fixtures), nothing
-else. Each module holds RULE: its id, severity, doc (what, why, example, fix), the reader pass that finds it, the
-scripts it must flag and those it must leave alone (tests/lint/test_rules.py runs them all), and what the engine
-needs to know to judge it in an imported module."""
+"""lint's rules, one module each, found by discovery: a new rule is a new module here plus its fixtures, nothing
+else. Each module holds RULE: its id, severity, doc (what, why, example, fix), the reader pass that finds it, and
+what the engine needs to know to judge it in an imported module. Its fixtures are whole scripts, as ruff keeps its
+own: tests/lint/fixtures/RULE-ID/fires_N.py (it must flag each) and quiet_N.py (the same scripts written right: it
+must stay silent); tests/lint/test_rule_fixtures.py runs them all."""
 
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ class Rule:
     example: str  # the mistake, as a line or two of code
     fix: str  # what to write instead
     check: Callable  # the reader pass (a Checks method) that finds it; rules found together share one pass
-    fires: tuple[str, ...]  # whole scripts it must flag
-    quiet: tuple[str, ...]  # the same scripts written right: it must stay silent
     in_modules: bool = True  # judged in the modules the script imports too (where the script calls them)
     callers_guard: bool = False  # in a module, a caller may guard it: sure only when some caller runs it on every rank
     setup: bool = False  # process-group setup: in a module, only the setup the script's calls reach counts

@@ -51,36 +51,6 @@ RULE = Rule(
     fix="call it on every rank, outside the rank test; keep only the printing/saving inside",
     check=Checks.check_collectives_in_rank_branches,
     opt_in="shown with --all only: whether the other ranks reach a matching collective on another path is known in a run (a hang shows in `ddplab launch`)",
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-t = torch.ones(1)
-if rank == 0:
-    dist.all_reduce(t)
-    print(t)
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-t = torch.ones(1)
-dist.all_reduce(t)
-if rank == 0:
-    print(t)
-dist.destroy_process_group()
-""",
-    ),
     callers_guard=True,
     across=_behind_guarded_calls,
 )

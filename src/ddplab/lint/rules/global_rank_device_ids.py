@@ -13,27 +13,4 @@ RULE = Rule(
     example="torch.cuda.set_device(dist.get_rank())",
     fix="use the local rank: `local_rank = int(os.environ['LOCAL_RANK'])`",
     check=Checks.check_global_rank_device,
-    fires=(
-        """\
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-rank = dist.get_rank()
-torch.cuda.set_device(rank)
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-local_rank = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local_rank)
-dist.destroy_process_group()
-""",
-    ),
 )

@@ -14,32 +14,5 @@ RULE = Rule(
     fix="`torch.device('cuda', local_rank)` with `local_rank = int(os.environ['LOCAL_RANK'])`, or `torch.cuda.set_device(local_rank)` first",
     check=Checks.check_cuda_devices,
     opt_in="shown with --all only: whether each rank sees its own GPU as device 0 (CUDA_VISIBLE_DEVICES) is known at run time",
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-local_rank = int(os.environ["LOCAL_RANK"])
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-model = DDP(torch.nn.Linear(2, 2).to("cuda:0"))
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-local_rank = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-model = DDP(torch.nn.Linear(2, 2).to(torch.device("cuda", local_rank)), device_ids=[local_rank])
-dist.destroy_process_group()
-""",
-    ),
     whole_project=True,
 )

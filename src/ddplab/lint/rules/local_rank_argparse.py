@@ -13,31 +13,5 @@ RULE = Rule(
     example='parser.add_argument("--local_rank", type=int, default=0)',
     fix="`local_rank = int(os.environ['LOCAL_RANK'])` (set by torchrun and `ddplab launch`)",
     check=Checks.check_local_rank_flag,
-    fires=(
-        """\
-import argparse
-import torch
-import torch.distributed as dist
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--local_rank", type=int, default=0)
-args = parser.parse_args()
-torch.cuda.set_device(args.local_rank)
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-local_rank = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-dist.destroy_process_group()
-""",
-    ),
     once=True,
 )

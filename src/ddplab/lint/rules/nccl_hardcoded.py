@@ -24,54 +24,6 @@ RULE = Rule(
     example='dist.init_process_group("nccl")',
     fix="`backend = 'nccl' if torch.cuda.is_available() else 'gloo'`",
     check=Checks.check_backend,
-    fires=(
-        """\
-import torch.distributed as dist
-
-dist.init_process_group("nccl")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-dist.destroy_process_group()
-""",
-        # the backend chosen in a branch that asks for CUDA, then passed on
-        """import torch
-import torch.distributed as dist
-
-
-def setup(backend="gloo"):
-    if torch.cuda.is_available():
-        backend = "nccl"
-    dist.init_process_group(backend=backend)
-
-
-setup()
-dist.destroy_process_group()
-""",
-        # the workers are spawned only where a GPU count that cannot hold without GPUs was asserted
-        """\
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
-
-def worker(rank, world_size):
-    dist.init_process_group("nccl", rank=rank, world_size=world_size)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    n_gpus = torch.cuda.device_count()
-    assert n_gpus >= 2, "needs two GPUs"
-    mp.spawn(worker, args=(n_gpus,), nprocs=n_gpus)
-""",
-    ),
     setup=True,
     refine=_every_caller_checks_cuda,
 )

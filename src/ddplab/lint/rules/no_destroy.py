@@ -13,25 +13,6 @@ RULE = Rule(
     example='dist.init_process_group("gloo")  # and no destroy_process_group() anywhere',
     fix="call `dist.destroy_process_group()` at the end, in a `finally:` so that it runs after errors too",
     check=Checks.check_teardown,
-    fires=(
-        """\
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-dist.barrier()
-""",
-    ),
-    quiet=(
-        """\
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-try:
-    dist.barrier()
-finally:
-    dist.destroy_process_group()
-""",
-    ),
     setup=True,
     whole_project=True,
 )

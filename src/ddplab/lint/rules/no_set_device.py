@@ -14,34 +14,5 @@ RULE = Rule(
     fix="`torch.cuda.set_device(local_rank)` (or `torch.accelerator.set_device_index(local_rank)`) before `init_process_group`",
     check=Checks.check_current_device,
     opt_in="shown with --all only: whether anything uses the current device, or sets it another way, is known at run time",
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-local_rank = int(os.environ["LOCAL_RANK"])
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-device = torch.device("cuda")
-model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[local_rank])
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-local_rank = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-device = torch.device("cuda")
-model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[local_rank])
-dist.destroy_process_group()
-""",
-    ),
     whole_project=True,
 )

@@ -13,37 +13,5 @@ RULE = Rule(
     example="if rank == 0 and loss < 0.01:\n    break",
     fix="decide on every rank: broadcast rank 0's decision (`dist.broadcast_object_list`), then break on all ranks",
     check=Checks.check_rank0_leaves_loop,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(100):
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    if rank == 0 and t.item() > 1:
-        break
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(100):
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    if t.item() > 1:
-        break
-dist.destroy_process_group()
-""",
-    ),
     callers_guard=True,
 )

@@ -13,39 +13,5 @@ RULE = Rule(
     example='torch.save(model.state_dict(), "model.pt")',
     fix="save `model.module.state_dict()`",
     check=Checks.check_saving,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-rank = dist.get_rank()
-local_rank = int(os.environ["LOCAL_RANK"])
-model = DDP(torch.nn.Linear(2, 2))
-if rank == 0:
-    torch.save(model.state_dict(), "model.pt")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-rank = dist.get_rank()
-local_rank = int(os.environ["LOCAL_RANK"])
-model = DDP(torch.nn.Linear(2, 2))
-if rank == 0:
-    torch.save(model.module.state_dict(), "model.pt")
-dist.destroy_process_group()
-""",
-    ),
     in_modules=False,
 )

@@ -13,25 +13,5 @@ RULE = Rule(
     example='os.environ["MASTER_ADDR"] = "localhost"',
     fix="delete the line: torchrun / `ddplab launch` set MASTER_ADDR and MASTER_PORT (`--master-addr` / `--master-port`)",
     check=Checks.check_launcher_env,
-    fires=(
-        """\
-import os
-import torch.distributed as dist
-
-os.environ["MASTER_ADDR"] = "localhost"
-os.environ["MASTER_PORT"] = "29500"
-dist.init_process_group("gloo")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-dist.destroy_process_group()
-""",
-    ),
     setup=True,
 )

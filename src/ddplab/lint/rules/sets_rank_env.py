@@ -13,25 +13,5 @@ RULE = Rule(
     example='os.environ["RANK"] = "0"',
     fix="delete the line, or drop `rank=` / `world_size=`: the launcher gives each process its own",
     check=Checks.check_launcher_env,
-    fires=(
-        """\
-import os
-import torch.distributed as dist
-
-os.environ["RANK"] = "0"
-dist.init_process_group("gloo")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch.distributed as dist
-
-rank = int(os.environ["RANK"])
-dist.init_process_group("gloo")
-dist.destroy_process_group()
-""",
-    ),
     setup=True,
 )

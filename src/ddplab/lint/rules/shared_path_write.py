@@ -29,33 +29,6 @@ RULE = Rule(
     modules_at_run=True,
     observed="several ranks writing one path",
     check=Checks.check_shared_writes,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-with open("train_log.txt", "a") as f:
-    f.write("started\\n")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-if rank == 0:
-    with open("train_log.txt", "a") as f:
-        f.write("started\\n")
-dist.destroy_process_group()
-""",
-    ),
     callers_guard=True,
     refine=_path_from_callers,
 )

@@ -13,53 +13,5 @@ RULE = Rule(
     example="DataLoader(ds, sampler=DistributedSampler(ds), shuffle=True)",
     fix="drop `shuffle=True`: DistributedSampler shuffles by itself (and `set_epoch` reshuffles each epoch)",
     check=Checks.check_sampler,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-ds = TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
-model = DDP(torch.nn.Linear(2, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-sampler = DistributedSampler(ds)
-loader = DataLoader(ds, batch_size=8, sampler=sampler, shuffle=True)
-for epoch in range(2):
-    sampler.set_epoch(epoch)
-    for x, y in loader:
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-ds = TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
-model = DDP(torch.nn.Linear(2, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-sampler = DistributedSampler(ds)
-loader = DataLoader(ds, batch_size=8, sampler=sampler)
-for epoch in range(2):
-    sampler.set_epoch(epoch)
-    for x, y in loader:
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-dist.destroy_process_group()
-""",
-    ),
     in_modules=False,
 )

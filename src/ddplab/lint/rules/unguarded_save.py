@@ -14,38 +14,5 @@ RULE = Rule(
     fix="save on global rank 0 only: `if dist.get_rank() == 0: torch.save(...)`",
     observed="several ranks writing one path",
     check=Checks.check_saving,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-rank = dist.get_rank()
-local_rank = int(os.environ["LOCAL_RANK"])
-model = DDP(torch.nn.Linear(2, 2))
-torch.save(model.module.state_dict(), "model.pt")
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-rank = dist.get_rank()
-local_rank = int(os.environ["LOCAL_RANK"])
-model = DDP(torch.nn.Linear(2, 2))
-if rank == 0:
-    torch.save(model.module.state_dict(), "model.pt")
-dist.destroy_process_group()
-""",
-    ),
     callers_guard=True,
 )

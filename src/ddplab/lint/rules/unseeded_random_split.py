@@ -20,29 +20,5 @@ RULE = Rule(
     example="train, test = random_split(ds, [800, 200])",
     fix="`random_split(dataset, lengths, generator=torch.Generator().manual_seed(0))`",
     check=Checks.check_random_data,
-    fires=(
-        """\
-import torch
-import torch.distributed as dist
-from torch.utils.data import TensorDataset, random_split
-
-dist.init_process_group("gloo")
-ds = TensorDataset(torch.arange(100.0))
-train, test = random_split(ds, [80, 20])
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import torch
-import torch.distributed as dist
-from torch.utils.data import TensorDataset, random_split
-
-dist.init_process_group("gloo")
-ds = TensorDataset(torch.arange(100.0))
-train, test = random_split(ds, [80, 20], generator=torch.Generator().manual_seed(0))
-dist.destroy_process_group()
-""",
-    ),
     refine=_unseeded_where_it_runs,
 )

@@ -13,30 +13,4 @@ RULE = Rule(
     example="lr = args.lr * world_size\n...\nlr = lr * world_size",
     fix="scale once: decide whether the value is per rank or for the whole job, and convert in one place",
     check=Checks.check_scaled_twice,
-    fires=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-world_size = dist.get_world_size()
-lr = 0.1 * world_size
-opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=lr * world_size)
-dist.destroy_process_group()
-""",
-    ),
-    quiet=(
-        """\
-import os
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-world_size = dist.get_world_size()
-lr = 0.1 * world_size
-opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=lr)
-dist.destroy_process_group()
-""",
-    ),
 )
