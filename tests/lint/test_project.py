@@ -374,3 +374,52 @@ def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path
     (tmp_path / "train.py").write_text(script.replace("mp.spawn(ddp_main, args=(2,), nprocs=2)", "pass"))
     rules = [f.rule for f in lint_file(tmp_path / "train.py").findings]
     assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules
+
+
+def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
+    """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
+    is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers
+    deep; its `local` flag left at its default (False) makes it the global test, so its save is no local-rank save.
+    A helper that returns the rank itself stays a rank, not a test."""
+    train = write(
+        tmp_path,
+        {
+            "train.py": """\
+                import argparse
+                import torch
+                import torch.distributed as dist
+                from pkg import utils
+
+                def main():
+                    args = argparse.Namespace(rank=0, local_rank=0)
+                    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+                    args.rank = dist.get_rank()
+                    if utils.is_primary(args):
+                        print("once")
+                        torch.save({}, "model.pt")
+                    if utils.rank_of(args):
+                        print("on every rank but 0")
+                    dist.destroy_process_group()
+
+                main()
+            """,
+            "pkg/__init__.py": "",
+            "pkg/utils/__init__.py": "from .distributed import is_primary, rank_of\n",
+            "pkg/utils/distributed.py": """\
+                def is_global_primary(args):
+                    return args.rank == 0
+
+                def is_local_primary(args):
+                    return args.local_rank == 0
+
+                def is_primary(args, local=False):
+                    return is_local_primary(args) if local else is_global_primary(args)
+
+                def rank_of(args):
+                    return args.rank
+            """,
+        },
+    )
+    assert {(line, rule) for _, line, rule in found(train, show_all=True) if rule.endswith(("print", "save"))} == {
+        (14, "unguarded-print")
+    }

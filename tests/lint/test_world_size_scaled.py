@@ -86,3 +86,34 @@ def test_lr_scaled_once_by_the_helper_is_quiet():
     """The helper alone scales it once."""
     once = SCALED_HELPER.replace("args.lr = args.lr * world_size\n", "")
     assert "world-size-scaled-twice" not in names(once, show_all=True)
+
+
+def test_a_name_is_its_functions_own_and_a_fresh_value_starts_afresh():
+    """timm's train.py: `global_batch_size` is scaled once in main() for the lr, and in train_one_epoch() another
+    variable of that name is set to the batch size and scaled once, in each branch of an if: no value is scaled
+    twice. The same names scaled twice within one function, with nothing new assigned between, still are."""
+    source = (
+        HEAD
+        + """\
+        def main(args):
+            global_batch_size = args.batch_size * args.world_size
+            return global_batch_size
+
+        def train_one_epoch(args, batch_size, flexible):
+            if flexible:
+                global_batch_size = batch_size
+                global_batch_size *= args.world_size
+            else:
+                global_batch_size = batch_size
+                global_batch_size *= args.world_size
+            return global_batch_size
+    """
+    )
+    assert line_rules(source) == []
+    twice = source.replace(
+        "global_batch_size = batch_size\n                global_batch_size *= args.world_size\n            return",
+        "global_batch_size = batch_size * args.world_size\n                global_batch_size *= args.world_size\n"
+        "            return",
+        1,
+    )
+    assert twice != source and line_rules(twice) == [(14, "world-size-scaled-twice")]

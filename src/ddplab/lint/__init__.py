@@ -176,6 +176,13 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.rank0_printers |= reader.rank0_printers_here
         facts.reduce_returners.update(reader.reduce_returners())
+    for _ in range(3):  # a helper returning another helper's test (`return is_global_primary(args)`): known next round
+        known = dict(facts.rank_tests)
+        for reader in readers:
+            reader.facts.rank_tests = known
+            facts.rank_tests.update(reader.helper_results()[0])
+        if facts.rank_tests == known:
+            break
     facts.buffer_classes = _buffer_classes(readers)
     defs, calls = _definitions(readers)
     for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))

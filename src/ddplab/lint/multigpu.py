@@ -50,6 +50,9 @@ IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
 COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
 
 
+ATTRIBUTE = "attribute"  # check_scaled_twice: an attribute's value is one for the whole file
+
+
 class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
@@ -1173,8 +1176,21 @@ class MultiGpuChecks(ScriptReader):
     # ------------------------------------------------------------------------------------------ scaled twice
 
     def check_scaled_twice(self) -> None:
-        """lr (or batch size) multiplied (or divided) by the number of ranks, and the result scaled again."""
-        scaled: dict[str, tuple[int, str]] = {}  # name -> (line, up|down)
+        """lr (or batch size) multiplied (or divided) by the number of ranks, and the result scaled again. A value is
+        followed as Python holds it: a plain name is its function's own (`global_batch_size` in main() and in
+        train_one_epoch() are two variables), an attribute (`args.lr`) is one for the whole file, and a new value
+        assigned that is not computed from the scaled one (`global_batch_size = batch_size`) starts afresh."""
+        # (function, name) or (ATTRIBUTE, last name) -> (line, up|down); None: assigned afresh in that function
+        scaled: dict[tuple, tuple[int, str] | None] = {}
+
+        def key(at: ast.AST, name: str) -> tuple:
+            return (ATTRIBUTE, last(name)) if "." in name else (self.enclosing_function(at), name)
+
+        def was_scaled(at: ast.AST, name: str) -> tuple[int, str] | None:
+            k = key(at, name)
+            if k in scaled or k[0] is ATTRIBUTE:
+                return scaled.get(k)
+            return scaled.get((None, name))  # a module-level name read in a function
 
         def direction(value: ast.AST) -> tuple[str, list[ast.AST]] | None:
             for b in ast.walk(value):
@@ -1242,9 +1258,9 @@ class MultiGpuChecks(ScriptReader):
                 if not isinstance(node.op, (ast.Mult, ast.Div, ast.FloorDiv)) or not _world(self, node.value):
                     continue
                 way = "up" if isinstance(node.op, ast.Mult) else "down"
-                if last(target) in scaled and scaled[last(target)][1] == way:
-                    report(node, target, scaled[last(target)][0], way)
-                scaled[last(target)] = (node.lineno, way)
+                if (before := was_scaled(node, target)) and before[1] == way:
+                    report(node, target, before[0], way)
+                scaled[key(node, target)] = (node.lineno, way)
                 continue
             else:
                 if len(node.targets) != 1:
@@ -1266,20 +1282,26 @@ class MultiGpuChecks(ScriptReader):
                     None,
                 )
             if found is None:
+                reads_itself = any(
+                    dotted(n) == target for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute))
+                )
+                if not isinstance(node, ast.keyword) and not reads_itself:
+                    scaled[key(node, target)] = None  # a new value, not the scaled one
                 continue
             way, rest = found
             again = [
-                last(dotted(n))
+                (dotted(n), before)
                 for r in rest
                 for n in ast.walk(r)
                 if isinstance(n, (ast.Name, ast.Attribute))
-                and last(dotted(n)) in scaled
-                and scaled[last(dotted(n))][1] == way
+                and (before := was_scaled(node, dotted(n)))
+                and before[1] == way
             ]
             if again:
-                report(node.value if isinstance(node, ast.keyword) else node, again[0], scaled[again[0]][0], way)
+                name, (line, _) = again[0]
+                report(node.value if isinstance(node, ast.keyword) else node, last(name), line, way)
             if not isinstance(node, ast.keyword):
-                scaled[last(target)] = (node.lineno, way)
+                scaled[key(node, target)] = (node.lineno, way)
 
     # ------------------------------------------------------------------------------------------ rank 0 leaves
 

@@ -408,8 +408,10 @@ class ScriptReader:
         wrapping = {self.enclosing_function(c) for c in self.calls if self.callee_last(c) in DDP_NAMES}
         for func, values_returned in returns.items():
             first = values_returned[0]
-            test = self.rank_test(first) if isinstance(first, (ast.Compare, ast.BoolOp, ast.UnaryOp)) else None
-            if test and all(self.rank_test(r) == test for r in values_returned if not isinstance(r, ast.Constant)):
+            test = self._returned_test(first, func)
+            if test and all(
+                self._returned_test(r, func) == test for r in values_returned if not isinstance(r, ast.Constant)
+            ):
                 tests[func.name] = test
             elif (kind := self.rank_kind(first)) and func.name != "__init__":
                 values[func.name] = kind
@@ -425,6 +427,24 @@ class ScriptReader:
             ):
                 factories.add(func.name)
         return tests, values, factories
+
+    def _returned_test(self, value: ast.AST, func: ast.AST) -> tuple[str, bool] | None:
+        """The rank test `func` returns: a comparison or its logic, a call of another rank test (`return
+        is_global_primary(args)`), or a choice between two: the one its flag's default picks (`def is_primary(args,
+        local=False): return is_local_primary(args) if local else is_global_primary(args)`: the global one, as
+        called with no flag), else both when they hold on rank 0 alike. Not any call: `return dist.get_rank()`
+        returns a rank, not a test."""
+        if isinstance(value, (ast.Compare, ast.BoolOp, ast.UnaryOp)):
+            return self.rank_test(value)
+        if isinstance(value, ast.Call) and last(self.callee(value)) in MAIN_CALLS | set(self.facts.rank_tests):
+            return self.rank_test(value)
+        if isinstance(value, ast.IfExp):
+            if (default := _default_of(func, value.test)) is not None:
+                return self._returned_test(value.body if default else value.orelse, func)
+            body, orelse = self._returned_test(value.body, func), self._returned_test(value.orelse, func)
+            if body and orelse and body[1] == orelse[1]:
+                return self.rank_test(value)
+        return None
 
     # --------------------------------------------------------------------------------------- names
 
@@ -1217,3 +1237,16 @@ class ScriptReader:
                         return False
             child, parent = parent, self.parent.get(parent)
         return True
+
+
+def _default_of(func: ast.AST, test: ast.AST) -> bool | None:
+    """The truth of `test` when it is a parameter of `func` left at its constant default; None otherwise."""
+    if not isinstance(test, ast.Name) or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = func.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+    for arg, default in pairs:
+        if arg.arg == test.id and isinstance(default, ast.Constant):
+            return bool(default.value)
+    return None
