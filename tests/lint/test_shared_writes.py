@@ -691,3 +691,30 @@ def test_a_save_known_by_its_name_is_reported_where_the_local_rank_test_is():
     """
     )
     assert rules(source) == [(11, "local-rank-save")]
+
+
+def test_a_branch_the_distributed_run_refuses_runs_in_one_process():
+    """YOLOv5's train.py: `assert not opt.evolve` where the group is made (evolution is not compatible with DDP), and
+    the evolution, which writes one file, under `if not opt.evolve: ... else:`: that write runs in one process. The
+    same script without the assert writes the file from every rank."""
+    source = (
+        HEAD
+        + """\
+        import argparse
+        LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
+        opt = argparse.ArgumentParser().parse_args()
+        if LOCAL_RANK != -1:
+            assert not opt.evolve, "--evolve is not compatible with DDP training"
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if not opt.evolve:
+            pass
+        else:
+            with open("evolve_population.yaml", "w") as f:
+                f.write("population")
+        if LOCAL_RANK != -1:
+            dist.destroy_process_group()
+    """
+    )
+    assert rules(source) == []
+    unchecked = source.replace('    assert not opt.evolve, "--evolve is not compatible with DDP training"\n', "")
+    assert unchecked != source and rules(unchecked) == [(12, "shared-path-write")]

@@ -803,6 +803,23 @@ class ScriptReader:
         return last(dotted(named)).lower() in DIST_FLAG_NAMES or dotted(named) in self._group_making_tests
 
     @functools.cached_property
+    def _single_process_flags(self) -> set[str]:
+        """Options a distributed run refuses: `assert not NAME` in the block that makes the process group (YOLOv5's
+        `if LOCAL_RANK != -1: assert not opt.evolve, "... not compatible with DDP"; dist.init_process_group(...)`).
+        Where NAME holds, no group runs."""
+        found = set()
+        for node in self.nodes:
+            for block in (getattr(node, name, None) for name in ("body", "orelse")):
+                if not isinstance(block, list) or not self._makes_group(block, spawning=False):
+                    continue
+                for stmt in block:
+                    test = stmt.test if isinstance(stmt, ast.Assert) else None
+                    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                        if isinstance(test.operand, (ast.Name, ast.Attribute)):
+                            found.add(dotted(test.operand))
+        return found
+
+    @functools.cached_property
     def _group_making_tests(self) -> set[str]:
         """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else)."""
         inits = [c for c in self.calls if self.is_(c, "init_process_group")]
@@ -1044,6 +1061,8 @@ class ScriptReader:
             if isinstance(op, ast.Gt) and isinstance(right, ast.Constant) and right.value == 1:
                 return True
             return None
+        if isinstance(test, (ast.Name, ast.Attribute)) and dotted(test) in self._single_process_flags:
+            return False  # `assert not opt.evolve` where the group is made: `if opt.evolve:` is a one-process path
         if isinstance(test, ast.Name) and depth < 2:  # ddp = int(os.environ.get("RANK", -1)) != -1; if ddp: ...
             values = self._built(test, self.enclosing_function(test))
             if len(values) == 1 and (by_value := self._launcher_test(values[0], depth + 1)) is not None:
