@@ -486,3 +486,30 @@ def test_parameter_every_caller_fills_with_a_rank_test():
     """
     assert "unguarded-print" not in names(src)
     assert "unguarded-print" in names(src.replace("parse_args(False)", "parse_args(True)"))
+
+
+def test_a_print_that_says_why_the_process_fails_is_each_ranks_own():
+    """modded-nanogpt's data loader: `print("ERROR: magic number mismatch ..."); exit(1)` on every rank that reads a
+    bad file. Each failing rank says why, as it should (a rank-0 test would hide rank 1's failure); so does a print
+    before a raise. A print before an exit with status 0, or before nothing, is still the noise the rule is about."""
+    source = PG + textwrap.dedent("""\
+        import sys
+        def peek(header):
+            if header != 20240520:
+                print("ERROR: magic number mismatch in the data file")
+                exit(1)
+            if header < 0:
+                print("negative header")
+                raise ValueError(header)
+            try:
+                header.check()
+            except AttributeError:
+                print("no check")
+                sys.exit("cannot check the header")
+            return header
+        peek(20240520)
+        dist.destroy_process_group()
+    """)
+    assert line_rules(source) == []
+    noise = source.replace('sys.exit("cannot check the header")', "sys.exit(0)")
+    assert noise != source and line_rules(noise) == [(16, "unguarded-print")]

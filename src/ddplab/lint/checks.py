@@ -813,6 +813,7 @@ class Checks(MultiGpuChecks):
                 and not self._mentions_rank(c, sometimes=True)
                 and not self.runs_on_rank0_only(c, ANY_RANK0)
                 and not self._stdout_redirected(c)
+                and not self._reports_a_failure(c)
                 and (not filtered or self._before_filter(c))
             ),
             key=lambda c: c.lineno,
@@ -857,6 +858,18 @@ class Checks(MultiGpuChecks):
     def _prints(self, call: ast.Call) -> bool:
         """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
         return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
+
+    def _reports_a_failure(self, call: ast.Call) -> bool:
+        """The print says why the process is about to fail: its block ends in a raise or an exit with an error
+        status (`print("ERROR: magic number mismatch"); exit(1)`). Each rank that fails says so, as it should: a
+        rank-0 test would hide the failure of every other rank."""
+        stmt = next((a for a in (call, *self.ancestors(call)) if isinstance(a, ast.stmt)), None)
+        parent = self.parent.get(stmt)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list) and stmt in block:
+                return _fails(block[-1])
+        return False
 
     def _stdout_redirected(self, call: ast.Call) -> bool:
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
@@ -1483,3 +1496,14 @@ def _by_platform(node: ast.AST) -> ast.AST | None:
         return None
     negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1
     return node.body if negated else node.orelse  # the test is true on Windows unless negated
+
+
+def _fails(stmt: ast.stmt) -> bool:
+    """`raise ...`, or `exit(1)` / `sys.exit("why")` / `os._exit(2)`: the process ends with an error status."""
+    if isinstance(stmt, ast.Raise):
+        return True
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or last(dotted(call.func)) not in ("exit", "quit", "_exit"):
+        return False
+    status = call.args[0] if call.args else None
+    return status is not None and not (isinstance(status, ast.Constant) and status.value in (0, None, False))
