@@ -718,3 +718,92 @@ def test_a_branch_the_distributed_run_refuses_runs_in_one_process():
     assert rules(source) == []
     unchecked = source.replace('    assert not opt.evolve, "--evolve is not compatible with DDP training"\n', "")
     assert unchecked != source and rules(unchecked) == [(12, "shared-path-write")]
+
+
+ZERO_FIRST = {
+    "train.py": """\
+        import os
+        import torch
+        import torch.distributed as dist
+        from utils.datasets import create_dataloader
+
+        def main():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            rank = dist.get_rank()
+            loader = create_dataloader("data/", rank)
+            dist.destroy_process_group()
+
+        main()
+    """,
+    "utils/__init__.py": "",
+    "utils/torch_utils.py": """\
+        from contextlib import contextmanager
+        import torch
+
+        @contextmanager
+        def torch_distributed_zero_first(local_rank):
+            if local_rank not in [-1, 0]:
+                torch.distributed.barrier()
+            yield
+            if local_rank == 0:
+                torch.distributed.barrier()
+    """,
+    "utils/datasets.py": """\
+        import os
+        import torch
+        from utils.torch_utils import torch_distributed_zero_first
+
+        class Labels:
+            def __init__(self, path):
+                cache = path + "labels.cache"
+                if not os.path.exists(cache):
+                    torch.save({"labels": []}, cache)
+
+        def create_dataloader(path, rank):
+            with torch_distributed_zero_first(rank):
+                dataset = Labels(path)
+            return torch.utils.data.DataLoader(dataset)
+    """,
+}
+
+
+def test_a_write_under_a_context_that_lets_rank_0_through_first_is_not_every_rank_at_once(tmp_path):
+    """YOLOv7's labels cache: Labels(path) saves the cache, built under `with torch_distributed_zero_first(rank):`
+    (a @contextmanager whose ranks wait at a barrier around its yield): rank 0 writes it first, the others find it
+    there. Not said by default (whether the others write again shows in a run); without the `with`, every rank
+    saves at once."""
+    train = write(tmp_path / "first", ZERO_FIRST)
+    assert not {rule for _, _, rule in found(train) if rule == "unguarded-save"}
+    at_once = dict(ZERO_FIRST)
+    at_once["utils/datasets.py"] = ZERO_FIRST["utils/datasets.py"].replace(
+        "with torch_distributed_zero_first(rank):\n                dataset", "if True:\n                dataset"
+    )
+    assert at_once != ZERO_FIRST
+    assert ("datasets.py", 9, "unguarded-save") in found(write(tmp_path / "at_once", at_once))
+
+
+def test_an_assert_that_no_launcher_runs_makes_the_rest_one_process():
+    """YOLOv7's --evolve branch: `assert opt.local_rank == -1, 'DDP mode not implemented for --evolve'` (a rank of
+    -1: no launcher set it), then prints: one process prints them."""
+    source = (
+        HEAD
+        + """\
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("--local_rank", type=int, default=-1)
+        p.add_argument("--evolve", action="store_true")
+        opt = p.parse_args()
+        if opt.local_rank != -1:
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if opt.evolve:
+            assert opt.local_rank == -1, "DDP mode not implemented for --evolve"
+            print("evolving")
+        if opt.local_rank != -1:
+            dist.destroy_process_group()
+    """
+    )
+    assert [r for r in rules(source) if r[1] == "unguarded-print"] == []
+    unchecked = source.replace('    assert opt.local_rank == -1, "DDP mode not implemented for --evolve"\n', "")
+    assert unchecked != source and [r for r in rules(unchecked) if r[1] == "unguarded-print"] == [
+        (12, "unguarded-print")
+    ]

@@ -9,7 +9,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from ddplab.lint.scriptread import ANY_RANK0, UNIQUE_NAMES, ScriptReader, const_str, given_for, walk_same_function
+from ddplab.lint.scriptread import (
+    ANY_RANK0,
+    UNIQUE_NAMES,
+    ScriptReader,
+    const_str,
+    dotted,
+    given_for,
+    last,
+    walk_same_function,
+)
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
@@ -226,7 +235,11 @@ class Callers:
 
     def _site_every_rank(self, where: Path, site: ast.Call, depth: int) -> bool:
         reader = self.readers[where]
-        if reader.runs_on_rank0_only(site, ANY_RANK0) or self._branch_not_taken(reader, site):
+        if (
+            reader.runs_on_rank0_only(site, ANY_RANK0)
+            or self._branch_not_taken(reader, site)
+            or self._rank0_first(reader, site)
+        ):
             return False
         func = reader.enclosing_function(site)
         if func is None or self._handed_over(where, func):
@@ -235,6 +248,34 @@ class Callers:
             return True
         # a function of the script itself that nothing calls by name (a `main` a framework calls) runs everywhere
         return where in self.entries and not self.sites(where, func)
+
+    def _rank0_first(self, reader: ScriptReader, site: ast.Call) -> bool:
+        """Inside `with torch_distributed_zero_first(rank):` (YOLOv5/v7) or `with args.main_process_first():`
+        (transformers): rank 0 runs the block first and the others after it, to find its work done (the labels'
+        cache written, the data set downloaded). Not every rank at once: whether the others write again is known
+        in a run."""
+        for parent in reader.ancestors(site):
+            if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
+                isinstance(item.context_expr, ast.Call) and self._runs_one_first(reader.callee_last(item.context_expr))
+                for item in parent.items
+            ):
+                return True
+        return False
+
+    def _runs_one_first(self, name: str) -> bool:
+        """A context manager that lets one rank through first: named so (a library's), or a project's generator
+        under @contextmanager that calls barrier() (the ranks wait for one another around its `yield`)."""
+        if name.endswith(("zero_first", "main_process_first")):
+            return True
+        for reader in self.readers.values():
+            func = reader.functions.get(name)
+            if func is not None and any(last(dotted(d)) == "contextmanager" for d in func.decorator_list):
+                body = list(walk_same_function(func.body))
+                if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in body) and any(
+                    isinstance(n, ast.Call) and reader.callee_last(n) == "barrier" for n in body
+                ):
+                    return True
+        return False
 
     def _branch_not_taken(self, reader: ScriptReader, site: ast.Call) -> bool:
         """Inside `if param == "x":` (or its elif chain) where every caller of the function passes another constant

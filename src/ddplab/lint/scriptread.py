@@ -997,6 +997,9 @@ class ScriptReader:
                             test = self.rank_test(stmt.test)
                             if test:
                                 found.append(_Guard(test[0], not test[1], stmt))
+                        elif isinstance(stmt, ast.Assert) and self._launcher_test(stmt.test) is False:
+                            # `assert opt.local_rank == -1, "DDP mode not implemented for --evolve"`: one process
+                            found.append(_Guard("single", True, stmt))
             child, parent = parent, self.parent.get(parent)
         return found
 
@@ -1046,6 +1049,14 @@ class ScriptReader:
             inner = self._launcher_test(test.left, depth)
             same = isinstance(test.ops[0], (ast.Is, ast.Eq)) == test.comparators[0].value
             return None if inner is None else inner == same
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+            and _is_minus_one(test.comparators[0])
+            and self.rank_kind(test.left) is not None
+        ):
+            return isinstance(test.ops[0], ast.NotEq)  # `opt.local_rank == -1`: the rank's value without a launcher
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and self._env_read(test.left):
             # int(os.environ.get("RANK", -1)) != -1, os.environ.get("RANK") is not None, WORLD_SIZE > 1
             op, right = test.ops[0], test.comparators[0]
@@ -1269,3 +1280,12 @@ def _default_of(func: ast.AST, test: ast.AST) -> bool | None:
         if arg.arg == test.id and isinstance(default, ast.Constant):
             return bool(default.value)
     return None
+
+
+def _is_minus_one(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and node.operand.value == 1
+    ) or (isinstance(node, ast.Constant) and node.value == -1)
