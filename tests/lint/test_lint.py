@@ -578,11 +578,15 @@ def test_correct_slurm_script_with_the_cuda_check_in_the_caller_is_quiet():
 
 
 def test_slurm_script_without_an_availability_check_gets_nccl():
-    """The twins: no check at all, or a check of the GPU count against the scheduler's (not that GPUs exist)."""
-    none = CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n", "")
-    assert names(none) == ["nccl-hardcoded"]
-    count = CORRECT_SLURM.replace(
+    """The twins: no check at all, or a check of the GPU count against the scheduler's (not that GPUs exist), on a
+    setup that does not set the device first (an unconditional set_device makes the path GPU-only: no finding,
+    tests/lint/test_process_group.py)."""
+    unset = CORRECT_SLURM.replace("    torch.cuda.set_device(local_rank)\n", "")
+    none = unset.replace("    assert torch.cuda.is_available()\n", "")
+    assert unset != CORRECT_SLURM and names(none) == ["nccl-hardcoded"]
+    count = unset.replace(
         "    assert torch.cuda.is_available()\n",
         "    assert int(os.environ['SLURM_GPUS_ON_NODE']) == torch.cuda.device_count()\n",
     )
     assert names(count) == ["nccl-hardcoded"]
+    assert names(CORRECT_SLURM.replace("    assert torch.cuda.is_available()\n", "")) == []

@@ -332,3 +332,34 @@ def test_a_gpu_count_that_cannot_hold_without_gpus_is_a_cuda_check():
     assert nccl(source.replace("    assert n_gpus >= 2\n", ""))
     assert nccl(source.replace("n_gpus >= 2", "n_gpus != 1"))
     assert nccl(source.replace("n_gpus >= 2", "n_gpus >= 0"))
+
+
+def test_nccl_after_an_unconditional_set_device_is_the_backend_of_a_gpu_only_path():
+    """MAR's (and MAE's) init_distributed_mode: `torch.cuda.set_device(args.gpu)` under no condition, then
+    `dist_backend = 'nccl'`: that path runs on GPUs only, where nccl is right; gloo would not make it run without
+    them. A set_device under a condition (or after the init) leaves the init hard-coded."""
+    source = textwrap.dedent("""\
+        import os
+        import torch
+        import torch.distributed as dist
+
+        def init_distributed_mode(args):
+            if "RANK" not in os.environ:
+                args.distributed = False
+                return
+            args.gpu = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(args.gpu)
+            args.dist_backend = "nccl"
+            dist.init_process_group(backend=args.dist_backend)
+
+        class Args:
+            pass
+
+        init_distributed_mode(Args())
+        dist.destroy_process_group()
+    """)
+    assert "nccl-hardcoded" not in names(source, show_all=True)
+    guarded = source.replace(
+        "    torch.cuda.set_device(args.gpu)\n", "    if args.gpu > 0:\n        torch.cuda.set_device(args.gpu)\n"
+    )
+    assert guarded != source and "nccl-hardcoded" in names(guarded, show_all=True)

@@ -359,7 +359,7 @@ def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path
     from lintcase import lint_file
 
     (tmp_path / "worker.py").write_text(
-        HEAD + "def setup(rank, n):\n    torch.cuda.set_device(rank)\n"
+        HEAD + "def setup(rank, n):\n"
         "    dist.init_process_group('nccl', rank=rank, world_size=n)\n\n"
         "def ddp_main(rank, n):\n    print('setting up')\n    setup(rank, n)\n"
         "    dist.destroy_process_group()\n"

@@ -456,6 +456,8 @@ class Checks(MultiGpuChecks):
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
         scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
+        if self._cuda_only_before(call, scope):
+            return True
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
             if isinstance(node, ast.Assert) and check(node.test):
                 return True
@@ -463,6 +465,22 @@ class Checks(MultiGpuChecks):
                 isinstance(node, ast.If)
                 and check(node.test)
                 and (body_exits(node.body) or body_exits(node.orelse) or self._chain_ends_in_exit(node))
+            ):
+                return True
+        return False
+
+    def _cuda_only_before(self, call: ast.Call, scope: ast.AST) -> bool:
+        """`torch.cuda.set_device(args.gpu)` on the way to `call`, under no condition (MAE-style init_distributed_mode):
+        that path runs on GPUs only, and nccl is its backend; gloo would not make it run without them."""
+        for node in walk_same_function(scope.body):
+            if (
+                isinstance(node, ast.Call)
+                and node.lineno < call.lineno
+                and self.resolve(self.callee(node)) == "torch.cuda.set_device"
+                and not any(
+                    isinstance(a, (ast.If, ast.IfExp, ast.Try, ast.For, ast.While, ast.With))
+                    for a in self.ancestors(node, stop=scope)
+                )
             ):
                 return True
         return False
