@@ -5,7 +5,9 @@ the section comments say which evaluation round (issue 28) a test came from."""
 
 from __future__ import annotations
 
-from lintcase import HEAD, SETUP, line_names, names, pair
+import textwrap
+
+from lintcase import HEAD, SETUP, line_names, lint_source, names, pair
 from lintcase import PG_OPEN as PG
 from lintcase import line_rules as rules
 
@@ -137,3 +139,23 @@ def test_load_in_a_branch_no_caller_turns_on_never_runs():
     )
     assert "load-no-map-location" not in names(src)
     assert "load-no-map-location" in names(src.replace("net = Net(2)", "net = Net(2, re_train=True)"))
+
+
+def test_a_script_with_no_process_group_loads_in_one_process():
+    """ResNeSt's verify.py: nn.DataParallel and `torch.load(args.verify)` with no map_location: one process, no rank
+    to land on another's GPU. The same load in a script that makes a process group is flagged."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+        model = nn.DataParallel(nn.Linear(2, 2).cuda())
+        model.module.load_state_dict(torch.load("model.pth"))
+    """)
+    assert [f.rule for f in lint_source(source).findings] == []
+    ddp = source.replace(
+        "model = nn.DataParallel(nn.Linear(2, 2).cuda())",
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')\n"
+        "model = nn.DataParallel(nn.Linear(2, 2).cuda())",
+    )
+    assert "load-no-map-location" in [f.rule for f in lint_source(ddp, show_all=True).findings]

@@ -300,7 +300,11 @@ def test_flag_cleared_without_cuda_is_a_cuda_check():
     dist.destroy_process_group()
     """
     assert "nccl-hardcoded" not in names(src)
-    assert "nccl-hardcoded" in names(src.replace("    args.distributed = False", "    args.device = 'cpu'"))
+    # the twin: the flag no longer cleared, and no set_device on the way (which would make the path GPU-only)
+    twin = src.replace("    args.distributed = False", "    args.device = 'cpu'").replace(
+        '        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))\n', ""
+    )
+    assert "nccl-hardcoded" in names(twin)
 
 
 def test_a_gpu_count_that_cannot_hold_without_gpus_is_a_cuda_check():
@@ -363,3 +367,9 @@ def test_nccl_after_an_unconditional_set_device_is_the_backend_of_a_gpu_only_pat
         "    torch.cuda.set_device(args.gpu)\n", "    if args.gpu > 0:\n        torch.cuda.set_device(args.gpu)\n"
     )
     assert guarded != source and "nccl-hardcoded" in names(guarded, show_all=True)
+    # stylegan2-pytorch: `if args.distributed: torch.cuda.set_device(args.local_rank); init_process_group("nccl")`
+    together = source.replace(
+        '    torch.cuda.set_device(args.gpu)\n    args.dist_backend = "nccl"\n    dist.init_process_group(',
+        "    if args.gpu >= 0:\n        torch.cuda.set_device(args.gpu)\n        dist.init_process_group(",
+    ).replace("backend=args.dist_backend", 'backend="nccl"')
+    assert together != source and "nccl-hardcoded" not in names(together, show_all=True)

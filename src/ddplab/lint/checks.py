@@ -470,18 +470,24 @@ class Checks(MultiGpuChecks):
         return False
 
     def _cuda_only_before(self, call: ast.Call, scope: ast.AST) -> bool:
-        """`torch.cuda.set_device(args.gpu)` on the way to `call`, under no condition (MAE-style init_distributed_mode):
-        that path runs on GPUs only, and nccl is its backend; gloo would not make it run without them."""
+        """`torch.cuda.set_device(args.gpu)` as a statement on the way to `call`: in a block that holds `call` (or
+        the statement around it), before it (MAE-style init_distributed_mode; `if args.distributed:
+        torch.cuda.set_device(args.local_rank); init_process_group("nccl")`). That path runs on GPUs only, and nccl
+        is its backend; gloo would not make it run without them."""
+        on_the_way = {id(a) for a in self.ancestors(call, stop=scope)}
         for node in walk_same_function(scope.body):
-            if (
-                isinstance(node, ast.Call)
-                and node.lineno < call.lineno
-                and self.resolve(self.callee(node)) == "torch.cuda.set_device"
-                and not any(
-                    isinstance(a, (ast.If, ast.IfExp, ast.Try, ast.For, ast.While, ast.With))
-                    for a in self.ancestors(node, stop=scope)
-                )
+            if not (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Call)
+                and self.resolve(self.callee(node.value)) == "torch.cuda.set_device"
             ):
+                continue
+            block = next(
+                (b for b in (getattr(self.parent.get(node), f, None) for f in ("body", "orelse")) if b and node in b),
+                None,
+            )
+            later = block[block.index(node) + 1 :] if block else []
+            if any(id(stmt) in on_the_way for stmt in later):
                 return True
         return False
 
@@ -999,6 +1005,8 @@ class Checks(MultiGpuChecks):
         )
 
     def check_loading(self) -> None:
+        if not self.distributed:
+            return  # no process group, no DDP anywhere in the project (a DataParallel script): one process loads
         for call in self.calls:
             if (
                 self.callee(call) == "torch.load"
