@@ -373,3 +373,9 @@ def test_nccl_after_an_unconditional_set_device_is_the_backend_of_a_gpu_only_pat
         "    if args.gpu >= 0:\n        torch.cuda.set_device(args.gpu)\n        dist.init_process_group(",
     ).replace("backend=args.dist_backend", 'backend="nccl"')
     assert together != source and "nccl-hardcoded" not in names(together, show_all=True)
+    # microsoft/LoRA's gpu.py: the init first, then `torch.cuda.set_device(local_rank)` on the same path
+    after = source.replace(
+        '    torch.cuda.set_device(args.gpu)\n    args.dist_backend = "nccl"\n    dist.init_process_group(backend=args.dist_backend)\n',
+        '    dist.init_process_group(backend="nccl")\n    torch.cuda.set_device(args.gpu)\n',
+    )
+    assert after != source and "nccl-hardcoded" not in names(after, show_all=True)

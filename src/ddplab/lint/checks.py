@@ -470,10 +470,11 @@ class Checks(MultiGpuChecks):
         return False
 
     def _cuda_only_before(self, call: ast.Call, scope: ast.AST) -> bool:
-        """`torch.cuda.set_device(args.gpu)` as a statement on the way to `call`: in a block that holds `call` (or
-        the statement around it), before it (MAE-style init_distributed_mode; `if args.distributed:
-        torch.cuda.set_device(args.local_rank); init_process_group("nccl")`). That path runs on GPUs only, and nccl
-        is its backend; gloo would not make it run without them."""
+        """`torch.cuda.set_device(args.gpu)` as a statement on the path of `call`: in a block that holds `call` (or
+        the statement around it), before it or after it (MAE-style init_distributed_mode; `if args.distributed:
+        torch.cuda.set_device(args.local_rank); init_process_group("nccl")`; LoRA's `init_process_group("nccl");
+        torch.cuda.set_device(local_rank)`). That path runs on GPUs only, and nccl is its backend; gloo would not
+        make it run without them."""
         on_the_way = {id(a) for a in self.ancestors(call, stop=scope)}
         for node in walk_same_function(scope.body):
             if not (
@@ -486,8 +487,7 @@ class Checks(MultiGpuChecks):
                 (b for b in (getattr(self.parent.get(node), f, None) for f in ("body", "orelse")) if b and node in b),
                 None,
             )
-            later = block[block.index(node) + 1 :] if block else []
-            if any(id(stmt) in on_the_way for stmt in later):
+            if block and any(id(stmt) in on_the_way for stmt in block):
                 return True
         return False
 
