@@ -513,3 +513,34 @@ def test_a_print_that_says_why_the_process_fails_is_each_ranks_own():
     assert line_rules(source) == []
     noise = source.replace('sys.exit("cannot check the header")', "sys.exit(0)")
     assert noise != source and line_rules(noise) == [(16, "unguarded-print")]
+
+
+def test_a_function_that_hands_the_worker_to_a_launcher_prints_once():
+    """detectron2's plain_train_net.py: `print("Command Line Args:", args)`, then `launch(main, num_gpus)` with main
+    wrapping the model in DDP: the launcher process prints, once, before the ranks exist (mp.spawn's shape under a
+    library's name). A function handed over that starts no rank work (a tokenizer to `map`) makes no launcher."""
+    source = textwrap.dedent("""\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from somewhere import launch
+
+        def main(args):
+            dist.init_process_group("gloo")
+            model = DistributedDataParallel(torch.nn.Linear(2, 2))
+            dist.destroy_process_group()
+
+        def invoke_main():
+            args = {"num_gpus": 2}
+            print("Command Line Args:", args)
+            launch(main, args["num_gpus"])
+
+        invoke_main()
+    """)
+    assert [r for r in line_rules(source) if r[1] == "unguarded-print"] == []
+    mapped = source.replace("def main(args):", "def tokenize(args):\n    return args\n\ndef main(args):").replace(
+        'launch(main, args["num_gpus"])', 'launch(tokenize, args["num_gpus"])\n    main(args)'
+    )
+    assert mapped != source and [r for r in line_rules(mapped) if r[1] == "unguarded-print"] == [
+        (16, "unguarded-print")
+    ]

@@ -838,6 +838,7 @@ class Checks(MultiGpuChecks):
                 and not self.runs_on_rank0_only(c, ANY_RANK0)
                 and not self._stdout_redirected(c)
                 and not self._reports_a_failure(c)
+                and not self._in_a_launcher(c)
                 and (not filtered or self._before_filter(c))
             ),
             key=lambda c: c.lineno,
@@ -882,6 +883,28 @@ class Checks(MultiGpuChecks):
     def _prints(self, call: ast.Call) -> bool:
         """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
         return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
+
+    def _in_a_launcher(self, call: ast.Call) -> bool:
+        """The print's function hands a worker (a function of this file that makes the process group or wraps the
+        model in DDP) to another call: detectron2's `print("Command Line Args:", args); launch(main, num_gpus)`,
+        mp.spawn's shape under any name. That function is the launcher: it runs once, before the ranks exist."""
+        scope = self.enclosing_function(call)
+        if scope is None:
+            return False
+        for node in walk_same_function(scope.body):
+            if isinstance(node, ast.Call):
+                handed = [*node.args, *(k.value for k in node.keywords)]
+                if any(isinstance(a, ast.Name) and self._worker(a.id) for a in handed):
+                    return True
+        return False
+
+    def _worker(self, name: str) -> bool:
+        func = self.functions.get(name)
+        return func is not None and any(
+            isinstance(c, ast.Call)
+            and (self.is_(c, "init_process_group") or self.callee_last(c) in {*DDP_NAMES, *self.facts.group_makers})
+            for c in walk_same_function(func.body)
+        )
 
     def _reports_a_failure(self, call: ast.Call) -> bool:
         """The print says why the process is about to fail: its block ends in a raise or an exit with an error
