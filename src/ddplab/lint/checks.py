@@ -456,7 +456,7 @@ class Checks(MultiGpuChecks):
             parent = self.parent.get(parent)
         scope = self.enclosing_function(call)
         scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
-        if self._cuda_only_before(call, scope):
+        if self._gpu_only_path(call, scope):
             return True
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
             if isinstance(node, ast.Assert) and check(node.test):
@@ -469,7 +469,7 @@ class Checks(MultiGpuChecks):
                 return True
         return False
 
-    def _cuda_only_before(self, call: ast.Call, scope: ast.AST) -> bool:
+    def _gpu_only_path(self, call: ast.Call, scope: ast.AST) -> bool:
         """`torch.cuda.set_device(args.gpu)` as a statement on the path of `call`: in a block that holds `call` (or
         the statement around it), before it or after it (MAE-style init_distributed_mode; `if args.distributed:
         torch.cuda.set_device(args.local_rank); init_process_group("nccl")`; LoRA's `init_process_group("nccl");
