@@ -379,3 +379,13 @@ def test_nccl_after_an_unconditional_set_device_is_the_backend_of_a_gpu_only_pat
         '    dist.init_process_group(backend="nccl")\n    torch.cuda.set_device(args.gpu)\n',
     )
     assert after != source and "nccl-hardcoded" not in names(after, show_all=True)
+
+
+def test_a_group_of_one_process_may_name_its_rank():
+    """open_flamingo's distributed.py, with no launcher: `init_process_group(..., world_size=1, rank=0)` "needed to
+    run on single gpu": one process, rank 0 is right. The same constants with another size still claim one rank in
+    every process."""
+    source = HEAD + "dist.init_process_group('gloo', init_method='env://', world_size=1, rank=0)\n"
+    source += "dist.destroy_process_group()\n"
+    assert "sets-rank-env" not in names(source)
+    assert "sets-rank-env" in names(source.replace("world_size=1", "world_size=2"))

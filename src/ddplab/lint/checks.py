@@ -224,6 +224,9 @@ class Checks(MultiGpuChecks):
                         "launcher every rank then ignores the address it was given",
                         "drop init_method (env:// is the default: it reads what the launcher set)",
                     )
+                size = keyword(call, "world_size")
+                if isinstance(size, ast.Constant) and size.value == 1:
+                    continue  # a group of one process (open_flamingo's "needed to run on single gpu"): rank 0 is right
                 for arg in ("rank", "world_size"):
                     value = keyword(call, arg)
                     if isinstance(value, ast.Constant) and not (self.spawns and arg == "world_size"):
