@@ -910,11 +910,14 @@ class Checks(MultiGpuChecks):
         )
 
     def _reports_a_failure(self, call: ast.Call) -> bool:
-        """The print says why the process is about to fail: its block ends in a raise or an exit with an error
-        status (`print("ERROR: magic number mismatch"); exit(1)`). Each rank that fails says so, as it should: a
-        rank-0 test would hide the failure of every other rank."""
+        """The print says why the process is about to fail, or what failed in it: its block ends in a raise or an
+        exit with an error status (`print("ERROR: magic number mismatch"); exit(1)`), or it is an `except` block's
+        (`except yaml.YAMLError as exc: print(exc)`). Each rank that fails says so, as it should: a rank-0 test
+        would hide the failure of every other rank."""
         stmt = next((a for a in (call, *self.ancestors(call)) if isinstance(a, ast.stmt)), None)
         parent = self.parent.get(stmt)
+        if isinstance(parent, ast.ExceptHandler):
+            return True
         for name in ("body", "orelse", "finalbody"):
             block = getattr(parent, name, None)
             if isinstance(block, list) and stmt in block:
