@@ -157,6 +157,15 @@ def body_exits(body: list[ast.stmt]) -> bool:
     )
 
 
+def block_of(parent: ast.AST | None, child: ast.AST, fields=("body", "orelse", "finalbody")) -> list | None:
+    """The statement list of `parent` (its body, else or finally) that holds `child`; None if none does."""
+    for name in fields:
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and child in block:
+            return block
+    return None
+
+
 def method_name(call: ast.Call) -> str:
     return call.func.attr if isinstance(call.func, ast.Attribute) else ""
 
@@ -808,15 +817,17 @@ class ScriptReader:
         `if LOCAL_RANK != -1: assert not opt.evolve, "... not compatible with DDP"; dist.init_process_group(...)`).
         Where NAME holds, no group runs."""
         found = set()
-        for node in self.nodes:
-            for block in (getattr(node, name, None) for name in ("body", "orelse")):
-                if not isinstance(block, list) or not self._makes_group(block, spawning=False):
-                    continue
-                for stmt in block:
-                    test = stmt.test if isinstance(stmt, ast.Assert) else None
-                    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                        if isinstance(test.operand, (ast.Name, ast.Attribute)):
-                            found.add(dotted(test.operand))
+        for node in self.nodes:  # the asserts first: few files have one, and each block is then read once
+            if not (
+                isinstance(node, ast.Assert)
+                and isinstance(node.test, ast.UnaryOp)
+                and isinstance(node.test.op, ast.Not)
+                and isinstance(node.test.operand, (ast.Name, ast.Attribute))
+            ):
+                continue
+            block = block_of(self.parent.get(node), node, ("body", "orelse"))
+            if block and self._makes_group(block, spawning=False):
+                found.add(dotted(node.test.operand))
         return found
 
     @functools.cached_property
