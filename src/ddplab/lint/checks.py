@@ -15,6 +15,7 @@ from ddplab.lint.scriptread import (
     SCHEDULER_PREFIXES,
     UNIQUE_NAMES,
     Facts,
+    block_of,
     body_exits,
     calls_in,
     const_str,
@@ -93,10 +94,14 @@ class Checks(MultiGpuChecks):
 
     def line_of(self, node: ast.AST) -> int:
         """The first line of the statement that holds `node`."""
-        stmt = node
-        while stmt is not None and not isinstance(stmt, ast.stmt):
-            stmt = self.parent.get(stmt)
+        stmt = self.statement_of(node)
         return getattr(stmt if stmt is not None else node, "lineno", 0)
+
+    def statement_of(self, node: ast.AST) -> ast.stmt | None:
+        """The statement that holds `node` (`node` itself when it is one)."""
+        while node is not None and not isinstance(node, ast.stmt):
+            node = self.parent.get(node)
+        return node
 
     def run(self, passes) -> None:
         """The rules' passes (ddplab.lint.rules), each a method of this reader."""
@@ -486,10 +491,7 @@ class Checks(MultiGpuChecks):
                 and self.resolve(self.callee(node.value)) == "torch.cuda.set_device"
             ):
                 continue
-            block = next(
-                (b for b in (getattr(self.parent.get(node), f, None) for f in ("body", "orelse")) if b and node in b),
-                None,
-            )
+            block = block_of(self.parent.get(node), node, ("body", "orelse"))
             if block and any(id(stmt) in on_the_way for stmt in block):
                 return True
         return False
@@ -914,15 +916,12 @@ class Checks(MultiGpuChecks):
         exit with an error status (`print("ERROR: magic number mismatch"); exit(1)`), or it is an `except` block's
         (`except yaml.YAMLError as exc: print(exc)`). Each rank that fails says so, as it should: a rank-0 test
         would hide the failure of every other rank."""
-        stmt = next((a for a in (call, *self.ancestors(call)) if isinstance(a, ast.stmt)), None)
+        stmt = self.statement_of(call)
         parent = self.parent.get(stmt)
         if isinstance(parent, ast.ExceptHandler):
             return True
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(parent, name, None)
-            if isinstance(block, list) and stmt in block:
-                return _fails(block[-1])
-        return False
+        block = block_of(parent, stmt)
+        return block is not None and _fails(block[-1])
 
     def _stdout_redirected(self, call: ast.Call) -> bool:
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
@@ -1397,19 +1396,17 @@ class Checks(MultiGpuChecks):
         ones), as a reader finds it scrolling up."""
         child, parent = name, self.parent.get(name)
         while parent is not None and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for field_name in ("body", "orelse", "finalbody"):
-                block = getattr(parent, field_name, None)
-                if isinstance(block, list) and child in block:
-                    for stmt in reversed(block[: block.index(child)]):
-                        if isinstance(stmt, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == name.id for t in stmt.targets
-                        ):
-                            return stmt.value
-                        if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
-                            isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                            for n in walk_same_function([stmt])
-                        ):
-                            return None  # set on some path only: not one value
+            block = block_of(parent, child)
+            for stmt in reversed(block[: block.index(child)] if block else []):
+                if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name.id for t in stmt.targets
+                ):
+                    return stmt.value
+                if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
+                    isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                    for n in walk_same_function([stmt])
+                ):
+                    return None  # set on some path only: not one value
             child, parent = parent, self.parent.get(parent)
         return None
 

@@ -1000,17 +1000,15 @@ class ScriptReader:
                     # (`if single_gpu: ... else: main()`, `if not torch.cuda.is_available(): print(...) elif
                     # args.distributed: model = DDP(model)`)
                     found.append(_Guard("single", True, parent))
-            for name in ("body", "orelse", "finalbody"):
-                block = getattr(parent, name, None)
-                if isinstance(block, list) and child in block:
-                    for stmt in block[: block.index(child)]:
-                        if isinstance(stmt, ast.If) and not stmt.orelse and body_exits(stmt.body):
-                            test = self.rank_test(stmt.test)
-                            if test:
-                                found.append(_Guard(test[0], not test[1], stmt))
-                        elif isinstance(stmt, ast.Assert) and self._launcher_test(stmt.test) is False:
-                            # `assert opt.local_rank == -1, "DDP mode not implemented for --evolve"`: one process
-                            found.append(_Guard("single", True, stmt))
+            block = block_of(parent, child)
+            for stmt in block[: block.index(child)] if block else []:
+                if isinstance(stmt, ast.If) and not stmt.orelse and body_exits(stmt.body):
+                    test = self.rank_test(stmt.test)
+                    if test:
+                        found.append(_Guard(test[0], not test[1], stmt))
+                elif isinstance(stmt, ast.Assert) and self._launcher_test(stmt.test) is False:
+                    # `assert opt.local_rank == -1, "DDP mode not implemented for --evolve"`: one process
+                    found.append(_Guard("single", True, stmt))
             child, parent = parent, self.parent.get(parent)
         return found
 
