@@ -896,12 +896,15 @@ class Checks(MultiGpuChecks):
         scope = self.enclosing_function(call)
         if scope is None:
             return False
-        for node in walk_same_function(scope.body):
-            if isinstance(node, ast.Call):
-                handed = [*node.args, *(k.value for k in node.keywords)]
-                if any(isinstance(a, ast.Name) and self._worker(a.id) for a in handed):
-                    return True
-        return False
+        launchers = self.__dict__.setdefault("_launchers", {})  # a function's prints share its answer
+        if scope not in launchers:
+            launchers[scope] = any(
+                isinstance(a, ast.Name) and self._worker(a.id)
+                for node in walk_same_function(scope.body)
+                if isinstance(node, ast.Call)
+                for a in [*node.args, *(k.value for k in node.keywords)]
+            )
+        return launchers[scope]
 
     def _worker(self, name: str) -> bool:
         func = self.functions.get(name)
