@@ -300,10 +300,9 @@ FORKED: list[int] = []  # the forks _fork_call made that have not ended (reaped 
 def _fork_call(request: dict) -> None:
     """request: {"target": "module:function", "payload": ..., "folder": PATH, "background": bool}. The target runs on
     the payload in a fork of this agent (in the background: at the lowest CPU priority, beside the ranks): for the
-    caller's work that needs torch (`ddplab
-    train`'s flags and memory prediction), which this agent has imported already, with torch._dynamo and the
-    target's modules for forked workers, so that neither the caller nor a new interpreter imports them again (~3 CPU
-    s). A fork, not this process: what the target does (CUDA's driver initialised by counting the GPUs) must not
+    caller's work that needs torch (`ddplab train`'s flags and memory prediction, `ddplab check`'s settling), which
+    this agent has imported already, with torch._dynamo and the target's modules for forked workers, so that
+    neither the caller nor a new interpreter imports them again (~3 CPU s). A fork, not this process: what the target does (CUDA's driver initialised by counting the GPUs) must not
     reach the ranks forked later. The fork's pid goes to FOLDER/pid, its answer (_captured's, or {"error": one line}
     for a bug) to FOLDER/answer.json. Asked before "go", as a worker is forked: no thread of elastic's runs yet. The
     fork dies with this agent (its caller ends both)."""
