@@ -110,15 +110,43 @@ def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_proc
     w = window(steps=6, checks=("paramsync",))
     model = DDP(torch.nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    hooked = []
+    hooked, hooks_before = [], len(global_hooks()) - 2
     for _ in range(6):
-        hooked.append(bool(model._forward_pre_hooks) and bool(model.module._forward_pre_hooks))
+        handles = {h.id for h in w.observers[0].handles}
+        hooked.append(bool(handles) and handles <= set(global_hooks()))
         model.module(torch.randn(2, 4)).sum().backward()  # around the wrapper, every step
         optimizer.step()
     assert hooked == [True, True, False, False, False, True]
-    assert not model._forward_pre_hooks and not model._forward_hooks and not model.module._forward_pre_hooks
+    assert not w.observers[0].handles and len(global_hooks()) == hooks_before
     checks = w.observers[0].data()["checks"]
     assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 0, 1), (2, 0, 1), (6, 0, 1)]
+
+
+def global_hooks() -> list:
+    """The handles' ids of every global module forward hook now installed."""
+    from torch.nn.modules import module
+
+    return [*module._global_forward_pre_hooks, *module._global_forward_hooks]
+
+
+def test_a_watched_model_can_be_copied_and_pickled_and_its_copy_is_not_counted(window, one_process_group):
+    """No hook of the sanitizer's sits on the user's modules: an EMA's copy.deepcopy(model) or torch.save(model)
+    copies what the module holds, and a hook of an observer's would drag the observer (and its lock) along."""
+    import copy
+    import io
+
+    w = window(steps=2, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ema = torch.optim.swa_utils.AveragedModel(model.module)  # copy.deepcopy of the wrapped module
+    twin = copy.deepcopy(model.module)
+    torch.save(model.module, io.BytesIO())
+    model(torch.randn(2, 4)).sum().backward()
+    twin(torch.randn(2, 4))  # another module: neither the wrapper nor the module it wraps
+    ema(torch.randn(2, 4))
+    optimizer.step()
+    (first,) = w.observers[0].data()["checks"]
+    assert (first["ddp_forwards"], first["direct_forwards"]) == (1, 0)
 
 
 def test_a_parameter_digest_reads_every_value():

@@ -236,11 +236,15 @@ def test_parameters_compared_at_the_first_step_where_they_differ(tmp_path):
     assert f.evidence["step"] == 2 and f.evidence["differing"] == ["2.bias"]
 
 
-@pytest.mark.parametrize("case", ["equal", "sharded", "one rank"])
-def test_parameters_silent_when_equal_sharded_or_seen_on_one_rank(tmp_path, case):
+@pytest.mark.parametrize("case", ["equal", "sharded", "one rank", "other models"])
+def test_parameters_silent_when_equal_sharded_seen_on_one_rank_or_of_other_models(tmp_path, case):
     ranks = {0: params(check(1, [1, 2, 3, 4])), 1: params(check(1, [1, 2, 3, 4]))}
     if case == "sharded":  # FSDP: each rank holds its own shard, different by design
         ranks = {0: params(check(1, [1, 2, 3, 4]), sharded="FSDP"), 1: params(check(1, [5, 6, 7, 8]), sharded="FSDP")}
+    elif case == "other models":  # a pipeline's stages: as many parameters, of other sizes (no DDP, by design)
+        ranks = {0: params(check(1, [1, 2, 3, 4], ddps=0)), 1: params(check(1, [5, 6, 7, 8], ddps=0))}
+        for p, size in zip(ranks[1]["params-diverge"]["checks"][0]["params"], (32, 2, 8, 1)):
+            p[1] = size
     elif case == "one rank":
         ranks = {0: ranks[0]}
     assert readout.read(observed(tmp_path, ranks, world=2)).findings == []

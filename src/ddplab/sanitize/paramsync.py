@@ -10,8 +10,9 @@ and the sum of its values in float64 (what a finding shows); all of them cross t
 explains a difference: whether a DistributedDataParallel holds the parameter, how many forwards since the last step
 went through the wrapper and how many reached the wrapped module around it (ddp.module(x); where, the first time),
 whether no_sync() was in effect at the step, and where optimizer.step() was called. The forward hooks that count
-are on only for the steps digested (before steps 1, 2 and N): a hook on a module takes it off PyTorch's fast call
-path, which costs every forward. Nothing is sent between ranks (a collective of ddplab's among the script's could
+are global module hooks (none on the user's modules: a module's hooks travel with it into copy.deepcopy and
+torch.save), on only for the steps digested (before steps 1, 2 and N): while one is on, every module leaves
+PyTorch's fast call path, a cost on every forward. Nothing is sent between ranks (a collective of ddplab's among the script's could
 change what the script does: a rank at another step would pair it with one of the script's); the reader compares
 the ranks' digests after the run.
 
@@ -43,6 +44,7 @@ class Observer(rankside.Observer):
         self.ddps = weakref.WeakSet()
         self.counting = True  # the forward hooks are on: the next step is one of self.at
         self.handles: list = []
+        self.roles: dict[int, tuple[weakref.ref, bool]] = {}  # id(module) -> (the module, it is a DDP wrapper)
         self.undo: list = []
         self.depth = 0  # inside a DDP forward
         self.calls = {"ddp": 0, "direct": 0}
@@ -87,15 +89,17 @@ class Observer(rankside.Observer):
 
     def built(self, ddp) -> None:
         self.ddps.add(ddp)
-        if self.counting:
-            self._hook(ddp)
+        self.roles[id(ddp)] = (weakref.ref(ddp), True)
+        self.roles[id(ddp.module)] = (weakref.ref(ddp.module), False)
+        if self.counting and not self.handles:
+            self._hook()
 
-    def _hook(self, ddp) -> None:
-        self.handles += [
-            ddp.register_forward_pre_hook(self._enter),
-            ddp.register_forward_hook(self._leave),
-            ddp.module.register_forward_pre_hook(self._module),
-        ]
+    def _hook(self) -> None:
+        # Global module hooks, not hooks on the user's modules: a module's own hooks travel with it, and
+        # copy.deepcopy(model) (an EMA, AveragedModel) or torch.save(model) would then try to copy this observer.
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self.handles = [register_module_forward_pre_hook(self._enter), register_module_forward_hook(self._leave)]
 
     def _count(self, on: bool) -> None:
         """The forward hooks on (for a step that will be digested) or off (a hook costs every forward)."""
@@ -103,25 +107,31 @@ class Observer(rankside.Observer):
             return
         self.counting = on
         if on:
-            for ddp in list(self.ddps):
-                self._hook(ddp)
+            if self.ddps:
+                self._hook()
         else:
             for handle in self.handles:
                 handle.remove()
             self.handles = []
 
+    def _role(self, module) -> bool | None:
+        """True for a watched DDP wrapper, False for the module one wraps, None for any other module."""
+        known = self.roles.get(id(module))
+        return known[1] if known is not None and known[0]() is module else None
+
     def _enter(self, module, args) -> None:
-        self.depth += 1
-        self.calls["ddp"] += 1
-
-    def _leave(self, module, args, output) -> None:
-        self.depth = max(0, self.depth - 1)
-
-    def _module(self, module, args) -> None:
-        if self.depth == 0:
+        role = self._role(module)
+        if role:
+            self.depth += 1
+            self.calls["ddp"] += 1
+        elif role is False and self.depth == 0:
             self.calls["direct"] += 1
             if self.direct_where is None:
                 self.guarded(self._where_direct)
+
+    def _leave(self, module, args, output) -> None:
+        if self._role(module):
+            self.depth = max(0, self.depth - 1)
 
     def _where_direct(self) -> None:
         self.direct_where = self.window.where()
@@ -239,11 +249,13 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             by_step.setdefault(check["step"], {})[rank] = check
     for step in sorted(by_step):
         checks = by_step[step]
-        counts = {len(c["params"]) for c in checks.values()}
-        if len(checks) < 2 or len(counts) != 1:
+        # Ranks whose optimizers step parameters of other sizes hold different models on purpose (the stages of a
+        # pipeline, one model per rank): there is nothing to compare.
+        sizes = {tuple(p[1] for p in c["params"]) for c in checks.values()}
+        if len(checks) < 2 or len(sizes) != 1:
             continue
         # the bit sums alone: exact whatever the order of the additions (a float sum may depend on threads)
-        differ = [i for i in range(counts.pop()) if len({c["params"][i][2] for c in checks.values()}) > 1]
+        differ = [i for i in range(len(sizes.pop())) if len({c["params"][i][2] for c in checks.values()}) > 1]
         if differ:
             return [_finding(step, checks, differ)]
     return []
