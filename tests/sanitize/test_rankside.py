@@ -149,6 +149,55 @@ def test_a_watched_model_can_be_copied_and_pickled_and_its_copy_is_not_counted(w
     assert (first["ddp_forwards"], first["direct_forwards"]) == (1, 0)
 
 
+def test_prints_and_log_records_on_the_console_from_the_users_code_are_kept_by_line_and_text(window, tmp_path):
+    import builtins
+    import dis
+    import logging
+    import os
+    import sys
+    import zlib
+
+    original_print = builtins.print
+    w = window(steps=2, checks=("sameprint",))
+    log = logging.getLogger("ddplab-test-sameprint")
+    log.propagate, log.level, handler = False, logging.INFO, logging.StreamHandler(sys.stderr)
+    log.addHandler(handler)
+    quiet = logging.getLogger("ddplab-test-sameprint-null")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    try:
+        print("Starting training")  # kept, with its text
+        print("loss", 0.5, sep="=")
+        print(torch.ones(1))  # kept, no text: print's formatting of a tensor is not done twice
+        with open(tmp_path / "log.txt", "w") as f:
+            print("to a file", file=f)  # a rank's own file
+        saved, sys.stdout = sys.stdout, open(os.devnull, "w")  # noqa: SIM115
+        print("silenced on this rank")
+        sys.stdout.close()
+        sys.stdout = saved
+        dis.dis("x = 1")  # the standard library's print
+        log.info("config %s", 1)  # kept: a StreamHandler on the console emitted it
+        log.debug("below the level")
+        quiet.warning("to a NullHandler")
+        sites = {
+            int(s["where"].rpartition(":")[2]) - _line('print("Starting training")'): s
+            for s in w.observers[0].data()["sites"]
+        }
+        w.close()
+        print("after the window")
+        assert builtins.print is original_print and logging.Handler.__dict__["handle"].__module__ == "logging"
+    finally:
+        log.removeHandler(handler)
+    crc = [zlib.crc32(t.encode()) for t in ("Starting training\n", "loss=0.5\n", "config 1")]
+    assert {k: (s["count"], s["texts"]) for k, s in sites.items()} == {
+        0: (1, [crc[0]]),
+        1: (1, [crc[1]]),
+        2: (1, []),
+        10: (1, [crc[2]]),
+    }
+    assert all(s["where"].startswith(__file__) for s in sites.values())
+
+
 def test_a_parameter_digest_reads_every_value():
     """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
     from ddplab.sanitize.paramsync import _digests

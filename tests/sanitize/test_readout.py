@@ -250,6 +250,43 @@ def test_parameters_silent_when_equal_sharded_seen_on_one_rank_or_of_other_model
     assert readout.read(observed(tmp_path, ranks, world=2)).findings == []
 
 
+# ------------------------------------------------------------------------------------------------ every-rank-print
+def prints(*sites: tuple[int, int, list[int], str | None]) -> dict:
+    """Lines of code that printed: (line, how often, crc32s of the texts, an example)."""
+    return {
+        "every-rank-print": {
+            "sites": [{"where": f"{SCRIPT}:{n}", "count": c, "texts": t, "example": e} for n, c, t, e in sites]
+        }
+    }
+
+
+def test_the_same_text_printed_by_every_rank_is_noise_named_with_its_lines(tmp_path):
+    ranks = {
+        r: prints((12, 1, [7], "Starting training"), (30, 50, [8, 9 + r], "epoch 0"), (31, 2, [20 + r], "r"))
+        for r in range(3)
+    }
+    f = only(readout.read(observed(tmp_path, ranks)), "every-rank-print")
+    assert f.minor and f.where == f"{SCRIPT}:12" and "if dist.get_rank() == 0:" in f.fix
+    assert f.observed == (
+        "each of the 3 ranks printed the same text at 2 lines of code (/home/me/proj/train.py:12, "
+        "/home/me/proj/train.py:30), e.g. 'Starting training': 3 copies of each on the console (noise, minor)"
+    )
+    assert [line["count"] for line in f.evidence["lines"]] == [{0: 1, 1: 1, 2: 1}, {0: 50, 1: 50, 2: 50}]
+
+
+@pytest.mark.parametrize("case", ["texts of their own", "a rank printed nothing there", "a rank wrote nothing"])
+def test_prints_are_silent_unless_every_rank_printed_the_same_text(tmp_path, case):
+    ranks = {0: prints((12, 1, [7], "x")), 1: prints((12, 1, [7], "x"))}
+    if case == "texts of their own":  # print(f"rank {rank}: loss {loss}"), or a tensor's print (no text kept)
+        ranks = {
+            0: prints((12, 5, [1, 2], "rank 0"), (13, 1, [], None)),
+            1: prints((12, 5, [3, 4], "rank 1"), (13, 1, [], None)),
+        }
+    elif case == "a rank printed nothing there":  # `if rank == 0:` around it, or rank 1 printed elsewhere
+        ranks[1] = prints((14, 1, [7], "x"))
+    assert readout.read(observed(tmp_path, ranks, world=3 if case == "a rank wrote nothing" else 2)).findings == []
+
+
 # ------------------------------------------------------------------------------------------------ shared-write
 def writes(*entries: tuple[str, str, str, int]) -> dict:
     return {

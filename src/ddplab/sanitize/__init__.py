@@ -11,6 +11,7 @@ ranks after the run (`ddplab launch`, on by default; `--sanitize-steps N`, 0 = o
   `paramsync`   the parameters differ between ranks after an optimizer step (the gradients were not averaged)
   `sharedwrite` several ranks wrote the same file
   `placement`   GPUs only: two ranks on one GPU, parameters on another rank's GPU, torch.load onto cuda:0 everywhere
+  `sameprint`   every rank printed or logged the same line (minor: noise)
 - `userframe`   which frame is the user's code (file:line of a finding)
 - `readout`     the launcher's side: asks for the window, reads the ranks' files, the findings, their rendering
 
@@ -26,7 +27,7 @@ OWNER_ENV = "DDPLAB_SANITIZE_OWNER"  # pid of the rank that installed: a process
 CONFIG = "config.json"  # written by the caller before the ranks start: {"steps": N}; absent = off
 DEFAULT_STEPS = 50  # long enough for a small script's second epoch, short enough that a real run pays nothing after
 # the check modules, in the order findings print
-CHECKS = ("samebatch", "epochorder", "paramsync", "sharedwrite", "placement")
+CHECKS = ("samebatch", "epochorder", "paramsync", "sharedwrite", "placement", "sameprint")
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Finding:
     where: str | None = None  # "train.py:40": the user's line (a loader's or sampler's construction, a write)
     code: str | None = None  # that line's source
     evidence: dict = field(default_factory=dict)  # the numbers behind `observed`: ranks, step, counts, names, paths
+    minor: bool = False  # noise, not a wrong result (every rank printing the same line)
 
 
 def short(where: str | None) -> str:

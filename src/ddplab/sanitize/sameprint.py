@@ -1,0 +1,145 @@
+"""Check `every-rank-print` (minor): every rank printed or logged the same line - N copies of it on the console, the
+noise that buries the line that matters.
+
+Rank side, inside the window only: builtins.print and logging.Handler.handle wrapped. A print counts when the user's
+code called it (its caller's frame is the user's: a package printing is not the script's line to guard) and it goes
+to the console (the stdout/stderr the rank started with, by file= or as sys.stdout: a rank's own log file, or
+os.devnull put in sys.stdout on the ranks but 0, is not noise); a logging
+record counts when a StreamHandler on the console emits it and the logging call is in the user's code (where it
+reached a handler: a logger whose level drops it on ranks other than 0, or a NullHandler, counts nothing). Per
+line of the user's code: how often, and a crc32 of each different text (the text is known when every argument is a
+str or a number: print's own formatting of anything else is not repeated here; logging's message is formatted once
+by the handler anyway). Both wrappers are removed after the window (one left in a name that captured it by then,
+e.g. `print = functools.partial(print, flush=True)`, passes straight through).
+
+Reader: a line of code where every rank printed the same text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import sys
+import zlib
+
+from ddplab.sanitize import Finding, rankside, short
+from ddplab.sanitize.userframe import is_user
+
+ID = "every-rank-print"
+SITES = 64  # lines of code kept per rank
+TEXTS = 32  # different texts kept per line of code
+PLAIN = (str, int, float, bool, type(None))
+
+
+class Observer(rankside.Observer):
+    ID = ID
+
+    def __init__(self, window):
+        super().__init__(window)
+        import logging
+
+        self.on = True
+        self.sites: dict[str, dict] = {}
+        self.console = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}
+        self.undo: list = []
+        obs = self
+        original_print = builtins.print
+
+        @functools.wraps(original_print)
+        def print(*args, **kwargs):  # noqa: A001 - it is print, watched
+            if obs.on:
+                obs.guarded(obs._printed, sys._getframe(1), args, kwargs)
+            return original_print(*args, **kwargs)
+
+        original_handle = logging.Handler.handle
+
+        @functools.wraps(original_handle)
+        def handle(handler, record):
+            emitted = original_handle(handler, record)
+            if obs.on and emitted and isinstance(handler, logging.StreamHandler):
+                obs.guarded(obs._logged, handler, record)
+            return emitted
+
+        builtins.print, logging.Handler.handle = print, handle
+        self.undo = [(builtins, "print", original_print, print), (logging.Handler, "handle", original_handle, handle)]
+
+    def _printed(self, frame, args: tuple, kwargs: dict) -> None:
+        target = kwargs.get("file")
+        # print's own default, looked up now: a rank that pointed sys.stdout at os.devnull or a file prints nowhere
+        if id(sys.stdout if target is None else target) not in self.console:
+            return
+        if not is_user(frame.f_code.co_filename):
+            return
+        text = None
+        if all(type(a) in PLAIN for a in args):
+            sep, end = kwargs.get("sep"), kwargs.get("end")
+            text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+
+    def _logged(self, handler, record) -> None:
+        if id(getattr(handler, "stream", None)) not in self.console or not is_user(record.pathname):
+            return
+        self._seen(f"{os.path.abspath(record.pathname)}:{record.lineno}", record.getMessage())
+
+    def _seen(self, where: str, text: str | None) -> None:
+        site = self.sites.get(where)
+        if site is None:
+            if len(self.sites) >= SITES:
+                return
+            site = self.sites[where] = {"where": where, "count": 0, "texts": [], "example": None}
+        site["count"] += 1
+        if text is None:
+            return
+        crc = zlib.crc32(text.encode("utf-8", "replace"))
+        if crc not in site["texts"] and len(site["texts"]) < TEXTS:
+            site["texts"].append(crc)
+            if site["example"] is None:
+                site["example"] = text.strip()[:160]
+
+    def stop(self) -> None:
+        self.on = False
+        for owner, name, original, ours in self.undo:
+            if getattr(owner, name, None) is ours:  # unless someone wrapped it again since (their wrapper keeps ours)
+                setattr(owner, name, original)
+        self.undo = []
+
+    def data(self) -> dict:
+        return {"sites": list(self.sites.values())}
+
+
+# ------------------------------------------------------------------------------------------------------ reader side
+def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
+    if len(ranks) < max(2, world):
+        return []  # a rank that wrote nothing may have printed nothing: "every rank" is not observed
+    by_site: dict[str, dict[int, dict]] = {}
+    for rank, data in sorted(ranks.items()):
+        for site in data.get("sites", []):
+            by_site.setdefault(site["where"], {})[rank] = site
+    same = []
+    for where, sites in by_site.items():
+        if len(sites) < len(ranks):
+            continue
+        common = set.intersection(*(set(s["texts"]) for s in sites.values()))
+        if common:
+            same.append((where, sites, common))
+    if not same:
+        return []
+    where, sites, _ = same[0]
+    example = next(s["example"] for s in sites.values() if s["example"])
+    lines = ", ".join(short(w) for w, _, _ in same[:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
+    n = len(ranks)
+    observed = (
+        f"each of the {n} ranks printed the same text at {len(same)} line{'s' * (len(same) > 1)} of code ({lines}), "
+        f"e.g. {example!r}: {n} copies of each on the console (noise, minor)"
+    )
+    fix = (
+        "print on one rank: `if dist.get_rank() == 0:` around it (or a print of your own that checks the rank once); "
+        "a line each rank must say gets the rank in it"
+    )
+    evidence = {
+        "ranks": sorted(ranks),
+        "lines": [{"where": w, "count": {r: s["count"] for r, s in sorted(ss.items())}} for w, ss, _ in same],
+        "example": example,
+    }
+    return [Finding(ID, observed, fix, where=where, evidence=evidence, minor=True)]
