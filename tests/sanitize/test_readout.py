@@ -148,9 +148,16 @@ def test_an_epoch_repeating_the_last_ones_order_names_set_epoch(tmp_path):
     ranks = {r: {"epoch-repeats": sampler([111, 111], [0, 0])} for r in (0, 1)}
     f = only(readout.read(observed(tmp_path, ranks)), "epoch-repeats")
     assert "gave the second epoch the very order of the first (128 indices, on ranks 0 and 1)" in f.observed
-    assert "its epoch stayed 0: set_epoch() was never called" in f.observed
+    assert "its epoch stayed 0: set_epoch() was never called, or given 0 every time" in f.observed
     assert f.where == f"{SCRIPT}:38" and "sampler.set_epoch(epoch)" in f.fix
     assert f.evidence["second_epoch_at_step"] == 8
+
+
+def test_an_epoch_that_stays_at_another_value_says_set_epoch_was_given_it_every_time(tmp_path):
+    ranks = {r: {"epoch-repeats": sampler([111, 111], [3, 3])} for r in (0, 1)}  # sampler.set_epoch(start_epoch)
+    f = only(readout.read(observed(tmp_path, ranks)), "epoch-repeats")
+    assert "its epoch stayed 3: set_epoch() was given the same value every time" in f.observed
+    assert "never called" not in f.observed
 
 
 @pytest.mark.parametrize(

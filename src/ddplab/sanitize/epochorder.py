@@ -125,11 +125,13 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     findings = []
     for where, seen in repeated.items():
         epochs, first = seen["epochs"], seen["first"]
-        stayed = (
-            f"its epoch stayed {epochs[0]}: set_epoch() was never called"
-            if len(epochs) == 1
-            else f"set_epoch() was given {first['epoch']} again"
-        )
+        # A sampler's epoch is 0 until set_epoch(): 0 throughout cannot tell "never called" from "given 0 each time"
+        if epochs == [0]:
+            stayed = "its epoch stayed 0: set_epoch() was never called, or given 0 every time"
+        elif len(epochs) == 1:
+            stayed = f"its epoch stayed {epochs[0]}: set_epoch() was given the same value every time"
+        else:
+            stayed = f"set_epoch() was given {first['epoch']} again"
         observed = (
             f"the shuffling DistributedSampler built at {short(where)} gave the second epoch the very order "
             f"of the first ({first['n']} indices, on rank{'s' if len(seen['ranks']) > 1 else ''} "
