@@ -491,14 +491,19 @@ def test_parameter_every_caller_fills_with_a_rank_test():
 def test_a_print_that_says_why_the_process_fails_is_each_ranks_own():
     """modded-nanogpt's data loader: `print("ERROR: magic number mismatch ..."); exit(1)` on every rank that reads a
     bad file. Each failing rank says why, as it should (a rank-0 test would hide rank 1's failure); so does a print
-    before a raise, and an `except` block's print of what failed. A print before an exit with status 0, or before
-    nothing, is still the noise the rule is about."""
+    before a raise, an `except` block's print of what failed, and a branch that leaves the process whatever its
+    status (pytorch/examples' minGPT-ddp: `if not verify_min_gpu_count(): print("... Exiting."); sys.exit()`). A
+    print the process goes on after, or before an exit that is not a branch's (the end of a script), is still the
+    noise the rule is about."""
     source = PG + textwrap.dedent("""\
         import sys
         def peek(header):
             if header != 20240520:
                 print("ERROR: magic number mismatch in the data file")
                 exit(1)
+            if header == 0:
+                print("empty data file, exiting")
+                sys.exit()
             if header < 0:
                 print("negative header")
                 raise ValueError(header)
@@ -516,8 +521,10 @@ def test_a_print_that_says_why_the_process_fails_is_each_ranks_own():
         dist.destroy_process_group()
     """)
     assert line_rules(source) == []
-    noise = source.replace("        exit(1)", "        exit(0)")
-    assert noise != source and line_rules(noise) == [(8, "unguarded-print")]
+    noise = source.replace("        sys.exit()\n", "        header = 1\n")
+    assert noise != source and line_rules(noise) == [(11, "unguarded-print")]
+    at_the_end = PG + 'import sys\nprint("done")\ndist.destroy_process_group()\nsys.exit(0)\n'
+    assert line_rules(at_the_end) == [(at_the_end.splitlines().index('print("done")') + 1, "unguarded-print")]
 
 
 def test_a_function_that_hands_the_worker_to_a_launcher_prints_once():

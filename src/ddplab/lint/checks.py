@@ -915,16 +915,19 @@ class Checks(MultiGpuChecks):
         )
 
     def _reports_a_failure(self, call: ast.Call) -> bool:
-        """The print says why the process is about to fail, or what failed in it: its block ends in a raise or an
-        exit with an error status (`print("ERROR: magic number mismatch"); exit(1)`), or it is an `except` block's
-        (`except yaml.YAMLError as exc: print(exc)`). Each rank that fails says so, as it should: a rank-0 test
-        would hide the failure of every other rank."""
+        """The print says why the process is about to fail or leave, or what failed in it: its block ends in a raise
+        or an exit with an error status (`print("ERROR: magic number mismatch"); exit(1)`), or is a branch that
+        leaves the process whatever the status (`if not enough_gpus(): print("... Exiting."); sys.exit()`), or it
+        is an `except` block's (`except yaml.YAMLError as exc: print(exc)`). Each rank that fails or leaves says
+        why, as it should: a rank-0 test would hide the failure of every other rank."""
         stmt = self.statement_of(call)
         parent = self.parent.get(stmt)
         if isinstance(parent, ast.ExceptHandler):
             return True
         block = block_of(parent, stmt)
-        return block is not None and _fails(block[-1])
+        if block is None:
+            return False
+        return _fails(block[-1]) or (isinstance(parent, ast.If) and _fails(block[-1], any_status=True))
 
     def _stdout_redirected(self, call: ast.Call) -> bool:
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
@@ -1553,12 +1556,14 @@ def _by_platform(node: ast.AST) -> ast.AST | None:
     return node.body if negated else node.orelse  # the test is true on Windows unless negated
 
 
-def _fails(stmt: ast.stmt) -> bool:
-    """`raise ...`, or `exit(1)` / `sys.exit("why")` / `os._exit(2)`: the process ends with an error status."""
+def _fails(stmt: ast.stmt, any_status: bool = False) -> bool:
+    """`raise ...`, or `exit(1)` / `sys.exit("why")` / `os._exit(2)`: the process ends with an error status (with
+    any_status, `sys.exit()` too)."""
     if isinstance(stmt, ast.Raise):
         return True
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if not isinstance(call, ast.Call) or last(dotted(call.func)) not in ("exit", "quit", "_exit"):
         return False
     status = call.args[0] if call.args else None
-    return status is not None and not (isinstance(status, ast.Constant) and status.value in (0, None, False))
+    ok = status is None or (isinstance(status, ast.Constant) and status.value in (0, None, False))
+    return any_status or not ok
