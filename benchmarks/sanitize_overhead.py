@@ -69,7 +69,7 @@ if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
     from ddplab.sanitize import rankside
 
     if rankside._window is not None:
-        from ddplab.sanitize import paramsync, sharedwrite
+        from ddplab.sanitize import paramsync, sameprint, sharedwrite
 
         _own = {"s": 0.0, "calls": 0, "depth": 0, "start_s": 0.0, "by": {}}
 
@@ -93,7 +93,8 @@ if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
 
         for owner, name in ((rankside.Window, "_after_step"), (rankside.Observer, "guarded"),
                             (paramsync.Observer, "_enter"), (paramsync.Observer, "_leave"),
-                            (paramsync.Observer, "_module"), (sharedwrite.Observer, "_opened")):
+                            (sharedwrite.Observer, "_opened"), (sameprint.Observer, "_printed"),
+                            (sameprint.Observer, "_logged")):
             setattr(owner, name, _timed(getattr(owner, name), name))
         _times_write = _write
 

@@ -437,3 +437,47 @@ def test_gpu_option_is_not_a_device_index_test():
         "if cfg.gpu:", "if gpu:"
     )
     assert "collective-in-rank-branch" in names(held)
+
+
+def test_an_exit_under_a_flag_the_project_only_ever_sets_false_never_runs(tmp_path):
+    """YOLOv5's and YOLOv9's train.py: `if RANK in {-1, 0}: ... if callbacks.stop_training: return` inside the
+    batch loop, where utils/callbacks.py sets `self.stop_training = False  # set True to interrupt training` and
+    nothing in the project sets it True: the return never runs. Once some file sets it True, it is rank 0 leaving."""
+    (tmp_path / "callbacks.py").write_text(
+        textwrap.dedent("""
+        class Callbacks:
+            def __init__(self):
+                self.stop_training = False  # set True to interrupt training
+
+            def run(self, name, *args):
+                pass
+        """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""
+        import os
+        import torch
+        import torch.distributed as dist
+        from callbacks import Callbacks
+
+        RANK = int(os.getenv("RANK", -1))
+
+        def train(callbacks):
+            dist.init_process_group("gloo")
+            for epoch in range(3):
+                for i in range(10):
+                    t = torch.ones(1)
+                    dist.all_reduce(t)
+                    if RANK in {-1, 0}:
+                        callbacks.run("on_train_batch_end", i)
+                        if callbacks.stop_training:
+                            return
+            dist.destroy_process_group()
+
+        train(Callbacks())
+        """)
+    )
+    assert "rank0-early-exit" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    stopper = "\nclass Stopper:\n    def hit(self, cb):\n        cb.stop_training = True\n"
+    (tmp_path / "callbacks.py").write_text((tmp_path / "callbacks.py").read_text() + stopper)
+    assert "rank0-early-exit" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

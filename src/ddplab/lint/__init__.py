@@ -24,7 +24,16 @@ from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Chec
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.lint.rules import by_id
 from ddplab.lint.rules import passes as rule_passes
-from ddplab.lint.scriptread import DDP_NAMES, Facts, dotted, forget_trees, given_for, is_main_block, static
+from ddplab.lint.scriptread import (
+    DDP_NAMES,
+    Facts,
+    const_str,
+    dotted,
+    forget_trees,
+    given_for,
+    is_main_block,
+    static,
+)
 
 # why a finding of a run-time rule (Rule.modules_at_run) in an imported module is possible
 AT_RUN = "in an imported module: whether every rank runs it, on one path, shows in a run"
@@ -184,6 +193,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         if facts.rank_tests == known:
             break
     facts.buffer_classes = _buffer_classes(readers)
+    facts.never_true = _never_true(readers)
     defs, calls = _definitions(readers)
     for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
         found = _rank_parameters(defs, calls)
@@ -251,6 +261,27 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
             if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
                 tests[key] = (rank0.pop()[0], True)
     return kinds, tests
+
+
+def _never_true(readers: list[Checks]) -> set[str]:
+    """Attribute names the project assigns only False, None or 0 (`self.stop_training = False  # set True to
+    interrupt training`, which nothing sets): a branch under one never runs, unless code outside the project sets it.
+    Any other store of the name (another value, +=, a for target, setattr) keeps it out."""
+    falsy, other = set(), set()
+    for reader in readers:
+        plain = set()
+        for n in reader.nodes:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Constant):
+                if n.value.value in (False, None, 0):
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    plain |= {id(t) for t in targets if isinstance(t, ast.Attribute)}
+                    falsy |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+        for n in reader.nodes:
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in plain:
+                other.add(n.attr)
+            elif isinstance(n, ast.Call) and reader.callee_last(n) == "setattr" and len(n.args) > 1:
+                other.add(const_str(n.args[1]) or "")
+    return falsy - other
 
 
 def _group_makers(calls: dict[str, set[str]]) -> set[str]:

@@ -228,6 +228,7 @@ class Facts:
     param_tests: dict = field(default_factory=dict)  # (function, parameter) -> (kind, rank0): a rank test passed
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
+    never_true: set = field(default_factory=set)  # attributes the project only ever sets to False/None/0
     unread: list = field(default_factory=list)  # project files that could not be read
 
 
