@@ -104,6 +104,17 @@ def test_mistakes_in_an_imported_module_name_their_file(tmp_path):
     assert ran.code == 0 and f"{tmp_path / 'lib' / 'setup.py'}:3:" in ran.out.replace("\n", "")
 
 
+def test_modules_are_read_as_python_reads_them_a_byte_order_mark_or_a_coding_line(tmp_path):
+    """NVlabs' stylegan2-ada-pytorch starts its modules with a UTF-8 byte-order mark, which Python skips: lint said
+    'not valid Python (invalid non-printable character U+FEFF)' and did not read them. A latin-1 coding line too."""
+    train = write(tmp_path, {"train.py": "from lib.setup import setup\nsetup()\n", "lib/__init__.py": ""})
+    setup = 'import torch.distributed as dist\ndef setup(who="caf\u00e9"):\n    dist.init_process_group("nccl")\n'
+    (tmp_path / "lib" / "setup.py").write_bytes(b"\xef\xbb\xbf" + setup.encode())
+    assert found(train) == {("setup.py", 3, "nccl-hardcoded"), ("setup.py", 3, "no-destroy")}
+    (tmp_path / "lib" / "setup.py").write_bytes(("# -*- coding: latin-1 -*-\n" + setup).encode("latin-1"))
+    assert found(train) == {("setup.py", 4, "nccl-hardcoded"), ("setup.py", 4, "no-destroy")}
+
+
 def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
     train = write(
         tmp_path,

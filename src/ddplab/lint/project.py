@@ -6,7 +6,9 @@ named in the result and skipped: it never stops the lint of the rest."""
 from __future__ import annotations
 
 import ast
+import io
 import os
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,9 +36,14 @@ def read(path: Path, cache: dict | None = None) -> tuple[ast.Module | None, str 
 
 def _read(path: Path) -> tuple[ast.Module | None, str | None]:
     try:
-        source = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as e:
         return None, f"{path}: cannot read it ({e.strerror})"
+    try:  # as Python reads a source file: a UTF-8 byte-order mark, or a `# -*- coding: latin-1 -*-` line
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    except SyntaxError:  # a coding line naming no codec Python knows
+        encoding = "utf-8"
+    source = data.decode(encoding, errors="replace")
     try:
         return ast.parse(source, filename=str(path)), None
     except SyntaxError as e:
