@@ -253,6 +253,12 @@ def test_user_code_is_what_is_neither_python_nor_a_package_nor_ddplab():
     assert not userframe.is_user(torch.__file__) and not userframe.is_user(json.__file__)
     assert not userframe.is_user(rankside.__file__) and not userframe.is_user("<frozen importlib._bootstrap>")
     assert userframe.where(1).startswith(f"{__file__}:")
+    # a package from another environment (PYTHONPATH), or `pip install --user`'s folder
+    other = [
+        "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py",
+        "/usr/lib/python3/dist-packages/x.py",
+    ]
+    assert not any(userframe.is_user(p) for p in other)
 
 
 @pytest.mark.parametrize("config", [None, '{"steps": 0}', "{not json"])

@@ -14,6 +14,9 @@ _roots: tuple[str, ...] | None = None
 IMPORTING = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
 
+PACKAGE_DIRS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -22,12 +25,20 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def is_user(filename: str) -> bool:
+    """Neither Python's nor an installed package's: packages found elsewhere than this environment's own folders
+    (`pip install --user`, a PYTHONPATH to another environment, conda's) sit in a site-packages or dist-packages
+    folder all the same."""
     global _roots
     verdict = _verdicts.get(filename)
     if verdict is None:
         if _roots is None:
             _roots = _library_roots()
-        verdict = not filename.startswith("<") and not os.path.abspath(filename).startswith(_roots)
+        path = os.path.abspath(filename)
+        verdict = (
+            not filename.startswith("<")
+            and not path.startswith(_roots)
+            and not any(part in path for part in PACKAGE_DIRS)
+        )
         _verdicts[filename] = verdict
     return verdict
 
