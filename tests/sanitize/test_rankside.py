@@ -261,6 +261,35 @@ def test_user_code_is_what_is_neither_python_nor_a_package_nor_ddplab():
     assert not any(userframe.is_user(p) for p in other)
 
 
+def test_warnings_raised_through_a_wrapper_name_the_line_they_would_without_it():
+    """torch's DDP.__init__ warns with stacklevel=2 (`broadcast_buffers` is deprecated): under the sanitizer's
+    wrapper it named ddplab's file; call_through puts it back on the user's line, with the user's filters."""
+    import warnings
+
+    def library(x):
+        warnings.warn("for the caller", FutureWarning, stacklevel=2)
+        warnings.warn("about the library itself", UserWarning, stacklevel=1)
+        return x + 1
+
+    def wrapper(x):
+        return userframe.call_through(library, x)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert wrapper(1) == 2
+        warnings.simplefilter("ignore", UserWarning)
+        assert wrapper(1) == 2
+    line = _line("        assert wrapper(1) == 2")
+    assert [(w.filename, w.lineno, str(w.message)) for w in seen] == [
+        (__file__, line, "for the caller"),
+        (__file__, _line('warnings.warn("about the library itself"'), "about the library itself"),
+        (__file__, line + 2, "for the caller"),
+    ]
+    with warnings.catch_warnings(), pytest.raises(FutureWarning, match="for the caller"):
+        warnings.simplefilter("error", FutureWarning)
+        wrapper(1)
+
+
 @pytest.mark.parametrize("config", [None, '{"steps": 0}', "{not json"])
 def test_nothing_is_installed_without_a_window_to_watch(tmp_path, monkeypatch, config):
     """`ddplab launch --sanitize-steps 0` writes no config; a rank then installs nothing (nor does a torn one)."""

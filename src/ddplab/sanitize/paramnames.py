@@ -18,6 +18,7 @@ import sys
 import weakref
 
 from ddplab import afterimport
+from ddplab.sanitize.userframe import call_through
 
 PATTERN = re.compile(r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)")
 LINE = "ddplab: parameters that received no gradient on rank {rank} (DDP's indices {indices}): {names}"
@@ -43,7 +44,7 @@ def _attach(torch) -> None:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
+        call_through(init, self, *args, **kwargs)
         _models.add(self)
 
     ddp.__init__ = __init__

@@ -28,6 +28,7 @@ import weakref
 
 from ddplab import afterimport
 from ddplab.sanitize import Finding, ranks_text, rankside, short
+from ddplab.sanitize.userframe import call_through
 
 ID = "params-diverge"
 # a parameter's bits read as integers of its element's size (complex ones as their real pairs)
@@ -62,7 +63,7 @@ class Observer(rankside.Observer):
 
         @functools.wraps(init)
         def __init__(ddp, *args, **kwargs):
-            init(ddp, *args, **kwargs)
+            call_through(init, ddp, *args, **kwargs)
             if obs.on:
                 obs.guarded(obs.built, ddp)
 
@@ -81,7 +82,7 @@ class Observer(rankside.Observer):
 
         @functools.wraps(init)
         def __init__(fsdp, *args, **kwargs):
-            init(fsdp, *args, **kwargs)
+            call_through(init, fsdp, *args, **kwargs)
             obs.sharded = "FSDP: each rank holds its own shard of the parameters"
 
         kind.__init__ = __init__

@@ -155,6 +155,8 @@ class Window:
 
         import torch.distributed as dist
 
+        from ddplab.sanitize.userframe import call_through
+
         if not dist.is_available():
             return
         c10d = dist.distributed_c10d
@@ -162,7 +164,7 @@ class Window:
 
         @functools.wraps(original)
         def init_process_group(*args, **kwargs):
-            result = original(*args, **kwargs)
+            result = call_through(original, *args, **kwargs)
             try:
                 self.join(dist.get_rank(), dist.get_world_size())
             except Exception as e:  # noqa: BLE001 - never the user's problem

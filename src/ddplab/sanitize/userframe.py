@@ -67,3 +67,35 @@ def where_outside_imports(depth: int = 2) -> str | None:
             found = f"{os.path.abspath(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return found
+
+
+def call_through(fn, /, *args, **kwargs):
+    """fn(*args, **kwargs) from a wrapper that stands in for fn (DDP's __init__), with the warnings fn raises shown
+    where they would be without the wrapper: one raised for fn's caller (torch's stacklevel=2, e.g. DDP's
+    `broadcast_buffers` FutureWarning) names the user's line, not ddplab's, and the user's warning filters apply
+    to it there. For calls made about once a process (a DDP wrapper, init_process_group): swapping the filters, as
+    warnings.catch_warnings does, resets Python's once-per-line memory of every warning shown so far."""
+    import warnings
+
+    wrapper = sys._getframe(1)
+    caller = wrapper.f_back
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return fn(*args, **kwargs)
+    finally:
+        for w in caught:
+            frame = None  # the frame the warning would have named without the wrapper (and this helper)
+            if w.filename == __file__:
+                frame = caller
+            elif (w.filename, w.lineno) == (wrapper.f_code.co_filename, wrapper.f_lineno):
+                frame = caller and caller.f_back
+            if frame is None:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            else:
+                g = frame.f_globals
+                registry = g.setdefault("__warningregistry__", {})
+                warnings.warn_explicit(
+                    w.message, w.category, frame.f_code.co_filename, frame.f_lineno, g.get("__name__"), registry, g
+                )
