@@ -986,3 +986,21 @@ def test_an_nccl_symbol_the_loaded_libnccl_lacks():
         )
         != "nccl-version-mismatch"
     )
+
+
+@pytest.mark.parametrize(
+    "reason, rule",
+    [
+        ("ProcessGroupNCCL watchdog hang", "nccl-watchdog-stuck"),
+        ("collective timeout or exception", "collective-timeout"),
+    ],
+)
+def test_the_watchdogs_exit_line_names_why_it_ended_the_process(reason, rule):
+    """torch >= 2.5 ends a rank with `getNCCLWatchdogTimeoutExitMsg(exitReason)` (ProcessGroupNCCL.cpp): "Terminating
+    the process after attempting to dump debug info, due to " + the reason, which a log may hold alone (the first
+    lines cut off, or the rank's other lines lost)."""
+    line = (
+        "[rank3]:[F710 18:08:32.707469047 ProcessGroupNCCL.cpp:1725] [PG ID 0 PG GUID 0(default_pg) Rank 3] [PG ID 0 "
+        f"PG GUID 0(default_pg) Rank 3] Terminating the process after attempting to dump debug info, due to {reason}.\n"
+    )
+    assert [m.rule for m in explain_text(line).matches] == [rule]

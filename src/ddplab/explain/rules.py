@@ -311,6 +311,7 @@ _SPECIFIC: tuple[Rule, ...] = (
             r"Timed out waiting \d+ms for (?:recv|send) operation",
             r"ran for \d+ milliseconds before timing out",
             r"timed out in blocking wait",
+            r"dump debug info, due to collective timeout or exception",  # the watchdog's exit line (torch >= 2.5)
         ),
         "A collective waited longer than the process-group timeout: one rank never called it (a rank-dependent "
         "branch, an uneven number of batches, a crash or hang elsewhere) or called a different collective/shape.",
@@ -319,6 +320,28 @@ _SPECIFIC: tuple[Rule, ...] = (
         "`ddplab launch --hang-timeout 60` to see every rank's stack.",
         f"{DOCS}/distributed.html#debugging-torch-distributed-applications",
         consequence=True,
+    ),
+    Rule(
+        "nccl-watchdog-stuck",
+        "the NCCL watchdog made no progress: its heartbeat monitor ended the process",
+        # ProcessGroupNCCL.cpp's heartbeat monitor (torch >= 2.2): the first line, then the fatal one
+        (
+            r"watchdog got stuck for \d+ seconds without making progress",
+            r"Heartbeat monitor timed out! Process will be terminated",
+            r"dump debug info, due to ProcessGroupNCCL watchdog hang",  # its exit line (torch >= 2.5)
+        ),
+        "ProcessGroupNCCL's watchdog thread, which checks every collective for errors and timeouts, made no progress "
+        "for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (480 s by default; 600 s in torch 2.2-2.3), so its heartbeat monitor "
+        "dumped the debug info and aborted the process (exit code -6). The watchdog sits in a CUDA or NCCL call that "
+        "does not return: the abort of a communicator after an earlier collective timeout or NCCL error, a GPU that "
+        "hung or fell off the bus (an Xid in the kernel log), or another thread holding the GIL inside a CUDA call.",
+        "Look for the first error before it (a collective timeout, an NCCL error: fix that one) and in `dmesg` for "
+        "Xid errors; the Flight Recorder dump names the collective each rank was in (`ddplab launch` collects it). "
+        "If the wait was legitimate (a long step on the host), raise TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC; "
+        "TORCH_NCCL_ENABLE_MONITORING=0 turns the monitor off.",
+        f"{DOCS}/torch_nccl_environment_variables.html",
+        consequence=True,  # of the error that left the watchdog stuck (a timeout's abort), when the log has it
+        generic=True,
     ),
     Rule(
         "worker-killed",
