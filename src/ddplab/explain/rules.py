@@ -344,6 +344,27 @@ _SPECIFIC: tuple[Rule, ...] = (
         generic=True,
     ),
     Rule(
+        "dataloader-worker-died",
+        "a DataLoader worker process died",
+        # torch/utils/data/dataloader.py (_try_get_data) and _utils/signal_handling.py
+        (
+            r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
+            r"DataLoader worker \(pid \d+\) exited unexpectedly with exit code",
+        ),
+        "A worker process of a DataLoader (num_workers > 0) ended while the loop waited for its batch: killed for "
+        "memory (the kernel's OOM killer; every rank runs its own workers, each with its copy of what the dataset "
+        "holds), a bus error from a /dev/shm too small for the batches the workers pass (Docker's 64 MB), an "
+        "exception or crash in the dataset's code, or, where workers start by spawn (Windows, macOS), the script "
+        "run again in each worker because its top-level code is not under `if __name__ == '__main__':`.",
+        "Rerun with num_workers=0 to see the dataset's own error; in a container give it shared memory "
+        "(--shm-size=8g or --ipc=host); check `dmesg` for the OOM killer and lower num_workers or what each worker "
+        "holds (read samples in __getitem__, not the whole set in __init__); guard the script's top level with "
+        "`if __name__ == '__main__':`.",
+        f"{DOCS}/data.html#multi-process-data-loading",
+        consequence=True,  # of what ended the worker: a bus error, a signal, the dataset's exception in the log
+        generic=True,
+    ),
+    Rule(
         "worker-killed",
         "a worker was killed (SIGKILL)",
         # the kernel's OOM killer (mm/oom_kill.c): "Out of memory: Killed process 42 (python)" ("Kill process" before 5.0)
@@ -531,6 +552,7 @@ _SPECIFIC: tuple[Rule, ...] = (
             r"OutOfMemoryError",
             r"CUDA error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
+            r"Cuda failure (?:\d+ )?'out of memory'",  # NCCL's CUDACHECK (its `Last error:` / WARN line)
         ),
         "A rank needed more GPU memory than was free: batch or model too large per GPU, memory kept alive "
         "(losses accumulated with their graph), or several processes on one GPU. Under DDP, GPU 0 often runs out "
