@@ -32,6 +32,8 @@ AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
+LOCAL_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
+LOCAL_CALLS = ("get_local_rank", "get_node_local_rank")
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
 IMPLICIT_DEVICE = {
     "synchronize",
@@ -269,40 +271,48 @@ class MultiGpuChecks(ScriptReader):
     def _global_by_flow(self, expr: ast.AST, depth: int = 0) -> bool:
         """The value is the global rank by data flow: dist.get_rank(), RANK / SLURM_PROCID from the environment,
         or a name assigned only from those (not a name that merely says `rank`)."""
+        return self._rank_by_flow(expr, "global", depth)
+
+    def _rank_by_flow(self, expr: ast.AST, kind: str, depth: int = 0) -> bool:
+        """The value is that kind of rank by data flow ("global": dist.get_rank(), RANK / SLURM_PROCID; "local":
+        LOCAL_RANK / SLURM_LOCALID, an argparse --local_rank nothing reassigns), or a name assigned only from those."""
+        env, calls = (GLOBAL_ENV, ("get_rank",)) if kind == "global" else (LOCAL_ENV, LOCAL_CALLS)
         if isinstance(expr, ast.Call):
             name = self.callee_last(expr)
-            if name == "get_rank":
+            if name in calls:
                 return True
             if name in ("int", "str") and expr.args:
-                return self._global_by_flow(expr.args[0], depth)
+                return self._rank_by_flow(expr.args[0], kind, depth)
             if name in ("get", "getenv") and expr.args:
-                return const_str(expr.args[0]) in GLOBAL_ENV
+                return const_str(expr.args[0]) in env
             return False
         if isinstance(expr, ast.Subscript):
-            return const_str(expr.slice) in GLOBAL_ENV and "environ" in dotted(expr.value)
+            return const_str(expr.slice) in env and "environ" in dotted(expr.value)
         if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 3:
             scope = self.enclosing_function(expr) if isinstance(expr, ast.Name) else None
-            memo = self.__dict__.setdefault("_global_memo", {})
-            key = (id(scope), dotted(expr), depth)
+            memo = self.__dict__.setdefault("_rank_flow_memo", {})
+            key = (id(scope), dotted(expr), depth, kind)
             if key not in memo:
                 memo[key] = False  # a cycle (x = f(x)) finds nothing new
-                memo[key] = self._global_name(expr, scope, depth)
+                memo[key] = self._rank_name(expr, scope, kind, depth)
             return memo[key]
         return False
 
-    def _global_name(self, expr: ast.AST, scope: ast.AST | None, depth: int) -> bool:
-        """Every assignment of the name (in its function, or anywhere for an attribute) is a global rank."""
+    def _rank_name(self, expr: ast.AST, scope: ast.AST | None, kind: str, depth: int) -> bool:
+        """Every assignment of the name (in its function, or anywhere for an attribute) is that kind of rank."""
         values = self._built(expr, scope)
         if not values and isinstance(expr, ast.Attribute):
-            return self._param_field_global(expr, depth)
+            if kind == "local" and expr.attr in ({d for _, d in self.local_rank_flags()} | self.facts.local_rank_flags):
+                return True  # torch.distributed.launch's --local_rank, stored by argparse and never reassigned
+            return self._param_field_rank(expr, kind, depth)
         # `rank = 0` on the path without a process group is the one process's rank, not another kind of rank:
         # what the name holds where there are several ranks is the rest (`rank = dist.get_rank()`)
         values = [v for v in values if not (isinstance(v, ast.Constant) and v.value == 0)]
-        return bool(values) and all(self._global_by_flow(v, depth + 1) for v in values)
+        return bool(values) and all(self._rank_by_flow(v, kind, depth + 1) for v in values)
 
-    def _param_field_global(self, expr: ast.Attribute, depth: int) -> bool:
+    def _param_field_rank(self, expr: ast.Attribute, kind: str, depth: int) -> bool:
         """`def train(config): DDP(model, device_ids=[config.rank])` where every call of train in this file passes an
-        options object whose field is the global rank (`CFG.rank = int(os.environ['RANK'])`, then `train(CFG)`):
+        options object whose field is that kind of rank (`CFG.rank = int(os.environ['RANK'])`, then `train(CFG)`):
         the field is read through the parameter."""
         base = expr.value
         func = self.enclosing_function(expr)
@@ -313,25 +323,30 @@ class MultiGpuChecks(ScriptReader):
         given = [given_for(c, func, base.id) for c in self.call_sites(func)]
         return bool(given) and all(
             isinstance(g, (ast.Name, ast.Attribute))
-            and self._global_by_flow(ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), depth + 1)
+            and self._rank_by_flow(ast.Attribute(value=g, attr=expr.attr, ctx=ast.Load()), kind, depth + 1)
             for g in given
         )
 
     def _given_global(self, pick: ast.AST) -> bool:
         """`def build(model, device): DDP(model, device_ids=[device])` and every call of build in this file passes
         the global rank by data flow: the parameter is the global rank."""
+        return self._given_rank(pick, "global")
+
+    def _given_rank(self, pick: ast.AST, kind: str) -> bool:
+        """The parameter `pick` is never reassigned and every call of its function in this file passes that kind of
+        rank by data flow."""
         if not isinstance(pick, ast.Name):
             return False
         func = self.enclosing_function(pick)
         if func is None:
             return False
-        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]]
         if pick.id not in params or any(
             isinstance(n, ast.Assign) and any(dotted(t) == pick.id for t in n.targets) for n in ast.walk(func)
         ):
             return False
         given = [given_for(c, func, pick.id) for c in self.call_sites(func)]
-        return bool(given) and all(g is not None and self._global_by_flow(g) for g in given)
+        return bool(given) and all(g is not None and self._rank_by_flow(g, kind) for g in given)
 
     def check_global_rank_device(self) -> None:
         later = []  # .to(rank), torch.device(f"cuda:{rank}"): reported only for a rank no other use shows
@@ -373,6 +388,29 @@ class MultiGpuChecks(ScriptReader):
             if name not in shown:
                 shown.add(name)
                 self._report_global_device(call)
+
+    def check_local_rank_as_rank(self) -> None:
+        """`init_process_group(rank=local_rank)` under a launcher: on a second machine its processes claim the ranks
+        the first machine's hold. Not in a script that starts its own workers (mp.spawn's index is the rank of a
+        one-machine job)."""
+        if self.spawns or self.facts.spawns:
+            return
+        for call in self.calls:
+            if not self.is_(call, "init_process_group"):
+                continue
+            given = keyword(call, "rank")
+            given = given if given is not None else (call.args[4] if len(call.args) > 4 else None)
+            if given is not None and (self._rank_by_flow(given, "local") or self._given_rank(given, "local")):
+                self.add(
+                    call,
+                    "local-rank-as-rank",
+                    ERROR,
+                    "init_process_group is given the local rank as the process's rank: on a second machine its "
+                    "processes claim ranks 0, 1, ... again, which the first machine's hold, and the job fails or "
+                    "hangs at start-up",
+                    "pass the global rank (rank=int(os.environ['RANK'])), or leave rank and world_size out under "
+                    "torchrun: init_process_group reads them from the environment",
+                )
 
     def _report_global_device(self, call: ast.Call) -> None:
         self.add(
