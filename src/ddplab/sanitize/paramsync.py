@@ -12,9 +12,9 @@ went through the wrapper and how many reached the wrapped module around it (ddp.
 whether no_sync() was in effect at the step, and where optimizer.step() was called. The forward hooks that count
 are global module hooks (none on the user's modules: a module's hooks travel with it into copy.deepcopy and
 torch.save), on only for the steps digested (before steps 1, 2 and N): while one is on, every module leaves
-PyTorch's fast call path, a cost on every forward. Nothing is sent between ranks (a collective of ddplab's among the script's could
-change what the script does: a rank at another step would pair it with one of the script's); the reader compares
-the ranks' digests after the run.
+PyTorch's fast call path, a cost on every forward. Nothing is sent between ranks (a collective of ddplab's among the
+script's could change what the script does: a rank at another step would pair it with one of the script's); the
+reader compares the ranks' digests after the run.
 
 Parameters sharded on purpose are not compared: FSDP (its flat parameters, or an FSDP module built: its __init__ is
 watched as DDP's is), DTensor parameters, ZeroRedundancyOptimizer (each rank steps its own shard).
