@@ -22,6 +22,8 @@ from ddplab.ports import free_port
 # rules this file produces for real (test_explain.py's "every rule is tested" counts them)
 TESTED_HERE = {
     "ddp-ready-twice",
+    "ddp-no-trainable-params",
+    "input-weight-mismatch",
     "ddp-static-graph",
     "ddp-grad-strides",
     "fsdp-flat-param",
@@ -103,6 +105,23 @@ def test_ddp_ready_twice_made_here(one_process_group):
 
     log = raised(backward_twice)
     assert first_rule(log) == "ddp-ready-twice", log[-600:]
+
+
+def test_ddp_of_a_frozen_module_made_here(one_process_group):
+    def wrap_frozen():
+        teacher = nn.Linear(4, 2).requires_grad_(False)
+        nn.parallel.DistributedDataParallel(teacher)
+
+    log = raised(wrap_frozen)
+    assert first_rule(log) == "ddp-no-trainable-params", log[-600:]
+
+
+def test_a_layer_given_an_input_of_another_type_made_here():
+    def forward_double_weights():
+        nn.Conv2d(1, 1, 1).double()(torch.randn(1, 1, 3, 3))
+
+    log = raised(forward_double_weights)
+    assert first_rule(log) == "input-weight-mismatch", log[-600:]
 
 
 def test_ddp_static_graph_change_made_here(one_process_group):

@@ -842,6 +842,35 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
     ),
     Rule(
+        "ddp-no-trainable-params",
+        "DDP wrapped a module with no trainable parameter",
+        # torch/nn/parallel/distributed.py, DistributedDataParallel.__init__
+        (r"DistributedDataParallel is not needed when a module doesn't have any parameter that requires a gradient",),
+        "Every parameter of the module given to DistributedDataParallel has requires_grad=False: a frozen model "
+        "(an EMA or teacher copy, a feature extractor, a model only evaluated) or the parameters frozen before the "
+        "wrapper was built. DDP only averages gradients, so it refuses a module that makes none.",
+        "Wrap only the module that trains (the student, the head over a frozen backbone); leave a frozen or "
+        "evaluation-only model unwrapped on each rank; unfreeze before wrapping if it is meant to train.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    Rule(
+        "input-weight-mismatch",
+        "a layer's input and its weights are on different devices or of different types",
+        # aten's convolution checks: "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should
+        # be the same", and on a CPU "Input type (float) and bias type (double) should be the same"
+        (r"Input type \(.+?\) and (?:weight|bias) type \(.+?\) should be the same",),
+        "A layer got its input and its weights on different devices or in different dtypes (`torch.FloatTensor` "
+        "lives on the CPU, `torch.cuda.FloatTensor` on a GPU; Half, BFloat16 and Float are dtypes). Input on the "
+        "CPU: the batch was not moved to the rank's device (in the training loop, or only in the evaluation loop). "
+        "Weights on the CPU: part of the model was not moved: layers kept in a plain Python list or dict are not "
+        "registered, so model.to(device) leaves them behind, as it does a module created after the move or inside "
+        "forward. A dtype: a half input without autocast, or a model converted to half with a float input.",
+        "Move every batch to the rank's device (x = x.to(device), device = torch.device('cuda', local_rank)) and the "
+        "model before wrapping it in DDP; hold sub-layers in nn.ModuleList / nn.ModuleDict; for a dtype, run the "
+        "forward under torch.autocast or give the input the model's dtype.",
+        f"{DOCS}/generated/torch.nn.ModuleList.html",
+    ),
+    Rule(
         "ddp-grad-strides",
         "gradient layout differs from DDP's bucket (warning)",
         (r"Grad strides do not match bucket view strides",),
