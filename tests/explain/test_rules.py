@@ -22,6 +22,8 @@ from ddplab.ports import free_port
 # rules this file produces for real (test_explain.py's "every rule is tested" counts them)
 TESTED_HERE = {
     "ddp-ready-twice",
+    "ddp-multi-device-ids",
+    "spawn-main-guard",
     "ddp-no-trainable-params",
     "input-weight-mismatch",
     "ddp-static-graph",
@@ -122,6 +124,23 @@ def test_a_layer_given_an_input_of_another_type_made_here():
 
     log = raised(forward_double_weights)
     assert first_rule(log) == "input-weight-mismatch", log[-600:]
+
+
+def test_ddp_given_several_gpus_for_one_process_made_here(one_process_group):
+    log = raised(lambda: nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=[0, 1]))
+    assert first_rule(log) == "ddp-multi-device-ids", log[-600:]
+
+
+def test_a_worker_that_imports_a_script_starting_processes_at_its_top_level_made_here(monkeypatch):
+    """CPython's own check, as a spawned worker runs it while it imports the main script (its process is
+    `_inheriting`); then the parent's report of its workers' exit, as torch.multiprocessing.spawn raises it."""
+    import multiprocessing.process
+    import multiprocessing.spawn
+
+    monkeypatch.setattr(multiprocessing.process.current_process(), "_inheriting", True, raising=False)
+    log = raised(multiprocessing.spawn._check_not_importing_main)
+    log += "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1\n"
+    assert first_rule(log) == "spawn-main-guard", log[-600:]
 
 
 def test_ddp_static_graph_change_made_here(one_process_group):

@@ -435,6 +435,30 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
     ),
     Rule(
+        "ddp-multi-device-ids",
+        "DDP given several GPUs for one process",
+        # torch/nn/parallel/distributed.py, DistributedDataParallel.__init__
+        (r"device_ids can only be None or contain a single element",),
+        "DistributedDataParallel was given device_ids with several GPUs (device_ids=[0, 1, 2, 3], as DataParallel "
+        "takes them): DDP runs one process per GPU, each with its own single device.",
+        "Start one process per GPU (torchrun --nproc-per-node N, or `ddplab launch`) and give each "
+        "DDP(model, device_ids=[local_rank]) after torch.cuda.set_device(local_rank).",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
+    Rule(
+        "spawn-main-guard",
+        "workers started by spawn re-ran the script's top level",
+        # CPython's multiprocessing/spawn.py, _check_not_importing_main
+        (r"current process has finished its bootstrapping phase",),
+        "torch.multiprocessing.spawn (and any start method 'spawn': DataLoader workers on Windows and macOS) starts "
+        "each worker as a new interpreter that imports the main script again; the script starts processes at its "
+        "top level (mp.spawn, a DataLoader with workers), so each worker tried to start processes of its own while "
+        "still importing, and refused. The parent then reports its workers' exit (ProcessExitedException).",
+        "Put the script's top-level work under `if __name__ == '__main__':` (mp.spawn(main, ...) inside it); under "
+        "torchrun or `ddplab launch` the script needs no mp.spawn at all.",
+        "https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-start-methods",
+    ),
+    Rule(
         "syncbn-cpu",
         "SyncBatchNorm on CPU",
         (r"SyncBatchNorm expected input tensor to be on GPU",),
