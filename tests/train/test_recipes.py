@@ -82,9 +82,12 @@ def test_linear_converges_with_default_flags(nproc, linear_runs, no_leftover_wor
     assert result["parameters"] == 2  # y = w x + b
     # Rank 0's progress went to stderr (drawn by the ddplab process from worker events); stdout is only JSON.
     assert f"training linear: {result['planned_steps']} step(s) to go" in ran.err and f"on {nproc} rank(s)" in ran.err
-    if nproc == 2:  # both ranks compute the same: their CPU use over the steps agrees (rank 0 once read as idle)
+    if nproc == 2:
+        # Both ranks compute the same, and each measures its CPU over the steps alone (rank 0 was once read as idle:
+        # its wait for the memory prediction counted). How far apart the two land depends on the machine's load (the
+        # rank that waits in the all-reduce spins: CI saw 39.0 and 59.7), so only an idle reading fails here.
         cpu = [r["cpu_percent"] for r in result["ranks"]]
-        assert abs(cpu[0] - cpu[1]) <= 20, cpu
+        assert min(cpu) > 0 and min(cpu) >= max(cpu) / 3, cpu
 
 
 def test_the_header_is_printed_once_and_nothing_is_left_in_tmp(tmp_path, no_leftover_workers):
