@@ -10,6 +10,13 @@ all-save (every rank saves the model to one path) | all-save-replace (every rank
 renames it: all but one rank fail) | all-log (every rank appends to one log file).
 """
 
+# ruff: noqa: E402 - the check below must come before the imports
+import sys
+
+# Nothing of ddplab's rank side imports a module the script has not asked for (the sanitizer watches logging once
+# torch imports it): checked before this script imports anything that would.
+assert "logging" not in sys.modules, "logging was imported before the script asked for it"
+
 import argparse
 import contextlib
 import os

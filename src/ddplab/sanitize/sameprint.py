@@ -1,12 +1,12 @@
 """Check `every-rank-print` (minor): every rank printed or logged the same line - N copies of it on the console, the
 noise that buries the line that matters.
 
-Rank side, inside the window only: builtins.print and logging.Handler.handle wrapped. A print counts when the user's
-code called it (its caller's frame is the user's: a package printing is not the script's line to guard) and it goes
-to the console (the stdout/stderr the rank started with, by file= or as sys.stdout: a rank's own log file, or
-os.devnull put in sys.stdout on the ranks but 0, is not noise); a logging
-record counts when a StreamHandler on the console emits it and the logging call is in the user's code (where it
-reached a handler: a logger whose level drops it on ranks other than 0, or a NullHandler, counts nothing). Per
+Rank side, inside the window only: builtins.print and logging.Handler.handle wrapped (the latter once something
+imports logging). A print counts when the user's code called it (its caller's frame is the user's: a package
+printing is not the script's line to guard) and it goes to the console (the stdout/stderr the rank started with, by
+file= or as sys.stdout: a rank's own log file, or os.devnull put in sys.stdout on the ranks but 0, is not noise); a
+logging record counts when a StreamHandler on the console emits it and the logging call is in the user's code (where
+it reached a handler: a logger whose level drops it on ranks other than 0, or a NullHandler, counts nothing). Per
 line of the user's code: how often, and a crc32 of each different text (the text is known when every argument is a
 str or a number: print's own formatting of anything else is not repeated here; logging's message is formatted once
 by the handler anyway). Both wrappers are removed after the window (one left in a name that captured it by then,
@@ -23,6 +23,7 @@ import os
 import sys
 import zlib
 
+from ddplab import afterimport
 from ddplab.sanitize import Finding, rankside, short
 from ddplab.sanitize.userframe import is_user
 
@@ -37,12 +38,9 @@ class Observer(rankside.Observer):
 
     def __init__(self, window):
         super().__init__(window)
-        import logging
-
         self.on = True
         self.sites: dict[str, dict] = {}
         self.console = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}
-        self.undo: list = []
         obs = self
         original_print = builtins.print
 
@@ -52,7 +50,17 @@ class Observer(rankside.Observer):
                 obs.guarded(obs._printed, sys._getframe(1), args, kwargs)
             return original_print(*args, **kwargs)
 
+        builtins.print = print
+        self.undo: list = [(builtins, "print", original_print, print)]
+        # logging is watched once something imports it (torch does): importing it here would cost every rank ~16 ms
+        # at start-up and put it in sys.modules before the script asked for it
+        afterimport.when_imported("logging", self._watch_logging, "sanitizer's logging watch")
+
+    def _watch_logging(self, logging) -> None:
+        if not self.on:
+            return
         original_handle = logging.Handler.handle
+        obs = self
 
         @functools.wraps(original_handle)
         def handle(handler, record):
@@ -61,8 +69,8 @@ class Observer(rankside.Observer):
                 obs.guarded(obs._logged, handler, record)
             return emitted
 
-        builtins.print, logging.Handler.handle = print, handle
-        self.undo = [(builtins, "print", original_print, print), (logging.Handler, "handle", original_handle, handle)]
+        logging.Handler.handle = handle
+        self.undo.append((logging.Handler, "handle", original_handle, handle))
 
     def _printed(self, frame, args: tuple, kwargs: dict) -> None:
         target = kwargs.get("file")
