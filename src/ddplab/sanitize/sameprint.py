@@ -107,9 +107,7 @@ class Observer(rankside.Observer):
 
     def stop(self) -> None:
         self.on = False
-        for owner, name, original, ours in self.undo:
-            if getattr(owner, name, None) is ours:  # unless someone wrapped it again since (their wrapper keeps ours)
-                setattr(owner, name, original)
+        self.restore(self.undo)
         self.undo = []
 
     def data(self) -> dict:

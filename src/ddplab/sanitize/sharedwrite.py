@@ -101,9 +101,7 @@ class Observer(rankside.Observer):
 
     def stop(self) -> None:
         self.on = self.listening[0] = False  # the audit hook stays (Python cannot remove one): one test per event
-        for owner, name, original, ours in self.undo:
-            if getattr(owner, name, None) is ours:  # unless someone wrapped it again since
-                setattr(owner, name, original)
+        self.restore(self.undo)
         self.undo = []
 
     def data(self) -> dict:
