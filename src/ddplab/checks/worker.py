@@ -18,7 +18,6 @@ STAGES = [stage_module(name) for name in WORKER_STAGES]
 
 
 def run_stages(payload: dict) -> dict:
-    mark("init")
     with dd.session(backend=payload["backend"], device=payload["device"], timeout=payload["pg_timeout"]) as ctx:
         out = {}
         for name in payload["stages"]:

@@ -41,7 +41,7 @@ from ddplab.stamps import stamp
 POLL_S = 0.05
 TORCH_DUMP_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 TORCH_DUMP_PREFIX = "torch_trace_rank_"  # torch appends the rank
-# Before a worker reaches its first mark it is importing torch and meeting the others; that may be slow on a busy
+# Until a rank marks past "start" the ranks import torch and meet each other; that may be slow on a busy
 # machine without being a hang.
 STARTUP_GRACE_S = 60.0
 
@@ -227,7 +227,7 @@ class PendingRun:
                         break
                     time.sleep(POLL_S)
                     continue
-                _note_progress(detector, run_dir, nproc, started_at)
+                _note_progress(detector, run_dir, nproc, started_at, follow)
                 if deadline is not None and time.monotonic() - start > deadline:
                     status, reason = "hang", f"the run passed its {deadline:g}s deadline"
                 elif detector.hung():
@@ -303,16 +303,17 @@ def _keep_for_user(run_dir: Path) -> str:
 
 
 class _EventFollower:
-    """Hands each new event line of every rank to a callback, reading only what was appended since last time."""
+    """Reads each rank's new event lines (only what was appended since last time), hands them to a callback, and
+    keeps each rank's latest phase: whether the ranks are still starting up."""
 
     def __init__(self, run_dir: Path, nproc: int, callback: Callable[[int, dict], None] | None):
         self.paths = [run_dir / "events" / f"local{r}.jsonl" for r in range(nproc)]
         self.offsets = [0] * nproc
         self.callback = callback
+        self.phases: list[str | None] = [None] * nproc  # each rank's latest mark; "start" again after a restart
+        self.last_start = 0.0  # when the newest attempt's first rank marked "start"
 
     def poll(self) -> None:
-        if self.callback is None:
-            return
         for rank, path in enumerate(self.paths):
             try:
                 with open(path, "rb") as f:
@@ -323,7 +324,19 @@ class _EventFollower:
             complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
             self.offsets[rank] += len(complete)
             for line in complete.splitlines():
-                self.callback(rank, json.loads(line))
+                event = json.loads(line)
+                self.phases[rank] = event["phase"]
+                if event["phase"] == "start":
+                    self.last_start = max(self.last_start, event["t"])
+                if self.callback is not None:
+                    self.callback(rank, event)
+
+    def starting(self) -> bool:
+        """No rank has marked a phase past "start" in its present attempt. Until one has, the ranks import, fork
+        and form the group (a rank's first mark comes after its init_process_group): work whose length is the
+        machine's, not the job's, and which a short hang timeout must not cut (STARTUP_GRACE_S bounds it). Once one
+        rank marks, the group exists and the others' time counts: a rank that hangs at its first mark is named."""
+        return all(phase in (None, "start") for phase in self.phases)
 
 
 def events(run_dir: Path, local: int) -> list[dict]:
@@ -337,15 +350,17 @@ def _all_done(run_dir: Path, nproc: int) -> bool:
     return all((results / f"local{local}.json").exists() for local in range(nproc))
 
 
-def _note_progress(detector: HangDetector, run_dir: Path, nproc: int, started_at: float) -> None:
-    """A rank's progress is its events file growing; a rank still starting up gets STARTUP_GRACE_S."""
+def _note_progress(
+    detector: HangDetector, run_dir: Path, nproc: int, started_at: float, follow: _EventFollower
+) -> None:
+    """A rank's progress is its events file growing; while the ranks start up they have STARTUP_GRACE_S."""
     mtimes = []
     for local in range(nproc):
         with contextlib.suppress(FileNotFoundError):
             mtimes.append((run_dir / "events" / f"local{local}.jsonl").stat().st_mtime)
     newest = max(mtimes, default=started_at)
-    if len(mtimes) < nproc:
-        newest = max(newest, started_at + STARTUP_GRACE_S)
+    if follow.starting():
+        newest = max(newest, max(started_at, follow.last_start) + STARTUP_GRACE_S)
     detector.progressed(newest)
 
 
