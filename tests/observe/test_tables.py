@@ -8,11 +8,10 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 from conftest import alive, cli
 from rich.console import Console
-from test_monitor import slow_rank_job
+from test_monitor import slow_rank_job, wait_for
 
 from ddplab import report
 
@@ -45,7 +44,7 @@ def _monitor_piped(pids: list[int]) -> str:
 
 def test_monitor_keeps_rank_local_and_pid_whole_at_80_columns_and_in_a_pipe(tmp_path, no_leftover_workers):
     with slow_rank_job(tmp_path) as pids:
-        time.sleep(1)  # some marks, so that the marks and phase columns show
+        wait_for(lambda: (tmp_path / "ahead").exists(), 90, "some marks, so that the marks and phase columns show")
         texts = {
             "COLUMNS=80": cli(
                 "monitor", "--once", "--interval", "0.5", "--pids", *map(str, pids), env={"COLUMNS": "80"}, timeout=60
