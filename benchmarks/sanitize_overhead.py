@@ -6,7 +6,9 @@ the order alternated.
                                            [--src DIR]
 
 --src: the ddplab source tree the runs use (default: this checkout's src/), to measure another commit's sanitizer
-with the same benchmark (a `git worktree` of it). The template runs unchanged. Each rank's step times come from an optimizer step hook of the benchmark's own (a
+with the same benchmark (a `git worktree` of it). --base DIR: another source tree (a `git worktree` of an earlier
+commit's) whose sanitized run joins each round too, its own code per step printed beside this one's with their
+ratio: a change's effect measured side by side in one run. The template runs unchanged. Each rank's step times come from an optimizer step hook of the benchmark's own (a
 sitecustomize.py on the ranks' PYTHONPATH, which ddplab's bootstrap runs after its own), the same in both variants.
 Printed, per round and then as the median of the per-round ratios sanitized/plain with a 95 % sign-test interval:
   window  the time from the end of step 1 to the end of step N+1 (rank 0): N steps with everything the sanitizer
@@ -147,6 +149,7 @@ def main() -> int:
     p.add_argument("--workload", default="template", choices=["template", "linear", "mlp", "gpt"],
                    help="`ddplab new`'s template under `ddplab launch`, or a `ddplab train` recipe")
     p.add_argument("--src", default=SRC, help="the ddplab source tree to run (default: this checkout's)")
+    p.add_argument("--base", help="another source tree (an earlier commit's) to run sanitized in each round too")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--window", type=int, default=50, help="--sanitize-steps of the sanitized runs")
     args = p.parse_args()
@@ -159,13 +162,20 @@ def main() -> int:
         if made.returncode != 0:
             raise SystemExit(made.stderr)
         ratios: dict[str, list[float]] = {"window_s": [], "after_ms": [], "wall_s": []}
-        own_us, share, share_cpu = [], [], []
+        own_us, share, share_cpu, base_us = [], [], [], []
+        src = str(Path(args.src).resolve())
         for r in range(args.rounds):
             got = {}
-            for steps in ((args.window, 0) if r % 2 == 0 else (0, args.window)):
-                got[steps] = one_run(folder, steps, args.epochs, args.nproc, args.window, args.workload,
-                                     str(Path(args.src).resolve()))
+            runs = [(args.window, src), (0, src)] + ([(args.window, str(Path(args.base).resolve()))] if args.base else [])
+            for steps, tree in runs if r % 2 == 0 else reversed(runs):
+                key = "base" if tree != src else steps
+                got[key] = one_run(folder, steps, args.epochs, args.nproc, args.window, args.workload, tree)
             on, off = got[args.window], got[0]
+            if args.base:
+                base_us.append(1e6 * got["base"]["own_s"] / args.window)
+                print(f"round {r + 1}: own code {1e6 * on['own_s'] / args.window:.1f} us per step, the base's "
+                      f"{base_us[-1]:.1f} (by entry point, ms: "
+                      f"{', '.join(f'{k} {v * 1e3:.1f}' for k, v in got['base']['own_by'].items())})", flush=True)
             for key in ratios:
                 ratios[key].append(on[key] / off[key])
             own_us.append(1e6 * on["own_s"] / args.window)
@@ -189,6 +199,10 @@ def main() -> int:
           f"{100 * statistics.median(share):.2f} % of a plain step in the window by the clock "
           f"({100 * min(share):.2f}..{100 * max(share):.2f} % over the rounds), {100 * statistics.median(share_cpu):.2f} "
           f"% of its CPU time ({100 * min(share_cpu):.2f}..{100 * max(share_cpu):.2f} %)")
+    if args.base:
+        median, low, high = median_interval([a / b for a, b in zip(own_us, base_us)])
+        print(f"the same, this tree / the base ({args.base}, {statistics.median(base_us):.1f} us per step): "
+              f"{median:.3f} ({low:.3f}..{high:.3f})")
     return 0
 
 

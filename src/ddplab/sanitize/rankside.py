@@ -79,6 +79,7 @@ class Window:
         self.lock = threading.Lock()  # the rank's file: one writer at a time
         self.versions = self.on_disk = 0  # records encoded, and the newest on disk
         self.writer: threading.Thread | None = None
+        self.listeners: tuple[list, list] | None = None  # (on_optimizer's, on_step's), found again when one fails
         self.observers = []
         for name in checks:
             module = importlib.import_module(f"ddplab.sanitize.{name}")
@@ -92,6 +93,7 @@ class Window:
         """An error inside a check: that check is off for the rest of the run (one stderr line), its hooks removed."""
         if observer in self.observers:
             self.observers.remove(observer)
+            self.listeners = None
             self._off(observer.ID, error)
             try:
                 observer.stop()
@@ -124,11 +126,20 @@ class Window:
 
         self.handle = register_optimizer_step_post_hook(self._after_step)
 
+    def _listeners(self) -> tuple[list, list]:
+        """The observers that do something on any optimizer's step, and on a counted step: only those are called
+        (every call costs a microsecond or more between steps), found once, not at every step."""
+        if self.listeners is None:
+            self.listeners = tuple(
+                [o for o in self.observers if getattr(type(o), name) is not getattr(Observer, name)]
+                for name in ("on_optimizer", "on_step")
+            )
+        return self.listeners
+
     def _after_step(self, optimizer, args, kwargs) -> None:
         if not self.open:
             return
-        # only the observers that do something there: every call costs a microsecond or more between steps
-        for observer in [o for o in self.observers if type(o).on_optimizer is not Observer.on_optimizer]:
+        for observer in self._listeners()[0]:
             try:
                 observer.on_optimizer(optimizer)
             except Exception as e:  # noqa: BLE001
@@ -138,7 +149,7 @@ class Window:
         elif self.optimizer != id(optimizer):
             return
         self.step += 1
-        for observer in [o for o in self.observers if type(o).on_step is not Observer.on_step]:
+        for observer in self._listeners()[1]:  # again: a check that failed above is out
             try:
                 observer.on_step(self.step, optimizer)
             except Exception as e:  # noqa: BLE001

@@ -158,8 +158,8 @@ class Observer(rankside.Observer):
             run = [r for _, r in group]
             hashed = hash_rows(self.torch, (run[0] if len(run) == 1 else self.torch.cat(run)).detach())
             at = 0
-            for record, r in group:
-                record["samples"] += hashed[at : at + r.shape[0]]
+            for record, r in group:  # slices of the words, kept as they are until the file is written
+                record["samples"].append(hashed[at : at + r.shape[0]])
                 at += r.shape[0]
 
     def on_step(self, step: int, optimizer) -> None:
@@ -178,13 +178,15 @@ class Observer(rankside.Observer):
         self.flush()
         return {
             "loaders": [
-                {
-                    **loader,
-                    "passes": [{**p, "samples": array("Q", p["samples"]).tobytes().hex()} for p in loader["passes"]],
-                }
+                {**loader, "passes": [{**p, "samples": _hex(p["samples"])} for p in loader["passes"]]}
                 for loader in self.loaders
             ]
         }
+
+
+def _hex(chunks: list) -> str:
+    """The hex of the 64-bit words of a pass's chunks of fingerprints (numpy arrays of uint64, or lists of ints)."""
+    return b"".join(c.tobytes() if hasattr(c, "tobytes") else array("Q", c).tobytes() for c in chunks).hex()
 
 
 def fingerprints(torch, batch, rows: int) -> list[int]:
@@ -193,7 +195,8 @@ def fingerprints(torch, batch, rows: int) -> list[int]:
     if picked is None:
         return []
     t, width = picked
-    return hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
+    hashed = hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
+    return hashed.tolist() if hasattr(hashed, "tolist") else hashed
 
 
 def pick(torch, batch):
@@ -226,8 +229,8 @@ def sample_rows(t, n: int, width: int):
     return x[:, :: width // COLS][:, :COLS] if width > COLS else x
 
 
-def hash_rows(torch, rows) -> list[int]:
-    """One 64-bit number per row: the row's bit patterns read as integers (bfloat16's and bool's too: torch
+def hash_rows(torch, rows):
+    """One 64-bit number per row (a numpy array of uint64; a list of ints without numpy): the row's bit patterns read as integers (bfloat16's and bool's too: torch
     reinterprets them in place), times fixed odd 64-bit weights, summed with wrap-around - one vectorised product for
     all rows. Equal rows give equal numbers in every process; distinct rows collide with odds near 2**-64, and a
     weight per position tells a sample from the same values in another order."""
@@ -240,7 +243,7 @@ def hash_rows(torch, rows) -> list[int]:
         return _crc_rows(torch, rows)
     import numpy
 
-    return (values @ _weights(values.shape[1])).view(numpy.uint64).tolist()  # unsigned: array("Q") holds them
+    return (values @ _weights(values.shape[1])).view(numpy.uint64)  # unsigned: as array("Q") holds them
 
 
 _INTS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}  # element size -> the integer type its bits are read as
