@@ -198,6 +198,29 @@ def test_prints_and_log_records_on_the_console_from_the_users_code_are_kept_by_l
     assert all(s["where"].startswith(__file__) for s in sites.values())
 
 
+def test_forwards_are_counted_before_each_digested_step_only_and_zero_is_sharded(tmp_path, window, one_process_group):
+    """The checks are called at the steps they ask for: params-diverge's hooks go on the step before each digested
+    one (here 1, 2 and 6) and count its forwards; ZeroRedundancyOptimizer is known when it is built."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    w = window(steps=6, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    for _ in range(7):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        model(x)  # a second forward in each step: counted where the hooks are on
+        optimizer.step()
+    w.written()
+    checks = json.loads((tmp_path / "rank0.json").read_text())["checks"]["params-diverge"]["checks"]
+    assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 2, 0), (2, 2, 0), (6, 2, 0)]
+
+    zero = window(steps=3, checks=("paramsync",))
+    ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)
+    assert zero.observers[0].data()["sharded"].startswith("ZeroRedundancyOptimizer")
+
+
 def test_a_parameter_digest_reads_every_value():
     """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
     from ddplab.sanitize.paramsync import _digests

@@ -33,6 +33,18 @@ from ddplab.sanitize.userframe import call_through
 ID = "params-diverge"
 # a parameter's bits read as integers of its element's size (complex ones as their real pairs)
 BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+SHARDING = [  # (module, class, what it means here): parameters or their updates split across the ranks
+    (
+        "torch.distributed.fsdp.fully_sharded_data_parallel",
+        "FullyShardedDataParallel",
+        "FSDP: each rank holds its own shard of the parameters",
+    ),
+    (
+        "torch.distributed.optim.zero_redundancy_optimizer",
+        "ZeroRedundancyOptimizer",
+        "ZeroRedundancyOptimizer: each rank steps its own shard of the parameters",
+    ),
+]
 
 
 class Observer(rankside.Observer):
@@ -69,21 +81,23 @@ class Observer(rankside.Observer):
 
         DistributedDataParallel.__init__ = __init__
         self.undo = [(DistributedDataParallel, "__init__", init)]
-        afterimport.when_imported(
-            "torch.distributed.fsdp.fully_sharded_data_parallel", self._watch_fsdp, "sanitizer's FSDP watch"
-        )
+        # Sharded training, known when it is built (not tested at every step: a call a step costs microseconds)
+        for module, name, why in SHARDING:
+            afterimport.when_imported(
+                module, functools.partial(self._watch_sharding, name, why), f"sanitizer's {name} watch"
+            )
 
-    def _watch_fsdp(self, module) -> None:
+    def _watch_sharding(self, name: str, why: str, module) -> None:
         if not self.on:
             return
-        kind = module.FullyShardedDataParallel
+        kind = getattr(module, name)
         init = kind.__init__
         obs = self
 
         @functools.wraps(init)
-        def __init__(fsdp, *args, **kwargs):
-            call_through(init, fsdp, *args, **kwargs)
-            obs.sharded = "FSDP: each rank holds its own shard of the parameters"
+        def __init__(built, *args, **kwargs):
+            call_through(init, built, *args, **kwargs)
+            obs.sharded = why
 
         kind.__init__ = __init__
         self.undo.append((kind, "__init__", init))
@@ -137,9 +151,9 @@ class Observer(rankside.Observer):
     def _where_direct(self) -> None:
         self.direct_where = self.window.where()
 
-    def on_optimizer(self, optimizer) -> None:
-        if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
-            self.sharded = "ZeroRedundancyOptimizer: each rank steps its own shard of the parameters"
+    def steps(self) -> set[int]:
+        """The steps digested, and each one's step before: the forward hooks go on there, to count its forwards."""
+        return self.at | {step - 1 for step in self.at if step > 1}
 
     def on_step(self, step: int, optimizer) -> None:
         calls, self.calls, self.depth = self.calls, {"ddp": 0, "direct": 0}, 0

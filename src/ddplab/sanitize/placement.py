@@ -56,9 +56,10 @@ class Observer(rankside.Observer):
         if devices:
             self.loads.append({"devices": devices, "map_location": map_location_given, "where": self.window.where()})
 
+    def steps(self) -> set[int]:
+        return {1}
+
     def on_step(self, step: int, optimizer) -> None:
-        if self.params is not None:
-            return
         torch = self.torch
         devices = sorted({str(p.device) for group in optimizer.param_groups for p in group["params"]})
         cuda = [d for d in devices if d.startswith("cuda")]

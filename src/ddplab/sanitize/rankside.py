@@ -7,7 +7,7 @@ Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
 
 - creates them at start-up (the write audit hook needs no torch) and attaches them the moment the script's
   `import torch` completes (ddplab.afterimport): nothing imports torch before the script does;
-- tells them of every counted step; after step N it removes the step hook and every check's hooks (a check whose
+- tells them of the counted steps each asks for; after step N it removes the step hook and every check's hooks (a check whose
   event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window (but
   one call that returns at once, when a later optimizer hook keeps the step hook from being removed: see close());
 - writes DIR/rank<RANK>.json after step 2 (a rank killed later still leaves something: the parameter digests of
@@ -79,7 +79,9 @@ class Window:
         self.lock = threading.Lock()  # the rank's file: one writer at a time
         self.versions = self.on_disk = 0  # records encoded, and the newest on disk
         self.writer: threading.Thread | None = None
-        self.listeners: tuple[list, list] | None = None  # (on_optimizer's, on_step's), found again when one fails
+        # on_step's observers: those called at every step, and by step those that want only some (steps()); found
+        # once, and again when a check fails
+        self.listeners: tuple[list, dict[int, list]] | None = None
         self.observers = []
         for name in checks:
             module = importlib.import_module(f"ddplab.sanitize.{name}")
@@ -126,30 +128,32 @@ class Window:
 
         self.handle = register_optimizer_step_post_hook(self._after_step)
 
-    def _listeners(self) -> tuple[list, list]:
-        """The observers that do something on any optimizer's step, and on a counted step: only those are called
-        (every call costs a microsecond or more between steps), found once, not at every step."""
+    def _listeners(self) -> tuple[list, dict[int, list]]:
+        """The observers to call at a counted step: only those that do something then (a call costs a microsecond
+        or more between steps, several with the caches cold)."""
         if self.listeners is None:
-            self.listeners = tuple(
-                [o for o in self.observers if getattr(type(o), name) is not getattr(Observer, name)]
-                for name in ("on_optimizer", "on_step")
-            )
+            every, some = [], {}
+            for observer in self.observers:
+                if type(observer).on_step is Observer.on_step:
+                    continue
+                wanted = observer.steps()
+                if wanted is None:
+                    every.append(observer)
+                for step in wanted or ():
+                    some.setdefault(step, []).append(observer)
+            self.listeners = every, some
         return self.listeners
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         if not self.open:
             return
-        for observer in self._listeners()[0]:
-            try:
-                observer.on_optimizer(optimizer)
-            except Exception as e:  # noqa: BLE001
-                self.fail(observer, e)
         if self.optimizer is None:
             self.optimizer = id(optimizer)
         elif self.optimizer != id(optimizer):
             return
         self.step += 1
-        for observer in self._listeners()[1]:  # again: a check that failed above is out
+        every, some = self._listeners()
+        for observer in every + some.get(self.step, []):
             try:
                 observer.on_step(self.step, optimizer)
             except Exception as e:  # noqa: BLE001
@@ -299,11 +303,12 @@ class Observer:
     def attach(self, torch) -> None:
         """torch was just imported by the script: install the hooks."""
 
-    def on_optimizer(self, optimizer) -> None:
-        """Any optimizer stepped (inside the window), counted or not."""
-
     def on_step(self, step: int, optimizer) -> None:
-        """The counted optimizer finished step `step` (1-based)."""
+        """The counted optimizer finished step `step` (1-based), one of steps()."""
+
+    def steps(self) -> set[int] | None:
+        """The counted steps on_step wants, asked once the window is attached; None: every one."""
+        return None
 
     def linger(self) -> bool:
         """The window is over: True to stay (keeping only the hook it still needs, then calling window.done(self)
