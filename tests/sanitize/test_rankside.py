@@ -21,6 +21,7 @@ HOOKED = [
     (dataloader._BaseDataLoaderIter, "__next__"),
     (DistributedSampler, "__init__"),
     (DistributedSampler, "__iter__"),
+    (DistributedSampler, "set_epoch"),
     (DDP, "__init__"),
 ]
 
@@ -63,10 +64,12 @@ def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, 
         optimizer.step()
     assert w.step == 3 and not w.open and w.handle is None
     still = [f"{owner.__name__}.{name}" for owner, name in HOOKED if owner.__dict__[name] is not originals[owner, name]]
-    assert still == ["DistributedSampler.__iter__"]  # once per epoch: it waits for the second epoch
+    assert still == ["DistributedSampler.__iter__", "DistributedSampler.set_epoch"]  # once per epoch: they wait
+    # for the second epoch
     assert not model._forward_pre_hooks and not model.module._forward_pre_hooks and not model._forward_hooks
     list(loader)  # the second epoch, set_epoch never called
     assert DistributedSampler.__dict__["__iter__"] is originals[DistributedSampler, "__iter__"]
+    assert DistributedSampler.__dict__["set_epoch"] is originals[DistributedSampler, "set_epoch"]
 
     w.written()  # the file is written by a short thread of the rank's
     record = json.loads((tmp_path / "rank0.json").read_text())
@@ -219,6 +222,30 @@ def test_forwards_are_counted_before_each_digested_step_only_and_zero_is_sharded
     zero = window(steps=3, checks=("paramsync",))
     ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)
     assert zero.observers[0].data()["sharded"].startswith("ZeroRedundancyOptimizer")
+
+
+def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(window):
+    w = window(steps=3, checks=("epochorder",))
+    data = TensorDataset(torch.arange(64.0).view(64, 1))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    for epoch in range(2):
+        for i, _ in enumerate(loader):
+            if i == 0:
+                sampler.set_epoch(epoch)  # the order of this epoch was drawn already
+    (record,) = w.observers[0].data()["samplers"]
+    assert record["set_epoch"] == [0, 1] and [p["epoch"] for p in record["passes"]] == [0, 0]
+    late = record["late"]
+    assert late["epoch"] == 0 and late["n"] == 64 and 0 < late["left"] < 64 and late["where"].startswith(__file__)
+
+    on_time = window(steps=3, checks=("epochorder",))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        list(loader)
+    (record,) = on_time.observers[0].data()["samplers"]
+    assert record["set_epoch"] == [0, 1] and record["late"] is None
 
 
 def test_a_parameter_digest_reads_every_value():

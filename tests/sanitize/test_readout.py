@@ -106,6 +106,29 @@ def test_a_distributed_sampler_given_rank_0_everywhere_is_named(tmp_path):
     assert "rank=0 on more than one rank" in f.observed and "rank=dist.get_rank()" in f.fix
 
 
+@pytest.mark.parametrize(
+    "seeds, said",
+    [
+        ((0, 1), "another seed on each rank (rank 0: 0, rank 1: 1)"),  # DistributedSampler(data, seed=rank)
+        ((7, 7), "the data sets themselves differ from rank to rank"),  # a file list shuffled per rank
+    ],
+)
+def test_distributed_samplers_that_overlap_say_why(tmp_path, seeds, said):
+    a, b = list(range(0, 300)), list(range(150, 450))  # each rank's share of another order
+    ranks = {
+        r: {
+            "same-samples": loader(
+                [(a, b)[r]],
+                sampler="DistributedSampler",
+                distributed={"rank": r, "num_replicas": 2, "shuffle": True, "seed": seeds[r]},
+            )
+        }
+        for r in (0, 1)
+    }
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert said in f.observed and "not a DistributedSampler" not in f.observed
+
+
 def test_an_iterable_dataset_read_in_full_by_every_rank(tmp_path):
     same = list(range(64))
     ranks = {r: {"same-samples": loader([same], sampler="_InfiniteConstantSampler", iterable=True)} for r in (0, 1)}
@@ -158,6 +181,48 @@ def test_an_epoch_that_stays_at_another_value_says_set_epoch_was_given_it_every_
     f = only(readout.read(observed(tmp_path, ranks)), "epoch-repeats")
     assert "its epoch stayed 3: set_epoch() was given the same value every time" in f.observed
     assert "never called" not in f.observed
+
+
+def test_the_set_epoch_calls_a_rank_saw_say_why_the_order_repeated(tmp_path):
+    """What each rank records of set_epoch() (its values; the first call made while a pass still had indices left)
+    replaces the guess from the epochs alone."""
+
+    def with_calls(given, late=None, other=None):
+        data = sampler([111, 111], [0, 0])
+        data["samplers"][0].update({"set_epoch": given, "late": late})
+        if other is not None:
+            data["samplers"].append(other)
+        return {r: {"epoch-repeats": data} for r in (0, 1)}
+
+    said = {}
+    val = {
+        "where": f"{SCRIPT}:52",
+        "shuffle": False,
+        "seed": 0,
+        "passes": [{"epoch": 0, "n": 32, "order": 5, "step": 8}],
+        "set_epoch": [0, 1],
+        "late": None,
+    }
+    cases = {
+        "never": with_calls([]),
+        "constant": with_calls([0, 0, 0]),
+        "late": with_calls([0, 1], late={"epoch": 0, "left": 96, "n": 128, "where": f"{SCRIPT}:71"}),
+        "another sampler": with_calls([], other=val),
+    }
+    for case, ranks in cases.items():
+        f = only(readout.read(observed(tmp_path / case, ranks)), "epoch-repeats")
+        said[case] = (f.observed.split("(128 indices, on ranks 0 and 1): ")[1], f.fix)
+    assert said["never"][0] == "set_epoch() was never called on it, so every epoch trains on the same order"
+    assert said["constant"][0].startswith("set_epoch() was given 0 every time")
+    assert said["late"][0].startswith(
+        f"set_epoch(0) was called at {SCRIPT}:71 after the epoch's loop had begun (96 of its 128 indices still"
+    )
+    assert "before the loop over the DataLoader starts, not inside it" in said["late"][1]
+    assert said["another sampler"][0].startswith(
+        f"set_epoch() was never called on it, but was on the DistributedSampler built at {SCRIPT}:52 (not "
+        "shuffling, 32 indices a pass)"
+    )
+    assert "on this sampler too" in said["another sampler"][1]
 
 
 @pytest.mark.parametrize(

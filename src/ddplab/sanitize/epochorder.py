@@ -7,15 +7,19 @@ properly across multiple epochs. Otherwise, the same ordering will be always use
 
 Rank side: each pass over a DistributedSampler (iter(sampler): once per epoch, from its DataLoader) leaves its
 epoch value, its length and a crc32 of its index order; the sampler is named by where the user's code built it.
-The hook costs one call per epoch, so it stays past the step window until every shuffling sampler seen has had its
-second pass (a first epoch longer than the window), then goes too.
+Each set_epoch() call leaves its value, and the first one made while a pass still had indices to hand out (the
+loop had begun: too late for that epoch's order) leaves where it was made. The hooks cost one call per epoch, so
+they stay past the step window until every shuffling sampler seen has had its second pass (a first epoch longer
+than the window), then go too.
 
-Reader: two consecutive passes of one shuffling sampler with the same order, on any rank.
+Reader: two consecutive passes of one shuffling sampler with the same order, on any rank; why, from the set_epoch()
+calls: none, always one value, too late, or made on another sampler.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import weakref
 import zlib
 from array import array
@@ -25,6 +29,7 @@ from ddplab.sanitize import Finding, ranks_text, rankside, short
 ID = "epoch-repeats"
 SAMPLERS = 16
 PASSES = 4
+SET_CALLS = 8
 
 
 class Observer(rankside.Observer):
@@ -35,12 +40,17 @@ class Observer(rankside.Observer):
         self.on = True
         self.samplers: list[dict] = []
         self.index = weakref.WeakKeyDictionary()  # sampler -> its record
+        self.current = weakref.WeakKeyDictionary()  # sampler -> the iterator of its latest pass (its indices left)
         self.undo: list = []
 
     def attach(self, torch) -> None:
         from torch.utils.data import DistributedSampler
 
-        init, iterate = DistributedSampler.__init__, DistributedSampler.__iter__
+        init, iterate, set_epoch = (
+            DistributedSampler.__init__,
+            DistributedSampler.__iter__,
+            DistributedSampler.set_epoch,
+        )
         obs = self
 
         @functools.wraps(init)
@@ -55,10 +65,22 @@ class Observer(rankside.Observer):
                 return iterate(sampler)
             indices = list(iterate(sampler))
             obs.guarded(obs.seen, sampler, indices)
-            return iter(indices)
+            it = obs.current[sampler] = iter(indices)
+            return it
+
+        @functools.wraps(set_epoch)
+        def _set_epoch(sampler, epoch):
+            set_epoch(sampler, epoch)
+            if obs.on and sampler in obs.index:
+                obs.guarded(obs.epoch_set, sampler, epoch)
 
         DistributedSampler.__init__, DistributedSampler.__iter__ = __init__, __iter__
-        self.undo = [(DistributedSampler, "__init__", init), (DistributedSampler, "__iter__", iterate)]
+        DistributedSampler.set_epoch = _set_epoch
+        self.undo = [
+            (DistributedSampler, "__init__", init),
+            (DistributedSampler, "__iter__", iterate),
+            (DistributedSampler, "set_epoch", set_epoch),
+        ]
 
     def built(self, sampler) -> None:
         if len(self.samplers) < SAMPLERS:
@@ -67,6 +89,8 @@ class Observer(rankside.Observer):
                 "shuffle": bool(sampler.shuffle),
                 "seed": int(sampler.seed),
                 "passes": [],
+                "set_epoch": [],  # the values given, in order (up to SET_CALLS)
+                "late": None,  # the first set_epoch() made while a pass still had indices to hand out
             }
             self.samplers.append(record)
 
@@ -83,6 +107,16 @@ class Observer(rankside.Observer):
             )
         if not self.window.open and not self._waiting():
             self.window.done(self)
+
+    def epoch_set(self, sampler, epoch) -> None:
+        record = self.index[sampler]
+        if len(record["set_epoch"]) < SET_CALLS:
+            record["set_epoch"].append(int(epoch))
+        it = self.current.get(sampler)
+        left = operator.length_hint(it) if it is not None else 0
+        if left and record["late"] is None and record["passes"]:
+            record["late"] = {"epoch": int(epoch), "left": left, "n": record["passes"][-1]["n"]}
+            record["late"]["where"] = self.window.where()
 
     def _waiting(self) -> bool:
         return any(r["shuffle"] and len(r["passes"]) == 1 for r in self.samplers)
@@ -101,6 +135,7 @@ class Observer(rankside.Observer):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
+        self.current.clear()  # the passes' index lists
 
     def data(self) -> dict:
         return {"samplers": self.samplers}
@@ -110,7 +145,8 @@ class Observer(rankside.Observer):
 def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     repeated: dict[str | None, dict] = {}  # where -> what was seen, over the ranks
     for rank, data in sorted(ranks.items()):
-        for record in data.get("samplers", []):
+        samplers = data.get("samplers", [])
+        for record in samplers:
             if not record["shuffle"]:
                 continue
             passes = record["passes"]
@@ -118,35 +154,74 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                 if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
                     seen = repeated.setdefault(
                         record["where"],
-                        {"ranks": [], "first": before, "second": after, "epochs": sorted({p["epoch"] for p in passes})},
+                        {
+                            "ranks": [],
+                            "first": before,
+                            "second": after,
+                            "epochs": sorted({p["epoch"] for p in passes}),
+                            "record": record,
+                            "others": [r for r in samplers if r is not record and r.get("set_epoch")],
+                        },
                     )
                     seen["ranks"].append(rank)
                     break
     findings = []
     for where, seen in repeated.items():
-        epochs, first = seen["epochs"], seen["first"]
-        # A sampler's epoch is 0 until set_epoch(): 0 throughout cannot tell "never called" from "given 0 each time"
-        if epochs == [0]:
-            stayed = "its epoch stayed 0: set_epoch() was never called, or given 0 every time"
-        elif len(epochs) == 1:
-            stayed = f"its epoch stayed {epochs[0]}: set_epoch() was given the same value every time"
-        else:
-            stayed = f"set_epoch() was given {first['epoch']} again"
+        first = seen["first"]
+        stayed, fix = _why(seen)
         observed = (
             f"the shuffling DistributedSampler built at {short(where)} gave the second epoch the very order "
             f"of the first ({first['n']} indices, on rank{'s' if len(seen['ranks']) > 1 else ''} "
-            f"{ranks_text(seen['ranks'])}): {stayed}, so every epoch trains on the same order"
-        )
-        fix = (
-            "call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
-            "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)"
+            f"{ranks_text(seen['ranks'])}): {stayed}"
         )
         evidence = {
             "ranks": seen["ranks"],
-            "epochs": epochs,
+            "epochs": seen["epochs"],
+            "set_epoch": seen["record"].get("set_epoch"),
             "indices": first["n"],
             "order_crc32": first["order"],
             "second_epoch_at_step": seen["second"]["step"],
         }
         findings.append(Finding(ID, observed, fix, where=where, evidence=evidence))
     return findings
+
+
+FIX = (
+    "call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+    "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)"
+)
+
+
+def _why(seen: dict) -> tuple[str, str]:
+    """Why the order repeated, from the set_epoch() calls the rank saw (a record without them: from the epochs)."""
+    record, epochs = seen["record"], seen["epochs"]
+    given, late = record.get("set_epoch"), record.get("late")
+    same = ", so every epoch trains on the same order"
+    if late:
+        return (
+            f"set_epoch({late['epoch']}) was called at {short(late['where'])} after the epoch's loop had begun "
+            f"({late['left']} of its {late['n']} indices still to hand out), too late: a DataLoader draws an epoch's "
+            "order when the loop over it starts, so each epoch runs on the order meant for the one before",
+            "call sampler.set_epoch(epoch) before the loop over the DataLoader starts, not inside it "
+            "(for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...)",
+        )
+    if given == [] and seen["others"]:
+        other = seen["others"][0]
+        size = other["passes"][0]["n"] if other["passes"] else None
+        return (
+            f"set_epoch() was never called on it, but was on the DistributedSampler built at "
+            f"{short(other['where'])} ({'shuffling' if other['shuffle'] else 'not shuffling'}"
+            f"{f', {size} indices a pass' if size is not None else ''}){same}",
+            "call set_epoch(epoch) on this sampler too, at the start of every epoch before iterating its DataLoader: "
+            "each DistributedSampler has an epoch of its own",
+        )
+    if given == []:
+        return f"set_epoch() was never called on it{same}", FIX
+    if given is not None and len(set(given)) == 1:
+        return f"set_epoch() was given {given[0]} every time{same}", FIX
+    # A sampler's epoch is 0 until set_epoch(): 0 throughout cannot tell "never called" from "given 0 each time"
+    if epochs == [0]:
+        return f"its epoch stayed 0: set_epoch() was never called, or given 0 every time{same}", FIX
+    if len(epochs) == 1:
+        return f"its epoch stayed {epochs[0]}: set_epoch() was given the same value every time{same}", FIX
+    return f"set_epoch() was given {seen['first']['epoch']} again{same}", FIX

@@ -109,6 +109,7 @@ class Observer(rankside.Observer):
                 "rank": int(sampler.rank),
                 "num_replicas": int(sampler.num_replicas),
                 "shuffle": bool(sampler.shuffle),
+                "seed": int(sampler.seed),
             }
         self.by_loader[loader] = len(self.loaders)
         self.loaders.append(record)
@@ -361,7 +362,7 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks overlap" if len(pairs) > 1 else "")
         )
     sampler = records[a]
-    dist = [r["distributed"] for r in records.values()]
+    dist = [records[r]["distributed"] for r in sorted(records)]
     if all(d is not None for d in dist) and len({d["rank"] for d in dist}) < len(dist):
         cause = (
             f"its DistributedSampler was given rank={dist[0]['rank']} on more than one rank, so they were handed "
@@ -376,6 +377,26 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for {world} ranks"
         )
         fix = "pass num_replicas=dist.get_world_size(), or leave it out (the sampler reads it from the process group)"
+    elif all(d is not None for d in dist) and len({d.get("seed") for d in dist}) > 1 and dist[0]["shuffle"]:
+        seeds = ", ".join(f"rank {r}: {records[r]['distributed'].get('seed')}" for r in sorted(records))
+        cause = (
+            f"its DistributedSampler was given another seed on each rank ({seeds}): each rank shuffles the data "
+            "set its own way, then takes its share of its own order, and the shares overlap"
+        )
+        fix = (
+            "give the sampler the same seed on every rank (leave seed= out, or pass one constant), and call "
+            "sampler.set_epoch(epoch) for a new order each epoch"
+        )
+    elif all(d is not None for d in dist):
+        cause = (
+            "its DistributedSamplers agree (each its own rank, the same ranks and seed), so the data sets "
+            "themselves differ from rank to rank: built in another order on each (a file list shuffled or read "
+            "unsorted per rank, a split with a per-rank seed), the same index names different samples"
+        )
+        fix = (
+            "build the data set identically on every rank: sort file lists, and seed every shuffle or "
+            "random_split with one constant seed, the same on every rank"
+        )
     elif sampler["iterable"]:
         cause = "its dataset is an IterableDataset, which every rank iterates in full: DDP splits nothing by itself"
         fix = (
