@@ -218,6 +218,8 @@ def test_forwards_are_counted_before_each_digested_step_only_and_zero_is_sharded
     w.written()
     checks = json.loads((tmp_path / "rank0.json").read_text())["checks"]["params-diverge"]["checks"]
     assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 2, 0), (2, 2, 0), (6, 2, 0)]
+    (group,) = checks[0]["optimizer"]["groups"]  # the settings the reader compares when parameters differ
+    assert checks[0]["optimizer"]["class"] == "SGD" and group["lr"] == 0.1 and group["momentum"] == 0
 
     zero = window(steps=3, checks=("paramsync",))
     ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.1)

@@ -282,6 +282,8 @@ def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed
         ("no_sync", "inside ddp.no_sync() (on ranks 0 and 1)", "no_sync() only around the accumulation"),
         ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
         ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank"),
+        ("lr by rank", "the optimizers differ: `lr` of param group 0 is 0.1 on rank 0, 0.2 on rank 1", "never by"),
+        ("optimizer class", "the optimizer is SGD on rank 0, Adam on rank 1", "the same way on every rank"),
     ],
 )
 def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, kind, words, fix):
@@ -290,8 +292,17 @@ def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, ki
         "no_sync": {"no_sync": True},
         "outside": {},
         "unexplained": {},
+        "lr by rank": {},
+        "optimizer class": {},
     }[kind]
     ranks = {0: params(check(2, [1, 2, 3, 4], **extra)), 1: params(check(2, [5, 2, 3, 4], **extra))}
+    for rank, data in ranks.items():  # each optimizer's settings as the rank saw them
+        settings = {"class": "SGD", "groups": [{"lr": 0.1, "momentum": 0.9, "nesterov": False}]}
+        if kind == "lr by rank":
+            settings["groups"][0]["lr"] = 0.1 * (rank + 1)
+        if kind == "optimizer class":
+            settings["class"] = ["SGD", "Adam"][rank]
+        data["params-diverge"]["checks"][0]["optimizer"] = settings
     if kind == "outside":  # the first parameter is not inside the DDP wrapper (an extra head stepped by the optimizer)
         for r in ranks.values():
             r["params-diverge"]["checks"][0]["params"][0][4] = False

@@ -182,6 +182,7 @@ class Observer(rankside.Observer):
                 "direct_forwards": calls["direct"],
                 "direct_where": self.direct_where,
                 "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in self.ddps),
+                "optimizer": _settings(optimizer),
             }
         )
 
@@ -214,6 +215,21 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"checks": self.checks, "sharded": self.sharded}
+
+
+def _settings(optimizer) -> dict:
+    """The optimizer's class and each param group's numbers (lr, momentum, betas, weight_decay...): tensors left out
+    (reading a GPU's would wait for it)."""
+    groups = []
+    for group in optimizer.param_groups:
+        kept = {}
+        for key, value in group.items():
+            if isinstance(value, (bool, int, float)):
+                kept[key] = value
+            elif isinstance(value, (tuple, list)) and value and all(isinstance(v, (int, float)) for v in value):
+                kept[key] = list(value)
+        groups.append(kept)
+    return {"class": type(optimizer).__name__, "groups": groups}
 
 
 def _sharded(params) -> str | None:
@@ -321,6 +337,15 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
+    elif _settings_differ(checks):
+        cause = (
+            f"DDP averaged the gradients, but the optimizers differ: {_settings_differ(checks)}, so each rank "
+            "applied them its own way"
+        )
+        fix = (
+            "build the optimizer the same way on every rank (a learning rate scaled by the world size, never by "
+            "the rank)"
+        )
     else:
         cause = (
             "DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
@@ -346,6 +371,25 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
         "no_sync": no_sync,
     }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)
+
+
+def _settings_differ(checks: dict[int, dict]) -> str | None:
+    """The first optimizer setting that is not the same on every rank, said with each rank's value."""
+    seen = {r: c.get("optimizer") for r, c in sorted(checks.items()) if c.get("optimizer")}
+    if len(seen) < 2:
+        return None
+    shown = list(seen.items())[:4]
+    if len({s["class"] for s in seen.values()}) > 1:
+        return "the optimizer is " + ", ".join(f"{s['class']} on rank {r}" for r, s in shown)
+    for g, group in enumerate(next(iter(seen.values()))["groups"]):
+        for key in group:
+            values = [s["groups"][g].get(key) if g < len(s["groups"]) else None for s in seen.values()]
+            if len({repr(v) for v in values}) > 1:
+                each = ", ".join(
+                    f"{s['groups'][g].get(key) if g < len(s['groups']) else None} on rank {r}" for r, s in shown
+                )
+                return f"`{key}` of param group {g} is {each}"
+    return None
 
 
 def _cpu_digests(torch, params) -> list[tuple[int, int, float]] | None:
