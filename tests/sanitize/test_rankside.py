@@ -250,6 +250,26 @@ def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(windo
     assert record["set_epoch"] == [0, 1] and record["late"] is None
 
 
+def test_a_tqdm_bar_drawn_on_the_console_by_the_users_code_is_kept_as_a_line(window, tmp_path):
+    import tqdm.std
+    from tqdm import tqdm as bar
+    from tqdm import trange
+
+    original = tqdm.std.tqdm.__dict__["__init__"]
+    w = window(steps=2, checks=("sameprint",))
+    first = _line('list(bar(range(3), desc="epoch 0", disable=False))')
+    list(bar(range(3), desc="epoch 0", disable=False))  # kept: drawn on stderr
+    list(trange(2, disable=False))  # kept: tqdm's own trange, at this line
+    list(bar(range(3), disable=True))  # draws nothing
+    with open(tmp_path / "bars.txt", "w") as f:
+        list(bar(range(3), file=f))  # a file of its own
+    sites = {int(s["where"].rpartition(":")[2]) - first: s for s in w.observers[0].data()["sites"]}
+    w.close()
+    assert tqdm.std.tqdm.__dict__["__init__"] is original
+    assert {k: s["count"] for k, s in sites.items()} == {0: 1, 1: 1}
+    assert sites[0]["example"] == "a tqdm progress bar, epoch 0, 3 steps"
+
+
 def test_a_parameter_digest_reads_every_value():
     """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
     from ddplab.sanitize.paramsync import _digests

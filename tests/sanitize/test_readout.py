@@ -225,6 +225,19 @@ def test_the_set_epoch_calls_a_rank_saw_say_why_the_order_repeated(tmp_path):
     assert "on this sampler too" in said["another sampler"][1]
 
 
+@pytest.mark.parametrize("calls, named", [([0, 0], True), ([1, 1], False), ([0, 1], True)])
+def test_two_passes_with_no_set_epoch_between_are_one_epoch_read_twice(tmp_path, calls, named):
+    """The training loader read again within an epoch (to measure it) repeats the order on purpose: silent where
+    set_epoch() is called, only not between the two passes; never called at all, or called between, it is named."""
+    data = sampler([111, 111], [0, 0])
+    record = data["samplers"][0]
+    for one_pass, before in zip(record["passes"], calls):
+        one_pass["calls"] = before
+    record.update({"calls": max(calls), "set_epoch": [0] * max(calls), "late": None})
+    ranks = {r: {"epoch-repeats": data} for r in (0, 1)}
+    assert [f.check for f in readout.read(observed(tmp_path, ranks)).findings] == ["epoch-repeats"] * named
+
+
 @pytest.mark.parametrize(
     "orders,epochs,shuffle", [([111, 222], [0, 1], True), ([111, 111], [0, 0], False), ([111], [0], True)]
 )

@@ -12,8 +12,9 @@ loop had begun: too late for that epoch's order) leaves where it was made. The h
 they stay past the step window until every shuffling sampler seen has had its second pass (a first epoch longer
 than the window), then go too.
 
-Reader: two consecutive passes of one shuffling sampler with the same order, on any rank; why, from the set_epoch()
-calls: none, always one value, too late, or made on another sampler.
+Reader: two consecutive passes of one shuffling sampler with the same order, on any rank (not two passes with no
+set_epoch() between them where set_epoch() is called: one epoch read twice); why, from the set_epoch() calls: none,
+always one value, too late, or made on another sampler.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Observer(rankside.Observer):
                 "shuffle": bool(sampler.shuffle),
                 "seed": int(sampler.seed),
                 "passes": [],
+                "calls": 0,  # set_epoch() calls so far
                 "set_epoch": [],  # the values given, in order (up to SET_CALLS)
                 "late": None,  # the first set_epoch() made while a pass still had indices to hand out
             }
@@ -103,13 +105,20 @@ class Observer(rankside.Observer):
                 else zlib.crc32(repr(indices).encode())
             )
             record["passes"].append(
-                {"epoch": int(sampler.epoch), "n": len(indices), "order": order, "step": self.window.step}
+                {
+                    "epoch": int(sampler.epoch),
+                    "n": len(indices),
+                    "order": order,
+                    "step": self.window.step,
+                    "calls": record["calls"],  # set_epoch() calls before this pass
+                }
             )
         if not self.window.open and not self._waiting():
             self.window.done(self)
 
     def epoch_set(self, sampler, epoch) -> None:
         record = self.index[sampler]
+        record["calls"] += 1
         if len(record["set_epoch"]) < SET_CALLS:
             record["set_epoch"].append(int(epoch))
         it = self.current.get(sampler)
@@ -151,6 +160,8 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                 continue
             passes = record["passes"]
             for before, after in zip(passes, passes[1:]):
+                if _one_epoch_read_twice(record, before, after):
+                    continue
                 if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
                     seen = repeated.setdefault(
                         record["where"],
@@ -184,6 +195,14 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
         }
         findings.append(Finding(ID, observed, fix, where=where, evidence=evidence))
     return findings
+
+
+def _one_epoch_read_twice(record: dict, before: dict, after: dict) -> bool:
+    """No set_epoch() between two passes of a sampler that does get set_epoch() calls: the same epoch read twice (the
+    training loader read again to measure it), whose order is meant to be the same."""
+    if "calls" not in after or "calls" not in before:
+        return False
+    return after["calls"] == before["calls"] and record.get("calls", 0) > 0
 
 
 FIX = (

@@ -12,6 +12,9 @@ str or a number: print's own formatting of anything else is not repeated here; l
 by the handler anyway). Both wrappers are removed after the window (one left in a name that captured it by then,
 e.g. `print = functools.partial(print, flush=True)`, passes straight through).
 
+A tqdm progress bar made by the user's code and drawn on the console counts as a line too (its description and
+length are its text): a bar on every rank is N bars redrawn over each other.
+
 Reader: a line of code where every rank printed the same text.
 """
 
@@ -31,6 +34,7 @@ ID = "every-rank-print"
 SITES = 64  # lines of code kept per rank
 TEXTS = 32  # different texts kept per line of code
 PLAIN = (str, int, float, bool, type(None))
+BAR = "a tqdm progress bar"  # how a bar's text starts
 
 
 class Observer(rankside.Observer):
@@ -55,6 +59,25 @@ class Observer(rankside.Observer):
         # logging is watched once something imports it (torch does): importing it here would cost every rank ~16 ms
         # at start-up and put it in sys.modules before the script asked for it
         afterimport.when_imported("logging", self._watch_logging, "sanitizer's logging watch")
+        # a tqdm progress bar draws itself on stderr by its own writes, not print: each bar made counts as a line
+        afterimport.when_imported("tqdm.std", self._watch_tqdm, "sanitizer's tqdm watch")
+
+    def _watch_tqdm(self, std) -> None:
+        if not self.on:
+            return
+        original_init = std.tqdm.__init__
+        obs = self
+
+        @functools.wraps(original_init)
+        def __init__(bar, *args, **kwargs):
+            original_init(bar, *args, **kwargs)
+            if obs.on:
+                obs.guarded(obs._bar, bar, sys._getframe(1))
+
+        # put back as it was found: tqdm's __init__ may be a descriptor (a partialmethod), not the function it gives
+        as_found = std.tqdm.__dict__.get("__init__", original_init)
+        std.tqdm.__init__ = __init__
+        self.undo.append((std.tqdm, "__init__", as_found, __init__))
 
     def _watch_logging(self, logging) -> None:
         if not self.on:
@@ -83,6 +106,20 @@ class Observer(rankside.Observer):
         if all(type(a) in PLAIN for a in args):
             sep, end = kwargs.get("sep"), kwargs.get("end")
             text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+
+    def _bar(self, bar, frame) -> None:
+        """A bar that draws (tqdm's disable=None turns it off where stderr is no terminal) on the console, made by the
+        user's code (tqdm's own frames skipped: trange, tqdm.auto's classes)."""
+        stream = getattr(bar, "fp", None)
+        stream = getattr(stream, "_wrapped", stream)  # tqdm's DisableOnWriteError around the file it was given
+        if getattr(bar, "disable", True) or id(stream) not in self.console:
+            return
+        while frame is not None and f"{os.sep}tqdm{os.sep}" in frame.f_code.co_filename:
+            frame = frame.f_back
+        if frame is None or not is_user(frame.f_code.co_filename):
+            return
+        text = f"{BAR}, {bar.desc or 'no description'}, {bar.total} steps"
         self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
 
     def _logged(self, handler, record) -> None:
@@ -143,6 +180,8 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
         "print on one rank: `if dist.get_rank() == 0:` around it (or a print of your own that checks the rank once); "
         "a line each rank must say gets the rank in it"
     )
+    if any((s.get("example") or "").startswith(BAR) for _, ss, _ in same for s in ss.values()):
+        fix += "; a progress bar on one rank: tqdm(..., disable=dist.get_rank() != 0)"
     evidence = {
         "ranks": sorted(ranks),
         "lines": [{"where": w, "count": {r: s["count"] for r, s in sorted(ss.items())}} for w, ss, _ in same],
