@@ -148,6 +148,23 @@ def test_a_run_that_fails_on_a_shared_file_leads_with_it(tmp_path, no_leftover_w
     assert "[unguarded-save]" not in "\n".join(lines[verdict + 7 :])  # line 74's save is another mistake
 
 
+def test_a_folder_every_rank_makes_without_exist_ok_leads_the_failure(tmp_path, no_leftover_workers):
+    """os.makedirs(folder) on every rank: all but the first raise FileExistsError. Said when the run fails on it (a
+    script catching the error would pass, and hear nothing); os.makedirs(folder, exist_ok=True) on every rank is
+    the silent run of test_the_same_script_written_right_is_silent."""
+    ran = cli("launch", "--no-lint", str(PLANT), "all-mkdir", "--out", str(tmp_path), timeout=150, cwd=tmp_path)
+    assert ran.code == 1, ran.err[-3000:]
+    lines = ran.out.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("ddplab launch: FAIL"))
+    assert "FileExistsError" in lines[verdict]
+    assert lines[verdict + 1].endswith("watched): the run failed on what the sanitizer saw")
+    assert lines[verdict + 2].startswith(
+        f"  1. [shared-write] ranks 0 and 1 both made the folder ckpt (at {line_of('os.makedirs(folder)')}) without "
+        "exist_ok: a folder is made once"
+    )
+    assert "exist_ok=True" in lines[verdict + 4]
+
+
 def test_the_template_of_ddplab_new_runs_sanitized_and_clean(tmp_path, no_leftover_workers):
     made = cli("new", "train.py", cwd=tmp_path)
     assert made.code == 0, made.err

@@ -412,6 +412,22 @@ def test_a_log_appended_to_by_every_rank_interleaves(tmp_path):
     assert "their lines interleave" in f.observed
 
 
+def test_a_folder_two_ranks_made_is_said_only_when_the_run_failed_on_it(tmp_path):
+    folder = str(tmp_path / "checkpoints")
+    ranks = {
+        r: {"shared-write": {"writes": [], "dirs": [{"path": folder, "where": f"{SCRIPT}:9", "step": 8}]}}
+        for r in (0, 1)
+    }
+    report = readout.read(observed(tmp_path / "sanitize", ranks))
+    assert report.findings == [] and len(report.held) == 1  # a passed run: the script caught FileExistsError
+    readout.lead(report, f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp_path}/other'")
+    assert report.findings == [] and not report.leading  # failed on something else
+    readout.lead(report, "FileExistsError: [Errno 17] File exists: 'checkpoints'")
+    (f,) = report.findings
+    assert report.leading and f.check == "shared-write" and f.where == f"{SCRIPT}:9"
+    assert "both made the folder" in f.observed and "without exist_ok" in f.observed and "exist_ok=True" in f.fix
+
+
 def test_rank_0_alone_writing_is_silent(tmp_path):
     ranks = {0: writes((str(tmp_path / "model.pt"), "w", f"{SCRIPT}:88", 32)), 1: writes()}
     assert readout.read(observed(tmp_path / "sanitize", ranks)).findings == []

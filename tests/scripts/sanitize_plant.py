@@ -7,7 +7,8 @@ saves.
 MISTAKE: no-sampler (every rank reads the whole data set in the same order) | rank0-sampler (DistributedSampler
 given rank=0 everywhere) | no-set-epoch | module-forward (ddp.module(x)) | no-ddp | no-sync (never left) |
 all-save (every rank saves the model to one path) | all-save-replace (every rank saves to one temporary file, then
-renames it: all but one rank fail) | all-log (every rank appends to one log file).
+renames it: all but one rank fail) | all-log (every rank appends to one log file) | all-mkdir (every rank makes one
+folder without exist_ok: all but the first fail).
 """
 
 # ruff: noqa: E402 - the check below must come before the imports
@@ -29,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
-            "all-save-replace", "all-log"}
+            "all-save-replace", "all-log", "all-mkdir"}
 p = argparse.ArgumentParser()
 p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
 p.add_argument("--out", default=".")
@@ -72,6 +73,11 @@ def main() -> None:
             if log is not None:
                 log.write(f"rank {rank} epoch {epoch} loss {loss.item():.4f}\n")
     print(f"rank {rank}: trained, loss {loss.item():.4f}", flush=True)
+    folder = os.path.join(args.out, "ckpt")
+    if "all-mkdir" in planted:
+        os.makedirs(folder)
+    else:
+        os.makedirs(folder, exist_ok=True)  # every rank, and no error: not a finding
     path = os.path.join(args.out, "model.pt")
     if "all-save-replace" in planted:
         torch.save(model.state_dict(), path + ".tmp")

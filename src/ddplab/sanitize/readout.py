@@ -23,6 +23,9 @@ class SanitizeReport:
     findings: list[Finding] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)  # "rank R: check" -> why that check turned itself off
     leading: bool = False  # the run failed, and a finding names the file or the line it failed on
+    # findings said only when the run failed on them (evidence "only_when_failed": a folder two ranks made, which a
+    # script may handle by catching FileExistsError): held back until lead() finds them in the failure
+    held: list[Finding] = field(default_factory=list)
 
 
 def request(folder: Path, steps: int) -> None:
@@ -59,6 +62,8 @@ def read(folder: str | os.PathLike) -> SanitizeReport | None:
             report.off[f"reader: {module.ID}"] = f"{type(e).__name__}: {e}"
     for finding in report.findings:
         finding.code = _source(finding.where)
+    report.held = [f for f in report.findings if f.evidence.get("only_when_failed")]
+    report.findings = [f for f in report.findings if f not in report.held]
     return report
 
 
@@ -84,7 +89,7 @@ def lead(report: SanitizeReport, failure: str) -> None:
             return f'"{file}", line {line}' in failure
         return False
 
-    first = [f for f in report.findings if names(f)]
+    first = [f for f in report.held + report.findings if names(f)]
     if first:
         report.leading = True
         report.findings = first + [f for f in report.findings if f not in first]

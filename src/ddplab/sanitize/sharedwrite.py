@@ -10,7 +10,11 @@ writes .pyc files): the absolute path, append or write, the user's line, the ste
 its first test, for every audit event of the run (about 0.6 us each; a training step of the `ddplab new` template
 raises 4, `builtins.id` from torch's optimizer).
 
-Reader: a path written by more than one rank.
+Python's "os.mkdir" audit event (os.mkdir, os.makedirs, Path.mkdir) leaves each folder the user's code makes, unless
+a caller between the two was given exist_ok=True.
+
+Reader: a path written by more than one rank; a folder made without exist_ok by several ranks (on all but one the
+call raised FileExistsError): said only when the run failed on it (a script may catch the error and go on).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 import sys
 
 from ddplab.sanitize import DIR_ENV, Finding, ranks_text, rankside, short
-from ddplab.sanitize.userframe import where_outside_imports
+from ddplab.sanitize.userframe import is_user, where_outside_imports
 
 ID = "shared-write"
 PATHS = 256  # distinct paths kept per rank
@@ -42,6 +46,7 @@ class Observer(rankside.Observer):
         super().__init__(window)
         self.on = True
         self.writes: dict[str, dict] = {}
+        self.dirs: dict[str, dict] = {}  # folders made without exist_ok
         self.undo: list = []
         own = [os.path.dirname(os.path.abspath(window.folder))]  # the launcher's run folder: flight, profile, notes
         own += [os.environ[v] for v in (DIR_ENV, *OWN_DIRS) if os.environ.get(v)]
@@ -49,11 +54,13 @@ class Observer(rankside.Observer):
         self.listening = listening = [True]  # the audit hook's switch: a list cell, the cheapest test it can make
         opened, fail = self._opened, self.window.fail
 
+        made = self._made
+
         def audit(event: str, args: tuple) -> None:
             # A closure, not a method: Python calls it for every audit event of the run (0.6 us against 2 us).
-            if event == "open" and listening[0]:
+            if listening[0] and (event == "open" or event == "os.mkdir"):
                 try:
-                    opened(*args)
+                    (opened if event == "open" else made)(*args)
                 except Exception as e:  # noqa: BLE001 - an audit hook's error would be the user's open()'s
                     listening[0] = False
                     fail(self, e)
@@ -71,7 +78,7 @@ class Observer(rankside.Observer):
             return save(obj, f, *args, **kwargs)
 
         torch.save = torch.serialization.save = patched
-        self.undo = [(torch, "save", save, patched), (torch.serialization, "save", save, patched)]
+        self.undo += [(torch, "save", save, patched), (torch.serialization, "save", save, patched)]
 
     def _opened(self, path, mode, flags) -> None:
         if isinstance(path, int) or path is None:
@@ -99,13 +106,30 @@ class Observer(rankside.Observer):
                 "count": 1,
             }
 
+    def _made(self, path, mode, dir_fd) -> None:
+        """os.mkdir's audit event (os.makedirs and Path.mkdir call it): a folder this rank makes, unless a caller
+        between the user's code and mkdir was given exist_ok=True (an existing folder is then no error)."""
+        if isinstance(path, int) or path is None or dir_fd not in (None, -1):  # -1: no dir_fd (the event says so)
+            return
+        full = os.path.abspath(os.fsdecode(path))
+        if full in self.dirs or len(self.dirs) >= PATHS or full.startswith(self.skip):
+            return
+        frame = sys._getframe(2)  # the frame that called os.mkdir (past this method and the audit hook)
+        while frame is not None and not is_user(frame.f_code.co_filename):
+            if frame.f_locals.get("exist_ok") is True:
+                return
+            frame = frame.f_back
+        where = where_outside_imports(1)
+        if where is not None:
+            self.dirs[full] = {"path": full, "where": where, "step": self.window.step}
+
     def stop(self) -> None:
         self.on = self.listening[0] = False  # the audit hook stays (Python cannot remove one): one test per event
         self.restore(self.undo)
         self.undo = []
 
     def data(self) -> dict:
-        return {"writes": list(self.writes.values())}
+        return {"writes": list(self.writes.values()), "dirs": list(self.dirs.values())}
 
 
 # ------------------------------------------------------------------------------------------------------ reader side
@@ -151,6 +175,39 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                 },
             )
         )
+    return findings + _made_twice(ranks)
+
+
+def _made_twice(ranks: dict[int, dict]) -> list[Finding]:
+    """A folder made without exist_ok by several ranks: said when the run failed on it (readout.lead); a script that
+    catches FileExistsError handled the race itself."""
+    by_path: dict[str, dict[int, dict]] = {}
+    for rank, data in sorted(ranks.items()):
+        for made in data.get("dirs", []):
+            by_path.setdefault(made["path"], {})[rank] = made
+    findings = []
+    for path, made in by_path.items():
+        if len(made) < 2:  # two ranks cannot both make one folder: on one of them mkdir raised FileExistsError
+            continue
+        ranks_ = sorted(made)
+        first = made[ranks_[0]]
+        lines = sorted({short(m["where"]) for m in made.values()})
+        observed = (
+            f"ranks {ranks_text(ranks_)} {'both' if len(ranks_) == 2 else 'all'} made the folder {_shown(path)} "
+            f"(at {', '.join(lines)}) without exist_ok: a folder is made once, so on every rank but the first "
+            "to get there the call raised FileExistsError (a test that it exists first only narrows the race)"
+        )
+        fix = (
+            "os.makedirs(path, exist_ok=True) on every rank, or make it on global rank 0 only "
+            "(`if dist.get_rank() == 0:`) and dist.barrier() before the others use it"
+        )
+        evidence = {
+            "path": path,
+            "ranks": ranks_,
+            "where": {r: m["where"] for r, m in made.items()},
+            "only_when_failed": True,
+        }
+        findings.append(Finding(ID, observed, fix, where=first["where"], evidence=evidence))
     return findings
 
 

@@ -111,7 +111,7 @@ def _sanitized(result: LaunchResult, folder: Path):
     from ddplab.sanitize import readout
 
     found = readout.read(folder)
-    if found is not None and found.findings and result.status == "failed":
+    if found is not None and (found.findings or found.held) and result.status == "failed":
         root = next((r for r in result.ranks if r.rank == result.root_cause), None)
         readout.lead(found, "\n".join(filter(None, [root and root.traceback, root and root.error, result.summary])))
     return found
