@@ -17,6 +17,9 @@ import re
 LAYER_WORDS = {
     "nccl": re.compile(r"NCCL|\bnccl|ProcessGroupNCCL|\bsocketProgress|\bncclSocket|\bbootstrap\w*\.cc"),
     "gloo": re.compile(r"\bgloo\b|\bGloo\b|ProcessGroupGloo|gloo/transport|GLOO_|\bpair\.cc\b|\bgloo::"),
+    # the c10d store (TCPStore) and torchrun's rendezvous over it: a lost connection there ("Broken pipe" from
+    # c10d_rendezvous_backend's _call_store) is the store's server gone, not a gloo pair's peer
+    "store": re.compile(r"c10d_rendezvous_backend|\b_call_store\b|\bTCPStore\b|\bDistStoreError\b"),
 }
 # What proves that a layer ran in the log (not only named: "doesn't have NCCL built in" is no NCCL run): its own
 # log lines, its version banner, its process group, its result texts
@@ -71,7 +74,21 @@ def end(lines: list[str], start: int, strip, owner) -> int:
 
 
 # Literals one of each layer's words holds: a substring test (fast on a whole log) before the regex
-LAYER_NEEDLES = {"nccl": ("NCCL", "nccl", "socketProgress", "bootstrap"), "gloo": ("gloo", "Gloo", "GLOO_", "pair.cc")}
+LAYER_NEEDLES = {
+    "nccl": ("NCCL", "nccl", "socketProgress", "bootstrap"),
+    "gloo": ("gloo", "Gloo", "GLOO_", "pair.cc"),
+    "store": ("c10d_rendezvous_backend", "_call_store", "TCPStore", "DistStoreError"),
+}
+
+
+def raising_frame(lines: list[str], start: int, strip) -> int:
+    """The first line of the Python frame that raised the message starting at `start` (its `File "...", line N`
+    and its source line just above it), or `start` when none is there: the frame names the layer a bare
+    "RuntimeError: Broken pipe" came from."""
+    for k in (start - 2, start - 1):
+        if k >= 0 and strip(lines[k]).lstrip().startswith('File "'):
+            return k
+    return start
 
 
 def layers(text: str, ran: bool = False) -> set[str]:

@@ -135,6 +135,7 @@ class Match:
     file: str | None = None  # which file of a log folder `line` is in
     mechanism: str | None = None  # the rule's kind of failure (rules.MECHANISMS)
     said: list[str] = field(default_factory=list)  # what the message itself said, read by message.py (its kinds)
+    facts: list[str] = field(default_factory=list)  # the particulars the message states (explain/facts.py)
 
 
 @dataclass
@@ -432,6 +433,8 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
     said = _said(text, lines, root, root_lines, result, reading, named)
     if said is not None:
         result = said
+    for m in result:
+        m.facts = _facts(m, text, lines)
     return Explanation(
         source=source,
         lines=len(lines),
@@ -441,6 +444,18 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
         next_steps=[] if matched else list(GENERIC_STEPS),
         reading=reading,
     )
+
+
+def _facts(m: Match, text: str, lines: list[str]) -> list[str]:
+    """What the message `m` matched states (explain/facts.py): read from its line and its continuation lines."""
+    from ddplab.explain import facts
+
+    if m.rule not in facts.READERS:
+        return []
+    start = m.line - 1
+    stop = extent.end(lines, start, strip_prefixes, _line_owner)
+    message = "\n".join(strip_prefixes(lines[k]) for k in range(start, stop + 1))
+    return facts.read(m.rule, message, text)
 
 
 # The generic answer (explain/message.py): what the message says about itself, used when no specific rule names the
@@ -615,7 +630,7 @@ def _matches(
                 hits.add(bisect.bisect_right(starts, m.start()) - 1)
         if joined is not None:
             hits |= _wrapped_hits(joined, wrappable[k][1], starts)
-        if hits and rule.layer_of and log_layers:
+        if hits and rule.layer_of:
             # a finding's layer agrees with the layer its message (or, when that says none, the log) proves
             hits = {i for i in hits if not extent.disagrees(rule.layer_of, _message_layers(lines, i, head), log_layers)}
         if rule.covers:  # a family explains only lines no specific rule did (RULES lists families last)
@@ -668,9 +683,11 @@ def _matches(
 
 
 def _message_layers(lines: list[str], i: int, head) -> set[str]:
-    """The layers the message line `i` belongs to proves (its head and the lines down to i)."""
+    """The layers the message line `i` belongs to proves (the frame that raised it, its head and the lines down to
+    i)."""
     start = head(i)
-    return extent.layers("\n".join(lines[start if start is not None else i : i + 1]))
+    start = extent.raising_frame(lines, start if start is not None else i, strip_prefixes)
+    return extent.layers("\n".join(lines[start : i + 1]))
 
 
 def _continues(i: int, head, decisive: set[int], lines: list[str] | None = None) -> bool:
@@ -808,6 +825,8 @@ def render(con, e: Explanation, show_root: bool = True) -> None:
         )
         con.print(Text.assemble((f"{n}. {m.title}", "bold"), f" [{m.rule}] {where}", tag))
         con.print(f"   > {m.text}")
+        if m.facts:
+            con.print(f"   read:  {'; '.join(m.facts)}")
         con.print(f"   cause: {m.cause}")
         con.print(f"   fix:   {m.fix}")
         con.print(f"   see:   {m.reference}")

@@ -62,7 +62,10 @@ class Rule:
 # socket line (its bootstrap and socket transport connect to every rank on random ports) is NCCL's socket layer
 # (nccl-socket: a firewall, an interface the peer cannot reach, a peer that exited), not the MASTER_ADDR rendezvous
 # or gloo's pair that the same errno text means elsewhere.
-NOT_NCCL_LINE = r"^(?![^\n]*\bNCCL (?:WARN|INFO)\b)[^\n]*?"
+# NCCL's socket.cc also prints its failed socket call without that prefix, under "Last error:" (a paste, pdsh's
+# "node2: " prefix): "Net : Call to recv from ADDR<PORT> failed : Connection refused" (NCCL < 2.19),
+# "socketProgressOpt: Call to recv from ADDR<PORT> failed : ..." (later).
+NOT_NCCL_LINE = r"^(?![^\n]*(?:\bNCCL (?:WARN|INFO)\b|\bCall to \w+ from \S+ failed :|\bsocketProgress))[^\n]*?"
 
 # The variables a launcher (torchrun, torch.distributed.launch, ddplab launch) sets and env:// reads
 LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT)"
@@ -78,6 +81,11 @@ def _nccl_result(number: int, words: str) -> tuple[str, str]:
     """The result `number` (ncclResult_t) in torch's slot: by its key words, or by the number nccl.cpp prints."""
     return NCCL_RESULT + rf"\b(?i:{words})\b", rf"NCCL [Ee]rror {number}\b"
 
+
+# gloo/transport/tcp/pair.cc's read() on a connected pair: EOF ("Connection closed by peer"), a failed read ("Read
+# error [ADDR]: Connection reset by peer") or none in time ("Read timeout"). The peer was reached, then went away or
+# hung: not an address that cannot be reached (gloo-address), whatever step (connectFullMesh, a collective) it was in.
+_PAIR_READ_FAILED = r"(?:Connection closed by peer|Read error|Read timeout|Connection reset by peer)"
 
 # What the kernel's siginfo si_code says about a fault, as UCX (ucs/debug/debug.c: "Caught signal %d (%s: %s)") and
 # the handlers that copy it print it after the strsignal text: "Bus error: nonexistent physical address" (BUS_ADRERR,
@@ -235,7 +243,10 @@ _SPECIFIC: tuple[Rule, ...] = (
         "rendezvous-incomplete",
         "not every rank joined the process group",
         (
+            # TCPStore.cpp "Timed out after {} seconds waiting for clients. {}/{} clients joined." (an issue title
+            # keeps only its head)
             r"waiting for clients\. \d+/\d+ clients joined",
+            r"Timed out after \d+ seconds waiting for clients\b",
             r"wait timeout after \d+ms, keys: ",
             r"RendezvousTimeoutError",
             # c10d Utils.hpp recvBytes/sendBytes (torch < 2.2): the store was reached (a failed connect says "client
@@ -253,6 +264,38 @@ _SPECIFIC: tuple[Rule, ...] = (
         "the other ranks' logs for an earlier error; on several machines, start every node with the same "
         "--nnodes and --rdzv-endpoint.",
         f"{DOCS}/elastic/run.html",
+        consequence=True,
+    ),
+    Rule(
+        "rendezvous-store-lost",
+        "torchrun's agent lost the rendezvous store it had reached",
+        # elastic/rendezvous/dynamic_rendezvous.py: the agent's keep-alive heartbeat and its shutdown write to the
+        # store ("The node '{}' has failed to send a keep-alive heartbeat to / shutdown the rendezvous '{}' due to an
+        # error of type {}."); elastic/agent/server/api.py polls num_nodes_waiting() only while the workers are
+        # HEALTHY. A RendezvousConnectionError there comes after the store was reached and the workers started.
+        (
+            r"has failed to send a keep-alive heartbeat to the rendezvous '[^'\n]*' due to an error of type "
+            r"RendezvousConnectionError",
+            # the shutdown runs as the agent exits, whatever ended it, and logs before that error is printed: not
+            # when the agent is leaving on a failed rendezvous (the store's host gave up first: that is the cause)
+            r"has failed to shutdown the rendezvous '[^'\n]*' due to an error of type RendezvousConnectionError"
+            r"(?![\s\S]*\bRendezvous(?:Timeout|Closed)Error\b)",
+            r"\bnum_nodes_waiting\b[^\n]*\n(?:[^\n]*\n){0,16}?[^\n]*\bRendezvousConnectionError\b",
+            # c10d_rendezvous_backend.py _call_store (a call on the connected store) failing on a connection the
+            # server closed: the store's server exited (a timed-out wait is rendezvous-incomplete's)
+            r"\bin _call_store\s*\n(?:[^\n]*\n){0,3}?[^\n]*\b(?:Broken pipe|Connection reset by peer|Connection "
+            r"closed by peer)",
+        ),
+        "The c10d rendezvous store is served by the torchrun agent on the node of --rdzv-endpoint. This agent had "
+        "reached it, then lost it (its keep-alive heartbeat, its monitor loop while the workers ran, or its shutdown "
+        "at exit failed on the store): the agent that served it exited. Either that node's job ended first (it failed - "
+        "its log holds the first error - or finished), or several jobs on one machine share the endpoint's port "
+        "(the same --rdzv-endpoint / --master-port, or --standalone in releases that fixed it to 29400): the first "
+        "job serves the store for all of them, and when it ends the others lose it.",
+        "Read the log of the node that serves the endpoint first. For concurrent jobs on one machine give each its "
+        "own port: --rdzv-endpoint localhost:0 (or --standalone on a recent torch) picks a free one; on several "
+        "machines, a distinct HOST:PORT per job.",
+        f"{DOCS}/elastic/run.html#stacked-single-node-multi-worker",
         consequence=True,
     ),
     Rule(
@@ -540,10 +583,13 @@ _SPECIFIC: tuple[Rule, ...] = (
         "invalid-device-ordinal",
         "LOCAL_RANK beyond the visible GPUs",
         (r"invalid device ordinal", r"LOCAL_RANK=\d+ but only \d+ GPU\(s\) are visible"),
-        "A process asked for GPU number LOCAL_RANK, but fewer GPUs are visible: more processes per node than GPUs, "
-        "or CUDA_VISIBLE_DEVICES hides some.",
-        "Start at most one process per visible GPU: --nproc-per-node gpu (or the count nvidia-smi shows), and "
-        "check CUDA_VISIBLE_DEVICES.",
+        "A process asked for a GPU index beyond the GPUs it can see: more processes per node than GPUs, "
+        "CUDA_VISIBLE_DEVICES hides some, or the script passes another number where the local index belongs: the "
+        "global RANK (set_device(rank) fails from the second node on, where RANK >= GPUs per node) or a physical GPU "
+        "id read from CUDA_VISIBLE_DEVICES (inside the process the visible GPUs are renumbered 0..n-1).",
+        "Start at most one process per visible GPU: --nproc-per-node gpu (or the count nvidia-smi shows), check "
+        "CUDA_VISIBLE_DEVICES, and select the GPU by the local index: "
+        "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])).",
         f"{DOCS}/elastic/run.html",
     ),
     Rule(
@@ -952,13 +998,16 @@ _SPECIFIC: tuple[Rule, ...] = (
         # gloo/transport/tcp/device.cc: "Unable to find address for: X" (GLOO_SOCKET_IFNAME or the hostname)
         (
             r"Unable to find address for:? ",
-            r"Gloo connectFullMesh failed[\s\S]{0,300}?\b127\.0\.0\.1\b",
+            r"Gloo connectFullMesh failed(?![\s\S]{0,300}?" + _PAIR_READ_FAILED + r")[\s\S]{0,300}?\b127\.0\.0\.1\b",
             # connectFullMesh runs after every rank has put its address in the store (so the store and the peers were
             # reachable); a failure in a TCP pair's connect then means the address a peer advertised cannot be
             # reached from here (gloo/rendezvous/context.cc, gloo/transport/tcp/pair.cc)
             # (the catalogue's template is "Gloo connectFullMesh failed with" and the pair's error; a paste may cut
             # the bracketed source path: "Gloo connectFullMesh failed ... timed out connecting: SO_ERROR: ...")
-            r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\]",
+            # ... but not a read on a connected pair that failed (_PAIR_READ_FAILED): that peer was reached
+            r"Gloo connectFullMesh failed with \[[^\]\n]*gloo/transport/tcp/pair\.cc:\d+\](?!\s*"
+            + _PAIR_READ_FAILED
+            + ")",
             r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)",
         ),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
@@ -1325,6 +1374,8 @@ _FAMILIES: tuple[Rule, ...] = (
             r"\b(?:ncclOs)?[Ss]ocket(?:Progress\w*|StartConnect|Connect|Accept|Finalize\w*|PollConnect|TryAccept)\b",
             # NCCL prints a socket address as ip<port> (ncclSocketToString), in every version's connect failure
             r"\b[Cc]onnect to \S+<\d+> (?:failed|returned)",
+            # socket.cc's failed call on a connection, under "Last error:" without its WARN prefix (NOT_NCCL_LINE)
+            r"\bCall to \w+ from \S+<\d+> failed :",
         ),
         "NCCL's TCP sockets (its bootstrap, or the socket transport when there is no InfiniBand) could not "
         "connect or lost a connection: a peer rank exited first, a firewall blocks NCCL's random ports, or "
