@@ -569,6 +569,24 @@ _SPECIFIC: tuple[Rule, ...] = (
         "trusted old file use torch.serialization.add_safe_globals([...]) or weights_only=False.",
         f"{DOCS}/generated/torch.load.html",
     ),
+    Rule(
+        "folder-made-by-every-rank",
+        "a folder that already existed was made without exist_ok",
+        # Python's OSError text for EEXIST (FileExistsError, errno 17; Windows' WinError 183), which os.makedirs,
+        # os.mkdir, Path.mkdir and the log writers built on them (SummaryWriter's log_dir) raise for a folder that
+        # is there already
+        (
+            r"FileExistsError: \[Errno 17\] File exists",
+            r"FileExistsError: \[WinError 183\]",
+        ),
+        "A folder (or file) that already existed was created without exist_ok: in a run of several processes every "
+        "rank runs the same code, so every rank makes the same output, log or checkpoint folder (directly, or "
+        "through a SummaryWriter or a logger each rank builds), and all but the first to get there fail; a test "
+        "that it exists before making it only narrows the race. Or it was left there by an earlier run.",
+        "os.makedirs(path, exist_ok=True) on every rank; or make it, and build writers and loggers, on global rank "
+        "0 only (`if dist.get_rank() == 0:`), then dist.barrier() before the other ranks use it.",
+        "https://docs.python.org/3/library/os.html#os.makedirs",
+    ),
     # ------------------------------------------------------------------ devices (GPU)
     Rule(
         "cuda-not-compiled",
