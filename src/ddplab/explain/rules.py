@@ -326,6 +326,22 @@ _SPECIFIC: tuple[Rule, ...] = (
         "address and an open port to every node (--rdzv-endpoint HOST:PORT) and check it with `nc -zv HOST PORT`.",
         f"{DOCS}/elastic/run.html",
     ),
+    Rule(
+        "slurm-more-cpus-than-granted",
+        "Slurm refused a step asking for more CPUs than granted",
+        # Slurm's ESLURM_TOO_MANY_REQUESTED_CPUS text (slurm_errno.c), from srun ("srun: error: Unable to create step
+        # for job N: ...") and sbatch ("sbatch: error: Batch job submission failed: ...")
+        (r"More processors requested than permitted",),
+        "Slurm refused the job step (srun) or the job (sbatch): it asks a node for more CPUs (tasks per node x "
+        "--cpus-per-task) than the allocation, or the node, grants. Usual ways there: an srun inside the sbatch "
+        "script asking for its own -n/-c beyond what #SBATCH requested, a tool that calls srun again inside a step, "
+        "nodes with fewer usable cores than assumed (core specialisation reserves some; a mixed partition's "
+        "smallest node).",
+        "Make the step fit the allocation: `srun` with no -n/-c inherits the job's; request per node what the "
+        "node holds (`sinfo -o '%N %c'`, `scontrol show node`): one torchrun per node (--ntasks-per-node=1) with "
+        "--cpus-per-task for all its ranks, or one task per GPU (--ntasks-per-node=G) with cores/G each.",
+        "https://slurm.schedmd.com/srun.html#OPT_cpus-per-task",
+    ),
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed",
