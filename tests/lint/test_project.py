@@ -434,3 +434,122 @@ def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     assert {(line, rule) for _, line, rule in found(train, show_all=True) if rule.endswith(("print", "save"))} == {
         (14, "unguarded-print")
     }
+
+
+def test_the_main_block_of_an_imported_module_does_not_run(tmp_path):
+    """`from supervised import evaluate`: importing supervised.py does not run its `if __name__ == "__main__":
+    main()`, so main's save is not the script's; the script calling main() itself is."""
+    sibling = """\
+        import torch
+        import torch.distributed as dist
+
+        def evaluate(x):
+            return x
+
+        def main():
+            dist.init_process_group("gloo")
+            model = torch.nn.Linear(2, 2)
+            torch.save(model.state_dict(), "model.pt")
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main()
+    """
+    script = write(
+        tmp_path,
+        {
+            "semi.py": """\
+        import torch.distributed as dist
+        from supervised import evaluate
+
+        dist.init_process_group("gloo")
+        evaluate(1)
+        dist.destroy_process_group()
+    """,
+            "supervised.py": sibling,
+        },
+    )
+    assert found(script) == set()
+    script.write_text(script.read_text().replace("import evaluate", "import evaluate, main").replace("(1)", "(main())"))
+    assert found(script) == {("supervised.py", 10, "unguarded-save")}
+
+
+def test_the_main_block_that_reaches_a_helper_starting_workers_runs_once(tmp_path):
+    """`main()` calls a project helper whose body is `mp.spawn(...)` (SlowFast's `launch_job(cfg, func=train)`): main
+    runs in the parent, one process, so its print is said once; a helper that runs `func` in this process (under
+    torchrun) leaves the print on every rank."""
+    helper = """\
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+        def run(rank, func, n):
+            dist.init_process_group("gloo", rank=rank, world_size=n)
+            func()
+            dist.destroy_process_group()
+
+        def launch_job(func, n):
+            mp.spawn(run, nprocs=n, args=(func, n))
+    """
+    script = write(
+        tmp_path,
+        {
+            "run_net.py": """\
+        from misc import launch_job
+
+        def train():
+            pass
+
+        def main():
+            print("config files")
+            launch_job(func=train, n=2)
+
+        if __name__ == "__main__":
+            main()
+    """,
+            "misc.py": helper,
+        },
+    )
+    assert found(script) == set()
+    (tmp_path / "misc.py").write_text(
+        textwrap.dedent(helper).replace("mp.spawn(run, nprocs=n, args=(func, n))", "run(0, func, n)")
+    )
+    assert found(script) == {(None, 7, "unguarded-print")}
+
+
+def test_a_rank_test_stored_on_the_options_guards_in_another_module(tmp_path):
+    """`args.should_save = bool(args.logs) and is_master(args)` in main.py; train.py saves `if args.should_save:`:
+    rank 0 only. Stored without the rank test, every rank saves."""
+    script = write(
+        tmp_path,
+        {
+            "main.py": """\
+        import argparse
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from loop import train
+
+        def main(args):
+            dist.init_process_group("gloo")
+            args.rank = dist.get_rank()
+            args.should_save = bool(args.logs) and args.rank == 0
+            model = DDP(torch.nn.Linear(2, 2))
+            for step in range(100):
+                train(model, args, step)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main(argparse.Namespace(logs="runs"))
+    """,
+            "loop.py": """\
+        import torch
+
+        def train(model, args, step):
+            if args.should_save and step % 10 == 0:
+                torch.save(model.module.state_dict(), args.logs + "/latest.pt")
+    """,
+        },
+    )
+    assert found(script) == set()
+    script.write_text(script.read_text().replace(" and args.rank == 0", ""))
+    assert found(script) == {("loop.py", 5, "unguarded-save")}

@@ -378,3 +378,25 @@ def test_nccl_when_cuda_and_the_current_devices_generator():
     """
     assert "no-set-device" in names(src)
     assert "no-set-device" not in names(src.replace("torch.cuda.get_rng_state", "torch.random.get_rng_state"))
+
+
+def test_local_rank_flag_replaced_in_the_script_for_an_options_module_that_reads_it(tmp_path):
+    """options.py defines --local_rank and a set_dist(args) that picks the device from it; the script assigns
+    `args.local_rank = dist.get_rank() % gpus` itself: the flag's value is replaced, in the module too."""
+    from lintcase import lint_file
+
+    (tmp_path / "options.py").write_text(
+        HEAD + "import argparse\ndef parse():\n    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--local_rank', type=int, default=-1)\n"
+        "    return p.parse_args()\n\n"
+        "def set_dist(args):\n    torch.cuda.set_device(args.local_rank)\n"
+    )
+    script = (
+        HEAD + "from options import parse, set_dist\nargs = parse()\ndist.init_process_group('gloo')\n"
+        "args.local_rank = dist.get_rank() % torch.cuda.device_count()\n"
+        "torch.cuda.set_device(args.local_rank)\ndist.destroy_process_group()\n"
+    )
+    (tmp_path / "train.py").write_text(script)
+    assert "local-rank-argparse" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("args.local_rank = dist.get_rank()", "gpu = dist.get_rank()"))
+    assert "local-rank-argparse" in [f.rule for f in lint_file(tmp_path / "train.py").findings]

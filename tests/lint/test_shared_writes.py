@@ -807,3 +807,33 @@ def test_an_assert_that_no_launcher_runs_makes_the_rest_one_process():
     assert unchecked != source and [r for r in rules(unchecked) if r[1] == "unguarded-print"] == [
         (12, "unguarded-print")
     ]
+
+
+def test_a_write_rank_0_makes_first_behind_barriers_is_not_sure():
+    """`if local_rank not in [-1, 0]: dist.barrier()` ... `if local_rank == 0: dist.barrier()` (the older
+    transformers examples): rank 0 makes the folder first and the others find it made. Whether they write again
+    shows in a run: possible, not sure. Without the barriers every rank races in makedirs."""
+    source = """\
+import os
+import torch
+import torch.distributed as dist
+
+local_rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("gloo")
+if local_rank not in [-1, 0]:
+    dist.barrier()
+if not os.path.exists("output"):
+    os.makedirs("output")
+if local_rank == 0:
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+    def writes(text: str, show_all: bool) -> list[str]:
+        found = lint_source(text, "train.py", show_all=show_all).findings
+        return [f.confidence for f in found if f.rule == "shared-path-write"]
+
+    assert writes(source, show_all=False) == []
+    assert writes(source, show_all=True) == ["possible"]
+    bare = source.replace("if local_rank not in [-1, 0]:\n    dist.barrier()\n", "")
+    assert writes(bare.replace("if local_rank == 0:\n    dist.barrier()\n", ""), show_all=False) == ["sure"]

@@ -30,11 +30,12 @@ from ddplab.lint.scriptread import (
     const_str,
     dotted,
     forget_trees,
-    given_for,
     is_main_block,
+    passed,
     static,
 )
 
+RANK_SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"}
 # why a finding of a run-time rule (Rule.modules_at_run) in an imported module is possible
 AT_RUN = "in an imported module: whether every rank runs it, on one path, shows in a run"
 
@@ -173,6 +174,9 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
+        facts.stored_attrs |= {
+            n.attr for n in reader.nodes if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+        }
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -192,6 +196,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
             facts.rank_tests.update(reader.helper_results()[0])
         if facts.rank_tests == known:
             break
+    facts.attr_tests = _attribute_tests(readers)
     facts.buffer_classes = _buffer_classes(readers)
     facts.never_true = _never_true(readers)
     defs, calls = _definitions(readers)
@@ -208,6 +213,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
+    facts.spawners = _with_callers(_spawning(readers), calls)
     facts.replaces_print = facts.replaces_print and _filter_installed(readers, facts.print_installers)
     return facts
 
@@ -246,21 +252,54 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
         for param in params:
             if param in ("self", "cls"):
                 continue
-            given = [(reader, given_for(call, funcs[0], param)) for reader, call in sites]
-            if any(v is None for _, v in given):
+            given = [(reader, passed(call, funcs[0], param), call) for reader, call in sites]
+            if any(v is None for _, v, _ in given):
                 continue
-            found = {r.rank_kind(v) for r, v in given}
+            found = {r.rank_kind(v) for r, v, _ in given}
             key = (funcs[0].name, param) if funcs[0].name != "__init__" else (f"{name}.__init__", param)
             if len(found) == 1 and None not in found:
                 kinds[key] = found.pop()
                 continue
-            found_tests = {
-                (False if isinstance(v, ast.Constant) and v.value is False else r.rank_test(v)) for r, v in given
-            }
+            falsy = any(isinstance(v, ast.Constant) and v.value in (False, None) for _, v, _ in given)
+            found_tests = {_test_given(r, v, call, falsy) for r, v, call in given}
             rank0 = {t for t in found_tests if t}
             if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
                 tests[key] = (rank0.pop()[0], True)
     return kinds, tests
+
+
+def _test_given(reader, value: ast.AST, call: ast.Call, falsy: bool):
+    """The rank test a call's argument amounts to: a test itself (`verbose=rank == 0`); False for False or None
+    (falsy on the ranks that pass it); and, where other calls pass False or None, whatever a call made on rank 0
+    only passes (`Trainer(logger=logger, save_path=p)` under `if rank == 0:`, `Trainer()` elsewhere: the
+    parameter is set on rank 0 only, so `if self.save_path is None: return` leaves the other ranks)."""
+    if isinstance(value, ast.Constant) and value.value in (False, None):
+        return False
+    test = reader.rank_test(value)
+    if test or not falsy or isinstance(value, ast.Constant) and not value.value:
+        return test
+    return next(
+        ((kind, True) for kind in ("global", "local", "device") if reader.runs_on_rank0_only(call, frozenset({kind}))),
+        None,
+    )
+
+
+def _attribute_tests(readers: list[Checks]) -> dict[str, tuple]:
+    """Attribute names that every store in the project assigns the same rank test (`args.should_save = bool(args.logs)
+    and is_master(args)` in main.py): `if args.should_save:` in another module is that test. A name also given a
+    rank itself, or anything else, is left out."""
+    found: dict[str, tuple] = {}
+    other: set[str] = set()
+    for reader in readers:
+        for n in reader.nodes:
+            if not (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)):
+                continue
+            stmt = reader.parent.get(n)
+            value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+            test = None if value is None or reader.rank_kind(value) else reader.rank_test(value)
+            if test is None or found.setdefault(n.attr, test) != test:
+                other.add(n.attr)
+    return {name: test for name, test in found.items() if name not in other}
 
 
 def _never_true(readers: list[Checks]) -> set[str]:
@@ -288,6 +327,17 @@ def _group_makers(calls: dict[str, set[str]]) -> set[str]:
     """Functions of the project that make the process group: call init_process_group, or a function that does
     (`calls`: each function's callees, as _print_installers gathered them)."""
     return _with_callers({name for name, called in calls.items() if "init_process_group" in called}, calls)
+
+
+def _spawning(readers: list) -> set[str]:
+    """Functions of the project that start the ranks themselves (`mp.spawn(run, ...)` in SlowFast's `launch_job`);
+    not a `multiprocessing.Process` (open_clip's remote-sync process is no rank)."""
+    return {
+        func.name
+        for reader in readers
+        for c in reader.calls
+        if reader.callee(c) in RANK_SPAWNERS and (func := reader.enclosing_function(c)) is not None
+    }
 
 
 def _with_callers(found: set[str], calls: dict[str, set[str]]) -> set[str]:

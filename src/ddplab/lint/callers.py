@@ -13,9 +13,9 @@ from ddplab.lint.scriptread import (
     ANY_RANK0,
     UNIQUE_NAMES,
     ScriptReader,
-    const_str,
     dotted,
     given_for,
+    is_main_block,
     last,
     walk_same_function,
 )
@@ -195,7 +195,7 @@ class Callers:
         found = []
         for where, reader in self.readers.items():
             for call in reader.calls_by_name.get(name, []):
-                if reader.enclosing_function(call) is func:
+                if reader.enclosing_function(call) is func or self._main_of_import(where, reader, call):
                     continue
                 if (
                     where != path
@@ -208,6 +208,11 @@ class Callers:
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
         return found
+
+    def _main_of_import(self, where: Path, reader: ScriptReader, call: ast.Call) -> bool:
+        """`call` sits in the `if __name__ == "__main__":` block of a module the script imports: importing it does
+        not run that block (`from supervised import evaluate` never runs supervised.py's `main()`)."""
+        return where not in self.entries and any(is_main_block(a) for a in reader.ancestors(call))
 
     def _stars(self, where: Path) -> set[str]:
         """The project modules whose names `where` takes with `from m import *`, also through a package that does
@@ -237,7 +242,7 @@ class Callers:
         reader = self.readers[where]
         if (
             reader.runs_on_rank0_only(site, ANY_RANK0)
-            or self._branch_not_taken(reader, site)
+            or self._branch_not_taken(where, reader, site)
             or self._rank0_first(reader, site)
         ):
             return False
@@ -251,9 +256,11 @@ class Callers:
 
     def _rank0_first(self, reader: ScriptReader, site: ast.Call) -> bool:
         """Inside `with torch_distributed_zero_first(rank):` (YOLOv5/v7) or `with args.main_process_first():`
-        (transformers): rank 0 runs the block first and the others after it, to find its work done (the labels'
-        cache written, the data set downloaded). Not every rank at once: whether the others write again is known
-        in a run."""
+        (transformers), or between `if rank not in [-1, 0]: barrier()` and `if rank == 0: barrier()`: rank 0
+        runs the block first and the others after it, to find its work done (the labels' cache written, the data
+        set downloaded). Not every rank at once: whether the others write again is known in a run."""
+        if reader.after_rank0_barrier(site):
+            return True  # `if rank not in [-1, 0]: barrier()` before it, `if rank == 0: barrier()` after it
         for parent in reader.ancestors(site):
             if isinstance(parent, (ast.With, ast.AsyncWith)) and any(
                 isinstance(item.context_expr, ast.Call) and self._runs_one_first(reader.callee_last(item.context_expr))
@@ -277,34 +284,9 @@ class Callers:
                     return True
         return False
 
-    def _branch_not_taken(self, reader: ScriptReader, site: ast.Call) -> bool:
-        """Inside `if param == "x":` (or its elif chain) where every caller of the function passes another constant
-        for `param`: that branch never runs."""
+    def _branch_not_taken(self, where: Path, reader: ScriptReader, site: ast.Call) -> bool:
+        """Inside `if param == "x":` (or `if flag:`, or their else) where every caller of the function passes a
+        constant that takes the other branch: that branch never runs."""
         func = reader.enclosing_function(site)
-        if func is None:
-            return False
-        params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
-        child, parent = site, reader.parent.get(site)
-        while parent is not None and parent is not func:
-            if (
-                isinstance(parent, ast.If)
-                and child in parent.body
-                and isinstance(parent.test, ast.Compare)
-                and len(parent.test.ops) == 1
-                and isinstance(parent.test.ops[0], ast.Eq)
-                and isinstance(parent.test.left, ast.Name)
-                and parent.test.left.id in params
-                and (wanted := const_str(parent.test.comparators[0])) is not None
-            ):
-                given = self._given(func, parent.test.left.id)
-                if given and all(g is not None and g != wanted for g in given):
-                    return True
-            child, parent = parent, reader.parent.get(parent)
-        return False
-
-    def _given(self, func: ast.AST, param: str) -> list[str | None]:
-        """The constant each call of `func` passes for `param` (None where it is not a string literal)."""
-        where = next((p for p, r in self.readers.items() if func in r.parent), None)
-        if where is None:
-            return []
-        return [const_str(given_for(call, func, param)) for _, call in self.sites(where, func)]
+        callers = self.sites(where, func) if func is not None else []
+        return bool(callers) and not any(reader.branch_open(site, func, call) for _, call in callers)

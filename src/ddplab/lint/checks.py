@@ -19,12 +19,13 @@ from ddplab.lint.scriptread import (
     body_exits,
     calls_in,
     const_str,
+    default_of,
     dotted,
-    given_for,
     is_main_block,
     keyword,
     last,
     method_name,
+    passed,
     walk_same_function,
 )
 
@@ -332,10 +333,7 @@ class Checks(MultiGpuChecks):
         func = self.enclosing_function(name) if isinstance(name, ast.Name) else None
         if func is None:
             return None
-        params = [*func.args.posonlyargs, *func.args.args]
-        defaults = dict(zip([a.arg for a in params][len(params) - len(func.args.defaults) :], func.args.defaults))
-        defaults.update({a.arg: d for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None})
-        value = const_str(defaults.get(name.id))
+        value = const_str(default_of(func, name.id))
         targets = [
             t
             for n in ast.walk(func)
@@ -344,18 +342,13 @@ class Checks(MultiGpuChecks):
         ]
         if value is None or any(isinstance(t, ast.Name) and t.id == name.id for x in targets for t in ast.walk(x)):
             return None
-        for site in self.call_sites(func):
-            if (
-                given_for(site, func, name.id) is not None
-                or any(k.arg is None for k in site.keywords)
-                or any(isinstance(a, ast.Starred) for a in site.args)
-            ):
-                return None
+        if any(passed(site, func, name.id) is not default_of(func, name.id) for site in self.call_sites(func)):
+            return None  # a call passes its own (or may, through *args / **kwargs)
         return value
 
     def _in_branch_never_taken(self, node: ast.AST) -> bool:
         """In a branch of a parameter flag that no call of the function (by its name, or its class's for __init__; at
-        least one seen) opens (_branch_open): `def __init__(self, n, re_train=False): if re_train: torch.load(...)`
+        least one seen) opens (branch_open): `def __init__(self, n, re_train=False): if re_train: torch.load(...)`
         built as `Net(n)`."""
         func = self.enclosing_function(node)
         if func is None:
@@ -363,7 +356,7 @@ class Checks(MultiGpuChecks):
         owner = self.parent.get(func)
         name = owner.name if func.name == "__init__" and isinstance(owner, ast.ClassDef) else func.name
         sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
-        return bool(sites) and not any(self._branch_open(node, func, c) for c in sites)
+        return bool(sites) and not any(self.branch_open(node, func, c) for c in sites)
 
     def _chain_ends_in_exit(self, node: ast.If) -> bool:
         """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""

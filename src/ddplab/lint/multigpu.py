@@ -34,6 +34,7 @@ TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "mo
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
 LOCAL_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
 LOCAL_CALLS = ("get_local_rank", "get_node_local_rank")
+LAST_VALUE = {"val", "value"}  # a meter's latest update (AverageMeter.val, SmoothedValue.value), not its sum
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
 IMPLICIT_DEVICE = {
     "synchronize",
@@ -80,8 +81,10 @@ class MultiGpuChecks(ScriptReader):
         dests = {dest for _, dest in flags} or self.facts.local_rank_flags
         if not dests or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
             return
-        if any(isinstance(n, ast.Attribute) and n.attr in dests and isinstance(n.ctx, ast.Store) for n in self.nodes):
-            return  # `opt.local_rank = dist.get_rank()`: the flag's value is replaced before any device is picked
+        if dests & self.facts.stored_attrs:
+            # `args.local_rank = dist.get_rank() % gpus` in the script: the flag's value is replaced before any device
+            # is picked, also where an options module's set_dist(args) reads it
+            return
         used = [
             n
             for n in self.nodes
@@ -473,9 +476,10 @@ class MultiGpuChecks(ScriptReader):
                     names |= {e.id for i, e in enumerate(target.elts) if i in positions and isinstance(e, ast.Name)}
         return names
 
-    def sum_returners(self) -> dict[str, int]:
+    def sum_returners(self) -> dict[str, frozenset]:
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
-        += ...` then `return loss / n, acc / n`): name -> the line of the loop."""
+        += ...` then `return loss / n, acc / n`): name -> the positions of the returned tuple that hold one (-1: the
+        whole value; `return epoch_loss, last_lr`: only 0)."""
         found = {}
         candidates = {
             self.enclosing_function(n)
@@ -487,15 +491,15 @@ class MultiGpuChecks(ScriptReader):
             if any(self._reduces(c) for c in walk_same_function(body) if isinstance(c, ast.Call)):
                 continue
             summed = self._summed_over_batches(body)
-            returned = {
-                n.id
+            positions = {
+                i if isinstance(r.value, ast.Tuple) else -1
                 for r in walk_same_function(body)
                 if isinstance(r, ast.Return) and r.value is not None
-                for n in ast.walk(r.value)
-                if isinstance(n, ast.Name)
+                for i, part in enumerate(r.value.elts if isinstance(r.value, ast.Tuple) else [r.value])
+                if any(isinstance(n, ast.Name) and n.id in summed for n in ast.walk(part))
             }
-            if summed.keys() & returned:
-                found[func.name] = summed[sorted(summed.keys() & returned)[0]].lineno
+            if positions:
+                found[func.name] = frozenset(positions)
         return found
 
     def _summed_over_batches(self, body: list[ast.stmt], reduced: frozenset | set = frozenset()) -> dict[str, ast.AST]:
@@ -514,6 +518,9 @@ class MultiGpuChecks(ScriptReader):
         }
 
         in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
+        # `reduced = reduce_tensor(loss, n).item()` on the distributed path (`else: reduced = loss.item()` on the one
+        # process): a sum of those is a sum of whole values
+        in_place |= _names_given(body, lambda v: any(isinstance(x, ast.Call) and self._reduces(x) for x in ast.walk(v)))
 
         def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
             return any(
@@ -806,12 +813,14 @@ class MultiGpuChecks(ScriptReader):
                 if (
                     isinstance(node, ast.Assign)
                     and isinstance(node.value, ast.Call)
-                    and self.callee_last(node.value) in self.facts.sum_returners
+                    and (positions := self.facts.sum_returners.get(self.callee_last(node.value)))
                 ):
                     for target in node.targets:
-                        for n in ast.walk(target):
-                            if isinstance(n, ast.Name):
-                                accumulated.setdefault(n.id, node)
+                        parts = target.elts if isinstance(target, ast.Tuple) and -1 not in positions else [target]
+                        for i, part in enumerate(parts):
+                            for n in ast.walk(part) if part is target or i in positions else ():
+                                if isinstance(n, ast.Name):
+                                    accumulated.setdefault(n.id, node)
             if not accumulated:
                 continue
             for call in calls:
@@ -830,7 +839,9 @@ class MultiGpuChecks(ScriptReader):
                 names = {
                     n
                     for n in names
-                    if not self._reads_whole_dataset(accumulated[n]) and not self._only_as_rate(call, n, body)
+                    if not self._reads_whole_dataset(accumulated[n])
+                    and not self._only_as_rate(call, n, body)
+                    and not _only_last_value(call, n)
                 }
                 if names:
                     name = sorted(names)[0]
@@ -1057,7 +1068,7 @@ class MultiGpuChecks(ScriptReader):
                 continue  # a checkpoint helper: the save rules speak for it (unguarded-save, local-rank-save)
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[self.line_of(call)] = param  # the caller decides the path: judged with the callers
-            stamped = self._time_stamped(call)
+            stamped, first = self._time_stamped(call), self.after_rank0_barrier(call)
             self.add(
                 call,
                 "shared-path-write",
@@ -1066,10 +1077,12 @@ class MultiGpuChecks(ScriptReader):
                 "half-written; with download=True, N downloads into one folder)",
                 "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
                 "the rank in the path",
-                sure=not stamped,
+                sure=not stamped and not first,
                 why="the path holds the clock time it was made: ranks that start in the same second share it, "
                 "ranks started apart (by hand, on other machines) do not"
                 if stamped
+                else "rank 0 runs it first, the others after its barrier: whether they write again shows in a run"
+                if first
                 else "",
             )
 
@@ -1456,6 +1469,14 @@ def _factors(expr: ast.AST) -> set[str]:
     if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr):
         return {last(dotted(expr))}
     return set()
+
+
+def _only_last_value(report: ast.Call, name: str) -> bool:
+    """Every use of the meter in the report is its latest value (`losses.val`, a SmoothedValue's `.value`): this
+    rank's last batch, as `loss.item()` is, not the sum it keeps over the epoch."""
+    read = {id(n.value): n.attr for n in ast.walk(report) if isinstance(n, ast.Attribute)}  # x -> attr of x.attr
+    uses = [n for n in ast.walk(report) if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) == name]
+    return bool(uses) and all(read.get(id(u)) in LAST_VALUE for u in uses)
 
 
 def _names_given(body: list[ast.stmt], kind) -> set[str]:

@@ -117,6 +117,24 @@ def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
     )
 
 
+def default_of(func: ast.AST, param: str) -> ast.AST | None:
+    """The default of `func`'s parameter `param` (positional or keyword-only); None when it has none."""
+    a = func.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+    return next((d for arg, d in pairs if arg.arg == param), None)
+
+
+def passed(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+    """What `call` gives `param`: the argument, or the default where the call leaves it out (None where a *args or
+    **kwargs may hold it)."""
+    value = given_for(call, func, param)
+    if value is None and not any(k.arg is None for k in call.keywords):
+        if not any(isinstance(a, ast.Starred) for a in call.args):
+            return default_of(func, param)
+    return value
+
+
 def const_str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
@@ -215,11 +233,13 @@ class Facts:
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
+    stored_attrs: set = field(default_factory=set)  # attribute names some file of the project assigns
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
     group_makers: set = field(default_factory=set)  # project functions that make the process group (transitively)
+    spawners: set = field(default_factory=set)  # project functions that start workers (mp.spawn), transitively
     reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
-    sum_returners: dict = field(default_factory=dict)  # function -> loop line: returns an unreduced per-rank sum
+    sum_returners: dict = field(default_factory=dict)  # function -> positions of its result that are per-rank sums
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
     rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
     set_epoch: bool = False  # some file of the project calls set_epoch (on any sampler)
@@ -229,6 +249,7 @@ class Facts:
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     never_true: set = field(default_factory=set)  # attributes the project only ever sets to False/None/0
+    attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
     unread: list = field(default_factory=list)  # project files that could not be read
 
 
@@ -785,6 +806,8 @@ class ScriptReader:
                 return held
             if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_tests, expr)):
                 return given  # `def parse_args(verbose): if verbose: print(...)`, called `parse_args(rank == 0)`
+            if isinstance(expr, ast.Attribute) and follow_names and (stored := self.facts.attr_tests.get(expr.attr)):
+                return stored  # `args.should_save = ... and is_master(args)` in main.py, read in train.py
             name = last(dotted(expr)).lower()
             if name in MAIN_NAMES or name.replace("local_", "") in MAIN_NAMES:
                 return ("local" if "local" in name else "global"), True
@@ -960,15 +983,10 @@ class ScriptReader:
             for n in ast.walk(node)
         )
 
-    def _hands_worker(self, block: ast.If) -> bool:
-        """The main block hands a function of this file to a project helper, and the project starts workers
-        (utils.run(worker, n) whose body is mp.spawn(run_fn, ...)): the block is the parent, one process."""
-        return self.facts.spawns and any(
-            isinstance(a, ast.Name) and a.id in self.functions
-            for c in ast.walk(block)
-            if isinstance(c, ast.Call)
-            for a in c.args
-        )
+    def _starts_workers(self, block: ast.If) -> bool:
+        """The main block calls a project function that starts the workers (utils.run(worker, n) whose body is
+        mp.spawn(run_fn, ...), or `main()` that calls it): the block is their parent, one process."""
+        return any(self.callee_last(c) in self.facts.spawners for c in calls_in(block.body))
 
     def guards(self, node: ast.AST) -> list[_Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
@@ -985,7 +1003,7 @@ class ScriptReader:
                     found.append(
                         _Guard(test[0], test[1] if in_body else not test[1], parent, orelse if in_body else body)
                     )
-                elif is_main_block(parent) and child in body and (self.spawns or self._hands_worker(parent)):
+                elif is_main_block(parent) and child in body and (self.spawns or self._starts_workers(parent)):
                     found.append(_Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and child in (
                     orelse if launched else body
@@ -1012,6 +1030,27 @@ class ScriptReader:
                     found.append(_Guard("single", True, stmt))
             child, parent = parent, self.parent.get(parent)
         return found
+
+    def after_rank0_barrier(self, node: ast.AST) -> bool:
+        """Between `if rank not in [-1, 0]: dist.barrier()` and a later `if rank == 0: dist.barrier()` of one block
+        (the older transformers examples' way of letting rank 0 download and cache first): rank 0 runs it, and the
+        others only once rank 0 has finished and released them, not every rank at once."""
+        child = node
+        for parent in self.ancestors(node):
+            block = block_of(parent, child)
+            if block:
+                at = block.index(child)
+                if any(self._barrier_under(s, False) for s in block[:at]) and any(
+                    self._barrier_under(s, True) for s in block[at + 1 :]
+                ):
+                    return True
+            child = parent
+        return False
+
+    def _barrier_under(self, stmt: ast.stmt, rank0: bool) -> bool:
+        """`if <rank test holding on rank 0 (rank0) or on the others>: ... dist.barrier()`."""
+        test = self.rank_test(stmt.test) if isinstance(stmt, ast.If) and not stmt.orelse else None
+        return bool(test) and test[1] == rank0 and any(self.callee_last(c) == "barrier" for c in calls_in(stmt.body))
 
     def _ddp_path(self, block: list[ast.AST]) -> bool:
         return self._makes_group(block) or any(
@@ -1247,34 +1286,38 @@ class ScriptReader:
         if func is None or depth > 4 or func.name in self.passed:
             return False
         every = self.call_sites(func)
-        sites = [c for c in every if self._branch_open(node, func, c)]
+        sites = [c for c in every if self.branch_open(node, func, c)]
         if every and not sites:
             return True  # no call takes this branch: it runs nowhere
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
 
-    def _branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
-        """`node` can run when `site` calls `func`: no enclosing `if flag:` (or its else) on a parameter that this
-        call fixes to a constant of the other truth (`save(..., save_cur=True)` never reaches the `else:` of
-        `if save_cur:`; a call passing nothing takes the default)."""
-        params = [*func.args.posonlyargs, *func.args.args]
-        names = [a.arg for a in params]
-        defaults = dict(zip(names[len(names) - len(func.args.defaults) :], func.args.defaults))
+    def branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
+        """`node` can run when `site` calls `func`: no enclosing `if flag:` or `if mode == "dev":` (or its else) on a
+        parameter that this call fixes to a constant of the other truth (`save(..., save_cur=True)` never reaches
+        the `else:` of `if save_cur:`, `evaluate(..., mode="test")` the `if mode == "dev":`; a call passing nothing
+        takes the default)."""
+        names = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
         child, parent = node, self.parent.get(node)
         while parent is not None and parent is not func:
             if isinstance(parent, ast.If) and child is not parent.test:
                 test, wanted = parent.test, child in parent.body
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, wanted = test.operand, not wanted
+                expected = None
+                if (
+                    isinstance(test, ast.Compare)
+                    and len(test.ops) == 1
+                    and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+                    and isinstance(test.comparators[0], ast.Constant)
+                ):
+                    wanted = wanted == isinstance(test.ops[0], ast.Eq)  # `if mode != "dev":` holds off "dev"
+                    test, expected = test.left, test.comparators[0].value
                 if isinstance(test, ast.Name) and test.id in names:
-                    value = given_for(site, func, test.id)
-                    if (
-                        value is None
-                        and not any(k.arg is None for k in site.keywords)
-                        and not any(isinstance(a, ast.Starred) for a in site.args)
-                    ):
-                        value = defaults.get(test.id)
-                    if isinstance(value, ast.Constant) and bool(value.value) != wanted:
-                        return False
+                    value = passed(site, func, test.id)
+                    if isinstance(value, ast.Constant):
+                        truth = bool(value.value) if expected is None else value.value == expected
+                        if truth != wanted:
+                            return False
             child, parent = parent, self.parent.get(parent)
         return True
 
@@ -1283,13 +1326,8 @@ def _default_of(func: ast.AST, test: ast.AST) -> bool | None:
     """The truth of `test` when it is a parameter of `func` left at its constant default; None otherwise."""
     if not isinstance(test, ast.Name) or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    a = func.args
-    positional = [*a.posonlyargs, *a.args]
-    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
-    for arg, default in pairs:
-        if arg.arg == test.id and isinstance(default, ast.Constant):
-            return bool(default.value)
-    return None
+    default = default_of(func, test.id)
+    return bool(default.value) if isinstance(default, ast.Constant) else None
 
 
 def _is_minus_one(node: ast.AST) -> bool:
