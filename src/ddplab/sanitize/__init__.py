@@ -58,3 +58,13 @@ def ranks_text(ranks: list[int]) -> str:
     """'0', '0 and 1', '0, 1 and 2'."""
     ranks = sorted(ranks)
     return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+def by_key(ranks: dict[int, dict], kind: str, key: str) -> dict[str, dict[int, dict]]:
+    """The ranks' records of one kind gathered by a key: {value of key: {rank: record}} (a path written, a line of
+    code printed at), the reader's first step wherever the ranks are compared record by record."""
+    gathered: dict[str, dict[int, dict]] = {}
+    for rank, data in sorted(ranks.items()):
+        for record in data.get(kind, []):
+            gathered.setdefault(record[key], {})[rank] = record
+    return gathered

@@ -27,7 +27,7 @@ import sys
 import zlib
 
 from ddplab import afterimport
-from ddplab.sanitize import Finding, rankside, short
+from ddplab.sanitize import Finding, by_key, rankside, short
 from ddplab.sanitize.userframe import is_user
 
 ID = "every-rank-print"
@@ -155,12 +155,8 @@ class Observer(rankside.Observer):
 def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     if len(ranks) < max(2, world):
         return []  # a rank that wrote nothing may have printed nothing: "every rank" is not observed
-    by_site: dict[str, dict[int, dict]] = {}
-    for rank, data in sorted(ranks.items()):
-        for site in data.get("sites", []):
-            by_site.setdefault(site["where"], {})[rank] = site
     same = []
-    for where, sites in by_site.items():
+    for where, sites in by_key(ranks, "sites", "where").items():
         if len(sites) < len(ranks):
             continue
         common = set.intersection(*(set(s["texts"]) for s in sites.values()))

@@ -23,7 +23,7 @@ import functools
 import os
 import sys
 
-from ddplab.sanitize import DIR_ENV, Finding, ranks_text, rankside, short
+from ddplab.sanitize import DIR_ENV, Finding, by_key, ranks_text, rankside, short
 from ddplab.sanitize.userframe import is_user, where_outside_imports
 
 ID = "shared-write"
@@ -134,12 +134,8 @@ class Observer(rankside.Observer):
 
 # ------------------------------------------------------------------------------------------------------ reader side
 def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
-    by_path: dict[str, dict[int, dict]] = {}
-    for rank, data in sorted(ranks.items()):
-        for write in data.get("writes", []):
-            by_path.setdefault(write["path"], {})[rank] = write
     findings = []
-    for path, writes in by_path.items():
+    for path, writes in by_key(ranks, "writes", "path").items():
         if len(writes) < 2:
             continue
         ranks_ = sorted(writes)
@@ -181,12 +177,8 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
 def _made_twice(ranks: dict[int, dict]) -> list[Finding]:
     """A folder made without exist_ok by several ranks: said when the run failed on it (readout.lead); a script that
     catches FileExistsError handled the race itself."""
-    by_path: dict[str, dict[int, dict]] = {}
-    for rank, data in sorted(ranks.items()):
-        for made in data.get("dirs", []):
-            by_path.setdefault(made["path"], {})[rank] = made
     findings = []
-    for path, made in by_path.items():
+    for path, made in by_key(ranks, "dirs", "path").items():
         if len(made) < 2:  # two ranks cannot both make one folder: on one of them mkdir raised FileExistsError
             continue
         ranks_ = sorted(made)
