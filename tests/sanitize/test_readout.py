@@ -129,6 +129,14 @@ def test_distributed_samplers_that_overlap_say_why(tmp_path, seeds, said):
     assert said in f.observed and "not a DistributedSampler" not in f.observed
 
 
+def test_a_sampler_of_the_scripts_own_that_does_not_split_is_named_as_such(tmp_path):
+    same = list(range(64))  # a bucketing batch sampler that hands every rank the same batches
+    ranks = {r: {"same-samples": loader([same], sampler="ShardedBuckets")} for r in (0, 1)}
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert "its sampler, ShardedBuckets, is not torch's" in f.observed and "not a DistributedSampler" not in f.observed
+    assert "split by rank inside ShardedBuckets" in f.fix
+
+
 def test_an_iterable_dataset_read_in_full_by_every_rank(tmp_path):
     same = list(range(64))
     ranks = {r: {"same-samples": loader([same], sampler="_InfiniteConstantSampler", iterable=True)} for r in (0, 1)}

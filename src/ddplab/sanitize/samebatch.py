@@ -32,6 +32,15 @@ PASS_SAMPLES = 8192  # per pass over a loader
 PENDING_BYTES = 4 << 20  # bytes of batches kept before they are hashed
 PASSES = 4  # passes per loader
 LOADERS = 16
+# torch.utils.data's own samplers, none of which splits by rank (a loader's default, shuffle=True's, a subset's...)
+TORCH_SAMPLERS = {
+    "SequentialSampler",
+    "RandomSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "BatchSampler",
+    "_InfiniteConstantSampler",
+}
 SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the same pass
 MIN_SAMPLES = 8
 DISTINCT = 0.9  # a rank's own fingerprints must be this distinct to tell anything
@@ -402,6 +411,15 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
         fix = (
             "split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
             "world_size), and by torch.utils.data.get_worker_info() across loader workers)"
+        )
+    elif sampler["sampler"] not in TORCH_SAMPLERS:
+        cause = (
+            f"its sampler, {sampler['sampler']}, is not torch's: it hands the ranks the same samples (it does not "
+            "split them by rank, or splits each rank's own order)"
+        )
+        fix = (
+            f"split by rank inside {sampler['sampler']}: one order, drawn with the same seed on every rank, and "
+            "each rank its own share of it (order[rank::world_size]); or give the DataLoader a DistributedSampler"
         )
     else:
         cause = (
