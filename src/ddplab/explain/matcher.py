@@ -28,6 +28,7 @@ from ddplab.explain.reading import Reading, read
 from ddplab.explain.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
 
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
+RAISED_FROM = re.compile(r"Exception raised from \S+ at ")
 LOCAL_TAG = re.compile(r"^\[[A-Za-z_]+?(\d+)\]:")
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*")
 SUMMARY_HEAD = "Root Cause (first observed failure):"
@@ -696,6 +697,14 @@ def _continues(i: int, head, decisive: set[int], lines: list[str] | None = None)
     start = head(i)
     if start is not None and start < i and any(k in decisive for k in range(start, i)):
         return True
+    if lines is not None and RAISED_FROM.match(strip_prefixes(lines[i]).strip()):
+        # c10::Error's what() is the message, then "Exception raised from FN at FILE:LINE (most recent call
+        # first):": that line (and the C++ file it names) belongs to the message printed just above it
+        k = i - 1
+        while k >= 0 and i - k <= 3 and not strip_prefixes(lines[k]).strip():
+            k -= 1
+        if k >= 0 and k in decisive:
+            return True
     if lines is not None and start is None and 'File "' in lines[i]:
         for k in range(i + 1, min(len(lines), i + 6)):
             if extent.ERROR_HEAD.match(strip_prefixes(lines[k]).strip()):

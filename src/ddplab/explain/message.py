@@ -246,7 +246,8 @@ UNSUPPORTED = (
     ),
     re.compile(r"\bno support for (?P<x>[^.;:\n]{2,60}?) (?:in|on|by|with|for) (?P<y>[^.;:\n]{2,60})", re.I),
     re.compile(
-        r"(?P<x>[\w.`'\"()\[\]/-]+(?: [\w.`'\"()\[\]/-]+){0,6}) (?:is|are) (?:currently |still )?(?:not|un)"
+        # "=": a keyword setting is the subject ("offload_to_cpu=True and NO_SHARD is not supported yet", FSDP)
+        r"(?P<x>[\w.`'\"()\[\]/=-]+(?: [\w.`'\"()\[\]/=-]+){0,6}) (?:is|are) (?:currently |still )?(?:not|un)"
         r"(?: yet)? ?(?:supported|implemented)(?: yet)?(?: (?:for|by|on|in|with|when using|under) "
         r"(?P<y>[^.;:\n]{2,60}))?",
         re.IGNORECASE,

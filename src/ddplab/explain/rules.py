@@ -342,6 +342,28 @@ _SPECIFIC: tuple[Rule, ...] = (
         "--cpus-per-task for all its ranks, or one task per GPU (--ntasks-per-node=G) with cores/G each.",
         "https://slurm.schedmd.com/srun.html#OPT_cpus-per-task",
     ),
+    Rule(
+        "slurm-oom-kill",
+        "Slurm's memory cgroup killed a process of the job",
+        # slurmstepd (task/cgroup, jobacct_gather): "Detected %u oom-kill event(s) in step %u.%u cgroup. Some of your
+        # processes may have been killed by the cgroup out-of-memory handler." (older), "... in StepId=%u.%u ..."
+        # and "Detected %u oom_kill event%s in %ps. Some of the step tasks have been OOM Killed." (newer); srun:
+        # "srun: error: %s: task %s: Out Of Memory"
+        (
+            r"Detected \d+ oom[-_]kill events?(?:\(s\))? in ",
+            r"killed by the cgroup out-of-memory handler",
+            r"srun: error: \S+: tasks? [\d,\-]+: Out Of Memory",
+        ),
+        "The job step used more host memory than Slurm granted it (--mem, --mem-per-cpu or --mem-per-gpu): the "
+        "kernel's OOM killer, inside the job's memory cgroup, killed a process - a rank or one of its DataLoader "
+        "workers (which torchrun then reports as exit code -9 / SIGKILL). Host RAM, not GPU memory; memory-backed "
+        "/tmp and /dev/shm count too.",
+        "Compare what was granted with what the job used (`sacct -j JOB -o JobID,ReqMem,MaxRSS,State`; spikes "
+        "shorter than its 30 s sampling do not show there); request more (--mem, or --mem-per-gpu per rank), or "
+        "lower host memory per rank (DataLoader num_workers, the dataset held once per rank, pinned memory).",
+        "https://slurm.schedmd.com/sbatch.html#OPT_mem",
+        mechanism="resource",
+    ),
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed",
@@ -409,6 +431,8 @@ _SPECIFIC: tuple[Rule, ...] = (
         (
             r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
             r"DataLoader worker \(pid \d+\) exited unexpectedly with exit code",
+            # the sentence libtorch_python's worker-status check appends, kept where a paste drops the "(pid N)"
+            r"Details are lost due to multiprocessing\. Rerunning with num_workers=0",
         ),
         "A worker process of a DataLoader (num_workers > 0) ended while the loop waited for its batch: killed for "
         "memory (the kernel's OOM killer; every rank runs its own workers, each with its copy of what the dataset "
@@ -719,7 +743,7 @@ _SPECIFIC: tuple[Rule, ...] = (
         # NCCL src/misc/shmutils.cc ("Call to posix_fallocate failed", "Error while creating shared memory
         # segment"); torch/utils/data/_utils/signal_handling.py and torch/csrc/DataLoader.cpp (bus error text).
         (
-            r"Error while (?:creating|attaching to) shared memory segment",
+            r"Error while creating shared memory segment",
             r"posix_fallocate failed",
             r"failed to extend /dev/shm/",
             r"insufficient shared memory \(shm\)",
@@ -734,6 +758,26 @@ _SPECIFIC: tuple[Rule, ...] = (
         "(slower).",
         f"{DOCS}/data.html#multi-process-data-loading",
         mechanism="resource",
+    ),
+    Rule(
+        "nccl-shm-attach",
+        "NCCL could not open a peer's shared-memory segment",
+        # NCCL src/misc/shmutils.cc ncclShmOpen: the creating rank makes /dev/shm/nccl-XXXXXX ("Error while creating
+        # ..."), its peers on the same machine open it ("Error while attaching to shared memory segment %s (size %zu),
+        # error: %s (%d)"; older releases print the errno on the line before: "Call to open failed : ...").
+        (r"Error while attaching to shared memory segment",),
+        "A rank could not open the shared-memory segment that a peer NCCL believes is on the same machine created: "
+        "attaching allocates nothing, so /dev/shm being full is not the cause. The segment is not where this process "
+        "looks: the ranks do not share one /dev/shm (separate containers or pods without --ipc=host, or systemd-logind "
+        "RemoveIPC removed it), or NCCL itself passed a wrong name - a garbled name with size 0 is NCCL reading its "
+        "cuMem descriptor as a file path, an NCCL bug on machines with memoryless NUMA nodes (NCCL pull request 2059).",
+        "Check the NCCL version first (another release, e.g. the one a different torch wheel ships, is the quickest "
+        "test; a garbled name with size 0 is that bug); make the ranks of one machine share /dev/shm (--ipc=host, "
+        "one pod); NCCL_SHM_DISABLE=1 bypasses the shared-memory transport meanwhile (slower).",
+        NCCL_TROUBLESHOOTING,
+        # the ranks see different /dev/shm (or run an NCCL that names the segment wrongly): it explains the
+        # shared-memory family's "Call to open failed" printed with it, so it leads
+        mechanism="difference",
     ),
     Rule(
         "collective-mismatch",
@@ -795,6 +839,25 @@ _SPECIFIC: tuple[Rule, ...] = (
         "it synchronises statistics across ranks, so it needs init_process_group.",
         "For one process use plain BatchNorm (set norm 'BN' instead of 'SyncBN' in the config), or convert with "
         "nn.SyncBatchNorm.convert_sync_batchnorm(model) only when dist.is_initialized() and world_size > 1.",
+        f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
+    ),
+    Rule(
+        "syncbn-double-backward",
+        "SyncBatchNorm has no second derivative",
+        # torch/nn/modules/_functions.py: SyncBatchNorm's forward and backward are the batch_norm_stats /
+        # _gather_stats_with_counts / _elemt / _backward_reduce / _backward_elemt kernels, whose own derivatives
+        # derivatives.yaml leaves not implemented ("the derivative for 'X' is not implemented."; torch < 1.10:
+        # "derivative for X is not implemented")
+        (
+            r"derivative for '?(?:aten::)?batch_norm_(?:backward_elemt|backward_reduce|elemt|"
+            r"gather_stats_with_counts|stats)'? is not implemented",
+        ),
+        "A second derivative was taken through SyncBatchNorm: the loss contains a gradient (torch.autograd.grad "
+        "with create_graph=True - a gradient penalty, forces as the gradient of an energy, a Jacobian term), and "
+        "SyncBatchNorm's backward kernels have no derivative of their own.",
+        "Keep SyncBatchNorm out of the part whose gradient enters the loss (plain BatchNorm, GroupNorm or LayerNorm "
+        "there), or compute that term with the module in eval mode; with DDP, plain BatchNorm keeps per-rank "
+        "statistics.",
         f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
     ),
     Rule(
@@ -1915,8 +1978,15 @@ def _template_pattern(templates: list[str], os_texts: bool = False) -> str | Non
     parts = set()
     if os_texts:
         return rf"\b(?:{_trie(set(templates))})\b"
+    # the OS's own words (strerror, strsignal) are printed by every layer whose call failed: a template that is
+    # only "No such file or directory" (NCCL's plugin/rma.cc) says nothing about NCCL's plugins
+    os_words = {t["text"].lower() for t in (catalogue.load("os") or {}).get("templates", ())}
     for text in templates:
-        chunks = [c for c in catalogue.chunks(text) if len(c) >= 24 and len(c.split()) >= 3]
+        chunks = [
+            c
+            for c in catalogue.chunks(text)
+            if len(c) >= 24 and len(c.split()) >= 3 and c.rstrip(".:;,!").lower() not in os_words
+        ]
         if chunks:
             # without the sentence's last punctuation: an issue title, a retyped or wrapped line drops the final
             # "." or ":" of "Operator {} does not have a sharding strategy registered." but keeps its words
