@@ -553,3 +553,44 @@ def test_a_rank_test_stored_on_the_options_guards_in_another_module(tmp_path):
     assert found(script) == set()
     script.write_text(script.read_text().replace(" and args.rank == 0", ""))
     assert found(script) == {("loop.py", 5, "unguarded-save")}
+
+
+def test_a_module_beside_the_project_root_is_read_for_a_script_in_a_subfolder(tmp_path):
+    """ibot's evaluation/eval_linear.py: `import utils`, the utils.py of the folder above (run.sh puts it on
+    PYTHONPATH), whose init_distributed_mode silences print off rank 0: lint read only packages up there, so every
+    print was flagged (round 11)."""
+    script = write(
+        tmp_path,
+        {
+            "evaluation/eval_linear.py": """\
+                import torch
+                import utils
+                utils.init_distributed_mode()
+                model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+                print("accuracy")
+                utils.finish()
+            """,
+            "utils.py": """\
+                import builtins
+                import torch.distributed as dist
+                def init_distributed_mode():
+                    dist.init_process_group("gloo")
+                    if dist.get_rank() != 0:
+                        builtins.print = lambda *a, **k: None
+                def finish():
+                    dist.destroy_process_group()
+            """,
+        },
+    )
+    assert "unguarded-print" not in {rule for _, _, rule in found(script)}
+    (tmp_path / "utils.py").write_text("import torch.distributed as dist\n")
+    (tmp_path / "evaluation" / "utils.py").write_text(
+        textwrap.dedent("""\
+            import torch.distributed as dist
+            def init_distributed_mode():
+                dist.init_process_group("gloo")
+            def finish():
+                dist.destroy_process_group()
+        """)
+    )
+    assert (None, 5, "unguarded-print") in found(script)  # the script's own folder comes first, as for Python

@@ -837,3 +837,27 @@ dist.destroy_process_group()
     assert writes(source, show_all=True) == ["possible"]
     bare = source.replace("if local_rank not in [-1, 0]:\n    dist.barrier()\n", "")
     assert writes(bare.replace("if local_rank == 0:\n    dist.barrier()\n", ""), show_all=False) == ["sure"]
+
+
+def test_local_rank_zero_and_another_zero_test_is_not_sure_to_be_every_node():
+    """XLM: `is_master = node_id == 0 and local_rank == 0`, then `if not is_master: return` before the save: the
+    other `== 0` test may well be the node's index, so the local rank alone does not say every node saves (round 11).
+    Without it, `local_rank == 0` alone, the save is one per node."""
+    source = HEAD + textwrap.dedent(
+        """\
+        dist.init_process_group("gloo")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        node_id = int(os.environ["GROUP_RANK"])
+        is_master = node_id == 0 and local_rank == 0
+
+        def save(model):
+            if not is_master:
+                return
+            torch.save(model.state_dict(), "model.pt")
+
+        save(torch.nn.Linear(2, 2))
+        dist.destroy_process_group()
+    """
+    )
+    assert "local-rank-save" not in names(source)
+    assert "local-rank-save" in names(source.replace("node_id == 0 and ", ""))

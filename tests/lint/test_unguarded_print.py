@@ -556,3 +556,25 @@ def test_a_function_that_hands_the_worker_to_a_launcher_prints_once():
     assert mapped != source and [r for r in line_rules(mapped) if r[1] == "unguarded-print"] == [
         (16, "unguarded-print")
     ]
+
+
+def test_a_name_set_only_on_rank0_and_none_elsewhere_is_the_rank_test():
+    """cleanrl's ppo_atari_multigpu: `writer = None`, `if local_rank == 0: writer = SummaryWriter(...)`, then in the
+    loop `if not writer: continue` before the print: the print runs where the writer is, rank 0 (round 11). A writer
+    made on every rank guards nothing."""
+    source = """
+    from torch.utils.tensorboard import SummaryWriter
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("gloo")
+    writer = None
+    if local_rank == 0:
+        writer = SummaryWriter("runs")
+    for step in range(10):
+        if not writer:
+            continue
+        print(f"step={step}")
+    dist.destroy_process_group()
+    """
+    assert "unguarded-print" not in names(source)
+    assert "unguarded-print" not in names(source.replace("if not writer:", "if writer is None:"))
+    assert "unguarded-print" in names(source.replace("if local_rank == 0:", "if local_rank >= 0:"))

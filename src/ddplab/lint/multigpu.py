@@ -966,8 +966,10 @@ class MultiGpuChecks(ScriptReader):
             if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
                 return False
             for k in value.keywords:
-                if k.arg in ("sampler", "batch_sampler"):
-                    return False
+                if k.arg in ("sampler", "batch_sampler") and not (
+                    isinstance(k.value, ast.Constant) and k.value.value is None
+                ):
+                    return False  # `sampler=None` is the default: the whole set
                 if k.arg is None and self._may_hold_sampler(k.value):
                     return False
         return True

@@ -93,7 +93,9 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
             for alias in node.names:
                 parts = alias.name.split(".")
                 for root in roots:
-                    if (root == roots[0] or (root / parts[0] / "__init__.py").is_file()) and add(root, parts[0]):
+                    # a module of a folder above the script is found when the project root is on the path
+                    # (`PYTHONPATH=. python tools/train.py`, `import utils`), as a package there is
+                    if add(root, parts[0]):
                         for i in range(2, len(parts) + 1):  # import a.b.c loads a, a.b and a.b.c
                             add(root, ".".join(parts[:i]))
                         break

@@ -583,10 +583,14 @@ class ScriptReader:
             tests: dict = {}
             derived: set = set()
             plain: set = set()  # assigned something else too: not always different per process
+            only_under: dict = {}  # key -> the rank-0 tests its values other than None are assigned under
             for node in assigns:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
                     continue
+                if learnt is not None:  # `writer = None`, then `if rank == 0: writer = SummaryWriter()`
+                    zero = [(g.kind, True) for g in self.guards(node) if g.rank0]
+                    only_under.setdefault(key, []).append(None if _is_none(node.value) else (zero or [False])[0])
                 is_test = isinstance(
                     node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.Call, ast.IfExp)
                 ) and not self.rank_kind(node.value)
@@ -602,6 +606,10 @@ class ScriptReader:
             self.rank_derived = {k: True for k in derived - plain}
             self.rank_labelled = {k: True for k in derived}  # on some path at least
             self.held_test = {k: v.pop() for k, v in tests.items() if len(v) == 1}
+            for key, values in only_under.items():  # so `if writer:` (or `is not None`) holds on rank 0 only
+                given_values = {v for v in values if v is not None}
+                if key not in self.held_test and None in values and len(given_values) == 1 and all(given_values):
+                    self.held_test[key] = given_values.pop()
             now = (self.held_kind, self.rank_derived, self.rank_labelled, self.held_test)
             if now == learnt:
                 break  # nothing new: another pass would learn nothing either
@@ -744,6 +752,8 @@ class ScriptReader:
                     inner = ("single", True)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
+                    if inner[0] == "local" and any(self._unknown_zero(v) for v in expr.values if v is not value):
+                        return "device", True  # `node_id == 0 and local_rank == 0`: maybe the global rank 0
                     return inner
                 tests.append(inner)
             if isinstance(expr.op, ast.Or) and all(t and t[1] for t in tests):
@@ -819,6 +829,17 @@ class ScriptReader:
         if kind == "device" and isinstance(expr, (ast.Name, ast.Attribute)) and not self._held(self.held_kind, expr):
             return None  # `if cfg.mode.gpu:` is an on/off option far more often than `gpu != 0`
         return (kind, False) if kind else None  # `if rank:` holds on every rank but 0
+
+    def _unknown_zero(self, expr: ast.AST) -> bool:
+        """`node_id == 0`: a value lint cannot name tested against 0 (beside `local_rank == 0`, a node index)."""
+        return (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) == 1
+            and isinstance(expr.ops[0], ast.Eq)
+            and _is_zero(expr.comparators[0])
+            and isinstance(expr.left, (ast.Name, ast.Attribute))
+            and self.rank_test(expr, follow_names=False) is None
+        )
 
     def _not_a_group_switch(self, expr: ast.AST) -> bool:
         """`not use_ddp`: false exactly when a process group runs. Beside a rank test (`not use_ddp or rank == 0`) it
