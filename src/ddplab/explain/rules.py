@@ -550,6 +550,26 @@ _SPECIFIC: tuple[Rule, ...] = (
         "torch.cuda.is_available().",
         f"{DOCS}/generated/torch.nn.SyncBatchNorm.html",
     ),
+    Rule(
+        "inplace-before-backward",
+        "a tensor saved for the backward was changed in place",
+        # autograd's saved-variable check (torch/csrc/autograd/saved_variable.cpp): "one of the variables needed for
+        # gradient computation has been modified by an inplace operation: [TYPE [SHAPE]] ... is at version N;
+        # expected version M instead."
+        (r"one of the variables needed for gradient computation has been modified\s+by an inplace operation",),
+        "Autograd saved a tensor in the forward, and something changed it in place before the backward ran. Under "
+        "DDP the usual one is DDP itself: with broadcast_buffers=True (the default) every forward copies rank 0's "
+        "buffers (BatchNorm's running_mean and running_var) into the model in place, so a model called twice before "
+        "one backward (a GAN's discriminator on fake then real, two augmented views, a recomputed checkpoint) fails "
+        "at the backward; a tensor the size of a BatchNorm's channels in the message is the sign. Otherwise an "
+        "in-place operation of the model (x += y, ReLU(inplace=True), x[i] = ..., an optimizer step between the "
+        "forward and the backward).",
+        "Under DDP: one forward per backward (model(torch.cat([fake, real])) and split the output), or "
+        "DDP(model, broadcast_buffers=False) (each rank keeps its own BatchNorm statistics), or SyncBatchNorm "
+        "(torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)). Otherwise torch.autograd.set_detect_anomaly(True) "
+        "names the forward operation whose saved tensor changed: use its out-of-place form.",
+        f"{DOCS}/generated/torch.nn.parallel.DistributedDataParallel.html",
+    ),
     # ------------------------------------------------------------------ checkpoints
     Rule(
         "module-prefix",
