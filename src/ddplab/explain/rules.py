@@ -782,8 +782,8 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "nccl-shm-attach",
         "NCCL could not open a peer's shared-memory segment",
-        # NCCL src/misc/shmutils.cc ncclShmOpen: the creating rank makes /dev/shm/nccl-XXXXXX ("Error while creating
-        # ..."), its peers on the same machine open it ("Error while attaching to shared memory segment %s (size %zu),
+        # NCCL src/misc/shmutils.cc ncclShmOpen: the creating rank makes /dev/shm/nccl-<6 random characters>
+        # ("Error while creating ..."), its peers on the same machine open it ("Error while attaching to shared memory segment %s (size %zu),
         # error: %s (%d)"; older releases print the errno on the line before: "Call to open failed : ...").
         (r"Error while attaching to shared memory segment",),
         "A rank could not open the shared-memory segment that a peer NCCL believes is on the same machine created: "

@@ -337,10 +337,9 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
-    elif _settings_differ(checks):
+    elif differing := _settings_differ(checks):
         cause = (
-            f"DDP averaged the gradients, but the optimizers differ: {_settings_differ(checks)}, so each rank "
-            "applied them its own way"
+            f"DDP averaged the gradients, but the optimizers differ: {differing}, so each rank applied them its own way"
         )
         fix = (
             "build the optimizer the same way on every rank (a learning rate scaled by the world size, never by "
@@ -383,11 +382,9 @@ def _settings_differ(checks: dict[int, dict]) -> str | None:
         return "the optimizer is " + ", ".join(f"{s['class']} on rank {r}" for r, s in shown)
     for g, group in enumerate(next(iter(seen.values()))["groups"]):
         for key in group:
-            values = [s["groups"][g].get(key) if g < len(s["groups"]) else None for s in seen.values()]
-            if len({repr(v) for v in values}) > 1:
-                each = ", ".join(
-                    f"{s['groups'][g].get(key) if g < len(s['groups']) else None} on rank {r}" for r, s in shown
-                )
+            values = {r: s["groups"][g].get(key) if g < len(s["groups"]) else None for r, s in seen.items()}
+            if len({repr(v) for v in values.values()}) > 1:
+                each = ", ".join(f"{values[r]} on rank {r}" for r, _ in shown)
                 return f"`{key}` of param group {g} is {each}"
     return None
 

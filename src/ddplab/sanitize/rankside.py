@@ -7,9 +7,10 @@ Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
 
 - creates them at start-up (the write audit hook needs no torch) and attaches them the moment the script's
   `import torch` completes (ddplab.afterimport): nothing imports torch before the script does;
-- tells them of the counted steps each asks for; after step N it removes the step hook and every check's hooks (a check whose
-  event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the window (but
-  one call that returns at once, when a later optimizer hook keeps the step hook from being removed: see close());
+- tells them of the counted steps each asks for; after step N it removes the step hook and every check's hooks (a
+  check whose event comes once per epoch may stay until that event, then goes too) - the run pays nothing after the
+  window (but one call that returns at once, when a later optimizer hook keeps the step hook from being removed: see
+  close());
 - writes DIR/rank<RANK>.json after step 2 (a rank killed later still leaves something: the parameter digests of
   steps 1 and 2), at the window's end, and at exit. A write costs about 0.5 ms (more than all of a step's own
   work), so not one per step, nor after step 1 too. Only a rank writes: a DataLoader worker forked from it does not; a
