@@ -375,6 +375,20 @@ def _last_error(lines: list[str], root_lines: set[int], summary: range) -> str |
     return None
 
 
+# The NCCL watchdog's own findings: after a collective timed out (or its heartbeat monitor saw no progress) it takes
+# the process down with abort() ("To avoid data inconsistency, we are taking the entire process down"), so a SIGABRT
+# in the same log is what the watchdog did, not a cause of its own
+WATCHDOG_ABORTS = ("collective-timeout", "nccl-watchdog-stuck")
+
+
+def _abort_after_watchdog(result: list[Match]) -> None:
+    """A SIGABRT pointer (worker-abort, not the root cause rank's) goes after the watchdog timeout that explains it."""
+    abort = next((i for i, m in enumerate(result) if m.rule == "worker-abort" and not m.root_cause), None)
+    watchdog = next((i for i, m in enumerate(result) if m.rule in WATCHDOG_ABORTS), None)
+    if abort is not None and watchdog is not None and abort < watchdog:
+        result.insert(watchdog, result.pop(abort))
+
+
 def explain_log(log: LogText, root: RootCause | None = None) -> Explanation:
     """explain_text for a log read by logread: line numbers (and files of a folder) as in the input."""
     e = explain_text(log.text, source=log.source, root=root, normalised=True)
@@ -413,6 +427,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
     for _, in_root, match in matches:
         match.root_cause = in_root
         result.append(match)
+    _abort_after_watchdog(result)
     if root is not None and root.error is None:
         root.error = _last_error(lines, root_lines, summary)
     if root is not None and root.exitcode is not None and root.meaning is None:

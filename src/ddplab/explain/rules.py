@@ -74,7 +74,8 @@ LAUNCHER_ENV = r"(?:RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_
 # TEXT[, NCCL version X]" (every torch since 1.0) and torch/csrc/cuda/nccl.cpp "NCCL Error N: TEXT". The slot holds one
 # of eight fixed texts, told apart by their key words; a title or a retyped line changes their case, drops the
 # "(run with NCCL_DEBUG=...)" tail or the version, or misspells the first word ("unhanled system error").
-NCCL_RESULT = r"NCCL [Ee]rror(?: in: \S+:\d+,| \d+:) [^\n,]*?"
+# nccl-tests (src/common.h NCCLCHECK) puts the same text in quotes: "[Test ]NCCL failure FILE:LINE 'TEXT'".
+NCCL_RESULT = r"(?:NCCL [Ee]rror(?: in: \S+:\d+,| \d+:) [^\n,]*?|NCCL failure \S+:\d+ '[^\n']*?)"
 
 
 def _nccl_result(number: int, words: str) -> tuple[str, str]:
@@ -311,7 +312,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         "master-unreachable",
         "cannot reach MASTER_ADDR:MASTER_PORT",
         (
-            NOT_NCCL_LINE + r"[Cc]onnection refused",
+            # (not a gloo pair's connect to the address a peer advertised: that peer, not the store, refused)
+            NOT_NCCL_LINE.replace(r"|\bsocketProgress", r"|\bsocketProgress|pair\.cc:\d+\]\s*connect \[")
+            + r"[Cc]onnection refused",
             r"client socket has timed out after \d+m?s while trying to connect to",
             r"client socket has failed to connect to",
             r"failed to connect/validate to host",
@@ -1126,11 +1129,15 @@ _SPECIFIC: tuple[Rule, ...] = (
             + _PAIR_READ_FAILED
             + ")",
             r"Gloo connectFullMesh failed\b[^\n]*?(?:timed out connecting|SO_ERROR)",
+            # gloo/transport/tcp/pair.cc's connect to the address a peer advertised, refused on a loopback address
+            # (127.0.1.1 is the address Debian/Ubuntu's /etc/hosts gives the hostname): the peer's hostname resolved
+            # to loopback, so the connect reached this machine, where nothing listens on that port
+            r"pair\.cc:\d+\]\s*connect \[127\.\d+\.\d+\.\d+\]:\d+: Connection refused",
         ),
         "gloo binds to the interface GLOO_SOCKET_IFNAME names, or else to the address this machine's hostname "
         "resolves to. Here that name gave no usable address: GLOO_SOCKET_IFNAME is not an interface on this machine "
         "(it takes one interface name, not NCCL's '^lo,docker' syntax), or the hostname has no address or resolves "
-        "to 127.0.0.1, which other machines cannot reach.",
+        "to a loopback address (127.0.0.1, or Debian/Ubuntu's 127.0.1.1), which other machines cannot reach.",
         "Set GLOO_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`; the one `ip route "
         "get PEER_IP` names), on every node; or fix /etc/hosts so the hostname maps to that interface's address.",
         f"{DOCS}/distributed.html#common-environment-variables",
@@ -1226,6 +1233,22 @@ _SPECIFIC: tuple[Rule, ...] = (
         "topo -p2p r`; on bare metal disable the IOMMU (iommu=pt) or PCIe ACS.",
         NCCL_ENV,
         mechanism="difference",
+    ),
+    Rule(
+        "cuda-too-many-peers",
+        "a GPU ran out of peer (P2P) mappings",
+        # CUDA's cudaErrorTooManyPeers (711, 60 before CUDA 10.1) text, as torch's "CUDA error: ..." / THC's "cuda
+        # runtime error (60) : ...", NCCL's "Cuda failure 711 '...'" or the driver API's CUDA_ERROR_TOO_MANY_PEERS
+        (r"peer mapping resources exhausted", r"cudaErrorTooManyPeers", r"CUDA_ERROR_TOO_MANY_PEERS"),
+        "cudaDeviceEnablePeerAccess failed: each GPU can hold peer mappings to at most 8 other GPUs, system-wide. "
+        "One process enabled peer access among more than 8 GPUs (DataParallel, a model split over devices, or old "
+        "torch enabling P2P between every pair of visible GPUs; a K80 board counts as 2), or several libraries in "
+        "the process each mapped their own peers.",
+        "Give each process at most 8 GPUs that need peer access: one process per GPU (DistributedDataParallel) needs "
+        "none; restrict CUDA_VISIBLE_DEVICES to groups of <= 8; NCCL_P2P_DISABLE=1 when NCCL's P2P transport hits "
+        "it.",
+        "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__PEER.html",
+        mechanism="resource",
     ),
     Rule(
         "memlock-limit",
