@@ -166,9 +166,31 @@ def finish(proc: subprocess.Popen, timeout: float, overstayed: str) -> tuple[str
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = stacks_of_tree(proc.pid)
         kill_tree(proc.pid)
         out, err = proc.communicate()
-        raise AssertionError(f"{overstayed}\n{(err or '')[-3000:]}") from None
+        raise AssertionError(f"{overstayed}\n{(err or '')[-3000:]}\n{stacks}") from None
+
+
+def stacks_of_tree(pid: int) -> str:
+    """Every Python stack in the process tree under `pid` (py-spy, a dependency of ddplab): what a test that
+    overstayed was waiting in, kept in its failure (a flake seen once on a loaded CI machine is not seen again)."""
+    from ddplab.launcher.stacks import py_spy
+
+    exe = py_spy()
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return ""
+    said = []
+    for p in procs:
+        try:
+            head = f"== pid {p.pid} ({' '.join(p.cmdline())[:160]})"
+            dump = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
+            said.append(f"{head}\n{(dump.stdout or dump.stderr)[-2500:]}")
+        except (psutil.Error, subprocess.TimeoutExpired, OSError, TypeError) as e:
+            said.append(f"== pid {p.pid}: no stack ({e})")
+    return "\n".join(said)
 
 
 # What torchrun sets: a test inheriting any of these would not be testing the launcher's own values.
