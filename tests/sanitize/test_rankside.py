@@ -107,6 +107,35 @@ def test_a_forward_around_the_wrapper_and_no_sync_are_seen(window, one_process_g
     assert second["where"] == f"{__file__}:{_line('optimizer.step()', after='with model.no_sync()')}"
 
 
+def test_a_loaders_subset_is_recorded_with_its_size_and_indices(window):
+    from torch.utils.data import Subset
+
+    w = window(steps=1, checks=("samebatch",))
+    data = TensorDataset(torch.randn(10, 2))
+    DataLoader(Subset(data, [3, 1, 2]), batch_size=2)
+    DataLoader(Subset(data, torch.tensor([3, 1, 4])), batch_size=2)
+    DataLoader(data, batch_size=2)
+    first, second, whole = w.observers[0].data()["loaders"]
+    assert (first["subset"]["len"], first["subset"]["of"]) == (3, 10) and first["subset"]["crc"] != second["subset"][
+        "crc"
+    ]
+    assert "subset" not in whole
+
+
+def test_a_parameter_beside_the_wrapped_model_is_named_by_the_users_variable(window, one_process_group):
+    """A learnable temperature kept beside the DDP model (CLIP's logit_scale) and given to the optimizer: no module
+    holds it, so its name is the variable the user's code holds it in (the finding said `parameter #2`)."""
+    w = window(steps=1, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    logit_scale = torch.nn.Parameter(torch.tensor(2.0))
+    optimizer = torch.optim.SGD([*model.parameters(), logit_scale], lr=0.1)
+    (model(torch.randn(2, 4)).sum() * logit_scale).backward()
+    optimizer.step()
+    (check,) = w.observers[0].data()["checks"]
+    assert [(p[0], p[4]) for p in check["params"]] == [("weight", True), ("bias", True), ("logit_scale", False)]
+    assert len(check["grads"]) == 3 and all(isinstance(g, int) for g in check["grads"])  # the gradients applied
+
+
 def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_process_group):
     """Digests after steps 1, 2 and N: the hooks that explain a difference are on for the forwards before those
     steps only (a hooked module leaves PyTorch's fast call path, a cost on every forward)."""

@@ -4,6 +4,7 @@ every check finds its mistake from the numbers alone, and stays silent on the nu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -92,18 +93,28 @@ def test_per_rank_shuffles_of_the_whole_data_set_overlap_in_part(tmp_path):
     assert "150 of the 300 samples rank 0 read were also read by rank 1 (50 %)" in f.observed
 
 
-def test_a_distributed_sampler_given_rank_0_everywhere_is_named(tmp_path):
+@pytest.mark.parametrize(
+    "replicas, said, fix",
+    [
+        (2, "rank=0 on more than one rank", "rank=dist.get_rank()"),
+        # DistributedSampler(data, num_replicas=1, rank=0): rank 0 everywhere is what num_replicas=1 allows
+        (1, "num_replicas=1 for 2 ranks", "num_replicas=dist.get_world_size()"),
+    ],
+)
+def test_a_distributed_sampler_given_rank_0_everywhere_is_named(tmp_path, replicas, said, fix):
     same = list(range(64))
     ranks = {
         r: {
             "same-samples": loader(
-                [same], sampler="DistributedSampler", distributed={"rank": 0, "num_replicas": 2, "shuffle": True}
+                [same],
+                sampler="DistributedSampler",
+                distributed={"rank": 0, "num_replicas": replicas, "shuffle": True, "seed": 0},
             )
         }
         for r in (0, 1)
     }
     f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
-    assert "rank=0 on more than one rank" in f.observed and "rank=dist.get_rank()" in f.fix
+    assert said in f.observed and fix in f.fix
 
 
 @pytest.mark.parametrize(
@@ -135,6 +146,20 @@ def test_a_sampler_of_the_scripts_own_that_does_not_split_is_named_as_such(tmp_p
     f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
     assert "its sampler, ShardedBuckets, is not torch's" in f.observed and "not a DistributedSampler" not in f.observed
     assert "split by rank inside ShardedBuckets" in f.fix
+
+
+def test_subsets_each_rank_picked_at_random_overlap_and_say_so(tmp_path):
+    """np.random.seed(rank); Subset(data, permutation[: n // world]): each rank reads half of the data set, not all
+    of it (the finding said "every rank reads the whole data set"), and the halves overlap."""
+    a, b = list(range(0, 120)), list(range(60, 180))
+    ranks = {
+        r: {"same-samples": loader([(a, b)[r]], sampler="SequentialSampler")} for r in (0, 1)
+    }  # fmt: skip
+    for r, data in ranks.items():
+        data["same-samples"]["loaders"][0]["subset"] = {"len": 120, "of": 240, "crc": 1000 + r}
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert "a Subset with other indices on each rank (120 of the 240 samples on each)" in f.observed
+    assert "every rank reads the whole data set" not in f.observed and "perm[rank::world_size]" in f.fix
 
 
 def test_an_iterable_dataset_read_in_full_by_every_rank(tmp_path):
@@ -303,6 +328,10 @@ def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed
         ("no_sync", "inside ddp.no_sync() (on ranks 0 and 1)", "no_sync() only around the accumulation"),
         ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
         ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank"),
+        # clip_grad_norm_ under `if rank == 0:`: the gradients the step applied differ though DDP averaged them
+        ("grads differ", "the ones the step applied differ between the ranks (first `0.weight`)", "clip_grad_norm_"),
+        # a checkpoint loaded on rank 0 only after DDP(): the same gradients, the same settings, other weights
+        ("grads same", "differed before the step", "on rank 0 before wrapping the model in DDP"),
         ("lr by rank", "the optimizers differ: `lr` of param group 0 is 0.1 on rank 0, 0.2 on rank 1", "never by"),
         ("optimizer class", "the optimizer is SGD on rank 0, Adam on rank 1", "the same way on every rank"),
     ],
@@ -313,6 +342,8 @@ def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, ki
         "no_sync": {"no_sync": True},
         "outside": {},
         "unexplained": {},
+        "grads differ": {},
+        "grads same": {},
         "lr by rank": {},
         "optimizer class": {},
     }[kind]
@@ -324,6 +355,8 @@ def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, ki
         if kind == "optimizer class":
             settings["class"] = ["SGD", "Adam"][rank]
         data["params-diverge"]["checks"][0]["optimizer"] = settings
+        if kind.startswith("grads"):  # the bit sums of the gradients the step applied, per parameter
+            data["params-diverge"]["checks"][0]["grads"] = [7 + (rank if kind == "grads differ" else 0), 8, 9, 10]
     if kind == "outside":  # the first parameter is not inside the DDP wrapper (an extra head stepped by the optimizer)
         for r in ranks.values():
             r["params-diverge"]["checks"][0]["params"][0][4] = False
@@ -410,6 +443,50 @@ def test_a_file_written_by_both_ranks_is_named_with_the_lines_and_the_step(tmp_p
     assert f"ranks 0 and 1 both wrote {model} (at {SCRIPT}:88, from step 32)" in f.observed
     assert f.evidence["path"] == model and f.evidence["ranks"] == [0, 1]
     assert "dist.get_rank() == 0" in f.fix
+
+
+def _save_atomically(folder: str, work: str, rank: int) -> None:
+    """A rank forked off this test (the write audit hook is the child's: Python cannot remove one) that saves the
+    way an atomic save does - a temporary file of its own, then os.replace onto the checkpoint's path - once from
+    its own temporary file, once from one every rank shares; then writes its record as a rank does."""
+    from ddplab.sanitize import rankside
+
+    w = rankside.Window(folder, 3, checks=("sharedwrite",))
+    w.rank = rank
+    mine = os.path.join(work, f"ckpt.{rank}.tmp")
+    with open(mine, "wb") as f:
+        f.write(b"weights")
+    os.replace(mine, os.path.join(work, "checkpoint.pt"))
+    with open(os.path.join(work, "shared.tmp"), "wb") as f:
+        f.write(b"weights")
+    os.replace(os.path.join(work, "shared.tmp"), os.path.join(work, "model.pt"))  # the second rank's would fail
+    w.write(wait=True)
+
+
+def test_a_file_every_rank_renames_its_own_file_onto_is_a_shared_write(tmp_path):
+    """os.rename's audit event (os.replace, Path.replace, shutil.move): every rank's temporary file is its own, the
+    path they all replace is one. A rename from a temporary file the ranks share is that file's finding alone."""
+    import multiprocessing
+
+    folder, work = tmp_path / "run" / "sanitize", tmp_path / "work"
+    work.mkdir()
+    readout.request(folder, 3)
+    for rank in (0, 1):
+        child = multiprocessing.get_context("fork").Process(
+            target=_save_atomically, args=(str(folder), str(work), rank)
+        )
+        child.start()
+        child.join(60)
+        if child.is_alive():  # a hard deadline, and nothing left behind
+            child.kill()
+            child.join()
+        assert child.exitcode == 0
+    found = {Path(f.evidence["path"]).name: f for f in readout.read(folder).findings}
+    assert sorted(found) == ["checkpoint.pt", "shared.tmp"], found
+    f = found["checkpoint.pt"]
+    assert "ranks 0 and 1 both renamed a file of their own onto" in f.observed and "last rename wins" in f.observed
+    assert f.evidence["mode"] == "renamed onto" and f.where.startswith(f"{__file__}:")
+    assert f.code == 'os.replace(mine, os.path.join(work, "checkpoint.pt"))'
 
 
 def test_a_log_appended_to_by_every_rank_interleaves(tmp_path):

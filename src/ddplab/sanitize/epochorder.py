@@ -116,6 +116,11 @@ class Observer(rankside.Observer):
         if not self.window.open and not self._waiting():
             self.window.done(self)
 
+    def forked(self) -> None:
+        for record in self.samplers:  # built before the fork: this process's too; their passes and calls are not
+            record.update(passes=[], calls=0, set_epoch=[], late=None)
+        self.current = weakref.WeakKeyDictionary()
+
     def epoch_set(self, sampler, epoch) -> None:
         record = self.index[sampler]
         record["calls"] += 1

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
 import weakref
 
 from ddplab import afterimport
 from ddplab.sanitize import Finding, ranks_text, rankside, short
-from ddplab.sanitize.userframe import call_through
+from ddplab.sanitize.userframe import call_through, is_user
 
 ID = "params-diverge"
 # a parameter's bits read as integers of its element's size (complex ones as their real pairs)
@@ -169,6 +170,10 @@ class Observer(rankside.Observer):
             self.names = self._names(params)
         names, in_ddp = self.names
         digests = _digests(self.torch, params)
+        # the gradients the step applied (their bit sums): DDP's all-reduce leaves them the same on every rank, so
+        # they tell an update changed on some ranks (clipping under `if rank == 0:`) from weights that differed before
+        grads = [p.grad for p in params if p.grad is not None and p.grad.layout == self.torch.strided]
+        grad_bits = iter(bits for _, bits, _ in _digests(self.torch, grads))
         self.checks.append(
             {
                 "step": step,
@@ -176,6 +181,10 @@ class Observer(rankside.Observer):
                 "params": [
                     [names.get(i, f"parameter #{i}"), n, bits, total, i in in_ddp]
                     for i, (n, bits, total) in enumerate(digests)
+                ],
+                "grads": [
+                    next(grad_bits) if p.grad is not None and p.grad.layout == self.torch.strided else None
+                    for p in params
                 ],
                 "ddps": len(self.ddps),
                 "ddp_forwards": calls["ddp"],
@@ -185,6 +194,9 @@ class Observer(rankside.Observer):
                 "optimizer": _settings(optimizer),
             }
         )
+
+    def forked(self) -> None:
+        self.checks, self.calls, self.depth, self.direct_where = [], {"ddp": 0, "direct": 0}, 0, None
 
     def _names(self, params) -> tuple[dict[int, str], set[int]]:
         """Parameter names from the DDP wrappers first, else from the live modules that no other module holds."""
@@ -204,6 +216,8 @@ class Observer(rankside.Observer):
                 for name, p in root.named_parameters():
                     if id(p) in index:
                         names.setdefault(index[id(p)], name)
+        if len(names) < len(params):
+            _variable_names(index, names)
         return names, in_ddp
 
     def stop(self) -> None:
@@ -215,6 +229,21 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"checks": self.checks, "sharded": self.sharded}
+
+
+def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
+    """A parameter no module holds (a learnable temperature beside the model: `logit_scale = nn.Parameter(...)`) by
+    the name the user's code gave it: a local variable of a user frame on the stack of optimizer.step() (the
+    innermost first), else a global of that frame's module. Once, at the first digested step."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user(frame.f_code.co_filename):
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in list(scope.items()):
+                    i = index.get(id(value))
+                    if i is not None and i not in names and not name.startswith("_"):
+                        names[i] = name
+        frame = frame.f_back
 
 
 def _settings(optimizer) -> dict:
@@ -345,6 +374,27 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
             "build the optimizer the same way on every rank (a learning rate scaled by the world size, never by "
             "the rank)"
         )
+    elif (grad := _grads_differ(checks, differ)) is not None:
+        cause = (
+            f"DDP averaged the gradients, yet the ones the step applied differ between the ranks (first `{grad}`): "
+            "something changed them after the backward on some ranks only (clipping, scaling or zeroing under "
+            "`if rank == 0:`, a gradient hook on one rank)"
+        )
+        fix = (
+            "change the gradients the same way on every rank: clip_grad_norm_ (and any scaling) on every rank, "
+            "between loss.backward() and optimizer.step()"
+        )
+    elif all(c.get("grads") for c in checks.values()):
+        cause = (
+            "the gradients the step applied were the same on every rank (DDP averaged them) and so were the "
+            "optimizer's settings, yet the weights after it differ: they (or the optimizer's state) differed before "
+            "the step, changed on some ranks only after DDP's start-up broadcast (a checkpoint loaded on rank 0 only "
+            "into the wrapped model)"
+        )
+        fix = (
+            "load the weights (and the optimizer's state) on every rank, or on rank 0 before wrapping the model in "
+            "DDP: its start-up broadcast copies rank 0's weights to every rank, a load after it does not"
+        )
     else:
         cause = (
             "DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
@@ -370,6 +420,15 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
         "no_sync": no_sync,
     }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)
+
+
+def _grads_differ(checks: dict[int, dict], differ: list[int]) -> str | None:
+    """The name of the first differing parameter whose gradient at the step was not the same on every rank."""
+    for i in differ:
+        seen = {c["grads"][i] for c in checks.values() if c.get("grads") and c["grads"][i] is not None}
+        if len(seen) > 1:
+            return next(iter(checks.values()))["params"][i][0]
+    return None
 
 
 def _settings_differ(checks: dict[int, dict]) -> str | None:

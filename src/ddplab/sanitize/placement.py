@@ -56,6 +56,9 @@ class Observer(rankside.Observer):
         if devices:
             self.loads.append({"devices": devices, "map_location": map_location_given, "where": self.window.where()})
 
+    def forked(self) -> None:
+        self.loads, self.params = [], None
+
     def steps(self) -> set[int]:
         return {1}
 

@@ -58,7 +58,14 @@ def install() -> bool:
     _window = Window(folder, steps, started_by=owner if started else None)
     afterimport.when_imported("torch", _window.attach, "sanitizer")
     atexit.register(_window.write, wait=True)
+    os.register_at_fork(after_in_child=_forked)
     return True
+
+
+def _forked() -> None:
+    """In the child of a fork of a watched process (a rank started with start_method="fork", a DataLoader worker)."""
+    if _window is not None:
+        _window.forked()
 
 
 class Window:
@@ -69,6 +76,7 @@ class Window:
         # a torchrun worker is a rank from the start (RANK, WORLD_SIZE); a process a rank started (`started_by`: that
         # rank's pid) inherited those variables but is a rank only once its own init_process_group returns (join)
         self.started_by = started_by
+        self.forked_child = False  # a fork of the watched process (forked()), not a new interpreter
         self.rank: int | None = None if started_by else int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.pid = os.getpid()
@@ -177,6 +185,8 @@ class Window:
             return
         c10d = dist.distributed_c10d
         original = c10d.init_process_group
+        if getattr(original, "_ddplab_joins", False):
+            return  # wrapped already (a fork of a process that wrapped it)
 
         @functools.wraps(original)
         def init_process_group(*args, **kwargs):
@@ -187,9 +197,32 @@ class Window:
                 sys.stderr.write(f"ddplab: sanitizer could not join the process group: {e}\n")
             return result
 
+        init_process_group._ddplab_joins = True
         for module in (dist, c10d):
             if getattr(module, "init_process_group", None) is original:
                 module.init_process_group = init_process_group
+
+    def forked(self) -> None:
+        """This process is a fork of the watched one: ranks started by fork (torch.multiprocessing.start_processes or
+        an mp.Process in the "fork" context), or a DataLoader worker. It inherited the window as the watched process
+        left it, but it is another process: like a spawned one, a rank only once its own init_process_group returns
+        (join), and what the watched process recorded before the fork (a file it wrote, a loader's batches) is not
+        this one's: every check drops it, or each forked rank would claim the parent's writes as its own."""
+        parent, self.pid = self.pid, os.getpid()
+        self.started_by, self.rank, self.forked_child = str(parent), None, True
+        self.step, self.optimizer, self.listeners = 0, None, None
+        self.lock, self.writer, self.versions, self.on_disk = threading.Lock(), None, 0, 0
+        for observer in list(self.observers):
+            try:
+                observer.forked()
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        torch = sys.modules.get("torch")
+        if torch is not None and self.handle is not None:  # attached: the import that would hook it is long done
+            try:
+                self._hook_init(torch)
+            except Exception as e:  # noqa: BLE001 - never the user's problem
+                sys.stderr.write(f"ddplab: sanitizer could not watch the forked process: {e}\n")
 
     def join(self, rank: int, world: int) -> None:
         """This started process is rank `rank` of `world` (its init_process_group returned): it writes its record from
@@ -199,6 +232,11 @@ class Window:
             return
         self.rank, self.world = rank, world
         os.environ[OWNER_ENV] = str(self.pid)
+        util = sys.modules.get("multiprocessing.util")
+        if self.forked_child and util is not None:
+            # a rank forked by multiprocessing ends with os._exit(), which runs no atexit handler: multiprocessing's
+            # own exit function runs its finalizers first (registered now: it clears those of the fork before run())
+            util.Finalize(None, self.write, kwargs={"wait": True}, exitpriority=10)
         try:
             with open(os.path.join(self.folder, f"started-by-{self.started_by}"), "a", encoding="utf-8") as f:
                 f.write(f"{rank}\n")
@@ -310,6 +348,9 @@ class Observer:
     def steps(self) -> set[int] | None:
         """The counted steps on_step wants, asked once the window is attached; None: every one."""
         return None
+
+    def forked(self) -> None:
+        """This process is a fork of the rank that recorded so far: drop what was recorded (the parent's, not ours)."""
 
     def linger(self) -> bool:
         """The window is over: True to stay (keeping only the hook it still needs, then calling window.done(self)

@@ -113,6 +113,9 @@ class Observer(rankside.Observer):
             "trained": False,
             "passes": [],
         }
+        subset = _subset(loader.dataset)
+        if subset is not None:
+            record["subset"] = subset
         if isinstance(sampler, DistributedSampler):
             record["distributed"] = {
                 "rank": int(sampler.rank),
@@ -172,6 +175,12 @@ class Observer(rankside.Observer):
                 record["samples"].append(hashed[at : at + r.shape[0]])
                 at += r.shape[0]
 
+    def forked(self) -> None:
+        self.pending, self.pending_bytes, self.taken, self.last = [], 0, {}, None
+        self.by_iter = weakref.WeakKeyDictionary()
+        for loader in self.loaders:  # the loaders built before the fork are this process's too; their passes are not
+            loader["passes"], loader["trained"] = [], False
+
     def on_step(self, step: int, optimizer) -> None:
         if self.last is not None:
             self.loaders[self.last]["trained"] = True
@@ -192,6 +201,21 @@ class Observer(rankside.Observer):
                 for loader in self.loaders
             ]
         }
+
+
+SUBSET_INDICES = 65536  # a Subset's indices read for its crc32, once per loader
+
+
+def _subset(dataset) -> dict | None:
+    """A torch Subset's size, its data set's, and a crc32 of its indices (ranks that picked other parts differ)."""
+    from torch.utils.data import Subset
+
+    if not isinstance(dataset, Subset):
+        return None
+    indices = dataset.indices
+    head = indices[:SUBSET_INDICES] if hasattr(indices, "__getitem__") else list(indices)[:SUBSET_INDICES]
+    head = head.tolist() if hasattr(head, "tolist") else list(head)
+    return {"len": len(indices), "of": len(dataset.dataset), "crc": zlib.crc32(array("q", map(int, head)).tobytes())}
 
 
 def _hex(chunks: list) -> str:
@@ -372,7 +396,18 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
         )
     sampler = records[a]
     dist = [records[r]["distributed"] for r in sorted(records)]
-    if all(d is not None for d in dist) and len({d["rank"] for d in dist}) < len(dist):
+    # too few replicas first: a sampler refuses a rank >= num_replicas, so ranks sharing a rank= follow from it
+    if all(d is not None for d in dist) and any(d["num_replicas"] < world for d in dist):
+        cause = (
+            f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for {world} ranks"
+            f" (and rank={', '.join(sorted({str(d['rank']) for d in dist}))}): it splits the data set into fewer "
+            "shards than there are ranks, so ranks are handed the same shard"
+        )
+        fix = (
+            "pass num_replicas=dist.get_world_size() and rank=dist.get_rank(), or leave both out (the sampler "
+            "reads them from the process group)"
+        )
+    elif all(d is not None for d in dist) and len({d["rank"] for d in dist}) < len(dist):
         cause = (
             f"its DistributedSampler was given rank={dist[0]['rank']} on more than one rank, so they were handed "
             "the same shard"
@@ -381,11 +416,6 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             "build the sampler after init_process_group without rank= and num_replicas= (it reads them from the "
             "process group), or pass rank=dist.get_rank(), num_replicas=dist.get_world_size()"
         )
-    elif all(d is not None for d in dist) and any(d["num_replicas"] < world for d in dist):
-        cause = (
-            f"its DistributedSampler was given num_replicas={min(d['num_replicas'] for d in dist)} for {world} ranks"
-        )
-        fix = "pass num_replicas=dist.get_world_size(), or leave it out (the sampler reads it from the process group)"
     elif all(d is not None for d in dist) and len({d.get("seed") for d in dist}) > 1 and dist[0]["shuffle"]:
         seeds = ", ".join(f"rank {r}: {records[r]['distributed'].get('seed')}" for r in sorted(records))
         cause = (
@@ -411,6 +441,22 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
         fix = (
             "split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
             "world_size), and by torch.utils.data.get_worker_info() across loader workers)"
+        )
+    elif (
+        all(records[r].get("subset") for r in records)
+        and len({records[r]["subset"]["crc"] for r in records}) > 1
+        and not top["same_order"]
+    ):
+        part = records[a]["subset"]
+        cause = (
+            f"its dataset is a Subset with other indices on each rank ({part['len']} of the {part['of']} samples "
+            "on each): each rank picked its own part of the data set, and the parts overlap - picked at random on "
+            "each rank (a per-rank seed), not split by rank"
+        )
+        fix = (
+            "split one order by rank: the same permutation on every rank (one seed, the same everywhere) and each "
+            "rank its slice, perm[rank::world_size]; or give the DataLoader sampler=DistributedSampler(dataset) "
+            "over the whole data set"
         )
     elif sampler["sampler"] not in TORCH_SAMPLERS:
         cause = (

@@ -142,6 +142,9 @@ class Observer(rankside.Observer):
             if site["example"] is None:
                 site["example"] = text.strip()[:160]
 
+    def forked(self) -> None:
+        self.sites = {}
+
     def stop(self) -> None:
         self.on = False
         self.restore(self.undo)

@@ -52,18 +52,19 @@ class Observer(rankside.Observer):
         own += [os.environ[v] for v in (DIR_ENV, *OWN_DIRS) if os.environ.get(v)]
         self.skip = tuple(os.path.join(os.path.abspath(p), "") for p in own) + SKIP_ROOTS
         self.listening = listening = [True]  # the audit hook's switch: a list cell, the cheapest test it can make
-        opened, fail = self._opened, self.window.fail
-
-        made = self._made
+        fail = self.window.fail
+        handlers = {"open": self._opened, "os.mkdir": self._made, "os.rename": self._renamed}.get
 
         def audit(event: str, args: tuple) -> None:
             # A closure, not a method: Python calls it for every audit event of the run (0.6 us against 2 us).
-            if listening[0] and (event == "open" or event == "os.mkdir"):
-                try:
-                    (opened if event == "open" else made)(*args)
-                except Exception as e:  # noqa: BLE001 - an audit hook's error would be the user's open()'s
-                    listening[0] = False
-                    fail(self, e)
+            if listening[0]:
+                handler = handlers(event)
+                if handler is not None:
+                    try:
+                        handler(*args)
+                    except Exception as e:  # noqa: BLE001 - an audit hook's error would be the user's open()'s
+                        listening[0] = False
+                        fail(self, e)
 
         sys.addaudithook(audit)
 
@@ -80,7 +81,14 @@ class Observer(rankside.Observer):
         torch.save = torch.serialization.save = patched
         self.undo += [(torch, "save", save, patched), (torch.serialization, "save", save, patched)]
 
-    def _opened(self, path, mode, flags) -> None:
+    def _renamed(self, source, path, source_dir_fd, dir_fd) -> None:
+        """os.rename's audit event (os.replace, Path.rename/replace, shutil.move): the destination is written as a
+        whole, the atomic save (a temporary file of the rank's own, then os.replace onto the checkpoint's path)."""
+        if dir_fd not in (None, -1) or isinstance(source, int):
+            return
+        self._opened(path, "w", os.O_WRONLY, source=os.path.abspath(os.fsdecode(source)))
+
+    def _opened(self, path, mode, flags, source: str | None = None) -> None:
         if isinstance(path, int) or path is None:
             return
         flags = flags if isinstance(flags, int) else 0
@@ -105,6 +113,8 @@ class Observer(rankside.Observer):
                 "step": self.window.step,
                 "count": 1,
             }
+            if source is not None:
+                self.writes[full]["from"] = source  # a rename onto the path: the file it moved there
 
     def _made(self, path, mode, dir_fd) -> None:
         """os.mkdir's audit event (os.makedirs and Path.mkdir call it): a folder this rank makes, unless a caller
@@ -123,6 +133,9 @@ class Observer(rankside.Observer):
         if where is not None:
             self.dirs[full] = {"path": full, "where": where, "step": self.window.step}
 
+    def forked(self) -> None:
+        self.writes, self.dirs = {}, {}  # the parent's writes: a forked rank that claimed them would share them
+
     def stop(self) -> None:
         self.on = self.listening[0] = False  # the audit hook stays (Python cannot remove one): one test per event
         self.restore(self.undo)
@@ -135,18 +148,27 @@ class Observer(rankside.Observer):
 # ------------------------------------------------------------------------------------------------------ reader side
 def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     findings = []
-    for path, writes in by_key(ranks, "writes", "path").items():
-        if len(writes) < 2:
-            continue
+    gathered = by_key(ranks, "writes", "path")
+    shared = {path for path, writes in gathered.items() if len(writes) > 1}
+    for path, writes in gathered.items():
+        if len(writes) < 2 or all(w.get("from") in shared for w in writes.values()):
+            continue  # renamed from one shared temporary file: that file's finding says it (the renames but one fail)
         ranks_ = sorted(writes)
         first = writes[ranks_[0]]
         lines = sorted({short(w["where"]) for w in writes.values()})
+        renamed = all(w.get("from") for w in writes.values())
         verb = "appended to" if all(w["mode"] == "a" for w in writes.values()) else "wrote"
         when = f"from step {first['step']}" if first["step"] else "before the first optimizer step"
         every = "both" if len(ranks_) == 2 else "all"
-        observed = f"ranks {ranks_text(ranks_)} {every} {verb} {_shown(path)} (at {', '.join(lines)}, {when})"
+        did = "renamed a file of their own onto" if renamed else verb
+        observed = f"ranks {ranks_text(ranks_)} {every} {did} {_shown(path)} (at {', '.join(lines)}, {when})"
         if verb == "appended to":
             observed += ": their lines interleave in one file"
+        elif renamed:
+            observed += (
+                ": each rank's save replaces the others', the last rename wins, and a rank reading it meanwhile "
+                "gets whichever rank's file is there"
+            )
         else:
             observed += ": the last writer wins, a reader can meet a half-written file, and a rename of the same "
             observed += "temporary file fails on all ranks but one"
@@ -164,7 +186,7 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                 evidence={
                     "path": path,
                     "ranks": ranks_,
-                    "mode": verb,
+                    "mode": "renamed onto" if renamed else verb,
                     "where": {r: w["where"] for r, w in writes.items()},
                     "step": {r: w["step"] for r, w in writes.items()},
                     "count": {r: w["count"] for r, w in writes.items()},
