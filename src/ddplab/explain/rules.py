@@ -663,14 +663,22 @@ _SPECIFIC: tuple[Rule, ...] = (
     Rule(
         "invalid-device-ordinal",
         "LOCAL_RANK beyond the visible GPUs",
-        (r"invalid device ordinal", r"LOCAL_RANK=\d+ but only \d+ GPU\(s\) are visible"),
+        (
+            r"invalid device ordinal",
+            r"LOCAL_RANK=\d+ but only \d+ GPU\(s\) are visible",
+            # Lightning's device parser (MisconfigurationException, every release since 0.7): "You requested gpu:
+            # [0, 1]\n But your machine only has: [0]" (older: "You requested GPUs:"); a repr keeps the "\n" literal
+            r"You requested (?:gpu|GPUs): \[[^\]\n]*\](?:\\n|\s)+But your machine only has: \[",
+        ),
         "A process asked for a GPU index beyond the GPUs it can see: more processes per node than GPUs, "
-        "CUDA_VISIBLE_DEVICES hides some, or the script passes another number where the local index belongs: the "
+        "CUDA_VISIBLE_DEVICES hides some (Slurm's --gpus-per-task or --gres give each task only its own GPUs), or "
+        "the script passes another number where the local index belongs: the "
         "global RANK (set_device(rank) fails from the second node on, where RANK >= GPUs per node) or a physical GPU "
         "id read from CUDA_VISIBLE_DEVICES (inside the process the visible GPUs are renumbered 0..n-1).",
         "Start at most one process per visible GPU: --nproc-per-node gpu (or the count nvidia-smi shows), check "
         "CUDA_VISIBLE_DEVICES, and select the GPU by the local index: "
-        "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])).",
+        "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])). Lightning under Slurm: ask the Trainer for the "
+        "GPUs each node was granted (devices = --ntasks-per-node = the N of --gres=gpu:N).",
         f"{DOCS}/elastic/run.html",
     ),
     Rule(
@@ -841,11 +849,18 @@ _SPECIFIC: tuple[Rule, ...] = (
             _cut("no kernel image is available for execution on the device", 5),
             r"is not compatible with the current PyTorch installation",
             r"PyTorch no longer supports this GPU because it is too old",
+            # ROCm: the HIP runtime's hipErrorNoBinaryForGpu (hip_code_object.cpp), "Unable to find code object for
+            # all current devices!" (ROCm >= 4.1) and its older "Coudn't find binary for current devices!" (sic)
+            r"hipErrorNoBinaryForGpu",
+            r"Unable to find code object for all current devices",
+            r"Cou(?:l)?dn't find binary for current devices",
         ),
-        "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX): a new GPU with an "
-        "old build (RTX 50xx / sm_120 needs cu128 or later) or an old GPU the build dropped.",
+        "The installed torch build has no compiled kernels for this GPU's architecture (sm_XX on CUDA, gfxNNNN on "
+        "ROCm): a new GPU with an old build (RTX 50xx / sm_120 needs cu128 or later), an old GPU the build dropped, "
+        "or a ROCm wheel whose target list lacks this gfx architecture.",
         "Install a torch wheel built for this GPU's compute capability (pytorch.org/get-started/locally: pick the "
-        "CUDA version that lists sm_XX; `python -c 'import torch; print(torch.cuda.get_arch_list())'`).",
+        "CUDA version that lists sm_XX; `python -c 'import torch; print(torch.cuda.get_arch_list())'`); on ROCm "
+        "compare `rocminfo | grep gfx` with that list and use a ROCm release that builds for it.",
         "https://pytorch.org/get-started/locally/",
         mechanism="difference",
     ),
@@ -1091,6 +1106,39 @@ _SPECIFIC: tuple[Rule, ...] = (
         "compute dtypes; pass use_orig_params=True for frozen+trainable mixes; wrap adapter or quantized modules in "
         "their own units (auto_wrap_policy), or use FSDP2 fully_shard, which shards per parameter.",
         f"{DOCS}/fsdp.html",
+    ),
+    Rule(
+        "checkpoint-world-size",
+        "the checkpoint was saved with another number of data-parallel ranks",
+        # DeepSpeed runtime/engine.py _load_zero_checkpoint (ZeRORuntimeException), every release since 0.3
+        (
+            r"The checkpoint being loaded used a DP world size of \d+ but the current world size is \d+",
+            r"Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not",
+        ),
+        "A ZeRO checkpoint holds the optimizer state split into one partition per data-parallel rank of the run "
+        "that saved it; DeepSpeed cannot load it into a run with another number of data-parallel ranks (more or "
+        "fewer GPUs or nodes, or another tensor/pipeline-parallel size, which changes the DP size).",
+        "Resume with the same number of GPUs and the same parallel sizes; otherwise keep only the weights: "
+        "zero_to_fp32.py (in the checkpoint folder) writes the fp32 model to start a new run from (the optimizer "
+        "state is lost), or convert with DeepSpeed's ds_to_universal.py and load it with 'load_universal': true.",
+        "https://www.deepspeed.ai/tutorials/universal-checkpointing/",
+        mechanism="difference",
+    ),
+    Rule(
+        "deepspeed-batch-size",
+        "DeepSpeed's batch sizes do not multiply out for this world size",
+        # DeepSpeed runtime/config.py _batch_assertion: f"Check batch related parameters. train_batch_size is not
+        # equal to micro_batch_per_gpu * gradient_acc_step * world_size {train} != {micro} * {acc} * {world}"
+        # (a wrapped paste breaks it anywhere)
+        (r"train_batch_size\s+is\s+not\s+equal\s+to\s+micro_batch_per_gpu\s+\*\s+gradient_acc_step\s+\*\s+world_size",),
+        "DeepSpeed requires train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+        "world size; the config's numbers were worked out for another number of processes than the run has (the "
+        "last factor of the message is the world size DeepSpeed saw: fewer GPUs than planned, a launcher that "
+        "started one process, or a hard-coded train_batch_size).",
+        "Give two of the three and let DeepSpeed derive the third (or 'auto' under HF Trainer / accelerate), or "
+        "set them so the product holds for this world size; check that the launcher started the number of "
+        "processes you expect.",
+        "https://www.deepspeed.ai/docs/config-json/#batch-size-related-parameters",
     ),
     Rule(
         "store-hostname",
@@ -1806,7 +1854,11 @@ _FAMILIES: tuple[Rule, ...] = (
         "dtensor-api",
         "DTensor / tensor parallel: an unsupported op or placement",
         (r"torch-python:torch/distributed/tensor/",),
-        (r"torch/distributed/tensor/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",),
+        (
+            r"torch/distributed/tensor/[\w/]+\.py\", line \d+, in \w+\n(?:.*\n){0,3}?\w*(?:Error|Exception)",
+            # tensor/_dispatch.py (torch >= 2.2; "{op}: got mixed ..." and, later, a "Please see ..." tail)
+            r"got mixed torch\.Tensor and DTensor",
+        ),
         "A DTensor operation or redistribution is not supported for these placements or meshes: no sharding "
         "strategy for the op, tensors on different meshes, a DTensor mixed with a plain tensor, or a shape "
         "the sharding cannot split.",
