@@ -387,6 +387,7 @@ def _codes(code: types.CodeType):
             yield from _codes(const)
 
 
+IMPORT_NAME = dis.opmap["IMPORT_NAME"]
 _REACHES: dict = {}  # code object -> whether it reaches a spawn (False while being walked: a cycle adds nothing)
 
 
@@ -407,6 +408,8 @@ def _reaches_a_spawn(func) -> bool:
 def _imported(part: types.CodeType) -> dict:
     """What a function imports inside itself (`import subprocess`, `from conftest import cli`): name -> object."""
     found, module = {}, None
+    if IMPORT_NAME not in part.co_code[::2]:  # the opcodes (every unit is 2 bytes): most code imports nothing,
+        return found  # and disassembling it all cost seconds of each worker's collection
     for ins in dis.get_instructions(part):
         if ins.opname == "IMPORT_NAME":
             try:
