@@ -15,6 +15,7 @@ from ddplab.lint.scriptread import (
     SCHEDULER_PREFIXES,
     UNIQUE_NAMES,
     Facts,
+    _is_none,
     block_of,
     body_exits,
     calls_in,
@@ -636,7 +637,7 @@ class Checks(MultiGpuChecks):
                 isinstance(shuffle, ast.Constant)
                 and shuffle.value is True
                 and sampler is not None
-                and not (isinstance(sampler, ast.Constant) and sampler.value is None)
+                and not _is_none(sampler)
             ):
                 self.add(
                     call,
@@ -1385,10 +1386,7 @@ class Checks(MultiGpuChecks):
 
     def _always_none(self, name: ast.AST) -> bool:
         """`sampler=train_sampler` where train_sampler is only ever assigned None."""
-        if not isinstance(name, ast.Name):
-            return isinstance(name, ast.Constant) and name.value is None
-        value = self._reaching_value(name)
-        return isinstance(value, ast.Constant) and value.value is None
+        return _is_none(self._reaching_value(name) if isinstance(name, ast.Name) else name)
 
     def _reaching_value(self, name: ast.Name) -> ast.AST | None:
         """The value of the nearest `name = ...` on the straight path before this use (same block or enclosing

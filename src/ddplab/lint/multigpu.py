@@ -15,6 +15,7 @@ from ddplab.lint.scriptread import (
     ANY_RANK0,
     DDP_NAMES,
     ScriptReader,
+    _is_none,
     body_exits,
     const_str,
     dotted,
@@ -457,24 +458,23 @@ class MultiGpuChecks(ScriptReader):
                 found[func.name] = frozenset(positions)
         return found
 
-    def _from_reducing_helpers(self, body: list[ast.stmt]) -> set[str]:
-        """Names assigned the reduced part of what a reduce_returners helper returns."""
-        names: set[str] = set()
-        if not self.facts.reduce_returners:
-            return names
-        for node in walk_same_function(body):
+    def _given_by(self, body: list[ast.stmt], table: dict[str, frozenset]) -> dict[str, ast.Assign]:
+        """Names assigned what a helper of `table` (name -> positions of its returned tuple; -1: the whole value)
+        returns there (`loss, preds = self._run_batch(x)`) -> the assignment."""
+        found: dict[str, ast.Assign] = {}
+        for node in walk_same_function(body) if table else ():
             if (
                 isinstance(node, ast.Assign)
-                and len(node.targets) == 1
                 and isinstance(node.value, ast.Call)
-                and (positions := self.facts.reduce_returners.get(self.callee_last(node.value)))
+                and (positions := table.get(self.callee_last(node.value)))
             ):
-                target = node.targets[0]
-                if isinstance(target, ast.Name) and -1 in positions:
-                    names.add(target.id)
-                elif isinstance(target, ast.Tuple):
-                    names |= {e.id for i, e in enumerate(target.elts) if i in positions and isinstance(e, ast.Name)}
-        return names
+                for target in node.targets:
+                    parts = target.elts if isinstance(target, ast.Tuple) and -1 not in positions else [target]
+                    for i, part in enumerate(parts):
+                        for n in ast.walk(part) if part is target or i in positions else ():
+                            if isinstance(n, ast.Name):
+                                found.setdefault(n.id, node)
+        return found
 
     def sum_returners(self) -> dict[str, frozenset]:
         """This file's functions that return a sum over this rank's batches, never reduced (`for x in loader: loss
@@ -517,7 +517,9 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(n, ast.Name)
         }
 
-        in_place |= self._from_reducing_helpers(body)  # loss, preds = self._run_batch(x): loss came out of one
+        in_place |= set(
+            self._given_by(body, self.facts.reduce_returners)
+        )  # loss, preds = self._run_batch(x): loss came out of one
         # `reduced = reduce_tensor(loss, n).item()` on the distributed path (`else: reduced = loss.item()` on the one
         # process): a sum of those is a sum of whole values
         in_place |= _names_given(body, lambda v: any(isinstance(x, ast.Call) and self._reduces(x) for x in ast.walk(v)))
@@ -809,18 +811,8 @@ class MultiGpuChecks(ScriptReader):
                 continue  # metric_logger.synchronize_between_processes(): the meters are reduced
             reduced = self._flows_into(reducers, body)
             accumulated = self._summed_over_batches(body, reduced)  # name -> the loop it grows in
-            for node in walk_same_function(body):  # train_loss, train_acc = run_epoch(train_loader, ...)
-                if (
-                    isinstance(node, ast.Assign)
-                    and isinstance(node.value, ast.Call)
-                    and (positions := self.facts.sum_returners.get(self.callee_last(node.value)))
-                ):
-                    for target in node.targets:
-                        parts = target.elts if isinstance(target, ast.Tuple) and -1 not in positions else [target]
-                        for i, part in enumerate(parts):
-                            for n in ast.walk(part) if part is target or i in positions else ():
-                                if isinstance(n, ast.Name):
-                                    accumulated.setdefault(n.id, node)
+            # train_loss, train_acc = run_epoch(train_loader, ...)
+            accumulated = self._given_by(body, self.facts.sum_returners) | accumulated
             if not accumulated:
                 continue
             for call in calls:
@@ -939,40 +931,32 @@ class MultiGpuChecks(ScriptReader):
         for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
             returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
             if returned and all(
-                isinstance(v, ast.Name)
-                and self.built_without_sampler(v, func)
-                or isinstance(v, ast.Call)
-                and self._plain_loader_call(v)
+                self.built_without_sampler(v, func) if isinstance(v, ast.Name) else self._plain_loader_call(v)
                 for v in returned
             ):
                 found.add(func.name)
         return found
 
     def _plain_loader_call(self, value: ast.AST) -> bool:
+        """`DataLoader(ds, batch_size=8)`, `sampler=None` (the default) or `**kwargs` seen without one: the whole set."""
         if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
             return False
         return not any(
-            k.arg in ("sampler", "batch_sampler") or k.arg is None and self._may_hold_sampler(k.value)
+            k.arg in ("sampler", "batch_sampler")
+            and not _is_none(k.value)
+            or k.arg is None
+            and self._may_hold_sampler(k.value)
             for k in value.keywords
         )
 
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         built = self._built(name, scope)
-        if not built:
-            return False
-        for value in built:
-            if isinstance(value, ast.Call) and self.callee_last(value) in self.facts.plain_loader_makers:
-                continue  # test_loader = prepare_dataloader(test, config): a project helper's plain loader
-            if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
-                return False
-            for k in value.keywords:
-                if k.arg in ("sampler", "batch_sampler") and not (
-                    isinstance(k.value, ast.Constant) and k.value.value is None
-                ):
-                    return False  # `sampler=None` is the default: the whole set
-                if k.arg is None and self._may_hold_sampler(k.value):
-                    return False
-        return True
+        return bool(built) and all(
+            isinstance(v, ast.Call)
+            and self.callee_last(v) in self.facts.plain_loader_makers  # a project helper's
+            or self._plain_loader_call(v)
+            for v in built
+        )
 
     def _may_hold_sampler(self, kwargs: ast.AST, depth: int = 0) -> bool:
         """`**test_kwargs`: a dict whose every assignment and update is seen and none names a sampler (an update

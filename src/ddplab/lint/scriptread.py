@@ -737,30 +737,15 @@ class ScriptReader:
                 return test[0], not test[1]
             return None
         if isinstance(expr, ast.BoolOp):
-            tests = []
             for value in expr.values:
                 inner = self.rank_test(value, follow_names)
-                if (
-                    inner is None
-                    and isinstance(expr.op, ast.Or)
-                    and len(expr.values) == 2
-                    and self.rank_test(expr.values[1 - expr.values.index(value)], follow_names)
-                    and (self._launcher_test(value) is False or self._not_a_group_switch(value))
-                ):
-                    # `not is_distributed or local_rank == 0`: the part that holds without a process group is the
-                    # one-process path, as `rank is None` is
-                    inner = ("single", True)
                 # `rank == 0 and x` runs on rank 0 only; `rank != 0 or x` may run anywhere but rank 0.
                 if inner and inner[1] == isinstance(expr.op, ast.And):
                     if inner[0] == "local" and any(self._unknown_zero(v) for v in expr.values if v is not value):
                         return "device", True  # `node_id == 0 and local_rank == 0`: maybe the global rank 0
                     return inner
-                tests.append(inner)
-            if isinstance(expr.op, ast.Or) and all(t and t[1] for t in tests):
-                # `rank is None or rank == 0`: rank 0, or the one process no launcher started (the weakest kind
-                # of the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
-                kinds = {t[0] for t in tests}
-                return next((k for k in ("local", "device", "global") if k in kinds), "single"), True
+            # `not is_distributed or local_rank == 0`, `rank is None or rank == 0`: read by value (the weakest kind of
+            # the parts: `local_rank == 0 or rank == 0` holds on every node's first process)
             return self._rank_test_by_logic(expr)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and (single := self._no_rank(expr)) is not None:
             return "single", single  # `rank is None`, `local_rank == -1`: no launcher gave a rank, one process
@@ -840,11 +825,6 @@ class ScriptReader:
             and isinstance(expr.left, (ast.Name, ast.Attribute))
             and self.rank_test(expr, follow_names=False) is None
         )
-
-    def _not_a_group_switch(self, expr: ast.AST) -> bool:
-        """`not use_ddp`: false exactly when a process group runs. Beside a rank test (`not use_ddp or rank == 0`) it
-        is the one-process path."""
-        return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not) and self._group_switch(expr.operand)
 
     def _group_switch(self, expr: ast.AST) -> bool:
         """A switch that holds when a process group runs: named for it (`use_ddp`, `args.distributed`,
@@ -1280,7 +1260,14 @@ class ScriptReader:
 
     def _built(self, name: ast.AST, scope: ast.AST | None = None) -> list[ast.AST]:
         """What `name` is assigned, in `scope` (else anywhere in the file): `loader = DataLoader(...)`, `a = b = x`,
-        `train_loader, val_loader = DataLoader(...), DataLoader(...)`."""
+        `train_loader, val_loader = DataLoader(...), DataLoader(...)`; for `loaders[i]`, what the list is made of
+        (`loaders = [a, b]`, `loaders.append(a)`), each name followed once more."""
+        if isinstance(name, ast.Subscript) and (key := dotted(name.value)):
+            held = [e for v in self._built(name.value, scope) for e in (v.elts if isinstance(v, ast.List) else [v])]
+            held += [
+                a for c in self.calls_by_name.get("append", []) if dotted(c.func) == f"{key}.append" for a in c.args[:1]
+            ]
+            return [b for e in held for b in (isinstance(e, ast.Name) and self._built(e, scope) or [e])]
         key = dotted(name) if isinstance(name, (ast.Name, ast.Attribute)) else ""
         return [
             v
