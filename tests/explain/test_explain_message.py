@@ -272,3 +272,34 @@ def test_torch_grammar_devices_kernels_libraries_and_pickle():
     # pickle, for real: what spawn sends to a process must pickle
     _, m = only(traceback_of(lambda: pickle.dumps(_local_lambda())))
     assert m.title == "_local_lambda.<locals>.<lambda> cannot be pickled" and "module level" in m.fix
+
+
+def test_pickle_cannot_find_a_class_of_main_in_another_process():
+    import subprocess
+    import sys
+
+    # for real: a class defined in one interpreter's __main__ (python -c, as a notebook's) unpickled in another
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle,sys\nclass Jigsaw: pass\nsys.stdout.buffer.write(pickle.dumps(Jigsaw()))",
+        ],
+        capture_output=True,
+        timeout=60,
+    ).stdout
+    err = subprocess.run(
+        [sys.executable, "-c", "import pickle,sys; pickle.loads(sys.stdin.buffer.read())"],
+        input=made,
+        capture_output=True,
+        timeout=60,
+    ).stderr.decode()
+    assert "Can't get attribute 'Jigsaw' on <module '__main__'" in err, err
+    _, m = only(err)
+    assert m.title == "the spawned process cannot find Jigsaw in __main__" and "module level" in m.fix
+    # a spawned child imports the main script as __mp_main__ (multiprocessing/spawn.py)
+    a = message.answer("AttributeError: Can't get attribute 'Net' on <module '__mp_main__' from '/home/u/train.py'>")
+    assert a.title == "the spawned process cannot find Net in __main__" and "__name__" in a.cause
+    # the device check retyped without the space after the comma (an issue's paste)
+    a = message.answer("found at least two devices,cuda:1 and cuda:0")
+    assert a.title == "one operation got tensors on cuda:1 and cuda:0"

@@ -44,6 +44,7 @@ TESTED_HERE = {
     "nccl-version-mismatch",
     "local-rank-argument",
     "checkpoint-missing-keys",
+    "script-not-found",
 }
 
 
@@ -1042,3 +1043,33 @@ def test_the_watchdogs_exit_line_names_why_it_ended_the_process(reason, rule):
         f"PG GUID 0(default_pg) Rank 3] Terminating the process after attempting to dump debug info, due to {reason}.\n"
     )
     assert [m.rule for m in explain_text(line).matches] == [rule]
+
+
+def test_script_not_found_under_torchrun_made_here(tmp_path):
+    # torchrun given a script path that does not exist: the interpreter's own "can't open file" (exit code 2), then
+    # torchrun's failure summary; the interpreter's message names the cause, not the agent's traceback
+    env = {**_no_launcher_env(), "OMP_NUM_THREADS": "1"}
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "1",
+            "--master-port",
+            str(free_port()),
+            str(tmp_path / "no_such_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        start_new_session=True,
+    )
+    out = ran.stdout + ran.stderr
+    assert "can't open file" in out and "[Errno 2]" in out, out[-3000:]
+    assert first_rule(out) == "script-not-found", out[-3000:]
+    # CPython 3.8/3.9's fprintf wording and 3.10+'s repr (double quotes when the path holds a single quote)
+    assert first_rule("python3: can't open file 'train.py': [Errno 2] No such file or directory") == "script-not-found"
+    assert first_rule("python: can't open file \"/w/it's.py\": [Errno 13] Permission denied") == "script-not-found"
+    assert first_rule("/usr/bin/python3: '/w/src' is a directory, cannot continue") == "script-not-found"

@@ -80,7 +80,10 @@ def describe_exit(code: int | str) -> str:
         # No "above": ddplab prints the rank's traceback after this line, a torchrun log before it.
         return "exit code 1: it raised an exception; the Python traceback in its output says why"
     if code == 2:
-        return "exit code 2: usually a command-line usage error (argparse prints which argument)"
+        return (
+            "exit code 2: usually a command-line usage error (argparse prints which argument), or python could not "
+            "open the script path"
+        )
     return f"exit code {code}: the program chose it (sys.exit({code}) or its launcher); its own output says why"
 
 

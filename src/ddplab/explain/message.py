@@ -511,10 +511,17 @@ LOCAL_RANK_ARG = re.compile(r"--local[_-]rank")
 
 
 # torch's dispatcher and device checks, the loader and pickle: fixed grammar around the names they print
-TWO_DEVICES = re.compile(r"found at least two devices, (?P<a>[\w:]+) and (?P<b>[\w:]+)")
+TWO_DEVICES = re.compile(r"found at least two devices,\s*(?P<a>[\w:]+) and (?P<b>[\w:]+)")
 NO_KERNEL = re.compile(r"Could not run '(?P<op>[\w:.]+)' with arguments from the '(?P<backend>\w+)' backend")
 NO_LIBRARY = re.compile(r"(?P<lib>lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 CANT_PICKLE = re.compile(r"(?:Can't|cannot|Can not) pickle (?:local object )?'?(?P<what>[^'\n:\s]{1,80})'?", re.I)
+# pickle's find_class (Lib/pickle.py, Modules/_pickle.c, every Python 3): "Can't get attribute {name!r} on {module!r}":
+# the unpickling process has no such name in that module; for __main__ / __mp_main__ that is a spawned child (mp.spawn,
+# DataLoader workers under spawn, a spawn-based launcher) that re-imports the parent's main script as __mp_main__ and
+# does not run its `if __name__ == "__main__":` block, or has no script at all (a notebook: "(built-in)").
+CANT_GET_ATTRIBUTE = re.compile(
+    r"Can't get attribute '(?P<name>[\w.<>]{1,80})' on <module '(?P<module>__main__|__mp_main__)'(?P<where>[^>\n]*)>"
+)
 
 
 def torch_answer(message: str) -> Answer | None:
@@ -574,6 +581,26 @@ def torch_answer(message: str) -> Answer | None:
             "function, a lock or an open handle).",
             "Define functions at module level instead of lambdas or local functions, keep locks and handles out of "
             "what the processes receive (create them inside the worker), or pass a name and build the object there.",
+            ["python"],
+        )
+    m = CANT_GET_ATTRIBUTE.search(message)
+    if m:
+        name, where = m.group("name"), m.group("where")
+        notebook = "built-in" in where
+        return Answer(
+            f"the spawned process cannot find {name} in __main__",
+            f"Starting processes with spawn (mp.spawn, DataLoader workers under spawn, spawn-based DDP) pickles {name} "
+            "by reference to the module that defines it, and the new process could not find it there: "
+            + (
+                "it was defined in a notebook or an interactive session, whose __main__ the new process does not have."
+                if notebook
+                else "the child imports the main script as __mp_main__ without running its "
+                "`if __name__ == '__main__':` block, so a class or function defined inside that block (or created "
+                "dynamically) does not exist there."
+            ),
+            f"Define {name} at module level in an importable .py file and import it"
+            + (" (run DDP from a script with torchrun, not from the notebook)" if notebook else "")
+            + "; start the processes from a script, under `if __name__ == '__main__':`.",
             ["python"],
         )
     return None

@@ -231,6 +231,25 @@ _SPECIFIC: tuple[Rule, ...] = (
         f"{DOCS}/distributed.html#launch-utility",
     ),
     Rule(
+        "script-not-found",
+        "python could not open the script the launcher started",
+        # CPython Modules/main.c pymain_run_file (returns 2): 3.10+ PySys_FormatStderr("%S: can't open file %R: "
+        # "[Errno %d] %s\n") (repr: '...' or "..." quotes), 3.8/3.9 and 2.7 fprintf("%ls: can't open file '%s': "
+        # "[Errno %d] %s\n"); a folder given as the script: "%S: %R is a directory, cannot continue" (3.x).
+        (
+            r"\bcan't open file ['\"][^\n]*['\"]: \[Errno \d+\]",
+            r"^[^\n]*python[\w.]*: ['\"][^\n]*['\"] is a directory, cannot continue",
+        ),
+        "The Python interpreter each worker runs could not open the script path it was given (exit code 2, before "
+        "any of the script ran): `[Errno 2] No such file or directory` - the path is relative to a working directory "
+        "the launcher did not start in (another folder, another node, a container without that mount), or it is "
+        "misspelt; `[Errno 13]` - not readable by this user. The launcher's failure summary that follows is its "
+        "consequence.",
+        "Pass the script's path as it exists on every node (an absolute path, or cd into the folder first; check "
+        "`ls PATH` on each node, inside the container); for a module use `torchrun -m pkg.module` / `python -m`.",
+        "https://docs.python.org/3/using/cmdline.html#interface-options",
+    ),
+    Rule(
         "rank-out-of-range",
         "RANK is not below WORLD_SIZE",
         (r"rank < size\. \d+ vs \d+", r"RANK=\d+ is outside 0\.\.WORLD_SIZE"),
