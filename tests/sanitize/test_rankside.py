@@ -122,6 +122,18 @@ def test_a_loaders_subset_is_recorded_with_its_size_and_indices(window):
     assert "subset" not in whole
 
 
+def test_a_loader_whose_sampler_draws_with_replacement_says_so(window):
+    from torch.utils.data import RandomSampler, WeightedRandomSampler
+
+    w = window(steps=1, checks=("samebatch",))
+    data = TensorDataset(torch.randn(10, 2))
+    DataLoader(data, batch_size=2, sampler=WeightedRandomSampler(torch.ones(10), 10))
+    DataLoader(data, batch_size=2, sampler=RandomSampler(data, replacement=True))
+    DataLoader(data, batch_size=2, shuffle=True)
+    weighted, drawn, shuffled = w.observers[0].data()["loaders"]
+    assert weighted["replacement"] and drawn["replacement"] and "replacement" not in shuffled
+
+
 def test_a_parameter_beside_the_wrapped_model_is_named_by_the_users_variable(window, one_process_group):
     """A learnable temperature kept beside the DDP model (CLIP's logit_scale) and given to the optimizer: no module
     holds it, so its name is the variable the user's code holds it in (the finding said `parameter #2`)."""
@@ -279,6 +291,33 @@ def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(windo
     assert record["set_epoch"] == [0, 1] and record["late"] is None
 
 
+def test_writes_on_the_console_streams_from_the_users_code_are_kept_by_line_and_text(window):
+    """sys.stdout.write(...) on every rank is the same noise as a print: the console streams stand behind a stand-in
+    for the window, which sees the user's writes (not print's own, nor logging's) and is gone with the window."""
+    import logging
+    import sys
+    import zlib
+
+    before = (sys.stdout, sys.stderr)
+    w = window(steps=2, checks=("sameprint",))
+    assert sys.stdout is not before[0] and sys.stdout.fileno is not None  # the stream's own attributes pass through
+    first = _line('sys.stdout.write("== epoch 0 ==")')
+    sys.stdout.write("== epoch 0 ==")  # kept
+    sys.stdout.write("\n")  # whitespace alone: nothing
+    sys.stderr.writelines(["warn", "ing\n"])  # kept, as one text
+    print("a print")  # kept once, as a print (its writes are print's own)
+    logging.getLogger("ddplab-test-write").warning("a record")  # logging's own write: not the user's line
+    sites = {int(s["where"].rpartition(":")[2]) - first: s for s in w.observers[0].data()["sites"]}
+    w.close()
+    assert (sys.stdout, sys.stderr) == before
+    crc = [zlib.crc32(t.encode()) for t in ("== epoch 0 ==", "warning\n", "a print\n")]
+    assert {k: (s["count"], s["texts"]) for k, s in sites.items()} == {
+        0: (1, [crc[0]]),
+        2: (1, [crc[1]]),
+        3: (1, [crc[2]]),
+    }
+
+
 def test_a_tqdm_bar_drawn_on_the_console_by_the_users_code_is_kept_as_a_line(window, tmp_path):
     import tqdm.std
     from tqdm import tqdm as bar
@@ -425,3 +464,20 @@ def test_a_step_hook_registered_after_the_windows_outlives_it(window):
     model_alone(torch.ones(2, 4)).sum().backward()
     optimizer.step()
     assert not alone.open and alone.handle is None  # the last hook: removed
+
+
+def test_an_uncaught_error_keeps_its_traceback_while_the_console_stands_in(tmp_path):
+    """Python prints an uncaught error from C with no Python frame left: the stand-in passes it on (it asked for its
+    caller's frame there once, and the traceback was lost: "lost sys.stderr")."""
+    import subprocess
+    import sys
+
+    code = (
+        "from ddplab.sanitize import rankside\n"
+        f"window = rankside.Window({str(tmp_path)!r}, 50, ('sameprint',))\n"
+        "raise RuntimeError('planted at the top level')\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1, ran.stderr
+    assert "Traceback (most recent call last)" in ran.stderr, ran.stderr
+    assert ran.stderr.rstrip().endswith("RuntimeError: planted at the top level"), ran.stderr

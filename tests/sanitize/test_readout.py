@@ -169,6 +169,55 @@ def test_an_iterable_dataset_read_in_full_by_every_rank(tmp_path):
     assert "IterableDataset" in f.observed and "islice" in f.fix
 
 
+def test_a_weighted_sampler_drawing_the_same_samples_on_every_rank_is_named(tmp_path):
+    """WeightedRandomSampler under DDP, the same seed on every rank: its draws repeat samples on each rank (by design,
+    with replacement: the "constant data" test took them for samples that tell nothing) and are the same draws on
+    both ranks."""
+    draws = [1000 + (i * 7) % 97 for i in range(320)]  # 97 distinct samples, each drawn 3-4 times
+    ranks = {r: {"same-samples": loader([draws], sampler="WeightedRandomSampler")} for r in (0, 1)}
+    for data in ranks.values():
+        data["same-samples"]["loaders"][0]["replacement"] = True
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert "read the same 20 batches, sample for sample and in the same order" in f.observed
+    assert "WeightedRandomSampler, drawing with replacement" in f.observed and "indices[rank::world_size]" in f.fix
+
+
+@pytest.mark.parametrize("case", ["own seeds", "constant data"])
+def test_samplers_with_replacement_are_silent_when_the_ranks_draw_independently(tmp_path, case):
+    """Independent draws with replacement (a seed per rank) share samples by chance: no mistake."""
+    import random
+
+    pools = {r: random.Random(r) for r in (0, 1)}
+    draws = {r: [1000 + pools[r].randrange(40) for _ in range(320)] for r in (0, 1)}
+    if case == "constant data":
+        draws = {r: [7] * 320 for r in (0, 1)}
+    ranks = {r: {"same-samples": loader([draws[r]], sampler="WeightedRandomSampler")} for r in (0, 1)}
+    for data in ranks.values():
+        data["same-samples"]["loaders"][0]["replacement"] = True
+    assert readout.read(observed(tmp_path, ranks)).findings == []
+
+
+def test_distributed_samplers_that_agree_yet_give_the_same_samples_in_order_say_the_samples_ignore_the_indices(
+    tmp_path,
+):
+    """Data made in __getitem__ from numpy, a worker_init_fn seeding by worker id: other indices on each rank, the
+    same samples in the same order (a data set built in another order on each rank would not keep the order)."""
+    same = list(range(5000, 5320))
+    ranks = {
+        r: {
+            "same-samples": loader(
+                [same],
+                sampler="DistributedSampler",
+                distributed={"rank": r, "num_replicas": 2, "shuffle": True, "seed": 0},
+            )
+        }
+        for r in (0, 1)
+    }
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert "the samples do not follow the indices" in f.observed and "worker_init_fn" in f.observed
+    assert "the data sets themselves differ" not in f.observed and "dist.get_rank()" in f.fix
+
+
 @pytest.mark.parametrize("case", ["disjoint", "padding", "constant data", "evaluation loader", "second epoch"])
 def test_same_samples_silent_where_nothing_is_shared(tmp_path, case):
     a, b = list(range(0, 128)), list(range(128, 256))
@@ -362,6 +411,17 @@ def test_parameters_that_differ_are_explained_by_what_the_ranks_saw(tmp_path, ki
             r["params-diverge"]["checks"][0]["params"][0][4] = False
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
     assert words in f.observed and fix in f.fix
+
+
+def test_parameter_sums_that_differ_in_the_seventh_digit_are_shown_apart(tmp_path):
+    """A deep copy stepped without DDP after one small step: the sums differ by a few units of the 7th digit, which
+    6 digits showed as one number on both ranks ("sum -2.32155 on rank 0, -2.32155 on rank 1")."""
+    ranks = {r: params(check(1, [1, 2, 3, 4], ddp_forwards=0, direct=1)) for r in (0, 1)}
+    for r, value in ((0, -2.3215512), (1, -2.3215547)):
+        entry = ranks[r]["params-diverge"]["checks"][0]["params"][0]
+        entry[2], entry[3] = entry[2] + r, value
+    f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
+    assert "sum -2.3215512 on rank 0, -2.3215547 on rank 1" in f.observed
 
 
 def test_parameters_compared_at_the_first_step_where_they_differ(tmp_path):

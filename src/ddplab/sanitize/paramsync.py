@@ -324,11 +324,24 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     return []
 
 
+def _sums(values: list[tuple[int, float]]) -> str:
+    """Each rank's sum of the parameter, with as many digits as it takes to show the ranks' sums apart (a step of
+    1e-6 on one rank's weights differs in the 7th digit: 6 showed the same number twice); sums equal to the last
+    digit say so (their bit sums, the comparison itself, differ)."""
+    distinct = len({v for _, v in values})
+    for digits in (6, 9, 12, 17):
+        texts = [f"{v:.{digits}g}" for _, v in values]
+        if len(set(texts)) == distinct:
+            break
+    said = ", ".join(f"{t} on rank {r}" for t, (r, _) in zip(texts, values))
+    return said + (" (equal as float sums: the values themselves differ)" if distinct == 1 and len(values) > 1 else "")
+
+
 def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     ranks = sorted(checks)
     first = checks[ranks[0]]
     name, numel = first["params"][differ[0]][0], first["params"][differ[0]][1]
-    sums = ", ".join(f"{c['params'][differ[0]][3]:.6g} on rank {r}" for r, c in sorted(checks.items())[:4])
+    sums = _sums([(r, c["params"][differ[0]][3]) for r, c in sorted(checks.items())[:4]])
     total = len(first["params"])
     observed = (
         f"after optimizer step {step}, ranks {ranks_text(ranks)} hold different parameters: {len(differ)} "

@@ -44,6 +44,7 @@ TORCH_SAMPLERS = {
 SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the same pass
 MIN_SAMPLES = 8
 DISTINCT = 0.9  # a rank's own fingerprints must be this distinct to tell anything
+DRAWN = 0.5  # of the draws of a sampler with replacement, the same sample at the same position on two ranks
 
 
 class Observer(rankside.Observer):
@@ -113,6 +114,8 @@ class Observer(rankside.Observer):
             "trained": False,
             "passes": [],
         }
+        if getattr(sampler, "replacement", False) is True:  # RandomSampler(replacement=True), WeightedRandomSampler
+            record["replacement"] = True
         subset = _subset(loader.dataset)
         if subset is not None:
             record["subset"] = subset
@@ -344,7 +347,20 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
         pairs = []
         for a, b in combinations(sorted(records), 2):
             sa, sb = _samples(records[a]["passes"][p]), _samples(records[b]["passes"][p])
-            if min(len(sa), len(sb)) < MIN_SAMPLES or _repeats(sa) or _repeats(sb):
+            if min(len(sa), len(sb)) < MIN_SAMPLES:
+                continue
+            if records[a].get("replacement") or records[b].get("replacement"):
+                drawn = _same_draws(sa, sb)
+                if drawn is not None:
+                    pairs.append(
+                        {
+                            "ranks": [a, b],
+                            **drawn,
+                            "batches": min(records[a]["passes"][p]["batches"], records[b]["passes"][p]["batches"]),
+                        }
+                    )
+                continue
+            if _repeats(sa) or _repeats(sb):
                 continue
             shared = len(set(sa) & set(sb))
             smaller = min(len(set(sa)), len(set(sb)))
@@ -374,6 +390,19 @@ def _samples(record: dict) -> list[int]:
     return samples
 
 
+def _same_draws(sa: list[int], sb: list[int]) -> dict | None:
+    """Ranks drawing with replacement (a WeightedRandomSampler): their samples repeat by design, and ranks that draw
+    independently (a seed each) share samples by chance, which is no mistake; what is one is the same draws, position
+    for position, far beyond the chance the samples' own frequencies give (constant data agrees everywhere by chance)."""
+    n = min(len(sa), len(sb))
+    same = sum(x == y for x, y in zip(sa[:n], sb[:n]))
+    ca, cb = Counter(sa[:n]), Counter(sb[:n])
+    chance = sum(k * cb.get(v, 0) for v, k in ca.items()) / (n * n)
+    if same < DRAWN * n or same / n - chance < DRAWN / 2:
+        return None
+    return {"shared": same, "of": n, "share": round(same / n, 3), "same_order": sa[:n] == sb[:n], "drawn": True}
+
+
 def _repeats(samples: list[int]) -> bool:
     return len(set(samples)) < DISTINCT * len(samples)
 
@@ -388,6 +417,11 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
         observed = (
             f"ranks {ranks_text(ranks)} read the same {top['batches']} batches, sample for sample and in the "
             f"same order ({top['of']} samples fingerprinted on each), in {epoch}"
+        )
+    elif top.get("drawn"):
+        observed = (
+            f"in {epoch}, ranks {a} and {b} drew the same sample at {top['shared']} of {top['of']} positions "
+            f"({100 * top['share']:.0f} %)" + (f"; {len(pairs)} pairs of ranks did" if len(pairs) > 1 else "")
         )
     else:
         observed = (
@@ -426,6 +460,20 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             "give the sampler the same seed on every rank (leave seed= out, or pass one constant), and call "
             "sampler.set_epoch(epoch) for a new order each epoch"
         )
+    elif all(d is not None for d in dist) and all(p["same_order"] for p in pairs):
+        cause = (
+            "its DistributedSamplers agree (each its own rank, the same ranks and seed) and hand the ranks other "
+            "indices, yet the ranks read the very same samples in the same order: the samples do not follow the "
+            "indices. The data set makes them itself (random data drawn in __getitem__, or read from a stream "
+            "regardless of the index) from a generator seeded alike on every rank: a global seed, or a "
+            "worker_init_fn that seeds by worker id alone, the same ids on every rank"
+        )
+        fix = (
+            "make each sample a function of its index (a generator of its own: np.random.default_rng((seed, epoch, "
+            "index))), or seed what draws them by rank as well as by worker: in a worker_init_fn, "
+            "np.random.seed((torch.initial_seed() + 7919 * dist.get_rank()) % 2**32) (torch's own worker seed "
+            "differs per worker, not per rank, where every rank set the same torch seed)"
+        )
     elif all(d is not None for d in dist):
         cause = (
             "its DistributedSamplers agree (each its own rank, the same ranks and seed), so the data sets "
@@ -457,6 +505,18 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             "split one order by rank: the same permutation on every rank (one seed, the same everywhere) and each "
             "rank its slice, perm[rank::world_size]; or give the DataLoader sampler=DistributedSampler(dataset) "
             "over the whole data set"
+        )
+    elif any(records[r].get("replacement") for r in records):
+        cause = (
+            f"its sampler is a {sampler['sampler']}, drawing with replacement from the whole data set on every "
+            "rank, not split by rank, and the ranks made the same draws (the same seed on every rank)"
+        )
+        fix = (
+            "draw once, alike on every rank, and give each rank its share: a Sampler of your own whose __iter__ "
+            f"draws the indices as {sampler['sampler']} does, with a generator seeded by one constant plus the "
+            "epoch, and yields indices[rank::world_size]; or seed each rank's sampler differently "
+            f"({sampler['sampler']}(..., generator=torch.Generator().manual_seed(seed + rank))): independent draws "
+            "with replacement need no split"
         )
     elif sampler["sampler"] not in TORCH_SAMPLERS:
         cause = (

@@ -56,6 +56,16 @@ class Observer(rankside.Observer):
 
         builtins.print = print
         self.undo: list = [(builtins, "print", original_print, print)]
+        # sys.stdout.write / sys.stderr.write called by the user's code: the console streams stand behind a thin
+        # stand-in for the window (a C stream's write cannot be wrapped in place); print's own writes reach it from
+        # the wrapper above, logging's and tqdm's from their modules: none of them is the user's frame
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and id(stream) in self.console:
+                stand_in = _Console(stream, self)
+                setattr(sys, name, stand_in)
+                self.console.add(id(stand_in))
+                self.undo.append((sys, name, stream, stand_in))
         # logging is watched once something imports it (torch does): importing it here would cost every rank ~16 ms
         # at start-up and put it in sys.modules before the script asked for it
         afterimport.when_imported("logging", self._watch_logging, "sanitizer's logging watch")
@@ -108,6 +118,13 @@ class Observer(rankside.Observer):
             text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
         self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
 
+    def _wrote(self, frame, text) -> None:
+        """A write the user's code made on a console stream itself (sys.stdout.write(...)): a line of its own, with
+        its text; a write of whitespace alone (the newline after a text) says nothing."""
+        if not is_user(frame.f_code.co_filename) or not isinstance(text, str) or not text.strip():
+            return
+        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+
     def _bar(self, bar, frame) -> None:
         """A bar that draws (tqdm's disable=None turns it off where stderr is no terminal) on the console, made by the
         user's code (tqdm's own frames skipped: trange, tqdm.auto's classes)."""
@@ -152,6 +169,58 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"sites": list(self.sites.values())}
+
+
+def _caller():
+    """The frame that called the stand-in's write, or None when C called it with no Python frame left: the
+    interpreter printing an uncaught exception (sys._getframe would raise there, and the traceback be lost)."""
+    try:
+        return sys._getframe(2)
+    except ValueError:
+        return None
+
+
+class _Console:
+    """The rank's console stream during the window: write() and writelines() seen, everything else the stream's own
+    (fileno, buffer, isatty, encoding...). Once the window is over (or in a name that kept it) it only passes on."""
+
+    __slots__ = ("_stream", "_obs")
+
+    def __init__(self, stream, obs):
+        object.__setattr__(self, "_stream", stream)
+        object.__setattr__(self, "_obs", obs)
+
+    def write(self, text):
+        obs = self._obs
+        if obs.on and (frame := _caller()) is not None:
+            obs.guarded(obs._wrote, frame, text)
+        return self._stream.write(text)
+
+    def writelines(self, lines):
+        obs = self._obs
+        if obs.on and (frame := _caller()) is not None:
+            lines = list(lines)
+            obs.guarded(obs._wrote, frame, "".join(x for x in lines if isinstance(x, str)))
+        return self._stream.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._stream, name, value)
+
+    def __iter__(self):
+        return iter(self._stream)
+
+    def __enter__(self):
+        self._stream.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._stream.__exit__(*exc)
+
+    def __repr__(self):
+        return repr(self._stream)
 
 
 # ------------------------------------------------------------------------------------------------------ reader side
