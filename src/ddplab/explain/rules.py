@@ -126,11 +126,12 @@ def _signal_patterns(number: int, name: str, text: str, anywhere: bool = False) 
     # "(core dumped)" after the text (bash pads its job report with spaces) is the shell's own report wherever the
     # line starts: behind a launcher's prefix too (pdsh's "node1: ", Ray's "(pid=42) "), where the bare text alone
     # would be an ordinary word
+    # srun names the tasks that ended alike as a list of ranges: "srun: error: node1: tasks 0-1,3,6: Terminated"
     where = (
         t
         if anywhere
         else (
-            rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |task \d+: ){t}(?: \(core dumped\))?"
+            rf"(?:^\s*{t}(?: \(core dumped\))?\s*$|(?:\d |tasks? [\d,\-]+: ){t}(?: \(core dumped\))?"
             rf"(?:\s|$)|\b{t} +\(core dumped\))"
         )
     )
@@ -384,6 +385,23 @@ _SPECIFIC: tuple[Rule, ...] = (
         "shorter than its 30 s sampling do not show there); request more (--mem, or --mem-per-gpu per rank), or "
         "lower host memory per rank (DataLoader num_workers, the dataset held once per rank, pinned memory).",
         "https://slurm.schedmd.com/sbatch.html#OPT_mem",
+        mechanism="resource",
+    ),
+    Rule(
+        "slurm-time-limit",
+        "Slurm ended the job at its time limit",
+        # slurmstepd: "*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***" for the job and for each step ("JOB 42",
+        # "STEP 42.0"; the string as Debian's slurmstepd binary holds it); Slurm < 14.03 had no "ON %s"
+        (r"\bCANCELLED AT \S+ DUE TO TIME LIMIT\b",),
+        "The job ran past the wall time it was granted (sbatch/srun --time, or the partition's default or maximum "
+        "when none was asked for): Slurm sent every task SIGTERM, then SIGKILL after the KillWait grace period. The "
+        "'Terminated' tasks and the ranks torchrun stopped are this, not a failure of their own. A job that hung "
+        "(no progress in its last lines: a collective some rank never reached) also ends here.",
+        "Ask for more time (--time=HH:MM:SS, within the partition's MaxTime: `sinfo -o '%P %l'`) or a partition "
+        "that allows it; save checkpoints often enough to resume from the last one (--signal=B:USR1@120 warns "
+        "the batch script before the limit). If the log shows no progress before the limit, it hung: rerun under "
+        "`ddplab launch --hang-timeout 60` to see where.",
+        "https://slurm.schedmd.com/sbatch.html#OPT_time",
         mechanism="resource",
     ),
     # ------------------------------------------------------------------ one rank failed, the others notice
