@@ -400,3 +400,45 @@ def test_local_rank_flag_replaced_in_the_script_for_an_options_module_that_reads
     assert "local-rank-argparse" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
     (tmp_path / "train.py").write_text(script.replace("args.local_rank = dist.get_rank()", "gpu = dist.get_rank()"))
     assert "local-rank-argparse" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+# ------------------------------------------------------------------------ round 4: where the flag's value goes
+
+
+def test_local_rank_flag_copied_into_a_config_attribute(tmp_path):
+    """RepVGG / SimMIM: `config.LOCAL_RANK = args.local_rank` in a config module (yacs: `_C.LOCAL_RANK = 0` its
+    default), then set_device(config.LOCAL_RANK): the attribute holds the flag's value, so under torchrun every rank
+    takes the default. A copy from anything else (`dist.get_rank() % n`) gives each rank its own."""
+    (tmp_path / "config.py").write_text(
+        "class C:\n    pass\n_C = C()\n_C.LOCAL_RANK = 0\n"
+        "def update(config, args):\n    config.LOCAL_RANK = args.local_rank\n    return config\n"
+    )
+    script = (
+        HEAD + "import argparse\nimport config as cfg\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--local_rank', type=int, default=0)\nargs = p.parse_args()\n"
+        "config = cfg.update(cfg._C, args)\ndist.init_process_group('nccl')\n"
+        "torch.cuda.set_device(config.LOCAL_RANK)\ndist.destroy_process_group()\n"
+    )
+    (tmp_path / "train.py").write_text(script)
+    assert "local-rank-argparse" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(
+        script.replace(
+            "dist.init_process_group('nccl')\n",
+            "dist.init_process_group('nccl')\nconfig.LOCAL_RANK = dist.get_rank() % torch.cuda.device_count()\n",
+        )
+    )
+    assert "local-rank-argparse" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+def test_local_rank_flag_stores_into_its_first_long_option():
+    """ParallelWaveGAN: `add_argument("--rank", "--local_rank")` stores into args.rank (argparse's dest is the first
+    long option), and set_device(args.rank) takes the default on every rank under torchrun."""
+    src = (
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--rank', '--local_rank', type=int, default=0)\n"
+        "args = p.parse_args()\ntorch.cuda.set_device(args.rank)\ndist.init_process_group('nccl')\n"
+        "dist.destroy_process_group()\n"
+    )
+    assert "local-rank-argparse" in names(src)
+    assert "local-rank-argparse" not in names(
+        src.replace("args = p.parse_args()\n", "args = p.parse_args()\nargs.rank %= 8\n")
+    )

@@ -174,9 +174,12 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
-        facts.stored_attrs |= {
-            n.attr for n in reader.nodes if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-        }
+        for n in reader.nodes:
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                v = reader.parent[n].value if isinstance(reader.parent[n], ast.Assign) else None  # x.A's A, =, ?
+                facts.stored_attrs.setdefault(n.attr, set()).add(
+                    getattr(v, "attr", "=" * isinstance(v, ast.Constant) or "?")
+                )
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()

@@ -72,7 +72,7 @@ class Checks(MultiGpuChecks):
         self.backend: str | None = None
         self.backend_line: int | None = None
         for call in self.calls:
-            if self.is_(call, "init_process_group"):
+            if self.callee_last(call) == "init_process_group":
                 value = self._backend_value(keyword(call, "backend") or (call.args[0] if call.args else None))
                 if value is not None:
                     self.backend, self.backend_line = value.lower(), call.lineno
@@ -248,7 +248,7 @@ class Checks(MultiGpuChecks):
 
     def check_backend(self) -> None:
         for call in self.calls:
-            if not self.is_(call, "init_process_group"):
+            if self.callee_last(call) != "init_process_group":
                 continue
             value = self._backend_value(keyword(call, "backend") or (call.args[0] if call.args else None))
             if value is not None and value.lower() == "nccl" and not self._cuda_checked(call):
@@ -904,7 +904,7 @@ class Checks(MultiGpuChecks):
         func = self.functions.get(name)
         return func is not None and any(
             isinstance(c, ast.Call)
-            and (self.is_(c, "init_process_group") or self.callee_last(c) in {*DDP_NAMES, *self.facts.group_makers})
+            and self.callee_last(c) in {"init_process_group", *DDP_NAMES, *self.facts.group_makers}
             for c in walk_same_function(func.body)
         )
 
@@ -1102,7 +1102,7 @@ class Checks(MultiGpuChecks):
         return data and not checkpoint
 
     def check_teardown(self) -> None:
-        inits = [c for c in self.calls if self.is_(c, "init_process_group")]
+        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group"]
         if inits and not self.destroys_group() and not self.facts.destroys:
             endless = self._ends_in_endless_loop(inits[0])
             self.add(

@@ -67,12 +67,13 @@ class MultiGpuChecks(ScriptReader):
     # ------------------------------------------------------------------------------------------ --local_rank
 
     def local_rank_flags(self) -> list[tuple[ast.Call, str]]:
-        """This file's argparse --local_rank flags, with the attribute each stores into."""
+        """This file's argparse --local_rank flags, with the attribute each stores into (argparse's: `dest`, or the
+        first long option: `add_argument("--rank", "--local_rank")` stores into args.rank)."""
+        flags = [(c, [const_str(a) or "" for a in c.args]) for c in self.calls if method_name(c) == "add_argument"]
         return [
-            (c, const_str(keyword(c, "dest")) or "local_rank")
-            for c in self.calls
-            if method_name(c) == "add_argument"
-            and any(const_str(a) in ("--local_rank", "--local-rank") for a in c.args)
+            (c, const_str(keyword(c, "dest")) or next(o for o in opts if o[:2] == "--")[2:].replace("-", "_"))
+            for c, opts in flags
+            if {"--local_rank", "--local-rank"} & set(opts)
         ]
 
     def check_local_rank_flag(self) -> None:
@@ -80,12 +81,15 @@ class MultiGpuChecks(ScriptReader):
         The parser may be built in an options module: then the device pick in this file is where it is reported."""
         flags = self.local_rank_flags()
         dests = {dest for _, dest in flags} or self.facts.local_rank_flags
-        if not dests or self.facts.reads_local_rank_env or self._reads_env("LOCAL_RANK"):
+        if not dests or self.facts.reads_local_rank_env:  # gathered from every file, this one too
             return
-        if dests & self.facts.stored_attrs:
+        stored = self.facts.stored_attrs
+        if dests & stored.keys():
             # `args.local_rank = dist.get_rank() % gpus` in the script: the flag's value is replaced before any device
             # is picked, also where an options module's set_dist(args) reads it
             return
+        # where the value is copied to (`config.LOCAL_RANK = args.local_rank`, else only constants): the flag's too
+        dests = dests | {attr for attr, kinds in stored.items() if kinds & dests and kinds <= dests | {"="}}
         used = [
             n
             for n in self.nodes
@@ -105,9 +109,6 @@ class MultiGpuChecks(ScriptReader):
                 "local_rank = int(os.environ['LOCAL_RANK']) (set by torchrun and ddplab launch)",
                 why="LOCAL_RANK is read nowhere in the script or its modules",
             )
-
-    def _reads_env(self, var: str) -> bool:
-        return any(isinstance(n, ast.Constant) and n.value == var for n in self.nodes)
 
     def _picks_device(self, node: ast.AST) -> bool:
         """The value goes (directly, or through one assignment) into set_device, device_ids, .cuda(), .to(),
@@ -194,7 +195,7 @@ class MultiGpuChecks(ScriptReader):
                     "torch.cuda.set_device(local_rank) before init_process_group (local_rank = "
                     "int(os.environ['LOCAL_RANK']))",
                 )
-        inits = [c for c in self.calls if self.is_(c, "init_process_group") and keyword(c, "device_id") is None]
+        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group" and not keyword(c, "device_id")]
         if inits and (self.backend == "nccl" or self._nccl_where_cuda(inits[0])):
             implicit = [
                 c
@@ -400,7 +401,7 @@ class MultiGpuChecks(ScriptReader):
         if self.spawns or self.facts.spawns:
             return
         for call in self.calls:
-            if not self.is_(call, "init_process_group"):
+            if self.callee_last(call) != "init_process_group":
                 continue
             given = keyword(call, "rank")
             given = given if given is not None else (call.args[4] if len(call.args) > 4 else None)

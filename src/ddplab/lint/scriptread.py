@@ -233,7 +233,7 @@ class Facts:
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
-    stored_attrs: set = field(default_factory=set)  # attribute names some file of the project assigns
+    stored_attrs: dict = field(default_factory=dict)  # attribute some file assigns -> from: `=` a constant, x.A's A, ?
     backend_nccl: bool = False  # init_process_group("nccl") somewhere
     sampler: bool = False  # a DistributedSampler somewhere: loaders give each rank its shard
     group_makers: set = field(default_factory=set)  # project functions that make the process group (transitively)
@@ -303,9 +303,7 @@ class ScriptReader:
         self.functions, self.passed = syntax["functions"], syntax["passed"]
         self.distributed = (
             any(
-                self.is_(c, "init_process_group")
-                or self.callee_last(c) in DDP_NAMES
-                or self.callee(c).startswith("ddplab.dist.")
+                self.callee_last(c) in {"init_process_group", *DDP_NAMES} or self.callee(c).startswith("ddplab.dist.")
                 for c in self.calls
             )
             or self.facts.distributed
@@ -506,10 +504,9 @@ class ScriptReader:
         )
 
     def callee(self, call: ast.Call) -> str:
-        name = self._callees.get(call)
-        if name is None:
-            name = self._callees[call] = self.resolve(dotted(call.func))
-        return name
+        if call not in self._callees:
+            self._callees[call] = self.resolve(dotted(call.func))
+        return self._callees[call]
 
     def function_called(self, call: ast.Call) -> str | None:
         """The name of the function a call runs when it is one by name (`train(...)`) or through an imported module
@@ -522,9 +519,6 @@ class ScriptReader:
 
     def callee_last(self, call: ast.Call) -> str:
         return last(self.callee(call))
-
-    def is_(self, call: ast.Call, name: str) -> bool:
-        return self.callee_last(call) == name
 
     def is_torch_ddp(self, call: ast.Call) -> bool:
         """torch's DistributedDataParallel (through any import), not a namesake of another library (apex.parallel,
@@ -858,7 +852,7 @@ class ScriptReader:
     @functools.cached_property
     def _group_making_tests(self) -> set[str]:
         """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else)."""
-        inits = [c for c in self.calls if self.is_(c, "init_process_group")]
+        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group"]
         found: set[str] | None = None
         for init in inits:
             tests, child = set(), init
