@@ -166,6 +166,23 @@ def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_proc
     assert [(c["step"], c["ddp_forwards"], c["direct_forwards"]) for c in checks] == [(1, 0, 1), (2, 0, 1), (6, 0, 1)]
 
 
+def test_parameters_are_digested_every_fourfold_step_so_a_late_or_short_run_is_compared(window, one_process_group):
+    """Steps 1, 2, 8, 32... and N: an LR scheduler stepped on rank 0 only first changes the rate at step 8, a run of
+    48 steps never reaches a window of 50; each is compared at a step both ranks digested."""
+    w = window(steps=10, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):
+        optimizer.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    checks = w.observers[0].data()["checks"]
+    assert [(c["step"], c["ddp_forwards"]) for c in checks] == [(1, 1), (2, 1), (8, 1), (10, 1)]
+    from ddplab.sanitize.paramsync import digested
+
+    assert digested(50) == {1, 2, 8, 32, 50} and digested(3) == {1, 2, 3} and digested(200) == {1, 2, 8, 32, 128, 200}
+
+
 def global_hooks() -> list:
     """The handles' ids of every global module forward hook now installed."""
     from torch.nn.modules import module

@@ -93,6 +93,18 @@ def test_per_rank_shuffles_of_the_whole_data_set_overlap_in_part(tmp_path):
     assert "150 of the 300 samples rank 0 read were also read by rank 1 (50 %)" in f.observed
 
 
+def test_overlapping_samples_are_counted_out_of_the_rank_that_read_fewer(tmp_path):
+    """data[local_rank::1] sliced by hand: rank 0 reads 300 samples, rank 1 the 299 after the first; the sentence
+    says the share of the smaller rank's samples and names that rank ("299 of the 299 samples rank 0 read" was
+    rank 1's count under rank 0's number)."""
+    a, b = list(range(0, 300)), list(range(1, 300))
+    f = only(
+        readout.read(observed(tmp_path, {0: {"same-samples": loader([a])}, 1: {"same-samples": loader([b])}})),
+        "same-samples",
+    )
+    assert "299 of the 299 samples rank 1 read were also read by rank 0 (100 %)" in f.observed
+
+
 @pytest.mark.parametrize(
     "replicas, said, fix",
     [
@@ -431,6 +443,73 @@ def test_parameters_compared_at_the_first_step_where_they_differ(tmp_path):
     }
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
     assert f.evidence["step"] == 2 and f.evidence["differing"] == ["2.bias"]
+
+
+def test_optimizers_stepping_other_parameters_of_one_wrapped_model_are_named(tmp_path):
+    """add_param_group under `if rank == 0:`: rank 0 steps the 4 parameters of the DDP-wrapped model, rank 1 the first
+    3 (rank 1 never updates `2.bias`); before, the other number of parameters read as a pipeline's stages: silent."""
+    ranks = {0: params(check(1, [1, 2, 3, 4])), 1: params(check(1, [1, 2, 3, 4]))}
+    del ranks[1]["params-diverge"]["checks"][0]["params"][3]
+    for rank, data in ranks.items():
+        data["params-diverge"]["checks"][0]["optimizer"] = {"class": "Adam", "groups": [{"lr": 0.1}] * (2 - rank)}
+    f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
+    assert "the optimizers step different parameters of the same DDP-wrapped model: 4 on rank 0, 3 on rank 1" in (
+        f.observed
+    )
+    assert "in 2 param groups on rank 0, 1 on rank 1" in f.observed and "(first `2.bias`, 16 values)" in f.observed
+    assert "add_param_group on every rank" in f.fix and f.evidence["only_on"] == {"rank": 0, "names": ["2.bias"]}
+    # neither rank's parameters held by DDP, or neither a part of the other's: the stages of a pipeline, silent
+    for in_ddp, other in ((False, None), (True, ["3.weight", 32, 5, 0.5, True])):
+        ranks = {0: params(check(1, [1, 2, 3, 4], in_ddp=in_ddp)), 1: params(check(1, [1, 2, 3, 4], in_ddp=in_ddp))}
+        if other:
+            ranks[1]["params-diverge"]["checks"][0]["params"][3] = other
+        else:
+            del ranks[1]["params-diverge"]["checks"][0]["params"][3]
+        assert readout.read(observed(tmp_path / f"{in_ddp}", ranks)).findings == []
+
+
+def test_an_optimizer_setting_that_changed_on_some_ranks_during_the_run_names_the_scheduler(tmp_path):
+    """StepLR stepped under `if rank == 0:`: the rates agree after step 2, differ after step 8; the finding says the
+    setting changed during the run (a scheduler), not that the optimizer was built another way."""
+    ranks = {r: params(check(2, [1, 2, 3, 4]), check(8, [5, 6, 7, 8 + r])) for r in (0, 1)}
+    for r, data in ranks.items():
+        first, later = data["params-diverge"]["checks"]
+        first["optimizer"] = {"class": "SGD", "groups": [{"lr": 0.1}]}
+        later["optimizer"] = {"class": "SGD", "groups": [{"lr": [0.05, 0.1][r]}]}
+    f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
+    assert "`lr` of param group 0 is 0.05 on rank 0, 0.1 on rank 1" in f.observed
+    assert "they agreed after step 2: the setting changed on some ranks only during the run" in f.observed
+    assert "step the LR scheduler" in f.fix
+
+
+def test_weights_not_broadcast_by_a_script_that_averages_the_gradients_itself_say_so(tmp_path):
+    """No DDP: the script all_reduces every gradient itself (the gradients the step applied agree) but broadcast only
+    part of a model each rank initialized its own way: the weights differed before the step, not 'nothing averaged
+    the gradients'."""
+    ranks = {0: params(check(1, [1, 2, 3, 4], in_ddp=False, ddps=0)), 1: params(check(1, [1, 2, 7, 8], False, 0))}
+    for data in ranks.values():
+        data["params-diverge"]["checks"][0]["grads"] = [11, 12, 13, 14]
+        data["params-diverge"]["checks"][0]["optimizer"] = {"class": "SGD", "groups": [{"lr": 0.1}]}
+    f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
+    assert "the gradients the step applied were the same on every rank" in f.observed
+    assert "(`2.weight` was not broadcast)" in f.observed and "dist.broadcast(p, src=0)" in f.fix
+    ranks[1]["params-diverge"]["checks"][0]["grads"] = [11, 12, 99, 14]  # not averaged: the cause it was
+    f = only(readout.read(observed(tmp_path / "b", ranks)), "params-diverge")
+    assert "no DistributedDataParallel holds the parameters" in f.observed
+
+
+def test_a_step_skipped_on_some_ranks_is_told_by_their_forwards_before_it(tmp_path):
+    """`if loss.item() > limit: continue` before optimizer.step(): the rank that skipped ran two forwards (and
+    backwards) through DDP before its step, the other one; the gradients applied differ."""
+    ranks = {r: params(check(1, [1, 2, 3 + r, 4], ddp_forwards=1 + r)) for r in (0, 1)}
+    for r, data in ranks.items():
+        data["params-diverge"]["checks"][0]["grads"] = [7, 8, 9 + r, 10]
+        data["params-diverge"]["checks"][0]["optimizer"] = {"class": "SGD", "groups": [{"lr": 0.1}]}
+    f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
+    assert "different numbers of forwards through the wrapper before this step (1 on rank 0, 2 on rank 1)" in (
+        f.observed
+    )
+    assert "skipped optimizer.step()" in f.observed and "on every rank" in f.fix
 
 
 @pytest.mark.parametrize("case", ["equal", "sharded", "one rank", "other models"])

@@ -2,16 +2,16 @@
 averaged, so each rank trains its own model and the job is N separate trainings.
 
 DDP keeps the replicas bitwise identical: every rank gets the same averaged gradient (the all-reduce leaves the same
-bits everywhere) and applies the same update. Rank side: after optimizer steps 1, 2 and the window's last, a digest
-of each parameter the counted optimizer steps, over every one of its values (a sample of them would miss a
-divergence confined to a few: an embedding's rows that only one rank's batches touched): two reductions per
-tensor, the sum of its bit patterns as integers (exact, any order, wraps at 64 bits: one changed value changes it)
-and the sum of its values in float64 (what a finding shows); all of them cross to the CPU in one copy. And what
-explains a difference: whether a DistributedDataParallel holds the parameter, how many forwards since the last step
-went through the wrapper and how many reached the wrapped module around it (ddp.module(x); where, the first time),
+bits everywhere) and applies the same update. Rank side: after optimizer steps 1, 2, 8, 32... and the window's last
+(digested()), a digest of each parameter the counted optimizer steps, over every one of its values (a sample of them
+would miss a divergence confined to a few: an embedding's rows that only one rank's batches touched): two reductions per
+tensor, the sum of its bit patterns as integers (exact, any order, wraps at 64 bits: one changed value changes it) and
+the sum of its values in float64 (what a finding shows); all of them cross to the CPU in one copy. And what explains a
+difference: whether a DistributedDataParallel holds the parameter, how many forwards since the last step went through
+the wrapper and how many reached the wrapped module around it (ddp.module(x); where, the first time),
 whether no_sync() was in effect at the step, and where optimizer.step() was called. The forward hooks that count
 are global module hooks (none on the user's modules: a module's hooks travel with it into copy.deepcopy and
-torch.save), on only for the steps digested (before steps 1, 2 and N): while one is on, every module leaves
+torch.save), on only for the steps digested (before steps 1, 2, 8, 32... and N): while one is on, every module leaves
 PyTorch's fast call path, a cost on every forward. Nothing is sent between ranks (a collective of ddplab's among the
 script's could change what the script does: a rank at another step would pair it with one of the script's); the
 reader compares the ranks' digests after the run.
@@ -48,13 +48,25 @@ SHARDING = [  # (module, class, what it means here): parameters or their updates
 ]
 
 
+def digested(steps: int) -> set[int]:
+    """The steps whose parameters are digested: 1, 2, then every fourfold (8, 32, 128...) below the window's last, and
+    the last. A divergence that starts late (an LR scheduler stepped on rank 0 only, whose rate first differs at
+    step 8) is seen at the next of these, and a run that ends before the window's last step (48 steps under a window
+    of 50) is still compared after its start; a handful of digests, none of them at every step."""
+    at, step = {1, 2}, 8
+    while step < steps:
+        at.add(step)
+        step *= 4
+    return {s for s in at if s <= steps} | {steps}
+
+
 class Observer(rankside.Observer):
     ID = ID
 
     def __init__(self, window):
         super().__init__(window)
         self.on = True
-        self.at = {1, 2, window.steps}
+        self.at = digested(window.steps)
         self.ddps = weakref.WeakSet()
         self.counting = True  # the forward hooks are on: the next step is one of self.at
         self.handles: list = []
@@ -315,13 +327,66 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
         # Ranks whose optimizers step parameters of other sizes hold different models on purpose (the stages of a
         # pipeline, one model per rank): there is nothing to compare.
         sizes = {tuple(p[1] for p in c["params"]) for c in checks.values()}
-        if len(checks) < 2 or len(sizes) != 1:
+        if len(checks) < 2:
+            continue
+        if len(sizes) != 1:
+            if (uneven := _uneven(step, checks)) is not None:
+                return [uneven]
             continue
         # the bit sums alone: exact whatever the order of the additions (a float sum may depend on threads)
         differ = [i for i in range(len(sizes.pop())) if len({c["params"][i][2] for c in checks.values()}) > 1]
         if differ:
-            return [_finding(step, checks, differ)]
+            # the optimizers' settings agreed at an earlier digested step: they changed on some ranks during the run
+            agreed = next(
+                (s for s in sorted(by_step) if s < step and len(by_step[s]) > 1 and not _settings_differ(by_step[s])),
+                None,
+            )
+            return [_finding(step, checks, differ, agreed)]
     return []
+
+
+def _uneven(step: int, checks: dict[int, dict]) -> Finding | None:
+    """Ranks whose optimizers step different parameters of one DDP-wrapped model: one rank steps every parameter
+    (by its name in the wrapped module and its size) another rank steps, and more, each of those more held by a DDP
+    wrapper (which checked at its start that every rank wraps the same model). A parameter the other rank never steps
+    drifts apart from the first one's. The optimizer was built another way on some ranks (a param group added with
+    add_param_group under `if rank == 0:`). The stages of a pipeline step models of their own: neither holds all of
+    the other's parameters, and they stay unsaid."""
+    keys = {r: {(p[0], p[1]): p for p in c["params"]} for r, c in checks.items()}
+    for big, small in ((a, b) for a in sorted(keys) for b in sorted(keys) if a != b):
+        extra = [keys[big][k] for k in keys[big] if k not in keys[small]]
+        if not keys[small] or not extra or not set(keys[small]) <= set(keys[big]):
+            continue
+        if not checks[big]["ddps"] or not all(p[4] for p in extra):
+            continue
+        names = [p[0] for p in extra]
+        groups = {r: len(c.get("optimizer", {}).get("groups", [])) for r, c in checks.items()}
+        said_groups = (
+            f" in {groups[big]} param group{'s' if groups[big] != 1 else ''} on rank {big}, {groups[small]} on rank "
+            f"{small}"
+            if groups[big] != groups[small]
+            else ""
+        )
+        observed = (
+            f"after optimizer step {step}, the optimizers step different parameters of the same DDP-wrapped model: "
+            f"{len(keys[big])} on rank {big}, {len(keys[small])} on rank {small}{said_groups}; "
+            f"{len(extra)} stepped on rank {big} only (first `{names[0]}`, {extra[0][1]} values): the optimizer was "
+            f"built another way on some ranks (a param group added on one rank only, add_param_group under "
+            f"`if rank == 0:`), so rank {small} never updates them and the ranks' models drift apart"
+        )
+        fix = (
+            "build the optimizer with the same parameters and param groups on every rank: call add_param_group on "
+            "every rank, outside any `if rank == 0:`"
+        )
+        evidence = {
+            "step": step,
+            "ranks": sorted(checks),
+            "stepped": {r: len(k) for r, k in keys.items()},
+            "groups": groups,
+            "only_on": {"rank": big, "names": names[:10]},
+        }
+        return Finding(ID, observed, fix, where=checks[big]["where"], evidence=evidence)
+    return None
 
 
 def _sums(values: list[tuple[int, float]]) -> str:
@@ -337,7 +402,7 @@ def _sums(values: list[tuple[int, float]]) -> str:
     return said + (" (equal as float sums: the values themselves differ)" if distinct == 1 and len(values) > 1 else "")
 
 
-def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
+def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int | None = None) -> Finding:
     ranks = sorted(checks)
     first = checks[ranks[0]]
     name, numel = first["params"][differ[0]][0], first["params"][differ[0]][1]
@@ -351,7 +416,22 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
     direct = [r for r, c in checks.items() if c["direct_forwards"]]
     where = first["where"]
-    if not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"]):
+    averaged = _grads_agree(checks, differ)
+    if (not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"])) and averaged:
+        # no DDP, yet the gradients the step applied were the same on every rank: the script averaged them itself
+        # (an all_reduce of each gradient), and the weights it applied them to already differed
+        cause = (
+            "no DistributedDataParallel holds them, but the gradients the step applied were the same on every rank "
+            "(averaged by the script itself: an all_reduce of each gradient), and so were the optimizer's settings: "
+            "the weights already differed before the step: they were initialized on each rank its own way and not "
+            f"all copied from one rank (`{name}` was not broadcast)"
+        )
+        fix = (
+            "broadcast every parameter (and buffer) from rank 0 before training: for p in model.state_dict()"
+            ".values(): dist.broadcast(p, src=0); or seed every rank alike before building the model; or wrap it "
+            "in DDP, whose start-up does both"
+        )
+    elif not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"]):
         cause = "no DistributedDataParallel holds the parameters the optimizer steps: nothing averaged the gradients"
         fix = (
             "wrap the model: ddp_model = DDP(model, device_ids=[local_rank]) on GPUs (device_ids=None on CPU), "
@@ -379,7 +459,17 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
-    elif differing := _settings_differ(checks):
+    elif (differing := _settings_differ(checks)) and agreed is not None:
+        cause = (
+            f"DDP averaged the gradients, but the optimizers differ: {differing}, so each rank applied them its own "
+            f"way; they agreed after step {agreed}: the setting changed on some ranks only during the run (an LR "
+            "scheduler stepped, or param_groups edited, under `if rank == 0:` or on a rank's own loss)"
+        )
+        fix = (
+            "step the LR scheduler (and change any param group setting) on every rank, outside any `if rank == 0:`; "
+            "a scheduler that reads a metric (ReduceLROnPlateau) is given a value every rank shares"
+        )
+    elif differing:
         cause = (
             f"DDP averaged the gradients, but the optimizers differ: {differing}, so each rank applied them its own way"
         )
@@ -387,15 +477,34 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
             "build the optimizer the same way on every rank (a learning rate scaled by the world size, never by "
             "the rank)"
         )
-    elif (grad := _grads_differ(checks, differ)) is not None:
+    elif (
+        (grad := _grads_differ(checks, differ)) is not None
+        and len(forwards := {r: c["ddp_forwards"] for r, c in sorted(checks.items())}) > 1
+        and len(set(forwards.values())) > 1
+    ):
+        # the forwards through the wrapper since the last step differ: a rank skipped optimizer.step() after a
+        # forward and backward, and now steps with another batch's gradients than the others
+        each = ", ".join(f"{n} on rank {r}" for r, n in list(forwards.items())[:4])
+        cause = (
+            f"DDP averaged the gradients, yet the ones the step applied differ between the ranks (first `{grad}`), "
+            f"and the ranks ran different numbers of forwards through the wrapper before this step ({each}): some "
+            "ranks skipped optimizer.step() after a backward (a condition on the rank's own loss or batch: "
+            "`if loss > limit: continue`), so the ranks step in turn with other batches' gradients"
+        )
+        fix = (
+            "decide to skip a step the same way on every rank: on a value all ranks share (the loss all_reduced "
+            "first), or skip nothing and clip the gradients on every rank"
+        )
+    elif grad is not None:
         cause = (
             f"DDP averaged the gradients, yet the ones the step applied differ between the ranks (first `{grad}`): "
             "something changed them after the backward on some ranks only (clipping, scaling or zeroing under "
-            "`if rank == 0:`, a gradient hook on one rank)"
+            "`if rank == 0:`, a gradient hook on one rank), or some ranks skipped an optimizer.step() (a condition "
+            "on the rank's own loss), and step with other batches' gradients since"
         )
         fix = (
             "change the gradients the same way on every rank: clip_grad_norm_ (and any scaling) on every rank, "
-            "between loss.backward() and optimizer.step()"
+            "between loss.backward() and optimizer.step(); decide to skip a step on a value every rank shares"
         )
     elif all(c.get("grads") for c in checks.values()):
         cause = (
@@ -433,6 +542,17 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int]) -> Finding:
         "no_sync": no_sync,
     }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)
+
+
+def _grads_agree(checks: dict[int, dict], differ: list[int]) -> bool:
+    """Every rank recorded the gradients the step applied, and those of the differing parameters are the same."""
+    if not all(c.get("grads") for c in checks.values()):
+        return False
+    for i in differ:
+        seen = {c["grads"][i] for c in checks.values()}
+        if None in seen or len(seen) > 1:
+            return False
+    return _settings_differ(checks) is None
 
 
 def _grads_differ(checks: dict[int, dict], differ: list[int]) -> str | None:

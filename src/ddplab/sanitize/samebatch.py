@@ -367,7 +367,8 @@ def _overlap(records: dict[int, dict], world: int) -> dict | None:
             if shared >= max(world, 2) and shared / smaller >= SHARE:
                 pairs.append(
                     {
-                        "ranks": [a, b],
+                        # the rank of the fewer samples first: the finding says "N of the M samples rank a read"
+                        "ranks": [a, b] if len(set(sa)) <= len(set(sb)) else [b, a],
                         "shared": shared,
                         "of": smaller,
                         "share": round(shared / smaller, 3),
