@@ -405,6 +405,8 @@ class MultiGpuChecks(ScriptReader):
                 continue
             given = keyword(call, "rank")
             given = given if given is not None else (call.args[4] if len(call.args) > 4 else None)
+            if self._one_machine(call):
+                continue
             if given is not None and (self._rank_by_flow(given, "local") or self._given_rank(given, "local")):
                 self.add(
                     call,
@@ -416,6 +418,18 @@ class MultiGpuChecks(ScriptReader):
                     "pass the global rank (rank=int(os.environ['RANK'])), or leave rank and world_size out under "
                     "torchrun: init_process_group reads them from the environment",
                 )
+
+    def _one_machine(self, init: ast.Call) -> bool:
+        """A job one machine by construction, where the local rank is the rank: its world is this machine's GPU count
+        (`world_size=torch.cuda.device_count()`) or its own processes (`world_size=local_world_size`), or its
+        rendezvous is on loopback (`tcp://127.0.0.1:...`)."""
+        world = keyword(init, "world_size") or (init.args[3] if len(init.args) > 3 else None)
+        method = keyword(init, "init_method") or (init.args[1] if len(init.args) > 1 else None)
+        return (
+            (isinstance(world, ast.Call) and self.callee_last(world) == "device_count")
+            or (world is not None and "local_world_size" in dotted(world).lower())
+            or (isinstance(method, ast.Constant) and str(method.value).startswith(("tcp://127.", "tcp://localhost")))
+        )
 
     def _report_global_device(self, call: ast.Call) -> None:
         self.add(
