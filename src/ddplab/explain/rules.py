@@ -1059,6 +1059,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         "a worker raised a Python exception (exit code 1)",
         (
             r"^\s*(?:\[[\w]+\]:)?\s*exitcode\s*:\s*1\b",
+            # the agent's own line before its summary (elastic/multiprocessing/api.py: "failed (exitcode: {exitcode})
+            # local_rank: {local_rank} (pid: {pid}) of binary: {entrypoint}"), all that is left when a paste is cut
+            r"\bfailed \(exitcode: 1\) local_rank: \d+",
             r"exits with return code = 1\b",
         ),  # DeepSpeed's launcher (launch.py sigkill_handler)
         "A worker exited with code 1: it raised a Python exception; torchrun's summary only points at it. The "
