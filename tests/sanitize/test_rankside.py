@@ -210,6 +210,43 @@ def test_a_watched_model_can_be_copied_and_pickled_and_its_copy_is_not_counted(w
     assert (first["ddp_forwards"], first["direct_forwards"]) == (1, 0)
 
 
+def test_a_log_format_that_names_the_rank_makes_each_ranks_line_a_text_of_its_own(window):
+    """logging.basicConfig(format=f"[rank {rank}] %(message)s") on every rank, or a filter's %(rank)s: the same
+    message is another line on each rank's console. The clock (%(asctime)s) is no rank's own."""
+    import logging
+    import sys
+
+    w = window(steps=2, checks=("sameprint",))
+    log = logging.getLogger("ddplab-test-sameprint-format")
+    log.propagate, log.level, handler = False, logging.INFO, logging.StreamHandler(sys.stderr)
+    log.addHandler(handler)
+    texts = {}
+    try:
+        for case, fmt, extra in [
+            ("f-string", "[rank {r}] %(asctime)s %(message)s", None),
+            ("field", "%(asctime)s {r}%(rank)s %(message)s", True),
+            ("clock", "%(asctime)s.%(msecs)03d %(relativeCreated)d %(message)s", None),
+        ]:
+            for r in (0, 1):
+                handler.setFormatter(logging.Formatter(fmt.format(r="" if extra else r)))
+                log.info("epoch %d done", 3, extra={"rank": r} if extra else None)
+                (site,) = [s for s in w.observers[0].data()["sites"] if s["example"] == "epoch 3 done"]
+                texts[case, r] = site["texts"][-1]
+                w.observers[0].sites.clear()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            for _ in range(2):
+                log.info("epoch %d done", 3)  # the same line, the same text: the clock is not part of it
+            (site,) = w.observers[0].data()["sites"]
+            assert len(site["texts"]) == 1 and site["example"] == "epoch 3 done"
+            w.observers[0].sites.clear()
+        w.close()
+    finally:
+        log.removeHandler(handler)
+    assert texts["f-string", 0] != texts["f-string", 1]
+    assert texts["field", 0] != texts["field", 1]
+    assert texts["clock", 0] == texts["clock", 1]
+
+
 def test_prints_and_log_records_on_the_console_from_the_users_code_are_kept_by_line_and_text(window, tmp_path):
     import builtins
     import dis

@@ -9,7 +9,8 @@ logging record counts when a StreamHandler on the console emits it and the loggi
 it reached a handler: a logger whose level drops it on ranks other than 0, or a NullHandler, counts nothing). Per
 line of the user's code: how often, and a crc32 of each different text (the text is known when every argument is a
 str or a number: print's own formatting of anything else is not repeated here; logging's message is formatted once
-by the handler anyway). Both wrappers are removed after the window (one left in a name that captured it by then,
+by the handler anyway; what the handler's format frames it with, less the clock, is part of its text: a format
+that names the rank makes each rank's line its own). Both wrappers are removed after the window (one left in a name that captured it by then,
 e.g. `print = functools.partial(print, flush=True)`, passes straight through).
 
 A tqdm progress bar made by the user's code and drawn on the console counts as a line too (its description and
@@ -23,6 +24,7 @@ from __future__ import annotations
 import builtins
 import functools
 import os
+import re
 import sys
 import zlib
 
@@ -142,9 +144,10 @@ class Observer(rankside.Observer):
     def _logged(self, handler, record) -> None:
         if id(getattr(handler, "stream", None)) not in self.console or not is_user(record.pathname):
             return
-        self._seen(f"{os.path.abspath(record.pathname)}:{record.lineno}", record.getMessage())
+        message = record.getMessage()
+        self._seen(f"{os.path.abspath(record.pathname)}:{record.lineno}", message + _framing(handler, record), message)
 
-    def _seen(self, where: str, text: str | None) -> None:
+    def _seen(self, where: str, text: str | None, example: str | None = None) -> None:
         site = self.sites.get(where)
         if site is None:
             if len(self.sites) >= SITES:
@@ -157,7 +160,7 @@ class Observer(rankside.Observer):
         if crc not in site["texts"] and len(site["texts"]) < TEXTS:
             site["texts"].append(crc)
             if site["example"] is None:
-                site["example"] = text.strip()[:160]
+                site["example"] = (text if example is None else example).strip()[:160]
 
     def forked(self) -> None:
         self.sites = {}
@@ -169,6 +172,27 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"sites": list(self.sites.values())}
+
+
+def _framing(handler, record) -> str:
+    """What the handler's format puts around the message on the console, less the clock: its format string (a rank
+    baked in by an f-string, `format=f"[rank {rank}] %(message)s"`) and the record's fields it names (a filter's or
+    an adapter's `%(rank)s`, `%(process)d`), so a line each rank frames with its own rank is a text of its own. The
+    default format (the message alone) adds nothing; the fields' names are parsed once per format string."""
+    style = getattr(getattr(handler, "formatter", None), "_style", None)
+    fmt = getattr(style, "_fmt", None)
+    if not isinstance(fmt, str) or fmt == "%(message)s":
+        return ""
+    names = _FIELDS.get(fmt)
+    if names is None:
+        found = (a or b or c for a, b, c in _FIELD.findall(fmt))
+        names = _FIELDS[fmt] = tuple(n for n in dict.fromkeys(found) if n not in _CLOCK)
+    return "\0" + fmt + "".join(f"\0{getattr(record, n, '')}" for n in names)
+
+
+_FIELD = re.compile(r"%\((\w+)\)|\{(\w+)|\$\{?(\w+)")  # the three styles: %(name)s, {name}, ${name}
+_CLOCK = frozenset({"message", "asctime", "created", "msecs", "relativeCreated"})  # the message, or the time
+_FIELDS: dict[str, tuple[str, ...]] = {}
 
 
 def _caller():
