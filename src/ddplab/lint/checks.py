@@ -33,24 +33,10 @@ from ddplab.lint.scriptread import (
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
 SAVE_CALLS = {"torch.save"}  # checkpoint writes judged as torch.save (a project adds its own: vocabulary.py)
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
+RNG_MAKERS = {"default_rng", "RandomState", "Generator", "PRNGKey"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
-DATA_USES = {
-    "numpy",
-    "tolist",
-    "size",
-    "shape",
-    "dim",
-    "ndim",
-    "numel",
-    "float",
-    "long",
-    "squeeze",
-    "unsqueeze",
-    "view",
-    "reshape",
-    "sum",
-    "mean",
-}  # a loaded object used so is a tensor of data, not a checkpoint
+# a loaded object used so is a tensor of data, not a checkpoint
+DATA_USES = set("numpy tolist size shape dim ndim numel float long squeeze unsqueeze view reshape sum mean".split())
 DATA_SAVES = {"savetxt", "savez", "savez_compressed", "savemat", "savefig", "save_image"}  # data or picture files
 BUFFER_LAYERS = re.compile(r"(Lazy)?BatchNorm[123]d|SyncBatchNorm|register_buffer")  # modules with buffers
 # torchvision.models builders whose networks hold BatchNorm layers (running stats are buffers)
@@ -1427,11 +1413,29 @@ class Checks(MultiGpuChecks):
         if dataset is None:
             return False
         exprs = [dataset, *(self._built(dataset) if dotted(dataset) else [])]
+        # or drawn from a seed the rank flows into (`g = torch.Generator().manual_seed(1000 + rank)`, `torch.randn(n,
+        # generator=g)`; `torch.manual_seed(rank)` before the draw): each rank has its own data by construction
+        flow = self._flow(dataset)
+        seeds = [c for c in flow if isinstance(c, ast.Call) and self.callee_last(c) in SEED_CALLS | RNG_MAKERS]
+        seeds += [  # the last seed before an unseeded draw, in its function
+            max(before, key=lambda c: c.lineno)
+            for d in flow
+            if self._random_call(d)
+            and (before := [c for c in self.calls if self.callee_last(c) in SEED_CALLS and c.lineno <= d.lineno])
+            and (before := [c for c in before if self.enclosing_function(c) is self.enclosing_function(d)])
+        ]
         return any(
             isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
-            for e in exprs
-            for n in ast.walk(e)
+            for n in [
+                *(m for e in exprs for m in ast.walk(e)),
+                *(m for c in seeds if c.args for m in self._flow(c.args[0])),
+            ]
         )
+
+    def _flow(self, expr: ast.AST, depth: int = 4) -> list[ast.AST]:
+        """The nodes of `expr` and of what its names are assigned, followed `depth` assignments back."""
+        names = {n.id: n for n in ast.walk(expr) if isinstance(n, ast.Name) and depth}
+        return [*ast.walk(expr), *(m for n in names.values() for v in self._built(n) for m in self._flow(v, depth - 1))]
 
     def check_grad_accumulation(self) -> None:
         """Micro-steps that only accumulate still all-reduce every backward unless DDP is told not to."""

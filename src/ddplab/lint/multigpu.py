@@ -37,15 +37,9 @@ LOCAL_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_L
 LOCAL_CALLS = ("get_local_rank", "get_node_local_rank")
 LAST_VALUE = {"val", "value"}  # a meter's latest update (AverageMeter.val, SmoothedValue.value), not its sum
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
-IMPLICIT_DEVICE = {
-    "synchronize",
-    "empty_cache",
-    "current_device",
-    "memory_allocated",
-    "max_memory_allocated",
-    "reset_peak_memory_stats",
-    "GradScaler",
-}  # calls that use (and create a context on) the current GPU
+# calls that use (and create a context on) the current GPU
+IMPLICIT_DEVICE = set("synchronize empty_cache current_device memory_allocated max_memory_allocated".split())
+IMPLICIT_DEVICE |= {"reset_peak_memory_stats", "GradScaler"}
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
 CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cuda's: the current device's generator
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
