@@ -376,6 +376,12 @@ def test_nothing_matched_exits_1_with_generic_steps(tmp_path):
     log.write_text("epoch 1 loss 0.3\nepoch 2 loss 0.2\nTraceback (most recent call last):\nKeyError: 'lr'\n")
     ran = cli("explain", str(log))
     assert ran.code == 1
+    # one process's error (nothing distributed in the log): the next steps for it, none of the distributed ones
+    assert "Next steps:" in ran.out and "TORCH_SHOW_CPP_STACKTRACES=1" in ran.out
+    assert "NCCL_DEBUG=INFO" not in ran.out and "TORCH_DISTRIBUTED_DEBUG=DETAIL" not in ran.out
+    log.write_text("[rank1]: Traceback (most recent call last):\n[rank1]: KeyError: 'lr'\n")  # torch's rank prefix
+    ran = cli("explain", str(log))
+    assert ran.code == 1
     assert "NCCL_DEBUG=INFO" in ran.out and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in ran.out
 
 

@@ -25,7 +25,7 @@ from ddplab.explain import extent, ownreport
 from ddplab.explain.exitcodes import describe_exit
 from ddplab.explain.logread import LogText, normalise
 from ddplab.explain.reading import Reading, read
-from ddplab.explain.rules import BY_ID, GENERIC_STEPS, MECHANISMS, RULES, Rule
+from ddplab.explain.rules import BY_ID, GENERIC_STEPS, LOCAL_STEPS, MECHANISMS, RULES, Rule
 
 GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")
 RAISED_FROM = re.compile(r"Exception raised from \S+ at ")
@@ -457,7 +457,7 @@ def explain_text(text: str, source: str = "-", root: RootCause | None = None, no
         root_cause=root,
         matches=result,
         matched=matched,
-        next_steps=[] if matched else list(GENERIC_STEPS),
+        next_steps=[] if matched else list(GENERIC_STEPS if _distributed(text, lines, root, named) else LOCAL_STEPS),
         reading=reading,
     )
 
@@ -483,6 +483,7 @@ MESSAGE_REFERENCES = {
     "nccl": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/types.html",
     "data-parallel": "https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel",
     "unsupported": "https://pytorch.org/docs/stable/distributed.html#backends",
+    "version": "https://docs.python.org/3/reference/import.html#submodules",
 }
 # A log of a multi-process run says so: a launcher's name, the world size, torchrun's summary (plain substrings: fast
 # on a whole log)
@@ -498,6 +499,28 @@ MULTI_WORDS = (
     "deepspeed",
     "accelerate launch",
 )
+
+
+# What shows that a log is a distributed run's (torch.distributed's words and sources, collectives, the backends, the
+# store, the wrappers, a device mesh), beside MULTI_WORDS (launchers, world size, torchrun's summary) and rank prefixes.
+# Collectives by their API names only: "broadcast" alone is in every shape error ("cannot be broadcast to").
+DISTRIBUTED = re.compile(
+    r"torch\.distributed|[\\/]distributed[\\/]|distributed_c10d|\bc10d\b|init_process_group|ProcessGroup"
+    r"|\bdist\.\w+\(|\ball_?reduce\b|\ball_?gather\w*|\breduce_scatter\w*|\ball_to_all\w*|broadcast_object_list"
+    r"|\bbarrier\(|NCCL|\bnccl|\bgloo\b|\bGloo\b|TCPStore|[Rr]endezvous|ChildFailedError|DistributedDataParallel"
+    r"|FullyShardedDataParallel|\bFSDP\b|DeviceMesh|init_device_mesh|\bLOCAL_RANK\b|\blocal_rank\b"
+)
+
+
+def _distributed(text: str, lines: list[str], root: RootCause | None, named: set[str]) -> bool:
+    """The log shows something distributed: a launcher's summary or name, a rank prefix, a layer of
+    torch.distributed (NCCL, gloo, the store), a collective, a process group or a wrapper. Otherwise it is one
+    process's own error, and the distributed next steps (NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) say nothing about it."""
+    if root is not None or named or any(w in text for w in MULTI_WORDS):
+        return True
+    if any(_line_owner(line) != (None, None) for line in lines[:5000]):
+        return True
+    return bool(DISTRIBUTED.search(text))
 
 
 def _said(

@@ -503,6 +503,17 @@ ARGPARSE_REQUIRED = re.compile(r"error: the following arguments are required: (?
 ARGPARSE_UNKNOWN = re.compile(r"(?:(?P<prog>[\w.-]+): )?error: unrecognized arguments: (?P<args>[^\n]+)")
 TORCH_LAUNCHERS = ("launch.py", "run.py", "torchrun")
 NO_MODULE = re.compile(r"(?:(?P<python>\S*python[\d.]*):\s+)?No module named '?(?P<module>[\w.]+)'?")
+# Python 3's import system imports a dotted name part by part (`import a.b.c`: a, then a.b, then a.b.c) and names
+# the first part it cannot find, quoted ("No module named 'a.b'", Python >= 3.3): a dotted name in it means every
+# package above its last part was imported. When that top package is an installed one (frames of it under
+# site-packages, or a package every such log has installed), its installed release lacks the submodule the code
+# imports: a version mismatch between the code and the package, not a package missing from the interpreter.
+NO_SUBMODULE = re.compile(r"No module named '(?P<module>(?P<top>[A-Za-z_]\w*)(?:\.\w+)*\.(?P<last>\w+))'")
+WELL_KNOWN_PACKAGES = frozenset(
+    "torch torchvision torchaudio torchtext transformers accelerate deepspeed datasets peft diffusers timm "
+    "tokenizers huggingface_hub safetensors triton apex numpy scipy sklearn pandas tensorflow keras jax flax "
+    "mmcv mmdet mmseg mmengine pytorch_lightning lightning torchmetrics xformers bitsandbytes vllm PIL cv2".split()
+)
 WRAPPER_ATTRIBUTE = re.compile(
     r"'(?P<wrapper>DistributedDataParallel|DataParallel|FullyShardedDataParallel|DeepSpeedEngine|"
     r"OptimizedModule)' object has no attribute '(?P<attr>\w+)'"
@@ -606,7 +617,40 @@ def torch_answer(message: str) -> Answer | None:
     return None
 
 
-def python_answer(message: str) -> Answer | None:
+def _installed(top: str, context: str) -> bool:
+    """The log shows `top` installed: frames (or paths) of it under site-packages/dist-packages, or it is one of
+    the well-known packages."""
+    if top in WELL_KNOWN_PACKAGES:
+        return True
+    return re.search(rf"(?:site|dist)-packages[\\/]{re.escape(top)}[\\/]", context) is not None
+
+
+def submodule_answer(message: str, context: str = "") -> Answer | None:
+    """`No module named 'pkg.sub'` where pkg is installed: the installed release of pkg has no such submodule."""
+    m = NO_SUBMODULE.search(message)
+    if not m or NO_MODULE.search(message).group("python") or not _installed(m.group("top"), context + message):
+        return None
+    module, top, last = m.group("module"), m.group("top"), m.group("last")
+    parent = module.rsplit(".", 1)[0]
+    what = (
+        f"{last} is a private submodule (its leading underscore), which packages move or remove between releases "
+        "without notice"
+        if last.startswith("_")
+        else f"this release of {top} does not have it (it came in a newer release, or was removed or renamed in one)"
+    )
+    return Answer(
+        f"the installed {top} has no {module}: a version mismatch",
+        f"Python imported {parent} (an import names the first part of a dotted name it cannot find), so {top} is "
+        f"installed, but not {module}: {what}. The code that imports it (yours, or a library's: the frame above the "
+        f"error) was written for another version of {top} than the one installed.",
+        f"Install the version of {top} the code was written for (its requirements or README; `python -c 'import "
+        f"{top}; print({top}.__version__)'` shows the installed one), or update the code: upgrade the library that "
+        f"imports {module} to a release made for this {top}, or change the import in your own code.",
+        ["python", "version"],
+    )
+
+
+def python_answer(message: str, context: str = "") -> Answer | None:
     m = ARGPARSE_REQUIRED.search(message)
     if m:
         args = m.group("args").strip()
@@ -668,6 +712,9 @@ def python_answer(message: str) -> Answer | None:
             "use accelerator.unwrap_model / model.module when saving).",
             ["python"],
         )
+    submodule = submodule_answer(message, context)
+    if submodule:
+        return submodule
     m = NO_MODULE.search(message)
     if m:
         module, python = m.group("module"), m.group("python")
@@ -705,7 +752,7 @@ def answer(
     if dp:
         parts.append(dp)
     for reading in (
-        python_answer(message),
+        python_answer(message, log or block),
         torch_answer(message),
         cuda_answer(message),
         nccl_answer(message),

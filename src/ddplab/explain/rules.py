@@ -2015,6 +2015,16 @@ GENERIC_STEPS: tuple[str, ...] = (
     "shapes) and TORCH_SHOW_CPP_STACKTRACES=1.",
     "If it hangs rather than fails: `ddplab launch --hang-timeout 60 ...` dumps every rank's Python stack.",
 )
+# ...and for a log that shows nothing distributed (no collective, process group, NCCL/gloo, launcher, rank prefix):
+# one process's own error, for which NCCL_DEBUG and TORCH_DISTRIBUTED_DEBUG say nothing.
+LOCAL_STEPS: tuple[str, ...] = (
+    "Read the last traceback from the bottom up: the error line says what failed, the last frame in your own code "
+    "(`your code:` above) where; print the shapes, keys or values it names just before that line.",
+    "Rerun with TORCH_SHOW_CPP_STACKTRACES=1 (the C++ frames behind a torch error) and, for a CUDA error, "
+    "CUDA_LAUNCH_BLOCKING=1 (the error is then reported at the call that caused it).",
+    "If it hangs rather than fails: `py-spy dump --pid PID` prints its Python stack (or call "
+    "faulthandler.dump_traceback_later(60) at the start of the script).",
+)
 
 
 # ------------------------------------------------------------------ the catalogue behind the rules (issue 27)
