@@ -184,8 +184,8 @@ class Observer(rankside.Observer):
         digests = _digests(self.torch, params)
         # the gradients the step applied (their bit sums): DDP's all-reduce leaves them the same on every rank, so
         # they tell an update changed on some ranks (clipping under `if rank == 0:`) from weights that differed before
-        grads = [p.grad for p in params if p.grad is not None and p.grad.layout == self.torch.strided]
-        grad_bits = iter(bits for _, bits, _ in _digests(self.torch, grads))
+        applied = [p.grad if p.grad is not None and p.grad.layout == self.torch.strided else None for p in params]
+        grad_bits = iter(bits for _, bits, _ in _digests(self.torch, [g for g in applied if g is not None]))
         self.checks.append(
             {
                 "step": step,
@@ -194,10 +194,7 @@ class Observer(rankside.Observer):
                     [names.get(i, f"parameter #{i}"), n, bits, total, i in in_ddp]
                     for i, (n, bits, total) in enumerate(digests)
                 ],
-                "grads": [
-                    next(grad_bits) if p.grad is not None and p.grad.layout == self.torch.strided else None
-                    for p in params
-                ],
+                "grads": [None if g is None else next(grad_bits) for g in applied],
                 "ddps": len(self.ddps),
                 "ddp_forwards": calls["ddp"],
                 "direct_forwards": calls["direct"],
@@ -416,7 +413,8 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
     direct = [r for r, c in checks.items() if c["direct_forwards"]]
     where = first["where"]
-    averaged = _grads_agree(checks, differ)
+    differing = _settings_differ(checks)
+    averaged = differing is None and _grads_agree(checks, differ)
     if (not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"])) and averaged:
         # no DDP, yet the gradients the step applied were the same on every rank: the script averaged them itself
         # (an all_reduce of each gradient), and the weights it applied them to already differed
@@ -459,7 +457,7 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
-    elif (differing := _settings_differ(checks)) and agreed is not None:
+    elif differing and agreed is not None:
         cause = (
             f"DDP averaged the gradients, but the optimizers differ: {differing}, so each rank applied them its own "
             f"way; they agreed after step {agreed}: the setting changed on some ranks only during the run (an LR "
@@ -552,7 +550,7 @@ def _grads_agree(checks: dict[int, dict], differ: list[int]) -> bool:
         seen = {c["grads"][i] for c in checks.values()}
         if None in seen or len(seen) > 1:
             return False
-    return _settings_differ(checks) is None
+    return True
 
 
 def _grads_differ(checks: dict[int, dict], differ: list[int]) -> str | None:

@@ -79,18 +79,10 @@ class Window:
         self.forked_child = False  # a fork of the watched process (forked()), not a new interpreter
         self.rank: int | None = None if started_by else int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.pid = os.getpid()
-        self.step = 0  # optimizer steps counted so far
         self.open = True  # inside the window
-        self.optimizer: int | None = None  # id() of the optimizer whose steps count
         self.handle = None  # the step hook's handle
         self.off: dict[str, str] = {}  # check id -> why it was turned off
-        self.lock = threading.Lock()  # the rank's file: one writer at a time
-        self.versions = self.on_disk = 0  # records encoded, and the newest on disk
-        self.writer: threading.Thread | None = None
-        # on_step's observers: those called at every step, and by step those that want only some (steps()); found
-        # once, and again when a check fails
-        self.listeners: tuple[list, dict[int, list]] | None = None
+        self._this_process()
         self.observers = []
         for name in checks:
             module = importlib.import_module(f"ddplab.sanitize.{name}")
@@ -202,16 +194,26 @@ class Window:
             if getattr(module, "init_process_group", None) is original:
                 module.init_process_group = init_process_group
 
+    def _this_process(self) -> None:
+        """What belongs to one process, set at start and anew in a fork of it (forked())."""
+        self.pid = os.getpid()
+        self.step = 0  # optimizer steps counted so far
+        self.optimizer: int | None = None  # id() of the optimizer whose steps count
+        self.lock = threading.Lock()  # the rank's file: one writer at a time (a fork may inherit it held)
+        self.versions = self.on_disk = 0  # records encoded, and the newest on disk
+        self.writer: threading.Thread | None = None
+        # on_step's observers: those called at every step, and by step those that want only some (steps()); found
+        # once, and again when a check fails
+        self.listeners: tuple[list, dict[int, list]] | None = None
+
     def forked(self) -> None:
         """This process is a fork of the watched one: ranks started by fork (torch.multiprocessing.start_processes or
         an mp.Process in the "fork" context), or a DataLoader worker. It inherited the window as the watched process
         left it, but it is another process: like a spawned one, a rank only once its own init_process_group returns
         (join), and what the watched process recorded before the fork (a file it wrote, a loader's batches) is not
         this one's: every check drops it, or each forked rank would claim the parent's writes as its own."""
-        parent, self.pid = self.pid, os.getpid()
-        self.started_by, self.rank, self.forked_child = str(parent), None, True
-        self.step, self.optimizer, self.listeners = 0, None, None
-        self.lock, self.writer, self.versions, self.on_disk = threading.Lock(), None, 0, 0
+        self.started_by, self.rank, self.forked_child = str(self.pid), None, True
+        self._this_process()
         for observer in list(self.observers):
             try:
                 observer.forked()

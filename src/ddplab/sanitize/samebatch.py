@@ -269,8 +269,9 @@ def sample_rows(t, n: int, width: int):
 def hash_rows(torch, rows):
     """One 64-bit number per row (a numpy array of uint64; a list of ints without numpy): the row's bit patterns
     read as integers (bfloat16's and bool's too: torch reinterprets them in place), times fixed odd 64-bit weights,
-    summed with wrap-around - one vectorised product for all rows. Equal rows give equal numbers in every process; distinct rows collide with odds near 2**-64, and a
-    weight per position tells a sample from the same values in another order."""
+    summed with wrap-around - one vectorised product for all rows. Equal rows give equal numbers in every process;
+    distinct rows collide with odds near 2**-64, and a weight per position tells a sample from the same values in
+    another order."""
     kind = _INTS.get(rows.element_size()) if not rows.is_complex() else None
     try:
         values = rows.view(getattr(torch, kind)).numpy() if kind else None
@@ -393,8 +394,9 @@ def _samples(record: dict) -> list[int]:
 
 def _same_draws(sa: list[int], sb: list[int]) -> dict | None:
     """Ranks drawing with replacement (a WeightedRandomSampler): their samples repeat by design, and ranks that draw
-    independently (a seed each) share samples by chance, which is no mistake; what is one is the same draws, position
-    for position, far beyond the chance the samples' own frequencies give (constant data agrees everywhere by chance)."""
+    independently (a seed each) share samples by chance, which is no mistake; what is one is the same draws,
+    position for position, far beyond the chance the samples' own frequencies give (constant data agrees everywhere
+    by chance)."""
     n = min(len(sa), len(sb))
     same = sum(x == y for x, y in zip(sa[:n], sb[:n]))
     ca, cb = Counter(sa[:n]), Counter(sb[:n])

@@ -10,8 +10,8 @@ it reached a handler: a logger whose level drops it on ranks other than 0, or a 
 line of the user's code: how often, and a crc32 of each different text (the text is known when every argument is a
 str or a number: print's own formatting of anything else is not repeated here; logging's message is formatted once
 by the handler anyway; what the handler's format frames it with, less the clock, is part of its text: a format
-that names the rank makes each rank's line its own). Both wrappers are removed after the window (one left in a name that captured it by then,
-e.g. `print = functools.partial(print, flush=True)`, passes straight through).
+that names the rank makes each rank's line its own). Both wrappers are removed after the window (one left in a name
+that captured it by then, e.g. `print = functools.partial(print, flush=True)`, passes straight through).
 
 A tqdm progress bar made by the user's code and drawn on the console counts as a line too (its description and
 length are its text): a bar on every rank is N bars redrawn over each other.
@@ -118,14 +118,14 @@ class Observer(rankside.Observer):
         if all(type(a) in PLAIN for a in args):
             sep, end = kwargs.get("sep"), kwargs.get("end")
             text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
-        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+        self._seen(_line(frame), text)
 
     def _wrote(self, frame, text) -> None:
         """A write the user's code made on a console stream itself (sys.stdout.write(...)): a line of its own, with
         its text; a write of whitespace alone (the newline after a text) says nothing."""
         if not is_user(frame.f_code.co_filename) or not isinstance(text, str) or not text.strip():
             return
-        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+        self._seen(_line(frame), text)
 
     def _bar(self, bar, frame) -> None:
         """A bar that draws (tqdm's disable=None turns it off where stderr is no terminal) on the console, made by the
@@ -139,7 +139,7 @@ class Observer(rankside.Observer):
         if frame is None or not is_user(frame.f_code.co_filename):
             return
         text = f"{BAR}, {bar.desc or 'no description'}, {bar.total} steps"
-        self._seen(f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}", text)
+        self._seen(_line(frame), text)
 
     def _logged(self, handler, record) -> None:
         if id(getattr(handler, "stream", None)) not in self.console or not is_user(record.pathname):
@@ -172,6 +172,11 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"sites": list(self.sites.values())}
+
+
+def _line(frame) -> str:
+    """The line of the user's code a print, a write or a bar came from: the site its texts are kept under."""
+    return f"{os.path.abspath(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def _framing(handler, record) -> str:
