@@ -626,9 +626,10 @@ def _installed(top: str, context: str) -> bool:
 
 
 def submodule_answer(message: str, context: str = "") -> Answer | None:
-    """`No module named 'pkg.sub'` where pkg is installed: the installed release of pkg has no such submodule."""
+    """`No module named 'pkg.sub'` where pkg is installed: the installed release of pkg has no such submodule (an
+    interpreter's own "python3: No module named x", for `python -m x`, is python_answer's)."""
     m = NO_SUBMODULE.search(message)
-    if not m or NO_MODULE.search(message).group("python") or not _installed(m.group("top"), context + message):
+    if not m or not _installed(m.group("top"), context + message):
         return None
     module, top, last = m.group("module"), m.group("top"), m.group("last")
     parent = module.rsplit(".", 1)[0]
@@ -712,10 +713,9 @@ def python_answer(message: str, context: str = "") -> Answer | None:
             "use accelerator.unwrap_model / model.module when saving).",
             ["python"],
         )
-    submodule = submodule_answer(message, context)
-    if submodule:
-        return submodule
     m = NO_MODULE.search(message)
+    if m and not m.group("python") and (submodule := submodule_answer(message, context)):
+        return submodule
     if m:
         module, python = m.group("module"), m.group("python")
         who = f"the interpreter {python}" if python else "the Python that ran it"

@@ -831,8 +831,9 @@ _SPECIFIC: tuple[Rule, ...] = (
         "nccl-shm-attach",
         "NCCL could not open a peer's shared-memory segment",
         # NCCL src/misc/shmutils.cc ncclShmOpen: the creating rank makes /dev/shm/nccl-<6 random characters>
-        # ("Error while creating ..."), its peers on the same machine open it ("Error while attaching to shared memory segment %s (size %zu),
-        # error: %s (%d)"; older releases print the errno on the line before: "Call to open failed : ...").
+        # ("Error while creating ..."), its peers on the same machine open it ("Error while attaching to shared
+        # memory segment %s (size %zu), error: %s (%d)"; older releases print the errno on the line before: "Call to
+        # open failed : ...").
         (r"Error while attaching to shared memory segment",),
         "A rank could not open the shared-memory segment that a peer NCCL believes is on the same machine created: "
         "attaching allocates nothing, so /dev/shm being full is not the cause. The segment is not where this process "
