@@ -1417,13 +1417,14 @@ class Checks(MultiGpuChecks):
         # generator=g)`; `torch.manual_seed(rank)` before the draw): each rank has its own data by construction
         flow = self._flow(dataset)
         seeds = [c for c in flow if isinstance(c, ast.Call) and self.callee_last(c) in SEED_CALLS | RNG_MAKERS]
-        seeds += [  # the last seed before an unseeded draw, in its function
-            max(before, key=lambda c: c.lineno)
-            for d in flow
-            if self._random_call(d)
-            and (before := [c for c in self.calls if self.callee_last(c) in SEED_CALLS and c.lineno <= d.lineno])
-            and (before := [c for c in before if self.enclosing_function(c) is self.enclosing_function(d)])
-        ]
+        for draw in (d for d in flow if self._random_call(d)):  # the last seed before an unseeded draw, in its function
+            scope = self.enclosing_function(draw)
+            before = [
+                c
+                for c in self.calls
+                if self.callee_last(c) in SEED_CALLS and c.lineno <= draw.lineno and self.enclosing_function(c) is scope
+            ]
+            seeds += [max(before, key=lambda c: c.lineno)] if before else []
         return any(
             isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(n)
             for n in [

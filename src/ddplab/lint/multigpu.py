@@ -37,9 +37,15 @@ LOCAL_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_L
 LOCAL_CALLS = ("get_local_rank", "get_node_local_rank")
 LAST_VALUE = {"val", "value"}  # a meter's latest update (AverageMeter.val, SmoothedValue.value), not its sum
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes
-# calls that use (and create a context on) the current GPU
-IMPLICIT_DEVICE = set("synchronize empty_cache current_device memory_allocated max_memory_allocated".split())
-IMPLICIT_DEVICE |= {"reset_peak_memory_stats", "GradScaler"}
+IMPLICIT_DEVICE = {
+    "synchronize",
+    "empty_cache",
+    "current_device",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_peak_memory_stats",
+    "GradScaler",
+}  # calls that use (and create a context on) the current GPU
 # calls that download into a path (torchvision's dataset helpers, urllib, gdown, wget)
 CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cuda's: the current device's generator
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
@@ -526,9 +532,8 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(n, ast.Name)
         }
 
-        in_place |= set(
-            self._given_by(body, self.facts.reduce_returners)
-        )  # loss, preds = self._run_batch(x): loss came out of one
+        # loss, preds = self._run_batch(x): loss came out of one
+        in_place |= set(self._given_by(body, self.facts.reduce_returners))
         # `reduced = reduce_tensor(loss, n).item()` on the distributed path (`else: reduced = loss.item()` on the one
         # process): a sum of those is a sum of whole values
         in_place |= _names_given(body, lambda v: any(isinstance(x, ast.Call) and self._reduces(x) for x in ast.walk(v)))
@@ -947,7 +952,8 @@ class MultiGpuChecks(ScriptReader):
         return found
 
     def _plain_loader_call(self, value: ast.AST) -> bool:
-        """`DataLoader(ds, batch_size=8)`, `sampler=None` (the default) or `**kwargs` seen without one: the whole set."""
+        """`DataLoader(ds, batch_size=8)`, `sampler=None` (the default) or `**kwargs` seen without one: the whole
+        set."""
         if not (isinstance(value, ast.Call) and self.callee_last(value) == "DataLoader") or len(value.args) > 3:
             return False
         return not any(
