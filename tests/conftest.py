@@ -160,6 +160,17 @@ def refused(capsys, *args: str, cwd=None) -> str:
     return err
 
 
+def traceback_of(make_error) -> str:
+    """The traceback Python prints for what `make_error()` raises: an error made for real, read as a log."""
+    import traceback
+
+    try:
+        make_error()
+    except BaseException:
+        return traceback.format_exc()
+    raise AssertionError("no error")
+
+
 def finish(proc: subprocess.Popen, timeout: float, overstayed: str) -> tuple[str, str]:
     """proc's (stdout, stderr) once it ends; past `timeout`, it and every process it started are killed and the
     test fails with `overstayed` and the end of its stderr."""

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
+from conftest import traceback_of
 
 from ddplab.explain.matcher import explain_text
 
 DISTRIBUTED_STEPS = ("NCCL_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
-
-
-def traceback_of(make_error) -> str:
-    try:
-        make_error()
-    except BaseException:
-        return traceback.format_exc()
-    raise AssertionError("no error")
 
 
 # ------------------------------------------------------------------ a missing submodule of an installed package

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import traceback
 
 import pytest
+from conftest import traceback_of
 
 from ddplab.explain import catalogue
 from ddplab.explain.matcher import explain_text
@@ -16,14 +16,6 @@ from ddplab.explain.matcher import explain_text
 def first_rule(text: str) -> str | None:
     e = explain_text(text)
     return e.matches[0].rule if e.matches else None
-
-
-def traceback_of(make_error) -> str:
-    try:
-        make_error()
-    except BaseException:
-        return traceback.format_exc()
-    raise AssertionError("no error")
 
 
 # ------------------------------------------------------------------ torchrun's SignalException without its message

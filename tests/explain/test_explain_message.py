@@ -8,21 +8,13 @@ import json
 import os
 import socket
 import tempfile
-import traceback
 
 import pytest
 import torch
+from conftest import traceback_of
 
 from ddplab.explain import catalogue, message
 from ddplab.explain.matcher import explain_text
-
-
-def traceback_of(make_error) -> str:
-    try:
-        make_error()
-    except BaseException:
-        return traceback.format_exc()
-    raise AssertionError("no error")
 
 
 def only(text: str):

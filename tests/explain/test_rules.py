@@ -582,31 +582,27 @@ def test_a_wrapped_nccl_truncated_line_is_still_read():
     assert first_rule(line.replace("truncated : ", "truncated :\n")) == "nccl-message-truncated"
 
 
-def test_local_rank_argument_the_script_does_not_accept_made_here(tmp_path):
-    # torch.distributed.launch passes --local-rank=0 to a script whose argparse knows only --local_rank: its real log
-    script = tmp_path / "train.py"
-    script.write_text(
-        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\np.parse_args()\n"
-    )
+def _console_of(launcher: str, script) -> str:
+    """What torch's launcher (`python -m LAUNCHER`) prints, its one process's output included, starting `script`."""
     env = {**_no_launcher_env(), "OMP_NUM_THREADS": "1"}
     ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.launch",
-            "--nproc-per-node",
-            "1",
-            "--master-port",
-            str(free_port()),
-            str(script),
-        ],
+        [sys.executable, "-m", launcher, "--nproc-per-node", "1", "--master-port", str(free_port()), str(script)],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
         start_new_session=True,
     )
-    out = ran.stdout + ran.stderr
+    return ran.stdout + ran.stderr
+
+
+def test_local_rank_argument_the_script_does_not_accept_made_here(tmp_path):
+    # torch.distributed.launch passes --local-rank=0 to a script whose argparse knows only --local_rank: its real log
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\np.parse_args()\n"
+    )
+    out = _console_of("torch.distributed.launch", script)
     assert "unrecognized arguments: --local-rank=0" in out, out[-3000:]
     assert first_rule(out) == "local-rank-argument", out[-3000:]
     # torch < 2.0 passed the underscored form
@@ -1048,25 +1044,7 @@ def test_the_watchdogs_exit_line_names_why_it_ended_the_process(reason, rule):
 def test_script_not_found_under_torchrun_made_here(tmp_path):
     # torchrun given a script path that does not exist: the interpreter's own "can't open file" (exit code 2), then
     # torchrun's failure summary; the interpreter's message names the cause, not the agent's traceback
-    env = {**_no_launcher_env(), "OMP_NUM_THREADS": "1"}
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "1",
-            "--master-port",
-            str(free_port()),
-            str(tmp_path / "no_such_train.py"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        start_new_session=True,
-    )
-    out = ran.stdout + ran.stderr
+    out = _console_of("torch.distributed.run", tmp_path / "no_such_train.py")
     assert "can't open file" in out and "[Errno 2]" in out, out[-3000:]
     assert first_rule(out) == "script-not-found", out[-3000:]
     # CPython 3.8/3.9's fprintf wording and 3.10+'s repr (double quotes when the path holds a single quote)
