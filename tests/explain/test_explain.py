@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import cli, kill_tree
-from test_explain_corpus import read_quoted
+from explaincase import first_rule, read_quoted
 from torch import nn
 
 from ddplab.explain.matcher import explain_text
@@ -39,11 +39,6 @@ def raised(make_error) -> str:
     except BaseException:
         return traceback.format_exc()
     raise AssertionError(f"{make_error.__name__} raised nothing")
-
-
-def first_rule(text: str) -> str | None:
-    e = explain_text(text)
-    return e.matches[0].rule if e.matches else None
 
 
 # ----------------------------------------------------------------------------------------------- in this process

@@ -8,30 +8,17 @@ like the others.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
+from explaincase import LOGS, read_quoted
 
 from ddplab.explain.matcher import explain_text
 from ddplab.explain.rules import RULES
 
-LOGS = Path(__file__).parents[1] / "logs"
 HELD_OUT = {
     line.strip()
     for line in (LOGS / "HELDOUT.txt").read_text().splitlines()
     if line.strip() and not line.startswith("#")
 }
-
-
-def read_quoted(path: Path) -> tuple[dict[str, str], str]:
-    """(header fields, quoted text): the leading `# key: value` lines, then the quote."""
-    lines = path.read_text().splitlines()
-    head = {}
-    while lines and re.match(r"# \w+: ", lines[0]):
-        key, value = lines.pop(0)[2:].split(": ", 1)
-        head[key] = value
-    return head, "\n".join(lines)
 
 
 CORPUS = sorted(LOGS.glob("*.log"))

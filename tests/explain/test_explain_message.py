@@ -193,7 +193,7 @@ def test_a_message_continuation_line_makes_no_second_finding():
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
-    from test_explain_corpus import LOGS, read_quoted
+    from explaincase import LOGS, read_quoted
 
     _, quote = read_quoted(LOGS / "unused_params_ddcap35.log")
     assert "If you already have done the above" in quote

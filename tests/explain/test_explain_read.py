@@ -284,7 +284,8 @@ def test_every_corpus_log_streamed_explains_like_read_whole(tmp_path, monkeypatc
     """The 97 real logs of tests/logs/, streamed in small chunks (windows cross chunk boundaries, multi-line rules
     such as syncbn-single-process span them) with no head or tail kept: the same findings, lines and reading. Each
     log is read whole once and streamed at two chunk sizes."""
-    from test_explain_corpus import CORPUS, read_quoted
+    from explaincase import read_quoted
+    from test_explain_corpus import CORPUS
 
     monkeypatch.setattr(logread, "HEAD_LINES", 0)
     monkeypatch.setattr(logread, "TAIL_LINES", 0)

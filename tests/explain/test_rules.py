@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from explaincase import first_rule
 from torch import nn
 
 from ddplab.explain.matcher import explain_text
@@ -63,11 +64,6 @@ def raised(make_error) -> str:
     if not shown:
         raise AssertionError(f"{make_error.__name__} raised and warned nothing")
     return shown
-
-
-def first_rule(text: str) -> str | None:
-    e = explain_text(text)
-    return e.matches[0].rule if e.matches else None
 
 
 def child(code: str, env: dict | None = None, timeout: float = 60) -> str:
