@@ -1,10 +1,12 @@
 """`ddplab slurm`'s script submitted to a real Slurm (tests/engines/slurmcluster.py: two nodes on this machine) and
-followed to the end, three jobs at once on one cluster:
+followed to the end, three jobs at once on one cluster, beside two that only wait in a step:
 - healthy: the job completes; it is also the uninterrupted run the preempted one must match bitwise;
 - preempted: Slurm's signal mid-run (`scancel --signal=USR1 --batch`, what `--signal=B:USR1@grace` sends) reaches
   every node's ddplab launch, the ranks save, the script requeues the job, the next start resumes at the saved step
   and ends with the healthy job's weights;
-- hung: the watchdog ends the run with exit 3, and the job says so and ends without a requeue.
+- hung: the watchdog ends the run with exit 3, and the job says so and ends without a requeue;
+- cancelled, requeued: ended from outside (scancel; scontrol requeue) while their step runs: what slurmstepd prints
+  then into their output is what `ddplab explain` reads as the reason.
 
 The training script is `ddplab new`'s template with one test hook: rank 0 holds after step 5 until a signal came
 (DDPLAB_TEST_HOLD=signal), or forever (=forever): the signal lands mid-run whatever the machine's speed.
@@ -84,6 +86,22 @@ def _sbatch(tmp: Path, name: str, *extra: str) -> Path:
     return out
 
 
+def _sleeper(tmp: Path, name: str) -> Path:
+    """A job that only waits in a step, to be ended from outside while that step runs (its output: what slurmstepd
+    prints when it ends a job, read back by `ddplab explain`)."""
+    (tmp / name).mkdir()
+    script = tmp / f"{name}.sh"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --job-name={name} --nodes=1 --ntasks=1 --cpus-per-task=1 --requeue\n"
+        f"#SBATCH --output={tmp / name}/%j.out\nsrun sleep 600\n"
+    )
+    return script
+
+
+def _step_runs(c, job_id: str) -> bool:
+    return f"{job_id}.0" in c.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i", check=False)
+
+
 def _logs(tmp: Path, name: str) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted((tmp / name).glob("*.out")))
 
@@ -101,12 +119,25 @@ def jobs(tmp_path_factory):
             "healthy": c.sbatch(_sbatch(tmp, "healthy"), tmp, env),
             "preempted": c.sbatch(_sbatch(tmp, "preempted"), tmp, {**env, "DDPLAB_TEST_HOLD": "signal"}),
             "hung": c.sbatch(_sbatch(tmp, "hung", "--hang-timeout", "10"), tmp, {**env, "DDPLAB_TEST_HOLD": "forever"}),
+            # ended from outside once their step runs: scancel; scontrol requeue, then scancel while it waits
+            "cancelled": c.sbatch(_sleeper(tmp, "cancelled"), tmp, env),
+            "requeued": c.sbatch(_sleeper(tmp, "requeued"), tmp, env),
         }
         deadline = time.monotonic() + DEADLINE_S
-        signalled = hurried = False
+        signalled = hurried = cancelled = False
         requeued = None
+        sleeper_requeued = False
         while True:
             states = {name: c.job(i).get("JobState", "?") for name, i in ids.items()}
+            if not cancelled and _step_runs(c, ids["cancelled"]):
+                c.run("scancel", ids["cancelled"])
+                cancelled = True
+            if sleeper_requeued is False and _step_runs(c, ids["requeued"]):
+                c.run("scontrol", "requeue", ids["requeued"])
+                sleeper_requeued = True
+            if sleeper_requeued and states["requeued"] == "PENDING":
+                sleeper_requeued = None  # once: cancelled below, it stays CANCELLED
+                c.run("scancel", ids["requeued"])  # held back by Slurm after a requeue: end it before it restarts
             if not signalled and "held at step" in _logs(tmp, "preempted"):
                 c.run("scancel", "--signal=USR1", "--batch", ids["preempted"])
                 signalled = True
@@ -191,3 +222,15 @@ def test_a_hung_job_says_so_and_is_not_requeued(jobs):
     )
     logs = _logs(jobs["tmp"], "hung")
     assert "ddplab: the run hung (exit 3)" in logs and "not requeued" in logs, logs
+
+
+@pytest.mark.parametrize("name, rule", [("cancelled", "slurm-cancelled"), ("requeued", "slurm-preempted")])
+def test_a_job_slurm_ended_from_outside_is_explained_by_its_reason(jobs, name, rule):
+    """What slurmstepd printed into the job's output when scancel or a requeue ended it, read by `ddplab explain`:
+    the reason first, the terminated tasks after it."""
+    from ddplab.explain.matcher import explain_text
+
+    assert jobs["jobs"][name]["JobState"] == "CANCELLED", _say(jobs, name)
+    text = _logs(jobs["tmp"], name)
+    assert "CANCELLED AT" in text, _say(jobs, name)
+    assert explain_text(text).matches[0].rule == rule, text

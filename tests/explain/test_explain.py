@@ -350,6 +350,9 @@ def test_every_rule_is_tested_against_real_text():
     tested = {p.values[0] for p in IN_PROCESS + IN_GROUP} | {"launcher-env-missing"} | set(MULTI_RANK)
     tested |= set(TORCHRUN_RUNS)
     tested |= {"teardown-abort"}  # produced for real, deterministically, in tests/test_teardown.py
+    from test_job_rules import CANCEL_REASONS  # slurmstepd's own texts, and a real cluster's (test_slurm_real.py)
+
+    tested |= set(CANCEL_REASONS.values())
     tested |= {p.values[1] for p in quoted_logs()}
     # A generic wrapper (NCCL's "invalid usage") never leads when its specific "Last error" is there too: it counts as
     # tested when it matches in a quoted log at all.

@@ -4,7 +4,10 @@ SyncBatchNorm. Each text is the software's own (made here, or quoted from the pu
 
 from __future__ import annotations
 
+import re
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 from conftest import traceback_of
@@ -74,6 +77,36 @@ def test_ddp_param_check_across_processes_is_a_model_mismatch(what):
     assert templates
     text = f"RuntimeError: params[182] in this process with sizes [256, 256, 1, 1] {templates[0]}"
     assert first_rule(text) == "ddp-model-mismatch"
+
+
+# slurmstepd's reasons for ending a job, each in its own line: "*** %s ON %s CANCELLED AT %s DUE TO <REASON> ***"
+CANCEL_REASONS = {
+    "TIME LIMIT": "slurm-time-limit",
+    "PREEMPTION": "slurm-preempted",
+    "JOB REQUEUE": "slurm-preempted",
+    "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS": "slurm-node-failure",
+    "": "slurm-cancelled",  # no reason: scancel
+}
+SLURMSTEPD = Path(shutil.which("slurmstepd") or "/usr/sbin/slurmstepd")
+
+
+def test_every_reason_slurmstepd_gives_for_a_cancel_is_named():
+    """The templates as the installed slurmstepd holds them (Debian's slurm-wlm; CI installs it), filled in as
+    slurmstepd fills them: a reason a newer Slurm adds fails here rather than reading as another reason."""
+    if not SLURMSTEPD.is_file():
+        pytest.skip(f"no slurmstepd here to read its texts from ({SLURMSTEPD}; Debian: apt-get install slurm-wlm)")
+    found = set(re.findall(rb"\*\*\* %s ON %s CANCELLED AT %s(?: DUE TO ([^*]+?))? \*\*\*", SLURMSTEPD.read_bytes()))
+    reasons = {r.decode() for r in found}
+    assert {"TIME LIMIT", "PREEMPTION", ""} <= reasons, reasons
+    for reason in reasons:
+        assert reason in CANCEL_REASONS, f"slurmstepd cancels {reason!r}: name it in explain's rules"
+        due = f" DUE TO {reason}" if reason else ""
+        for what in ("JOB 494583", "STEP 494583.0"):
+            line = f"slurmstepd: error: *** {what} ON node12 CANCELLED AT 2026-12-06T09:09:37{due} ***"
+            assert rules(line + "\nsrun: error: node12: tasks 0-3: Terminated") == [
+                CANCEL_REASONS[reason],
+                "worker-terminated",
+            ], line
 
 
 def test_a_second_derivative_through_syncbatchnorm_is_named():

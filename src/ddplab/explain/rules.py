@@ -404,6 +404,48 @@ _SPECIFIC: tuple[Rule, ...] = (
         "https://slurm.schedmd.com/sbatch.html#OPT_time",
         mechanism="resource",
     ),
+    # slurmstepd's other reasons, in the same line (the strings as Debian's slurmstepd binary holds them):
+    # "... CANCELLED AT %s DUE TO PREEMPTION ***", "... DUE TO JOB REQUEUE ***", "... DUE TO NODE FAILURE, SEE
+    # SLURMCTLD LOG FOR DETAILS ***", and "... CANCELLED AT %s ***" with no reason (scancel).
+    Rule(
+        "slurm-preempted",
+        "Slurm took the nodes back: the job was preempted or requeued",
+        (r"\bCANCELLED AT \S+ DUE TO (?:PREEMPTION|JOB REQUEUE)\b",),
+        "A job of higher priority needed these nodes (the partition's or QOS's PreemptMode: CANCEL or REQUEUE), or "
+        "the job was requeued (`scontrol requeue`): Slurm sent every task SIGTERM, then SIGKILL after the grace "
+        "period. The 'Terminated' tasks and the ranks torchrun stopped are this, not a failure of their own.",
+        "Make the job resumable rather than unpreemptible: submit with --requeue and save on SIGTERM, resuming from "
+        "the last checkpoint (`ddplab slurm` writes such a script: its ranks save at the next step and exit 4, and "
+        "the job requeues itself); --signal=B:TERM@120 warns the batch script earlier. To avoid preemption, use a "
+        "partition or QOS that cannot be preempted (`scontrol show partition` shows PreemptMode).",
+        "https://slurm.schedmd.com/preempt.html",
+        mechanism="resource",
+    ),
+    Rule(
+        "slurm-node-failure",
+        "a node of the job failed: Slurm cancelled the job",
+        (r"\bCANCELLED AT \S+ DUE TO NODE FAILURE\b",),
+        "A node of this job stopped answering slurmctld (it crashed or rebooted, lost its network, or its slurmd "
+        "died), so Slurm cancelled the job and its steps on every node. The ranks stopped or disconnected on the "
+        "other nodes are consequences.",
+        "Resubmit and resume from the last checkpoint (with --requeue Slurm requeues the job itself); "
+        "`sacct -j JOBID -o JobID,State,NodeList` shows which node, and `--exclude=NODE` keeps the next run off it "
+        "until the admins have looked (its reason: `sinfo -R`).",
+        "https://slurm.schedmd.com/sbatch.html#OPT_requeue",
+        mechanism="resource",
+    ),
+    Rule(
+        "slurm-cancelled",
+        "the job was cancelled (scancel)",
+        (r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+ \*\*\*",),
+        "Someone cancelled the job or this step with scancel (you, an administrator, or a script or dependency "
+        "that does), without a reason of Slurm's own: a time limit, a preemption or a node failure would be named "
+        "in the same line. The 'Terminated' tasks are this, not a failure of the training.",
+        "See who and when: `sacct -j JOBID -o JobID,State%30,End` (State reads 'CANCELLED by UID'); if no one "
+        "meant to, look for an scancel in the job's own scripts or a dependency (--dependency=afterok) that failed.",
+        "https://slurm.schedmd.com/scancel.html",
+        mechanism="resource",
+    ),
     # ------------------------------------------------------------------ one rank failed, the others notice
     Rule(
         "peer-closed",
