@@ -35,6 +35,12 @@ def only(text: str):
         ("RuntimeError: Bad value. Set NCCL_P2P_DISABLE to 1.", "Set NCCL_P2P_DISABLE to 1."),
         ("RuntimeError: old API. Use torch.amp.autocast('cuda') instead.", "Use torch.amp.autocast('cuda') instead."),
         ("RuntimeError: the module is on cpu. Either move it first or omit device_id.", "Either move it first"),
+        # deepspeed/launcher/runner.py's ssh check: the condition and its instruction in one clause, no comma
+        (
+            "RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh. If you are "
+            "running with a single node please remove /job/hostfile or setup passwordless ssh.",
+            "If you are running with a single node please remove /job/hostfile or setup passwordless ssh.",
+        ),
     ],
 )
 def test_the_message_own_instruction_is_the_fix(line, fix):
@@ -48,6 +54,11 @@ def test_a_request_to_report_a_bug_is_not_a_fix():
         "RuntimeError: internal assert failed. Please report a bug to PyTorch. Please include the traceback."
     )
     assert said == []
+
+
+def test_a_condition_is_advice_only_with_an_instruction_in_it():
+    for text in ("If the run hangs then it is a bug.", "When the rank is 0 please ignore.", "If so, the store died."):
+        assert message.advice(text)[0] == [], text
 
 
 # ------------------------------------------------------------------ errno with its operands

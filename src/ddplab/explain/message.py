@@ -53,7 +53,10 @@ ADVICE = re.compile(
     rf"^(?:please,?\s+|kindly\s+|either\s+|instead,?\s+)?(?:(?:{IMPERATIVE})\b"
     r"|you (?:should|must|need to|have to|can|could|may want to|might want to|may need to|might need to)\b"
     r"|to (?:fix|avoid|resolve|solve|enable|disable|use|suppress|silence|get|make)\b[^,]{0,80},"
-    r"|(?:it is|it's) (?:recommended|advised|suggested) to\b|did you mean\b|maybe you\b|perhaps you\b)",
+    r"|(?:it is|it's) (?:recommended|advised|suggested) to\b|did you mean\b|maybe you\b|perhaps you\b"
+    # a condition and its instruction in one clause, no comma between ("If you are running with a single node
+    # please remove /job/hostfile or setup passwordless ssh.": DeepSpeed's runner)
+    rf"|(?:if|when|unless)\b[^.;:]{{0,160}}?\s(?:please|then|kindly)\s+(?:{IMPERATIVE})\b)",
     re.IGNORECASE,
 )
 # Sentences that ask to report a bug or to attach details are not a fix.
