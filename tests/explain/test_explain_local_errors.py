@@ -1,5 +1,5 @@
-"""Errors of one process (not distributed): a missing submodule of an installed package is a version mismatch,
-and the next steps of a one-process error say nothing distributed. Texts: the logs of public issues (cited) quoted
+"""Errors of one process (not distributed): a missing submodule of an installed package is a version mismatch (or,
+named as compiled extensions are, a build without it), and the next steps of a one-process error say nothing distributed. Texts: the logs of public issues (cited) quoted
 verbatim, or made here by running the code."""
 
 from __future__ import annotations
@@ -68,6 +68,27 @@ def test_the_projects_own_package_and_another_interpreter_stay_not_installed(tmp
     # `python -m` under another interpreter (open-mmlab/mmdetection#1402): that interpreter lacks it
     m = explain_text("/usr/bin/python: No module named torch.distributed").matches[0]
     assert m.title == "torch.distributed is not installed in the interpreter /usr/bin/python"
+
+
+def test_a_packages_compiled_extension_missing_is_a_build_not_a_version(tmp_path):
+    # a package installed from its source without its build step (open-mmlab/mmcv#409: `pip install -e .` of mmcv,
+    # then `ext_loader.load_ext('_ext', ...)` -> "No module named 'mmcv._ext'"): made here the same way
+    text = _import_from(
+        tmp_path / "site-packages",
+        "ddplab_local_ext",
+        "import importlib\next = importlib.import_module(__name__ + '._ext')  # as mmcv's ext_loader\n",
+        "ddplab_local_ext",
+    )
+    assert "No module named 'ddplab_local_ext._ext'" in text
+    m = explain_text(text).matches[0]
+    assert m.title.startswith("ddplab_local_ext's compiled extension ddplab_local_ext._ext is missing"), m.title
+    assert "version mismatch" not in m.title and "pip install -v -e ." in m.fix
+    # mmcv's as XLearning-SCU/2022-CVPR-AirNet#5 quotes it ("pip install mmcv" has no ops: mmcv-full has), and the
+    # names torchvision and detectron2 give theirs; a private module that is no extension stays a version mismatch
+    for module in ("mmcv._ext", "torchvision._C", "detectron2._C"):
+        title = explain_text(f"ModuleNotFoundError: No module named '{module}'").matches[0].title
+        assert f"compiled extension {module} is missing" in title, title
+    assert "version mismatch" in explain_text(QWENVL_54).matches[0].title
 
 
 # ------------------------------------------------------------------ next steps fit the log

@@ -512,6 +512,9 @@ NO_MODULE = re.compile(r"(?:(?P<python>\S*python[\d.]*):\s+)?No module named '?(
 # site-packages, or a package every such log has installed), its installed release lacks the submodule the code
 # imports: a version mismatch between the code and the package, not a package missing from the interpreter.
 NO_SUBMODULE = re.compile(r"No module named '(?P<module>(?P<top>[A-Za-z_]\w*)(?:\.\w+)*\.(?P<last>\w+))'")
+# The names packages give their compiled extension: torch._C, torchvision._C, detectron2._C, mmcv._ext,
+# pointnet2._ext, a _cuda or _C suffix.
+COMPILED_PART = re.compile(r"_(?:C|ext|\w*_(?:C|ext|cuda|cpp))$")
 WELL_KNOWN_PACKAGES = frozenset(
     "torch torchvision torchaudio torchtext transformers accelerate deepspeed datasets peft diffusers timm "
     "tokenizers huggingface_hub safetensors triton apex numpy scipy sklearn pandas tensorflow keras jax flax "
@@ -629,13 +632,31 @@ def _installed(top: str, context: str) -> bool:
 
 
 def submodule_answer(message: str, context: str = "") -> Answer | None:
-    """`No module named 'pkg.sub'` where pkg is installed: the installed release of pkg has no such submodule (an
-    interpreter's own "python3: No module named x", for `python -m x`, is python_answer's)."""
+    """`No module named 'pkg.sub'`: pkg's compiled extension never built (sub named as extensions are), or, pkg
+    installed, its installed release has no such submodule (an interpreter's own "python3: No module named x", for
+    `python -m x`, is python_answer's)."""
     m = NO_SUBMODULE.search(message)
-    if not m or not _installed(m.group("top"), context + message):
+    if not m:
         return None
     module, top, last = m.group("module"), m.group("top"), m.group("last")
     parent = module.rsplit(".", 1)[0]
+    # an installed package or a project's own source tree: either way Python imported the parent, not its build
+    if COMPILED_PART.match(last):
+        return Answer(
+            f"{top}'s compiled extension {module} is missing: not built, or built for another Python",
+            f"{module} is, by its name, {top}'s compiled (C++/CUDA) extension, and Python imported {parent} but "
+            f"found no built {last} in it: {top} was installed without building it (a source install whose build "
+            f"step did not run or failed, or a package without its compiled ops, e.g. mmcv rather than mmcv-full), "
+            f"it was built for another Python version (the file's name carries the version it was built for), or "
+            f"Python imported {top}'s source folder (the current directory shadows the installed package) where "
+            f"it was never built.",
+            f"Install a build of {top} that includes it, made for your torch, CUDA and Python (the project's install "
+            f"instructions name it), or build it (`pip install -v -e .` in its source, and read the compiler's "
+            f"errors); then check with `python -c 'import {module}'` run outside {top}'s source folder.",
+            ["python", "build"],
+        )
+    if not _installed(top, context + message):
+        return None
     what = (
         f"{last} is a private submodule (its leading underscore), which packages move or remove between releases "
         "without notice"
