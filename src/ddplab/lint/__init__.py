@@ -424,12 +424,7 @@ def _buffer_classes(readers: list) -> set[str]:
                 for c in calls
             ):
                 buffered.add(cls.name)
-    for _ in range(4):  # a class built from buffered classes holds their buffers
-        grown = {name for name, called in uses.items() if called & buffered} - buffered
-        if not grown:
-            break
-        buffered |= grown
-    return buffered
+    return _with_callers(buffered, uses)  # a class built from buffered classes holds their buffers
 
 
 def _references(tree: ast.Module) -> dict[str, list[int]]:

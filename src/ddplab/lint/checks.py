@@ -345,12 +345,6 @@ class Checks(MultiGpuChecks):
         sites = [c for c in self.calls_by_name.get(name, []) if self.enclosing_function(c) is not func]
         return bool(sites) and not any(self.branch_open(node, func, c) for c in sites)
 
-    def _chain_ends_in_exit(self, node: ast.If) -> bool:
-        """`if a: ... elif torch.cuda.is_available(): ... else: sys.exit(1)`: the last else of the chain exits."""
-        while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
-            node = node.orelse[0]
-        return body_exits(node.orelse)
-
     def _mentions_cuda_check(self, node: ast.AST) -> bool:
         """torch.cuda.is_available() / device_count() / is_nccl_available() (not `dist.is_available()`, which says
         whether torch was built with distributed support, GPUs or not)."""
@@ -449,11 +443,7 @@ class Checks(MultiGpuChecks):
         for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
             if isinstance(node, ast.Assert) and check(node.test):
                 return True
-            if (
-                isinstance(node, ast.If)
-                and check(node.test)
-                and (body_exits(node.body) or body_exits(node.orelse) or self._chain_ends_in_exit(node))
-            ):
+            if isinstance(node, ast.If) and check(node.test) and (body_exits(node.body) or body_exits(node.orelse)):
                 return True
         return False
 
@@ -563,7 +553,7 @@ class Checks(MultiGpuChecks):
         flagged = False
         for call in self.calls:
             name = self.callee_last(call)
-            if not (name.endswith("Dataset") or name in ("TensorData",)):
+            if not name.endswith("Dataset"):
                 continue
             parts = [*call.args, *(k.value for k in call.keywords)]
             random_in = any(
@@ -828,17 +818,12 @@ class Checks(MultiGpuChecks):
             ),
             key=lambda c: c.lineno,
         )
-        if prints:
-            more = (
-                f" (also lines {', '.join(str(c.lineno) for c in prints[1:6])}{'...' if len(prints) > 6 else ''})"
-                if len(prints) > 1
-                else ""
-            )
+        if prints:  # the message (with the other lines) is written where the rule refines the finding
             self.add(
                 prints[0],
                 "unguarded-print",
                 WARNING,
-                f"print runs on every rank: each line appears once per process, interleaved{more}",
+                "print runs on every rank: each line appears once per process, interleaved",
                 "print on global rank 0 only (if rank == 0: print(...)), or put the rank in the message",
                 also=[c.lineno for c in prints[1:]],
             )
@@ -1162,9 +1147,8 @@ class Checks(MultiGpuChecks):
     def _on_unwrapped_path(self, node: ast.AST, owner: str) -> bool:
         """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
         under `if args.distributed:`: on the branch where that flag is false the model was never wrapped. Also the
-        branch a wrapper test sends plain models to (`... if hasattr(net, "module") else net.state_dict()`)."""
-        if self._wrapper_test_excludes(node, owner):
-            return True
+        branch the innermost wrapper test of its function sends plain models to (`... if hasattr(net, "module") else
+        net.state_dict()`, `isinstance(net, DDP)`)."""
         flags = set()
         for n in self.nodes:
             if (
@@ -1174,54 +1158,36 @@ class Checks(MultiGpuChecks):
                 and self.callee_last(n.value) in DDP_NAMES
             ):
                 flags |= self._conditions(n)
-        if not flags:
-            return False
-        child, parent = node, self.parent.get(node)
+        child, parent, wrapper_seen = node, self.parent.get(node), False
         while parent is not None:
-            if (
-                isinstance(parent, (ast.If, ast.IfExp))
-                and isinstance(parent.test, (ast.Name, ast.Attribute))
-                and dotted(parent.test) in flags
-            ):
-                orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
-                if child in orelse:
+            wrapper_seen |= isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                test, branch = parent.test, parent.orelse  # the flag's else, or the body of its negation
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, branch = test.operand, parent.body
+                unwrapped = child in (branch if isinstance(branch, list) else [branch])
+                if unwrapped and dotted(test) in flags:
                     return True
-            if (
-                isinstance(parent, (ast.If, ast.IfExp))
-                and isinstance(parent.test, ast.UnaryOp)
-                and isinstance(parent.test.op, ast.Not)
-                and dotted(parent.test.operand) in flags
-            ):
-                body = parent.body if isinstance(parent.body, list) else [parent.body]
-                if child in body:
-                    return True
+                if not wrapper_seen and self._wrapper_test(test, owner):
+                    if unwrapped:
+                        return True
+                    wrapper_seen = True
             child, parent = parent, self.parent.get(parent)
         return False
 
-    def _wrapper_test_excludes(self, node: ast.AST, owner: str) -> bool:
-        """`node` is on the branch of `hasattr(owner, "module")` / `isinstance(owner, DDP)` where owner is no
-        wrapper (the else, or the body of its negation)."""
-        child, parent = node, self.parent.get(node)
-        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
-                test, wrapped_branch = parent.test, "body"
-                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                    test, wrapped_branch = test.operand, "orelse"
-                if (
-                    isinstance(test, ast.Call)
-                    and len(test.args) == 2
-                    and dotted(test.args[0]) == owner
-                    and (
-                        self.callee_last(test) == "hasattr"
-                        and const_str(test.args[1]) == "module"
-                        or self.callee_last(test) == "isinstance"
-                        and last(dotted(test.args[1])) in DDP_NAMES
-                    )
-                ):
-                    other = getattr(parent, "orelse" if wrapped_branch == "body" else "body")
-                    return child in (other if isinstance(other, list) else [other])
-            child, parent = parent, self.parent.get(parent)
-        return False
+    def _wrapper_test(self, test: ast.AST, owner: str) -> bool:
+        """`hasattr(owner, "module")` / `isinstance(owner, DDP)`."""
+        return (
+            isinstance(test, ast.Call)
+            and len(test.args) == 2
+            and dotted(test.args[0]) == owner
+            and (
+                self.callee_last(test) == "hasattr"
+                and const_str(test.args[1]) == "module"
+                or self.callee_last(test) == "isinstance"
+                and last(dotted(test.args[1])) in DDP_NAMES
+            )
+        )
 
     def check_collectives_in_rank_branches(self) -> None:
         for call in self.calls:
@@ -1525,6 +1491,7 @@ class Checks(MultiGpuChecks):
 
 
 PLATFORM_TESTS = {"os.name", "sys.platform", "platform.system"}
+WINDOWS = {"nt", "win", "win32", "Windows"}  # what those tests compare with on Windows
 
 
 def _by_platform(node: ast.AST) -> ast.AST | None:
@@ -1540,13 +1507,7 @@ def _by_platform(node: ast.AST) -> ast.AST | None:
         return None
     if any(isinstance(n, ast.Name) and n.id not in ("os", "sys", "platform") for n in ast.walk(node.test)):
         return None
-    windows = {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & {
-        "nt",
-        "win",
-        "win32",
-        "Windows",
-    }
-    if not windows:
+    if not {const_str(c) for c in ast.walk(node.test) if isinstance(c, ast.Constant)} & WINDOWS:
         return None
     negated = sum(isinstance(n, (ast.NotEq, ast.NotIn, ast.Not)) for n in ast.walk(node.test)) % 2 == 1
     return node.body if negated else node.orelse  # the test is true on Windows unless negated

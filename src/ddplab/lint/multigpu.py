@@ -1210,20 +1210,19 @@ class MultiGpuChecks(ScriptReader):
     def _exists_error_caught(self, call: ast.Call) -> bool:
         """`try: os.mkdir(d) except: pass` (or except OSError / FileExistsError / Exception): the rank that comes
         second gets FileExistsError and goes on, so the race is harmless."""
+        child = call
         for node in self.ancestors(call):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return False
-            if isinstance(node, ast.Try) and any(self._in(call, s) for s in node.body):
+            if isinstance(node, ast.Try) and child in node.body:
                 return any(
                     h.type is None
                     or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
                     & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
                     for h in node.handlers
                 )
+            child = node
         return False
-
-    def _in(self, node: ast.AST, stmt: ast.AST) -> bool:
-        return node is stmt or any(a is stmt for a in self.ancestors(node))
 
     # ------------------------------------------------------------------------------------------ scaled twice
 

@@ -364,24 +364,25 @@ class ScriptReader:
     def sets_device_here(self) -> bool:
         """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
         (`torch.accelerator.device_index(i)` is a context manager: called alone it sets nothing.)"""
-        if any(self.callee_last(c) in ("set_device", "set_device_index") for c in self.calls):
-            return True
-        return any(
-            isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
+        return any(self.callee_last(c) in ("set_device", "set_device_index") for c in self.calls) or any(
+            self._visible_stores()
+        )
+
+    def _visible_stores(self):
+        """`os.environ["CUDA_VISIBLE_DEVICES"] = ...`"""
+        return (
+            n
             for n in self.nodes
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
         )
 
     def visible_per_process_here(self) -> bool:
         """`os.environ["CUDA_VISIBLE_DEVICES"] = str(devices[rank])`: each process sees its own GPU, as cuda:0."""
         return any(
-            isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == "CUDA_VISIBLE_DEVICES" for t in n.targets)
-            and any(
-                isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
-                for v in ast.walk(n.value)
-            )
-            for n in self.nodes
+            isinstance(v, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and self.rank_kind(v)
+            for n in self._visible_stores()
+            for v in ast.walk(n.value)
         )
 
     def replaces_print_here(self, spawn_flags: set[str] | None = None) -> bool:
@@ -389,16 +390,7 @@ class ScriptReader:
         it is installed only on the path a flag chooses that also chooses mp.spawn (`if args.multiprocessing_
         distributed and gpu != 0:` in the pytorch/examples imagenet template): under torchrun every rank prints."""
         spawn_flags = self.spawn_flags() if spawn_flags is None else spawn_flags
-        for node in self.nodes:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Attribute)
-                and t.attr == "print"
-                and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
-                for t in node.targets
-            ):
-                if not self._conditions(node) & spawn_flags:
-                    return True
-        return False
+        return any(self.sets_print(node) and not self._conditions(node) & spawn_flags for node in self.nodes)
 
     def _conditions(self, node: ast.AST) -> set[str]:
         """The flags (names, attributes) the enclosing `if` tests require for `node` to run."""
