@@ -134,6 +134,37 @@ def test_a_loader_whose_sampler_draws_with_replacement_says_so(window):
     assert weighted["replacement"] and drawn["replacement"] and "replacement" not in shuffled
 
 
+@pytest.mark.parametrize("hold", [1, 3, 64])
+def test_batches_are_read_as_they_came_however_many_wait_and_only_a_stepped_loader_is_a_training_one(
+    window, one_process_group, monkeypatch, hold
+):
+    """Batches wait to be read (their fingerprints taken in one go, not between steps one by one): what is read is
+    what the loader yielded, whether 1, 3 or 64 of them wait and whatever the script then does to its own batch
+    (its dict or list given other tensors); a loader is a training one once an optimizer step followed one of its
+    batches, and an evaluation loader read after the last step is none."""
+    from ddplab.sanitize import samebatch
+
+    monkeypatch.setattr(samebatch, "HOLD", hold)
+    w = window(steps=50, checks=("samebatch",))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 6, generator=g)
+    train = DataLoader([{"x": x[i], "y": i} for i in range(40)], batch_size=4)
+    evaluation = DataLoader(TensorDataset(x[:8] + 1), batch_size=4)
+    model = DDP(torch.nn.Linear(6, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in train:
+        model(batch["x"]).sum().backward()
+        optimizer.step()
+        batch["x"] = torch.zeros(4, 6)  # the script's own dict, changed after its batch was seen
+    for (xb,) in evaluation:
+        xb.mul_(1)
+    trained, evaluated = w.observers[0].data()["loaders"]
+    (passed,) = trained["passes"]
+    assert _samples(passed) == fingerprints(torch, x, 1024) and passed["batches"] == 10
+    assert _samples(evaluated["passes"][0]) == fingerprints(torch, x[:8] + 1, 1024)
+    assert trained["trained"] and not evaluated["trained"]
+
+
 def test_a_parameter_beside_the_wrapped_model_is_named_by_the_users_variable(window, one_process_group):
     """A learnable temperature kept beside the DDP model (CLIP's logit_scale) and given to the optimizer: no module
     holds it, so its name is the variable the user's code holds it in (the finding said `parameter #2`)."""
@@ -415,7 +446,7 @@ def test_an_error_inside_a_check_turns_it_off_with_one_line_and_the_script_goes_
     class Odd(torch.Tensor):  # a library's tensor type that refuses an operation the fingerprint uses
         @classmethod
         def __torch_function__(cls, func, types, args=(), kwargs=None):
-            if func is torch.Tensor.numel:
+            if func == torch.Tensor.shape.__get__:  # read of every tensor of a batch, to pick the one to read
                 raise RuntimeError("Odd tensors cannot be counted\nsecond line")
             return super().__torch_function__(func, types, args, kwargs or {})
 
@@ -482,6 +513,19 @@ def test_warnings_raised_through_a_wrapper_name_the_line_they_would_without_it()
     with warnings.catch_warnings(), pytest.raises(FutureWarning, match="for the caller"):
         warnings.simplefilter("error", FutureWarning)
         wrapper(1)
+
+
+def test_a_script_that_never_imports_torch_writes_its_record_with_every_check_on(tmp_path):
+    """The checks attach when the script imports torch; one that never does (a launched helper script) still leaves
+    its record at exit, with nothing turned off."""
+    w = rankside.Window(str(tmp_path), 5, ("samebatch", "epochorder", "paramsync", "placement", "sameprint"))
+    try:
+        w.write(wait=True)
+    finally:
+        for observer in w.observers:
+            observer.stop()
+    record = json.loads((tmp_path / f"rank{w.rank}.json").read_text())
+    assert record["off"] == {} and record["checks"]["same-samples"] == {"loaders": []}
 
 
 @pytest.mark.parametrize("config", [None, '{"steps": 0}', "{not json"])

@@ -67,9 +67,14 @@ class Observer(rankside.Observer):
         super().__init__(window)
         self.on = True
         self.at = digested(window.steps)
-        self.ddps = weakref.WeakSet()
+        # the DDP wrappers built, by weak reference (a WeakSet's iteration cost 10 us at a digest, its guard's)
+        self.ddps: list[weakref.ref] = []
         self.counting = True  # the forward hooks are on: the next step is one of self.at
+        # the forward hooks' handles (_enter's, _leave's): registered once, then taken out of torch's global hooks and
+        # put back into them by their handle's key (a new handle for each of the window's counted steps cost 20 us)
         self.handles: list = []
+        self.hooked = False  # they are in torch's global hooks now
+        self.placed: list[tuple] = []
         self.roles: dict[int, tuple[weakref.ref, bool]] = {}  # id(module) -> (the module, it is a DDP wrapper)
         self.undo: list = []
         self.depth = 0  # inside a DDP forward
@@ -116,10 +121,10 @@ class Observer(rankside.Observer):
         self.undo.append((kind, "__init__", init))
 
     def built(self, ddp) -> None:
-        self.ddps.add(ddp)
+        self.ddps.append(weakref.ref(ddp))
         self.roles[id(ddp)] = (weakref.ref(ddp), True)
         self.roles[id(ddp.module)] = (weakref.ref(ddp.module), False)
-        if self.counting and not self.handles:
+        if self.counting and not self.hooked:
             self._hook()
 
     def _hook(self) -> None:
@@ -127,7 +132,14 @@ class Observer(rankside.Observer):
         # copy.deepcopy(model) (an EMA, AveragedModel) or torch.save(model) would then try to copy this observer.
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+        self.hooked = True
+        if self.handles:  # registered before: put back by their keys, at the end of torch's hooks as registering does
+            for hooks, key, hook in self.placed:
+                hooks[key] = hook
+            return
         self.handles = [register_module_forward_pre_hook(self._enter), register_module_forward_hook(self._leave)]
+        # (torch's dict of global hooks, the key, the hook): torch's module-level dicts, there for good
+        self.placed = [(h.hooks_dict_ref(), h.id, f) for h, f in zip(self.handles, (self._enter, self._leave))]
 
     def _count(self, on: bool) -> None:
         """The forward hooks on (for a step that will be digested) or off (a hook costs every forward)."""
@@ -135,12 +147,12 @@ class Observer(rankside.Observer):
             return
         self.counting = on
         if on:
-            if self.ddps:
+            if self._wrappers():
                 self._hook()
-        else:
-            for handle in self.handles:
-                handle.remove()
-            self.handles = []
+        elif self.hooked:
+            self.hooked = False
+            for hooks, key, _ in self.placed:
+                hooks.pop(key, None)
 
     def _role(self, module) -> bool | None:
         """True for a watched DDP wrapper, False for the module one wraps, None for any other module."""
@@ -181,28 +193,37 @@ class Observer(rankside.Observer):
         if self.names is None:
             self.names = self._names(params)
         names, in_ddp = self.names
-        digests = _digests(self.torch, params)
         # the gradients the step applied (their bit sums): DDP's all-reduce leaves them the same on every rank, so
         # they tell an update changed on some ranks (clipping under `if rank == 0:`) from weights that differed before
-        applied = [p.grad if p.grad is not None and p.grad.layout == self.torch.strided else None for p in params]
-        grad_bits = iter(bits for _, bits, _ in _digests(self.torch, [g for g in applied if g is not None]))
+        strided = self.torch.strided
+        applied = [g if (g := p.grad) is not None and g.layout == strided else None for p in params]
+        grads = [g for g in applied if g is not None]
+        # one call for both (a call's own work costs as much as a small tensor's); the gradients' bit sums only: a
+        # finding shows the parameters' sums, never the gradients'
+        digests = _digests(self.torch, params + grads, len(params))
+        grad_bits = iter(bits for _, bits, _ in digests[len(params) :])
+        ddps = self._wrappers()
         self.checks.append(
             {
                 "step": step,
                 "where": self.window.where(),
                 "params": [
                     [names.get(i, f"parameter #{i}"), n, bits, total, i in in_ddp]
-                    for i, (n, bits, total) in enumerate(digests)
+                    for i, (n, bits, total) in enumerate(digests[: len(params)])
                 ],
                 "grads": [None if g is None else next(grad_bits) for g in applied],
-                "ddps": len(self.ddps),
+                "ddps": len(ddps),
                 "ddp_forwards": calls["ddp"],
                 "direct_forwards": calls["direct"],
                 "direct_where": self.direct_where,
-                "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in self.ddps),
+                "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in ddps),
                 "optimizer": _settings(optimizer),
             }
         )
+
+    def _wrappers(self) -> list:
+        """The DDP wrappers built so far and still alive."""
+        return [ddp for ref in self.ddps if (ddp := ref()) is not None]
 
     def forked(self) -> None:
         self.checks, self.calls, self.depth, self.direct_where = [], {"ddp": 0, "direct": 0}, 0, None
@@ -211,7 +232,7 @@ class Observer(rankside.Observer):
         """Parameter names from the DDP wrappers first, else from the live modules that no other module holds."""
         index = {id(p): i for i, p in enumerate(params)}
         names: dict[int, str] = {}
-        for ddp in list(self.ddps):
+        for ddp in self._wrappers():
             for name, p in ddp.module.named_parameters():
                 if id(p) in index:
                     names.setdefault(index[id(p)], name)
@@ -232,6 +253,7 @@ class Observer(rankside.Observer):
     def stop(self) -> None:
         self.on = False
         self._count(False)
+        self.handles, self.placed = [], []
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
@@ -272,25 +294,39 @@ def _settings(optimizer) -> dict:
 
 def _sharded(params) -> str | None:
     for p in params:
-        kinds = {c.__name__ for c in type(p).__mro__}
-        if "DTensor" in kinds:
-            return "DTensor parameters (FSDP2 or tensor parallel): each rank holds its own shard"
-        if "FlatParameter" in kinds or getattr(p, "_is_flat_param", False):
-            return "FSDP's flat parameters: each rank holds its own shard"
+        kind = _KINDS.get(type(p), False)
+        if kind is False:  # a class's answer found once: its __mro__'s names took a microsecond per parameter
+            names = {c.__name__ for c in type(p).__mro__}
+            kind = _KINDS[type(p)] = (
+                "DTensor parameters (FSDP2 or tensor parallel): each rank holds its own shard"
+                if "DTensor" in names
+                else (_FLAT if "FlatParameter" in names else None)
+            )
+        if kind is not None:
+            return kind
+        if getattr(p, "_is_flat_param", False):
+            return _FLAT
     return None
 
 
-def _digests(torch, params) -> list[tuple[int, int, float]]:
+_FLAT = "FSDP's flat parameters: each rank holds its own shard"
+_KINDS: dict[type, str | None] = {}  # a parameter's class -> what _sharded says of it
+
+
+def _digests(torch, params, sums: int | None = None) -> list[tuple[int, int, float | None]]:
     """(numel, the sum of its bit patterns as int64, the sum of its values in float64) per parameter, over all of its
-    values: two reductions a tensor on its own device, then one copy of the 2 x len(params) numbers to the CPU."""
+    values: two reductions a tensor on its own device, then one copy of the 2 x len(params) numbers to the CPU.
+    The values' sums of the first `sums` tensors only (all by default), None for the others': their bit sums are
+    what is compared, the values' sum what is shown."""
     if not params:
         return []
-    on_cpu = _cpu_digests(torch, params)
+    sums = len(params) if sums is None else sums
+    on_cpu = _cpu_digests(torch, params, sums)
     if on_cpu is not None:
         return on_cpu
     with torch.no_grad():
-        bits, sums = [], []
-        for p in params:
+        bits, totals = [], []
+        for i, p in enumerate(params):
             x = p.detach()
             if x.is_complex():
                 x = torch.view_as_real(x)
@@ -299,15 +335,15 @@ def _digests(torch, params) -> list[tuple[int, int, float]]:
             bits.append(
                 x.view(getattr(torch, kind)).sum(dtype=torch.int64) if kind else x.new_zeros((), dtype=torch.int64)
             )
-            sums.append(x.sum(dtype=torch.float64) if x.is_floating_point() else x.double().sum())
-        devices = {b.device for b in bits}
-        if len(devices) == 1:
-            both = torch.stack([torch.stack(bits), torch.stack(sums).view(torch.int64)]).cpu()
-        else:
-            both = torch.stack(
-                [torch.stack([b.cpu() for b in bits]), torch.stack([s.cpu() for s in sums]).view(torch.int64)]
-            )
-        b, t = both[0].tolist(), both[1].view(torch.float64).tolist()
+            if i < sums:  # float64's bits as int64: one tensor of both, one copy to the CPU
+                total = x.sum(dtype=torch.float64) if x.is_floating_point() else x.double().sum()
+                totals.append(total.view(torch.int64))
+        both = bits + totals
+        if len({x.device for x in both}) > 1:
+            both = [x.cpu() for x in both]
+        both = torch.stack(both).cpu()
+        n = len(params)
+        b, t = both[:n].tolist(), both[n:].view(torch.float64).tolist() + [None] * (n - sums)
     return [(p.numel(), b[i], t[i]) for i, p in enumerate(params)]
 
 
@@ -579,7 +615,7 @@ def _settings_differ(checks: dict[int, dict]) -> str | None:
     return None
 
 
-def _cpu_digests(torch, params) -> list[tuple[int, int, float]] | None:
+def _cpu_digests(torch, params, sums: int) -> list[tuple[int, int, float | None]] | None:
     """The same digests by numpy, reading the CPU tensors in place: a numpy reduction costs about a microsecond
     where a torch one costs several, between training steps. None when a parameter is not a plain CPU tensor of a
     dtype numpy holds (a GPU's, bfloat16, complex): torch computes them then."""
@@ -587,15 +623,27 @@ def _cpu_digests(torch, params) -> list[tuple[int, int, float]] | None:
         import numpy
     except ImportError:
         return None
-    out = []
-    for p in params:
-        if p.device.type != "cpu" or p.layout != torch.strided or p.is_complex():
+    # numpy.add.reduce is what ndarray.sum calls, less the Python layer between (a few microseconds a call)
+    out, strided, add, int64, float64 = [], torch.strided, numpy.add.reduce, numpy.int64, numpy.float64
+    for i, p in enumerate(params):
+        if not p.is_cpu or p.layout != strided or p.is_complex():
             return None
         try:
             values = p.detach().numpy()
         except (RuntimeError, TypeError):  # a dtype numpy lacks (bfloat16), torch built without numpy
             return None
         kind = BITS.get(values.itemsize)
-        bits = int(values.view(getattr(numpy, kind)).sum(dtype=numpy.int64)) if kind else 0
-        out.append((values.size, bits, float(values.sum(dtype=numpy.float64))))
+        if values.size <= SMALL:  # (a bias, a norm's weight) summed by Python: exact, wrapped at 64 bits as numpy's
+            bits = (sum(values.view(getattr(numpy, kind)).ravel().tolist()) + WRAP) % (2 * WRAP) - WRAP if kind else 0
+            total = float(sum(values.ravel().tolist())) if i < sums else None
+        else:
+            bits = int(add(values.view(getattr(numpy, kind)), axis=None, dtype=int64)) if kind else 0
+            total = float(add(values, axis=None, dtype=float64)) if i < sums else None
+        out.append((values.size, bits, total))
     return out
+
+
+# values of a tensor summed from a Python list rather than by numpy: below this, numpy's own work per call (its
+# reduction set up for a dtype, twice a tensor) costs more than the sum (6 us against 2 for 16 values, warm)
+SMALL = 64
+WRAP = 1 << 63  # an int64's sum wraps around at 2**64, numpy's and torch's

@@ -12,10 +12,13 @@ Observer (one module per check, see ddplab/sanitize/__init__.py); the window:
   window (but one call that returns at once, when a later optimizer hook keeps the step hook from being removed: see
   close());
 - writes DIR/rank<RANK>.json after step 2 (a rank killed later still leaves something: the parameter digests of
-  steps 1 and 2), at the window's end, and at exit. A write costs about 0.5 ms (more than all of a step's own
-  work), so not one per step, nor after step 1 too. Only a rank writes: a DataLoader worker forked from it does not; a
-  process it starts (spawned: the ranks of torch.multiprocessing.spawn, a DataLoader worker) watches from start-up
-  but writes only once its own init_process_group makes it a rank (Window.join), and its starter then writes nothing.
+  steps 1 and 2), at the window's end, and at exit. A write costs 0.3 to 0.7 ms (more than all of a step's own
+  work), so not one per step, nor after step 1 too; the file itself is written by a thread that waits for it from
+  the script's `import torch` on (starting a thread inside a step cost about 0.25 ms of CPU, and a wait for the
+  scheduler that a busy machine makes milliseconds long). Only a rank writes: a DataLoader worker forked from it
+  does not; a process it starts (spawned: the ranks of torch.multiprocessing.spawn, a DataLoader worker) watches
+  from start-up but writes only once its own init_process_group makes it a rank (Window.join), and its starter then
+  writes nothing.
 
 Any error inside a check turns that check off with one stderr line; the user's script never sees it.
 """
@@ -26,6 +29,7 @@ import atexit
 import importlib
 import json
 import os
+import queue
 import sys
 import threading
 
@@ -33,6 +37,11 @@ from ddplab import afterimport
 from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, OWNER_ENV
 
 _window: Window | None = None
+# the record's encoder: the rank's own data holds no cycle to look for (json.dumps's check, a set of every container)
+_encode = json.JSONEncoder(check_circular=False).encode
+# what stands in a rank's record for a string written verbatim (verbatim()): a NUL and this process's own random
+# key, which nothing the script prints or names can hold by chance
+_VERBATIM = f"\0{os.urandom(8).hex()}:"
 
 
 def install() -> bool:
@@ -128,10 +137,13 @@ class Window:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.handle = register_optimizer_step_post_hook(self._after_step)
+        if self.rank is not None:  # a started process's rank writes only once it joins: its thread starts then
+            self._start_writer()
 
     def _listeners(self) -> tuple[list, dict[int, list]]:
         """The observers to call at a counted step: only those that do something then (a call costs a microsecond
-        or more between steps, several with the caches cold)."""
+        or more between steps, several with the caches cold): those called at every step, and by step the whole
+        list for a step some observers asked for."""
         if self.listeners is None:
             every, some = [], {}
             for observer in self.observers:
@@ -142,7 +154,7 @@ class Window:
                     every.append(observer)
                 for step in wanted or ():
                     some.setdefault(step, []).append(observer)
-            self.listeners = every, some
+            self.listeners = every, {step: every + wanting for step, wanting in some.items()}
         return self.listeners
 
     def _after_step(self, optimizer, args, kwargs) -> None:
@@ -153,8 +165,8 @@ class Window:
         elif self.optimizer != id(optimizer):
             return
         self.step += 1
-        every, some = self._listeners()
-        for observer in every + some.get(self.step, []):
+        every, some = self.listeners or self._listeners()
+        for observer in some.get(self.step, every):
             try:
                 observer.on_step(self.step, optimizer)
             except Exception as e:  # noqa: BLE001
@@ -201,7 +213,9 @@ class Window:
         self.optimizer: int | None = None  # id() of the optimizer whose steps count
         self.lock = threading.Lock()  # the rank's file: one writer at a time (a fork may inherit it held)
         self.versions = self.on_disk = 0  # records encoded, and the newest on disk
+        # the thread that writes the file, and what it is asked (a fork has no thread: it starts its own on joining)
         self.writer: threading.Thread | None = None
+        self.asked: queue.SimpleQueue | None = None
         # on_step's observers: those called at every step, and by step those that want only some (steps()); found
         # once, and again when a check fails
         self.listeners: tuple[list, dict[int, list]] | None = None
@@ -235,6 +249,7 @@ class Window:
         self.rank, self.world = rank, world
         os.environ[OWNER_ENV] = str(self.pid)
         util = sys.modules.get("multiprocessing.util")
+        self._start_writer()
         if self.forked_child and util is not None:
             # a rank forked by multiprocessing ends with os._exit(), which runs no atexit handler: multiprocessing's
             # own exit function runs its finalizers first (registered now: it clears those of the fork before run())
@@ -270,16 +285,15 @@ class Window:
 
     def write(self, wait: bool = False) -> None:
         """DIR/rank<RANK>.json, atomically; never from a process forked off the rank. The record is encoded here (in C,
-        a fraction of a millisecond); the file is written by a short thread unless `wait` (at exit): opening, writing
-        and renaming a file can block for milliseconds on a busy disk, a stall of the training step it would sit in."""
+        a fraction of a millisecond); the file is written by the rank's writer thread unless `wait` (at exit):
+        opening, writing and renaming a file can block for milliseconds on a busy disk, a stall of the training step
+        it would sit in."""
         if os.getpid() != self.pid or self.rank is None:
             return  # forked off the rank, or started by one and not (yet) a rank itself
-        if not self.started_by and os.path.exists(os.path.join(self.folder, f"started-by-{self.pid}")):
-            return  # the ranks are the processes this one started (mp.spawn): it is not one of them
-        checks = {}
+        checks, verbatim = {}, {}
         for observer in list(self.observers):
             try:
-                checks[observer.ID] = observer.data()
+                checks[observer.ID] = observer.record(verbatim)
             except Exception as e:  # noqa: BLE001
                 self.fail(observer, e)
         record = {
@@ -295,20 +309,49 @@ class Window:
         }
         path = os.path.join(self.folder, f"rank{self.rank}.json")
         try:
-            text = json.dumps(record)  # in C at once: json.dump encodes in Python, chunk by chunk (10x slower)
+            text = _encode(record)  # in C at once: json.dump encodes in Python, chunk by chunk (10x slower)
         except (TypeError, ValueError) as e:
             sys.stderr.write(f"ddplab: sanitizer could not write {path}: {e}\n")
             return
+        for token, value in verbatim.items():  # each token once, in a text without the long strings
+            text = text.replace(json.dumps(token), f'"{value}"', 1)
         self.versions += 1
         if wait:
             self._put(path, text, self.versions)
         else:
+            self._start_writer()
+            # the window's last write from the steps: the writer ends once it is done
+            self.asked.put((path, text, self.versions, not self.open))
+            if not self.open:
+                self.asked = None
+
+    def _start_writer(self) -> None:
+        """The writer thread, started ahead of the window's writes (at the script's `import torch`, or when a started
+        process joins): asked for a file, it writes it, and ends after the window's last. After the window (a
+        lingering check's last record) a new one is started when asked: once, between epochs."""
+        if self.asked is None:
+            self.asked = queue.SimpleQueue()
             self.writer = threading.Thread(
-                target=self._put, args=(path, text, self.versions), name="ddplab-sanitizer-write", daemon=True
+                target=self._writes, args=(self.asked,), name="ddplab-sanitizer-write", daemon=True
             )
             self.writer.start()
 
+    def _writes(self, asked: queue.SimpleQueue) -> None:
+        while True:
+            job = asked.get()
+            if isinstance(job, threading.Event):  # written(): everything asked before it is on disk
+                job.set()
+                continue
+            path, text, version, last = job
+            self._put(path, text, version)
+            if last:
+                return
+
     def _put(self, path: str, text: str, version: int) -> None:
+        # the ranks are the processes this one started (mp.spawn): it is not one of them (tested here, by the writer
+        # thread: a file's test can block as its write can)
+        if not self.started_by and os.path.exists(os.path.join(self.folder, f"started-by-{self.pid}")):
+            return
         with self.lock:  # one writer at a time; a version older than the one on disk is dropped
             if version <= self.on_disk:
                 return
@@ -322,7 +365,12 @@ class Window:
 
     def written(self) -> None:
         """Wait for the file last asked for (a test reading it in this process)."""
-        if self.writer is not None:
+        if self.asked is not None:
+            done = threading.Event()
+            self.asked.put(done)
+            while not done.wait(1.0) and self.writer.is_alive():
+                pass  # (a writer that died of an error would never answer)
+        elif self.writer is not None:  # told to end: it ends once the last file asked is written
             self.writer.join()
 
 
@@ -372,3 +420,18 @@ class Observer:
 
     def data(self) -> dict:
         return {}
+
+    def record(self, verbatim: dict) -> dict:
+        """data() for the rank's file, where a long string that JSON needs no escape for may stand as a token of
+        verbatim() (its value put in the file's text as it is)."""
+        return self.data()
+
+
+def verbatim(verbatim: dict | None, value: str) -> str:
+    """`value` (letters and digits only: nothing JSON escapes) itself when `verbatim` is None, else a token for it,
+    kept in `verbatim`, that Window.write replaces in its text."""
+    if verbatim is None:
+        return value
+    token = f"{_VERBATIM}{len(verbatim)}"
+    verbatim[token] = value
+    return token

@@ -21,7 +21,7 @@ import weakref
 import zlib
 from array import array
 from collections import Counter
-from itertools import combinations, groupby
+from itertools import combinations
 
 from ddplab.sanitize import Finding, ranks_text, rankside, short
 
@@ -30,6 +30,7 @@ ROWS = 1024  # samples fingerprinted per batch
 COLS = 256  # values per sample: enough to tell real samples apart, few enough to cost microseconds
 PASS_SAMPLES = 8192  # per pass over a loader
 PENDING_BYTES = 4 << 20  # bytes of batches kept before they are hashed
+HOLD = 64  # batches kept before they are read, at most
 PASSES = 4  # passes per loader
 LOADERS = 16
 # torch.utils.data's own samplers, none of which splits by rank (a loader's default, shuffle=True's, a subset's...)
@@ -53,19 +54,30 @@ class Observer(rankside.Observer):
     def __init__(self, window):
         super().__init__(window)
         self.on = True
+        self.torch = None  # once the script imports it (attach): a script that never does still writes its record
         self.loaders: list[dict] = []
         self.by_loader = weakref.WeakKeyDictionary()  # DataLoader -> index in self.loaders
-        self.by_iter = weakref.WeakKeyDictionary()  # its iterator -> (loader index, the pass's record)
+        # id(its iterator) -> (loader index, the pass's record, [samples taken], a weak reference to the iterator):
+        # by id, with the reference to tell a reused id apart (a WeakKeyDictionary made a reference at every batch)
+        self.by_iter: dict[int, tuple] = {}
         self.last: int | None = None  # the loader that yielded the last batch
-        # Each batch is kept (a CPU batch itself, a GPU batch's sampled values copied to the CPU) and hashed later,
-        # many batches in one go (at each write of the rank's file, or past PENDING_BYTES): read one batch at a time
-        # between training steps, the copy and the hash ran with cold caches at about 5x their cost (60-80 us
-        # against 13 for the template's batch). A batch changed in place before the flush is hashed as changed: the
-        # same change on every rank (a normalisation) keeps equal samples equal; a random one per rank can only
-        # hide an overlap, never make one.
-        self.pending: list[tuple] = []  # (the pass's record, a tensor, samples to read, values per sample)
-        self.pending_bytes = 0
-        self.taken: dict[int, int] = {}  # id(a pass's record) -> samples taken from it, hashed or pending
+        self.last_at = 0  # the optimizer steps counted when it did: a step since makes that loader a training one
+        # Each batch is kept as it came (its tensors, in a list of ours: the script may change its own list or dict),
+        # read later, many batches in one go (once a loader's `hold` batches wait, or at a write of the rank's file),
+        # and hashed later still (at a write, or past PENDING_BYTES): read one batch at a time between training
+        # steps, the same Python and torch calls ran with cold caches at several times their cost (25 us for the
+        # template's batch, against 5 in a loop over the batches kept). A batch changed in place before it is hashed
+        # is hashed as changed: the same change on every rank (a normalisation) keeps equal samples equal; a random
+        # one per rank can only hide an overlap, never make one.
+        self.pending: list[tuple] = []  # (the pass's record, its [samples taken], loader index, the batch)
+        # the rows read from them, to hash: (the pass's record, a 2-D tensor of n rows, n, dtype, values a row); a
+        # CPU batch's rows are the batch itself or a view of it, a GPU batch's a copy of the values read
+        self.kept: list[tuple] = []
+        self.kept_bytes = 0
+        # per loader, the batches kept before a flush: as many as PENDING_BYTES holds of its largest (up to HOLD),
+        # learnt from its first batch (0 until then) and again at each flush; 1 for a loader that yields GPU tensors,
+        # whose sampled values cross to the CPU at once (a GPU batch kept would hold the device's memory)
+        self.holds: list[int] = []
         self.undo: list = []
 
     def attach(self, torch) -> None:
@@ -128,6 +140,7 @@ class Observer(rankside.Observer):
             }
         self.by_loader[loader] = len(self.loaders)
         self.loaders.append(record)
+        self.holds.append(0)
 
     def started(self, loader, it) -> None:
         index = self.by_loader.get(loader)
@@ -135,58 +148,101 @@ class Observer(rankside.Observer):
             return
         record = {"batches": 0, "samples": []}
         self.loaders[index]["passes"].append(record)
-        self.by_iter[it] = (index, record)
+        key = id(it)
+        # [samples taken from the pass, hashed or pending]; the entry goes with the iterator
+        self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._ended, key)))
+
+    def _ended(self, key: int, ref) -> None:
+        entry = self.by_iter.get(key)
+        if entry is not None and entry[3] is ref:
+            del self.by_iter[key]
 
     def seen(self, it, batch) -> None:
-        tag = self.by_iter.get(it)
+        tag = self.by_iter.get(id(it))
         if tag is None:
             return
-        self.last, record = tag
+        index, record, taken, ref = tag
+        if ref() is not it:  # (an id of an iterator gone, before its entry went)
+            return
+        # a training loader: an optimizer step followed one of its batches (the previous batch, any loader's)
+        step = self.window.step
+        if step != self.last_at:
+            if self.last is not None:
+                self.loaders[self.last]["trained"] = True
+            self.last_at = step
+        self.last = index
         record["batches"] += 1
-        room = PASS_SAMPLES - self.taken.get(id(record), 0)
-        if room <= 0:
+        if taken[0] >= PASS_SAMPLES:
             return
-        picked = pick(self.torch, batch)
-        if picked is None:
-            return
-        t, width = picked
-        n = min(room, ROWS, t.shape[0])
-        self.taken[id(record)] = PASS_SAMPLES - room + n
-        if t.is_cpu:  # the tensor itself, read at the flush (a copy now would cost a torch call per batch)
-            self.pending.append((record, t, n, width))
-            self.pending_bytes += t.numel() * t.element_size()
-        else:  # a GPU batch: only the values read cross to the CPU, now (the batch may be freed or reused)
-            rows = sample_rows(t, n, width).cpu()
-            self.pending.append((record, rows, n, rows.shape[1]))
-            self.pending_bytes += rows.numel() * rows.element_size()
-        if self.pending_bytes > PENDING_BYTES:
+        if isinstance(batch, list):
+            batch = list(batch)
+        elif isinstance(batch, dict):
+            batch = list(batch.values())
+        self.pending.append((record, taken, index, batch))
+        hold = self.holds[index]
+        if not hold:  # the loader's first batch: its size
+            picked = pick(self.torch, batch)
+            hold = self.holds[index] = 1 if picked is None else _hold(picked[0])
+        if len(self.pending) >= hold:
+            self.read()
+
+    def read(self) -> None:
+        """Read the batches kept: the rows to hash (a GPU batch's cross to the CPU now), hashed by flush() once
+        PENDING_BYTES of them wait."""
+        pending, self.pending = self.pending, []
+        torch, kept, largest = self.torch, self.kept, {}
+        for record, taken, index, batch in pending:
+            room = PASS_SAMPLES - taken[0]
+            if room <= 0:
+                continue
+            picked = pick(torch, batch)
+            if picked is None:
+                continue
+            t, shape, width = picked
+            n = min(room, ROWS, shape[0])
+            taken[0] += n
+            if t.is_cpu:  # as it is where it can be (the template's batch): no torch call for it
+                rows = t if n == shape[0] and width <= COLS and len(shape) == 2 else sample_rows(t, n, width)
+                size = t.nbytes  # what the rows keep alive
+                if size > largest.get(index, 0):
+                    largest[index] = size
+            else:  # a GPU batch: only the values read cross to the CPU
+                rows = sample_rows(t, n, width).cpu()
+                size, largest[index] = rows.nbytes, PENDING_BYTES
+            self.kept_bytes += size
+            # (dtype, values per sample read: a row of more than COLS is read at COLS of them): what one product can
+            # hash together
+            kept.append((record, rows, n, t.dtype, min(width, COLS)))
+        for index, size in largest.items():  # never more than the loader's largest batch so far allows
+            self.holds[index] = min(self.holds[index] or HOLD, max(1, PENDING_BYTES // max(1, size)))
+        if self.kept_bytes > PENDING_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        """Hash the batches kept since the last flush: runs of one dtype and width in one product."""
-        pending, self.pending, self.pending_bytes = self.pending, [], 0
-        rows = [
-            (record, t if n == t.shape[0] and width <= COLS and t.dim() == 2 else sample_rows(t, n, width))
-            for record, t, n, width in pending
-        ]  # the template's batch as it is: no torch call per batch
-        for _, group in groupby(rows, key=lambda row: (row[1].dtype, row[1].shape[1])):
-            group = list(group)
-            run = [r for _, r in group]
-            hashed = hash_rows(self.torch, (run[0] if len(run) == 1 else self.torch.cat(run)).detach())
-            at = 0
-            for record, r in group:  # slices of the words, kept as they are until the file is written
-                record["samples"].append(hashed[at : at + r.shape[0]])
-                at += r.shape[0]
+        """Read the batches kept, and hash the rows read since the last flush: runs of one dtype and width in one
+        product."""
+        if self.pending:
+            self.read()
+        torch, kept, self.kept, self.kept_bytes = self.torch, self.kept, [], 0
+        at, end = 0, len(kept)
+        while at < end:  # runs of one dtype and width
+            _, _, _, dtype, width = kept[at]
+            stop = at + 1
+            while stop < end and kept[stop][3] == dtype and kept[stop][4] == width:
+                stop += 1
+            run = [rows for _, rows, _, _, _ in kept[at:stop]]
+            hashed = hash_rows(torch, (run[0] if len(run) == 1 else torch.cat(run)).detach())
+            i = 0
+            for record, _, n, _, _ in kept[at:stop]:  # slices of the words, kept as they are until the file is written
+                record["samples"].append(hashed[i : i + n])
+                i += n
+            at = stop
 
     def forked(self) -> None:
-        self.pending, self.pending_bytes, self.taken, self.last = [], 0, {}, None
-        self.by_iter = weakref.WeakKeyDictionary()
+        self.pending, self.kept, self.kept_bytes, self.last, self.last_at = [], [], 0, None, 0
+        self.by_iter = {}
         for loader in self.loaders:  # the loaders built before the fork are this process's too; their passes are not
             loader["passes"], loader["trained"] = [], False
-
-    def on_step(self, step: int, optimizer) -> None:
-        if self.last is not None:
-            self.loaders[self.last]["trained"] = True
 
     def stop(self) -> None:
         self.on = False
@@ -197,13 +253,30 @@ class Observer(rankside.Observer):
     def data(self) -> dict:
         """The loaders' records, each pass's fingerprints as the hex of their 64-bit words (json.dumps writes a
         string at once; a list of thousands of big numbers takes it ten times as long)."""
+        return self.record(None)
+
+    def record(self, verbatim: dict | None) -> dict:
+        """data(), each pass's hex left to the rank's file as it is (rankside.Observer.record): json.dumps reads a
+        string character by character for what to escape, 0.2 ms for a window's 3,000 fingerprints."""
         self.flush()
+        if self.last is not None and self.window.step != self.last_at:  # a step since the last batch
+            self.loaders[self.last]["trained"] = True
         return {
             "loaders": [
-                {**loader, "passes": [{**p, "samples": _hex(p["samples"])} for p in loader["passes"]]}
+                {
+                    **loader,
+                    "passes": [
+                        {**p, "samples": rankside.verbatim(verbatim, _hex(p["samples"]))} for p in loader["passes"]
+                    ],
+                }
                 for loader in self.loaders
             ]
         }
+
+
+def _hold(t) -> int:
+    """The batches to keep before a flush, for a batch whose tensor read is `t`: none but itself on a GPU."""
+    return max(1, min(HOLD, PENDING_BYTES // max(1, t.nbytes))) if t.is_cpu else 1
 
 
 SUBSET_INDICES = 65536  # a Subset's indices read for its crc32, once per loader
@@ -231,14 +304,15 @@ def fingerprints(torch, batch, rows: int) -> list[int]:
     picked = pick(torch, batch)
     if picked is None:
         return []
-    t, width = picked
+    t, _, width = picked
     hashed = hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
     return hashed.tolist() if hasattr(hashed, "tolist") else hashed
 
 
 def pick(torch, batch):
-    """(the batch's largest tensor by values per sample, that number), or None for a batch with no tensor rows.
-    Python's checks only: every torch call costs microseconds between training steps (cold caches)."""
+    """(the batch's largest tensor by values per sample, its shape, that number), or None for a batch with no tensor
+    rows. Two torch calls a tensor (its layout, its shape), the rest Python's: every torch call costs microseconds
+    between training steps (cold caches)."""
     Tensor = torch.Tensor
     if isinstance(batch, Tensor):
         parts = (batch,)
@@ -248,13 +322,17 @@ def pick(torch, batch):
         parts = batch
     else:
         return None
-    t, width = None, 0
+    t, size, width, strided = None, None, 0, torch.strided
     for x in parts:  # a sparse or nested tensor has no rows to read: not fingerprinted
-        if isinstance(x, Tensor) and x.layout == torch.strided and x.dim() >= 1:
-            n = x.shape[0]
-            if n and x.numel() // n > width:
-                t, width = x, x.numel() // n
-    return None if t is None else (t, width)
+        if isinstance(x, Tensor) and x.layout == strided:
+            shape = x.shape
+            if shape and shape[0]:
+                values = 1
+                for d in shape[1:]:
+                    values *= d
+                if values > width:
+                    t, size, width = x, shape, values
+    return None if t is None else (t, size, width)
 
 
 def sample_rows(t, n: int, width: int):
