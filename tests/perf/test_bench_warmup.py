@@ -8,31 +8,41 @@ from conftest import cli
 from ddplab.perf.bench import run_bench
 
 
-def test_header_and_sections_agree_on_in_place(no_leftover_workers):
-    for flags, gather in (([], "out of place"), (["--in-place"], "in place")):
-        ran = cli(
-            "bench",
-            "all_reduce",
-            "all_gather",
-            "all_to_all",
-            "-b",
-            "1K",
-            "-e",
-            "2K",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            *flags,
-            timeout=180,
+def test_header_and_sections_agree_on_in_place_and_the_table_has_nccl_tests_columns(no_leftover_workers):
+    """The text output, out of place and in place: the header and each op's section agree. The out-of-place run
+    (int8, 4K and 8K) is the table's test too (one run fewer than a test of its own): nccl-tests' columns, the
+    average bus bandwidth beside the host's memory copy, the result, and a row as nccl-tests prints it."""
+    ran = {}
+    for flags, gather in (
+        (["-b", "4K", "-e", "8K", "--dtype", "int8"], "out of place"),
+        (["-b", "1K", "-e", "2K", "--in-place"], "in place"),
+    ):
+        ran[gather] = cli(
+            "bench", "all_reduce", "all_gather", "all_to_all", "--nproc", "2", "-n", "2", "-w", "1", *flags, timeout=180
         )
-        assert ran.code == 0, ran.err
-        header = ran.out.splitlines()[0]
+        assert ran[gather].code == 0, ran[gather].err
+        out = ran[gather].out
+        header = out.splitlines()[0]
         assert (
             f"all_gather and reduce_scatter {gather}" in header and "all_reduce and broadcast always in place" in header
         ), header
         for section in ("# all_reduce (in place)", f"# all_gather ({gather})", "# all_to_all (out of place)"):
-            assert section in ran.out.splitlines(), ran.out
+            assert section in out.splitlines(), out
+    table = ran["out of place"].out
+    for words in (
+        "size",
+        "count",
+        "type",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "Avg bus bandwidth",
+        "of the host's memory copy",
+        "Result: PASS",
+    ):
+        assert words in table, words
+    assert "      4096         4096      int8" in table, table
 
 
 def test_each_op_warms_up_at_its_largest_then_smallest_size_before_timing(no_leftover_workers):

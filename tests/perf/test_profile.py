@@ -131,6 +131,8 @@ def test_text_output_names_cause_fix_and_kept_folder(no_leftover_workers):
 
         again = cli(
             "launch",
+            "--nproc",
+            "1",  # one rank: what is read again, and where the new traces go, is the same for any number
             "--profile",
             "50",
             "--no-lint",
@@ -158,8 +160,11 @@ def test_bad_profile_steps_is_one_line_exit_2(value):
 
 
 def test_script_arguments_named_profile_stay_the_scripts(tmp_path, no_leftover_workers):
-    """`--profile` after the script is the script's own argument: no profile is taken, the script gets it."""
-    ran = cli("launch", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "--profile", timeout=300)
+    """`--profile` after the script is the script's own argument: no profile is taken, the script gets it (one rank
+    is enough to see it)."""
+    ran = cli(
+        "launch", "--nproc", "1", "--no-lint", "--json", "--log-dir", str(tmp_path), PLANT, "--profile", timeout=300
+    )
     assert ran.code == 1  # the plant script has no --profile option: argparse in the rank says so
     assert ran.json()["profile"] is None
 
