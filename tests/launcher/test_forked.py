@@ -28,8 +28,12 @@ def test_the_answers_come_back_and_a_done_run_waits_for_a_late_one(tmp_path, no_
     refused = pending.fork("workers:refuse_in_one_line", {"why": "no such recipe: fix it"}, 60)
     bug = pending.fork("workers:fail_with_a_bug", None, 60)
     assert refused.wait(60)
-    # The agent reaps a fork that ended at once: its ranks, forked next, are its only other children.
-    pid, deadline = int((refused.folder / "pid").read_text()), time.monotonic() + 10
+    # The agent reaps a fork that ended at once: its ranks, forked next, are its only other children. The agent
+    # writes the fork's pid after fork() returns to it: on a loaded machine the fork can answer first.
+    deadline = time.monotonic() + 10
+    while (pid := refused.pid()) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pid is not None, "the agent never wrote the pid of the fork that answered"
     while psutil.pid_exists(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not psutil.pid_exists(pid), "an ended fork stayed a zombie"

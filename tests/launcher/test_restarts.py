@@ -70,7 +70,9 @@ def test_kill_9_of_a_training_worker_resumes_to_the_same_weights(tmp_path, no_le
     import psutil
     from conftest import cli, kill_tree
 
-    flags = ["mlp", "--nproc", "2", "--epochs", "4", "--checkpoint-every", "40", "--json", "--device", "cpu"]
+    # 2 epochs (about 600 steps at 2 ranks; 4 trained twice as many for the same proof): the kill comes once the
+    # checkpoint of step 40 exists, hundreds of steps before the end, and the resumed group crosses an epoch's end
+    flags = ["mlp", "--nproc", "2", "--epochs", "2", "--checkpoint-every", "40", "--json", "--device", "cpu"]
     alone = cli("train", *flags, "--checkpoint-dir", str(tmp_path / "alone"), timeout=240)
     assert alone.code == 0, alone.err
 
