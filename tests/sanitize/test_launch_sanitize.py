@@ -173,3 +173,51 @@ def test_the_template_of_ddplab_new_runs_sanitized_and_clean(tmp_path, no_leftov
     result = ran.json()
     assert findings(result) == {} and result["sanitize"]["ranks"] == [0, 1]
     assert result["sanitize"]["steps_seen"] == 50  # 2 epochs of 32 steps: the whole window watched
+
+
+def test_a_replayed_pass_and_an_accumulation_off_by_one_are_named(tmp_path, no_leftover_workers):
+    """cycle: the steps read itertools.cycle(loader), whose first pass (8 batches a rank) is replayed from then on,
+    batch for batch: every later epoch is the first one's order, though the loader is never iterated again.
+    accum-off-by-one: no_sync() on the micro-batch the step follows, left before optimizer.step(): the step applies
+    gradients DDP never averaged. Issue 39's round 7 (the first missed, the second named with another cause)."""
+    result = launched(tmp_path, "cycle", "accum-off-by-one")
+    found = all_findings(result)
+    assert sorted(found) == ["epoch-repeats", "params-diverge"] and all(len(f) == 1 for f in found.values()), found
+    replay, diverge = found["epoch-repeats"][0], found["params-diverge"][0]
+    assert replay["where"] == line_of("loader = DataLoader(data, batch_size=16, sampler=sampler)")
+    evidence = replay["evidence"]
+    assert evidence["ranks"] == [0, 1] and evidence["batches"] == 8
+    # 2 micro-batches a step: the pass ends at step 4, its first batch is fed again in step 5
+    assert evidence["ended_at_step"] == 4 and evidence["replayed_from_step"] == 5
+    assert evidence["replays"] == [*range(8), *range(8)]
+    assert "itertools.cycle(loader)" in replay["observed"] and "it = iter(loader) again" in replay["fix"]
+    assert diverge["evidence"]["step"] == 1 and diverge["evidence"]["no_sync_backward"] == [0, 1]
+    assert diverge["evidence"]["no_sync"] == [] and diverge["evidence"]["unaveraged"] == {}
+    assert "the last forward before the step ran inside ddp.no_sync()" in diverge["observed"]
+    assert "(i + 1) % accum != 0" in diverge["fix"]
+
+
+@pytest.mark.parametrize(
+    ("mistake", "step", "unaveraged", "said"),
+    [
+        ("late-param", 1, {"scale": "added"}, "`scale` was added to the wrapped module after DDP() was built"),
+        (
+            "unfreeze",
+            8,
+            {"0.weight": "frozen", "0.bias": "frozen"},
+            "`0.weight` did not require a gradient when DDP() was built and was unfrozen since",
+        ),
+    ],
+)
+def test_a_parameter_the_wrappers_reducer_never_averages_is_named_with_why(
+    tmp_path, mistake, step, unaveraged, said, no_leftover_workers
+):
+    """A parameter inside the wrapped module that DDP does not average: added after DDP() was built (late-param), or
+    frozen when it was built and unfrozen after step 2 (unfreeze: seen at the next digest, step 8). Issue 39's round
+    7 named both as gradients changed after DDP's averaging, which they never had."""
+    found = all_findings(launched(tmp_path, mistake))
+    assert sorted(found) == ["params-diverge"] and len(found["params-diverge"]) == 1, found
+    f = found["params-diverge"][0]
+    assert f["evidence"]["step"] == step and f["evidence"]["unaveraged"] == unaveraged
+    assert said in f["observed"] and "DDP averaged the gradients" not in f["observed"]
+    assert ("wrap the model in DDP again" if mistake == "unfreeze" else "before wrapping the model in DDP") in f["fix"]

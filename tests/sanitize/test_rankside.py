@@ -5,6 +5,8 @@ this process would keep it."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 
 import pytest
@@ -12,7 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, dataloader
 
-from ddplab.sanitize import rankside, userframe
+from ddplab.sanitize import rankside, samebatch, userframe
 from ddplab.sanitize.samebatch import _samples, fingerprints
 
 HOOKED = [
@@ -579,3 +581,75 @@ def test_an_uncaught_error_keeps_its_traceback_while_the_console_stands_in(tmp_p
     assert ran.returncode == 1, ran.stderr
     assert "Traceback (most recent call last)" in ran.stderr, ran.stderr
     assert ran.stderr.rstrip().endswith("RuntimeError: planted at the top level"), ran.stderr
+
+
+def test_a_pass_replayed_from_a_cache_is_seen_and_a_reshuffled_cache_is_not(window, one_process_group):
+    """itertools.cycle(loader) feeds the model the very batches of the pass that ended, in its order, with no new pass
+    begun: every later epoch is the first one's order (issue 39, round 7). A list of batches fed in another order
+    each epoch, or a loader that does not shuffle (its order repeats on purpose), says nothing."""
+    original = DDP.__dict__["forward"]
+    w = window(steps=40, checks=("samebatch",))
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    cycled = DataLoader(data, batch_size=16, sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=0))
+    plain = DataLoader(data, batch_size=16)
+    cached = DataLoader(data, batch_size=16, shuffle=True)
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(batches):
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    train(itertools.islice(itertools.cycle(cycled), 12))  # 4 batches, then 8 of them again
+    train(itertools.islice(itertools.cycle(plain), 12))
+    batches = list(cached)
+    for order in ([2, 0, 3, 1], [1, 3, 0, 2], [3, 2, 1, 0]):
+        train([batches[i] for i in order])
+    assert w.step == 36 and w.open
+    observer = w.observers[0]
+    data_seen = observer.data()
+    (replay,) = samebatch.judge({0: data_seen}, 1)
+    assert replay.check == "epoch-repeats" and replay.where == f"{__file__}:{_line('cycled = DataLoader(')}"
+    assert replay.evidence["replays"] == [0, 1, 2, 3, 0, 1, 2, 3] and replay.evidence["batches"] == 4
+    assert replay.evidence["ended_at_step"] == 4 and replay.evidence["replayed_from_step"] == 5
+    first, second, third = data_seen["loaders"]
+    assert "replays" not in second and not second.get("shuffles")  # shuffle=False: not watched for replays
+    assert third["replays"][:4] == [2, 0, 3, 1] and third["trained"]  # fed again, in orders of its own
+    observer.stop()
+    assert DDP.__dict__["forward"] is original
+
+
+def test_a_backward_in_no_sync_and_parameters_ddp_does_not_average_are_recorded(window, one_process_group):
+    """The step after a backward inside no_sync() left before optimizer.step() (accumulation off by one), and the
+    parameters no wrapper's reducer averages, with why: added to the module after DDP() was built, frozen when it
+    was built and unfrozen since; a model wrapped again after unfreezing is averaged whole."""
+    w = window(steps=3, checks=("paramsync",))
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    net[0].requires_grad_(False)
+    model = DDP(net)
+    net.scale = torch.nn.Parameter(torch.ones(1))
+    net[0].requires_grad_(True)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def step(inside_no_sync: bool) -> None:
+        with model.no_sync() if inside_no_sync else contextlib.nullcontext():
+            (model(torch.randn(2, 4)) * net.scale).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    step(True)
+    step(False)
+    model = DDP(net)  # a new reducer: it averages every parameter that requires a gradient now
+    step(False)
+    checks = w.observers[0].data()["checks"]
+    assert [(c["no_sync"], c["no_sync_backward"]) for c in checks] == [(False, True), (False, False), (False, False)]
+    names = [p[0] for p in checks[0]["params"]]
+    assert {names[int(i)]: why for i, why in checks[0]["unaveraged"].items()} == {
+        "0.weight": "frozen",
+        "0.bias": "frozen",
+        "scale": "added",
+    }
+    assert checks[1]["unaveraged"] == checks[0]["unaveraged"] and checks[2]["unaveraged"] == {}

@@ -8,7 +8,10 @@ MISTAKE: no-sampler (every rank reads the whole data set in the same order) | ra
 given rank=0 everywhere) | no-set-epoch | module-forward (ddp.module(x)) | no-ddp | no-sync (never left) |
 all-save (every rank saves the model to one path) | all-save-replace (every rank saves to one temporary file, then
 renames it: all but one rank fail) | all-log (every rank appends to one log file) | all-mkdir (every rank makes one
-folder without exist_ok: all but the first fail).
+folder without exist_ok: all but the first fail) | cycle (the steps read itertools.cycle(loader): the first epoch's
+batches replayed) | accum-off-by-one (accumulation over 2 micro-batches, no_sync() on the one the step follows) |
+late-param (a parameter added to the model after DDP() was built) | unfreeze (the first layer frozen when DDP() is
+built, unfrozen after step 2).
 """
 
 # ruff: noqa: E402 - the check below must come before the imports
@@ -20,6 +23,7 @@ assert "logging" not in sys.modules, "logging was imported before the script ask
 
 import argparse
 import contextlib
+import itertools
 import os
 
 import torch
@@ -30,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
-            "all-save-replace", "all-log", "all-mkdir"}
+            "all-save-replace", "all-log", "all-mkdir", "cycle", "accum-off-by-one", "late-param", "unfreeze"}
 p = argparse.ArgumentParser()
 p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
 p.add_argument("--out", default=".")
@@ -57,8 +61,16 @@ def main() -> None:
         loader = DataLoader(data, batch_size=16, sampler=sampler)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    if "unfreeze" in planted:
+        model[0].requires_grad_(False)
     ddp = model if "no-ddp" in planted else DDP(model)
+    if "late-param" in planted:
+        model.scale = nn.Parameter(torch.ones(1))  # after DDP(): its reducer never hears of it
+        model.register_forward_hook(lambda module, inputs, out: out * module.scale)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    if {"cycle", "accum-off-by-one", "unfreeze"} & planted:
+        steps(ddp, model, optimizer, loader, sampler)
+        return
     log = open(os.path.join(args.out, "train.log"), "a") if "all-log" in planted else None
     with ddp.no_sync() if "no-sync" in planted else contextlib.nullcontext():
         for epoch in range(args.epochs):
@@ -86,6 +98,33 @@ def main() -> None:
     elif "all-save" in planted or rank == 0:
         torch.save(model.state_dict(), path)
     dist.barrier()  # leave together, then let go of what holds the group (docs/teardown.md)
+    del ddp
+    dist.destroy_process_group()
+
+
+def epochs(loader, sampler):
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        yield from loader
+
+
+def steps(ddp, model, optimizer, loader, sampler) -> None:
+    """A loop counted in steps (cycle), or over epochs with accumulation (accum-off-by-one) or a warm-up (unfreeze)."""
+    if "cycle" in planted:
+        sampler.set_epoch(0)
+        batches = itertools.cycle(loader)  # 8 batches a pass on each of 2 ranks, replayed from the 9th step on
+    else:
+        batches = epochs(loader, sampler)
+    for i, (xb, yb) in zip(range(48 if "cycle" in planted else 10**9), batches):
+        if "unfreeze" in planted and i == 2:
+            model[0].requires_grad_(True)  # DDP() was built without it: it is never averaged
+        accumulate = "accum-off-by-one" in planted and i % 2 == 1  # off by one: the step follows this micro-batch
+        with ddp.no_sync() if accumulate else contextlib.nullcontext():
+            nn.functional.mse_loss(ddp(xb), yb).backward()
+        if "accum-off-by-one" not in planted or i % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+    dist.barrier()
     del ddp
     dist.destroy_process_group()
 

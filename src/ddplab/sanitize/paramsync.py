@@ -69,6 +69,10 @@ class Observer(rankside.Observer):
         self.at = digested(window.steps)
         # the DDP wrappers built, by weak reference (a WeakSet's iteration cost 10 us at a digest, its guard's)
         self.ddps: list[weakref.ref] = []
+        # each wrapper, as it was built: the ids of the parameters its module held, and of those its reducer
+        # averages (the ones that required a gradient then, less those it was told to ignore)
+        self.reduced = weakref.WeakKeyDictionary()
+        self.synced: bool | None = None  # the last forward through a wrapper since the step: outside no_sync()
         self.counting = True  # the forward hooks are on: the next step is one of self.at
         # the forward hooks' handles (_enter's, _leave's): registered once, then taken out of torch's global hooks and
         # put back into them by their handle's key (a new handle for each of the window's counted steps cost 20 us)
@@ -122,6 +126,11 @@ class Observer(rankside.Observer):
 
     def built(self, ddp) -> None:
         self.ddps.append(weakref.ref(ddp))
+        ignored = getattr(ddp, "parameters_to_ignore", None) or set()
+        named = list(ddp.module.named_parameters())
+        averaged = {id(p) for n, p in named if p.requires_grad and n not in ignored}
+        averaged |= {id(p) for p in getattr(ddp, "_delay_all_reduce_params", ())}  # all-reduced apart, but averaged
+        self.reduced[ddp] = ({id(p) for _, p in named}, averaged, {id(p) for n, p in named if n in ignored})
         self.roles[id(ddp)] = (weakref.ref(ddp), True)
         self.roles[id(ddp.module)] = (weakref.ref(ddp.module), False)
         if self.counting and not self.hooked:
@@ -164,6 +173,8 @@ class Observer(rankside.Observer):
         if role:
             self.depth += 1
             self.calls["ddp"] += 1
+            if self.torch.is_grad_enabled():  # the forward whose backward DDP averages, unless in no_sync()
+                self.synced = module.__dict__.get("require_backward_grad_sync", True)
         elif role is False and self.depth == 0:
             self.calls["direct"] += 1
             if self.direct_where is None:
@@ -182,6 +193,7 @@ class Observer(rankside.Observer):
 
     def on_step(self, step: int, optimizer) -> None:
         calls, self.calls, self.depth = self.calls, {"ddp": 0, "direct": 0}, 0
+        synced, self.synced = self.synced, None
         self._count(step + 1 in self.at and not self.sharded)
         if step not in self.at or self.sharded:
             return
@@ -217,6 +229,10 @@ class Observer(rankside.Observer):
                 "direct_forwards": calls["direct"],
                 "direct_where": self.direct_where,
                 "no_sync": any(not ddp.__dict__.get("require_backward_grad_sync", True) for ddp in ddps),
+                # no_sync() left before the step, after the backward it covered: the gradients applied were not
+                # averaged either (accumulation off by one: the last micro-batch's backward inside no_sync())
+                "no_sync_backward": synced is False,
+                "unaveraged": self._unaveraged(params, in_ddp),
                 "optimizer": _settings(optimizer),
             }
         )
@@ -225,8 +241,30 @@ class Observer(rankside.Observer):
         """The DDP wrappers built so far and still alive."""
         return [ddp for ref in self.ddps if (ddp := ref()) is not None]
 
+    def _unaveraged(self, params, in_ddp: set[int]) -> dict[str, str]:
+        """The parameters a wrapper's module holds that no wrapper's reducer averages, each with why: "added" to the
+        module after DDP() was built, "frozen" (it did not require a gradient when DDP() was built, and was unfrozen
+        since: the reducer knows only the parameters that did), "ignored" (DDP was told to); by index."""
+        if not in_ddp or not self.reduced:
+            return {}
+        built = list(self.reduced.values())
+        averaged = set().union(*(a for _, a, _ in built))
+        out = {}
+        for i in in_ddp:
+            key = id(params[i])
+            if key in averaged:
+                continue
+            if any(key in ignored for _, _, ignored in built):
+                out[str(i)] = "ignored"
+            elif any(key in held for held, _, _ in built):
+                out[str(i)] = "frozen"
+            else:
+                out[str(i)] = "added"
+        return out
+
     def forked(self) -> None:
         self.checks, self.calls, self.depth, self.direct_where = [], {"ddp": 0, "direct": 0}, 0, None
+        self.synced = None
 
     def _names(self, params) -> tuple[dict[int, str], set[int]]:
         """Parameter names from the DDP wrappers first, else from the live modules that no other module holds."""
@@ -447,6 +485,10 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
     )
     # What explains it, from what the ranks saw (the first rank that saw each, so that one odd rank counts).
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
+    no_sync_backward = sorted(r for r, c in checks.items() if c.get("no_sync_backward"))
+    unaveraged = next(
+        ((i, why) for i in differ for c in checks.values() if (why := c.get("unaveraged", {}).get(str(i)))), None
+    )
     direct = [r for r, c in checks.items() if c["direct_forwards"]]
     where = first["where"]
     differing = _settings_differ(checks)
@@ -490,6 +532,42 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
         )
         fix = "call ddp_model(x), not ddp_model.module(x) or the model it wraps"
         where = c["direct_where"] or where
+    elif no_sync_backward:
+        cause = (
+            f"the last forward before the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync_backward) > 1 else ''} "
+            f"{ranks_text(no_sync_backward)}), left before optimizer.step(): DDP did not average the gradients of "
+            "the backward that preceded the step, so each rank applied gradients of its own (gradient accumulation "
+            "off by one: no_sync() on the micro-batch the step follows, not on the ones before it)"
+        )
+        fix = (
+            "run the forward and backward of the micro-batch that precedes optimizer.step() outside no_sync(), and "
+            "only the others inside it: with model.no_sync() if (i + 1) % accum != 0 else nullcontext(), stepping "
+            "when (i + 1) % accum == 0"
+        )
+    elif unaveraged is not None:
+        i, why = unaveraged
+        name = first["params"][i][0]
+        if why == "frozen":
+            cause = (
+                f"`{name}` did not require a gradient when DDP() was built and was unfrozen since: DDP averages only "
+                "the parameters that required one when it was built, so each rank steps its own"
+            )
+            fix = (
+                "set requires_grad before wrapping the model in DDP; to unfreeze later, wrap the model in DDP again "
+                "after changing requires_grad (a new wrapper averages the parameters that require a gradient then)"
+            )
+        elif why == "ignored":
+            cause = f"DDP was told to ignore `{name}` (_ddp_params_and_buffers_to_ignore): nothing averages it"
+            fix = "average the gradients of the parameters DDP ignores yourself (dist.all_reduce), or let DDP have them"
+        else:
+            cause = (
+                f"`{name}` was added to the wrapped module after DDP() was built: DDP averages only the parameters "
+                "the module held when it was wrapped, so each rank steps its own"
+            )
+            fix = (
+                "create every parameter before wrapping the model in DDP (call the method that adds it first), or "
+                "wrap the model again after adding it"
+            )
     elif not first["params"][differ[0]][4]:
         cause = f"`{name}` is stepped by the optimizer but is not inside the DDP-wrapped module: DDP never sees it"
         fix = "put every trained parameter inside the module DDP wraps, and build the optimizer from it"
@@ -574,6 +652,17 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
         "ddp_forwards": {r: c["ddp_forwards"] for r, c in checks.items()},
         "direct_forwards": {r: c["direct_forwards"] for r, c in checks.items()},
         "no_sync": no_sync,
+        "no_sync_backward": no_sync_backward,
+        # every differing parameter no wrapper averages, with why (added after DDP(), frozen when it was built...)
+        "unaveraged": {
+            first["params"][i][0]: why
+            for i in differ[:10]
+            if (
+                why := next(
+                    (c["unaveraged"][str(i)] for c in checks.values() if str(i) in c.get("unaveraged", {})), None
+                )
+            )
+        },
     }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)
 

@@ -46,6 +46,8 @@ SHARE = 0.1  # of a rank's samples in a pass, also read by another rank in the s
 MIN_SAMPLES = 8
 DISTINCT = 0.9  # a rank's own fingerprints must be this distinct to tell anything
 DRAWN = 0.5  # of the draws of a sampler with replacement, the same sample at the same position on two ranks
+REPLAYS = 64  # batches of an ended pass seen fed to a DDP wrapper again, per loader
+REPLAYED = 4  # ... in the pass's order, from its first: the fewest that make it a replay (or the whole pass, if 8+)
 
 
 class Observer(rankside.Observer):
@@ -78,12 +80,25 @@ class Observer(rankside.Observer):
         # learnt from its first batch (0 until then) and again at each flush; 1 for a loader that yields GPU tensors,
         # whose sampled values cross to the CPU at once (a GPU batch kept would hold the device's memory)
         self.holds: list[int] = []
+        # Replays: a pass of a shuffling loader that ended (StopIteration), whose very batch tensors are then fed to a
+        # DDP wrapper again with no new pass begun (itertools.cycle(loader), a list of its batches): every later epoch
+        # is the first one's order. Weak references to each batch's picked tensor, by pass, then by tensor.
+        self.fed: dict[int, list] = {}  # id(a pass's record) -> a weakref to each batch's picked tensor, in order
+        self.replayable: dict[int, tuple] = {}  # id(tensor) -> (loader index, position in its pass, weakref)
         self.undo: list = []
 
     def attach(self, torch) -> None:
-        from torch.utils.data import BatchSampler, DistributedSampler, IterableDataset, dataloader
+        from torch.utils.data import (
+            BatchSampler,
+            DistributedSampler,
+            IterableDataset,
+            RandomSampler,
+            SubsetRandomSampler,
+            dataloader,
+        )
 
         self.torch, self.kinds = torch, (BatchSampler, DistributedSampler, IterableDataset)
+        self.shuffling = (RandomSampler, SubsetRandomSampler)
         DataLoader, Iter = dataloader.DataLoader, dataloader._BaseDataLoaderIter
         init, iterate, step = DataLoader.__init__, DataLoader.__iter__, Iter.__next__
         obs = self
@@ -103,7 +118,12 @@ class Observer(rankside.Observer):
 
         @functools.wraps(step)
         def __next__(it):
-            batch = step(it)
+            try:
+                batch = step(it)
+            except StopIteration:
+                if obs.on:
+                    obs.guarded(obs.ended, it)
+                raise
             if obs.on:
                 obs.guarded(obs.seen, it, batch)
             return batch
@@ -131,6 +151,9 @@ class Observer(rankside.Observer):
         subset = _subset(loader.dataset)
         if subset is not None:
             record["subset"] = subset
+        inner = given.sampler if isinstance(given, BatchSampler) else sampler
+        if isinstance(inner, self.shuffling) or (isinstance(inner, DistributedSampler) and inner.shuffle):
+            record["shuffles"] = True  # a new order each epoch, as meant (a replayed pass repeats one)
         if isinstance(sampler, DistributedSampler):
             record["distributed"] = {
                 "rank": int(sampler.rank),
@@ -144,13 +167,19 @@ class Observer(rankside.Observer):
 
     def started(self, loader, it) -> None:
         index = self.by_loader.get(loader)
-        if index is None or len(self.loaders[index]["passes"]) >= PASSES:
+        if index is None:
+            return
+        if self.replayable:  # a new pass: the batches of the one before are no replay
+            self.replayable = {k: v for k, v in self.replayable.items() if v[0] != index}
+        if len(self.loaders[index]["passes"]) >= PASSES:
             return
         record = {"batches": 0, "samples": []}
         self.loaders[index]["passes"].append(record)
         key = id(it)
         # [samples taken from the pass, hashed or pending]; the entry goes with the iterator
         self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._ended, key)))
+        if self.loaders[index].get("shuffles"):
+            self.fed[id(record)] = []
 
     def _ended(self, key: int, ref) -> None:
         entry = self.by_iter.get(key)
@@ -173,6 +202,7 @@ class Observer(rankside.Observer):
         self.last = index
         record["batches"] += 1
         if taken[0] >= PASS_SAMPLES:
+            self.fed.pop(id(record), None)  # batches no longer picked: a replay's positions could not be told
             return
         if isinstance(batch, list):
             batch = list(batch)
@@ -194,11 +224,15 @@ class Observer(rankside.Observer):
         for record, taken, index, batch in pending:
             room = PASS_SAMPLES - taken[0]
             if room <= 0:
+                self.fed.pop(id(record), None)  # batches no longer picked: a replay's positions could not be told
                 continue
             picked = pick(torch, batch)
             if picked is None:
                 continue
             t, shape, width = picked
+            fed = self.fed.get(id(record))
+            if fed is not None:  # the very tensor the script gets: fed to a DDP wrapper again, a replay (ended())
+                fed.append(weakref.ref(t))
             n = min(room, ROWS, shape[0])
             taken[0] += n
             if t.is_cpu:  # as it is where it can be (the template's batch): no torch call for it
@@ -217,6 +251,62 @@ class Observer(rankside.Observer):
             self.holds[index] = min(self.holds[index] or HOLD, max(1, PENDING_BYTES // max(1, size)))
         if self.kept_bytes > PENDING_BYTES:
             self.flush()
+
+    def ended(self, it) -> None:
+        """A pass came to its end (the loader's iterator raised StopIteration): its batches become replayable, and
+        the forwards through DDP wrappers are watched for them (within the window)."""
+        tag = self.by_iter.get(id(it))
+        if tag is None or tag[3]() is not it:
+            return
+        index, record = tag[0], tag[1]
+        if self.pending:  # the pass's last batches, still kept as they came: their tensors join its list now
+            self.read()
+        refs = self.fed.pop(id(record), None)
+        if not refs or len(refs) < 2:
+            return
+        self.loaders[index]["ended"] = {"batches": len(refs), "step": self.window.step}
+        kept = {k: v for k, v in self.replayable.items() if v[0] != index}
+        for pos, ref in enumerate(refs):
+            t = ref()
+            if t is not None:
+                kept[id(t)] = (index, pos, ref)
+        self.replayable = kept
+        if kept and not any(name == "forward" for _, name, _ in self.undo):
+            self._watch_forwards()
+
+    def _watch_forwards(self) -> None:
+        """DDP's forward, wrapped for the rest of the window: one dictionary lookup per tensor argument."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        forward = DistributedDataParallel.forward
+        obs = self
+
+        @functools.wraps(forward)
+        def _forward(ddp, *args, **kwargs):
+            if obs.on and obs.replayable:
+                obs.guarded(obs.fed_again, args, kwargs)
+            return forward(ddp, *args, **kwargs)
+
+        DistributedDataParallel.forward = _forward
+        self.undo.append((DistributedDataParallel, "forward", forward))
+
+    def fed_again(self, args, kwargs) -> None:
+        """A forward's tensors (and those one level inside a list, tuple or dict): one of them a batch of an ended
+        pass, the very object the loader yielded, in a forward that will be trained on: a replay."""
+        for x in (*args, *kwargs.values()):
+            parts = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else (x,)
+            for t in parts:
+                hit = self.replayable.get(id(t))
+                if hit is None or hit[2]() is not t:
+                    continue
+                if not self.torch.is_grad_enabled():
+                    return
+                loader = self.loaders[hit[0]]
+                replays = loader.setdefault("replays", [])
+                if len(replays) < REPLAYS:
+                    replays.append(hit[1])
+                loader.setdefault("replayed_from", self.window.step + 1)
+                return
 
     def flush(self) -> None:
         """Read the batches kept, and hash the rows read since the last flush: runs of one dtype and width in one
@@ -241,6 +331,7 @@ class Observer(rankside.Observer):
     def forked(self) -> None:
         self.pending, self.kept, self.kept_bytes, self.last, self.last_at = [], [], 0, None, 0
         self.by_iter = {}
+        self.fed, self.replayable = {}, {}
         for loader in self.loaders:  # the loaders built before the fork are this process's too; their passes are not
             loader["passes"], loader["trained"] = [], False
 
@@ -249,6 +340,7 @@ class Observer(rankside.Observer):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
+        self.fed, self.replayable = {}, {}
 
     def data(self) -> dict:
         """The loaders' records, each pass's fingerprints as the hex of their 64-bit words (json.dumps writes a
@@ -416,7 +508,52 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             found = _overlap(records, world)
             if found is not None:
                 findings.append(_finding(where, records, world, found))
+    for (where, _), records in loaders.items():
+        replayed = {r: record for r, record in records.items() if _replayed(record)}
+        if replayed:
+            findings.append(_replay_finding(where, replayed))
     return findings
+
+
+def _replayed(record: dict) -> bool:
+    """A shuffling training loader whose ended pass was fed to the model again, batch for batch in its order from
+    its first batch, at least REPLAYED batches (or the whole pass, if shorter; 8 at most): the order repeats. A
+    batch fed twice in a row (two forwards of one batch) counts once; a cache reshuffled per epoch is no replay."""
+    ended, replays = record.get("ended"), record.get("replays")
+    if not (record.get("shuffles") and record.get("trained") and ended and replays):
+        return False
+    n = ended["batches"]
+    seq = [p for i, p in enumerate(replays) if i == 0 or p != replays[i - 1]]
+    if n < 2 or seq[0] != 0 or any(b != (a + 1) % n for a, b in zip(seq, seq[1:])):
+        return False
+    return len(seq) >= max(REPLAYED, min(n, 8))
+
+
+def _replay_finding(where: str | None, records: dict[int, dict]) -> Finding:
+    rank, record = next(iter(sorted(records.items())))
+    ended, replays = record["ended"], record["replays"]
+    said = f"{len(replays)}{'+' if len(replays) >= REPLAYS else ''}"
+    observed = (
+        f"the DataLoader built at {short(where)} ended its pass after {ended['batches']} batches (at step "
+        f"{ended['step']}) and no new pass over it began, yet from step {record['replayed_from']} the model was fed "
+        f"its very batches again, in the same order ({said} of them in the window, on "
+        f"rank{'s' if len(records) > 1 else ''} {ranks_text(sorted(records))}): the batches of one pass are replayed "
+        "from a cache (itertools.cycle(loader), or a list of its batches), so every epoch after the first trains on "
+        "the first one's order, and the sampler's shuffle (and set_epoch()) does nothing"
+    )
+    fix = (
+        "iterate the DataLoader anew for each epoch (for epoch in range(epochs): sampler.set_epoch(epoch); for batch "
+        "in loader: ...); in a loop counted in steps, on StopIteration call sampler.set_epoch(epoch + 1) and take "
+        "it = iter(loader) again, instead of itertools.cycle(loader), which replays the first pass"
+    )
+    evidence = {
+        "ranks": sorted(records),
+        "batches": ended["batches"],
+        "ended_at_step": ended["step"],
+        "replayed_from_step": record["replayed_from"],
+        "replays": replays[:16],
+    }
+    return Finding("epoch-repeats", observed, fix, where=where, evidence=evidence)
 
 
 def _overlap(records: dict[int, dict], world: int) -> dict | None:
