@@ -1158,9 +1158,10 @@ class Checks(MultiGpuChecks):
                 and self.callee_last(n.value) in DDP_NAMES
             ):
                 flags |= self._conditions(n)
-        child, parent, wrapper_seen = node, self.parent.get(node), False
+        # no wrapper test counts once the innermost one was met, or the walk left the node's function
+        child, parent, wrapper_settled = node, self.parent.get(node), False
         while parent is not None:
-            wrapper_seen |= isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            wrapper_settled |= isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 test, branch = parent.test, parent.orelse  # the flag's else, or the body of its negation
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -1168,10 +1169,10 @@ class Checks(MultiGpuChecks):
                 unwrapped = child in (branch if isinstance(branch, list) else [branch])
                 if unwrapped and dotted(test) in flags:
                     return True
-                if not wrapper_seen and self._wrapper_test(test, owner):
+                if not wrapper_settled and self._wrapper_test(test, owner):
                     if unwrapped:
                         return True
-                    wrapper_seen = True
+                    wrapper_settled = True
             child, parent = parent, self.parent.get(parent)
         return False
 

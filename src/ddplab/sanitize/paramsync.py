@@ -67,11 +67,10 @@ class Observer(rankside.Observer):
         super().__init__(window)
         self.on = True
         self.at = digested(window.steps)
-        # the DDP wrappers built, by weak reference (a WeakSet's iteration cost 10 us at a digest, its guard's)
-        self.ddps: list[weakref.ref] = []
-        # each wrapper, as it was built: the ids of the parameters its module held, and of those its reducer
-        # averages (the ones that required a gradient then, less those it was told to ignore)
-        self.reduced = weakref.WeakKeyDictionary()
+        # the DDP wrappers built, each as it was built: (a weak reference to it, the ids of the parameters its module
+        # held, of those its reducer averages (the ones that required a gradient then, less those it was told to
+        # ignore), of those it ignores); a list (a WeakSet's iteration cost 10 us at a digest, its guard's)
+        self.ddps: list[tuple[weakref.ref, set[int], set[int], set[int]]] = []
         self.synced: bool | None = None  # the last forward through a wrapper since the step: outside no_sync()
         self.counting = True  # the forward hooks are on: the next step is one of self.at
         # the forward hooks' handles (_enter's, _leave's): registered once, then taken out of torch's global hooks and
@@ -125,13 +124,13 @@ class Observer(rankside.Observer):
         self.undo.append((kind, "__init__", init))
 
     def built(self, ddp) -> None:
-        self.ddps.append(weakref.ref(ddp))
+        ref = weakref.ref(ddp)
         ignored = getattr(ddp, "parameters_to_ignore", None) or set()
         named = list(ddp.module.named_parameters())
         averaged = {id(p) for n, p in named if p.requires_grad and n not in ignored}
         averaged |= {id(p) for p in getattr(ddp, "_delay_all_reduce_params", ())}  # all-reduced apart, but averaged
-        self.reduced[ddp] = ({id(p) for _, p in named}, averaged, {id(p) for n, p in named if n in ignored})
-        self.roles[id(ddp)] = (weakref.ref(ddp), True)
+        self.ddps.append((ref, {id(p) for _, p in named}, averaged, {id(p) for n, p in named if n in ignored}))
+        self.roles[id(ddp)] = (ref, True)
         self.roles[id(ddp.module)] = (weakref.ref(ddp.module), False)
         if self.counting and not self.hooked:
             self._hook()
@@ -239,15 +238,15 @@ class Observer(rankside.Observer):
 
     def _wrappers(self) -> list:
         """The DDP wrappers built so far and still alive."""
-        return [ddp for ref in self.ddps if (ddp := ref()) is not None]
+        return [ddp for ref, *_ in self.ddps if (ddp := ref()) is not None]
 
     def _unaveraged(self, params, in_ddp: set[int]) -> dict[str, str]:
         """The parameters a wrapper's module holds that no wrapper's reducer averages, each with why: "added" to the
         module after DDP() was built, "frozen" (it did not require a gradient when DDP() was built, and was unfrozen
         since: the reducer knows only the parameters that did), "ignored" (DDP was told to); by index."""
-        if not in_ddp or not self.reduced:
+        built = [entry[1:] for entry in self.ddps if entry[0]() is not None]
+        if not in_ddp or not built:
             return {}
-        built = list(self.reduced.values())
         averaged = set().union(*(a for _, a, _ in built))
         out = {}
         for i in in_ddp:
@@ -486,9 +485,14 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
     # What explains it, from what the ranks saw (the first rank that saw each, so that one odd rank counts).
     no_sync = [r for r, c in checks.items() if c["no_sync"]]
     no_sync_backward = sorted(r for r, c in checks.items() if c.get("no_sync_backward"))
-    unaveraged = next(
-        ((i, why) for i in differ for c in checks.values() if (why := c.get("unaveraged", {}).get(str(i)))), None
-    )
+    # why no wrapper averages a differing parameter (added after DDP(), frozen when it was built...), as the first
+    # rank that says so
+    whys = {
+        i: why
+        for i in differ
+        if (why := next((c["unaveraged"][str(i)] for c in checks.values() if str(i) in c.get("unaveraged", {})), None))
+    }
+    unaveraged = next(iter(whys.items()), None)
     direct = [r for r, c in checks.items() if c["direct_forwards"]]
     where = first["where"]
     differing = _settings_differ(checks)
@@ -654,15 +658,7 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
         "no_sync": no_sync,
         "no_sync_backward": no_sync_backward,
         # every differing parameter no wrapper averages, with why (added after DDP(), frozen when it was built...)
-        "unaveraged": {
-            first["params"][i][0]: why
-            for i in differ[:10]
-            if (
-                why := next(
-                    (c["unaveraged"][str(i)] for c in checks.values() if str(i) in c.get("unaveraged", {})), None
-                )
-            )
-        },
+        "unaveraged": {first["params"][i][0]: why for i, why in whys.items() if i in differ[:10]},
     }
     return Finding(ID, f"{observed}: {cause}", fix, where=where, evidence=evidence)
 

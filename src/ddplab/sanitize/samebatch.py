@@ -177,11 +177,11 @@ class Observer(rankside.Observer):
         self.loaders[index]["passes"].append(record)
         key = id(it)
         # [samples taken from the pass, hashed or pending]; the entry goes with the iterator
-        self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._ended, key)))
+        self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._iterator_gone, key)))
         if self.loaders[index].get("shuffles"):
             self.fed[id(record)] = []
 
-    def _ended(self, key: int, ref) -> None:
+    def _iterator_gone(self, key: int, ref) -> None:
         entry = self.by_iter.get(key)
         if entry is not None and entry[3] is ref:
             del self.by_iter[key]
