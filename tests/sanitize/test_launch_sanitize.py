@@ -36,7 +36,9 @@ def launched(tmp_path: Path, *mistakes: str, flags: tuple[str, ...] = ()) -> dic
         timeout=150,
         cwd=tmp_path,
     )
-    assert ran.code == 0, ran.err[-3000:]
+    # a failed run's report (a hang's: every rank's stack) is on stdout, as JSON: both, so that a failure seen once
+    # in CI can be read
+    assert ran.code == 0, ran.out[-8000:] + ran.err[-3000:]
     return ran.json()
 
 
