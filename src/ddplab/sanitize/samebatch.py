@@ -419,9 +419,7 @@ def pick(torch, batch):
         if isinstance(x, Tensor) and x.layout == strided:
             shape = x.shape
             if shape and shape[0]:
-                values = 1
-                for d in shape[1:]:
-                    values *= d
+                values = x.numel() // shape[0]  # the product of shape[1:], in C
                 if values > width:
                     t, size, width = x, shape, values
     return None if t is None else (t, size, width)
