@@ -34,7 +34,7 @@ import sys
 import threading
 
 from ddplab import afterimport
-from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, OWNER_ENV
+from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, OWNER_ENV, userframe
 
 _window: Window | None = None
 # the record's encoder: the rank's own data holds no cycle to look for (json.dumps's check, a set of every container)
@@ -121,9 +121,7 @@ class Window:
         self.write()
 
     def where(self) -> str | None:
-        from ddplab.sanitize.userframe import where
-
-        return where(1)
+        return userframe.where(1)  # (imported with this module: an import statement here cost each digest a lookup)
 
     # -- the window itself
     def attach(self, torch) -> None:
