@@ -615,11 +615,45 @@ def test_a_pass_replayed_from_a_cache_is_seen_and_a_reshuffled_cache_is_not(wind
     assert replay.check == "epoch-repeats" and replay.where == f"{__file__}:{_line('cycled = DataLoader(')}"
     assert replay.evidence["replays"] == [0, 1, 2, 3, 0, 1, 2, 3] and replay.evidence["batches"] == 4
     assert replay.evidence["ended_at_step"] == 4 and replay.evidence["replayed_from_step"] == 5
+    assert replay.evidence["as"] == "tensors" and "its very batches" in replay.observed
     first, second, third = data_seen["loaders"]
     assert "replays" not in second and not second.get("shuffles")  # shuffle=False: not watched for replays
     assert third["replays"][:4] == [2, 0, 3, 1] and third["trained"]  # fed again, in orders of its own
     observer.stop()
     assert DDP.__dict__["forward"] is original
+
+
+def test_a_replayed_pass_moved_before_each_forward_is_seen_by_its_values(window, one_process_group):
+    """On a GPU the script's xb.to('cuda') makes a new tensor every step (here xb.clone()): the replay of a cached pass
+    is told by its values, compared only for a forward whose batch no loader yielded. A loop over its own loader,
+    each batch copied the same way, says nothing."""
+    w = window(steps=40, checks=("samebatch",))
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    cycled = DataLoader(data, batch_size=16, sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=0))
+    looped = DataLoader(data, batch_size=16, sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=1))
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(batches):
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x.clone()), y).backward()
+            optimizer.step()
+
+    train(itertools.islice(itertools.cycle(cycled), 12))  # 4 batches, then 8 of them again, each a new tensor
+    for epoch in range(3):
+        looped.sampler.set_epoch(epoch)
+        train(looped)
+    observer = w.observers[0]
+    data_seen = observer.data()
+    (replay,) = samebatch.judge({0: data_seen}, 1)
+    assert replay.evidence["as"] == "values"
+    assert replay.where == f"{__file__}:{_line('cycled = DataLoader(', after='def test_a_replayed_pass_moved')}"
+    assert replay.evidence["replays"] == [0, 1, 2, 3, 0, 1, 2, 3] and replay.evidence["replayed_from_step"] == 5
+    assert "the same values, copied anew" in replay.observed
+    assert "replays" not in data_seen["loaders"][1] and data_seen["loaders"][1]["trained"]
+    observer.stop()
 
 
 def test_a_backward_in_no_sync_and_parameters_ddp_does_not_average_are_recorded(window, one_process_group):

@@ -9,7 +9,8 @@ given rank=0 everywhere) | no-set-epoch | module-forward (ddp.module(x)) | no-dd
 all-save (every rank saves the model to one path) | all-save-replace (every rank saves to one temporary file, then
 renames it: all but one rank fail) | all-log (every rank appends to one log file) | all-mkdir (every rank makes one
 folder without exist_ok: all but the first fail) | cycle (the steps read itertools.cycle(loader): the first epoch's
-batches replayed) | accum-off-by-one (accumulation over 2 micro-batches, no_sync() on the one the step follows) |
+batches replayed) | cycle-moved (the same, each batch copied before its forward as xb.to('cuda') does on a GPU:
+a new tensor every step) | accum-off-by-one (accumulation over 2 micro-batches, no_sync() on the one the step follows) |
 late-param (a parameter added to the model after DDP() was built) | unfreeze (the first layer frozen when DDP() is
 built, unfrozen after step 2).
 """
@@ -34,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
-            "all-save-replace", "all-log", "all-mkdir", "cycle", "accum-off-by-one", "late-param", "unfreeze"}
+            "all-save-replace", "all-log", "all-mkdir", "cycle", "cycle-moved", "accum-off-by-one", "late-param", "unfreeze"}
 p = argparse.ArgumentParser()
 p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
 p.add_argument("--out", default=".")
@@ -68,7 +69,7 @@ def main() -> None:
         model.scale = nn.Parameter(torch.ones(1))  # after DDP(): its reducer never hears of it
         model.register_forward_hook(lambda module, inputs, out: out * module.scale)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    if {"cycle", "accum-off-by-one", "unfreeze"} & planted:
+    if {"cycle", "cycle-moved", "accum-off-by-one", "unfreeze"} & planted:
         steps(ddp, model, optimizer, loader, sampler)
         return
     log = open(os.path.join(args.out, "train.log"), "a") if "all-log" in planted else None
@@ -110,12 +111,15 @@ def epochs(loader, sampler):
 
 def steps(ddp, model, optimizer, loader, sampler) -> None:
     """A loop counted in steps (cycle), or over epochs with accumulation (accum-off-by-one) or a warm-up (unfreeze)."""
-    if "cycle" in planted:
+    cycle = bool({"cycle", "cycle-moved"} & planted)
+    if cycle:
         sampler.set_epoch(0)
         batches = itertools.cycle(loader)  # 8 batches a pass on each of 2 ranks, replayed from the 9th step on
     else:
         batches = epochs(loader, sampler)
-    for i, (xb, yb) in zip(range(48 if "cycle" in planted else 10**9), batches):
+    for i, (xb, yb) in zip(range(48 if cycle else 10**9), batches):
+        if "cycle-moved" in planted:
+            xb = xb.clone()  # as xb.to('cuda') is on a GPU: a new tensor, the same values
         if "unfreeze" in planted and i == 2:
             model[0].requires_grad_(True)  # DDP() was built without it: it is never averaged
         accumulate = "accum-off-by-one" in planted and i % 2 == 1  # off by one: the step follows this micro-batch

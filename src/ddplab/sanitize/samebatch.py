@@ -85,6 +85,13 @@ class Observer(rankside.Observer):
         # is the first one's order. Weak references to each batch's picked tensor, by pass, then by tensor.
         self.fed: dict[int, list] = {}  # id(a pass's record) -> a weakref to each batch's picked tensor, in order
         self.replayable: dict[int, tuple] = {}  # id(tensor) -> (loader index, position in its pass, weakref)
+        # ... and by value: a batch moved or copied before its forward (xb.to('cuda') each step: a new tensor every
+        # time) is the same values. The fingerprint of each batch's first sample, by pass, then by fingerprint; a
+        # forward is compared by value only when no loader yielded a batch since the forward before it (its input
+        # came from somewhere else than a loader: a cache), so a training loop over its loader pays nothing.
+        self.firsts: dict[int, list[int]] = {}  # id(a pass's record) -> each batch's first fingerprint, in order
+        self.replay_values: dict[int, tuple] = {}  # a first fingerprint -> (loader index, position in its pass)
+        self.yielded = self.yielded_before = 0  # batches any loader yielded: in all, and up to the last forward
         self.undo: list = []
 
     def attach(self, torch) -> None:
@@ -169,8 +176,9 @@ class Observer(rankside.Observer):
         index = self.by_loader.get(loader)
         if index is None:
             return
-        if self.replayable:  # a new pass: the batches of the one before are no replay
+        if self.replayable or self.replay_values:  # a new pass: the batches of the one before are no replay
             self.replayable = {k: v for k, v in self.replayable.items() if v[0] != index}
+            self.replay_values = {k: v for k, v in self.replay_values.items() if v[0] != index}
         if len(self.loaders[index]["passes"]) >= PASSES:
             return
         record = {"batches": 0, "samples": []}
@@ -179,7 +187,7 @@ class Observer(rankside.Observer):
         # [samples taken from the pass, hashed or pending]; the entry goes with the iterator
         self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._iterator_gone, key)))
         if self.loaders[index].get("shuffles"):
-            self.fed[id(record)] = []
+            self.fed[id(record)], self.firsts[id(record)] = [], []
 
     def _iterator_gone(self, key: int, ref) -> None:
         entry = self.by_iter.get(key)
@@ -187,6 +195,7 @@ class Observer(rankside.Observer):
             del self.by_iter[key]
 
     def seen(self, it, batch) -> None:
+        self.yielded += 1
         tag = self.by_iter.get(id(it))
         if tag is None:
             return
@@ -202,7 +211,7 @@ class Observer(rankside.Observer):
         self.last = index
         record["batches"] += 1
         if taken[0] >= PASS_SAMPLES:
-            self.fed.pop(id(record), None)  # batches no longer picked: a replay's positions could not be told
+            self._unwatched(record)
             return
         if isinstance(batch, list):
             batch = list(batch)
@@ -216,6 +225,11 @@ class Observer(rankside.Observer):
         if len(self.pending) >= hold:
             self.read()
 
+    def _unwatched(self, record: dict) -> None:
+        """The pass's batches are no longer picked: a replay's positions could not be told."""
+        self.fed.pop(id(record), None)
+        self.firsts.pop(id(record), None)
+
     def read(self) -> None:
         """Read the batches kept: the rows to hash (a GPU batch's cross to the CPU now), hashed by flush() once
         PENDING_BYTES of them wait."""
@@ -224,7 +238,7 @@ class Observer(rankside.Observer):
         for record, taken, index, batch in pending:
             room = PASS_SAMPLES - taken[0]
             if room <= 0:
-                self.fed.pop(id(record), None)  # batches no longer picked: a replay's positions could not be told
+                self._unwatched(record)
                 continue
             picked = pick(torch, batch)
             if picked is None:
@@ -259,9 +273,9 @@ class Observer(rankside.Observer):
         if tag is None or tag[3]() is not it:
             return
         index, record = tag[0], tag[1]
-        if self.pending:  # the pass's last batches, still kept as they came: their tensors join its list now
-            self.read()
-        refs = self.fed.pop(id(record), None)
+        if id(record) in self.fed:  # the pass's last batches, kept or read: hashed now, for their first samples
+            self.flush()
+        refs, firsts = self.fed.pop(id(record), None), self.firsts.pop(id(record), None)
         if not refs or len(refs) < 2:
             return
         self.loaders[index]["ended"] = {"batches": len(refs), "step": self.window.step}
@@ -271,7 +285,12 @@ class Observer(rankside.Observer):
             if t is not None:
                 kept[id(t)] = (index, pos, ref)
         self.replayable = kept
-        if kept and not any(name == "forward" for _, name, _ in self.undo):
+        values = {k: v for k, v in self.replay_values.items() if v[0] != index}
+        for pos, first in enumerate(firsts or ()):
+            values.setdefault(first, (index, pos))
+        self.replay_values = values
+        self.yielded_before = self.yielded  # a forward from now on with no batch yielded first is fed from a cache
+        if (kept or values) and not any(name == "forward" for _, name, _ in self.undo):
             self._watch_forwards()
 
     def _watch_forwards(self) -> None:
@@ -283,7 +302,7 @@ class Observer(rankside.Observer):
 
         @functools.wraps(forward)
         def _forward(ddp, *args, **kwargs):
-            if obs.on and obs.replayable:
+            if obs.on and (obs.replayable or obs.replay_values):
                 obs.guarded(obs.fed_again, args, kwargs)
             return forward(ddp, *args, **kwargs)
 
@@ -292,21 +311,39 @@ class Observer(rankside.Observer):
 
     def fed_again(self, args, kwargs) -> None:
         """A forward's tensors (and those one level inside a list, tuple or dict): one of them a batch of an ended
-        pass, the very object the loader yielded, in a forward that will be trained on: a replay."""
+        pass, in a forward that will be trained on: a replay. The very object the loader yielded; or, when no loader
+        yielded a batch since the forward before (the input came from a cache), the same values as one (a batch
+        moved to the GPU again each step): its first sample's fingerprint, the only one computed here."""
+        cached, self.yielded_before = self.yielded == self.yielded_before, self.yielded
+        tensors = []
         for x in (*args, *kwargs.values()):
             parts = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else (x,)
             for t in parts:
                 hit = self.replayable.get(id(t))
-                if hit is None or hit[2]() is not t:
-                    continue
-                if not self.torch.is_grad_enabled():
+                if hit is not None and hit[2]() is t:
+                    self._replayed(hit[0], hit[1], "tensors")
                     return
-                loader = self.loaders[hit[0]]
-                replays = loader.setdefault("replays", [])
-                if len(replays) < REPLAYS:
-                    replays.append(hit[1])
-                loader.setdefault("replayed_from", self.window.step + 1)
-                return
+                tensors.append(t)
+        if cached and self.replay_values:
+            picked = pick(self.torch, tensors)
+            if picked is not None:
+                t, _, width = picked
+                row = sample_rows(t.detach(), 1, width)
+                first = hash_rows(self.torch, (row if t.is_cpu else row.cpu()).contiguous())[0]
+                hit = self.replay_values.get(int(first))
+                if hit is not None:
+                    self._replayed(hit[0], hit[1], "values")
+
+    def _replayed(self, index: int, pos: int, how: str) -> None:
+        """Batch `pos` of loader `index`'s ended pass fed to a DDP wrapper again (the same tensors, or values)."""
+        if not self.torch.is_grad_enabled():
+            return
+        loader = self.loaders[index]
+        replays = loader.setdefault("replays", [])
+        if len(replays) < REPLAYS:
+            replays.append(pos)
+        loader.setdefault("replayed_from", self.window.step + 1)
+        loader.setdefault("replayed_as", how)
 
     def flush(self) -> None:
         """Read the batches kept, and hash the rows read since the last flush: runs of one dtype and width in one
@@ -325,13 +362,16 @@ class Observer(rankside.Observer):
             i = 0
             for record, _, n, _, _ in kept[at:stop]:  # slices of the words, kept as they are until the file is written
                 record["samples"].append(hashed[i : i + n])
+                firsts = self.firsts.get(id(record))
+                if firsts is not None:  # a shuffling pass still watched for a replay: its batch's first sample
+                    firsts.append(int(hashed[i]))
                 i += n
             at = stop
 
     def forked(self) -> None:
         self.pending, self.kept, self.kept_bytes, self.last, self.last_at = [], [], 0, None, 0
         self.by_iter = {}
-        self.fed, self.replayable = {}, {}
+        self.fed, self.replayable, self.firsts, self.replay_values = {}, {}, {}, {}
         for loader in self.loaders:  # the loaders built before the fork are this process's too; their passes are not
             loader["passes"], loader["trained"] = [], False
 
@@ -340,7 +380,7 @@ class Observer(rankside.Observer):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
-        self.fed, self.replayable = {}, {}
+        self.fed, self.replayable, self.firsts, self.replay_values = {}, {}, {}, {}
 
     def data(self) -> dict:
         """The loaders' records, each pass's fingerprints as the hex of their 64-bit words (json.dumps writes a
@@ -531,10 +571,12 @@ def _replay_finding(where: str | None, records: dict[int, dict]) -> Finding:
     rank, record = next(iter(sorted(records.items())))
     ended, replays = record["ended"], record["replays"]
     said = f"{len(replays)}{'+' if len(replays) >= REPLAYS else ''}"
+    # the loader's very tensors, or the same values in new ones (each batch moved or copied before its forward)
+    fed = "its batches (the same values, copied anew)" if record.get("replayed_as") == "values" else "its very batches"
     observed = (
         f"the DataLoader built at {short(where)} ended its pass after {ended['batches']} batches (at step "
         f"{ended['step']}) and no new pass over it began, yet from step {record['replayed_from']} the model was fed "
-        f"its very batches again, in the same order ({said} of them in the window, on "
+        f"{fed} again, in the same order ({said} of them in the window, on "
         f"rank{'s' if len(records) > 1 else ''} {ranks_text(sorted(records))}): the batches of one pass are replayed "
         "from a cache (itertools.cycle(loader), or a list of its batches), so every epoch after the first trains on "
         "the first one's order, and the sampler's shuffle (and set_epoch()) does nothing"
@@ -550,6 +592,7 @@ def _replay_finding(where: str | None, records: dict[int, dict]) -> Finding:
         "ended_at_step": ended["step"],
         "replayed_from_step": record["replayed_from"],
         "replays": replays[:16],
+        "as": record.get("replayed_as", "tensors"),
     }
     return Finding("epoch-repeats", observed, fix, where=where, evidence=evidence)
 
