@@ -275,6 +275,8 @@ class Observer(rankside.Observer):
         index, record = tag[0], tag[1]
         if id(record) in self.fed:  # the pass's last batches, kept or read: hashed now, for their first samples
             self.flush()
+        elif self.pending:  # still kept as they came: read at the pass's end, not held past it
+            self.read()
         refs, firsts = self.fed.pop(id(record), None), self.firsts.pop(id(record), None)
         if not refs or len(refs) < 2:
             return
