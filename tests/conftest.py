@@ -72,13 +72,11 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject's addopts): one worker per core this process may use, and one more: a test that waits
-    (for a hang to be named after its timeout, a cluster to come up, a rank's line) leaves its core to the extra
-    worker's test (on 2 cores: 11 % of the suite's core time was idle with two workers); the GPU group in this
-    process alone (its tests share one GPU and time it)."""
+    """`-n auto` (pyproject's addopts): one worker per core this process may use; the GPU group in this process
+    alone (its tests share one GPU and time it)."""
     if gpu_group_asked(config):
         return 0
-    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 _gpu_group_skipped = False
