@@ -49,77 +49,85 @@ SRC = str(Path(__file__).resolve().parent.parent / "src")
 TIMER = r'''
 import atexit, json, os, time
 
-if "LOCAL_RANK" in os.environ and os.environ.get("BENCH_STEP_TIMES"):
-    _times, _cpu, _pid = [], [], os.getpid()
+# A rank of `ddplab launch` is a new interpreter, where this file runs (LOCAL_RANK set). A rank of `ddplab train` is
+# a fork of ddplab's agent, where this file ran once before the fork: the hooks it installs there (the step timer once
+# torch.optim is imported, the sanitizer's entry points timed) the forks inherit, each with figures of its own; a fork
+# ends with os._exit(), so it writes them from multiprocessing's finalizers (registered at its first step: a fork's
+# bootstrap clears those registered before it runs), a new interpreter at exit.
+if os.environ.get("BENCH_STEP_TIMES"):
+    _first_pid = os.getpid()
+    _times, _cpu, _pid, _writes = [], [], os.getpid(), [False]
+
+    def _forked():
+        global _times, _cpu, _pid
+        _times, _cpu, _pid, _writes[0] = [], [], os.getpid(), False
+        _own.update(s=0.0, calls=0, inner=0, depth=0, start_s=0.0, by={})
 
     def _attach(module):
         def _stamp(opt, args, kwargs):
             _times.append(time.perf_counter())
             _cpu.append(time.thread_time())
+            if not _writes[0] and os.getpid() != _first_pid:  # a forked rank: no atexit
+                from multiprocessing import util
+
+                util.Finalize(None, _write, exitpriority=10)
+            _writes[0] = True
 
         module.register_optimizer_step_post_hook(_stamp)
 
     def _write():
-        if os.getpid() == _pid:
-            with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"rank{os.environ['RANK']}.json"), "w") as f:
-                json.dump({"clock": _times, "cpu": _cpu}, f)
+        if os.getpid() != _pid or not _times:
+            return
+        with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"rank{os.environ['RANK']}.json"), "w") as f:
+            json.dump({"clock": _times, "cpu": _cpu}, f)
+        if rankside._window is not None:
+            with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"own{os.environ['RANK']}.json"), "w") as f:
+                json.dump(_own, f)
 
     from ddplab import afterimport
 
     afterimport.when_imported("torch.optim.optimizer", _attach, "benchmark step timer")
     atexit.register(_write)
+    os.register_at_fork(after_in_child=_forked)
 
     # The sanitizer's own time, when it runs: its entry points wrapped before torch is imported (they are bound
     # when the script imports torch and builds its DDP), the outermost call timed.
-    from ddplab.sanitize import rankside
+    from ddplab.sanitize import paramsync, rankside, sameprint, sharedwrite
 
-    if rankside._window is not None:
-        from ddplab.sanitize import paramsync, sameprint, sharedwrite
+    _own = {"s": 0.0, "calls": 0, "inner": 0, "depth": 0, "start_s": 0.0, "by": {}}
+    # what one read of the clock itself costs (a system call: about 2 us on a VM): each timed call's figure holds
+    # one, and one more pair for each timed call inside it
+    _reads = []
+    for _ in range(201):
+        _a = time.thread_time()
+        _reads.append(time.thread_time() - _a)
+    _own["clock_s"] = sorted(_reads)[100]
 
-        _own = {"s": 0.0, "calls": 0, "inner": 0, "depth": 0, "start_s": 0.0, "by": {}}
-        # what one read of the clock itself costs (a system call: about 2 us on a VM): each timed call's figure holds
-        # one, and one more pair for each timed call inside it
-        _reads = []
-        for _ in range(201):
-            _a = time.thread_time()
-            _reads.append(time.thread_time() - _a)
-        _own["clock_s"] = sorted(_reads)[100]
+    def _timed(function, label):
+        def timed(*args, **kwargs):
+            _own["depth"] += 1
+            if _own["depth"] > 1 and rankside._window.step:
+                _own["inner"] += 1
+            start = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                _own["depth"] -= 1
+                if _own["depth"] == 0:
+                    spent = time.thread_time() - start
+                    if rankside._window.step == 0 and label != "_after_step":  # start-up: imports' opens
+                        _own["start_s"] += spent
+                    else:
+                        _own["s"] += spent
+                        _own["calls"] += 1
+                        _own["by"][label] = _own["by"].get(label, 0.0) + spent
+        return timed
 
-        def _timed(function, label):
-            def timed(*args, **kwargs):
-                _own["depth"] += 1
-                if _own["depth"] > 1 and rankside._window.step:
-                    _own["inner"] += 1
-                start = time.thread_time()
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    _own["depth"] -= 1
-                    if _own["depth"] == 0:
-                        spent = time.thread_time() - start
-                        if rankside._window.step == 0 and label != "_after_step":  # start-up: imports' opens
-                            _own["start_s"] += spent
-                        else:
-                            _own["s"] += spent
-                            _own["calls"] += 1
-                            _own["by"][label] = _own["by"].get(label, 0.0) + spent
-            return timed
-
-        for owner, name in ((rankside.Window, "_after_step"), (rankside.Observer, "guarded"),
-                            (paramsync.Observer, "_enter"), (paramsync.Observer, "_leave"),
-                            (sharedwrite.Observer, "_opened"), (sameprint.Observer, "_printed"),
-                            (sameprint.Observer, "_logged")):
-            setattr(owner, name, _timed(getattr(owner, name), name))
-        _times_write = _write
-
-        def _write():
-            _times_write()
-            if os.getpid() == _pid:
-                with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"own{os.environ['RANK']}.json"), "w") as f:
-                    json.dump(_own, f)
-
-        atexit.unregister(_times_write)
-        atexit.register(_write)
+    for owner, name in ((rankside.Window, "_after_step"), (rankside.Observer, "guarded"),
+                        (paramsync.Observer, "_enter"), (paramsync.Observer, "_leave"),
+                        (sharedwrite.Observer, "_opened"), (sameprint.Observer, "_printed"),
+                        (sameprint.Observer, "_logged")):
+        setattr(owner, name, _timed(getattr(owner, name), name))
 '''
 
 
