@@ -84,9 +84,21 @@ if os.environ.get("BENCH_STEP_TIMES"):
             with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"own{os.environ['RANK']}.json"), "w") as f:
                 json.dump(_own, f)
 
+    def _before_destroy(dist):
+        # written again as the rank leaves its group: elastic may end a forked rank whose function has returned
+        # before its finalizers run
+        destroy = dist.destroy_process_group
+
+        def destroy_process_group(*args, **kwargs):
+            _write()
+            return destroy(*args, **kwargs)
+
+        dist.destroy_process_group = destroy_process_group
+
     from ddplab import afterimport
 
     afterimport.when_imported("torch.optim.optimizer", _attach, "benchmark step timer")
+    afterimport.when_imported("torch.distributed", _before_destroy, "benchmark step timer's write")
     atexit.register(_write)
     os.register_at_fork(after_in_child=_forked)
 
