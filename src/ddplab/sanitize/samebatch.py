@@ -176,9 +176,7 @@ class Observer(rankside.Observer):
         index = self.by_loader.get(loader)
         if index is None:
             return
-        if self.replayable or self.replay_values:  # a new pass: the batches of the one before are no replay
-            self.replayable = {k: v for k, v in self.replayable.items() if v[0] != index}
-            self.replay_values = {k: v for k, v in self.replay_values.items() if v[0] != index}
+        self._not_replayable(index)  # a new pass: the batches of the one before are no replay
         if len(self.loaders[index]["passes"]) >= PASSES:
             return
         record = {"batches": 0, "samples": []}
@@ -188,6 +186,12 @@ class Observer(rankside.Observer):
         self.by_iter[key] = (index, record, [0], weakref.ref(it, functools.partial(self._iterator_gone, key)))
         if self.loaders[index].get("shuffles"):
             self.fed[id(record)], self.firsts[id(record)] = [], []
+
+    def _not_replayable(self, index: int) -> None:
+        """Loader `index`'s batches of an ended pass are watched for no more (by tensor or by value)."""
+        if self.replayable or self.replay_values:
+            self.replayable = {k: v for k, v in self.replayable.items() if v[0] != index}
+            self.replay_values = {k: v for k, v in self.replay_values.items() if v[0] != index}
 
     def _iterator_gone(self, key: int, ref) -> None:
         entry = self.by_iter.get(key)
@@ -281,18 +285,15 @@ class Observer(rankside.Observer):
         if not refs or len(refs) < 2:
             return
         self.loaders[index]["ended"] = {"batches": len(refs), "step": self.window.step}
-        kept = {k: v for k, v in self.replayable.items() if v[0] != index}
+        self._not_replayable(index)
         for pos, ref in enumerate(refs):
             t = ref()
             if t is not None:
-                kept[id(t)] = (index, pos, ref)
-        self.replayable = kept
-        values = {k: v for k, v in self.replay_values.items() if v[0] != index}
+                self.replayable[id(t)] = (index, pos, ref)
         for pos, first in enumerate(firsts or ()):
-            values.setdefault(first, (index, pos))
-        self.replay_values = values
+            self.replay_values.setdefault(first, (index, pos))
         self.yielded_before = self.yielded  # a forward from now on with no batch yielded first is fed from a cache
-        if (kept or values) and not any(name == "forward" for _, name, _ in self.undo):
+        if (self.replayable or self.replay_values) and not any(name == "forward" for _, name, _ in self.undo):
             self._watch_forwards()
 
     def _watch_forwards(self) -> None:
@@ -327,14 +328,10 @@ class Observer(rankside.Observer):
                     return
                 tensors.append(t)
         if cached and self.replay_values:
-            picked = pick(self.torch, tensors)
-            if picked is not None:
-                t, _, width = picked
-                row = sample_rows(t.detach(), 1, width)
-                first = hash_rows(self.torch, (row if t.is_cpu else row.cpu()).contiguous())[0]
-                hit = self.replay_values.get(int(first))
-                if hit is not None:
-                    self._replayed(hit[0], hit[1], "values")
+            first = fingerprints(self.torch, tensors, 1)
+            hit = self.replay_values.get(first[0]) if first else None
+            if hit is not None:
+                self._replayed(hit[0], hit[1], "values")
 
     def _replayed(self, index: int, pos: int, how: str) -> None:
         """Batch `pos` of loader `index`'s ended pass fed to a DDP wrapper again (the same tensors, or values)."""
@@ -434,12 +431,14 @@ def _hex(chunks: list) -> str:
 
 
 def fingerprints(torch, batch, rows: int) -> list[int]:
-    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor (pick, sample_rows, hash_rows)."""
+    """One 64-bit number per sample (up to `rows`) of the batch's largest tensor (pick, sample_rows, hash_rows); a GPU
+    tensor's values read on the CPU, as read() reads a GPU batch's, so that both give the same numbers."""
     picked = pick(torch, batch)
     if picked is None:
         return []
     t, _, width = picked
-    hashed = hash_rows(torch, sample_rows(t.detach(), min(rows, t.shape[0]), width).contiguous())
+    read = sample_rows(t.detach(), min(rows, t.shape[0]), width)
+    hashed = hash_rows(torch, (read if t.is_cpu else read.cpu()).contiguous())
     return hashed.tolist() if hasattr(hashed, "tolist") else hashed
 
 
