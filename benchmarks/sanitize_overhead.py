@@ -56,27 +56,26 @@ import atexit, json, os, time
 # bootstrap clears those registered before it runs), a new interpreter at exit.
 if os.environ.get("BENCH_STEP_TIMES"):
     _first_pid = os.getpid()
-    _times, _cpu, _pid, _writes = [], [], os.getpid(), [False]
+    _times, _cpu = [], []
 
-    def _forked():
-        global _times, _cpu, _pid
-        _times, _cpu, _pid, _writes[0] = [], [], os.getpid(), False
+    def _forked():  # figures of its own: a fork that never steps (a DataLoader worker) writes nothing
+        _times.clear()
+        _cpu.clear()
         _own.update(s=0.0, calls=0, inner=0, depth=0, start_s=0.0, by={})
 
     def _attach(module):
         def _stamp(opt, args, kwargs):
             _times.append(time.perf_counter())
             _cpu.append(time.thread_time())
-            if not _writes[0] and os.getpid() != _first_pid:  # a forked rank: no atexit
+            if len(_times) == 1 and os.getpid() != _first_pid:  # a forked rank's first step: it runs no atexit
                 from multiprocessing import util
 
                 util.Finalize(None, _write, exitpriority=10)
-            _writes[0] = True
 
         module.register_optimizer_step_post_hook(_stamp)
 
     def _write():
-        if os.getpid() != _pid or not _times:
+        if not _times:
             return
         with open(os.path.join(os.environ["BENCH_STEP_TIMES"], f"rank{os.environ['RANK']}.json"), "w") as f:
             json.dump({"clock": _times, "cpu": _cpu}, f)
