@@ -370,7 +370,7 @@ class Observer(rankside.Observer):
     def forked(self) -> None:
         self.pending, self.kept, self.kept_bytes, self.last, self.last_at = [], [], 0, None, 0
         self.by_iter = {}
-        self.fed, self.replayable, self.firsts, self.replay_values = {}, {}, {}, {}
+        self._forget_replays()
         for loader in self.loaders:  # the loaders built before the fork are this process's too; their passes are not
             loader["passes"], loader["trained"] = [], False
 
@@ -379,6 +379,10 @@ class Observer(rankside.Observer):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
         self.undo = []
+        self._forget_replays()
+
+    def _forget_replays(self) -> None:
+        """No pass is watched for a replay any more: a forked process's passes are its own, a stopped window sees none."""
         self.fed, self.replayable, self.firsts, self.replay_values = {}, {}, {}, {}
 
     def data(self) -> dict:
@@ -569,7 +573,7 @@ def _replayed(record: dict) -> bool:
 
 
 def _replay_finding(where: str | None, records: dict[int, dict]) -> Finding:
-    rank, record = next(iter(sorted(records.items())))
+    record = records[min(records)]
     ended, replays = record["ended"], record["replays"]
     said = f"{len(replays)}{'+' if len(replays) >= REPLAYS else ''}"
     # the loader's very tensors, or the same values in new ones (each batch moved or copied before its forward)
