@@ -66,12 +66,13 @@ def test_the_window_watches_its_steps_then_every_hook_is_gone(tmp_path, window, 
         optimizer.step()
     assert w.step == 3 and not w.open and w.handle is None
     still = [f"{owner.__name__}.{name}" for owner, name in HOOKED if owner.__dict__[name] is not originals[owner, name]]
-    assert still == ["DistributedSampler.__iter__", "DistributedSampler.set_epoch"]  # once per epoch: they wait
-    # for the second epoch
+    # once per epoch: they wait for the second epoch (a sampler built anew at that line each epoch is watched too)
+    assert still == ["DistributedSampler.__init__", "DistributedSampler.__iter__", "DistributedSampler.set_epoch"]
     assert not model._forward_pre_hooks and not model.module._forward_pre_hooks and not model._forward_hooks
     list(loader)  # the second epoch, set_epoch never called
     assert DistributedSampler.__dict__["__iter__"] is originals[DistributedSampler, "__iter__"]
     assert DistributedSampler.__dict__["set_epoch"] is originals[DistributedSampler, "set_epoch"]
+    assert DistributedSampler.__dict__["__init__"] is originals[DistributedSampler, "__init__"]
 
     w.written()  # the file is written by a short thread of the rank's
     record = json.loads((tmp_path / "rank0.json").read_text())
@@ -376,6 +377,49 @@ def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(windo
         list(loader)
     (record,) = on_time.observers[0].data()["samplers"]
     assert record["set_epoch"] == [0, 1] and record["late"] is None
+
+
+def test_a_subclass_set_epoch_is_watched_for_the_values_it_swallows(window):
+    """A DistributedSampler subclass whose own set_epoch() never calls DistributedSampler's: the values the script
+    gave it are recorded (DistributedSampler's wrapper never sees them), and its method is its own again after."""
+
+    class Quiet(DistributedSampler):
+        def set_epoch(self, epoch):
+            self.asked_for = epoch  # and nothing else: the sampler's epoch stays 0
+
+    own = Quiet.__dict__["set_epoch"]
+    w = window(steps=3, checks=("epochorder",))
+    data = TensorDataset(torch.arange(64.0).view(64, 1))
+    sampler = Quiet(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        list(loader)
+    (record,) = w.observers[0].data()["samplers"]
+    assert record["set_epoch"] == [] and record["asked"] == [0, 1] and [p["epoch"] for p in record["passes"]] == [0, 0]
+    assert record["override"]["name"].endswith("Quiet.set_epoch") and record["override"]["where"].startswith(__file__)
+    w.observers[0].stop()
+    assert Quiet.__dict__["set_epoch"] is own
+
+
+def test_a_sampler_built_anew_each_epoch_is_watched_past_the_window_until_its_second_pass(window):
+    """The window closes inside the first epoch; the sampler the next epoch builds at the same line is still watched
+    (its pass is the one to compare), then every hook goes."""
+    originals = {name: DistributedSampler.__dict__[name] for name in ("__init__", "__iter__", "set_epoch")}
+    w = window(steps=3, checks=("epochorder",))
+    data = TensorDataset(torch.arange(64.0).view(64, 1))
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(2):
+        sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)  # no set_epoch: epoch 0
+        for (x,) in DataLoader(data, batch_size=8, sampler=sampler):  # 8 steps: the window ends in the first epoch
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    assert not w.open
+    first, second = w.observers[0].data()["samplers"]
+    assert first["where"] == second["where"] and first["passes"][0]["order"] == second["passes"][0]["order"]
+    assert all(DistributedSampler.__dict__[name] is original for name, original in originals.items())
 
 
 def test_writes_on_the_console_streams_from_the_users_code_are_kept_by_line_and_text(window):

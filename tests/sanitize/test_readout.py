@@ -340,6 +340,48 @@ def test_epoch_order_silent_with_set_epoch_without_shuffle_or_one_epoch(tmp_path
     assert readout.read(observed(tmp_path, ranks)).findings == []
 
 
+@pytest.mark.parametrize("set_on_new", [False, True])
+def test_a_sampler_built_anew_each_epoch_without_set_epoch_repeats_the_order(tmp_path, set_on_new):
+    """A DistributedSampler built again at the same line each epoch starts at epoch 0 each time: one sampler's pass
+    after another's, the same order, named; the new one given set_epoch(epoch) before its loop draws another."""
+
+    def built(step: int, order: int, epoch: int) -> dict:
+        calls = int(set_on_new and step > 0)
+        return {
+            "where": f"{SCRIPT}:61",
+            "shuffle": True,
+            "seed": 0,
+            "passes": [{"epoch": epoch, "n": 128, "order": order, "step": step, "calls": calls}],
+            "calls": calls,
+            "set_epoch": [epoch] * calls,
+            "late": None,
+        }
+
+    each = [built(0, 111, 0), built(16, 222 if set_on_new else 111, int(set_on_new)), built(32, 333, 2)]
+    ranks = {r: {"epoch-repeats": {"samplers": each}} for r in (0, 1)}
+    findings = readout.read(observed(tmp_path, ranks)).findings
+    if set_on_new:
+        assert findings == []
+        return
+    f = only(readout.read(observed(tmp_path, ranks)), "epoch-repeats")
+    assert f.where == f"{SCRIPT}:61" and f.evidence["second_epoch_at_step"] == 16
+    assert "a new DistributedSampler is built there for each epoch (3 in the window)" in f.observed
+    assert "so each starts at epoch 0" in f.observed and "build the sampler (and its DataLoader) once" in f.fix
+
+
+def test_a_subclass_set_epoch_that_never_passes_the_value_on_is_named(tmp_path):
+    data = sampler([111, 111], [0, 0])
+    data["samplers"][0].update(
+        {"set_epoch": [], "asked": [0, 1], "override": {"name": "LoggingSampler.set_epoch", "where": f"{SCRIPT}:12"}}
+    )
+    f = only(readout.read(observed(tmp_path, {r: {"epoch-repeats": data} for r in (0, 1)})), "epoch-repeats")
+    assert (
+        f"set_epoch() was called with 0, 1, but the sampler's epoch stayed 0: LoggingSampler.set_epoch (at "
+        f"{SCRIPT}:12) replaces DistributedSampler.set_epoch and never passes the value on" in f.observed
+    )
+    assert "super().set_epoch(epoch) in LoggingSampler.set_epoch" in f.fix
+
+
 # ------------------------------------------------------------------------------------------------ params-diverge
 def check(
     step: int,

@@ -8,18 +8,21 @@ properly across multiple epochs. Otherwise, the same ordering will be always use
 Rank side: each pass over a DistributedSampler (iter(sampler): once per epoch, from its DataLoader) leaves its
 epoch value, its length and a crc32 of its index order; the sampler is named by where the user's code built it.
 Each set_epoch() call leaves its value, and the first one made while a pass still had indices to hand out (the
-loop had begun: too late for that epoch's order) leaves where it was made. The hooks cost one call per epoch, so
-they stay past the step window until every shuffling sampler seen has had its second pass (a first epoch longer
-than the window), then go too.
+loop had begun: too late for that epoch's order) leaves where it was made; a subclass's own set_epoch() leaves the
+values the script gave it (one that never calls DistributedSampler's leaves the epoch where it was). The hooks cost
+one call per epoch, so they stay past the step window until every line that built a shuffling sampler has seen its
+second pass (a first epoch longer than the window; a sampler built anew each epoch), then go too.
 
 Reader: two consecutive passes of one shuffling sampler with the same order, on any rank (not two passes with no
-set_epoch() between them where set_epoch() is called: one epoch read twice); why, from the set_epoch() calls: none,
-always one value, too late, or made on another sampler.
+set_epoch() between them where set_epoch() is called: one epoch read twice), or the first pass of a sampler built
+anew at the line that built the one before, with no set_epoch() on it; why, from the set_epoch() calls: none, always
+one value, too late, made on another sampler, or swallowed by a subclass's set_epoch().
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import struct
 import weakref
@@ -43,6 +46,7 @@ class Observer(rankside.Observer):
         self.samplers: list[dict] = []
         self.index = weakref.WeakKeyDictionary()  # sampler -> its record
         self.current = weakref.WeakKeyDictionary()  # sampler -> the iterator of its latest pass (its indices left)
+        self.overrides: set[type] = set()  # subclasses whose own set_epoch() is watched
         self.undo: list = []
 
     def attach(self, torch) -> None:
@@ -85,17 +89,50 @@ class Observer(rankside.Observer):
         ]
 
     def built(self, sampler) -> None:
-        if len(self.samplers) < SAMPLERS:
-            self.index[sampler] = record = {
-                "where": self.window.where(),
-                "shuffle": bool(sampler.shuffle),
-                "seed": int(sampler.seed),
-                "passes": [],
-                "calls": 0,  # set_epoch() calls so far
-                "set_epoch": [],  # the values given, in order (up to SET_CALLS)
-                "late": None,  # the first set_epoch() made while a pass still had indices to hand out
-            }
-            self.samplers.append(record)
+        if len(self.samplers) >= SAMPLERS:
+            return
+        where = self.window.where()
+        if not self.window.open and where not in self._waiting():
+            return  # after the window: only a sampler built anew where one waits for its second epoch
+        self.index[sampler] = record = {
+            "where": where,
+            "shuffle": bool(sampler.shuffle),
+            "seed": int(sampler.seed),
+            "passes": [],
+            "calls": 0,  # set_epoch() calls so far
+            "set_epoch": [],  # the values given, in order (up to SET_CALLS)
+            "late": None,  # the first set_epoch() made while a pass still had indices to hand out
+        }
+        self.samplers.append(record)
+        self._watch_override(type(sampler))
+
+    def _watch_override(self, cls: type) -> None:
+        """A subclass's own set_epoch(), wrapped once: the values the script gives it, which DistributedSampler's
+        wrapper never sees when the override does not pass them on (`super().set_epoch(epoch)`)."""
+        from torch.utils.data import DistributedSampler
+
+        owner = next(c for c in cls.__mro__ if "set_epoch" in c.__dict__)
+        original = owner.__dict__["set_epoch"]
+        if owner is DistributedSampler or owner in self.overrides or not inspect.isfunction(original):
+            return
+        obs = self
+
+        @functools.wraps(original)
+        def set_epoch(sampler, *args, **kwargs):
+            if obs.on and args and (record := obs.index.get(sampler)) is not None:
+                obs.guarded(obs.asked, record, args[0], original)
+            return original(sampler, *args, **kwargs)
+
+        owner.set_epoch = set_epoch
+        self.overrides.add(owner)
+        self.undo.append((owner, "set_epoch", original))
+
+    def asked(self, record: dict, epoch, method) -> None:
+        values = record.setdefault("asked", [])
+        if len(values) < SET_CALLS and isinstance(epoch, int):
+            values.append(int(epoch))
+        code = method.__code__
+        record["override"] = {"name": method.__qualname__, "where": f"{code.co_filename}:{code.co_firstlineno}"}
 
     def seen(self, sampler, indices: list) -> None:
         record = self.index[sampler]
@@ -120,6 +157,7 @@ class Observer(rankside.Observer):
     def forked(self) -> None:
         for record in self.samplers:  # built before the fork: this process's too; their passes and calls are not
             record.update(passes=[], calls=0, set_epoch=[], late=None)
+            record.pop("asked", None)
         self.current = weakref.WeakKeyDictionary()
 
     def epoch_set(self, sampler, epoch) -> None:
@@ -133,17 +171,19 @@ class Observer(rankside.Observer):
             record["late"] = {"epoch": int(epoch), "left": left, "n": record["passes"][-1]["n"]}
             record["late"]["where"] = self.window.where()
 
-    def _waiting(self) -> bool:
-        return any(r["shuffle"] and len(r["passes"]) == 1 for r in self.samplers)
+    def _waiting(self) -> set:
+        """The lines whose shuffling samplers have had one pass in all: one sampler in its first epoch, or the first of
+        those built anew there each epoch."""
+        passes: dict = {}
+        for r in self.samplers:
+            if r["shuffle"]:
+                passes[r["where"]] = passes.get(r["where"], 0) + len(r["passes"])
+        return {where for where, n in passes.items() if n == 1}
 
     def linger(self) -> bool:
-        """A shuffling sampler in its first epoch: its __iter__ stays until the second (no new sampler is watched)."""
-        if not self._waiting():
-            return False
-        for owner, name, original in [u for u in self.undo if u[1] == "__init__"]:
-            setattr(owner, name, original)
-        self.undo = [u for u in self.undo if u[1] != "__init__"]
-        return True
+        """A shuffling sampler in its first epoch: the hooks stay until its line's second pass (one call an epoch; a
+        new sampler is watched only where one waits)."""
+        return bool(self._waiting())
 
     def stop(self) -> None:
         self.on = False
@@ -170,27 +210,26 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     repeated: dict[str | None, dict] = {}  # where -> what was seen, over the ranks
     for rank, data in sorted(ranks.items()):
         samplers = data.get("samplers", [])
-        for record in samplers:
-            if not record["shuffle"]:
+        done = set()
+        for record, before, after, rebuilt in _pairs(samplers):
+            if record["where"] in done or not rebuilt and _one_epoch_read_twice(record, before, after):
                 continue
-            passes = record["passes"]
-            for before, after in zip(passes, passes[1:]):
-                if _one_epoch_read_twice(record, before, after):
-                    continue
-                if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
-                    seen = repeated.setdefault(
-                        record["where"],
-                        {
-                            "ranks": [],
-                            "first": before,
-                            "second": after,
-                            "epochs": sorted({p["epoch"] for p in passes}),
-                            "record": record,
-                            "others": [r for r in samplers if r is not record and r.get("set_epoch")],
-                        },
-                    )
-                    seen["ranks"].append(rank)
-                    break
+            if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
+                same_line = [r for r in samplers if r["where"] == record["where"]]
+                seen = repeated.setdefault(
+                    record["where"],
+                    {
+                        "ranks": [],
+                        "first": before,
+                        "second": after,
+                        "epochs": sorted({p["epoch"] for r in same_line for p in r["passes"]}),
+                        "record": record,
+                        "rebuilt": len(same_line) if rebuilt else 0,
+                        "others": [r for r in samplers if r["where"] != record["where"] and r.get("set_epoch")],
+                    },
+                )
+                seen["ranks"].append(rank)
+                done.add(record["where"])
     findings = []
     for where, seen in repeated.items():
         first = seen["first"]
@@ -212,6 +251,23 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     return findings
 
 
+def _pairs(samplers: list[dict]):
+    """(record, pass before, pass after, rebuilt) for each two consecutive passes of a shuffling sampler; and, for a
+    sampler built at a line that built one before (a new one each epoch), its first pass after the last one of the
+    sampler before, unless set_epoch() was called on the new one first."""
+    last: dict = {}  # where -> the last pass of the latest sampler built there
+    for record in samplers:
+        if not record["shuffle"]:
+            continue
+        passes = record["passes"]
+        if passes and (before := last.get(record["where"])) is not None and passes[0].get("calls", 0) == 0:
+            yield record, before, passes[0], True
+        for before, after in zip(passes, passes[1:]):
+            yield record, before, after, False
+        if passes:
+            last[record["where"]] = passes[-1]
+
+
 def _one_epoch_read_twice(record: dict, before: dict, after: dict) -> bool:
     """No set_epoch() between two passes of a sampler that does get set_epoch() calls: the same epoch read twice (the
     training loader read again to measure it), whose order is meant to be the same."""
@@ -231,6 +287,24 @@ def _why(seen: dict) -> tuple[str, str]:
     record, epochs = seen["record"], seen["epochs"]
     given, late = record.get("set_epoch"), record.get("late")
     same = ", so every epoch trains on the same order"
+    asked, override = record.get("asked"), record.get("override")
+    if asked and not given and override:
+        name = override["name"]
+        return (
+            f"set_epoch() was called with {', '.join(map(str, asked))}, but the sampler's epoch stayed "
+            f"{seen['first']['epoch']}: {name} (at {short(override['where'])}) replaces DistributedSampler.set_epoch "
+            f"and never passes the value on{same}",
+            f"call super().set_epoch(epoch) in {name} (DistributedSampler's set_epoch is what sets the epoch its "
+            "shuffle is seeded with)",
+        )
+    if seen["rebuilt"]:
+        return (
+            f"a new DistributedSampler is built there for each epoch ({seen['rebuilt']} in the window) and "
+            f"set_epoch() is not called on the new one before its loop, so each starts at epoch "
+            f"{seen['second']['epoch']}{same}",
+            "build the sampler (and its DataLoader) once, before the epoch loop, and call sampler.set_epoch(epoch) "
+            "at the start of every epoch; or call set_epoch(epoch) on each new sampler before iterating its DataLoader",
+        )
     if late:
         return (
             f"set_epoch({late['epoch']}) was called at {short(late['where'])} after the epoch's loop had begun "
