@@ -366,7 +366,10 @@ def test_a_sampler_built_anew_each_epoch_without_set_epoch_repeats_the_order(tmp
     f = only(readout.read(observed(tmp_path, ranks)), "epoch-repeats")
     assert f.where == f"{SCRIPT}:61" and f.evidence["second_epoch_at_step"] == 16
     assert "a new DistributedSampler is built there for each epoch (3 in the window)" in f.observed
-    assert "so each starts at epoch 0" in f.observed and "build the sampler (and its DataLoader) once" in f.fix
+    assert (
+        "before its loop: each starts at epoch 0, so every epoch" in f.observed
+        and "build the sampler (and its DataLoader) once" in f.fix
+    )
 
 
 def test_a_subclass_set_epoch_that_never_passes_the_value_on_is_named(tmp_path):

@@ -300,7 +300,7 @@ def _why(seen: dict) -> tuple[str, str]:
     if seen["rebuilt"]:
         return (
             f"a new DistributedSampler is built there for each epoch ({seen['rebuilt']} in the window) and "
-            f"set_epoch() is not called on the new one before its loop, so each starts at epoch "
+            f"set_epoch() is not called on the new one before its loop: each starts at epoch "
             f"{seen['second']['epoch']}{same}",
             "build the sampler (and its DataLoader) once, before the epoch loop, and call sampler.set_epoch(epoch) "
             "at the start of every epoch; or call set_epoch(epoch) on each new sampler before iterating its DataLoader",
