@@ -4,6 +4,7 @@ level, message, fix). docs/lint.md lists them and how often they are right on pu
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
@@ -237,7 +238,12 @@ class Checks(MultiGpuChecks):
             if self.callee_last(call) != "init_process_group":
                 continue
             value = self._backend_value(keyword(call, "backend") or (call.args[0] if call.args else None))
-            if value is not None and value.lower() == "nccl" and not self._cuda_checked(call):
+            if (
+                value is not None
+                and value.lower() == "nccl"
+                and not self._cuda_checked(call)
+                and not self._trains_on_gpus_only
+            ):
                 self.add(
                     call,
                     "nccl-hardcoded",
@@ -446,6 +452,34 @@ class Checks(MultiGpuChecks):
             if isinstance(node, ast.If) and check(node.test) and (body_exits(node.body) or body_exits(node.orelse)):
                 return True
         return False
+
+    @functools.cached_property
+    def _trains_on_gpus_only(self) -> bool:
+        """A function of this file that wraps a model in DDP puts something on a GPU in a statement of its own body,
+        under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`):
+        its training cannot run without GPUs, whatever the backend, so a hard-coded nccl costs nothing more."""
+        for func in self.nodes:
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
+                isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES for n in walk_same_function(func.body)
+            ):
+                continue
+            for stmt in func.body:
+                if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+                    self._needs_cuda(n) for n in _unconditional(stmt.value)
+                ):
+                    return True
+        return False
+
+    def _needs_cuda(self, node: ast.AST) -> bool:
+        """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `.to("cuda...")`."""
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            return False
+        if node.func.attr == "cuda":
+            return True
+        if self.resolve(self.callee(node)) == "torch.cuda.set_device":
+            return True
+        target = node.args[0] if node.args else keyword(node, "device")
+        return node.func.attr == "to" and (const_str(target) or "").startswith("cuda")
 
     def _gpu_only_path(self, call: ast.Call, scope: ast.AST) -> bool:
         """`torch.cuda.set_device(args.gpu)` as a statement on the path of `call`: in a block that holds `call` (or
@@ -1155,7 +1189,7 @@ class Checks(MultiGpuChecks):
                 isinstance(n, ast.Assign)
                 and any(dotted(t) == owner for t in n.targets)
                 and isinstance(n.value, ast.Call)
-                and self.callee_last(n.value) in DDP_NAMES
+                and (self.callee_last(n.value) in DDP_NAMES or self.callee_last(n.value) in self.facts.ddp_factories)
             ):
                 flags |= self._conditions(n)
         # no wrapper test counts once the innermost one was met, or the walk left the node's function
@@ -1525,3 +1559,16 @@ def _fails(stmt: ast.stmt, any_status: bool = False) -> bool:
     status = call.args[0] if call.args else None
     ok = status is None or (isinstance(status, ast.Constant) and status.value in (0, None, False))
     return any_status or not ok
+
+
+def _unconditional(expr: ast.AST | None):
+    """The nodes of an expression that run whenever it does: not inside a conditional expression, a boolean operator,
+    a lambda or a comprehension."""
+    stack = [expr] if expr is not None else []
+    skip = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, skip):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))

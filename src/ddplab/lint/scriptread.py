@@ -393,7 +393,8 @@ class ScriptReader:
         return any(self.sets_print(node) and not self._conditions(node) & spawn_flags for node in self.nodes)
 
     def _conditions(self, node: ast.AST) -> set[str]:
-        """The flags (names, attributes) the enclosing `if` tests require for `node` to run."""
+        """The flags (names, attributes, calls of no argument: `is_distributed()`) the enclosing `if` tests require for
+        `node` to run."""
         found, child, parent = set(), node, self.parent.get(node)
         while parent is not None:
             if isinstance(parent, ast.If) and child in parent.body:
@@ -402,7 +403,7 @@ class ScriptReader:
                     if isinstance(parent.test, ast.BoolOp) and isinstance(parent.test.op, ast.And)
                     else [parent.test]
                 )
-                found |= {dotted(t) for t in tests if isinstance(t, (ast.Name, ast.Attribute))}
+                found |= {dotted(t) for t in tests if isinstance(_flag_call(t) or t, (ast.Name, ast.Attribute))}
             child, parent = parent, self.parent.get(parent)
         return found
 
@@ -1122,6 +1123,11 @@ class ScriptReader:
             and "distributed" in self.callee(test)
         ):
             return True  # dist.is_initialized(): a process group exists
+        if isinstance(test, ast.Call) and not test.args and not test.keywords and depth < 2:
+            # `def is_distributed(): return dist.is_initialized()`, then `if is_distributed():` - read what it returns
+            returned = _only_return(self.functions.get(dotted(test.func)))
+            if returned is not None:
+                return self._launcher_test(returned, depth + 1)
         if (
             isinstance(test, ast.Compare)
             and len(test.ops) == 1
@@ -1331,3 +1337,16 @@ def _is_minus_one(node: ast.AST) -> bool:
         and isinstance(node.operand, ast.Constant)
         and node.operand.value == 1
     ) or (isinstance(node, ast.Constant) and node.value == -1)
+
+
+def _only_return(func: ast.AST | None) -> ast.AST | None:
+    """The value a function of no parameters returns when its body is that one `return` (after a docstring)."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.args.args or func.args.posonlyargs:
+        return None
+    body = func.body[1:] if func.body and isinstance(func.body[0], ast.Expr) else func.body
+    return body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+
+
+def _flag_call(test: ast.AST) -> ast.AST | None:
+    """The callee of a call of no argument (`is_distributed()`): a flag computed, tested as a flag is."""
+    return test.func if isinstance(test, ast.Call) and not test.args and not test.keywords else None

@@ -1,4 +1,5 @@
-"""`nccl-hardcoded`: backend `"nccl"` with no CUDA check."""
+"""`nccl-hardcoded`: backend `"nccl"` with no CUDA check, in a script whose training could run without GPUs (one
+whose DDP function puts something on a GPU unconditionally cannot, whatever the backend)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _every_caller_checks_cuda(f, seen: Seen) -> bool:
 RULE = Rule(
     id="nccl-hardcoded",
     severity=MINOR,
-    what='backend `"nccl"` with no CUDA check',
+    what='backend `"nccl"` with no CUDA check (not where the training puts something on a GPU unconditionally: it needs GPUs anyway)',
     why="on a machine without GPUs (or a CPU build of torch) init_process_group fails: the script cannot be tried on a laptop",
     example='dist.init_process_group("nccl")',
     fix="`backend = 'nccl' if torch.cuda.is_available() else 'gloo'`",
