@@ -159,3 +159,30 @@ def test_a_script_with_no_process_group_loads_in_one_process():
         "model = nn.DataParallel(nn.Linear(2, 2).cuda())",
     )
     assert "load-no-map-location" in [f.rule for f in lint_source(ddp, show_all=True).findings]
+
+
+def test_a_save_helper_s_data_parallel_branch_does_not_run_in_a_ddp_project():
+    """`if isinstance(model, nn.DataParallel): torch.save(model.module...) else: torch.save(model...)`: a DDP wrapper
+    is no DataParallel, so in a project that builds none only the else saves (one finding, there); where the project
+    builds a DataParallel too, both branches run."""
+    src = HEAD + textwrap.dedent(
+        """\
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def save_model(model, out):
+            if isinstance(model, torch.nn.DataParallel):
+                torch.save(model.module.state_dict(), out)
+            else:
+                torch.save(model.state_dict(), out)
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(2, 2))
+        save_model(model.module, "m.pt")
+        dist.destroy_process_group()
+        """
+    )
+    saves = [line for line, rule in rules(src) if rule == "unguarded-save"]
+    assert saves == [9]
+    both = src.replace(
+        'save_model(model.module, "m.pt")',
+        'save_model(model.module, "m.pt")\nsave_model(torch.nn.DataParallel(torch.nn.Linear(2, 2)), "n.pt")',
+    )
+    assert [line for line, rule in rules(both) if rule == "unguarded-save"] == [7, 9]

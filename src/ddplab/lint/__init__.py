@@ -31,6 +31,7 @@ from ddplab.lint.scriptread import (
     dotted,
     forget_trees,
     is_main_block,
+    last,
     passed,
     static,
 )
@@ -478,6 +479,23 @@ def _uncalled_spans(
     return spans
 
 
+def _data_parallel_spans(reader: Checks) -> list[tuple[int, int]]:
+    """The body of `if isinstance(model, nn.DataParallel):` in a project that builds no DataParallel: a DDP wrapper
+    is not one (nor a subclass of it), so that branch does not run in its training (a save helper's other branch
+    does, and is read)."""
+    spans = []
+    for n in reader.nodes:
+        test = n.test if isinstance(n, ast.If) else None
+        if (
+            isinstance(test, ast.Call)
+            and reader.callee_last(test) == "isinstance"
+            and len(test.args) == 2
+            and last(dotted(test.args[1])) == "DataParallel"
+        ):
+            spans.append((n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno))
+    return spans
+
+
 def function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [
@@ -515,6 +533,7 @@ def lint_project(
     readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
     callers = Callers(readers, project.entries)
     rules, passes = by_id(), rule_passes()
+    builds_data_parallel = any(r.callee_last(c) == "DataParallel" for r in readers.values() for c in r.calls)
     for rule in rules.values():
         if rule.across is not None:  # what a rule finds across files, before each file's own passes
             rule.across(readers, callers, project.entries)
@@ -530,6 +549,8 @@ def lint_project(
         spans = _uncalled_spans(tree, entry and not any(is_main_block(n) for n in tree.body), refs, path)
         if not entry:  # an imported module's `__main__` block (its own demo or test) does not run on import
             spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if is_main_block(n)]
+        if not builds_data_parallel:
+            spans += _data_parallel_spans(checks)
         seen = Seen(path, entry, checks, readers, callers, facts, spans)
         for f in checks.findings:
             rule = rules[f.rule]

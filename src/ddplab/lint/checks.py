@@ -26,6 +26,7 @@ from ddplab.lint.scriptread import (
     is_main_block,
     keyword,
     last,
+    leading_text,
     method_name,
     passed,
     walk_same_function,
@@ -205,10 +206,7 @@ class Checks(MultiGpuChecks):
             elif name == "os.putenv" and call.args and const_str(call.args[0]) in env_vars:
                 report(call, const_str(call.args[0]))
             elif last(name) == "init_process_group":
-                method = keyword(call, "init_method")
-                text = const_str(method) or (
-                    const_str(method.values[0]) if isinstance(method, ast.JoinedStr) and method.values else None
-                )
+                text = leading_text(keyword(call, "init_method"))
                 if text and text.startswith("tcp://") and not self.spawns:
                     self.add(
                         call,

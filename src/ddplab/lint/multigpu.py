@@ -22,6 +22,7 @@ from ddplab.lint.scriptread import (
     given_for,
     keyword,
     last,
+    leading_text,
     method_name,
     walk_same_function,
 )
@@ -428,7 +429,7 @@ class MultiGpuChecks(ScriptReader):
         return (
             (isinstance(world, ast.Call) and self.callee_last(world) == "device_count")
             or (world is not None and "local_world_size" in dotted(world).lower())
-            or (isinstance(method, ast.Constant) and str(method.value).startswith(("tcp://127.", "tcp://localhost")))
+            or (leading_text(method) or "").startswith(("tcp://127.", "tcp://localhost"))
         )
 
     def _report_global_device(self, call: ast.Call) -> None:

@@ -1350,3 +1350,15 @@ def _only_return(func: ast.AST | None) -> ast.AST | None:
 def _flag_call(test: ast.AST) -> ast.AST | None:
     """The callee of a call of no argument (`is_distributed()`): a flag computed, tested as a flag is."""
     return test.func if isinstance(test, ast.Call) and not test.args and not test.keywords else None
+
+
+def leading_text(node: ast.AST | None) -> str | None:
+    """The constant text a string expression starts with, however it is formatted: a literal, an f-string,
+    `"tcp://{}:{}".format(...)`, `"tcp://%s" % addr`, `"tcp://" + addr`."""
+    if isinstance(node, ast.JoinedStr):
+        return const_str(node.values[0]) if node.values else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        return leading_text(node.func.value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
+        return leading_text(node.left)
+    return const_str(node) if node is not None else None
