@@ -355,6 +355,38 @@ def test_forwards_are_counted_before_each_digested_step_only_and_zero_is_sharded
     assert zero.observers[0].data()["sharded"].startswith("ZeroRedundancyOptimizer")
 
 
+def test_a_module_beside_the_wrapper_is_named_by_the_users_name_for_it(window, one_process_group):
+    """A head the optimizer steps but no DDP wrapper holds: its parameters are named by the variable (or the
+    attribute) the user's code holds it by, not bare `weight` (which the wrapped model has too)."""
+
+    class Trainer:
+        def __init__(self):
+            self.model = DDP(torch.nn.Linear(4, 4))
+            self.head = torch.nn.Linear(4, 1)
+            self.optimizer = torch.optim.SGD([*self.model.parameters(), *self.head.parameters()], lr=0.1)
+
+        def step(self, x):
+            self.optimizer.zero_grad()
+            self.head(self.model(x)).sum().backward()
+            self.optimizer.step()
+
+    w = window(steps=1, checks=("paramsync",))
+    trainer = Trainer()
+    trainer.step(torch.randn(8, 4))
+    (digest,) = w.observers[0].data()["checks"]
+    names = [(p[0], p[4]) for p in digest["params"]]
+    assert names == [("weight", True), ("bias", True), ("self.head.weight", False), ("self.head.bias", False)]
+
+    w = window(steps=1, checks=("paramsync",))
+    proj = torch.nn.Linear(4, 4)  # held by a local variable of this function
+    optimizer = torch.optim.SGD([*trainer.model.parameters(), *proj.parameters()], lr=0.1)
+    optimizer.zero_grad()
+    proj(trainer.model(torch.randn(8, 4))).sum().backward()
+    optimizer.step()
+    (digest,) = w.observers[0].data()["checks"]
+    assert [p[0] for p in digest["params"]][2:] == ["proj.weight", "proj.bias"]
+
+
 def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(window):
     w = window(steps=3, checks=("epochorder",))
     data = TensorDataset(torch.arange(64.0).view(64, 1))

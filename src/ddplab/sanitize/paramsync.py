@@ -280,9 +280,11 @@ class Observer(rankside.Observer):
             held = {id(c) for m in modules for c in m._modules.values() if c is not None}
             roots = [m for m in modules if id(m) not in held]
             for root in sorted(roots, key=lambda m: -sum(1 for _ in m.parameters())):
-                for name, p in root.named_parameters():
-                    if id(p) in index:
-                        names.setdefault(index[id(p)], name)
+                own = [(name, p) for name, p in root.named_parameters() if id(p) in index and index[id(p)] not in names]
+                if own:  # a module beside the wrapper: its parameters by the name the user's code gave it
+                    holder = _holder_name(root) or type(root).__name__
+                    for name, p in own:
+                        names.setdefault(index[id(p)], f"{holder}.{name}")
         if len(names) < len(params):
             _variable_names(index, names)
         return names, in_ddp
@@ -297,6 +299,26 @@ class Observer(rankside.Observer):
 
     def data(self) -> dict:
         return {"checks": self.checks, "sharded": self.sharded}
+
+
+def _holder_name(obj) -> str | None:
+    """The name the user's code holds `obj` by, in a user frame on the stack of optimizer.step() (the innermost
+    first): a local or global variable (`proj`), else an attribute of one (`self.proj`)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user(frame.f_code.co_filename):
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in list(scope.items()):
+                    if value is obj:
+                        return name
+            for name, value in list(frame.f_locals.items()):
+                attrs = getattr(value, "__dict__", None)
+                if isinstance(attrs, dict):
+                    held = next((a for a, v in list(attrs.items()) if v is obj), None)
+                    if held is not None:
+                        return f"{name}.{held}"
+        frame = frame.f_back
+    return None
 
 
 def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
