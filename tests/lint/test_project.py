@@ -104,6 +104,61 @@ def test_mistakes_in_an_imported_module_name_their_file(tmp_path):
     assert ran.code == 0 and f"{tmp_path / 'lib' / 'setup.py'}:3:" in ran.out.replace("\n", "")
 
 
+def test_a_standard_library_import_is_not_a_stray_file_in_a_folder_above(tmp_path):
+    """`import imp` in a repository with no setup.py: a stray imp.py two folders up (a scratch file in /tmp) is not
+    the project's module; a module of the script's own folder with a standard name still shadows Python's, as it
+    does when the script runs."""
+    stray = 'import os\nos.environ["MASTER_ADDR"] = "10.0.0.1"\n'
+    train = write(
+        tmp_path,
+        {
+            "repo/sub/train.py": "import imp\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+            "dist.destroy_process_group()\n",
+            "imp.py": stray,
+        },
+    )
+    assert found(train) == set()
+    (train.parent / "imp.py").write_text(stray)
+    assert found(train) == {("imp.py", 2, "sets-master-env")}
+
+
+def test_a_call_that_passes_no_model_does_not_reach_the_save_under_model_is_not_none(tmp_path):
+    """minimind's lm_checkpoint(cfg, model=None, ...): `if model is not None:` saves, else loads. Called on every
+    rank with no model (to resume) and under `if rank == 0:` with one, it saves on rank 0 only; called on every
+    rank with a model, every rank saves."""
+    files = {
+        "train.py": """\
+            import os
+            import torch
+            import torch.distributed as dist
+            from ckpt import checkpoint
+            dist.init_process_group("gloo")
+            rank = int(os.environ["RANK"])
+            model = torch.nn.Linear(2, 2)
+            state = checkpoint("last.pt")
+            if rank == 0:
+                checkpoint("last.pt", model=model)
+            dist.destroy_process_group()
+            """,
+        "ckpt.py": """\
+            import torch
+            def checkpoint(path, model=None):
+                if model is not None:
+                    torch.save(model.state_dict(), path)
+                else:
+                    return torch.load(path, map_location="cpu")
+            """,
+    }
+    train = write(tmp_path, files)
+    assert "unguarded-save" not in {rule for _, _, rule in found(train)}
+    train.write_text(
+        train.read_text().replace(
+            'if rank == 0:\n    checkpoint("last.pt", model=model)', 'checkpoint("last.pt", model=model)'
+        )
+    )
+    assert ("ckpt.py", 4, "unguarded-save") in found(train)
+
+
 def test_modules_are_read_as_python_reads_them_a_byte_order_mark_or_a_coding_line(tmp_path):
     """NVlabs' stylegan2-ada-pytorch starts its modules with a UTF-8 byte-order mark, which Python skips: lint said
     'not valid Python (invalid non-printable character U+FEFF)' and did not read them. A latin-1 coding line too."""

@@ -496,6 +496,12 @@ def _data_parallel_spans(reader: Checks) -> list[tuple[int, int]]:
     return spans
 
 
+def statement_at(reader: Checks, line: int) -> ast.AST | None:
+    """The innermost statement that starts at this line (a finding's line is its statement's first)."""
+    found = [n for n in reader.nodes if isinstance(n, ast.stmt) and n.lineno == line]
+    return max(found, key=lambda n: n.col_offset) if found else None
+
+
 def function_at(reader: Checks, line: int) -> ast.AST | None:
     """The innermost function (or method) holding this line."""
     around = [
@@ -567,7 +573,7 @@ def lint_project(
                 f.path = os.path.normpath(typed / os.path.relpath(path, base))
             if not entry and f.confidence == SURE and (func := function_at(checks, f.line)) is not None:
                 if rule.callers_guard:
-                    site = callers.every_rank(path, func)
+                    site = callers.every_rank(path, func, node=statement_at(checks, f.line))
                     if site is None:
                         f.confidence = POSSIBLE
                         f.why = "in a function of an imported module that no caller is seen running on every rank"

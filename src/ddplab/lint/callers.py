@@ -36,9 +36,11 @@ class Callers:
             id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef) for f in c.body
         }
 
-    def every_rank(self, path: Path, func: ast.AST, depth: int = 0) -> ast.Call | None:
-        """A call of `func` (a function or method of `path`) that runs on every rank, or None."""
-        key = (path, id(func))
+    def every_rank(self, path: Path, func: ast.AST, depth: int = 0, node: ast.AST | None = None) -> ast.Call | None:
+        """A call of `func` (a function or method of `path`) that runs on every rank, or None; with `node`, one
+        that also opens the branches of `func` around it (`checkpoint(cfg)`, passing no model, never reaches
+        `if model is not None: torch.save(...)`)."""
+        key = (path, id(func), id(node) if node is not None else None)
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = None  # a recursion back here finds nothing new
@@ -46,7 +48,13 @@ class Callers:
             None
             if depth > MAX_DEPTH
             else next(
-                (site for where, site in self.sites(path, func) if self._site_every_rank(where, site, depth)), None
+                (
+                    site
+                    for where, site in self.sites(path, func)
+                    if (node is None or self.readers[path].branch_open(node, func, site))
+                    and self._site_every_rank(where, site, depth)
+                ),
+                None,
             )
         )
         # handed by the script to mp.spawn (`mp.spawn(main, ...)`, main imported): every worker runs it, whatever

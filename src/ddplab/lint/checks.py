@@ -454,7 +454,8 @@ class Checks(MultiGpuChecks):
     @functools.cached_property
     def _trains_on_gpus_only(self) -> bool:
         """A function of this file that wraps a model in DDP puts something on a GPU in a statement of its own body,
-        under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`):
+        under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`,
+        `DDP(model, device_ids=[rank])`):
         its training cannot run without GPUs, whatever the backend, so a hard-coded nccl costs nothing more."""
         for func in self.nodes:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
@@ -469,8 +470,14 @@ class Checks(MultiGpuChecks):
         return False
 
     def _needs_cuda(self, node: ast.AST) -> bool:
-        """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `.to("cuda...")`."""
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `.to("cuda...")`, DDP given
+        a list of `device_ids` (a CPU module takes none)."""
+        if not isinstance(node, ast.Call):
+            return False
+        if self.callee_last(node) in DDP_NAMES:
+            ids = keyword(node, "device_ids") or (node.args[1] if len(node.args) > 1 else None)
+            return isinstance(ids, (ast.List, ast.Tuple)) and bool(ids.elts)  # (a name may hold None on CPUs)
+        if not isinstance(node.func, ast.Attribute):
             return False
         if node.func.attr == "cuda":
             return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import sys
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ def _read(path: Path) -> tuple[ast.Module | None, str | None]:
         return None, f"{path}: not valid Python ({type(e).__name__}: {e})"
 
 
+# the standard library's top-level modules (Python 3.10+ lists them), and those removed since that scripts still import
+STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"imp", "distutils", "asynchat", "asyncore", "smtpd"}
+
+
 def _candidates(base: Path, dotted_name: str) -> list[Path]:
     parts = [p for p in dotted_name.split(".") if p]
     target = base.joinpath(*parts) if parts else base
@@ -92,7 +97,9 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
-                for root in roots:
+                # a standard library module is Python's own unless the script's folder shadows it (`import imp` is
+                # not a stray imp.py two folders up)
+                for root in roots[:1] if parts[0] in STDLIB else roots:
                     # a module of a folder above the script is found when the project root is on the path
                     # (`PYTHONPATH=. python tools/train.py`, `import utils`), as a package there is
                     if add(root, parts[0]):

@@ -1294,8 +1294,8 @@ class ScriptReader:
     def branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
         """`node` can run when `site` calls `func`: no enclosing `if flag:` or `if mode == "dev":` (or its else) on a
         parameter that this call fixes to a constant of the other truth (`save(..., save_cur=True)` never reaches
-        the `else:` of `if save_cur:`, `evaluate(..., mode="test")` the `if mode == "dev":`; a call passing nothing
-        takes the default)."""
+        the `else:` of `if save_cur:`, `evaluate(..., mode="test")` the `if mode == "dev":`, `checkpoint(cfg)` with
+        `model=None` the `if model is not None:`; a call passing nothing takes the default)."""
         names = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
         child, parent = node, self.parent.get(node)
         while parent is not None and parent is not func:
@@ -1303,19 +1303,25 @@ class ScriptReader:
                 test, wanted = parent.test, child in parent.body
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, wanted = test.operand, not wanted
-                expected = None
+                expected, by_identity = None, False
                 if (
                     isinstance(test, ast.Compare)
                     and len(test.ops) == 1
-                    and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+                    and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
                     and isinstance(test.comparators[0], ast.Constant)
                 ):
-                    wanted = wanted == isinstance(test.ops[0], ast.Eq)  # `if mode != "dev":` holds off "dev"
+                    # `if mode != "dev":` holds off "dev"; `if model is not None:` off a call passing no model
+                    wanted = wanted == isinstance(test.ops[0], (ast.Eq, ast.Is))
                     test, expected = test.left, test.comparators[0].value
+                    by_identity = expected is None
                 if isinstance(test, ast.Name) and test.id in names:
                     value = passed(site, func, test.id)
                     if isinstance(value, ast.Constant):
-                        truth = bool(value.value) if expected is None else value.value == expected
+                        truth = (
+                            bool(value.value)
+                            if expected is None and not by_identity
+                            else (value.value is None if by_identity else value.value == expected)
+                        )
                         if truth != wanted:
                             return False
             child, parent = parent, self.parent.get(parent)
