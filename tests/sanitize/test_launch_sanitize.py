@@ -196,7 +196,10 @@ def test_a_replayed_pass_and_an_accumulation_off_by_one_are_named(tmp_path, no_l
     assert "itertools.cycle(loader)" in replay["observed"] and "it = iter(loader) again" in replay["fix"]
     assert diverge["evidence"]["step"] == 1 and diverge["evidence"]["no_sync_backward"] == [0, 1]
     assert diverge["evidence"]["no_sync"] == [] and diverge["evidence"]["unaveraged"] == {}
-    assert "the last forward before the step ran inside ddp.no_sync()" in diverge["observed"]
+    assert (
+        "the last forward before the step ran with DDP's gradient sync off, inside ddp.no_sync()"
+        in (diverge["observed"])
+    )
     assert "(i + 1) % accum != 0" in diverge["fix"]
 
 

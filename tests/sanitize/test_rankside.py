@@ -387,6 +387,23 @@ def test_a_module_beside_the_wrapper_is_named_by_the_users_name_for_it(window, o
     assert [p[0] for p in digest["params"]][2:] == ["proj.weight", "proj.bias"]
 
 
+def test_a_loader_is_known_by_the_sampler_inside_its_batch_sampler(window):
+    """`DataLoader(batch_sampler=BatchSampler(DistributedSampler(...)))`: the loader's own `sampler` is then an
+    unused SequentialSampler; what draws the indices is the DistributedSampler inside, and it is the one recorded
+    (its rank, replicas and seed: a seed per rank is named as such)."""
+    from torch.utils.data import BatchSampler
+
+    w = window(steps=3, checks=("samebatch",))
+    data = TensorDataset(torch.arange(64.0).view(64, 1))
+    inner = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=7)
+    DataLoader(data, batch_sampler=BatchSampler(inner, batch_size=8, drop_last=False))
+    DataLoader(data, batch_size=8, sampler=DistributedSampler(data, num_replicas=2, rank=0, shuffle=False))
+    given, plain = w.observers[0].data()["loaders"]
+    assert given["sampler"] == "DistributedSampler" and given["shuffles"]
+    assert given["distributed"] == {"rank": 1, "num_replicas": 2, "shuffle": True, "seed": 7}
+    assert plain["sampler"] == "DistributedSampler" and plain["distributed"]["rank"] == 0 and "shuffles" not in plain
+
+
 def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(window):
     w = window(steps=3, checks=("epochorder",))
     data = TensorDataset(torch.arange(64.0).view(64, 1))

@@ -431,7 +431,11 @@ def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed
     "kind,words,fix",
     [
         ("no ddp", "no DistributedDataParallel holds the parameters", "wrap the model"),
-        ("no_sync", "inside ddp.no_sync() (on ranks 0 and 1)", "no_sync() only around the accumulation"),
+        (
+            "no_sync",
+            "require_backward_grad_sync set False (on ranks 0 and 1)",
+            "no_sync() only around the accumulation",
+        ),
         ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
         ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank"),
         # clip_grad_norm_ under `if rank == 0:`: the gradients the step applied differ though DDP averaged them
@@ -538,9 +542,18 @@ def test_weights_not_broadcast_by_a_script_that_averages_the_gradients_itself_sa
     f = only(readout.read(observed(tmp_path, ranks)), "params-diverge")
     assert "the gradients the step applied were the same on every rank" in f.observed
     assert "(`2.weight` was not broadcast)" in f.observed and "dist.broadcast(p, src=0)" in f.fix
-    ranks[1]["params-diverge"]["checks"][0]["grads"] = [11, 12, 99, 14]  # not averaged: the cause it was
+    ranks[1]["params-diverge"]["checks"][0]["grads"] = [91, 92, 99, 94]  # none averaged: nothing was
     f = only(readout.read(observed(tmp_path / "b", ranks)), "params-diverge")
-    assert "no DistributedDataParallel holds the parameters" in f.observed
+    assert "no DistributedDataParallel holds the parameters the optimizer steps: nothing averaged" in f.observed
+    # the gradients of the parameters that stayed equal agree, those of the differing ones do not: the script's own
+    # all_reduce covers one part of the model (its encoder) and skips the rest
+    ranks[1]["params-diverge"]["checks"][0]["grads"] = [11, 12, 99, 94]
+    f = only(readout.read(observed(tmp_path / "c", ranks)), "params-diverge")
+    assert (
+        "the script averages gradients itself (the gradients of `0.weight` and 1 other were the same on every "
+        "rank), but not those of `2.weight` and the other differing ones: its own all_reduce skips them"
+    ) in f.observed
+    assert "optimizer.param_groups" in f.fix
 
 
 def test_a_step_skipped_on_some_ranks_is_told_by_their_forwards_before_it(tmp_path):
@@ -627,6 +640,19 @@ def test_a_file_written_by_both_ranks_is_named_with_the_lines_and_the_step(tmp_p
     assert f"ranks 0 and 1 both wrote {model} (at {SCRIPT}:88, from step 32)" in f.observed
     assert f.evidence["path"] == model and f.evidence["ranks"] == [0, 1]
     assert "dist.get_rank() == 0" in f.fix
+
+
+def test_one_line_writing_a_file_per_epoch_on_every_rank_is_one_finding(tmp_path):
+    """`torch.save(state, f"ckpt_{epoch}.pt")` on every rank: one mistake, said once with the files it wrote; the
+    run that failed on the last of them still puts it first."""
+    paths = [str(tmp_path / f"ckpt_{e}.pt") for e in range(4)]
+    ranks = {r: writes(*[(p, "w", f"{SCRIPT}:43", 16 * (e + 1)) for e, p in enumerate(paths)]) for r in (0, 1)}
+    report = readout.read(observed(tmp_path / "sanitize", ranks))
+    f = only(report, "shared-write")
+    assert f"both wrote {paths[0]}, {paths[1]}, {paths[2]} and 1 more (at {SCRIPT}:43, from step 16)" in f.observed
+    assert f.evidence["paths"] == paths and f.evidence["path"] == paths[0]
+    readout.lead(report, "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt_3.pt.tmp'")
+    assert report.leading
 
 
 def _save_atomically(folder: str, work: str, rank: int) -> None:

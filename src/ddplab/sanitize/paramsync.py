@@ -533,6 +533,21 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
             ".values(): dist.broadcast(p, src=0); or seed every rank alike before building the model; or wrap it "
             "in DDP, whose start-up does both"
         )
+    elif (not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"])) and (
+        hand := _averaged_by_hand(checks, differ)
+    ):
+        # no DDP; the gradients of the parameters that stayed equal were the same on every rank (each rank read
+        # its own data: only an all_reduce makes them equal), those of the differing ones were not
+        others = f" and {len(hand) - 1} other{'s' if len(hand) > 2 else ''}" if len(hand) > 1 else ""
+        cause = (
+            "no DistributedDataParallel holds them; the script averages gradients itself (the gradients of "
+            f"`{first['params'][hand[0]][0]}`{others} were the same on every rank), but not those of `{name}`"
+            f"{' and the other differing ones' if len(differ) > 1 else ''}: its own all_reduce skips them"
+        )
+        fix = (
+            "all_reduce the gradient of every parameter the optimizer steps (for group in optimizer.param_groups: "
+            "for p in group['params']: ...), not those of one part of the model; or wrap the model in DDP"
+        )
     elif not any(c["ddps"] for c in checks.values()) or not any(p[4] for p in first["params"]):
         cause = "no DistributedDataParallel holds the parameters the optimizer steps: nothing averaged the gradients"
         fix = (
@@ -541,8 +556,9 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
         )
     elif no_sync:
         cause = (
-            f"the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync) > 1 else ''} "
-            f"{ranks_text(no_sync)}): DDP did not average this step's gradients"
+            f"the step ran with DDP's gradient sync off, inside ddp.no_sync() or with require_backward_grad_sync "
+            f"set False (on rank{'s' if len(no_sync) > 1 else ''} {ranks_text(no_sync)}): DDP did not average this "
+            "step's gradients"
         )
         fix = (
             "use no_sync() only around the accumulation micro-steps; run the backward of the micro-step before "
@@ -560,8 +576,9 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
         where = c["direct_where"] or where
     elif no_sync_backward:
         cause = (
-            f"the last forward before the step ran inside ddp.no_sync() (on rank{'s' if len(no_sync_backward) > 1 else ''} "
-            f"{ranks_text(no_sync_backward)}), left before optimizer.step(): DDP did not average the gradients of "
+            "the last forward before the step ran with DDP's gradient sync off, inside ddp.no_sync() or with "
+            f"require_backward_grad_sync set False (on rank{'s' if len(no_sync_backward) > 1 else ''} "
+            f"{ranks_text(no_sync_backward)}), turned on again before optimizer.step(): DDP did not average the gradients of "
             "the backward that preceded the step, so each rank applied gradients of its own (gradient accumulation "
             "off by one: no_sync() on the micro-batch the step follows, not on the ones before it)"
         )
@@ -694,6 +711,19 @@ def _grads_agree(checks: dict[int, dict], differ: list[int]) -> bool:
         if None in seen or len(seen) > 1:
             return False
     return True
+
+
+def _averaged_by_hand(checks: dict[int, dict], differ: list[int]) -> list[int]:
+    """The parameters that stayed equal whose applied gradients were the same, and not zero, on every rank, when
+    those of the differing parameters were not: a script that all_reduces some gradients and skips others."""
+    if not all(c.get("grads") for c in checks.values()) or _grads_differ(checks, differ) is None:
+        return []
+    agree = []
+    for i in range(len(next(iter(checks.values()))["grads"])):
+        seen = {c["grads"][i] for c in checks.values()}
+        if i not in differ and len(seen) == 1 and None not in seen and 0 not in seen:
+            agree.append(i)
+    return agree
 
 
 def _grads_differ(checks: dict[int, dict], differ: list[int]) -> str | None:

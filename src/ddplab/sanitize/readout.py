@@ -81,8 +81,8 @@ def lead(report: SanitizeReport, failure: str) -> None:
     is what it failed on; such findings go first and the report leads."""
 
     def names(f: Finding) -> bool:
-        path = f.evidence.get("path")
-        if path and os.path.basename(path) in failure:
+        paths = f.evidence.get("paths") or [f.evidence.get("path")]
+        if any(path and os.path.basename(path) in failure for path in paths):
             return True
         if f.where:
             file, _, line = f.where.rpartition(":")

@@ -141,10 +141,8 @@ class Observer(rankside.Observer):
     def built(self, loader) -> None:
         if len(self.loaders) >= LOADERS:
             return
-        BatchSampler, DistributedSampler, IterableDataset = self.kinds
-        sampler, given = loader.sampler, loader.batch_sampler
-        if given is not None and not isinstance(given, BatchSampler):  # a batch_sampler of the user's: its own
-            sampler = getattr(given, "sampler", given)
+        _, DistributedSampler, IterableDataset = self.kinds
+        sampler = _drawing(loader)
         record = {
             "where": self.window.where(),
             "sampler": type(sampler).__name__,
@@ -158,8 +156,7 @@ class Observer(rankside.Observer):
         subset = _subset(loader.dataset)
         if subset is not None:
             record["subset"] = subset
-        inner = given.sampler if isinstance(given, BatchSampler) else sampler
-        if isinstance(inner, self.shuffling) or (isinstance(inner, DistributedSampler) and inner.shuffle):
+        if isinstance(sampler, self.shuffling) or (isinstance(sampler, DistributedSampler) and sampler.shuffle):
             record["shuffles"] = True  # a new order each epoch, as meant (a replayed pass repeats one)
         if isinstance(sampler, DistributedSampler):
             record["distributed"] = {
@@ -407,6 +404,20 @@ class Observer(rankside.Observer):
                 for loader in self.loaders
             ]
         }
+
+
+def _drawing(loader):
+    """The sampler that draws the loader's indices: the one inside its batch sampler (the loader's own BatchSampler
+    holds `loader.sampler`; `batch_sampler=BatchSampler(DistributedSampler(...))` of the user's holds theirs, and
+    the loader's `sampler` is then an unused SequentialSampler), followed down a few wrappers; a batch sampler of
+    the user's with no inner sampler draws by itself."""
+    sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    for _ in range(4):
+        inner = getattr(sampler, "sampler", None)
+        if inner is None or inner is sampler:
+            break
+        sampler = inner
+    return sampler
 
 
 def _hold(t) -> int:

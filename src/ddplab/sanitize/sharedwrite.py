@@ -147,21 +147,30 @@ class Observer(rankside.Observer):
 
 # ------------------------------------------------------------------------------------------------------ reader side
 def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
-    findings = []
     gathered = by_key(ranks, "writes", "path")
     shared = {path for path, writes in gathered.items() if len(writes) > 1}
+    # one finding per line of code and way of writing: `torch.save(state, f"ckpt_{epoch}.pt")` on every rank is one
+    # mistake however many epochs' files it wrote
+    grouped: dict[tuple, list[tuple[str, dict]]] = {}
     for path, writes in gathered.items():
         if len(writes) < 2 or all(w.get("from") in shared for w in writes.values()):
             continue  # renamed from one shared temporary file: that file's finding says it (the renames but one fail)
-        ranks_ = sorted(writes)
-        first = writes[ranks_[0]]
-        lines = sorted({short(w["where"]) for w in writes.values()})
+        lines = tuple(sorted({short(w["where"]) for w in writes.values()}))
         renamed = all(w.get("from") for w in writes.values())
         verb = "appended to" if all(w["mode"] == "a" for w in writes.values()) else "wrote"
+        grouped.setdefault((lines, renamed, verb, tuple(sorted(writes))), []).append((path, writes))
+    findings = []
+    for (lines, renamed, verb, ranks_), paths in grouped.items():
+        path, writes = paths[0]
+        first = writes[ranks_[0]]
         when = f"from step {first['step']}" if first["step"] else "before the first optimizer step"
         every = "both" if len(ranks_) == 2 else "all"
         did = "renamed a file of their own onto" if renamed else verb
-        observed = f"ranks {ranks_text(ranks_)} {every} {did} {_shown(path)} (at {', '.join(lines)}, {when})"
+        shown = [_shown(p) for p, _ in paths[:3]]
+        named = shown[0] if len(paths) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+        if len(paths) > 3:
+            named = f"{', '.join(shown)} and {len(paths) - 3} more"
+        observed = f"ranks {ranks_text(list(ranks_))} {every} {did} {named} (at {', '.join(lines)}, {when})"
         if verb == "appended to":
             observed += ": their lines interleave in one file"
         elif renamed:
@@ -177,22 +186,17 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             "machine), then dist.barrier() before any rank reads it; a file each rank needs of its own gets the "
             "rank in its name"
         )
-        findings.append(
-            Finding(
-                ID,
-                observed,
-                fix,
-                where=first["where"],
-                evidence={
-                    "path": path,
-                    "ranks": ranks_,
-                    "mode": "renamed onto" if renamed else verb,
-                    "where": {r: w["where"] for r, w in writes.items()},
-                    "step": {r: w["step"] for r, w in writes.items()},
-                    "count": {r: w["count"] for r, w in writes.items()},
-                },
-            )
-        )
+        evidence = {
+            "path": path,
+            "ranks": list(ranks_),
+            "mode": "renamed onto" if renamed else verb,
+            "where": {r: w["where"] for r, w in writes.items()},
+            "step": {r: w["step"] for r, w in writes.items()},
+            "count": {r: w["count"] for r, w in writes.items()},
+        }
+        if len(paths) > 1:
+            evidence["paths"] = [p for p, _ in paths]
+        findings.append(Finding(ID, observed, fix, where=first["where"], evidence=evidence))
     return findings + _made_twice(ranks)
 
 
