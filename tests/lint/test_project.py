@@ -246,9 +246,21 @@ def test_rank_tests_in_every_shape():
             pass
         else:
             torch.save({}, "c.pt")
+        is_main = True if my_rank() == 0 else False
+        if is_main:
+            torch.save({}, "d.pt")
+        others = False if my_rank() == 0 else True
+        if not others:
+            torch.save({}, "e.pt")
     """)
         == []
     )
+    assert rules("""
+        local_rank = int(os.environ["LOCAL_RANK"])
+        is_main = True if local_rank == 0 else False
+        if is_main:
+            torch.save({}, "ckpt.pt")
+    """) == ["local-rank-save"]
     assert rules("""
         rank = dist.get_rank()
         if rank not in (0,):

@@ -27,6 +27,7 @@ from ddplab.lint.scriptread import (
     walk_same_function,
 )
 
+LOG_FILES = ("FileHandler", "RotatingFileHandler", "TimedRotatingFileHandler", "WatchedFileHandler")  # logging's
 REPORTS = ("info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics")  # a metric shown or logged
 CLOCK_CALLS = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|num_updates|updates)$")
@@ -1191,6 +1192,8 @@ class MultiGpuChecks(ScriptReader):
             return None
         if last(name) == "SummaryWriter":
             return "a TensorBoard SummaryWriter"
+        if last(name) in LOG_FILES or (last(name) == "basicConfig" and keyword(call, "filename") is not None):
+            return f"a logging {last(name)}"  # every rank opens the log: its lines interleave (mode "w": truncated)
         if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
             return f"{last(name)}(download=True)"
         if (

@@ -718,9 +718,9 @@ class ScriptReader:
             # `run = wandb.init() if rank == 0 else None`: the value is something only where the test holds, so a
             # later `if run:` is that rank test under another name
             test = self.rank_test(expr.test, follow_names)
-            if test and _is_none(expr.orelse):
-                return test
-            if test and _is_none(expr.body):
+            if test and (_is_none(expr.orelse) or _is_bool(expr.body, True) and _is_bool(expr.orelse, False)):
+                return test  # (`is_main = True if local_rank == 0 else False`: the test, said the long way)
+            if test and (_is_none(expr.body) or _is_bool(expr.body, False) and _is_bool(expr.orelse, True)):
                 return test[0], not test[1]
             return None
         if isinstance(expr, ast.BoolOp):
@@ -1343,6 +1343,10 @@ def _is_minus_one(node: ast.AST) -> bool:
         and isinstance(node.operand, ast.Constant)
         and node.operand.value == 1
     ) or (isinstance(node, ast.Constant) and node.value == -1)
+
+
+def _is_bool(node: ast.AST, value: bool) -> bool:
+    return isinstance(node, ast.Constant) and node.value is value
 
 
 def _only_return(func: ast.AST | None) -> ast.AST | None:
