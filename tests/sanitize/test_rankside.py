@@ -473,10 +473,13 @@ def test_a_sampler_built_anew_each_epoch_is_watched_past_the_window_until_its_se
 
 def test_writes_on_the_console_streams_from_the_users_code_are_kept_by_line_and_text(window):
     """sys.stdout.write(...) on every rank is the same noise as a print: the console streams stand behind a stand-in
-    for the window, which sees the user's writes (not print's own, nor logging's) and is gone with the window."""
+    for the window, which sees the user's writes (not print's own, nor logging's; tqdm.write's as the user's) and is
+    gone with the window."""
     import logging
     import sys
     import zlib
+
+    from tqdm import tqdm
 
     before = (sys.stdout, sys.stderr)
     w = window(steps=2, checks=("sameprint",))
@@ -487,14 +490,17 @@ def test_writes_on_the_console_streams_from_the_users_code_are_kept_by_line_and_
     sys.stderr.writelines(["warn", "ing\n"])  # kept, as one text
     print("a print")  # kept once, as a print (its writes are print's own)
     logging.getLogger("ddplab-test-write").warning("a record")  # logging's own write: not the user's line
+    tqdm.write("== epoch 1 ==")  # kept at this line: tqdm writes the text it was given
+    tqdm.write(" ")  # whitespace alone: nothing
     sites = {int(s["where"].rpartition(":")[2]) - first: s for s in w.observers[0].data()["sites"]}
     w.close()
     assert (sys.stdout, sys.stderr) == before
-    crc = [zlib.crc32(t.encode()) for t in ("== epoch 0 ==", "warning\n", "a print\n")]
+    crc = [zlib.crc32(t.encode()) for t in ("== epoch 0 ==", "warning\n", "a print\n", "== epoch 1 ==")]
     assert {k: (s["count"], s["texts"]) for k, s in sites.items()} == {
         0: (1, [crc[0]]),
         2: (1, [crc[1]]),
         3: (1, [crc[2]]),
+        5: (1, [crc[3]]),
     }
 
 

@@ -121,10 +121,15 @@ class Observer(rankside.Observer):
         self._seen(_line(frame), text)
 
     def _wrote(self, frame, text) -> None:
-        """A write the user's code made on a console stream itself (sys.stdout.write(...)): a line of its own, with
-        its text; a write of whitespace alone (the newline after a text) says nothing."""
-        if not is_user(frame.f_code.co_filename) or not isinstance(text, str) or not text.strip():
+        """A write the user's code made on a console stream itself (sys.stdout.write(...)), or through a package
+        function that writes the text it was given (`tqdm.write(s)`, `click.echo(s)`): a line of its own, with its
+        text; a write of whitespace alone (the newline after a text) says nothing."""
+        if not isinstance(text, str) or not text.strip():
             return
+        if not is_user(frame.f_code.co_filename):
+            frame = _echoed_from(frame, text)
+            if frame is None:
+                return
         self._seen(_line(frame), text)
 
     def _bar(self, bar, frame) -> None:
@@ -198,6 +203,21 @@ def _framing(handler, record) -> str:
 _FIELD = re.compile(r"%\((\w+)\)|\{(\w+)|\$\{?(\w+)")  # the three styles: %(name)s, {name}, ${name}
 _CLOCK = frozenset({"message", "asctime", "created", "msecs", "relativeCreated"})  # the message, or the time
 _FIELDS: dict[str, tuple[str, ...]] = {}
+
+
+def _echoed_from(frame, text: str, depth: int = 6):
+    """The user's frame whose call a package function echoes: the function the user's code called holds the text
+    written as one of its own strings (tqdm.write's `s`). A package's own text (its banner, a warning it formats) is
+    not the user's; logging's writes are its records', seen as records (Handler.handle)."""
+    callee = None
+    while frame is not None and depth > 0 and not is_user(frame.f_code.co_filename):
+        if frame.f_globals.get("__name__", "").split(".")[0] in ("logging", "warnings", "traceback"):
+            return None
+        callee, frame, depth = frame, frame.f_back, depth - 1
+    if frame is None or callee is None or not is_user(frame.f_code.co_filename):
+        return None
+    said = text.rstrip("\n")
+    return frame if any(isinstance(v, str) and v.rstrip("\n") == said for v in callee.f_locals.values()) else None
 
 
 def _caller():
