@@ -159,6 +159,35 @@ def test_a_call_that_passes_no_model_does_not_reach_the_save_under_model_is_not_
     assert ("ckpt.py", 4, "unguarded-save") in found(train)
 
 
+def test_nccl_in_the_script_of_a_training_a_module_makes_gpu_only_is_not_said(tmp_path):
+    """The script makes the nccl group; the module it imports builds DDP(model.to(rank), device_ids=[rank]): the
+    training cannot run without GPUs whatever the backend, so the hard-coded nccl is no mistake. Its twin, whose
+    module would train on CPUs too, is told."""
+    trainer = """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(rank):
+            model = DDP(torch.nn.Linear(2, 2).to(rank), device_ids=[rank])
+            model(torch.randn(4, 2, device=rank)).sum().backward()
+        """
+    script = """\
+        import os
+        import torch.distributed as dist
+        from trainer import train
+        dist.init_process_group("nccl")
+        train(int(os.environ["LOCAL_RANK"]))
+        dist.destroy_process_group()
+        """
+    train = write(tmp_path, {"train.py": script, "trainer.py": trainer})
+    assert "nccl-hardcoded" not in {rule for _, _, rule in found(train)}
+    (tmp_path / "trainer.py").write_text(
+        textwrap.dedent(trainer).replace(
+            "DDP(torch.nn.Linear(2, 2).to(rank), device_ids=[rank])", "DDP(torch.nn.Linear(2, 2))"
+        )
+    )
+    assert (None, 4, "nccl-hardcoded") in found(train)
+
+
 def test_modules_are_read_as_python_reads_them_a_byte_order_mark_or_a_coding_line(tmp_path):
     """NVlabs' stylegan2-ada-pytorch starts its modules with a UTF-8 byte-order mark, which Python skips: lint said
     'not valid Python (invalid non-printable character U+FEFF)' and did not read them. A latin-1 coding line too."""

@@ -206,8 +206,9 @@ class Checks(MultiGpuChecks):
             elif name == "os.putenv" and call.args and const_str(call.args[0]) in env_vars:
                 report(call, const_str(call.args[0]))
             elif last(name) == "init_process_group":
-                text = leading_text(keyword(call, "init_method"))
-                if text and text.startswith("tcp://") and not self.spawns:
+                method = keyword(call, "init_method")
+                text = leading_text(method)
+                if text and text.startswith("tcp://") and not self.spawns and not self._launcher_address(method):
                     self.add(
                         call,
                         "sets-master-env",
@@ -240,7 +241,7 @@ class Checks(MultiGpuChecks):
                 value is not None
                 and value.lower() == "nccl"
                 and not self._cuda_checked(call)
-                and not self._trains_on_gpus_only
+                and not (self.trains_on_gpus_only or self.facts.gpu_training)
             ):
                 self.add(
                     call,
@@ -451,12 +452,18 @@ class Checks(MultiGpuChecks):
                 return True
         return False
 
+    def _launcher_address(self, method: ast.AST) -> bool:
+        """`f"tcp://{addr}:{port}"` with `addr = os.getenv("MASTER_ADDR")`: the address the launcher set, said again
+        (read in the expression itself, or in what a name in it is assigned)."""
+        values = [method] + [v for n in ast.walk(method) if isinstance(n, ast.Name) for v in self._built(n)]
+        return any(const_str(c) in LAUNCHER_VARS for v in values for c in ast.walk(v))
+
     @functools.cached_property
-    def _trains_on_gpus_only(self) -> bool:
+    def trains_on_gpus_only(self) -> bool:
         """A function of this file that wraps a model in DDP puts something on a GPU in a statement of its own body,
         under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`,
-        `DDP(model, device_ids=[rank])`):
-        its training cannot run without GPUs, whatever the backend, so a hard-coded nccl costs nothing more."""
+        `DDP(model, device_ids=[rank])`): its training cannot run without GPUs, whatever the backend, so a hard-coded
+        nccl costs nothing more (a module of the project's counts for the script too: Facts.gpu_training)."""
         for func in self.nodes:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
                 isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES for n in walk_same_function(func.body)
