@@ -181,6 +181,21 @@ def test_a_parameter_beside_the_wrapped_model_is_named_by_the_users_variable(win
     assert [(p[0], p[4]) for p in check["params"]] == [("weight", True), ("bias", True), ("logit_scale", False)]
     assert len(check["grads"]) == 3 and all(isinstance(g, int) for g in check["grads"])  # the gradients applied
 
+    class Trainer:  # the temperature held by a trainer object: named by its attribute
+        def __init__(self):
+            self.model = DDP(torch.nn.Linear(4, 1))
+            self.temp = torch.nn.Parameter(torch.tensor(2.0))
+            self.optimizer = torch.optim.SGD([*self.model.parameters(), self.temp], lr=0.1)
+
+        def step(self):
+            (self.model(torch.randn(2, 4)).sum() * self.temp).backward()
+            self.optimizer.step()
+
+    w = window(steps=1, checks=("paramsync",))
+    Trainer().step()
+    (check,) = w.observers[0].data()["checks"]
+    assert [p[0] for p in check["params"]] == ["weight", "bias", "self.temp"]
+
 
 def test_the_forward_hooks_count_only_before_the_digested_steps(window, one_process_group):
     """Digests after steps 1, 2 and N: the hooks that explain a difference are on for the forwards before those
@@ -402,6 +417,34 @@ def test_a_loader_is_known_by_the_sampler_inside_its_batch_sampler(window):
     assert given["sampler"] == "DistributedSampler" and given["shuffles"]
     assert given["distributed"] == {"rank": 1, "num_replicas": 2, "shuffle": True, "seed": 7}
     assert plain["sampler"] == "DistributedSampler" and plain["distributed"]["rank"] == 0 and "shuffles" not in plain
+
+
+def test_the_window_moves_to_the_optimizer_of_the_ddp_model_from_one_trained_before_it(window, one_process_group):
+    """Rank 0 alone trains a throwaway model before DDP() (a checkpoint to resume from): its optimizer stepped first,
+    and the other ranks never ran it. When the DDP model's optimizer steps, the window follows it from its step 1,
+    so every rank digests the same optimizer; a second optimizer of a DDP model (a GAN's) changes nothing."""
+    w = window(steps=4, checks=("paramsync",))
+    scratch = torch.nn.Linear(4, 1)
+    first = torch.optim.SGD(scratch.parameters(), lr=0.1)
+    for _ in range(3):
+        first.zero_grad()
+        scratch(torch.randn(8, 4)).sum().backward()
+        first.step()
+    assert w.step == 3
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    other = DDP(torch.nn.Linear(4, 1))
+    other_optimizer = torch.optim.SGD(other.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        other_optimizer.zero_grad()
+        (model(torch.randn(8, 4)).sum() + other(torch.randn(8, 4)).sum()).backward()
+        optimizer.step()
+        other_optimizer.step()  # a second optimizer of a DDP model: not followed
+        first.step()  # the throwaway one again: passed over for good
+    assert w.step == 2 and w.open
+    digests = w.observers[0].data()["checks"]
+    assert [c["step"] for c in digests] == [1, 2] and all(p[4] for c in digests for p in c["params"])
 
 
 def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(window):

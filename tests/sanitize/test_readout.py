@@ -372,6 +372,35 @@ def test_a_sampler_built_anew_each_epoch_without_set_epoch_repeats_the_order(tmp
     )
 
 
+def test_two_samplers_built_together_on_one_line_are_two_not_one_rebuilt(tmp_path):
+    """`sa, sb = DistributedSampler(a), DistributedSampler(b)`: one line, two samplers built before either's first
+    pass. set_epoch() called on sa only: sb repeats its order, and the cause names sa, not a sampler rebuilt."""
+
+    def made(seq: int, orders: list[int], set_epoch: list[int], n: int) -> dict:
+        passes = [
+            {"seq": seq + 2 + 2 * i, "epoch": e, "n": n, "order": o, "step": 8 * i, "calls": len(set_epoch) and i + 1}
+            for i, (o, e) in enumerate(zip(orders, set_epoch or [0] * len(orders)))
+        ]
+        return {
+            "where": f"{SCRIPT}:23",
+            "seq": seq,
+            "shuffle": True,
+            "seed": 0,
+            "passes": passes,
+            "calls": len(set_epoch),
+            "set_epoch": set_epoch,
+            "late": None,
+        }
+
+    samplers = [made(1, [111, 222], [0, 1], 64), made(2, [333, 333], [], 32)]
+    f = only(
+        readout.read(observed(tmp_path, {r: {"epoch-repeats": {"samplers": samplers}} for r in (0, 1)})),
+        "epoch-repeats",
+    )
+    assert "(32 indices, on ranks 0 and 1)" in f.observed and "built there for each epoch" not in f.observed
+    assert f"set_epoch() was never called on it, but was on the DistributedSampler built at {SCRIPT}:23" in f.observed
+
+
 def test_a_subclass_set_epoch_that_never_passes_the_value_on_is_named(tmp_path):
     data = sampler([111, 111], [0, 0])
     data["samplers"][0].update(
@@ -554,6 +583,16 @@ def test_weights_not_broadcast_by_a_script_that_averages_the_gradients_itself_sa
         "rank), but not those of `2.weight` and the other differing ones: its own all_reduce skips them"
     ) in f.observed
     assert "optimizer.param_groups" in f.fix
+
+
+def test_ranks_that_digested_different_optimizers_are_not_compared(tmp_path):
+    """Rank 0's window ended on a model it trained alone before DDP() (no wrapper held its parameters), rank 1's
+    digests are the DDP model's: the numbers are of two different optimizers, and say nothing about divergence."""
+    ranks = {
+        0: params(check(1, [1, 2, 3, 4], in_ddp=False, ddps=0)),
+        1: params(check(1, [5, 6, 7, 8], in_ddp=True, ddps=1)),
+    }
+    assert readout.read(observed(tmp_path, ranks)).findings == []
 
 
 def test_a_step_skipped_on_some_ranks_is_told_by_their_forwards_before_it(tmp_path):

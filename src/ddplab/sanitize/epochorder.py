@@ -47,6 +47,7 @@ class Observer(rankside.Observer):
         self.index = weakref.WeakKeyDictionary()  # sampler -> its record
         self.current = weakref.WeakKeyDictionary()  # sampler -> the iterator of its latest pass (its indices left)
         self.overrides: set[type] = set()  # subclasses whose own set_epoch() is watched
+        self.seq = 0  # samplers built and passes begun, in order: a sampler built anew after the last one's pass
         self.undo: list = []
 
     def attach(self, torch) -> None:
@@ -94,8 +95,10 @@ class Observer(rankside.Observer):
         where = self.window.where()
         if not self.window.open and where not in self._waiting():
             return  # after the window: only a sampler built anew where one waits for its second epoch
+        self.seq += 1
         self.index[sampler] = record = {
             "where": where,
+            "seq": self.seq,
             "shuffle": bool(sampler.shuffle),
             "seed": int(sampler.seed),
             "passes": [],
@@ -142,8 +145,10 @@ class Observer(rankside.Observer):
                 if all(type(i) is int for i in indices[:8])
                 else zlib.crc32(repr(indices).encode())
             )
+            self.seq += 1
             record["passes"].append(
                 {
+                    "seq": self.seq,
                     "epoch": int(sampler.epoch),
                     "n": len(indices),
                     "order": order,
@@ -225,7 +230,13 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
                         "epochs": sorted({p["epoch"] for r in same_line for p in r["passes"]}),
                         "record": record,
                         "rebuilt": len(same_line) if rebuilt else 0,
-                        "others": [r for r in samplers if r["where"] != record["where"] and r.get("set_epoch")],
+                        "others": [
+                            r
+                            for r in samplers
+                            if r is not record
+                            and r.get("set_epoch")
+                            and not (rebuilt and r["where"] == record["where"])
+                        ],
                     },
                 )
                 seen["ranks"].append(rank)
@@ -260,7 +271,13 @@ def _pairs(samplers: list[dict]):
         if not record["shuffle"]:
             continue
         passes = record["passes"]
-        if passes and (before := last.get(record["where"])) is not None and passes[0].get("calls", 0) == 0:
+        before = last.get(record["where"])
+        if (
+            passes
+            and before is not None
+            and passes[0].get("calls", 0) == 0
+            and before.get("seq", 0) < record.get("seq", 1)  # built after that pass began: not two built together
+        ):
             yield record, before, passes[0], True
         for before, after in zip(passes, passes[1:]):
             yield record, before, after, False

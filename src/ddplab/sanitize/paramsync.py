@@ -236,6 +236,16 @@ class Observer(rankside.Observer):
             }
         )
 
+    def held(self, optimizer) -> bool:
+        """The optimizer steps a parameter that a live DDP wrapper holds."""
+        held = set().union(*(h for ref, h, _, _ in self.ddps if ref() is not None))
+        return any(id(p) in held for group in optimizer.param_groups for p in group["params"])
+
+    def restart(self) -> None:
+        self.checks, self.calls, self.depth, self.direct_where = [], {"ddp": 0, "direct": 0}, 0, None
+        self.synced, self.sharded, self.names = None, None, None
+        self._count(1 in self.at)  # the forwards before the new step 1 are counted
+
     def _wrappers(self) -> list:
         """The DDP wrappers built so far and still alive."""
         return [ddp for ref, *_ in self.ddps if (ddp := ref()) is not None]
@@ -324,7 +334,8 @@ def _holder_name(obj) -> str | None:
 def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
     """A parameter no module holds (a learnable temperature beside the model: `logit_scale = nn.Parameter(...)`) by
     the name the user's code gave it: a local variable of a user frame on the stack of optimizer.step() (the
-    innermost first), else a global of that frame's module. Once, at the first digested step."""
+    innermost first), else a global of that frame's module, else an attribute of a local (`self.temp`). Once, at the
+    first digested step."""
     frame = sys._getframe(1)
     while frame is not None:
         if is_user(frame.f_code.co_filename):
@@ -333,6 +344,12 @@ def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
                     i = index.get(id(value))
                     if i is not None and i not in names and not name.startswith("_"):
                         names[i] = name
+            for name, value in list(frame.f_locals.items()):  # an attribute of one (a trainer's `self.temp`)
+                attrs = getattr(value, "__dict__", None)
+                for attr, held in list(attrs.items()) if isinstance(attrs, dict) else ():
+                    i = index.get(id(held))
+                    if i is not None and i not in names and not attr.startswith("_"):
+                        names[i] = f"{name}.{attr}"
         frame = frame.f_back
 
 
@@ -425,6 +442,8 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             if (uneven := _uneven(step, checks)) is not None:
                 return [uneven]
             continue
+        if len({tuple(p[4] for p in c["params"]) for c in checks.values()}) > 1:
+            continue  # the ranks digested different optimizers (one of a model no DDP wrapper holds): not comparable
         # the bit sums alone: exact whatever the order of the additions (a float sum may depend on threads)
         differ = [i for i in range(len(sizes.pop())) if len({c["params"][i][2] for c in checks.values()}) > 1]
         if differ:

@@ -32,6 +32,7 @@ import os
 import queue
 import sys
 import threading
+import weakref
 
 from ddplab import afterimport
 from ddplab.sanitize import CHECKS, CONFIG, DIR_ENV, OWNER_ENV, userframe
@@ -159,8 +160,8 @@ class Window:
         if not self.open:
             return
         if self.optimizer is None:
-            self.optimizer = id(optimizer)
-        elif self.optimizer != id(optimizer):
+            self.optimizer, self.followed = id(optimizer), weakref.ref(optimizer)
+        elif self.optimizer != id(optimizer) and not self._moves_to(optimizer):
             return
         self.step += 1
         every, some = self.listeners or self._listeners()
@@ -173,6 +174,29 @@ class Window:
             self.close()
         elif self.step == 2:
             self.write()
+
+    def _moves_to(self, optimizer) -> bool:
+        """Another optimizer stepped. The window follows it from now on, counting its steps from 1, when the one it
+        followed steps no parameter a DDP wrapper holds (or is gone) and this one does: a model trained on rank 0
+        alone before DDP() (a checkpoint to resume from) made the first step there, and the ranks would otherwise
+        digest different optimizers. Decided once per optimizer; a GAN's two optimizers on DDP models stay as they
+        were (the first one counts)."""
+        key = id(optimizer)
+        if key in self.passed:
+            return False
+        self.passed.add(key)
+        sync = next((o for o in self.observers if o.ID == "params-diverge"), None)
+        followed = self.followed() if self.followed is not None else None
+        if sync is None or not sync.held(optimizer) or (followed is not None and sync.held(followed)):
+            return False
+        self.passed.add(self.optimizer)
+        self.optimizer, self.followed, self.step = key, weakref.ref(optimizer), 0
+        for observer in list(self.observers):
+            try:
+                observer.restart()
+            except Exception as e:  # noqa: BLE001
+                self.fail(observer, e)
+        return True
 
     def _hook_init(self, torch) -> None:
         """Wrap init_process_group (torch.distributed's and distributed_c10d's, which scripts import by name) so that
@@ -209,6 +233,8 @@ class Window:
         self.pid = os.getpid()
         self.step = 0  # optimizer steps counted so far
         self.optimizer: int | None = None  # id() of the optimizer whose steps count
+        self.followed = None  # a weak reference to it
+        self.passed: set[int] = set()  # the other optimizers that stepped, each decided once (_moves_to)
         self.lock = threading.Lock()  # the rank's file: one writer at a time (a fork may inherit it held)
         self.versions = self.on_disk = 0  # records encoded, and the newest on disk
         # the thread that writes the file, and what it is asked (a fork has no thread: it starts its own on joining)
@@ -396,6 +422,9 @@ class Observer:
     def steps(self) -> set[int] | None:
         """The counted steps on_step wants, asked once the window is attached; None: every one."""
         return None
+
+    def restart(self) -> None:
+        """The window follows another optimizer from now on, its steps counted from 1 again (Window._moves_to)."""
 
     def forked(self) -> None:
         """This process is a fork of the rank that recorded so far: drop what was recorded (the parent's, not ours)."""
