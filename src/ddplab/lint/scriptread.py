@@ -1276,8 +1276,14 @@ class ScriptReader:
         ]
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
-        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`)."""
-        return [c for c in self.calls_by_name.get(func.name, []) if self.enclosing_function(c) is not func]
+        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`); a
+        function of the module is called by its bare name (`model.train()` is no call of a script's `def train()`)."""
+        method = isinstance(self.parent.get(func), ast.ClassDef)
+        return [
+            c
+            for c in self.calls_by_name.get(func.name, [])
+            if self.enclosing_function(c) is not func and (method or isinstance(c.func, ast.Name))
+        ]
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
         """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""
