@@ -829,3 +829,22 @@ def test_a_backward_in_no_sync_and_parameters_ddp_does_not_average_are_recorded(
         "scale": "added",
     }
     assert checks[1]["unaveraged"] == checks[0]["unaveraged"] and checks[2]["unaveraged"] == {}
+
+    # frozen when DDP() was built, unfrozen later and handed to the optimizer with add_param_group: the names (and
+    # which parameters a wrapper holds) are found again for the optimizer's grown list
+    w = window(steps=2, checks=("paramsync",))
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    net[0].requires_grad_(False)
+    model = DDP(net)
+    optimizer = torch.optim.SGD(net[1].parameters(), lr=0.1)
+    for unfreeze in (False, True):
+        if unfreeze:
+            net[0].requires_grad_(True)
+            optimizer.add_param_group({"params": net[0].parameters()})
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    first, second = w.observers[0].data()["checks"]
+    assert [p[0] for p in first["params"]] == ["1.weight", "1.bias"]
+    assert [(p[0], p[4]) for p in second["params"]][2:] == [("0.weight", True), ("0.bias", True)]
+    assert sorted(second["unaveraged"].values()) == ["frozen", "frozen"]

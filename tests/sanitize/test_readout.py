@@ -372,6 +372,34 @@ def test_a_sampler_built_anew_each_epoch_without_set_epoch_repeats_the_order(tmp
     )
 
 
+@pytest.mark.parametrize("measured", [False, True])
+def test_set_epoch_called_once_before_the_epochs_is_named_unless_the_repeat_trained_nothing(tmp_path, measured):
+    """A resumed run calls set_epoch(start_epoch) once, before its epoch loop: every epoch after repeats the order,
+    though set_epoch() was called. A pass that trained nothing (the training loader read again to measure it: the
+    next pass starts at the same step) is one epoch read twice, as before."""
+    steps, orders, calls = ([0, 16, 16], [111, 111, 222], [1, 1, 2]) if measured else ([0, 16, 32], [111] * 3, [1] * 3)
+    record = {
+        "where": f"{SCRIPT}:38",
+        "shuffle": True,
+        "seed": 0,
+        "passes": [
+            {"epoch": 3 + (c - 1), "n": 128, "order": o, "step": st, "calls": c}
+            for o, st, c in zip(orders, steps, calls)
+        ],
+        "calls": max(calls),
+        "set_epoch": [3, 4][: max(calls)],
+        "late": None,
+    }
+    ranks = {r: {"epoch-repeats": {"samplers": [record]}} for r in (0, 1)}
+    findings = readout.read(observed(tmp_path, ranks)).findings
+    if measured:
+        assert findings == []
+        return
+    (f,) = findings
+    assert "set_epoch(3) was called once, before the passes, and not again for each epoch" in f.observed
+    assert "for epoch in range(start_epoch, epochs): sampler.set_epoch(epoch)" in f.fix
+
+
 def test_two_samplers_built_together_on_one_line_are_two_not_one_rebuilt(tmp_path):
     """`sa, sb = DistributedSampler(a), DistributedSampler(b)`: one line, two samplers built before either's first
     pass. set_epoch() called on sa only: sb repeats its order, and the cause names sa, not a sampler rebuilt."""

@@ -287,10 +287,15 @@ def _pairs(samplers: list[dict]):
 
 def _one_epoch_read_twice(record: dict, before: dict, after: dict) -> bool:
     """No set_epoch() between two passes of a sampler that does get set_epoch() calls: the same epoch read twice (the
-    training loader read again to measure it), whose order is meant to be the same."""
+    training loader read again to measure it), whose order is meant to be the same - unless the second pass trained
+    too (optimizer steps between its start and the next pass's): then set_epoch() was called once, not per epoch."""
     if "calls" not in after or "calls" not in before:
         return False
-    return after["calls"] == before["calls"] and record.get("calls", 0) > 0
+    if after["calls"] != before["calls"] or record.get("calls", 0) == 0:
+        return False
+    passes = record["passes"]
+    later = passes[passes.index(after) + 1] if after in passes and passes.index(after) + 1 < len(passes) else None
+    return later is None or later["step"] <= after["step"]
 
 
 FIX = (
@@ -342,6 +347,12 @@ def _why(seen: dict) -> tuple[str, str]:
         )
     if given == []:
         return f"set_epoch() was never called on it{same}", FIX
+    if given is not None and len(given) == 1 and seen["second"].get("calls") == 1:
+        return (
+            f"set_epoch({given[0]}) was called once, before the passes, and not again for each epoch{same}",
+            "call sampler.set_epoch(epoch) inside the epoch loop, at the start of every epoch (a resumed run: "
+            "for epoch in range(start_epoch, epochs): sampler.set_epoch(epoch))",
+        )
     if given is not None and len(set(given)) == 1:
         return f"set_epoch() was given {given[0]} every time{same}", FIX
     # A sampler's epoch is 0 until set_epoch(): 0 throughout cannot tell "never called" from "given 0 each time"

@@ -86,6 +86,7 @@ class Observer(rankside.Observer):
         self.checks: list[dict] = []
         self.sharded: str | None = None
         self.names: tuple[dict[int, str], set[int]] | None = None  # found once: the search may walk the heap
+        self.names_of: list[int] = []  # the ids of the parameters they were found for, in the optimizer's order
 
     def attach(self, torch) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -201,8 +202,9 @@ class Observer(rankside.Observer):
         if self.sharded:
             self._count(False)
             return
-        if self.names is None:
-            self.names = self._names(params)
+        key = [id(p) for p in params]
+        if self.names is None or self.names_of != key:  # found again when the optimizer's list changed (a group added)
+            self.names, self.names_of = self._names(params), key
         names, in_ddp = self.names
         # the gradients the step applied (their bit sums): DDP's all-reduce leaves them the same on every rank, so
         # they tell an update changed on some ranks (clipping under `if rank == 0:`) from weights that differed before
