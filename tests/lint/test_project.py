@@ -297,6 +297,27 @@ def test_rank_tests_in_every_shape():
     """) == ["unguarded-print"]
 
 
+def test_a_parameter_handed_on_to_init_process_group_rank_is_the_rank_whatever_its_name():
+    """biggan-inv: `def train(dev, ...): setup_dist(dev, ...)`, whose `init_process_group(rank=rank)` makes `dev`
+    the global rank: `is_main_dev = dev == 0` guards the saves. Where the helper takes the rank from elsewhere,
+    `dev` is only a number."""
+    src = """
+        import torch.multiprocessing as mp
+        def setup_dist(rank, world_size):
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        def train(dev, world_size):
+            setup_dist(dev, world_size)
+            is_main_dev = dev == 0
+            if is_main_dev:
+                torch.save({}, "ckpt.pt")
+            dist.destroy_process_group()
+        if __name__ == "__main__":
+            mp.spawn(train, args=(2,), nprocs=2)
+    """
+    assert "unguarded-save" not in rules(src)
+    assert "unguarded-save" in rules(src.replace("rank=rank,", "rank=int(os.environ['RANK']),"))
+
+
 def test_a_collective_skipped_by_some_ranks_is_found():
     """Issue 32: `if rank != world - 1: all_reduce` (the last rank skips it) hangs: lint said OK."""
     result = lint_file(HERE / "scripts" / "hang_skip.py")

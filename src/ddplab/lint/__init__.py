@@ -27,10 +27,12 @@ from ddplab.lint.rules import passes as rule_passes
 from ddplab.lint.scriptread import (
     DDP_NAMES,
     Facts,
+    _kind_by_name,
     const_str,
     dotted,
     forget_trees,
     is_main_block,
+    keyword,
     last,
     passed,
     static,
@@ -205,8 +207,10 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
     facts.buffer_classes = _buffer_classes(readers)
     facts.never_true = _never_true(readers)
     defs, calls = _definitions(readers)
+    sinks = _rank_sinks(readers, defs, calls)
     for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
         found = _rank_parameters(defs, calls)
+        found = ({**sinks, **found[0]}, found[1])
         if found == (facts.param_ranks, facts.param_tests):
             break
         facts.param_ranks, facts.param_tests = found
@@ -271,6 +275,31 @@ def _rank_parameters(defs: dict, calls: dict) -> tuple[dict, dict]:
             if rank0 and all(t is False or t and t[1] for t in found_tests) and len({t[0] for t in rank0}) == 1:
                 tests[key] = (rank0.pop()[0], True)
     return kinds, tests
+
+
+def _rank_sinks(readers: list, defs: dict, calls: dict) -> dict:
+    """Parameters that end as init_process_group's `rank=`, however named (`def train(dev): setup_dist(dev, ...)`,
+    `def setup_dist(rank, ...): init_process_group(rank=rank)`): the global rank, so `dev == 0` is a rank-0 test.
+    Followed up through the project's calls; a parameter whose own name says another kind (`gpu`) keeps it."""
+    sinks: dict = {}
+    for reader in readers:
+        for call in reader.calls:
+            given = keyword(call, "rank")
+            func = reader.enclosing_function(call)
+            if reader.callee_last(call) == "init_process_group" and isinstance(given, ast.Name) and func is not None:
+                if given.id in {a.arg for a in func.args.args}:
+                    sinks[(func.name, given.id)] = "global"
+    for _ in range(3):  # up the calls: whoever hands its own parameter to such a parameter
+        grown = dict(sinks)
+        for (name, param), kind in sinks.items():
+            for reader, call in calls.get(name, []):
+                outer, value = reader.enclosing_function(call), passed(call, defs[name][0], param)
+                if isinstance(value, ast.Name) and outer is not None and value.id in {a.arg for a in outer.args.args}:
+                    grown.setdefault((outer.name, value.id), kind)
+        if grown == sinks:
+            break
+        sinks = grown
+    return {key: kind for key, kind in sinks.items() if _kind_by_name(key[1].lower()) is None}
 
 
 def _test_given(reader, value: ast.AST, call: ast.Call, falsy: bool):
