@@ -211,7 +211,8 @@ def _echoed_from(frame, text: str, depth: int = 6):
     not the user's; logging's writes are its records', seen as records (Handler.handle)."""
     callee = None
     while frame is not None and depth > 0 and not is_user(frame.f_code.co_filename):
-        if frame.f_globals.get("__name__", "").split(".")[0] in ("logging", "warnings", "traceback"):
+        # print's own writes (ddplab's print, seen as a print), logging's (seen as records), Python's own reports
+        if frame.f_globals.get("__name__", "").split(".")[0] in ("ddplab", "logging", "warnings", "traceback"):
             return None
         callee, frame, depth = frame, frame.f_back, depth - 1
     if frame is None or callee is None or not is_user(frame.f_code.co_filename):
