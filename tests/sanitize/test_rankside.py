@@ -462,13 +462,17 @@ def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(windo
     assert late["epoch"] == 0 and late["n"] == 64 and 0 < late["left"] < 64 and late["where"].startswith(__file__)
 
     on_time = window(steps=3, checks=("epochorder",))
-    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=16, sampler=sampler)
-    for epoch in range(2):
-        sampler.set_epoch(epoch)
-        list(loader)
+    _epochs_after_set_epoch(DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0), data)
     (record,) = on_time.observers[0].data()["samplers"]
     assert record["set_epoch"] == [0, 1] and record["late"] is None
+
+
+def _epochs_after_set_epoch(sampler, data, epochs: int = 2) -> None:
+    """Two epochs read as they should be: set_epoch(epoch), then the loop over the DataLoader."""
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        list(loader)
 
 
 def test_a_subclass_set_epoch_is_watched_for_the_values_it_swallows(window):
@@ -482,11 +486,7 @@ def test_a_subclass_set_epoch_is_watched_for_the_values_it_swallows(window):
     own = Quiet.__dict__["set_epoch"]
     w = window(steps=3, checks=("epochorder",))
     data = TensorDataset(torch.arange(64.0).view(64, 1))
-    sampler = Quiet(data, num_replicas=1, rank=0, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=16, sampler=sampler)
-    for epoch in range(2):
-        sampler.set_epoch(epoch)
-        list(loader)
+    _epochs_after_set_epoch(Quiet(data, num_replicas=1, rank=0, shuffle=True, seed=0), data)
     (record,) = w.observers[0].data()["samplers"]
     assert record["set_epoch"] == [] and record["asked"] == [0, 1] and [p["epoch"] for p in record["passes"]] == [0, 0]
     assert record["override"]["name"].endswith("Quiet.set_epoch") and record["override"]["where"].startswith(__file__)
