@@ -336,8 +336,8 @@ def _holder_name(obj) -> str | None:
 def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
     """A parameter no module holds (a learnable temperature beside the model: `logit_scale = nn.Parameter(...)`) by
     the name the user's code gave it: a local variable of a user frame on the stack of optimizer.step() (the
-    innermost first), else a global of that frame's module, else an attribute of a local (`self.temp`). Once, at the
-    first digested step."""
+    innermost first), else a global of that frame's module, else an attribute of a local (`self.temp`). At the first
+    digested step, and again when the optimizer's list of parameters changed."""
     frame = sys._getframe(1)
     while frame is not None:
         if is_user(frame.f_code.co_filename):
