@@ -188,6 +188,30 @@ def test_nccl_in_the_script_of_a_training_a_module_makes_gpu_only_is_not_said(tm
     assert (None, 4, "nccl-hardcoded") in found(train)
 
 
+def test_import_of_a_module_in_a_folder_without_init_is_followed(tmp_path):
+    """`import utils.misc as misc` where utils/ has no __init__.py (a namespace package, as Python imports it): the
+    module is read, so the group it destroys counts."""
+    train = write(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch.distributed as dist
+                import utils.misc as misc
+                dist.init_process_group("gloo")
+                misc.cleanup()
+                """,
+            "utils/misc.py": """\
+                import torch.distributed as dist
+                def cleanup():
+                    dist.destroy_process_group()
+                """,
+        },
+    )
+    assert found(train) == set()
+    (tmp_path / "utils" / "misc.py").rename(tmp_path / "utils" / "other.py")
+    assert (None, 3, "no-destroy") in found(train)
+
+
 def test_modules_are_read_as_python_reads_them_a_byte_order_mark_or_a_coding_line(tmp_path):
     """NVlabs' stylegan2-ada-pytorch starts its modules with a UTF-8 byte-order mark, which Python skips: lint said
     'not valid Python (invalid non-printable character U+FEFF)' and did not read them. A latin-1 coding line too."""

@@ -170,6 +170,7 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.gpu_training |= reader.trains_on_gpus_only
+        facts.classes |= {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}
         facts.spawns |= reader.spawns
         facts.visible_per_process |= reader.visible_per_process_here()
         facts.no_sync |= any(

@@ -1072,6 +1072,8 @@ class MultiGpuChecks(ScriptReader):
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[self.line_of(call)] = param  # the caller decides the path: judged with the callers
             stamped, first = self._time_stamped(call), self.after_rank0_barrier(call)
+            # a log file opened to append is written only where something logs to it: that shows in a run
+            appends = what.startswith("a logging") and self._log_mode(call) != "w"
             self.add(
                 call,
                 "shared-path-write",
@@ -1080,14 +1082,22 @@ class MultiGpuChecks(ScriptReader):
                 "half-written; with download=True, N downloads into one folder)",
                 "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
                 "the rank in the path",
-                sure=not stamped and not first,
+                sure=not stamped and not first and not appends,
                 why="the path holds the clock time it was made: ranks that start in the same second share it, "
                 "ranks started apart (by hand, on other machines) do not"
                 if stamped
                 else "rank 0 runs it first, the others after its barrier: whether they write again shows in a run"
                 if first
+                else "opened to append: whether every rank logs to it (its lines interleave) shows in a run"
+                if appends
                 else "",
             )
+
+    @staticmethod
+    def _log_mode(call: ast.Call) -> str:
+        """A logging file handler's mode: FileHandler(path, "w") truncates, its default "a" appends."""
+        mode = keyword(call, "mode") or keyword(call, "filemode") or (call.args[1] if len(call.args) > 1 else None)
+        return const_str(mode) or "a"
 
     def _checkpoint_write(self, call: ast.Call) -> bool:
         """The file is a checkpoint: opened for torch.save (`with open(p, "wb") as f: torch.save(obj, f)`), or written
@@ -1190,7 +1200,7 @@ class MultiGpuChecks(ScriptReader):
             if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
                 return f"open(..., {mode!r})"
             return None
-        if last(name) == "SummaryWriter":
+        if last(name) == "SummaryWriter" and last(name) not in self.facts.classes:  # (a project's own class: its own)
             return "a TensorBoard SummaryWriter"
         if last(name) in LOG_FILES or (last(name) == "basicConfig" and keyword(call, "filename") is not None):
             return f"a logging {last(name)}"  # every rank opens the log: its lines interleave (mode "w": truncated)

@@ -101,8 +101,9 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
                 # not a stray imp.py two folders up)
                 for root in roots[:1] if parts[0] in STDLIB else roots:
                     # a module of a folder above the script is found when the project root is on the path
-                    # (`PYTHONPATH=. python tools/train.py`, `import utils`), as a package there is
-                    if add(root, parts[0]):
+                    # (`PYTHONPATH=. python tools/train.py`, `import utils`), as a package there is; a folder with
+                    # no __init__.py is a namespace package (`import utils.misc as misc`: utils/misc.py)
+                    if add(root, parts[0]) or (len(parts) > 1 and (root / parts[0]).is_dir()):
                         for i in range(2, len(parts) + 1):  # import a.b.c loads a, a.b and a.b.c
                             add(root, ".".join(parts[:i]))
                         break

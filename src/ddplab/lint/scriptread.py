@@ -227,6 +227,7 @@ class Facts:
     no_sync: bool = False
     ddp: bool = False
     gpu_training: bool = False  # a file builds DDP and puts something on a GPU unconditionally there: GPU-only
+    classes: set = field(default_factory=set)  # the project's own class names
     spawns: bool = False
     visible_per_process: bool = False  # CUDA_VISIBLE_DEVICES chosen from the rank: each process sees one GPU, cuda:0
     rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
