@@ -188,6 +188,27 @@ def test_nccl_in_the_script_of_a_training_a_module_makes_gpu_only_is_not_said(tm
     assert (None, 4, "nccl-hardcoded") in found(train)
 
 
+def test_a_log_appended_to_on_every_rank_is_possible_and_one_truncated_is_sure():
+    """logging.FileHandler(path) appends: opened on every rank, it is written only where something logs to it (here
+    rank 0), which shows in a run; FileHandler(path, "w") truncates it on every rank, whoever logs."""
+    src = HEAD + textwrap.dedent(
+        """\
+        import logging
+        dist.init_process_group("gloo")
+        logger = logging.getLogger("train")
+        logger.addHandler(logging.FileHandler("train.log"))
+        if int(os.environ["RANK"]) == 0:
+            logger.warning("started")
+        dist.destroy_process_group()
+        """
+    )
+    shown = lint_source(src).findings
+    possible = [f for f in lint_source(src, show_all=True).findings if f.rule == "shared-path-write"]
+    assert shown == [] and [f.confidence for f in possible] == ["possible"] and "append" in possible[0].why
+    truncated = src.replace('FileHandler("train.log")', 'FileHandler("train.log", "w")')
+    assert [f.rule for f in lint_source(truncated).findings] == ["shared-path-write"]
+
+
 def test_import_of_a_module_in_a_folder_without_init_is_followed(tmp_path):
     """`import utils.misc as misc` where utils/ has no __init__.py (a namespace package, as Python imports it): the
     module is read, so the group it destroys counts."""
