@@ -174,6 +174,23 @@ def test_subsets_each_rank_picked_at_random_overlap_and_say_so(tmp_path):
     assert "every rank reads the whole data set" not in f.observed and "perm[rank::world_size]" in f.fix
 
 
+def test_a_subset_picked_per_rank_under_agreeing_distributed_samplers_is_named(tmp_path):
+    """A curriculum's easy Subset picked with an unseeded jitter on each rank, split by a DistributedSampler that is
+    right: the samplers agree, the Subsets differ - said as such, not as 'the data sets differ' in general; and a
+    loader built anew each epoch at that line is one finding."""
+    a, b = list(range(0, 120)), list(range(60, 180))
+    dist = {"num_replicas": 2, "shuffle": True, "seed": 0}
+    ranks = {}
+    for r in (0, 1):
+        data = loader([(a, b)[r]], sampler="DistributedSampler", distributed={"rank": r, **dist})
+        data["loaders"][0]["subset"] = {"len": 120, "of": 240, "crc": 1000 + r}
+        data["loaders"].append(json.loads(json.dumps(data["loaders"][0])))  # the next epoch's loader, same line
+        ranks[r] = {"same-samples": data}
+    f = only(readout.read(observed(tmp_path, ranks)), "same-samples")
+    assert "but what they split is a Subset with other indices on each rank (120 of the 240 samples" in f.observed
+    assert "dist.broadcast_object_list" in f.fix and f.evidence["loaders"] == 2
+
+
 def test_an_iterable_dataset_read_in_full_by_every_rank(tmp_path):
     same = list(range(64))
     ranks = {r: {"same-samples": loader([same], sampler="_InfiniteConstantSampler", iterable=True)} for r in (0, 1)}

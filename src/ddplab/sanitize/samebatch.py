@@ -556,17 +556,27 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
             key = (record["where"], seen[record["where"]])  # the same line may build several loaders
             seen[record["where"]] += 1
             loaders.setdefault(key, {})[rank] = record
-    findings = []
+    findings, said = [], {}
     for (where, _), records in loaders.items():
         if len(records) > 1 and any(r["trained"] for r in records.values()):
             found = _overlap(records, world)
-            if found is not None:
-                findings.append(_finding(where, records, world, found))
+            if found is None:
+                continue
+            if where in said:  # one line building a loader each epoch: one mistake, said once
+                said[where].evidence["loaders"] = said[where].evidence.get("loaders", 1) + 1
+                continue
+            said[where] = _finding(where, records, world, found)
+            findings.append(said[where])
     for (where, _), records in loaders.items():
         replayed = {r: record for r, record in records.items() if _replayed(record)}
         if replayed:
             findings.append(_replay_finding(where, replayed))
     return findings
+
+
+def _subsets_differ(records: dict[int, dict]) -> bool:
+    """Every rank's data set is a Subset, and their indices differ (a crc32 of each rank's)."""
+    return all(r.get("subset") for r in records.values()) and len({r["subset"]["crc"] for r in records.values()}) > 1
 
 
 def _replayed(record: dict) -> bool:
@@ -749,6 +759,17 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             "np.random.seed((torch.initial_seed() + 7919 * dist.get_rank()) % 2**32) (torch's own worker seed "
             "differs per worker, not per rank, where every rank set the same torch seed)"
         )
+    elif all(d is not None for d in dist) and _subsets_differ(records):
+        part = records[a]["subset"]
+        cause = (
+            "its DistributedSamplers agree (each its own rank, the same ranks and seed), but what they split is a "
+            f"Subset with other indices on each rank ({part['len']} of the {part['of']} samples on each): its indices "
+            "were picked on each rank its own way (a per-rank seed, or an unseeded generator), so the shares overlap"
+        )
+        fix = (
+            "pick the Subset's indices alike on every rank: one constant seed (np.random.default_rng(seed)), or pick "
+            "them on rank 0 and send them to the others (dist.broadcast_object_list)"
+        )
     elif all(d is not None for d in dist):
         cause = (
             "its DistributedSamplers agree (each its own rank, the same ranks and seed), so the data sets "
@@ -765,11 +786,7 @@ def _finding(where: str | None, records: dict[int, dict], world: int, found: dic
             "split the stream by rank inside the dataset's __iter__ (e.g. itertools.islice(stream, rank, None, "
             "world_size), and by torch.utils.data.get_worker_info() across loader workers)"
         )
-    elif (
-        all(records[r].get("subset") for r in records)
-        and len({records[r]["subset"]["crc"] for r in records}) > 1
-        and not top["same_order"]
-    ):
+    elif _subsets_differ(records) and not top["same_order"]:
         part = records[a]["subset"]
         cause = (
             f"its dataset is a Subset with other indices on each rank ({part['len']} of the {part['of']} samples "
