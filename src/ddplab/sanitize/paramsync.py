@@ -313,46 +313,35 @@ class Observer(rankside.Observer):
         return {"checks": self.checks, "sharded": self.sharded}
 
 
-def _holder_name(obj) -> str | None:
-    """The name the user's code holds `obj` by, in a user frame on the stack of optimizer.step() (the innermost
-    first): a local or global variable (`proj`), else an attribute of one (`self.proj`)."""
-    frame = sys._getframe(1)
+def _held_by_user(frame):
+    """(name, value) of what the user's code holds, in each user frame from `frame` outwards (the innermost first):
+    its local variables, then its module's globals, then the attributes of its locals (`self.proj`)."""
     while frame is not None:
         if is_user(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for name, value in list(scope.items()):
-                    if value is obj:
-                        return name
+            yield from list(frame.f_locals.items())
+            yield from list(frame.f_globals.items())
             for name, value in list(frame.f_locals.items()):
                 attrs = getattr(value, "__dict__", None)
                 if isinstance(attrs, dict):
-                    held = next((a for a, v in list(attrs.items()) if v is obj), None)
-                    if held is not None:
-                        return f"{name}.{held}"
+                    yield from ((f"{name}.{attr}", held) for attr, held in list(attrs.items()))
         frame = frame.f_back
-    return None
+
+
+def _holder_name(obj) -> str | None:
+    """The name the user's code holds `obj` by, in a user frame on the stack of optimizer.step(): a local or global
+    variable (`proj`), else an attribute of one (`self.proj`)."""
+    return next((name for name, value in _held_by_user(sys._getframe(1)) if value is obj), None)
 
 
 def _variable_names(index: dict[int, int], names: dict[int, str]) -> None:
     """A parameter no module holds (a learnable temperature beside the model: `logit_scale = nn.Parameter(...)`) by
-    the name the user's code gave it: a local variable of a user frame on the stack of optimizer.step() (the
-    innermost first), else a global of that frame's module, else an attribute of a local (`self.temp`). At the first
-    digested step, and again when the optimizer's list of parameters changed."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if is_user(frame.f_code.co_filename):
-            for scope in (frame.f_locals, frame.f_globals):
-                for name, value in list(scope.items()):
-                    i = index.get(id(value))
-                    if i is not None and i not in names and not name.startswith("_"):
-                        names[i] = name
-            for name, value in list(frame.f_locals.items()):  # an attribute of one (a trainer's `self.temp`)
-                attrs = getattr(value, "__dict__", None)
-                for attr, held in list(attrs.items()) if isinstance(attrs, dict) else ():
-                    i = index.get(id(held))
-                    if i is not None and i not in names and not attr.startswith("_"):
-                        names[i] = f"{name}.{attr}"
-        frame = frame.f_back
+    the name the user's code gave it (_held_by_user: a local variable, a global, an attribute of a local such as a
+    trainer's `self.temp`), not a private one. At the first digested step, and again when the optimizer's list of
+    parameters changed."""
+    for name, value in _held_by_user(sys._getframe(1)):
+        i = index.get(id(value))
+        if i is not None and i not in names and not name.rpartition(".")[2].startswith("_"):
+            names[i] = name
 
 
 def _settings(optimizer) -> dict:
