@@ -216,8 +216,8 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     for rank, data in sorted(ranks.items()):
         samplers = data.get("samplers", [])
         done = set()
-        for record, before, after, rebuilt in _pairs(samplers):
-            if record["where"] in done or not rebuilt and _one_epoch_read_twice(record, before, after):
+        for record, before, after, later, rebuilt in _pairs(samplers):
+            if record["where"] in done or not rebuilt and _one_epoch_read_twice(record, before, after, later):
                 continue
             if before["order"] == after["order"] and before["n"] == after["n"] and before["n"] > 1:
                 same_line = [r for r in samplers if r["where"] == record["where"]]
@@ -263,9 +263,9 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
 
 
 def _pairs(samplers: list[dict]):
-    """(record, pass before, pass after, rebuilt) for each two consecutive passes of a shuffling sampler; and, for a
-    sampler built at a line that built one before (a new one each epoch), its first pass after the last one of the
-    sampler before, unless set_epoch() was called on the new one first."""
+    """(record, pass before, pass after, the pass after that or None, rebuilt) for each two consecutive passes of a
+    shuffling sampler; and, for a sampler built at a line that built one before (a new one each epoch), its first
+    pass after the last one of the sampler before, unless set_epoch() was called on the new one first."""
     last: dict = {}  # where -> the last pass of the latest sampler built there
     for record in samplers:
         if not record["shuffle"]:
@@ -278,23 +278,22 @@ def _pairs(samplers: list[dict]):
             and passes[0].get("calls", 0) == 0
             and before.get("seq", 0) < record.get("seq", 1)  # built after that pass began: not two built together
         ):
-            yield record, before, passes[0], True
-        for before, after in zip(passes, passes[1:]):
-            yield record, before, after, False
+            yield record, before, passes[0], None, True
+        for i in range(len(passes) - 1):
+            yield record, passes[i], passes[i + 1], passes[i + 2] if i + 2 < len(passes) else None, False
         if passes:
             last[record["where"]] = passes[-1]
 
 
-def _one_epoch_read_twice(record: dict, before: dict, after: dict) -> bool:
+def _one_epoch_read_twice(record: dict, before: dict, after: dict, later: dict | None) -> bool:
     """No set_epoch() between two passes of a sampler that does get set_epoch() calls: the same epoch read twice (the
     training loader read again to measure it), whose order is meant to be the same - unless the second pass trained
-    too (optimizer steps between its start and the next pass's): then set_epoch() was called once, not per epoch."""
+    too (optimizer steps between its start and the next pass's, `later`): then set_epoch() was called once, not per
+    epoch."""
     if "calls" not in after or "calls" not in before:
         return False
     if after["calls"] != before["calls"] or record.get("calls", 0) == 0:
         return False
-    passes = record["passes"]
-    later = passes[passes.index(after) + 1] if after in passes and passes.index(after) + 1 < len(passes) else None
     return later is None or later["step"] <= after["step"]
 
 
