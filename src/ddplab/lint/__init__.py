@@ -427,21 +427,14 @@ def _print_installers(readers: list, calls: dict[str, set[str]]) -> set[str]:
             outer = reader.parent.get(n)
             while outer is not None:
                 if isinstance(outer, ast.FunctionDef):
-                    if call and _may_reach_project(reader, n):
+                    # a call of a function by name or through a module, or of a method of this object: not
+                    # `model.train()`, which is no call of the script's `def train()`
+                    if call and (reader.function_called(n) or dotted(n.func).split(".")[0] in ("self", "cls")):
                         calls.setdefault(outer.name, set()).add(reader.callee_last(n))
                     if sets:
                         found.add(outer.name)
                 outer = reader.parent.get(outer)
     return _with_callers(found, calls)
-
-
-def _may_reach_project(reader, call: ast.Call) -> bool:
-    """A call that can be one of the project's functions: `f()`, `module.f()` (a name the file imported),
-    `self.f()` - not a method of some object (`model.train()` is no call of the script's `def train()`)."""
-    base = call.func
-    while isinstance(base, ast.Attribute):
-        base = base.value
-    return base is call.func or isinstance(base, ast.Name) and (base.id in ("self", "cls") or base.id in reader.aliases)
 
 
 def _buffer_classes(readers: list) -> set[str]:

@@ -1125,9 +1125,9 @@ class ScriptReader:
             and "distributed" in self.callee(test)
         ):
             return True  # dist.is_initialized(): a process group exists
-        if isinstance(test, ast.Call) and not test.args and not test.keywords and depth < 2:
+        if depth < 2 and (flag := _flag_call(test)) is not None:
             # `def is_distributed(): return dist.is_initialized()`, then `if is_distributed():` - read what it returns
-            returned = _only_return(self.functions.get(dotted(test.func)))
+            returned = _only_return(self.functions.get(dotted(flag)))
             if returned is not None:
                 return self._launcher_test(returned, depth + 1)
         if (
@@ -1325,11 +1325,10 @@ class ScriptReader:
                 if isinstance(test, ast.Name) and test.id in names:
                     value = passed(site, func, test.id)
                     if isinstance(value, ast.Constant):
-                        truth = (
-                            bool(value.value)
-                            if expected is None and not by_identity
-                            else (value.value is None if by_identity else value.value == expected)
-                        )
+                        if by_identity:
+                            truth = value.value is None
+                        else:
+                            truth = bool(value.value) if expected is None else value.value == expected
                         if truth != wanted:
                             return False
             child, parent = parent, self.parent.get(parent)
