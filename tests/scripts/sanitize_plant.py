@@ -71,6 +71,12 @@ def main() -> None:
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
     if {"cycle", "cycle-moved", "accum-off-by-one", "unfreeze"} & planted:
         steps(ddp, model, optimizer, loader, sampler)
+        # the teardown below, here: this frame holds the DDP model. Deleted in steps(), it lived on in this frame
+        # past destroy_process_group(), and freeing it at this function's return destroyed the group with the GIL
+        # held; a gloo worker then waiting for the GIL hung the rank (docs/teardown.md, "A hang at the return")
+        dist.barrier()
+        del ddp
+        dist.destroy_process_group()
         return
     log = open(os.path.join(args.out, "train.log"), "a") if "all-log" in planted else None
     with ddp.no_sync() if "no-sync" in planted else contextlib.nullcontext():
@@ -128,9 +134,6 @@ def steps(ddp, model, optimizer, loader, sampler) -> None:
         if "accum-off-by-one" not in planted or i % 2 == 1:
             optimizer.step()
             optimizer.zero_grad()
-    dist.barrier()
-    del ddp
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
