@@ -4,7 +4,10 @@
   of, and the main thread walks into interpreter exit without ever yielding the GIL; `explain` reads that real
   output as a teardown abort after success;
 - the fix: after ddplab.dist.session() and after the `ddplab new` script, no thread of the process group is left
-  (the process has as many threads as before it joined the group), so none can be working at interpreter exit.
+  (the process has as many threads as before it joined the group), so none can be working at interpreter exit;
+- the hang at a function's return: a DDP model freed after destroy_process_group() destroys the group with the GIL
+  held while a worker waits for it; `ddplab launch` names the rank inside the group's destructor, and the documented
+  order (del the model first) ends cleanly.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import torchrun
+from conftest import cli, torchrun
 
 from ddplab.commands.new import render_script
 from ddplab.explain.matcher import explain_text
@@ -23,6 +26,8 @@ RUN = {"timeout": 240, "merge_stderr": True, "core_files": False}
 # The abort at exit, made certain: tests/scripts/abort_at_exit.py (rank 1 holds the GIL while its gloo worker must
 # free a tensor, then exits).
 ABORT_AT_EXIT = Path(__file__).parent / "scripts" / "abort_at_exit.py"
+# The hang at main()'s return, made certain: the same worker, and a DDP model freed after destroy_process_group().
+TEARDOWN_HANG = Path(__file__).parent / "scripts" / "teardown_hang.py"
 
 THREADS = "len(os.listdir('/proc/self/task'))"
 
@@ -93,3 +98,24 @@ def test_a_dist_session_and_the_new_script_leave_no_thread_of_their_process_grou
         assert set(counts) == {0, 1}, (what, ran.stdout)
         for rank, (before, after) in counts.items():
             assert after == before, f"{what}: rank {rank}: {after - before} thread(s) of the group outlived it"
+
+
+def test_a_model_freed_after_destroy_hangs_in_the_groups_destructor_and_launch_says_so(no_leftover_workers):
+    """Seen once in CI as "no rank is in a distributed call: rank 0 at <module>" (the C++ frames were not read)."""
+    ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "5", "--nproc-per-node", "2", str(TEARDOWN_HANG),
+              timeout=120, cwd=TEARDOWN_HANG.parent)  # fmt: skip
+    result = ran.json()
+    assert ran.code == 3 and result["status"] == "hang", ran.out[-4000:]
+    # rank 1 by construction; rank 0 too when its own worker had not yet freed its all-reduce's tensor (by chance)
+    stuck = {r["rank"]: r for r in result["ranks"] if r["stuck_in"]}
+    assert 1 in stuck and {r["stuck_in"] for r in stuck.values()} == {"~ProcessGroupGloo"}, result["ranks"]
+    assert stuck[1]["where"].startswith("teardown_hang.py:") and stuck[1]["where"].endswith("in <module>")
+    said = "rank 1 is stuck in the process group's destructor (c10d::ProcessGroupGloo::~ProcessGroupGloo) at teardown"
+    assert said in result["summary"]
+    assert "(freed with a DDP model's reducer; a thread of the process waits for the GIL)" in result["summary"]
+    assert "outlived destroy_process_group()" in result["summary"]
+    assert result["fix"].startswith("let go of the DDP model before destroy_process_group()")
+
+    ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "5", "--nproc-per-node", "2", str(TEARDOWN_HANG),
+              "--del-first", timeout=120, cwd=TEARDOWN_HANG.parent)  # fmt: skip
+    assert ran.code == 0 and ran.json()["status"] == "ok", ran.out[-4000:]

@@ -155,7 +155,7 @@ class ScriptWatch:
         # a silent loop of collectives sits at the same line at every look: its sequence numbers tell it moves on.
         where = (tuple((s.pid, s.call, s.where) for s in found), self._collectives(found)) if waiting else None
         if idle or (waiting and where == self.suspect):
-            self.found = found
+            self.found = stack_reader.look_inside(found)
             # Per rank: the same wait as before, not one call shared by all (ranks may wait in different calls).
             return (
                 "idle CPU"

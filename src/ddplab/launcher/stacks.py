@@ -63,11 +63,12 @@ class RankStack:
     rank: int | None
     local_rank: int | None
     pid: int
-    kind: str  # rendezvous | collective | ddp | running | unknown
+    kind: str  # rendezvous | collective | ddp | teardown | running | unknown
     call: str | None  # the distributed call it waits in (init_process_group, all_reduce, ...)
     where: str | None  # its own code's innermost line: "train.py:23 in main"
     stack: str  # Python stack, outermost call first
     error: str | None = None  # why the stack could not be read
+    native: str = ""  # for kind "teardown": what the C++ frames showed besides (look_inside)
 
 
 def py_spy() -> str | None:
@@ -77,12 +78,29 @@ def py_spy() -> str | None:
 
 def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
     """The main thread's frames (innermost first) of a live Python process, or (None, why not)."""
+    threads, error = _dump(pid)
+    if threads is None:
+        return None, error
+    return _main_thread(threads, pid).get("frames", []), None
+
+
+def _main_thread(threads: list[dict], pid: int) -> dict:
+    main = next((t for t in threads if t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid), None)
+    return main or (threads[0] if threads else {})
+
+
+def _dump(pid: int, native: bool = False) -> tuple[list[dict] | None, str | None]:
+    """Every thread of a live Python process as py-spy gives it (frames innermost first; with `native`, the C/C++
+    frames too), or (None, why not)."""
     exe = py_spy()
     if exe is None:
         return None, "py-spy is not installed (pip install py-spy)"
     try:
         out = subprocess.run(
-            [exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True, timeout=STACK_TIMEOUT_S
+            [exe, "dump", "--pid", str(pid), "--json", *(["--native"] if native else [])],
+            capture_output=True,
+            text=True,
+            timeout=STACK_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         return None, f"py-spy gave no stack within {STACK_TIMEOUT_S:g}s"
@@ -92,14 +110,49 @@ def dump_stack(pid: int) -> tuple[list[dict] | None, str | None]:
             why += " (py-spy needs ptrace rights: run as root, or set kernel.yama.ptrace_scope=0)"
         return None, f"py-spy: {why}"
     try:
-        threads = json.loads(out.stdout)
+        return json.loads(out.stdout), None
     except json.JSONDecodeError:
         return None, "py-spy printed no JSON"
-    main = next(
-        (t for t in threads if t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid),
-        threads[0] if threads else None,
-    )
-    return (main or {}).get("frames", []), None
+
+
+# A process group's destructor in C++ (c10d::ProcessGroupGloo::~ProcessGroupGloo, ...): it joins the group's threads.
+_GROUP_DESTRUCTOR = re.compile(r"c10d::(ProcessGroup\w*)::~\1\b")
+# A thread asking for the GIL: pybind11's acquire from C++ (torch freeing a tensor's Python object), or CPython's own.
+_GIL_WAIT = re.compile(r"gil_scoped_acquire|\btake_gil\b|PyEval_AcquireThread|PyGILState_Ensure")
+
+
+def look_inside(stacks: list[RankStack]) -> list[RankStack]:
+    """The ranks that wait in no distributed call of Python's, read again with their C++ frames (py-spy --native:
+    about a second a rank, so only once a hang is confirmed). What the Python stack cannot show, and a native one
+    can: a rank inside a process group's destructor, which joins the group's worker threads. Freed where the GIL is
+    held (the last reference in a DDP model's reducer, the model freed after destroy_process_group()), it waits
+    forever for a worker that itself waits for the GIL to free a tensor (docs/teardown.md)."""
+    running = [s for s in stacks if s.kind == "running"]
+    if not running:
+        return stacks
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(running)))) as pool:
+        dumps = dict(zip((s.pid for s in running), pool.map(lambda s: _dump(s.pid, native=True)[0], running)))
+    for s in running:
+        threads = dumps.get(s.pid)
+        if threads:
+            s.kind, s.call, s.native = _destroying(threads, s.pid) or (s.kind, s.call, s.native)
+    return stacks
+
+
+def _destroying(threads: list[dict], pid: int) -> tuple[str, str, str] | None:
+    """("teardown", the destructor's name, what else the stacks show) when the main thread is in a process group's
+    destructor."""
+    main = _main_thread(threads, pid)
+    names = [f.get("name", "") for f in main.get("frames", [])]
+    group = next((m[1] for m in map(_GROUP_DESTRUCTOR.search, names) if m), None)
+    if group is None:
+        return None
+    seen = []
+    if any("Reducer::~Reducer" in n for n in names):
+        seen.append("freed with a DDP model's reducer")
+    if any(_GIL_WAIT.search(f.get("name", "")) for t in threads if t is not main for f in t.get("frames", [])):
+        seen.append("a thread of the process waits for the GIL")
+    return "teardown", f"~{group}", "; ".join(seen)
 
 
 def own_code(filename: str) -> bool:
@@ -152,6 +205,18 @@ def describe(stacks: list[RankStack], endpoint: str | None) -> str:
     read = [s for s in stacks if s.error is None]
     if not read:
         return f"the ranks' stacks could not be read ({stacks[0].error})"
+    ending = [s for s in read if s.kind == "teardown"]
+    if ending:
+        return "; ".join(
+            f"rank {s.rank} is stuck in the process group's destructor (c10d::{s.call[1:]}::{s.call}) at {s.where or '?'}"
+            + (f" ({s.native})" if s.native else "")
+            for s in ending
+        ) + (
+            ": the group outlived destroy_process_group() and was destroyed later, with the GIL held, so it waits "
+            "for its own worker threads to end, one of which waits for the GIL"
+            if any("GIL" in s.native for s in ending)
+            else ": destroying a group joins its worker threads, and one of them does not end"
+        )
     waiting = [s for s in read if s.kind in WAITING]
     calls = {s.call for s in waiting}
     who = "both ranks are" if len(read) == 2 else ("the rank is" if len(read) == 1 else f"all {len(read)} ranks are")

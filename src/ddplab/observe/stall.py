@@ -182,4 +182,4 @@ def last_words(look: Look) -> str:
     from ddplab.launcher import stacks
 
     found = stacks.read_all(sorted(look.targets, key=lambda t: (t[1] is None, t[1] or 0)))
-    return stacks.describe(found, None)
+    return stacks.describe(stacks.look_inside(found), None)

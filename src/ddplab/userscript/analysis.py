@@ -28,6 +28,9 @@ HANG_FIXES = {
     "extra batch on some ranks only (uneven data: DistributedSampler(drop_last=True) or the join() context)",
     "rendezvous": "the ranks never met: do not set MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE in the script "
     "(the launcher sets them), and check that every node reaches the rendezvous endpoint",
+    "teardown": "let go of the DDP model before destroy_process_group(): `del model` where it is held (a caller's "
+    "variable, a global or an attribute keeps it alive), then `dist.destroy_process_group()`, which destroys the "
+    "group with the GIL released (docs/teardown.md)",
 }
 FRAME = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>.+)')
 
@@ -336,7 +339,9 @@ def _hang(result: LaunchResult, run: ScriptRun, plan: Plan, timeout: float | Non
     related = set().union(*(RELATED_RULES.get(k, set()) for k in kinds)) if kinds else set()
     findings = plan.lint.findings if plan.lint else []
     result.related_lint = [f for f in findings if f.rule in related] or [f for f in findings if f.level == "error"]
-    if not result.related_lint:
+    if "teardown" in kinds:  # seen in the C++ frames: no finding of lint's is a likelier cause
+        result.related_lint, result.fix = [], HANG_FIXES["teardown"]
+    elif not result.related_lint:
         result.fix = HANG_FIXES.get(next((k for k in ("collective", "ddp", "rendezvous") if k in kinds), ""))
 
 
