@@ -490,13 +490,32 @@ class ScriptReader:
         return f"{full}.{rest}" if full and rest else (full or name)
 
     def sets_print(self, n: ast.AST) -> bool:
-        """`builtins.print = ...` (a print filter being installed)."""
+        """`builtins.print = ...` (a print filter being installed), or stdout sent to a file the script opens
+        (`if local_rank != 0: sys.stdout = open(os.devnull, "w")`: every print that follows, in any function, is
+        that file's; not a stream put back, `sys.stdout = self.terminal`)."""
         return isinstance(n, ast.Assign) and any(
             isinstance(t, ast.Attribute)
             and t.attr == "print"
             and self.resolve(dotted(t.value)) in ("builtins", "__builtin__")
+            or self.resolve(dotted(t)) == "sys.stdout"
+            and self._opened_here(n.value)
             for t in n.targets
         )
+
+    def _opened_here(self, value: ast.AST) -> bool:
+        """`open(...)`, or a name the same function assigned from one (`f = open(os.devnull, "w")`)."""
+        if isinstance(value, ast.Name):
+            scope = self.enclosing_function(value)
+            value = next(
+                (
+                    a.value
+                    for a in walk_same_function(scope.body if scope else self.tree.body)
+                    if isinstance(a, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets)
+                ),
+                None,
+            )
+        return isinstance(value, ast.Call) and self.callee(value) in ("open", "io.open")
 
     def callee(self, call: ast.Call) -> str:
         if call not in self._callees:
