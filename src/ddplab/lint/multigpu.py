@@ -617,9 +617,13 @@ class MultiGpuChecks(ScriptReader):
 
     def _set_earlier_in_pass(self, grow: ast.AugAssign, loop: ast.AST) -> bool:
         """`log = f"epoch {e}"` and then `log += ...` in the same pass of the loop: the name starts again on every
-        iteration (a message being built), so what it holds is this pass's, not a sum over batches."""
+        iteration (a message being built), so what it holds is this pass's, not a sum over batches. So does a
+        loop's own target (`for batch_idx, x in enumerate(loader): batch_idx += 1`: an index made 1-based)."""
         child, parent = grow, self.parent.get(grow)
         while child is not loop and parent is not None:
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and child in parent.body:
+                if dotted(grow.target) in {dotted(t) for t in ast.walk(parent.target)}:
+                    return True
             for block in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
                 if (
                     isinstance(block, list)
