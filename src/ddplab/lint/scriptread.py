@@ -52,6 +52,8 @@ SPAWN_CALLS = {
     "multiprocessing.Process",
     "torch.multiprocessing.Process",
 }
+# Command-line runners: `fire.Fire(main)` calls main in this process, where it runs (main is not handed to workers)
+CLI_RUNNERS = {"fire.Fire", "typer.run", "jsonargparse.CLI", "tyro.cli", "defopt.run"}
 DDP_NAMES = {"DistributedDataParallel", "DDP"}
 # a switch that holds when a process group runs: `if not use_ddp or rank == 0:` is the one process, or rank 0
 DIST_FLAG_NAMES = {
@@ -101,10 +103,22 @@ def last(name: str) -> str:
     return name.rstrip("()").rsplit(".", 1)[-1]
 
 
+def _resolved(aliases: dict[str, str], name: str) -> str:
+    head, _, rest = name.partition(".")
+    full = aliases.get(head.rstrip("()"))
+    return f"{full}.{rest}" if full and rest else (full or name)
+
+
+def _hands_a_name(call: ast.Call) -> bool:
+    return bool(call.args) and isinstance(call.args[0], ast.Name)
+
+
 def given_for(call: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
     """What `call` gives `func`'s parameter `param`, by keyword or by position (the self of a method called on an
     object, or of a class's __init__, is Python's to pass); None where the call leaves it to its default or hands
-    its arguments over as *args."""
+    its arguments over as *args, or hands `func` itself to a runner (`fire.Fire(func)`: the command line's)."""
+    if _hands_a_name(call) and call.args[0].id == getattr(func, "name", None):
+        return None
     params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
     if param not in params:
         return keyword(call, param)
@@ -342,9 +356,14 @@ class ScriptReader:
         calls_by_name: dict[str, list[ast.Call]] = {}
         for c in calls:
             calls_by_name.setdefault(last(dotted(c.func)), []).append(c)
+        aliases = self._imports()
+        # `fire.Fire(train)` is a call of train where it stands, with what the command line gives its parameters
+        run = [c for c in calls if _resolved(aliases, dotted(c.func)) in CLI_RUNNERS and _hands_a_name(c)]
+        for c in run:
+            calls_by_name.setdefault(c.args[0].id, []).append(c)
         syntax.update(
             callees={},
-            aliases=self._imports(),
+            aliases=aliases,
             calls=calls,
             calls_by_name=calls_by_name,
             functions={n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))},
@@ -352,6 +371,7 @@ class ScriptReader:
             passed={
                 last(dotted(a))
                 for c in calls
+                if c not in run
                 for a in [*c.args, *(k.value for k in c.keywords)]
                 if isinstance(a, (ast.Name, ast.Attribute))
             },
@@ -485,9 +505,7 @@ class ScriptReader:
 
     def resolve(self, name: str) -> str:
         """`dist.all_reduce` -> `torch.distributed.all_reduce`, through the script's imports."""
-        head, _, rest = name.partition(".")
-        full = self.aliases.get(head.rstrip("()"))
-        return f"{full}.{rest}" if full and rest else (full or name)
+        return _resolved(self.aliases, name)
 
     def sets_print(self, n: ast.AST) -> bool:
         """`builtins.print = ...` (a print filter being installed), or stdout sent to a file the script opens
@@ -1296,13 +1314,15 @@ class ScriptReader:
         ]
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
-        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`); a
-        function of the module is called by its bare name (`model.train()` is no call of a script's `def train()`)."""
+        """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`, or a
+        command-line runner's `fire.Fire(f)`); a function of the module is called by its bare name (`model.train()`
+        is no call of a script's `def train()`)."""
         method = isinstance(self.parent.get(func), ast.ClassDef)
         return [
             c
             for c in self.calls_by_name.get(func.name, [])
-            if self.enclosing_function(c) is not func and (method or isinstance(c.func, ast.Name))
+            if self.enclosing_function(c) is not func
+            and (method or isinstance(c.func, ast.Name) or _hands_a_name(c) and c.args[0].id == func.name)
         ]
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
