@@ -462,8 +462,10 @@ class Checks(MultiGpuChecks):
     def trains_on_gpus_only(self) -> bool:
         """A function of this file that wraps a model in DDP puts something on a GPU in a statement of its own body,
         under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`,
-        `DDP(model, device_ids=[rank])`): its training cannot run without GPUs, whatever the backend, so a hard-coded
-        nccl costs nothing more (a module of the project's counts for the script too: Facts.gpu_training)."""
+        `DDP(model, device_ids=[rank])`), or refuses to go on without one (`if not torch.cuda.is_available(): raise
+        SystemExit(...)`, `assert torch.cuda.is_available()`): its training cannot run without GPUs, whatever the
+        backend, so a hard-coded nccl costs nothing more (a module of the project's counts for the script too:
+        Facts.gpu_training)."""
         for func in self.nodes:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
                 isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES for n in walk_same_function(func.body)
@@ -474,7 +476,28 @@ class Checks(MultiGpuChecks):
                     self._needs_cuda(n) for n in _unconditional(stmt.value)
                 ):
                     return True
+                if self._refuses_cpus(stmt):
+                    return True
         return False
+
+    def _refuses_cpus(self, stmt: ast.stmt) -> bool:
+        """`assert torch.cuda.is_available()` (or a GPU count that cannot hold without GPUs), or `if not
+        torch.cuda.is_available():` with a raise or an exit inside. (A count compared with the scheduler's, `assert
+        gpus == torch.cuda.device_count()`, holds with none.)"""
+
+        def available(test: ast.AST) -> bool:
+            return any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
+
+        if isinstance(stmt, ast.Assert):
+            return self._needs_gpus(stmt.test) or not isinstance(stmt.test, ast.UnaryOp) and available(stmt.test)
+        return (
+            isinstance(stmt, ast.If)
+            and isinstance(stmt.test, ast.UnaryOp)
+            and isinstance(stmt.test.op, ast.Not)
+            and available(stmt.test.operand)
+            and self._mentions_cuda_check(stmt.test.operand)
+            and any(isinstance(n, ast.stmt) and _fails(n, any_status=True) for n in ast.walk(stmt))
+        )
 
     def _needs_cuda(self, node: ast.AST) -> bool:
         """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `.to("cuda...")`, DDP given
