@@ -100,6 +100,29 @@ def test_data_tensor_read_is_not_a_checkpoint_load():
     )
 
 
+def test_a_data_sets_own_load_is_data_not_a_checkpoint():
+    """Issue 39 round 13: a Dataset's __init__ loading its tokenized samples (`data = torch.load(path)`, then
+    `data["x"]`) was read as a checkpoint; a data set's method loads samples: behind --all. The same load in a plain
+    class (no __getitem__) is read as before."""
+    src = SETUP + textwrap.dedent(
+        """
+        class TokenDataset(torch.utils.data.Dataset):
+            def __init__(self, path):
+                data = torch.load(path)
+                self.x = data["x"]
+
+            def __getitem__(self, i):
+                return self.x[i]
+
+        ds = TokenDataset("train.pt")
+        dist.destroy_process_group()
+        """
+    )
+    assert "load-no-map-location" not in names(src)
+    assert "load-no-map-location" in names(src, show_all=True)
+    assert "load-no-map-location" in names(src.replace("def __getitem__(self, i)", "def sample(self, i)"))
+
+
 def test_state_dict_on_the_plain_branch_of_a_wrapper_test_is_not_the_wrappers():
     """`net.module.state_dict() if hasattr(net, "module") else net.state_dict()`: the else is a plain model."""
     src = (

@@ -1093,8 +1093,9 @@ class Checks(MultiGpuChecks):
                         "torch.load without map_location puts every tensor back on the device it was saved from",
                         "torch.load(path, map_location=device) (this rank's device, or 'cpu')",
                         sure=False,
-                        why="what is loaded is used as data (.size(), .numpy(), ...), not loaded into a model: "
-                        "a data file is usually written from the CPU, where it comes back",
+                        why="what is loaded is data (used as a tensor: .size(), .numpy(), ...; or loaded by a "
+                        "data set's own method), not a model's weights: a data file is usually written from the CPU, "
+                        "where it comes back",
                     )
                     continue
                 self.add(
@@ -1113,7 +1114,14 @@ class Checks(MultiGpuChecks):
 
     def _loaded_as_data(self, call: ast.Call) -> bool:
         """The loaded object is used as a tensor of data (`torch.load(f).numpy()`, `freq = torch.load(f)` then
-        `freq.size(0)`), never as a checkpoint (given to load_state_dict, indexed by a key, .items() / .keys())."""
+        `freq.size(0)`), never as a checkpoint (given to load_state_dict, indexed by a key, .items() / .keys()); or
+        it is loaded by a data set's own method (a class with `__getitem__`: what it loads are its samples)."""
+        func = self.enclosing_function(call)
+        owner = self.parent.get(func) if func is not None else None
+        if isinstance(owner, ast.ClassDef) and any(
+            isinstance(n, ast.FunctionDef) and n.name == "__getitem__" for n in owner.body
+        ):
+            return True
         parent = self.parent.get(call)
         if isinstance(parent, ast.Attribute):
             return parent.attr in DATA_USES
