@@ -33,6 +33,52 @@ def test_a_wrapper_checkpoint_loaded_back_into_the_wrapper():
     assert bad == ["save-ddp-state-dict"] and good == []
 
 
+def test_a_load_into_the_plain_model_before_it_is_wrapped_is_no_load_into_the_wrapper():
+    """Issue 39 round 13: `model.load_state_dict(...)` then `model = DDP(model)` loads a plain checkpoint into the
+    plain model; the wrapper's own saves later carry 'module.' keys that this load would not take."""
+    bad, good = pair(
+        """
+        model = torch.nn.Linear(1, 1)
+        model.load_state_dict(torch.load("init.pt", map_location="cpu"))
+        model = DDP(model)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "m.pt")
+        """,
+        """
+        model = torch.nn.Linear(1, 1)
+        model = DDP(model)
+        model.load_state_dict(torch.load("m.pt", map_location="cpu"))
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "m.pt")
+        """,
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n",
+    )
+    assert bad == ["save-ddp-state-dict"] and good == []
+
+
+def test_the_except_after_a_try_on_the_wrappers_module_is_the_plain_models_path():
+    """`try: sd = net.module.state_dict()` / `except: sd = net.state_dict()` (lint_heldout5's less_train): the
+    fallback runs for a model with no .module, never for the DDP wrapper."""
+    bad, good = pair(
+        """
+        net = DDP(torch.nn.Linear(1, 1))
+        if dist.get_rank() == 0:
+            torch.save(net.state_dict(), "m.pt")
+        """,
+        """
+        net = DDP(torch.nn.Linear(1, 1))
+        if dist.get_rank() == 0:
+            try:
+                sd = net.module.state_dict()
+            except AttributeError:
+                sd = net.state_dict()
+            torch.save(sd, "m.pt")
+        """,
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n",
+    )
+    assert bad == ["save-ddp-state-dict"] and good == []
+
+
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 

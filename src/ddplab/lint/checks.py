@@ -1225,7 +1225,8 @@ class Checks(MultiGpuChecks):
         """`model.module.state_dict() if args.distributed else model.state_dict()`, with `model = DDP(model)` only
         under `if args.distributed:`: on the branch where that flag is false the model was never wrapped. Also the
         branch the innermost wrapper test of its function sends plain models to (`... if hasattr(net, "module") else
-        net.state_dict()`, `isinstance(net, DDP)`)."""
+        net.state_dict()`, `isinstance(net, DDP)`), and the `except:` after a `try:` that reads `net.module` (the
+        fallback for a model that has none)."""
         flags = set()
         for n in self.nodes:
             if (
@@ -1239,6 +1240,9 @@ class Checks(MultiGpuChecks):
         child, parent, wrapper_settled = node, self.parent.get(node), False
         while parent is not None:
             wrapper_settled |= isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.ExceptHandler) and isinstance(parent, ast.Try):
+                if any(dotted(n) == f"{owner}.module" for s in parent.body for n in ast.walk(s)):
+                    return True
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 test, branch = parent.test, parent.orelse  # the flag's else, or the body of its negation
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):

@@ -344,12 +344,20 @@ class ScriptReader:
                     self.ddp_scopes.setdefault(dotted(target), set()).add(
                         self.enclosing_function(node) if isinstance(target, ast.Name) else None
                     )
-        # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it
+        # `ddp_model.load_state_dict(...)`: the wrapper's own checkpoints (with 'module.') load back into it; not a
+        # load into the plain model before the same scope wraps it (`model.load_state_dict(...)`, then `model =
+        # DDP(model)`): that file had no 'module.' keys
         self.loaded_into = {
             dotted(c.func.value)
             for c in self.calls
-            if isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"
+            if isinstance(c.func, ast.Attribute)
+            and c.func.attr == "load_state_dict"
+            and not self._before_the_wrap(dotted(c.func.value), c)
         }
+
+    def _before_the_wrap(self, name: str, node: ast.AST) -> bool:
+        """`node` comes before `name = DDP(...)` in the same function (or both at module level)."""
+        return self.enclosing_function(node) in self.ddp_scopes.get(name, ()) and node.lineno < self.ddp_names[name]
 
     def _read_syntax(self, syntax: dict) -> None:
         calls = [n for n in self.nodes if isinstance(n, ast.Call)]
