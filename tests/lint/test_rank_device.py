@@ -68,6 +68,12 @@ def test_local_rank_flag_only_when_it_picks_the_device_and_the_env_is_never_read
     assert rules(flag + "gpu = args.local_rank\nmodel = torch.nn.Linear(1, 1).cuda(gpu)\n") == ["local-rank-argparse"]
     assert rules(flag) == []  # accepted for the old launcher, never used
     assert rules(flag + "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n") == []
+    # copied into a config (issue 39 round 13) it is still the flag; replaced by the rank it is not
+    copied = (
+        "class Cfg:\n    pass\ncfg = Cfg()\ncfg.local_rank = args.local_rank\ntorch.cuda.set_device(cfg.local_rank)\n"
+    )
+    assert rules(flag + copied) == ["local-rank-argparse"]
+    assert rules(flag + "args.local_rank = dist.get_rank() % 8\ntorch.cuda.set_device(args.local_rank)\n") == []
 
 
 def test_current_device_never_set():
