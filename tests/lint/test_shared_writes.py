@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from conftest import torchrun
-from lintcase import HEAD, SCRIPTS, SETUP, found, lint_file, lint_source, names, pair, rules_but_nccl, write
+from lintcase import HEAD, PG_OPEN, SCRIPTS, SETUP, found, lint_file, lint_source, names, pair, rules_but_nccl, write
 from lintcase import line_rules as rules
 from lintcase import write_train as _write
 
@@ -861,3 +861,28 @@ def test_local_rank_zero_and_another_zero_test_is_not_sure_to_be_every_node():
     )
     assert "local-rank-save" not in names(source)
     assert "local-rank-save" in names(source.replace("node_id == 0 and ", ""))
+
+
+def test_a_path_removed_by_every_rank_is_a_race_an_archive_written_by_every_rank_too():
+    """Issue 39 round 13: keeping the last N checkpoints by deleting the oldest on every rank (the second rank's
+    os.remove finds the file gone: FileNotFoundError), and a source-code archive made by every rank into one zip."""
+    bad, good = pair(
+        """
+        os.remove("ckpt/old.pt")
+        """,
+        """
+        if dist.get_rank() == 0:
+            os.remove("ckpt/old.pt")
+        try:
+            os.unlink("ckpt/stale.lock")
+        except FileNotFoundError:
+            pass
+        shutil.rmtree("tmp_cache", ignore_errors=True)
+        """,
+        PG_OPEN + "import shutil\n",
+    )
+    assert bad == ["shared-path-write"] and good == []
+    archive = (
+        PG_OPEN + 'import shutil\nshutil.make_archive("out/source_code", "zip", ".")\ndist.destroy_process_group()\n'
+    )
+    assert rules_but_nccl(archive, setup="") == ["shared-path-write"]

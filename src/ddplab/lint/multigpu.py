@@ -53,7 +53,16 @@ CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cu
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
 IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
-COPIES = {"shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.move", "numpy.save", "numpy.savez"}
+COPIES = {
+    "shutil.copy",
+    "shutil.copyfile",
+    "shutil.copy2",
+    "shutil.move",
+    "shutil.make_archive",
+    "numpy.save",
+    "numpy.savez",
+}
+REMOVALS = {"os.remove", "os.unlink", "shutil.rmtree"}  # the second rank to remove a path finds it gone
 
 
 ATTRIBUTE = "attribute"  # check_scaled_twice: an attribute's value is one for the whole file
@@ -1215,9 +1224,15 @@ class MultiGpuChecks(ScriptReader):
             last(name) in ("makedirs", "mkdir")
             and keyword(call, "exist_ok") is None
             and (name.startswith("os.") or method == "mkdir")
-            and not self._exists_error_caught(call)
+            and not self._error_caught(call, "FileExistsError")
         ):
             return f"{last(name)}() without exist_ok=True (FileExistsError on all ranks but the first)"
+        if (
+            name in REMOVALS
+            and keyword(call, "ignore_errors") is None
+            and not self._error_caught(call, "FileNotFoundError")
+        ):
+            return f"{last(name)}() (FileNotFoundError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
         if method in ("write_text", "write_bytes") or last(name) in IMAGE_WRITES:
@@ -1226,9 +1241,9 @@ class MultiGpuChecks(ScriptReader):
             return f"{last(name)}()"
         return None
 
-    def _exists_error_caught(self, call: ast.Call) -> bool:
+    def _error_caught(self, call: ast.Call, error: str) -> bool:
         """`try: os.mkdir(d) except: pass` (or except OSError / FileExistsError / Exception): the rank that comes
-        second gets FileExistsError and goes on, so the race is harmless."""
+        second gets `error` (FileExistsError, FileNotFoundError) and goes on, so the race is harmless."""
         child = call
         for node in self.ancestors(call):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -1237,7 +1252,7 @@ class MultiGpuChecks(ScriptReader):
                 return any(
                     h.type is None
                     or {last(dotted(t)) for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
-                    & {"OSError", "FileExistsError", "Exception", "BaseException", "IOError"}
+                    & {"OSError", error, "Exception", "BaseException", "IOError"}
                     for h in node.handlers
                 )
             child = node
