@@ -79,6 +79,32 @@ def test_the_except_after_a_try_on_the_wrappers_module_is_the_plain_models_path(
     assert bad == ["save-ddp-state-dict"] and good == []
 
 
+def test_a_state_dict_whose_module_prefix_is_taken_off_is_no_wrappers_file():
+    """Issue 39 round 13 (retinaface): `translate_state_dict(model.state_dict())`, a helper of the script that
+    strips 'module.', and the same done in place by a comprehension, save plain keys."""
+    helper = """
+        def translate_state_dict(state_dict):
+            return {(k[7:] if k.startswith("module.") else k): v for k, v in state_dict.items()}
+        """
+    bad, good = pair(
+        helper
+        + """
+        model = DDP(torch.nn.Linear(1, 1))
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "m.pt")
+        """,
+        helper
+        + """
+        model = DDP(torch.nn.Linear(1, 1))
+        if dist.get_rank() == 0:
+            torch.save(translate_state_dict(model.state_dict()), "m.pt")
+            torch.save({k.replace("module.", ""): v for k, v in model.state_dict().items()}, "n.pt")
+        """,
+        PG + "from torch.nn.parallel import DistributedDataParallel as DDP\n",
+    )
+    assert bad == ["save-ddp-state-dict"] and good == []
+
+
 # ---------------------------------------------------------- issue 28, second held-out set (was test_lint_mechanisms.py)
 
 

@@ -818,6 +818,7 @@ class Checks(MultiGpuChecks):
                         and owner not in self.loaded_into
                         and not self._handed_to_loader(owner)
                         and not self._on_unwrapped_path(call, owner)
+                        and not self._prefix_stripped(call)
                     ):
                         self.add(
                             call,
@@ -1062,6 +1063,21 @@ class Checks(MultiGpuChecks):
             )
             for a in labels
         )
+
+    def _prefix_stripped(self, call: ast.Call) -> bool:
+        """The wrapper's state_dict goes through code that takes 'module.' off its keys: in the same statement
+        (`{k.replace("module.", ""): v for k, v in model.state_dict().items()}`), or handed to a function of this
+        file that does (`translate_state_dict(model.state_dict())`, its body naming the prefix)."""
+
+        def names_prefix(node: ast.AST) -> bool:
+            return any((const_str(n) or "").startswith("module") for n in ast.walk(node))
+
+        parent = self.parent.get(call)
+        if isinstance(parent, ast.Call) and call in parent.args:
+            func = self.functions.get(self.function_called(parent) or "")
+            if func is not None and names_prefix(func):
+                return True
+        return names_prefix(self.statement_of(call))
 
     def _handed_to_loader(self, owner: str) -> bool:
         """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
