@@ -101,21 +101,29 @@ def test_a_dist_session_and_the_new_script_leave_no_thread_of_their_process_grou
 
 
 def test_a_model_freed_after_destroy_hangs_in_the_groups_destructor_and_launch_says_so(no_leftover_workers):
-    """Seen once in CI as "no rank is in a distributed call: rank 0 at <module>" (the C++ frames were not read)."""
-    ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "5", "--nproc-per-node", "2", str(TEARDOWN_HANG),
-              timeout=120, cwd=TEARDOWN_HANG.parent)  # fmt: skip
+    """Seen once in CI as "no rank is in a distributed call: rank 0 at <module>" (the C++ frames were not read).
+    The hang begins about 10 s after the script's last line (rank 1 holds the GIL that long, busy); 10 s of silence
+    and idle CPU confirm it (not 5 s: under a full suite's load the ranks' DDP() alone was once that quiet). Rank 1
+    hangs by construction and rank 0 by chance; under load, once in seven runs, rank 1 left cleanly while rank 0
+    hung: whichever ranks hang must be named so, and a run with none is tried again (as the abort test above)."""
+    for _ in range(3):
+        ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "10", "--nproc-per-node", "2", str(TEARDOWN_HANG),
+                  timeout=120, cwd=TEARDOWN_HANG.parent)  # fmt: skip
+        if ran.code != 0:
+            break
     result = ran.json()
     assert ran.code == 3 and result["status"] == "hang", ran.out[-4000:]
-    # rank 1 by construction; rank 0 too when its own worker had not yet freed its all-reduce's tensor (by chance)
     stuck = {r["rank"]: r for r in result["ranks"] if r["stuck_in"]}
-    assert 1 in stuck and {r["stuck_in"] for r in stuck.values()} == {"~ProcessGroupGloo"}, result["ranks"]
-    assert stuck[1]["where"].startswith("teardown_hang.py:") and stuck[1]["where"].endswith("in <module>")
-    said = "rank 1 is stuck in the process group's destructor (c10d::ProcessGroupGloo::~ProcessGroupGloo) at teardown"
+    assert stuck and {r["stuck_in"] for r in stuck.values()} == {"~ProcessGroupGloo"}, result["ranks"]
+    assert all(
+        r["where"].startswith("teardown_hang.py:") and r["where"].endswith("in <module>") for r in stuck.values()
+    )
+    said = f"rank {min(stuck)} is stuck in the process group's destructor (c10d::ProcessGroupGloo::~ProcessGroupGloo)"
     assert said in result["summary"]
     assert "(freed with a DDP model's reducer; a thread of the process waits for the GIL)" in result["summary"]
     assert "outlived destroy_process_group()" in result["summary"]
     assert result["fix"].startswith("let go of the DDP model before destroy_process_group()")
 
-    ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "5", "--nproc-per-node", "2", str(TEARDOWN_HANG),
+    ran = cli("launch", "--no-lint", "--json", "--hang-timeout", "10", "--nproc-per-node", "2", str(TEARDOWN_HANG),
               "--del-first", timeout=120, cwd=TEARDOWN_HANG.parent)  # fmt: skip
     assert ran.code == 0 and ran.json()["status"] == "ok", ran.out[-4000:]
