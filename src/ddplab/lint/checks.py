@@ -1438,25 +1438,6 @@ class Checks(MultiGpuChecks):
         """`sampler=train_sampler` where train_sampler is only ever assigned None."""
         return _is_none(self._reaching_value(name) if isinstance(name, ast.Name) else name)
 
-    def _reaching_value(self, name: ast.Name) -> ast.AST | None:
-        """The value of the nearest `name = ...` on the straight path before this use (same block or enclosing
-        ones), as a reader finds it scrolling up."""
-        child, parent = name, self.parent.get(name)
-        while parent is not None and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            block = block_of(parent, child)
-            for stmt in reversed(block[: block.index(child)] if block else []):
-                if isinstance(stmt, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == name.id for t in stmt.targets
-                ):
-                    return stmt.value
-                if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
-                    isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                    for n in walk_same_function([stmt])
-                ):
-                    return None  # set on some path only: not one value
-            child, parent = parent, self.parent.get(parent)
-        return None
-
     def _for_evaluation(self, call: ast.Call) -> bool:
         """A validation/test loader (by its name, or a dataset built with train=False): every rank reading all of
         it costs time, not correctness."""

@@ -529,19 +529,29 @@ class ScriptReader:
         )
 
     def _opened_here(self, value: ast.AST) -> bool:
-        """`open(...)`, or a name the same function assigned from one (`f = open(os.devnull, "w")`)."""
+        """`open(...)`, or a name assigned one just before (`f = open(os.devnull, "w")`)."""
         if isinstance(value, ast.Name):
-            scope = self.enclosing_function(value)
-            value = next(
-                (
-                    a.value
-                    for a in walk_same_function(scope.body if scope else self.tree.body)
-                    if isinstance(a, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets)
-                ),
-                None,
-            )
+            value = self._reaching_value(value)
         return isinstance(value, ast.Call) and self.callee(value) in ("open", "io.open")
+
+    def _reaching_value(self, name: ast.Name) -> ast.AST | None:
+        """The value of the nearest `name = ...` on the straight path before this use (same block or enclosing
+        ones), as a reader finds it scrolling up."""
+        child, parent = name, self.parent.get(name)
+        while parent is not None and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            block = block_of(parent, child)
+            for stmt in reversed(block[: block.index(child)] if block else []):
+                if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name.id for t in stmt.targets
+                ):
+                    return stmt.value
+                if not isinstance(stmt, ast.Assign) and any(  # `if distributed: sampler = ...`
+                    isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                    for n in walk_same_function([stmt])
+                ):
+                    return None  # set on some path only: not one value
+            child, parent = parent, self.parent.get(parent)
+        return None
 
     def callee(self, call: ast.Call) -> str:
         if call not in self._callees:
