@@ -427,11 +427,7 @@ class Checks(MultiGpuChecks):
 
         def check(test: ast.AST) -> bool:
             return self._needs_gpus(test) or (
-                self._mentions_cuda_check(test)
-                and (
-                    not strict
-                    or any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
-                )
+                self._asks_cuda_available(test) if strict else self._mentions_cuda_check(test)
             )
 
         parent = self.parent.get(call)
@@ -484,19 +480,22 @@ class Checks(MultiGpuChecks):
         """`assert torch.cuda.is_available()` (or a GPU count that cannot hold without GPUs), or `if not
         torch.cuda.is_available():` with a raise or an exit inside. (A count compared with the scheduler's, `assert
         gpus == torch.cuda.device_count()`, holds with none.)"""
-
-        def available(test: ast.AST) -> bool:
-            return any(isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test))
-
         if isinstance(stmt, ast.Assert):
-            return self._needs_gpus(stmt.test) or not isinstance(stmt.test, ast.UnaryOp) and available(stmt.test)
+            return self._needs_gpus(stmt.test) or (
+                not isinstance(stmt.test, ast.UnaryOp) and self._asks_cuda_available(stmt.test)
+            )
         return (
             isinstance(stmt, ast.If)
             and isinstance(stmt.test, ast.UnaryOp)
             and isinstance(stmt.test.op, ast.Not)
-            and available(stmt.test.operand)
-            and self._mentions_cuda_check(stmt.test.operand)
+            and self._asks_cuda_available(stmt.test.operand)
             and any(isinstance(n, ast.stmt) and _fails(n, any_status=True) for n in ast.walk(stmt))
+        )
+
+    def _asks_cuda_available(self, test: ast.AST) -> bool:
+        """`torch.cuda.is_available()` itself in the test (not a GPU count, not `dist.is_available()`)."""
+        return self._mentions_cuda_check(test) and any(
+            isinstance(n, ast.Call) and self.callee_last(n) == "is_available" for n in ast.walk(test)
         )
 
     def _needs_cuda(self, node: ast.AST) -> bool:
