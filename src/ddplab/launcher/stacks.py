@@ -128,15 +128,18 @@ def look_inside(stacks: list[RankStack]) -> list[RankStack]:
     held (the last reference in a DDP model's reducer, the model freed after destroy_process_group()), it waits
     forever for a worker that itself waits for the GIL to free a tensor (docs/teardown.md)."""
     running = [s for s in stacks if s.kind == "running"]
-    if not running:
-        return stacks
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(running)))) as pool:
-        dumps = dict(zip((s.pid for s in running), pool.map(lambda s: _dump(s.pid, native=True)[0], running)))
-    for s in running:
-        threads = dumps.get(s.pid)
+    for s, (threads, _) in zip(running, _side_by_side(lambda pid: _dump(pid, native=True), [s.pid for s in running])):
         if threads:
             s.kind, s.call, s.native = _destroying(threads, s.pid) or (s.kind, s.call, s.native)
     return stacks
+
+
+def _side_by_side(read, pids: list[int]) -> list:
+    """read(pid) for every process at once (py-spy pauses each one it reads: be quick)."""
+    if not pids:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
+        return list(pool.map(read, pids))
 
 
 def _destroying(threads: list[dict], pid: int) -> tuple[str, str, str] | None:
@@ -242,9 +245,8 @@ def describe(stacks: list[RankStack], endpoint: str | None) -> str:
 
 
 def read_all(targets: list[tuple[int, int | None, int | None]]) -> list[RankStack]:
-    """The stacks of (pid, rank, local_rank) processes, read side by side (py-spy pauses each rank: be quick)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(targets)))) as pool:
-        dumps = list(pool.map(dump_stack, [pid for pid, _, _ in targets]))
+    """The stacks of (pid, rank, local_rank) processes, read side by side."""
+    dumps = _side_by_side(dump_stack, [pid for pid, _, _ in targets])
     result = []
     for (pid, rank, local_rank), (frames, error) in zip(targets, dumps):
         if frames is None:
