@@ -65,6 +65,44 @@ def test_a_script_that_spawns_its_workers_is_its_own_launcher():
     assert bad == ["sets-master-env", "unguarded-print"] and good == []
 
 
+def test_a_spawned_worker_the_parent_also_calls_keeps_its_own_tcp_address(tmp_path):
+    """Round 14 (sample-project): the worker in a module of its own, handed to mp.spawn and also called directly by
+    the parent (a missing `else`): no outside launcher gives either call an address, so its tcp:// is no finding.
+    The same worker launched by torchrun (nothing spawns it) still is one."""
+    worker = """
+        import torch.distributed as dist
+        def train(rank, use_ddp):
+            if use_ddp:
+                dist.init_process_group("gloo", init_method="tcp://127.0.0.1:4433", world_size=2, rank=rank)
+                dist.destroy_process_group()
+        """
+    spawned = write(
+        tmp_path,
+        {
+            "train.py": """
+            import sys
+            import torch.multiprocessing as mp
+            from worker import train
+            if __name__ == "__main__":
+                if len(sys.argv) > 1:
+                    mp.spawn(train, nprocs=2, args=(True,))
+                train(None, len(sys.argv) > 1)
+            """,
+            "worker.py": worker,
+        },
+    )
+    assert not {("worker.py", "sets-master-env"), ("worker.py", "sets-rank-env")} & found(spawned)
+    (tmp_path / "launched").mkdir()
+    launched = write(
+        tmp_path / "launched",
+        {
+            "train.py": "import os\nfrom worker import train\ntrain(int(os.environ['RANK']), True)\n",
+            "worker.py": worker,
+        },
+    )
+    assert ("worker.py", "sets-master-env") in found(launched)
+
+
 def test_a_backend_default_nobody_overrides_is_hard_coded():
     bad, good = pair(
         """

@@ -147,9 +147,14 @@ class Checks(MultiGpuChecks):
             for n in ast.walk(scope)
         )
 
+    def _launches_itself(self) -> bool:
+        """The script starts its own ranks (mp.spawn here or in a file it reaches): the rendezvous is its to set,
+        whichever other call also reaches the worker (a parent that calls it directly too, a missing `else`)."""
+        return self.spawns or self.facts.spawns
+
     def check_launcher_env(self) -> None:
         def report(node: ast.AST, var: str) -> None:
-            if self._skipped_when_launched(node) or self.spawns or self.facts.spawns:
+            if self._skipped_when_launched(node) or self._launches_itself():
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
@@ -208,7 +213,12 @@ class Checks(MultiGpuChecks):
             elif last(name) == "init_process_group":
                 method = keyword(call, "init_method")
                 text = leading_text(method)
-                if text and text.startswith("tcp://") and not self.spawns and not self._launcher_address(method):
+                if (
+                    text
+                    and text.startswith("tcp://")
+                    and not self._launches_itself()
+                    and not self._launcher_address(method)
+                ):
                     self.add(
                         call,
                         "sets-master-env",
@@ -222,7 +232,7 @@ class Checks(MultiGpuChecks):
                     continue  # a group of one process (open_flamingo's "needed to run on single gpu"): rank 0 is right
                 for arg in ("rank", "world_size"):
                     value = keyword(call, arg)
-                    if isinstance(value, ast.Constant) and not (self.spawns and arg == "world_size"):
+                    if isinstance(value, ast.Constant) and not (self._launches_itself() and arg == "world_size"):
                         self.add(
                             call,
                             "sets-rank-env",
