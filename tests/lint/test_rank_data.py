@@ -221,3 +221,54 @@ def test_sampler_of_a_loader_factory_never_given_its_epoch(tmp_path):
         script.replace("    for batch", "    loader.sampler.set_epoch(epoch)\n    for batch")
     )
     assert "sampler-no-set-epoch" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+
+
+LOADER_MODULE = """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+def prepare_data(n=64):
+    ds = TensorDataset(torch.randn(n, 4))
+    return DataLoader(ds, batch_size=8, shuffle=True)
+"""
+LOADER_SCRIPT = HEAD + textwrap.dedent("""
+    from data_utils import prepare_data
+    dist.init_process_group("gloo")
+    loader = prepare_data()
+    for (x,) in loader:
+        pass
+    dist.destroy_process_group()
+    """)
+
+
+def loader_findings(folder, module: str) -> list[tuple[str, int]]:
+    (folder / "data_utils.py").write_text(textwrap.dedent(module))
+    (folder / "train.py").write_text(LOADER_SCRIPT)
+    return [
+        (f.path.rsplit("/", 1)[-1] if f.path else "train.py", f.line)
+        for f in lint_file(folder / "train.py").findings
+        if f.rule == "loader-without-sampler"
+    ]
+
+
+def test_a_shuffled_loader_an_imported_helper_builds_for_every_rank(tmp_path):
+    """Round 14 (cloud-phase-prediction): the loader a module's function returns, which the script calls on every
+    rank, is judged where it is built."""
+    assert loader_findings(tmp_path, LOADER_MODULE) == [("data_utils.py", 6)]
+
+
+def test_a_helpers_one_process_branch_and_its_no_grad_loaders_are_no_finding(tmp_path):
+    """The helper's `else:` of its distributed switch (a parameter: `distributed`, or `dist` where torch.distributed
+    is not imported as dist) is the one-process path; a loader built under `torch.no_grad()` takes no training
+    step; a dataset that is this rank's shard (mpi4py's Get_rank, as guided-diffusion's load_data) is split."""
+    for module in (
+        LOADER_MODULE.replace("def prepare_data(n=64):", "def prepare_data(n=64, dist=False):").replace(
+            "    return DataLoader(ds, batch_size=8, shuffle=True)",
+            "    if dist:\n        return DataLoader(ds, sampler=DistributedSampler(ds))\n    else:\n"
+            "        return DataLoader(ds, batch_size=8, shuffle=True)",
+        ),
+        LOADER_MODULE.replace("def prepare_data(n=64):", "@torch.no_grad()\ndef prepare_data(n=64):"),
+        LOADER_MODULE.replace(
+            "    ds = TensorDataset(torch.randn(n, 4))", "    ds = MyShard(shard=MPI.COMM_WORLD.Get_rank())"
+        ).replace("import torch\n", "import torch\nfrom mpi4py import MPI\nfrom shards import MyShard\n"),
+    ):
+        assert loader_findings(tmp_path, module) == [], module

@@ -1410,7 +1410,7 @@ class Checks(MultiGpuChecks):
             )
 
     def check_loader_without_sampler(self) -> None:
-        if not self.distributed:
+        if not (self.distributed or self.facts.distributed):
             return
         samplers = [c for c in self.calls if self.callee_last(c) == "DistributedSampler"]
         for call in self.calls:
@@ -1448,11 +1448,12 @@ class Checks(MultiGpuChecks):
         return _is_none(self._reaching_value(name) if isinstance(name, ast.Name) else name)
 
     def _for_evaluation(self, call: ast.Call) -> bool:
-        """A validation/test loader (by its name, or a dataset built with train=False): every rank reading all of
-        it costs time, not correctness."""
+        """A validation/test loader (by its name, a dataset built with train=False, or built where no gradient is
+        taken: under `@torch.no_grad()` or `with torch.no_grad():`): every rank reading all of it costs time, not
+        correctness."""
         parent = self.parent.get(call)
         names = [dotted(t).lower() for t in getattr(parent, "targets", [])]
-        if any(w in n for n in names for w in ("val", "test", "eval")):
+        if any(w in n for n in names for w in ("val", "test", "eval")) or self._without_grad(call):
             return True
         return any(
             isinstance(n, ast.Call)
@@ -1460,6 +1461,15 @@ class Checks(MultiGpuChecks):
             and keyword(n, "train").value is False
             for n in ast.walk(call)
         )
+
+    def _without_grad(self, node: ast.AST) -> bool:
+        """`node` runs with gradients off: inside `with torch.no_grad():` (or inference_mode) or a function decorated
+        with either."""
+        for a in self.ancestors(node):
+            exprs = [i.context_expr for i in a.items] if isinstance(a, ast.With) else getattr(a, "decorator_list", [])
+            if any(last(dotted(e)) in ("no_grad", "inference_mode") for e in exprs):
+                return True
+        return False
 
     def _dataset_sharded(self, call: ast.Call) -> bool:
         """The dataset given to the loader is already this rank's piece (built from the rank)."""

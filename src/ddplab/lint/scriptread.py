@@ -705,7 +705,7 @@ class ScriptReader:
         os.environ['RANK'], or a device index (`gpu_id`: the local rank, or the rank of a one-node job)."""
         if isinstance(expr, ast.Call):
             name = last(self.callee(expr))
-            if name in ("get_rank", "rank"):
+            if name in ("get_rank", "rank", "Get_rank"):  # Get_rank: mpi4py's MPI.COMM_WORLD.Get_rank()
                 return "global"
             if name in self.facts.rank_values:
                 return self.facts.rank_values[name]
@@ -870,6 +870,15 @@ class ScriptReader:
             and self.rank_test(expr, follow_names=False) is None
         )
 
+    def _parameter(self, expr: ast.AST) -> bool:
+        """`expr` is a bare name its enclosing function takes as a parameter."""
+        func = self.enclosing_function(expr)
+        return (
+            isinstance(expr, ast.Name)
+            and func is not None
+            and any(a.arg == expr.id for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs])
+        )
+
     def _group_switch(self, expr: ast.AST) -> bool:
         """A switch that holds when a process group runs: named for it (`use_ddp`, `args.distributed`,
         `is_distributed()`; DIST_FLAG_NAMES, a project's own in pyproject's distributed-flags), or the one test every
@@ -878,6 +887,8 @@ class ScriptReader:
         named = expr.func if isinstance(expr, ast.Call) and not expr.args else expr
         if not isinstance(named, (ast.Name, ast.Attribute)):
             return False
+        if isinstance(named, ast.Name) and named.id == "dist" and "dist" not in self.aliases:
+            return True  # `def get_loaders(..., dist): if dist:`, a flag where torch.distributed is not imported so
         return last(dotted(named)).lower() in DIST_FLAG_NAMES or dotted(named) in self._group_making_tests
 
     @functools.cached_property
@@ -1049,6 +1060,11 @@ class ScriptReader:
                         _Guard(test[0], test[1] if in_body else not test[1], parent, orelse if in_body else body)
                     )
                 elif is_main_block(parent) and child in body and (self.spawns or self._starts_workers(parent)):
+                    found.append(_Guard("single", True, parent))
+                elif child in orelse and self._group_switch(parent.test) and self._parameter(parent.test):
+                    # a helper told by its caller: `def get_loader(ds, distributed): if distributed: ... else:
+                    # <here>` is what the caller's one process runs (a flag of the script's own may be off
+                    # under a launcher too: there the else needs its value shown)
                     found.append(_Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and child in (
                     orelse if launched else body

@@ -14,5 +14,5 @@ RULE = Rule(
     fix="`DataLoader(dataset, sampler=DistributedSampler(dataset))` and `sampler.set_epoch(epoch)` every epoch",
     observed="the same samples on several ranks",
     check=Checks.check_loader_without_sampler,
-    in_modules=False,
+    callers_guard=True,
 )
