@@ -549,6 +549,29 @@ def test_worker_of_another_module_handed_to_mp_spawn_runs_on_every_rank(tmp_path
     assert "nccl-hardcoded" not in rules and "unguarded-print" not in rules
 
 
+def test_a_worker_an_imported_module_spawns_from_a_function_the_script_calls_runs_on_every_rank(tmp_path):
+    """Round 15 (delimiter): the script calls `train()` of a module, which hands its own `worker` to mp.spawn: the
+    worker's group is reached (no-destroy sure) and its save runs on every rank. A thread that runs a save, started
+    in a function only the saving rank calls (llmtrain's checkpoint writer), stays on that rank."""
+    from lintcase import lint_file
+
+    (tmp_path / "trainmod.py").write_text(
+        HEAD + "import threading\nimport torch.multiprocessing as mp\n"
+        "def train(n):\n    mp.spawn(worker, nprocs=n, args=(n,))\n\n"
+        "def worker(rank, n):\n    dist.init_process_group('gloo', rank=rank, world_size=n)\n"
+        "    writer = object() if rank == 1 else None\n    if writer:\n        checkpoint({})\n"
+        "    torch.save({}, 'model.pt')\n\n"
+        "def checkpoint(state):\n    threading.Thread(target=write, args=(state,)).start()\n\n"
+        "def write(state):\n    torch.save(state, 'ckpt.pt')\n"
+    )
+    script = "from trainmod import train\n\nif __name__ == '__main__':\n    train(2)\n"
+    (tmp_path / "train.py").write_text(script)
+    found = {(f.rule, f.line) for f in lint_file(tmp_path / "train.py").findings}
+    assert {("no-destroy", 10), ("unguarded-save", 14)} <= found and ("unguarded-save", 20) not in found
+    (tmp_path / "train.py").write_text(script.replace("train(2)", "pass"))
+    assert lint_file(tmp_path / "train.py").findings == []
+
+
 def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
     is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ddplab.lint.scriptread import (
     ANY_RANK0,
+    SPAWN_CALLS,
     UNIQUE_NAMES,
     ScriptReader,
     dotted,
@@ -76,13 +77,16 @@ class Callers:
         )
         return found or self._handed_by_script(path, func)
 
-    def _handed_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
-        """The script's own call that hands `func` over (`mp.spawn(ddp_main, ...)` with ddp_main imported from
-        `path`), when every rank runs it: the workers run `func` on every rank."""
+    def _handed_by_script(self, path: Path, func: ast.AST, depth: int = 0, every: bool = True) -> ast.Call | None:
+        """The call that hands `func` over (`mp.spawn(ddp_main, ...)`): the script's own, with ddp_main imported from
+        `path`, or one in `path` itself inside a function the script reaches (`train()` of an imported module that
+        spawns its `worker`), when it runs beyond rank 0 alone: the workers run `func` on every rank."""
         module = path.parent.name if path.stem == "__init__" else path.stem
-        for where in self.entries:
+        for where in [*self.entries, path]:
             reader = self.readers.get(where)
-            if reader is None or func.name not in reader.passed or module not in reader.resolve(func.name).split("."):
+            if reader is None or func.name not in reader.passed:
+                continue
+            if where != path and module not in reader.resolve(func.name).split("."):
                 continue
             for call in reader.calls:
                 handed = [
@@ -90,15 +94,33 @@ class Callers:
                     for a in [*call.args, *(k.value for k in call.keywords)]
                     if isinstance(a, (ast.Name, ast.Attribute))
                 ]
-                if func.name in handed and not reader.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                if func.name not in handed or reader.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+                    continue
+                outer = reader.enclosing_function(call)
+                # a spawn starts the ranks wherever it runs, once (a launcher); a thread runs where its call runs
+                spawned = reader.callee(call) in SPAWN_CALLS
+                if (
+                    where in self.entries
+                    or outer is not None
+                    and outer is not func
+                    and self._runs(where, outer, depth, every and not spawned)
+                ):
                     return call
         return None
+
+    def _runs(self, path: Path, func: ast.AST, depth: int, every: bool) -> bool:
+        """`func` runs on every rank (every), or at all."""
+        if every:
+            return self.every_rank(path, func, depth + 1) is not None
+        return self.reached(path, func, depth + 1)
 
     def reached(self, path: Path, func: ast.AST, depth: int = 0) -> bool:
         """Some chain of calls from the script (or from a module's top level, or a function handed to another
         call) reaches `func`, on any rank: the code runs at all."""
         if depth > MAX_DEPTH:
             return False
+        if self._handed_by_script(path, func, depth, every=False) is not None:
+            return True  # a worker the script's spawn starts, or one spawned by a function the script reaches
         for where, site in self.sites(path, func):
             reader = self.readers[where]
             outer = reader.enclosing_function(site)
