@@ -188,6 +188,37 @@ def test_nccl_in_the_script_of_a_training_a_module_makes_gpu_only_is_not_said(tm
     assert (None, 4, "nccl-hardcoded") in found(train)
 
 
+def test_nccl_where_a_training_that_calls_a_ddp_factory_puts_its_loss_on_a_gpu_is_not_said(tmp_path):
+    """Round 15 (litehandnet): the worker wraps through the project's `model_cuda()` (which returns DDP(...)) and puts
+    its loss on a GPU with no test: it cannot run without GPUs. The same worker with its loss left on the CPU and a
+    factory that moves nothing is told."""
+    helpers = """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def model_cuda(model, gpu):
+            if gpu is not None:
+                return DDP(model.cuda(gpu), device_ids=[gpu])
+            return DDP(model.cuda())
+        """
+    script = """\
+        import os
+        import torch
+        import torch.distributed as dist
+        from helpers import model_cuda
+        def main(gpu):
+            dist.init_process_group("nccl")
+            model = model_cuda(torch.nn.Linear(2, 2), gpu)
+            crit = torch.nn.MSELoss().cuda()
+            dist.destroy_process_group()
+        main(int(os.environ["LOCAL_RANK"]))
+        """
+    train = write(tmp_path, {"train.py": script, "helpers.py": helpers})
+    assert "nccl-hardcoded" not in {rule for _, _, rule in found(train)}
+    (tmp_path / "helpers.py").write_text(textwrap.dedent(helpers).replace(".cuda(gpu)", "").replace(".cuda()", ""))
+    (tmp_path / "train.py").write_text(textwrap.dedent(script).replace(".cuda()", ""))
+    assert (None, 6, "nccl-hardcoded") in found(train)
+
+
 def test_a_log_appended_to_on_every_rank_is_possible_and_one_truncated_is_sure():
     """logging.FileHandler(path) appends: opened on every rank, it is written only where something logs to it (here
     rank 0), which shows in a run; FileHandler(path, "w") truncates it on every rank, whoever logs."""

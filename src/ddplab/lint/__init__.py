@@ -169,7 +169,6 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.destroys |= reader.destroys_group(used)
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
-        facts.gpu_training |= reader.trains_on_gpus_only
         facts.classes |= {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}
         facts.spawns |= reader.spawns
         facts.visible_per_process |= reader.visible_per_process_here()
@@ -197,6 +196,9 @@ def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.rank0_printers |= reader.rank0_printers_here
         facts.reduce_returners.update(reader.reduce_returners())
+    for reader in readers:  # with the project's DDP factories known: `model = model_cuda(model, gpu)` wraps too
+        reader.facts.ddp_factories = facts.ddp_factories
+        facts.gpu_training |= reader.trains_on_gpus_only()
     for _ in range(3):  # a helper returning another helper's test (`return is_global_primary(args)`): known next round
         known = dict(facts.rank_tests)
         for reader in readers:

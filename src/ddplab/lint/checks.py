@@ -4,7 +4,6 @@ level, message, fix). docs/lint.md lists them and how often they are right on pu
 from __future__ import annotations
 
 import ast
-import functools
 import re
 
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
@@ -251,7 +250,7 @@ class Checks(MultiGpuChecks):
                 value is not None
                 and value.lower() == "nccl"
                 and not self._cuda_checked(call)
-                and not (self.trains_on_gpus_only or self.facts.gpu_training)
+                and not (self.facts.gpu_training or self.trains_on_gpus_only())
             ):
                 self.add(
                     call,
@@ -464,7 +463,6 @@ class Checks(MultiGpuChecks):
         values = [method] + [v for n in ast.walk(method) if isinstance(n, ast.Name) for v in self._built(n)]
         return any(const_str(c) in LAUNCHER_VARS for v in values for c in ast.walk(v))
 
-    @functools.cached_property
     def trains_on_gpus_only(self) -> bool:
         """A function of this file that wraps a model in DDP puts something on a GPU in a statement of its own body,
         under no test (`criterion = nn.CrossEntropyLoss().cuda()`, `torch.cuda.set_device(gpu)`, `x.to("cuda")`,
@@ -472,9 +470,10 @@ class Checks(MultiGpuChecks):
         SystemExit(...)`, `assert torch.cuda.is_available()`): its training cannot run without GPUs, whatever the
         backend, so a hard-coded nccl costs nothing more (a module of the project's counts for the script too:
         Facts.gpu_training)."""
+        wrappers = DDP_NAMES | self.facts.ddp_factories  # DDP, or the project's function that returns a DDP model
         for func in self.nodes:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
-                isinstance(n, ast.Call) and self.callee_last(n) in DDP_NAMES for n in walk_same_function(func.body)
+                isinstance(n, ast.Call) and self.callee_last(n) in wrappers for n in walk_same_function(func.body)
             ):
                 continue
             for stmt in func.body:
