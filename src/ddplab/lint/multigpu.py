@@ -14,6 +14,7 @@ from ddplab.lint.findings import ERROR, WARNING
 from ddplab.lint.scriptread import (
     ANY_RANK0,
     DDP_NAMES,
+    Guard,
     ScriptReader,
     _is_none,
     body_exits,
@@ -1428,9 +1429,72 @@ class MultiGpuChecks(ScriptReader):
                 inside = [g for g in self.guards(leave) if g.kind != "single" and self._within(g.node, loop)]
                 if self._never_runs(leave, loop):
                     continue
+                flag = None
+                if not inside:  # `if stop: break`, where only rank 0 ever decides `stop`
+                    decided = [(f, g) for f in self._flag_tests(leave, loop) if (g := self._decided_by_one_rank(f))]
+                    flag, inside = (dotted(decided[0][0]), [decided[0][1]]) if decided else (None, [])
                 if inside and self.enclosing_function(leave) is self.enclosing_function(loop):
                     guard = inside[0]
-                    self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0])
+                    self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0], flag)
+
+    def _flag_tests(self, leave: ast.AST, loop: ast.AST) -> list[ast.AST]:
+        """The names (`stop`, `self.stop`) that the ifs around `leave`, within `loop`, test for truth (`if stop:`,
+        `if stop == True:`, `if a and stop:`)."""
+        found, child = [], leave
+        for parent in self.ancestors(leave, stop=loop):
+            if isinstance(parent, ast.If) and child in parent.body:
+                test = parent.test
+                terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+                for t in terms:
+                    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Eq, ast.Is)):
+                        t = (
+                            t.left
+                            if isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is True
+                            else t
+                        )
+                    if isinstance(t, ast.Name) or isinstance(t, ast.Attribute) and dotted(t).startswith("self."):
+                        found.append(t)
+            child = parent
+        return found
+
+    def _decided_by_one_rank(self, flag: ast.AST) -> Guard | None:
+        """The rank test under which `flag` gets its every value but a constant (`stop = False` before the loop; `if
+        rank == 0: stop = bad >= 5`), when no collective hands it to the other ranks (`broadcast_object_list([stop])`)
+        and nothing else sets it: only that rank's copy can change. A name within its function, `self.x` within its
+        class."""
+        key = dotted(flag)
+        if isinstance(flag, ast.Name):  # the function's statements (the module's, for a name at module level)
+            nodes = walk_same_function(getattr(self.enclosing_function(flag), "body", self.tree.body))
+        else:
+            nodes = ast.walk(self._class_of(flag) or ast.Module(body=[], type_ignores=[]))
+        decided: list[Guard] = []
+        for node in nodes:
+            if (
+                isinstance(node, ast.Call)
+                and self.is_collective(node)
+                and any(dotted(n) == key for a in node.args for n in ast.walk(a))
+            ):
+                return None
+            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                pairs = (
+                    zip(target.elts, node.value.elts)
+                    if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                    else [(t, node.value) for t in getattr(target, "elts", [target])]
+                )
+                for t, value in pairs:
+                    if dotted(t) != key or isinstance(node, ast.Assign) and isinstance(value, ast.Constant):
+                        continue
+                    guard = next((g for g in self.guards(node) if g.rank0 and g.kind != "single"), None)
+                    if guard is None:
+                        return None
+                    decided.append(guard)
+        return decided[0] if decided else None
+
+    def _class_of(self, node: ast.AST) -> ast.ClassDef | None:
+        return next((p for p in self.ancestors(node) if isinstance(p, ast.ClassDef)), None)
 
     def _never_runs(self, node: ast.AST, loop: ast.AST) -> bool:
         """`node` sits under an `if` (within `loop`) whose test, or one term of whose `and`, is an attribute the
@@ -1462,15 +1526,23 @@ class MultiGpuChecks(ScriptReader):
     def _within(self, node: ast.AST, ancestor: ast.AST) -> bool:
         return any(p is ancestor for p in self.ancestors(node))
 
-    def _report_early_exit(self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call) -> None:
+    def _report_early_exit(
+        self, leave: ast.AST, where: ast.AST, test: tuple, sync: ast.Call, flag: str | None = None
+    ) -> None:
         if any(f.rule == "rank0-early-exit" and f.line == self.line_of(leave) for f in self.findings):
             return
+        who = "rank 0" if test[1] else "every rank but 0"
+        why = (
+            f"{who} leaves this loop here (the rank test on line {where.lineno})"
+            if flag is None
+            else f"`{flag}` is decided on {who} only (the rank test on line {where.lineno}), and this line leaves "
+            f"the loop when it holds: {who} leaves"
+        )
         self.add(
             leave,
             "rank0-early-exit",
             ERROR,
-            f"{'rank 0' if test[1] else 'every rank but 0'} leaves this loop here (the rank test on line "
-            f"{where.lineno}) while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
+            f"{why} while the others go on to {self.callee_last(sync)} on line {sync.lineno}: "
             "they wait for it until the timeout (or crash when it exits)",
             "decide to stop on every rank: compute the decision on rank 0, broadcast it "
             "(dist.broadcast_object_list), then break on all ranks together",

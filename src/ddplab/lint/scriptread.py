@@ -270,7 +270,7 @@ class Facts:
 
 
 @dataclass
-class _Guard:
+class Guard:
     kind: str  # global | local | device | single (the parent of mp.spawn workers: one process)
     rank0: bool  # the guarded code runs on rank 0 only (True) or on every rank but 0 (False)
     node: ast.If | ast.IfExp
@@ -1044,7 +1044,7 @@ class ScriptReader:
         mp.spawn(run_fn, ...), or `main()` that calls it): the block is their parent, one process."""
         return any(self.callee_last(c) in self.facts.spawners for c in calls_in(block.body))
 
-    def guards(self, node: ast.AST) -> list[_Guard]:
+    def guards(self, node: ast.AST) -> list[Guard]:
         """Every rank test that decides whether `node` runs: enclosing ifs and earlier `if not main: return`;
         in a script that starts its own workers (mp.spawn), its `if __name__ == "__main__":` block runs once."""
         found = []
@@ -1057,19 +1057,19 @@ class ScriptReader:
                 if test:
                     in_body = child in body
                     found.append(
-                        _Guard(test[0], test[1] if in_body else not test[1], parent, orelse if in_body else body)
+                        Guard(test[0], test[1] if in_body else not test[1], parent, orelse if in_body else body)
                     )
                 elif is_main_block(parent) and child in body and (self.spawns or self._starts_workers(parent)):
-                    found.append(_Guard("single", True, parent))
+                    found.append(Guard("single", True, parent))
                 elif child in orelse and self._group_switch(parent.test) and self._parameter(parent.test):
                     # a helper told by its caller: `def get_loader(ds, distributed): if distributed: ... else:
                     # <here>` is what the caller's one process runs (a flag of the script's own may be off
                     # under a launcher too: there the else needs its value shown)
-                    found.append(_Guard("single", True, parent))
+                    found.append(Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and child in (
                     orelse if launched else body
                 ):
-                    found.append(_Guard("single", True, parent))  # no launcher: one process
+                    found.append(Guard("single", True, parent))  # no launcher: one process
                 elif (
                     isinstance(parent, ast.If)
                     and parent.orelse
@@ -1079,16 +1079,16 @@ class ScriptReader:
                     # the other branch makes the group or wraps the model in DDP: this one is the one-process path
                     # (`if single_gpu: ... else: main()`, `if not torch.cuda.is_available(): print(...) elif
                     # args.distributed: model = DDP(model)`)
-                    found.append(_Guard("single", True, parent))
+                    found.append(Guard("single", True, parent))
             block = block_of(parent, child)
             for stmt in block[: block.index(child)] if block else []:
                 if isinstance(stmt, ast.If) and not stmt.orelse and body_exits(stmt.body):
                     test = self.rank_test(stmt.test)
                     if test:
-                        found.append(_Guard(test[0], not test[1], stmt))
+                        found.append(Guard(test[0], not test[1], stmt))
                 elif isinstance(stmt, ast.Assert) and self._launcher_test(stmt.test) is False:
                     # `assert opt.local_rank == -1, "DDP mode not implemented for --evolve"`: one process
-                    found.append(_Guard("single", True, stmt))
+                    found.append(Guard("single", True, stmt))
             child, parent = parent, self.parent.get(parent)
         return found
 
