@@ -568,6 +568,11 @@ class MultiGpuChecks(ScriptReader):
             ),
         )
 
+        dicts = _names_given(  # `loss_dict = defaultdict(float)`, `= {}`, `= dict()`: sums kept by key
+            body,
+            lambda v: isinstance(v, ast.Dict) or isinstance(v, ast.Call) and last(dotted(v)) in ("dict", "defaultdict"),
+        )
+
         def timed(value: ast.AST) -> bool:  # `tr_time += end - start`, `steps / (end - start)`: time, no metric
             return self._timed(value, clocks)
 
@@ -589,8 +594,18 @@ class MultiGpuChecks(ScriptReader):
                         and not self._set_earlier_in_pass(sub, node)
                     ):
                         accumulated.setdefault(dotted(sub.target), node)  # loss += ..., self.epoch_loss += ...
+                    elif (
+                        isinstance(sub, ast.AugAssign)
+                        and isinstance(sub.op, ast.Add)
+                        and isinstance(sub.target, ast.Subscript)
+                        and isinstance(sub.target.value, ast.Name)
+                        and sub.target.value.id in dicts
+                        and not timed(sub.value)
+                        and not whole(sub.value)
+                    ):
+                        accumulated.setdefault(sub.target.value.id, node)  # loss_dict["sum"] += loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
-                        accumulated.setdefault(sub.func.value.id, node)
+                        accumulated.setdefault(_held_in(sub.func.value).id, node)
                     elif (
                         isinstance(sub, ast.Call)
                         and method_name(sub) == "append"
@@ -797,18 +812,18 @@ class MultiGpuChecks(ScriptReader):
         if not (
             isinstance(call.func, ast.Attribute)
             and call.func.attr == "update"
-            and isinstance(call.func.value, ast.Name)
+            and isinstance(_held_in(call.func.value), ast.Name)
             and call.args
         ):
             return False
-        meter = call.func.value.id
+        meter = _held_in(call.func.value).id  # `losses`, or `records` of `records["loss"].update(...)`
         made = [
-            n.value
+            v
             for n in walk_same_function(body)
-            if isinstance(n, ast.Assign)
-            and len(n.targets) == 1
-            and isinstance(n.targets[0], ast.Name)
-            and n.targets[0].id == meter
+            if isinstance(n, ast.Assign) and len(n.targets) == 1
+            for t in n.targets
+            if isinstance(_held_in(t), ast.Name) and _held_in(t).id == meter
+            for v in _meters_made(n.value, isinstance(t, ast.Name) and isinstance(call.func.value, ast.Subscript))
         ]
         if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
             return False
@@ -1547,6 +1562,21 @@ class MultiGpuChecks(ScriptReader):
             "decide to stop on every rank: compute the decision on rank 0, broadcast it "
             "(dist.broadcast_object_list), then break on all ranks together",
         )
+
+
+def _held_in(node: ast.AST) -> ast.AST:
+    """The container a subscript reads from (`records` of `records["loss"]`), or the node itself."""
+    return node.value if isinstance(node, ast.Subscript) else node
+
+
+def _meters_made(value: ast.AST, whole_container: bool) -> list[ast.AST]:
+    """What an assignment makes meters of: the value itself, or for a container of meters (`records = {"loss":
+    AverageMeter()}`, `{k: AverageMeter() for k in keys}`) its values."""
+    if whole_container and isinstance(value, ast.Dict):
+        return list(value.values)
+    if whole_container and isinstance(value, ast.DictComp):
+        return [value.value]
+    return [value]
 
 
 SCALED = ("lr", "learning_rate", "batch", "bs")  # what is scaled by the number of ranks
