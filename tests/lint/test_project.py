@@ -286,7 +286,7 @@ def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
         print("hello")
         dist.destroy_process_group()
     """,
-            "helpers.py": "def f(:\n",
+            "helpers.py": "import builtins\nbuiltins.print = lambda *a: None\ndef f(:\n",
             "other.py": "x = 1\n",
         },
     )
@@ -305,6 +305,21 @@ def test_a_broken_or_unreadable_neighbour_never_stops_lint(tmp_path):
     assert ran.code == 0 and "could not read it" in ran.out and "1 possible finding(s) not shown" in ran.out
     ran = cli("lint", str(train), "--all", "--json")
     assert ran.code == 0 and ran.json()["findings"][0]["confidence"] == "possible"
+
+
+def test_a_broken_module_changes_only_the_findings_its_text_could(tmp_path):
+    """Round 15 (aWeatherCodebook): one module of the project does not parse. A module whose text never names a
+    print filter's parts (builtins, stdout) cannot stop the script's prints, nor one without destroy_process_group
+    destroy the group: those findings stay sure. With the word in its text, the finding is possible."""
+    script = "import torch.distributed as dist\nimport legacy\ndist.init_process_group('gloo')\nprint('hello')\n"
+    train = write(tmp_path, {"train.py": script, "legacy.py": "def f(:\n    return 1\n"})
+    assert {(f.rule, f.confidence) for f in lint_file(train, show_all=True).findings} == {
+        ("unguarded-print", "sure"),
+        ("no-destroy", "sure"),
+    }
+    (tmp_path / "legacy.py").write_text("import torch.distributed as dist\ndef f(:\n    dist.destroy_process_group()\n")
+    found = {(f.rule, f.confidence) for f in lint_file(train, show_all=True).findings}
+    assert found == {("unguarded-print", "sure"), ("no-destroy", "possible")}
 
 
 def test_a_folder_is_linted_script_by_script(tmp_path):

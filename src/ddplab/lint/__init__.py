@@ -144,9 +144,9 @@ def lint_source(source: str, script: str = "<script>", show_all: bool = False) -
     return lint_project(projects.Project(root=entry.parent, trees={entry: tree}, entries=[entry]), script, show_all)
 
 
-def gather(trees: dict[Path, ast.Module], unread: list[str]) -> Facts:
+def gather(trees: dict[Path, ast.Module]) -> Facts:
     """What every file says about the run: read once, used by the checks of each file."""
-    facts = Facts(unread=list(unread))
+    facts = Facts()
     readers = [Checks(tree) for tree in trees.values()]
     # names some file uses (loads, attributes): a function named nowhere is never called (`def cleanup():
     # dist.destroy_process_group()` that nothing calls destroys nothing); read only when a destroy sits in a function
@@ -566,7 +566,7 @@ def lint_project(
 ) -> LintResult:
     """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
-    facts = gather(project.trees, project.unread)
+    facts = gather(project.trees)
     refs = {p: _references(t) for p, t in project.trees.items()}
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
@@ -626,9 +626,8 @@ def lint_project(
                 f.why = AT_RUN
             if rule.opt_in and f.confidence == SURE:
                 f.confidence, f.why = POSSIBLE, rule.opt_in
-            if facts.unread and rule.whole_project and f.confidence == SURE:
-                unread = facts.unread[0].split(": ")[0]
-                f.confidence, f.why = POSSIBLE, f"could not read {unread}, which may change this"
+            if rule.whole_project and f.confidence == SURE and (unread := project.unread_holding(rule.whole_project)):
+                f.confidence, f.why = POSSIBLE, f"could not read {unread.split(': ')[0]}, which may change this"
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
     # a rule that is one mistake however many files show it (one --local_rank flag, read by each file that picks a

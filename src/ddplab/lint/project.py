@@ -23,6 +23,23 @@ class Project:
     trees: dict[Path, ast.Module] = field(default_factory=dict)  # every file read, entry scripts first
     entries: list[Path] = field(default_factory=list)  # the files the user asked about
     unread: list[str] = field(default_factory=list)  # "path: why" for each module that could not be read
+    unread_paths: list[Path] = field(default_factory=list)  # their paths, in the same order
+
+    def not_read(self, path: Path, why: str | None) -> None:
+        self.unread.append(why or str(path))
+        self.unread_paths.append(path)
+
+    def unread_holding(self, words: tuple[str, ...]) -> str | None:
+        """The first "path: why" of a module that could not be parsed whose text holds one of `words` (or whose
+        bytes could not be read at all): what it says may change a finding that rests on the whole project."""
+        for path, why in zip(self.unread_paths, self.unread):
+            try:
+                text = path.read_bytes().decode("utf-8", errors="replace")
+            except OSError:
+                return why
+            if any(w in text for w in words):
+                return why
+        return None
 
 
 def read(path: Path, cache: dict | None = None) -> tuple[ast.Module | None, str | None]:
@@ -148,7 +165,7 @@ def of_script(script: Path, cache: dict | None = None) -> Project:
                 continue
             sub, why = read(module, cache)
             if sub is None:
-                project.unread.append(why or str(module))
+                project.not_read(module, why)
                 continue
             project.trees[module] = sub
             queue.append(module)
@@ -174,7 +191,7 @@ def of_folder(folder: Path, cache: dict | None = None) -> Project:
     for path in files:
         tree, why = read(path, cache)
         if tree is None:
-            project.unread.append(why or str(path))
+            project.not_read(path, why)
         else:
             project.trees[path] = tree
     imported: set[Path] = set()

@@ -266,7 +266,6 @@ class Facts:
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     never_true: set = field(default_factory=set)  # attributes the project only ever sets to False/None/0
     attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
-    unread: list = field(default_factory=list)  # project files that could not be read
 
 
 @dataclass

@@ -28,7 +28,9 @@ class Rule:
     in_modules: bool = True  # judged in the modules the script imports too (where the script calls them)
     callers_guard: bool = False  # in a module, a caller may guard it: sure only when some caller runs it on every rank
     setup: bool = False  # process-group setup: in a module, only the setup the script's calls reach counts
-    whole_project: bool = False  # rests on the whole project: not sure when one of its files could not be read
+    # rests on the whole project: not sure when a file of it that could not be parsed holds one of these words
+    # (`destroy_process_group` for no-destroy: a file without it destroys nothing)
+    whole_project: tuple[str, ...] = ()
     once: bool = False  # one mistake however many files show it: the first finding speaks for all
     observed: str = ""  # what `ddplab launch`'s sanitizer sees of it in a run, where it does: lint points there
     # in a module the script imports, whether every rank runs the statement (on one path) is known only in a run:

@@ -14,5 +14,5 @@ RULE = Rule(
     fix="run the micro-steps but the last inside `with model.no_sync():`",
     check=Checks.check_grad_accumulation,
     opt_in="shown with --all only: whether the accumulation takes more than one step depends on the configuration",
-    whole_project=True,
+    whole_project=("no_sync", "require_backward_grad_sync"),
 )

@@ -14,5 +14,5 @@ RULE = Rule(
     fix="`torch.device('cuda', local_rank)` with `local_rank = int(os.environ['LOCAL_RANK'])`, or `torch.cuda.set_device(local_rank)` first",
     check=Checks.check_cuda_devices,
     opt_in="shown with --all only: whether each rank sees its own GPU as device 0 (CUDA_VISIBLE_DEVICES) is known at run time",
-    whole_project=True,
+    whole_project=("set_device", "CUDA_VISIBLE_DEVICES"),
 )

@@ -14,5 +14,5 @@ RULE = Rule(
     fix="call `dist.destroy_process_group()` at the end, in a `finally:` so that it runs after errors too",
     check=Checks.check_teardown,
     setup=True,
-    whole_project=True,
+    whole_project=("destroy_process_group",),
 )

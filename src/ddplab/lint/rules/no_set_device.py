@@ -14,5 +14,5 @@ RULE = Rule(
     fix="`torch.cuda.set_device(local_rank)` (or `torch.accelerator.set_device_index(local_rank)`) before `init_process_group`",
     check=Checks.check_current_device,
     opt_in="shown with --all only: whether anything uses the current device, or sets it another way, is known at run time",
-    whole_project=True,
+    whole_project=("set_device", "CUDA_VISIBLE_DEVICES"),
 )
