@@ -76,6 +76,29 @@ def test_local_rank_flag_only_when_it_picks_the_device_and_the_env_is_never_read
     assert rules(flag + "args.local_rank = dist.get_rank() % 8\ntorch.cuda.set_device(args.local_rank)\n") == []
 
 
+def test_the_old_launcher_passes_a_dashed_flag_a_local_rank_parser_refuses(tmp_path, no_leftover_workers):
+    """What the finding says of torch.distributed.launch, shown on this torch: it passes --local-rank=0, which a
+    parser that knows only --local_rank refuses before the script does anything."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "lint_local_rank_flag.py"
+    script.write_text((SCRIPTS / script.name).read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc-per-node", "1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**env, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert done.returncode != 0 and "unrecognized arguments: --local-rank=0" in done.stderr, done.stderr[-2000:]
+    found = lint_file(script).findings
+    assert [f.rule for f in found] == ["local-rank-argparse"] and "--local-rank=N since PyTorch 2.0" in found[0].message
+
+
 def test_current_device_never_set():
     assert rules("torch.accelerator.device_index(0)\n") == ["no-set-device"]  # a context manager, alone
     assert rules("with torch.accelerator.device_index(0):\n    pass\n") == []

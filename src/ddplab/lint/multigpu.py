@@ -112,13 +112,22 @@ class MultiGpuChecks(ScriptReader):
             and self._picks_device(n)
         ]
         if used:
+            # torch.distributed.launch passes `--local-rank=N` since PyTorch 2.0 (torch/distributed/run.py): a parser
+            # that knows only the underscored flag stops there
+            dashed = any("--local-rank" in (const_str(a) for a in c.args) for c, _ in flags)
+            launch = (
+                ""
+                if dashed or not flags
+                else "; and torch.distributed.launch passes it as --local-rank=N since PyTorch 2.0, which this "
+                "parser (only --local_rank) refuses: 'unrecognized arguments: --local-rank=0'"
+            )
             self.add(
                 flags[0][0] if flags else used[0],
                 "local-rank-argparse",
                 ERROR,
                 f"the device comes from the --local_rank flag (line {used[0].lineno}), which torchrun does not "
-                "pass (only the old torch.distributed.launch did, without --use-env): every rank keeps the "
-                "default and takes the same GPU (duplicate GPU error or out of memory)",
+                "pass: every rank keeps the default and takes the same GPU (duplicate GPU error or out of "
+                f"memory){launch}",
                 "local_rank = int(os.environ['LOCAL_RANK']) (set by torchrun and ddplab launch)",
                 why="LOCAL_RANK is read nowhere in the script or its modules",
             )

@@ -9,7 +9,7 @@ RULE = Rule(
     id="local-rank-argparse",
     severity=BUG,
     what="the device comes from an argparse `--local_rank` flag and LOCAL_RANK is read nowhere",
-    why="torchrun does not pass the flag (only the old torch.distributed.launch did): every rank keeps the default and takes the same GPU",
+    why="torchrun does not pass the flag: every rank keeps the default and takes the same GPU; torch.distributed.launch passes it as `--local-rank=N` since PyTorch 2.0, which a parser of `--local_rank` alone refuses",
     example='parser.add_argument("--local_rank", type=int, default=0)',
     fix="`local_rank = int(os.environ['LOCAL_RANK'])` (set by torchrun and `ddplab launch`)",
     check=Checks.check_local_rank_flag,
