@@ -47,6 +47,10 @@ BATCHNORM_MODELS = re.compile(
 )
 
 
+# the shuffling samplers of one process: each rank draws from the whole dataset
+ONE_PROCESS_SAMPLERS = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler")
+
+
 class Checks(MultiGpuChecks):
     def __init__(self, tree: ast.Module, facts: Facts | None = None):
         self.findings: list[Finding] = []
@@ -1417,6 +1421,7 @@ class Checks(MultiGpuChecks):
                 continue
             shuffle, sampler = keyword(call, "shuffle"), keyword(call, "sampler")
             always_none = sampler is not None and self._always_none(sampler)
+            drawn = self._one_process_sampler(sampler)  # sampler=RandomSampler(ds): shuffle=True by another name
             shuffled = (
                 isinstance(shuffle, ast.Constant)
                 and shuffle.value is True
@@ -1427,20 +1432,31 @@ class Checks(MultiGpuChecks):
                     and dotted(shuffle.left) == dotted(sampler)
                 )
             )  # shuffle=(sampler is None)
-            if not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None:
+            if drawn is None and (
+                not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None
+            ):
                 continue
             if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call) or self._for_evaluation(call):
                 continue
             beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
+            what = f"DataLoader(sampler={drawn}(...))" if drawn else "DataLoader(shuffle=True)"
             self.add(
                 call,
                 "loader-without-sampler",
                 WARNING,
-                "DataLoader(shuffle=True) without a DistributedSampler: every rank reads the whole dataset in "
+                f"{what} without a DistributedSampler: every rank reads the whole dataset in "
                 f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
                 "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
                 "sampler.set_epoch(epoch) every epoch",
             )
+
+    def _one_process_sampler(self, sampler: ast.AST | None) -> str | None:
+        """`sampler=RandomSampler(ds)` (or a name only ever given one): a shuffling sampler of one process, which
+        draws from the whole dataset on every rank; its class name."""
+        value = self._reaching_value(sampler) if isinstance(sampler, ast.Name) else sampler
+        if isinstance(value, ast.Call) and self.callee_last(value) in ONE_PROCESS_SAMPLERS:
+            return self.callee_last(value)
+        return None
 
     def _always_none(self, name: ast.AST) -> bool:
         """`sampler=train_sampler` where train_sampler is only ever assigned None."""
