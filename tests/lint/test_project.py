@@ -618,6 +618,42 @@ def test_a_worker_an_imported_module_spawns_from_a_function_the_script_calls_run
     assert lint_file(tmp_path / "train.py").findings == []
 
 
+def test_a_save_in_the_call_of_an_object_the_script_calls_on_every_rank(tmp_path):
+    """Round 16 (ElasticFace, insightface's callbacks): `callback = CallBackModelCheckpoint(rank)`, then
+    `callback(step, model)` on every rank runs its `__call__`, whose save has no rank test. Called under a rank-0
+    test it is one writer."""
+    callbacks = """\
+        import torch
+        class CallBackModelCheckpoint:
+            def __init__(self, rank):
+                self.rank = rank
+            def __call__(self, step, model):
+                torch.save(model.module.state_dict(), "header.pt")
+        """
+    script = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from callbacks import CallBackModelCheckpoint
+        def main():
+            dist.init_process_group("gloo")
+            model = DDP(torch.nn.Linear(2, 2))
+            callback = CallBackModelCheckpoint(dist.get_rank())
+            for step in range(3):
+                callback(step, model)
+            dist.destroy_process_group()
+        main()
+        """
+    train = write(tmp_path, {"train.py": script, "callbacks.py": callbacks})
+    assert ("callbacks.py", 6, "unguarded-save") in found(train)
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(script).replace(
+            "        callback(step, model)", "        if dist.get_rank() == 0:\n            callback(step, model)"
+        )
+    )
+    assert ("callbacks.py", 6, "unguarded-save") not in found(train)
+
+
 def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
     is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers

@@ -222,6 +222,8 @@ class Callers:
         owner = self._owner.get(id(func))
         name = owner.name if owner is not None and func.name == "__init__" else func.name
         module = path.parent.name if path.stem == "__init__" else path.stem
+        if owner is not None and func.name == "__call__":
+            return self._instance_calls(path, func, owner, module)
         found = []
         for where, reader in self.readers.items():
             for call in reader.calls_by_name.get(name, []):
@@ -237,6 +239,32 @@ class Callers:
                 ):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
+        return found
+
+    def _instance_calls(
+        self, path: Path, func: ast.AST, owner: ast.ClassDef, module: str
+    ) -> list[tuple[Path, ast.Call]]:
+        """Calls of `owner.__call__`: an instance called (`callback = CallBackModelCheckpoint(rank)`, then
+        `callback(step, model)`; `self.cb = Cls()`, then `self.cb(...)`), where the class is defined or imported."""
+        found = []
+        for where, reader in self.readers.items():
+            if where != path and module not in reader.resolve(owner.name).split(".")[:-1]:
+                continue
+            made = {
+                dotted(t)
+                for n in reader.nodes
+                if isinstance(n, ast.Assign)
+                and isinstance(n.value, ast.Call)
+                and reader.callee_last(n.value) == owner.name
+                for t in n.targets
+            } - {""}
+            found += [
+                (where, c)
+                for c in reader.calls
+                if dotted(c.func) in made
+                and reader.enclosing_function(c) is not func
+                and not self._main_of_import(where, reader, c)
+            ]
         return found
 
     def _main_of_import(self, where: Path, reader: ScriptReader, call: ast.Call) -> bool:
