@@ -654,6 +654,35 @@ def test_a_save_in_the_call_of_an_object_the_script_calls_on_every_rank(tmp_path
     assert ("callbacks.py", 6, "unguarded-save") not in found(train)
 
 
+def test_a_trainer_picked_from_a_registry_of_classes_is_run(tmp_path):
+    """Round 15 (DiffSR): `trainer = _trainer_dict[name](args); trainer.process()`, the dict a module's
+    `{"unet": BaseTrainer}`: BaseTrainer's methods run on every rank (its unguarded save is sure). With no call
+    through the registry they run nowhere."""
+    trainers = """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class BaseTrainer:
+            def __init__(self, rank):
+                self.model = DDP(torch.nn.Linear(2, 2))
+            def process(self):
+                torch.save(self.model.module.state_dict(), "model.pt")
+        _trainer_dict = {"unet": BaseTrainer}
+        """
+    script = """\
+        import torch.distributed as dist
+        from trainers import _trainer_dict
+        if __name__ == "__main__":
+            dist.init_process_group("gloo")
+            trainer = _trainer_dict["unet"](dist.get_rank())
+            trainer.process()
+            dist.destroy_process_group()
+        """
+    train = write(tmp_path, {"train.py": script, "trainers.py": trainers})
+    assert ("trainers.py", 7, "unguarded-save") in found(train)
+    (tmp_path / "train.py").write_text(textwrap.dedent(script).replace("    trainer.process()\n", ""))
+    assert ("trainers.py", 7, "unguarded-save") not in found(train)
+
+
 def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
     is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers

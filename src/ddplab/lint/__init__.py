@@ -19,7 +19,7 @@ from pathlib import Path
 from ddplab.errors import DdplabError
 from ddplab.lint import project as projects
 from ddplab.lint import vocabulary
-from ddplab.lint.callers import Callers
+from ddplab.lint.callers import Callers, registries
 from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.lint.rules import by_id
@@ -568,6 +568,10 @@ def lint_project(
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees)
     refs = {p: _references(t) for p, t in project.trees.items()}
+    for name, classes in registries(list(project.trees.values())).items():  # `TRAINERS[name](args)` names them all
+        for found in refs.values():
+            for cls in classes if name in found else ():
+                found.setdefault(cls, []).extend(found[name])
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None

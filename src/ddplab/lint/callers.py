@@ -7,6 +7,7 @@ function that is itself reached on every rank (or in the script, or handed to mp
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from ddplab.lint.scriptread import (
@@ -24,6 +25,24 @@ from ddplab.lint.scriptread import (
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
 MAX_DEPTH = 6
+
+
+def registries(trees: list[ast.Module]) -> dict[str, set[str]]:
+    """The project's module-level dicts of its own classes (`_trainer_dict = {"UNet2d": BaseTrainer}`) by name: a key
+    picked from one at run time constructs one of them."""
+    classes = {n.name for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+    found: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Dict)
+                and node.value.values
+                and all(isinstance(v, ast.Name) and v.id in classes for v in node.value.values)
+            ):
+                for target in node.targets:
+                    found.setdefault(dotted(target), set()).update(v.id for v in node.value.values)
+    return found
 
 
 class Callers:
@@ -226,20 +245,35 @@ class Callers:
             return self._instance_calls(path, func, owner, module)
         found = []
         for where, reader in self.readers.items():
+            known = owner is not None and (owner.name in reader.aliases or owner.name in self._registered(reader))
             for call in reader.calls_by_name.get(name, []):
                 if reader.enclosing_function(call) is func or self._main_of_import(where, reader, call):
                     continue
                 if (
                     where != path
                     and module not in reader.callee(call).split(".")[:-1]
-                    and not (
-                        isinstance(call.func, ast.Attribute) and owner is not None and owner.name in reader.aliases
-                    )
+                    and not (isinstance(call.func, ast.Attribute) and known)
                     and not (isinstance(call.func, ast.Name) and module in self._stars(where))
                 ):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
+            if owner is not None and func.name == "__init__":  # `TRAINERS[name](args)`: a class of the registry
+                found += [
+                    (where, c)
+                    for c in reader.calls
+                    if isinstance(c.func, ast.Subscript)
+                    and owner.name in self._registries.get(dotted(c.func.value), ())
+                    and (where == path or dotted(c.func.value) in reader.aliases)
+                ]
         return found
+
+    @functools.cached_property
+    def _registries(self) -> dict[str, set[str]]:
+        return registries([r.tree for r in self.readers.values()])
+
+    def _registered(self, reader: ScriptReader) -> set[str]:
+        """The classes of the registries this file imports: their methods are called through their instances."""
+        return {c for name, held in self._registries.items() if name in reader.aliases for c in held}
 
     def _instance_calls(
         self, path: Path, func: ast.AST, owner: ast.ClassDef, module: str
