@@ -26,7 +26,6 @@ def test_all_rules_exist_in_the_bad_script():
     fired = {rule for _, rule in expected(BAD)}
     assert {
         "sets-master-env",
-        "nccl-hardcoded",
         "hardcoded-cuda-device",
         "unseeded-random-data",
         "sampler-no-set-epoch",

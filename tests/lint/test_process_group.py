@@ -103,6 +103,20 @@ def test_a_spawned_worker_the_parent_also_calls_keeps_its_own_tcp_address(tmp_pa
     assert ("worker.py", "sets-master-env") in found(launched)
 
 
+def test_nccl_in_a_script_with_no_functions_that_needs_gpus_anyway_is_not_said():
+    """A script with no functions puts its DDP model on a GPU at its top level: it cannot run without GPUs, so its
+    nccl is no mistake (as in a function that builds DDP). The same script on the CPU is told."""
+    src = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        model = DDP(torch.nn.Linear(4, 4).cuda(local_rank), device_ids=[local_rank])
+        dist.destroy_process_group()
+        """
+    assert "nccl-hardcoded" not in names(src)
+    assert "nccl-hardcoded" in names(src.replace(".cuda(local_rank), device_ids=[local_rank])", ")"))
+
+
 def test_a_backend_default_nobody_overrides_is_hard_coded():
     bad, good = pair(
         """

@@ -473,10 +473,10 @@ class Checks(MultiGpuChecks):
         `DDP(model, device_ids=[rank])`), or refuses to go on without one (`if not torch.cuda.is_available(): raise
         SystemExit(...)`, `assert torch.cuda.is_available()`): its training cannot run without GPUs, whatever the
         backend, so a hard-coded nccl costs nothing more (a module of the project's counts for the script too:
-        Facts.gpu_training)."""
+        Facts.gpu_training). The module's own top level counts as such a function (a script with no functions)."""
         wrappers = DDP_NAMES | self.facts.ddp_factories  # DDP, or the project's function that returns a DDP model
-        for func in self.nodes:
-            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
+        for func in [self.tree, *self.nodes]:
+            if not isinstance(func, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
                 isinstance(n, ast.Call) and self.callee_last(n) in wrappers for n in walk_same_function(func.body)
             ):
                 continue
