@@ -683,6 +683,32 @@ def test_a_trainer_picked_from_a_registry_of_classes_is_run(tmp_path):
     assert ("trainers.py", 7, "unguarded-save") not in found(train)
 
 
+def test_a_setup_picked_by_a_name_built_at_run_time_is_reached(tmp_path):
+    """Round 14 (DS-Net, OpenPCDet's launcher switch): `getattr(common_utils, "init_dist_%s" % launcher)(...)` may
+    run any init_dist_*: the group it makes is reached, and never destroyed."""
+    utils = """\
+        import torch.distributed as dist
+        def init_dist_pytorch(batch_size):
+            dist.init_process_group("gloo")
+            return batch_size // dist.get_world_size()
+        def init_dist_slurm(batch_size):
+            dist.init_process_group("gloo", init_method="env://")
+            return batch_size // dist.get_world_size()
+        """
+    script = """\
+        import argparse
+        import common_utils
+        p = argparse.ArgumentParser()
+        p.add_argument("--launcher", default="pytorch")
+        args = p.parse_args()
+        bs = getattr(common_utils, "init_dist_%s" % args.launcher)(32)
+        """
+    train = write(tmp_path, {"train.py": script, "common_utils.py": utils})
+    assert ("common_utils.py", 3, "no-destroy") in found(train)
+    (tmp_path / "train.py").write_text(textwrap.dedent(script).replace('"init_dist_%s" % args.launcher', '"setup"'))
+    assert not found(train)
+
+
 def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
     is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers

@@ -19,7 +19,7 @@ from pathlib import Path
 from ddplab.errors import DdplabError
 from ddplab.lint import project as projects
 from ddplab.lint import vocabulary
-from ddplab.lint.callers import Callers, registries
+from ddplab.lint.callers import Callers, by_name_prefix, registries
 from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
 from ddplab.lint.rules import by_id
@@ -572,6 +572,13 @@ def lint_project(
         for found in refs.values():
             for cls in classes if name in found else ():
                 found.setdefault(cls, []).extend(found[name])
+    functions = {n.name for t in project.trees.values() for n in static(t)[0] if isinstance(n, ast.FunctionDef)}
+    for path, tree in project.trees.items():  # `getattr(utils, "init_dist_%s" % x)(...)` names each init_dist_*
+        nodes, parent = static(tree)
+        getattrs = [n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"]
+        for call, _, prefix in by_name_prefix(getattrs, parent) if getattrs else ():
+            for name in (f for f in functions if f.startswith(prefix)):
+                refs[path].setdefault(name, []).append(call.lineno)
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None

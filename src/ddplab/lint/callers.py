@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 from ddplab.lint.scriptread import (
@@ -19,12 +20,27 @@ from ddplab.lint.scriptread import (
     given_for,
     is_main_block,
     last,
+    leading_text,
     walk_same_function,
 )
 
 CLOCK_NAMES = {"now", "utcnow", "today", "strftime", "time", "time_ns", "localtime", "gmtime", "ctime"}
 
 MAX_DEPTH = 6
+
+
+def by_name_prefix(getattrs: list[ast.Call], parent: dict) -> list[tuple[ast.Call, str, str]]:
+    """The calls of a function looked up by a name built at run time, `getattr(module, "init_dist_%s" % x)(...)`
+    (OpenPCDet's launcher switch), among these getattr() calls: (the call, the module's name, the text every name it
+    can build starts with)."""
+    found = []
+    for c in getattrs:
+        call = parent.get(c)
+        prefix = leading_text(c.args[1]) if len(c.args) >= 2 and not isinstance(c.args[1], ast.Constant) else None
+        prefix = re.split(r"[%{]", prefix)[0] if prefix else ""  # "init_dist_%s" % x, "init_dist_{}".format(x)
+        if isinstance(call, ast.Call) and call.func is c and prefix and dotted(c.args[0]):
+            found.append((call, dotted(c.args[0]), prefix))
+    return found
 
 
 def registries(trees: list[ast.Module]) -> dict[str, set[str]]:
@@ -257,6 +273,12 @@ class Callers:
                 ):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
+            if owner is None:  # `getattr(common_utils, "init_dist_%s" % launcher)(...)`: each init_dist_* may run
+                found += [
+                    (where, c)
+                    for c, held, prefix in self._by_name_prefix(reader)
+                    if func.name.startswith(prefix) and (where == path or module in reader.resolve(held).split("."))
+                ]
             if owner is not None and func.name == "__init__":  # `TRAINERS[name](args)`: a class of the registry
                 found += [
                     (where, c)
@@ -266,6 +288,10 @@ class Callers:
                     and (where == path or dotted(c.func.value) in reader.aliases)
                 ]
         return found
+
+    @staticmethod
+    def _by_name_prefix(reader: ScriptReader) -> list[tuple[ast.Call, str, str]]:
+        return by_name_prefix(reader.calls_by_name.get("getattr", []), reader.parent)
 
     @functools.cached_property
     def _registries(self) -> dict[str, set[str]]:
