@@ -479,6 +479,23 @@ def _references(tree: ast.Module) -> dict[str, list[int]]:
     return refs
 
 
+def _named_at_run_time(trees: dict[Path, ast.Module], refs: dict[Path, dict[str, list[int]]]) -> dict:
+    """`refs` with the names a file picks at run time: every class of a registry it names (`TRAINERS[name](args)`),
+    every function `getattr(utils, "init_dist_%s" % x)` can build (`init_dist_pytorch`, `init_dist_slurm`)."""
+    for name, classes in registries(list(trees.values())).items():
+        for found in refs.values():
+            for cls in classes if name in found else ():
+                found.setdefault(cls, []).extend(found[name])
+    functions = {n.name for t in trees.values() for n in static(t)[0] if isinstance(n, ast.FunctionDef)}
+    for path, tree in trees.items():
+        nodes, parent = static(tree)
+        getattrs = [n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"]
+        for call, _, prefix in by_name_prefix(getattrs, parent) if getattrs else ():
+            for name in (f for f in functions if f.startswith(prefix)):
+                refs[path].setdefault(name, []).append(call.lineno)
+    return refs
+
+
 def _uncalled_spans(
     tree: ast.Module, methods_only: bool, refs: dict[Path, dict[str, list[int]]], path: Path
 ) -> list[tuple[int, int]]:
@@ -567,18 +584,7 @@ def lint_project(
     """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees)
-    refs = {p: _references(t) for p, t in project.trees.items()}
-    for name, classes in registries(list(project.trees.values())).items():  # `TRAINERS[name](args)` names them all
-        for found in refs.values():
-            for cls in classes if name in found else ():
-                found.setdefault(cls, []).extend(found[name])
-    functions = {n.name for t in project.trees.values() for n in static(t)[0] if isinstance(n, ast.FunctionDef)}
-    for path, tree in project.trees.items():  # `getattr(utils, "init_dist_%s" % x)(...)` names each init_dist_*
-        nodes, parent = static(tree)
-        getattrs = [n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"]
-        for call, _, prefix in by_name_prefix(getattrs, parent) if getattrs else ():
-            for name in (f for f in functions if f.startswith(prefix)):
-                refs[path].setdefault(name, []).append(call.lineno)
+    refs = _named_at_run_time(project.trees, {p: _references(t) for p, t in project.trees.items()})
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None
