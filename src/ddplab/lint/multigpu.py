@@ -673,8 +673,11 @@ class MultiGpuChecks(ScriptReader):
         return False
 
     def _clock_names(self, body: list[ast.stmt]) -> set[str]:
-        """Names assigned a clock reading in this scope (`start = time.time()`)."""
-        return _names_given(body, lambda v: isinstance(v, ast.Call) and self.callee_last(v) in TIMERS)
+        """Names assigned a clock reading in this scope (`start = time.time()`), or a value read from one (`duration =
+        time.time() - start`): a time, never a metric of the data."""
+        return _names_given(
+            body, lambda v: any(isinstance(n, ast.Call) and self.callee_last(n) in TIMERS for n in ast.walk(v))
+        )
 
     def _timed(self, value: ast.AST, clocks: set[str]) -> bool:
         """The expression reads a clock (a name from _clock_names, or a timer call): a duration, no metric."""
