@@ -709,6 +709,38 @@ def test_a_setup_picked_by_a_name_built_at_run_time_is_reached(tmp_path):
     assert not found(train)
 
 
+def test_a_gpu_index_handed_in_through_kwargs_guards_the_save(tmp_path):
+    """Round 17 (MonoSDF): `self.GPU_INDEX = kwargs["gpu_index"]`, then `if self.GPU_INDEX == 0: self.save(...)`: a
+    device index, the local rank of a one-node job, tested against 0 is a rank-0 guard."""
+    runner = """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Runner:
+            def __init__(self, **kwargs):
+                self.GPU_INDEX = kwargs["gpu_index"]
+                self.model = DDP(torch.nn.Linear(2, 2))
+            def save(self, epoch):
+                torch.save(self.model.module.state_dict(), "%d.pth" % epoch)
+            def run(self):
+                for epoch in range(3):
+                    if self.GPU_INDEX == 0:
+                        self.save(epoch)
+        """
+    script = """\
+        import os
+        import torch.distributed as dist
+        from runner import Runner
+        if __name__ == "__main__":
+            dist.init_process_group("gloo")
+            Runner(gpu_index=int(os.environ["LOCAL_RANK"])).run()
+            dist.destroy_process_group()
+        """
+    train = write(tmp_path, {"train.py": script, "runner.py": runner})
+    assert ("runner.py", 8, "unguarded-save") not in found(train)
+    (tmp_path / "runner.py").write_text(textwrap.dedent(runner).replace("if self.GPU_INDEX == 0:", "if epoch >= 0:"))
+    assert ("runner.py", 8, "unguarded-save") in found(train)
+
+
 def test_a_rank_test_that_returns_other_rank_tests_guards_as_they_do(tmp_path):
     """timm's train.py prints under `utils.is_primary(args)`, which returns `is_local_primary(args) if local else
     is_global_primary(args)`, each `args.<rank> == 0`, in a package beside the script: a guard, however many helpers

@@ -32,7 +32,7 @@ COLLECTIVES = {
 }
 GLOBAL_RANK_NAMES = {"rank", "global_rank", "world_rank", "ddp_rank", "my_rank", "process_rank", "rank_id"}
 # a device index: the local rank, or the rank of a one-node job: a fine guard for printing, unclear for saving
-DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "cuda_id", "local_gpu"}
+DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "gpu_index", "device_id", "device_index", "cuda_id", "local_gpu"}
 MAIN_CALLS = {"is_main_process", "is_master", "is_rank_zero", "is_main"}  # `if is_main_process():` helpers
 MAIN_NAMES = {
     "is_main",
