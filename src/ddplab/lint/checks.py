@@ -1436,7 +1436,12 @@ class Checks(MultiGpuChecks):
                 not shuffled or (sampler is not None and not always_none) or keyword(call, "batch_sampler") is not None
             ):
                 continue
-            if self.runs_on_rank0_only(call, ANY_RANK0) or self._dataset_sharded(call) or self._for_evaluation(call):
+            if (
+                self.runs_on_rank0_only(call, ANY_RANK0)
+                or self._read_on_rank0_only(call)
+                or self._dataset_sharded(call)
+                or self._for_evaluation(call)
+            ):
                 continue
             beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
             what = f"DataLoader(sampler={drawn}(...))" if drawn else "DataLoader(shuffle=True)"
@@ -1449,6 +1454,22 @@ class Checks(MultiGpuChecks):
                 "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
                 "sampler.set_epoch(epoch) every epoch",
             )
+
+    def _read_on_rank0_only(self, call: ast.Call) -> bool:
+        """The loader is built on every rank but read on rank 0 alone (`preview = DataLoader(...)`, then under `if
+        rank == 0:` `next(iter(preview))`): no two ranks read its samples."""
+        parent = self.parent.get(call)
+        if not (
+            isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+        ):
+            return False
+        name, scope = parent.targets[0].id, self.enclosing_function(call)
+        reads = [
+            n
+            for n in walk_same_function(scope.body if scope else self.tree.body)
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        ]
+        return bool(reads) and all(self.runs_on_rank0_only(n, ANY_RANK0) for n in reads)
 
     def _one_process_sampler(self, sampler: ast.AST | None) -> str | None:
         """`sampler=RandomSampler(ds)` (or a name only ever given one): a shuffling sampler of one process, which
