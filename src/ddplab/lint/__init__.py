@@ -479,20 +479,25 @@ def _references(tree: ast.Module) -> dict[str, list[int]]:
     return refs
 
 
-def _named_at_run_time(trees: dict[Path, ast.Module], refs: dict[Path, dict[str, list[int]]]) -> dict:
+def _named_at_run_time(
+    trees: dict[Path, ast.Module], refs: dict[Path, dict[str, list[int]]], classes: set[str]
+) -> dict:
     """`refs` with the names a file picks at run time: every class of a registry it names (`TRAINERS[name](args)`),
     every function `getattr(utils, "init_dist_%s" % x)` can build (`init_dist_pytorch`, `init_dist_slurm`)."""
-    for name, classes in registries(list(trees.values())).items():
+    for name, held in registries(list(trees.values()), classes).items():
         for found in refs.values():
-            for cls in classes if name in found else ():
+            for cls in held if name in found else ():
                 found.setdefault(cls, []).extend(found[name])
-    functions = {n.name for t in trees.values() for n in static(t)[0] if isinstance(n, ast.FunctionDef)}
-    for path, tree in trees.items():
-        nodes, parent = static(tree)
-        getattrs = [n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"]
-        for call, _, prefix in by_name_prefix(getattrs, parent) if getattrs else ():
-            for name in (f for f in functions if f.startswith(prefix)):
-                refs[path].setdefault(name, []).append(call.lineno)
+    built = {
+        path: by_name_prefix([n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"], parent)
+        for path, (nodes, parent) in ((p, static(t)) for p, t in trees.items())
+    }
+    if any(built.values()):  # the project's function names, only where some getattr builds one (few projects)
+        functions = {n.name for t in trees.values() for n in static(t)[0] if isinstance(n, ast.FunctionDef)}
+        for path, calls in built.items():
+            for call, _, prefix in calls:
+                for name in (f for f in functions if f.startswith(prefix)):
+                    refs[path].setdefault(name, []).append(call.lineno)
     return refs
 
 
@@ -584,7 +589,7 @@ def lint_project(
     """Lint the entry script of `project` with what its modules say. Paths are shown as the user typed them: from
     the script's folder, or (shown_from: the folder typed and where it is) from a folder."""
     facts = gather(project.trees)
-    refs = _named_at_run_time(project.trees, {p: _references(t) for p, t in project.trees.items()})
+    refs = _named_at_run_time(project.trees, {p: _references(t) for p, t in project.trees.items()}, facts.classes)
     typed, base = shown_from or (Path(script).parent, project.entries[0].parent)
     findings: list[Finding] = []
     backend = backend_line = None

@@ -43,10 +43,9 @@ def by_name_prefix(getattrs: list[ast.Call], parent: dict) -> list[tuple[ast.Cal
     return found
 
 
-def registries(trees: list[ast.Module]) -> dict[str, set[str]]:
-    """The project's module-level dicts of its own classes (`_trainer_dict = {"UNet2d": BaseTrainer}`) by name: a key
-    picked from one at run time constructs one of them."""
-    classes = {n.name for t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+def registries(trees: list[ast.Module], classes: set[str]) -> dict[str, set[str]]:
+    """The project's module-level dicts of its own classes (`_trainer_dict = {"UNet2d": BaseTrainer}`; `classes`:
+    Facts.classes) by name: a key picked from one at run time constructs one of them."""
     found: dict[str, set[str]] = {}
     for tree in trees:
         for node in tree.body:
@@ -117,7 +116,7 @@ class Callers:
         `path`, or one in `path` itself inside a function the script reaches (`train()` of an imported module that
         spawns its `worker`), when it runs beyond rank 0 alone: the workers run `func` on every rank."""
         module = path.parent.name if path.stem == "__init__" else path.stem
-        for where in [*self.entries, path]:
+        for where in dict.fromkeys([*self.entries, path]):  # (an entry that is `path` itself, once)
             reader = self.readers.get(where)
             if reader is None or func.name not in reader.passed:
                 continue
@@ -295,7 +294,8 @@ class Callers:
 
     @functools.cached_property
     def _registries(self) -> dict[str, set[str]]:
-        return registries([r.tree for r in self.readers.values()])
+        readers = list(self.readers.values())
+        return registries([r.tree for r in readers], readers[0].facts.classes if readers else set())
 
     def _registered(self, reader: ScriptReader) -> set[str]:
         """The classes of the registries this file imports: their methods are called through their instances."""
