@@ -6,6 +6,7 @@ named in the result and skipped: it never stops the lint of the rest."""
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import sys
@@ -31,15 +32,22 @@ class Project:
 
     def unread_holding(self, words: tuple[str, ...]) -> str | None:
         """The first "path: why" of a module that could not be parsed whose text holds one of `words` (or whose
-        bytes could not be read at all): what it says may change a finding that rests on the whole project."""
-        for path, why in zip(self.unread_paths, self.unread):
-            try:
-                text = path.read_bytes().decode("utf-8", errors="replace")
-            except OSError:
-                return why
-            if any(w in text for w in words):
+        bytes could not be read at all, None): what it says may change a finding that rests on the whole project."""
+        for why, text in self._unread_texts:
+            if text is None or any(w in text for w in words):
                 return why
         return None
+
+    @functools.cached_property
+    def _unread_texts(self) -> list[tuple[str, str | None]]:
+        """Each unparsed module's "path: why" and its text, read once for every finding that asks."""
+        texts = []
+        for path, why in zip(self.unread_paths, self.unread):
+            try:
+                texts.append((why, path.read_bytes().decode("utf-8", errors="replace")))
+            except OSError:
+                texts.append((why, None))
+        return texts
 
 
 def read(path: Path, cache: dict | None = None) -> tuple[ast.Module | None, str | None]:
