@@ -1492,8 +1492,10 @@ class MultiGpuChecks(ScriptReader):
         key = dotted(flag)
         if isinstance(flag, ast.Name):  # the function's statements (the module's, for a name at module level)
             nodes = walk_same_function(getattr(self.enclosing_function(flag), "body", self.tree.body))
+        elif (owner := self._class_of(flag)) is not None:
+            nodes = ast.walk(owner)
         else:
-            nodes = ast.walk(self._class_of(flag) or ast.Module(body=[], type_ignores=[]))
+            return None  # `self.x` outside a class: nothing to read it in
         decided: list[Guard] = []
         for node in nodes:
             if (
