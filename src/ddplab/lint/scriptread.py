@@ -627,13 +627,18 @@ class ScriptReader:
             derived: set = set()
             plain: set = set()  # assigned something else too: not always different per process
             only_under: dict = {}  # key -> the rank-0 tests its values other than None are assigned under
+            cleared: dict = {}  # key -> (line, the test "every rank but 0" or None) of each None it is assigned
             for node in assigns:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if len(targets) != 1 or (key := self._scope_key(targets[0])) is None:
                     continue
                 if learnt is not None:  # `writer = None`, then `if rank == 0: writer = SummaryWriter()`
-                    zero = [(g.kind, True) for g in self.guards(node) if g.rank0]
+                    guards = self.guards(node)
+                    zero = [(g.kind, True) for g in guards if g.rank0]
                     only_under.setdefault(key, []).append(None if _is_none(node.value) else (zero or [False])[0])
+                    # `self.ckpt_dir = ckpt_dir`, then `if rank != 0: self.ckpt_dir = None`: something on rank 0 only
+                    others = [(g.kind, True) for g in guards if not g.rank0 and g.kind != "single"]
+                    cleared.setdefault(key, []).append((node.lineno, _is_none(node.value), (others or [None])[0]))
                 is_test = isinstance(
                     node.value, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.Call, ast.IfExp)
                 ) and not self.rank_kind(node.value)
@@ -653,6 +658,8 @@ class ScriptReader:
                 given_values = {v for v in values if v is not None}
                 if key not in self.held_test and None in values and len(given_values) == 1 and all(given_values):
                     self.held_test[key] = given_values.pop()
+                elif key not in self.held_test and given_values == {False} and (test := _reset_off_zero(cleared[key])):
+                    self.held_test[key] = test
             now = (self.held_kind, self.rank_derived, self.rank_labelled, self.held_test)
             if now == learnt:
                 break  # nothing new: another pass would learn nothing either
@@ -1413,6 +1420,17 @@ def _default_of(func: ast.AST, test: ast.AST) -> bool | None:
         return None
     default = default_of(func, test.id)
     return bool(default.value) if isinstance(default, ast.Constant) else None
+
+
+def _reset_off_zero(stores: list[tuple[int, bool, tuple | None]]) -> tuple | None:
+    """The rank-0 test a name stands for when every rank gives it a value and every rank but 0 then sets it to None
+    (`stores`: line, None stored, the "every rank but 0" test it is stored under)."""
+    resets = [(line, test) for line, none, test in stores if none]
+    tests = {test for _, test in resets}
+    if not resets or len(tests) != 1 or None in tests:
+        return None
+    first = min(line for line, _ in resets)
+    return tests.pop() if all(line < first for line, none, _ in stores if not none) else None
 
 
 def _is_minus_one(node: ast.AST) -> bool:
