@@ -1100,13 +1100,26 @@ class Checks(MultiGpuChecks):
             for c in self.calls
         )
 
+    def _maps_nowhere(self, where: ast.AST | None, call: ast.Call) -> bool:
+        """No map_location: none given, None, or a parameter of the function every call of it leaves None (`def
+        read_pkl(path, map_location=None): torch.load(path, map_location=map_location)`, called `read_pkl(p)`)."""
+        if where is None or _is_none(where):
+            return True
+        func = self.enclosing_function(call)
+        if not isinstance(where, ast.Name) or func is None or not self._parameter(where):
+            return False
+        if any(isinstance(n, ast.Name) and n.id == where.id and isinstance(n.ctx, ast.Store) for n in ast.walk(func)):
+            return False  # `if map_location is None: map_location = "cpu"`
+        sites = self.call_sites(func)
+        return bool(sites) and all(_is_none(passed(site, func, where.id)) for site in sites)
+
     def check_loading(self) -> None:
         if not self.distributed:
             return  # no process group, no DDP anywhere in the project (a DataParallel script): one process loads
         for call in self.calls:
             if (
                 self.callee(call) == "torch.load"
-                and keyword(call, "map_location") is None
+                and self._maps_nowhere(keyword(call, "map_location"), call)
                 and len(call.args) < 2
                 and not any(k.arg is None for k in call.keywords)
             ):  # **kwargs may carry map_location

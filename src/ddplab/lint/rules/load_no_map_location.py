@@ -8,7 +8,7 @@ from ddplab.lint.rules import BUG, Rule
 RULE = Rule(
     id="load-no-map-location",
     severity=BUG,
-    what="`torch.load` of a checkpoint without `map_location`",
+    what="`torch.load` of a checkpoint without `map_location` (or with one every caller leaves None)",
     why="every rank loads onto the GPU that saved it: N copies on GPU 0, out of memory",
     example='state = torch.load("model.pt")',
     fix="`torch.load(path, map_location=device)` (this rank's device, or `'cpu'`)",
