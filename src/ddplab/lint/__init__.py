@@ -208,8 +208,8 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
             break
     facts.attr_tests = _attribute_tests(readers)
     facts.buffer_classes = _buffer_classes(readers)
-    facts.never_true = _never_true(readers)
     defs, calls = _definitions(readers)
+    facts.attr_truths = _attribute_truths(readers, defs, calls)
     sinks = _rank_sinks(readers, defs, calls)
     for _ in range(3):  # a rank handed down several calls (main(rank) -> setting(rank) -> Trainer(gpu_id=rank))
         found = _rank_parameters(defs, calls)
@@ -339,25 +339,63 @@ def _attribute_tests(readers: list[Checks]) -> dict[str, tuple]:
     return {name: test for name, test in found.items() if name not in other}
 
 
-def _never_true(readers: list[Checks]) -> set[str]:
-    """Attribute names the project assigns only False, None or 0 (`self.stop_training = False  # set True to
-    interrupt training`, which nothing sets): a branch under one never runs, unless code outside the project sets it.
-    Any other store of the name (another value, +=, a for target, setattr) keeps it out."""
-    falsy, other = set(), set()
+def _attribute_truths(readers: list[Checks], defs: dict, calls: dict) -> dict[str, bool]:
+    """Attribute names whose every store in the project gives them one truth: a constant (`self.stop_training =
+    False  # set True to interrupt training`, which nothing sets) or a constructor's parameter that every construction
+    of its class fills with a constant of that truth (`Trainer(model, multi_gpus=True)`, `self.multi_gpus =
+    multi_gpus`): a branch on the other truth never runs, unless code outside the project sets it. Any other store
+    (another value, +=, a for target, setattr) keeps the name out. `defs`, `calls`: _definitions."""
+    truths: dict[str, set] = {}
+    other: set = set()
+    # class names used otherwise than called (a base class, a registry's value, a class handed on): built elsewhere
+    loose = {
+        n.id if isinstance(n, ast.Name) else n.attr
+        for reader in readers
+        for n in reader.nodes
+        if isinstance(n, (ast.Name, ast.Attribute))
+        and isinstance(n.ctx, ast.Load)
+        and not (isinstance(reader.parent.get(n), ast.Call) and reader.parent[n].func is n)
+    }
     for reader in readers:
-        plain = set()
+        known = set()
         for n in reader.nodes:
-            if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Constant):
-                if n.value.value in (False, None, 0):
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    plain |= {id(t) for t in targets if isinstance(t, ast.Attribute)}
-                    falsy |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+            if (
+                isinstance(n, (ast.Assign, ast.AnnAssign))
+                and (truth := _stored_truth(reader, n, defs, calls, loose)) is not None
+            ):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Attribute):
+                        known.add(id(t))
+                        truths.setdefault(t.attr, set()).add(truth)
         for n in reader.nodes:
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in plain:
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in known:
                 other.add(n.attr)
             elif isinstance(n, ast.Call) and reader.callee_last(n) == "setattr" and len(n.args) > 1:
                 other.add(const_str(n.args[1]) or "")
-    return falsy - other
+    return {attr: found.pop() for attr, found in truths.items() if len(found) == 1 and attr not in other}
+
+
+def _stored_truth(reader: Checks, store: ast.AST, defs: dict, calls: dict, loose: set) -> bool | None:
+    """The truth `store` gives its target: a constant's (False, None, 0 or True), or that of the constant every
+    construction of the class passes for the __init__ parameter it stores (the class built by its name alone: not
+    subclassed, kept in a registry or handed on); None when not known."""
+    value = store.value
+    if isinstance(value, ast.Constant):
+        return bool(value.value) if value.value in (False, None, 0) or value.value is True else None
+    func = reader.enclosing_function(store)
+    cls = reader.parent.get(func) if func is not None else None
+    if not (isinstance(value, ast.Name) and isinstance(cls, ast.ClassDef) and func.name == "__init__"):
+        return None
+    if value.id not in {a.arg for a in func.args.args[1:]} or any(
+        isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in ast.walk(func)
+    ):
+        return None
+    sites = calls.get(cls.name, [])
+    if not sites or defs.get(cls.name) != [func] or cls.name in loose:
+        return None
+    given = [passed(call, func, value.id) for _, call in sites]
+    found = {bool(v.value) if isinstance(v, ast.Constant) else None for v in given}
+    return found.pop() if len(found) == 1 else None
 
 
 def _group_makers(calls: dict[str, set[str]]) -> set[str]:

@@ -1439,7 +1439,7 @@ class MultiGpuChecks(ScriptReader):
                 if not (isinstance(node, ast.If) and body_exits(node.body) and not node.orelse):
                     continue
                 test = self.rank_test(node.test)
-                if test is None or isinstance(node.body[-1], ast.Continue) or self._never_runs(node.body[-1], loop):
+                if test is None or isinstance(node.body[-1], ast.Continue) or self.never_runs(node.body[-1], loop):
                     continue
                 self._report_early_exit(node.body[-1], node, test, syncs[0])
             # `if rank == 0: ... if val < best: ... else: break`: the exit sits deeper under the rank test
@@ -1454,7 +1454,7 @@ class MultiGpuChecks(ScriptReader):
                 if isinstance(leave, ast.Break) and self._own_loop(leave) is not loop:
                     continue
                 inside = [g for g in self.guards(leave) if g.kind != "single" and self._within(g.node, loop)]
-                if self._never_runs(leave, loop):
+                if self.never_runs(leave, loop):
                     continue
                 flag = None
                 if not inside:  # `if stop: break`, where only rank 0 ever decides `stop`
@@ -1524,22 +1524,6 @@ class MultiGpuChecks(ScriptReader):
 
     def _class_of(self, node: ast.AST) -> ast.ClassDef | None:
         return next((p for p in self.ancestors(node) if isinstance(p, ast.ClassDef)), None)
-
-    def _never_runs(self, node: ast.AST, loop: ast.AST) -> bool:
-        """`node` sits under an `if` (within `loop`) whose test, or one term of whose `and`, is an attribute the
-        project only ever sets to False/None/0 (YOLOv5's `if callbacks.stop_training: return`): it never runs."""
-
-        def dead(test: ast.AST) -> bool:
-            if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-                return any(dead(v) for v in test.values)
-            return isinstance(test, ast.Attribute) and test.attr in self.facts.never_true
-
-        child = node
-        for parent in self.ancestors(node, stop=loop):
-            if isinstance(parent, ast.If) and child in parent.body and dead(parent.test):
-                return True
-            child = parent
-        return False
 
     def _own_loop(self, node: ast.AST) -> ast.AST | None:
         """The loop a `break` leaves (None, or a function, when it is in none)."""

@@ -264,7 +264,7 @@ class Facts:
     param_tests: dict = field(default_factory=dict)  # (function, parameter) -> (kind, rank0): a rank test passed
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
-    never_true: set = field(default_factory=set)  # attributes the project only ever sets to False/None/0
+    attr_truths: dict = field(default_factory=dict)  # attribute name -> the one truth every store gives it
     attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
 
 
@@ -1366,8 +1366,9 @@ class ScriptReader:
         ]
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
-        """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is."""
-        if any(g.kind in kinds and g.rank0 for g in self.guards(node)):
+        """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is (or
+        in a branch that never runs)."""
+        if any(g.kind in kinds and g.rank0 for g in self.guards(node)) or self.never_runs(node):
             return True
         func = self.enclosing_function(node)
         if func is None or depth > 4 or func.name in self.passed:
@@ -1377,6 +1378,35 @@ class ScriptReader:
         if every and not sites:
             return True  # no call takes this branch: it runs nowhere
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
+
+    def never_runs(self, node: ast.AST, stop: ast.AST | None = None) -> bool:
+        """`node` sits (below `stop`) in a branch of an attribute whose truth the project fixes (Facts.attr_truths)
+        that never opens: under `if not self.multi_gpus:` where every Trainer is built with multi_gpus=True, or under
+        `if x and self.stop_training:` where nothing sets it True."""
+        truths = self.facts.attr_truths
+        if not truths:
+            return False
+
+        def truth(test: ast.AST) -> bool | None:
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                inner = truth(test.operand)
+                return None if inner is None else not inner
+            if (
+                isinstance(test, ast.BoolOp)
+                and isinstance(test.op, ast.And)
+                and any(truth(v) is False for v in test.values)
+            ):
+                return False
+            return truths.get(test.attr) if isinstance(test, ast.Attribute) else None
+
+        child = node
+        for parent in self.ancestors(node, stop=stop):
+            if isinstance(parent, ast.If) and child is not parent.test:
+                known = truth(parent.test)
+                if known is not None and known != (child in parent.body):
+                    return True
+            child = parent
+        return False
 
     def branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
         """`node` can run when `site` calls `func`: no enclosing `if flag:` or `if mode == "dev":` (or its else) on a
