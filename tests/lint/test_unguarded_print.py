@@ -341,7 +341,8 @@ def test_rank_compared_with_a_module_constant_is_one_rank():
 
 def test_else_of_a_group_flag_is_one_process():
     """`args.distributed = False; return` before the group, `= True` where it is made: `else:` of `if
-    args.distributed:` runs without a group."""
+    args.distributed:` runs without a group; so it does where an option sets the flag (a launch without it has no
+    group: each process trains alone, whatever it prints). The same print after the if/else runs on every rank."""
     src = """
     import argparse
     def init(args):
@@ -360,7 +361,8 @@ def test_else_of_a_group_flag_is_one_process():
         print("single")
     """
     assert "unguarded-print" not in names(src)
-    assert "unguarded-print" in names(src.replace("args.distributed = False", "args.distributed = args.flag"))
+    assert "unguarded-print" not in names(src.replace("args.distributed = False", "args.distributed = args.flag"))
+    assert "unguarded-print" in names(src.replace('else:\n        print("single")', 'print("single")'))
 
 
 def test_option_value_other_than_the_one_that_makes_the_group_is_one_process():

@@ -891,6 +891,12 @@ class ScriptReader:
         init_process_group of the file sits under (`if opt.multiprocessing_distributed: dist.init_process_group()`:
         not `args.multiprocessing_distributed` where `if args.distributed:` is the one that makes the group)."""
         named = expr.func if isinstance(expr, ast.Call) and not expr.args else expr
+        keys = []
+        while isinstance(named, ast.Subscript) and (key := const_str(named.slice)) is not None:
+            keys.append(key.lower())  # `config["DDP"]["flag"]`: a section of a config file named for it
+            named = named.value
+        if keys:
+            return any(key in DIST_FLAG_NAMES for key in keys)
         if not isinstance(named, (ast.Name, ast.Attribute)):
             return False
         if isinstance(named, ast.Name) and named.id == "dist" and "dist" not in self.aliases:
@@ -1067,10 +1073,12 @@ class ScriptReader:
                     )
                 elif is_main_block(parent) and child in body and (self.spawns or self._starts_workers(parent)):
                     found.append(Guard("single", True, parent))
-                elif child in orelse and self._group_switch(parent.test) and self._parameter(parent.test):
-                    # a helper told by its caller: `def get_loader(ds, distributed): if distributed: ... else:
-                    # <here>` is what the caller's one process runs (a flag of the script's own may be off
-                    # under a launcher too: there the else needs its value shown)
+                elif child in (body if _negated(parent.test) else orelse) and self._group_switch(
+                    _unnegated(parent.test)
+                ):
+                    # the switch that makes the process group, off: `if use_ddp: ... else: <here>` (`if not
+                    # args.distributed: <here>`), or a helper told by its caller (`def get_loader(ds, distributed):`)
+                    # is the one process that runs without a group
                     found.append(Guard("single", True, parent))
                 elif (launched := self._launcher_test(parent.test)) is not None and child in (
                     orelse if launched else body
@@ -1461,6 +1469,14 @@ def _reset_off_zero(stores: list[tuple[int, bool, tuple | None]]) -> tuple | Non
         return None
     first = min(line for line, _ in resets)
     return tests.pop() if all(line < first for line, none, _ in stores if not none) else None
+
+
+def _negated(test: ast.AST) -> bool:
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+
+
+def _unnegated(test: ast.AST) -> ast.AST:
+    return test.operand if _negated(test) else test
 
 
 def _is_minus_one(node: ast.AST) -> bool:
