@@ -948,3 +948,64 @@ def test_a_module_beside_the_project_root_is_read_for_a_script_in_a_subfolder(tm
         """)
     )
     assert (None, 5, "unguarded-print") in found(script)  # the script's own folder comes first, as for Python
+
+
+BASE_TRAINER = """\
+    import torch
+
+    class BaseTrainer:
+        def __init__(self, model):
+            self.model = model
+
+        def train(self):
+            for epoch in range(2):
+                self._train_epoch(epoch)
+                self._save_checkpoint(epoch)
+
+        def _save_checkpoint(self, epoch):
+            torch.save(self.model.state_dict(), f"checkpoint-epoch{epoch}.pth")
+"""
+
+DDP_TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from base_trainer import BaseTrainer
+
+    class DdpTrainer(BaseTrainer):
+        def train(self):
+            for epoch in range(2):
+                self._train_epoch(epoch)
+                if dist.get_rank() == 0:
+                    self._save_checkpoint(epoch)
+
+        def _train_epoch(self, epoch):
+            self.model.train()
+            self.model(torch.randn(8, 4)).sum().backward()
+
+        def _save_checkpoint(self, epoch):
+            torch.save(self.model.module.state_dict(), f"checkpoint-epoch{epoch}.pth")
+"""
+
+
+def test_a_base_method_every_subclass_overrides_is_not_what_its_calls_run(tmp_path):
+    """CLAP's trainers: the only trainer built overrides the base class's train() and _save_checkpoint(), and
+    `self.model.train()` is the model's nn.Module.train(): the base train()'s unguarded save never runs. Without the
+    overrides, the base train() and its save are what `DdpTrainer(model).train()` runs, on every rank."""
+    train = """\
+        import torch
+        import torch.distributed as dist
+        from ddp_trainer import DdpTrainer
+
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        DdpTrainer(model).train()
+        dist.destroy_process_group()
+    """
+    files = {"train.py": train, "base_trainer.py": BASE_TRAINER, "ddp_trainer.py": DDP_TRAINER}
+    assert not any(rule == "unguarded-save" for _, _, rule in found(write(tmp_path / "a", files)))
+    inherited = DDP_TRAINER.replace("        def train(self):", "        def fit(self):").replace(
+        "        def _save_checkpoint(self, epoch):", "        def _save_last(self, epoch):"
+    )
+    assert ("base_trainer.py", 13, "unguarded-save") in found(
+        write(tmp_path / "b", {**files, "ddp_trainer.py": inherited})
+    )

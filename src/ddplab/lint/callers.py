@@ -21,6 +21,8 @@ from ddplab.lint.scriptread import (
     is_main_block,
     last,
     leading_text,
+    method_reached,
+    subclass_of,
     walk_same_function,
 )
 
@@ -260,14 +262,22 @@ class Callers:
             return self._instance_calls(path, func, owner, module)
         found = []
         for where, reader in self.readers.items():
-            known = owner is not None and (owner.name in reader.aliases or owner.name in self._registered(reader))
+            # a method is called through instances of its class, or of a subclass, where the file imports one
+            known = owner is not None and any(
+                cls in reader.aliases or cls in self._registered(reader) for cls in self._family(owner)
+            )
             for call in reader.calls_by_name.get(name, []):
-                if reader.enclosing_function(call) is func or self._main_of_import(where, reader, call):
+                if (
+                    reader.enclosing_function(call) is func
+                    or self._main_of_import(where, reader, call)
+                    or owner is not None
+                    and not method_reached(reader, call, owner, self._classes, self._built)
+                ):
                     continue
                 if (
                     where != path
                     and module not in reader.callee(call).split(".")[:-1]
-                    and not (isinstance(call.func, ast.Attribute) and known)
+                    and not (isinstance(call.func, ast.Attribute) and (known or self._in_a_base(reader, call, owner)))
                     and not (isinstance(call.func, ast.Name) and module in self._stars(where))
                 ):
                     continue  # another file's function of the same name (a method: its class imported there)
@@ -287,6 +297,38 @@ class Callers:
                     and (where == path or dotted(c.func.value) in reader.aliases)
                 ]
         return found
+
+    def _in_a_base(self, reader: ScriptReader, call: ast.Call, owner: ast.ClassDef | None) -> bool:
+        """`self.m()` in a class `owner` inherits from (in another file): dispatched to owner's m."""
+        caller = next((p for p in reader.ancestors(call) if isinstance(p, ast.ClassDef)), None)
+        return (
+            owner is not None
+            and caller is not None
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "self"
+            and subclass_of(owner, caller.name, self._classes)
+        )
+
+    def _family(self, owner: ast.ClassDef) -> list[str]:
+        """`owner`'s name and its subclasses' in the project (their instances run its methods they inherit)."""
+        return [
+            owner.name,
+            *(n for n, c in self._classes.items() if c is not owner and subclass_of(c, owner.name, self._classes)),
+        ]
+
+    @functools.cached_property
+    def _built(self) -> set[str]:
+        """The project's classes it constructs by name, in any file."""
+        return {r.callee_last(c) for r in self.readers.values() for c in r.calls} & set(self._classes)
+
+    @functools.cached_property
+    def _classes(self) -> dict[str, ast.ClassDef]:
+        """The project's classes by name (a name two files define: neither)."""
+        found: dict = {}
+        for reader in self.readers.values():
+            for name, cls in reader.classes.items():
+                found[name] = None if name in found else cls
+        return {name: cls for name, cls in found.items() if cls is not None}
 
     @staticmethod
     def _by_name_prefix(reader: ScriptReader) -> list[tuple[ast.Call, str, str]]:

@@ -103,10 +103,23 @@ def last(name: str) -> str:
     return name.rstrip("()").rsplit(".", 1)[-1]
 
 
+# torch's modules that define what a package re-exports: `from torch.multiprocessing.spawn import spawn` is
+# torch.multiprocessing.spawn, `torch.distributed.distributed_c10d.init_process_group` torch.distributed's
+_DEFINED_IN = {
+    "torch.multiprocessing.spawn.": "torch.multiprocessing.",
+    "torch.distributed.distributed_c10d.": "torch.distributed.",
+    "torch.nn.parallel.distributed.": "torch.nn.parallel.",
+}
+
+
 def _resolved(aliases: dict[str, str], name: str) -> str:
     head, _, rest = name.partition(".")
     full = aliases.get(head.rstrip("()"))
-    return f"{full}.{rest}" if full and rest else (full or name)
+    found = f"{full}.{rest}" if full and rest else (full or name)
+    for module, package in _DEFINED_IN.items():
+        if found.startswith(module):
+            return package + found[len(module) :]
+    return found
 
 
 def _hands_a_name(call: ast.Call) -> bool:
@@ -1365,13 +1378,29 @@ class ScriptReader:
         """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`, or a
         command-line runner's `fire.Fire(f)`); a function of the module is called by its bare name (`model.train()`
         is no call of a script's `def train()`)."""
-        method = isinstance(self.parent.get(func), ast.ClassDef)
+        owner = self.parent.get(func)
+        method = isinstance(owner, ast.ClassDef)
         return [
             c
             for c in self.calls_by_name.get(func.name, [])
             if self.enclosing_function(c) is not func
             and (method or isinstance(c.func, ast.Name) or _hands_a_name(c) and c.args[0].id == func.name)
+            and (not method or method_reached(self, c, owner, self.classes, self.built))
         ]
+
+    @functools.cached_property
+    def built(self) -> set[str]:
+        """The names of this file's classes it constructs (`Trainer(...)`, `trainers.Trainer(...)`)."""
+        return {self.callee_last(c) for c in self.calls} & set(self.classes)
+
+    @functools.cached_property
+    def classes(self) -> dict[str, ast.ClassDef]:
+        """This file's classes by name (a name defined twice: neither)."""
+        found: dict = {}
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                found[node.name] = None if node.name in found else node
+        return {name: cls for name, cls in found.items() if cls is not None}
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
         """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is (or
@@ -1469,6 +1498,67 @@ def _reset_off_zero(stores: list[tuple[int, bool, tuple | None]]) -> tuple | Non
         return None
     first = min(line for line, _ in resets)
     return tests.pop() if all(line < first for line, none, _ in stores if not none) else None
+
+
+# torch.nn.Module's own methods: `self.model.train()` on a model is no call of a trainer class's `def train(self)`
+MODULE_METHODS = {"train", "eval", "forward", "to", "cuda", "cpu", "state_dict", "load_state_dict", "parameters"}
+
+
+def method_reached(reader: ScriptReader, call: ast.Call, owner: ast.ClassDef, classes: dict, built: set) -> bool:
+    """Whether `call` (`x.m(...)`) can run `owner`'s method m, as Python dispatches it, where what `x` is can be
+    seen (`classes`: the project's classes by name, `built`: the names of those it constructs): on `self`, the m
+    of each class built that is the calling class or a subclass of it (or, none built, what the calling class and
+    its subclasses may run); on an instance built from a class (`Trainer(cfg).m()`, `t = Trainer(cfg)`), that
+    class's; on a torch module (called on data in that file, or the DDP wrapper), nn.Module's own train()/eval().
+    Any other receiver may be anything: it may run it."""
+    if not isinstance(call.func, ast.Attribute):
+        return True
+    name, receiver = call.func.attr, call.func.value
+    if name in MODULE_METHODS and not any("Module" in dotted(b) for b in owner.bases):
+        held = dotted(receiver)
+        if held and (held in reader.ddp_names or any(dotted(c.func) == held for c in reader.calls)):
+            return False
+    if isinstance(receiver, ast.Name) and receiver.id == "self":
+        caller = next((p for p in reader.ancestors(call) if isinstance(p, ast.ClassDef)), None)
+        if caller is None or owner.name not in classes or caller.name not in classes:
+            return True
+        family = [c for c in classes.values() if c is caller or subclass_of(c, caller.name, classes)]
+        if made := [c for c in family if c.name in built]:
+            return any(_defines(c, name, classes) is owner for c in made)
+        # self is the calling class or a subclass of it: owner's m runs when owner is below the caller (its
+        # override, dispatched to) or when it is what the caller inherits for m
+        return caller is owner or subclass_of(owner, caller.name, classes) or _defines(caller, name, classes) is owner
+    built = receiver.func if isinstance(receiver, ast.Call) else None
+    if isinstance(receiver, ast.Name):
+        made = [
+            n.value.func
+            for n in reader.nodes
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and any(isinstance(t, ast.Name) and t.id == receiver.id for t in n.targets)
+        ]
+        built = made[0] if len(made) == 1 else None
+    cls = classes.get(last(dotted(built))) if built is not None else None
+    return cls is None or _defines(cls, name, classes) is owner
+
+
+def subclass_of(cls: ast.ClassDef, base: str, classes: dict, depth: int = 0) -> bool:
+    parents = [last(dotted(b)) for b in cls.bases]
+    return depth < 8 and (
+        base in parents or any(subclass_of(classes[p], base, classes, depth + 1) for p in parents if p in classes)
+    )
+
+
+def _defines(cls: ast.ClassDef, method: str, classes: dict, depth: int = 0) -> ast.ClassDef | None:
+    """The class whose `method` an instance of `cls` runs (the first along its bases, depth first); None when
+    none of the project's does."""
+    if any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == method for f in cls.body):
+        return cls
+    for base in cls.bases:
+        if depth < 8 and (parent := classes.get(last(dotted(base)))) is not None:
+            if (found := _defines(parent, method, classes, depth + 1)) is not None:
+                return found
+    return None
 
 
 def _negated(test: ast.AST) -> bool:
