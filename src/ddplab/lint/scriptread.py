@@ -1380,9 +1380,11 @@ class ScriptReader:
         is no call of a script's `def train()`)."""
         owner = self.parent.get(func)
         method = isinstance(owner, ast.ClassDef)
+        # a class's __init__ is called by the class's name, and by a subclass's super().__init__()
+        named = [*self.calls_by_name.get(owner.name, [])] if method and func.name == "__init__" else []
         return [
             c
-            for c in self.calls_by_name.get(func.name, [])
+            for c in named + self.calls_by_name.get(func.name, [])
             if self.enclosing_function(c) is not func
             and (method or isinstance(c.func, ast.Name) or _hands_a_name(c) and c.args[0].id == func.name)
             and (not method or method_reached(self, c, owner, self.classes, self.built))
