@@ -527,7 +527,13 @@ class MultiGpuChecks(ScriptReader):
             body = func.body
             if any(self._reduces(c) for c in walk_same_function(body) if isinstance(c, ast.Call)):
                 continue
-            summed = self._summed_over_batches(body)
+            # a loop over a loader that reads the whole set on every rank (`DataLoader(val_set)`, no sampler) sums
+            # the whole
+            summed = {
+                name: loop
+                for name, loop in self._summed_over_batches(body).items()
+                if not self._reads_whole_dataset(loop)
+            }
             positions = {
                 i if isinstance(r.value, ast.Tuple) else -1
                 for r in walk_same_function(body)
