@@ -1421,9 +1421,10 @@ class ScriptReader:
     def never_runs(self, node: ast.AST, stop: ast.AST | None = None) -> bool:
         """`node` sits (below `stop`) in a branch of an attribute whose truth the project fixes (Facts.attr_truths)
         that never opens: under `if not self.multi_gpus:` where every Trainer is built with multi_gpus=True, or under
-        `if x and self.stop_training:` where nothing sets it True."""
-        truths = self.facts.attr_truths
-        if not truths:
+        `if x and self.stop_training:` where nothing sets it True; or, in a project that trains on GPUs only, a branch
+        taken without one (`else:` of `if torch.cuda.is_available():`)."""
+        truths, gpus = self.facts.attr_truths, self.facts.gpu_training
+        if not truths and not gpus:
             return False
 
         def truth(test: ast.AST) -> bool | None:
@@ -1436,6 +1437,8 @@ class ScriptReader:
                 and any(truth(v) is False for v in test.values)
             ):
                 return False
+            if gpus and (on_gpus := self._on_gpus(test)) is not None:
+                return on_gpus
             return truths.get(test.attr) if isinstance(test, ast.Attribute) else None
 
         child = node
@@ -1446,6 +1449,21 @@ class ScriptReader:
                     return True
             child = parent
         return False
+
+    def _on_gpus(self, test: ast.AST) -> bool | None:
+        """`test`'s value where CUDA is available: `torch.cuda.is_available()` (True), or a backend chosen by it
+        compared with a name (`backend = "nccl" if torch.cuda.is_available() else "gloo"`, `if backend == "nccl":`);
+        None for any other test."""
+        if isinstance(test, ast.Call) and self.callee(test) == "torch.cuda.is_available":
+            return True
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+            return None
+        named, chosen = test.left, const_str(test.comparators[0])
+        value = self._reaching_value(named) if isinstance(named, ast.Name) else None
+        if chosen is None or not isinstance(value, ast.IfExp) or self._on_gpus(value.test) is not True:
+            return None
+        backend = const_str(value.body)
+        return None if backend is None else (backend == chosen) == isinstance(test.ops[0], ast.Eq)
 
     def branch_open(self, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:
         """`node` can run when `site` calls `func`: no enclosing `if flag:` or `if mode == "dev":` (or its else) on a
