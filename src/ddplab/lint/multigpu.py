@@ -1236,12 +1236,13 @@ class MultiGpuChecks(ScriptReader):
 
     def _writes(self, call: ast.Call) -> str | None:
         name, method = self.callee(call), method_name(call)
-        if name == "open" or (
+        builtin = name == "open" and isinstance(call.func, ast.Name)  # (`(folder / "log.txt").open("a")`: a Path's)
+        if builtin or (
             method == "open"
             and isinstance(call.func, ast.Attribute)
             and not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))
         ):
-            args = call.args[1:] if name == "open" else call.args
+            args = call.args[1:] if builtin else call.args
             mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
             if not re.fullmatch(r"[rwxabt+]{1,4}", mode):
                 return None  # Image.open("data/img.jpg"): a path, not a mode (PIL opens for reading)
