@@ -54,6 +54,7 @@ CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cu
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
 IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
+ARRAY_WRITES = {"numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt"}
 COPIES = {
     "shutil.copy",
     "shutil.copyfile",
@@ -1243,8 +1244,10 @@ class MultiGpuChecks(ScriptReader):
             and not dotted(call.func.value).startswith(("os", "io", "gzip", "h5py"))
         ):
             args = call.args[1:] if builtin else call.args
+            if len(args) > 1 and not _a_mode(const_str(args[0])):
+                args = args[1:]  # `PathManager.open(path, "a")` (iopath, fsspec): the path first, as open() has it
             mode = const_str(keyword(call, "mode")) or (const_str(args[0]) if args else None) or "r"
-            if not re.fullmatch(r"[rwxabt+]{1,4}", mode):
+            if not _a_mode(mode):
                 return None  # Image.open("data/img.jpg"): a path, not a mode (PIL opens for reading)
             if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
                 return f"open(..., {mode!r})"
@@ -1270,7 +1273,7 @@ class MultiGpuChecks(ScriptReader):
             return f"{last(name)}() (FileNotFoundError on all ranks but the first)"
         if last(name) in DOWNLOADS or name.startswith(DOWNLOAD_MODULES) and last(name) == "download":
             return f"{last(name)}()"
-        if method in ("write_text", "write_bytes") or last(name) in IMAGE_WRITES:
+        if method in ("write_text", "write_bytes") or last(name) in IMAGE_WRITES or name in ARRAY_WRITES:
             return f"{last(name)}()"  # Path(...).write_text, plt.savefig, torchvision's save_image
         if name in COPIES or method == "to_csv":
             return f"{last(name)}()"
@@ -1567,6 +1570,11 @@ class MultiGpuChecks(ScriptReader):
             "decide to stop on every rank: compute the decision on rank 0, broadcast it "
             "(dist.broadcast_object_list), then break on all ranks together",
         )
+
+
+def _a_mode(text: str | None) -> bool:
+    """An open() mode (`"a"`, `"wb"`), not a path (`Image.open("data/img.jpg")`)."""
+    return text is not None and re.fullmatch(r"[rwxabt+]{1,4}", text) is not None
 
 
 def _held_in(node: ast.AST) -> ast.AST:
