@@ -587,3 +587,10 @@ def test_a_loop_only_rank0_runs_is_possible_unless_its_loader_is_seen_sharded():
         ("possible", "the loop runs on rank 0 only: whether its loader is sharded shows in a run")
     ]
     assert "unreduced-metric" in names(src.replace('data["val"].loader', "train_loader"))  # seen sharded: sure
+
+
+def test_each_helper_sum_reported_is_its_own_finding():
+    """Two helpers each return this rank's sum (the epoch's train loss, the test loss), and rank 0 prints both: two
+    findings, one per sum (round 18: the second was masked by the first)."""
+    source = (SCRIPTS.parent / "lint" / "fixtures" / "unreduced-metric" / "fires_7.py").read_text()
+    assert [f.line for f in lint_source(source).findings if f.rule == "unreduced-metric"] == [44, 47]

@@ -880,6 +880,7 @@ class MultiGpuChecks(ScriptReader):
             accumulated = self._given_by(body, self.facts.sum_returners) | accumulated
             if not accumulated:
                 continue
+            said: set[int] = set()  # one finding per loop (or helper call) the sums come from
             for call in calls:
                 if not self._reports(call, printers0):
                     continue
@@ -899,10 +900,12 @@ class MultiGpuChecks(ScriptReader):
                     if not self._reads_whole_dataset(accumulated[n])
                     and not self._only_as_rate(call, n, body)
                     and not _only_last_value(call, n)
+                    and id(accumulated[n]) not in said
                 }
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
+                    said |= {id(accumulated[n]) for n in names}
                     where = (
                         f"loop on line {loop.lineno}"
                         if isinstance(loop, (ast.For, ast.AsyncFor))
@@ -934,7 +937,6 @@ class MultiGpuChecks(ScriptReader):
                         if alone
                         else "no DistributedSampler seen: the loader may read the whole dataset",
                     )
-                    break
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
         """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
