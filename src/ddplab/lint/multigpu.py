@@ -881,14 +881,19 @@ class MultiGpuChecks(ScriptReader):
             if not accumulated:
                 continue
             said: set[int] = set()  # one finding per loop (or helper call) the sums come from
-            for call in calls:
-                if not self._reports(call, printers0):
-                    continue
-                if not (
-                    self.callee_last(call) in printers0
-                    or self.runs_on_rank0_only(call, frozenset({"global", "local", "device"}))
-                ):
-                    continue
+            rank0 = [
+                c
+                for c in calls
+                if self._reports(c, printers0)
+                and (
+                    self.callee_last(c) in printers0
+                    or self.runs_on_rank0_only(c, frozenset({"global", "local", "device"}))
+                )
+            ]
+            # then the prints the project's rank-0 filter keeps to rank 0: a sum's finding names a guarded report first
+            for call in rank0 + [
+                c for c in calls if c not in rank0 and self._reports(c, printers0) and self._filtered_print(c)
+            ]:
                 names = {
                     dotted(n)
                     for n in ast.walk(call)
@@ -937,6 +942,14 @@ class MultiGpuChecks(ScriptReader):
                         if alone
                         else "no DistributedSampler seen: the loader may read the whole dataset",
                     )
+
+    def _filtered_print(self, call: ast.Call) -> bool:
+        """A print after the project's rank-0 filter is installed (`builtins.print = print_if_rank0`): rank 0's."""
+        return (
+            self.callee(call) == "print"
+            and (self.replaces_print_here() or self.facts.replaces_print)
+            and not self._before_filter(call)
+        )
 
     def _reports(self, call: ast.Call, printers0: set[str]) -> bool:
         """A print, a logger's or tracker's report (REPORTS), or a call of this file's rank-0 printer."""
