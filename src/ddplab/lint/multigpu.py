@@ -620,6 +620,17 @@ class MultiGpuChecks(ScriptReader):
                         and not whole(sub.value)
                     ):
                         accumulated.setdefault(sub.target.value.id, node)  # loss_dict["sum"] += loss.item()
+                    elif (
+                        isinstance(sub, ast.Assign)
+                        and len(sub.targets) == 1
+                        and isinstance(sub.targets[0], ast.Subscript)
+                        and isinstance(sub.targets[0].value, ast.Name)
+                        and sub.targets[0].value.id in dicts
+                        and (added := _added_to_itself(sub)) is not None
+                        and not timed(added)
+                        and not whole(added)
+                    ):
+                        accumulated.setdefault(sub.targets[0].value.id, node)  # d[k] = d.get(k, 0) + loss.item()
                     elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
                         accumulated.setdefault(_held_in(sub.func.value).id, node)
                     elif (
@@ -880,6 +891,18 @@ class MultiGpuChecks(ScriptReader):
             accumulated = self._given_by(body, self.facts.sum_returners) | accumulated
             if not accumulated:
                 continue
+            read_as: dict[str, str] = {}  # a loop's name for the values of a dict of sums -> the dict's
+            for loop in walk_same_function(body):  # `for k, v in avg_loss.items(): writer.add_scalar(k, v)`
+                if (
+                    isinstance(loop, (ast.For, ast.AsyncFor))
+                    and isinstance(loop.iter, ast.Call)
+                    and method_name(loop.iter) in ("items", "values")
+                    and dotted(loop.iter.func.value) in accumulated
+                ):
+                    value = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
+                    if isinstance(value, ast.Name) and value.id not in accumulated:
+                        accumulated[value.id] = accumulated[dotted(loop.iter.func.value)]
+                        read_as[value.id] = dotted(loop.iter.func.value)
             said: set[int] = set()  # one finding per loop (or helper call) the sums come from
             rank0 = [
                 c
@@ -910,6 +933,7 @@ class MultiGpuChecks(ScriptReader):
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
+                    name = read_as.get(name, name)
                     said |= {id(accumulated[n]) for n in names}
                     where = (
                         f"loop on line {loop.lineno}"
@@ -1585,6 +1609,24 @@ class MultiGpuChecks(ScriptReader):
             "decide to stop on every rank: compute the decision on rank 0, broadcast it "
             "(dist.broadcast_object_list), then break on all ranks together",
         )
+
+
+def _added_to_itself(store: ast.Assign) -> ast.AST | None:
+    """What `d[k] = d.get(k, 0) + x` (or `d[k] = d[k] + x`) adds to the slot it stores: x; None for another store."""
+    target, value = store.targets[0], store.value
+    if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+        return None
+    for mine, added in ((value.left, value.right), (value.right, value.left)):
+        if ast.dump(mine) == ast.dump(target, include_attributes=False).replace("Store()", "Load()"):
+            return added
+        if (
+            isinstance(mine, ast.Call)
+            and isinstance(mine.func, ast.Attribute)
+            and mine.func.attr == "get"
+            and dotted(mine.func.value) == dotted(target.value)
+        ):
+            return added
+    return None
 
 
 def _a_mode(text: str | None) -> bool:
