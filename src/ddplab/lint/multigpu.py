@@ -631,7 +631,11 @@ class MultiGpuChecks(ScriptReader):
                         and not whole(added)
                     ):
                         accumulated.setdefault(sub.targets[0].value.id, node)  # d[k] = d.get(k, 0) + loss.item()
-                    elif isinstance(sub, ast.Call) and self._meter_update(sub, body) and not whole(sub.args[0]):
+                    elif (
+                        isinstance(sub, ast.Call)
+                        and self._meter_update(sub, body)
+                        and not whole(sub.args[0] if sub.args else sub.keywords[0].value)
+                    ):
                         accumulated.setdefault(_held_in(sub.func.value).id, node)
                     elif (
                         isinstance(sub, ast.Call)
@@ -843,7 +847,7 @@ class MultiGpuChecks(ScriptReader):
             isinstance(call.func, ast.Attribute)
             and call.func.attr == "update"
             and isinstance(_held_in(call.func.value), ast.Name)
-            and call.args
+            and (call.args or call.keywords)
         ):
             return False
         meter = _held_in(call.func.value).id  # `losses`, or `records` of `records["loss"].update(...)`
@@ -855,9 +859,9 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(_held_in(t), ast.Name) and _held_in(t).id == meter
             for v in _meters_made(n.value, isinstance(t, ast.Name) and isinstance(call.func.value, ast.Subscript))
         ]
-        if not made or not all(isinstance(v, ast.Call) and self.callee_last(v).endswith("Meter") for v in made):
+        if not made or not all(isinstance(v, ast.Call) and _a_meter(self.callee_last(v)) for v in made):
             return False
-        given = call.args[0]
+        given = call.args[0] if call.args else call.keywords[0].value  # `metric_logger.update(loss=loss.item())`
         if any(isinstance(n, ast.Call) and self.callee_last(n) in CLOCK_CALLS for n in ast.walk(given)):
             return False
         names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
@@ -1637,6 +1641,11 @@ def _a_mode(text: str | None) -> bool:
 def _held_in(node: ast.AST) -> ast.AST:
     """The container a subscript reads from (`records` of `records["loss"]`), or the node itself."""
     return node.value if isinstance(node, ast.Subscript) else node
+
+
+def _a_meter(cls: str) -> bool:
+    """A running-average meter: `AverageMeter`, DETR's and torchvision's `MetricLogger` and `SmoothedValue`."""
+    return cls.endswith("Meter") or cls in ("MetricLogger", "SmoothedValue")
 
 
 def _meters_made(value: ast.AST, whole_container: bool) -> list[ast.AST]:
