@@ -1009,3 +1009,31 @@ def test_a_base_method_every_subclass_overrides_is_not_what_its_calls_run(tmp_pa
     assert ("base_trainer.py", 13, "unguarded-save") in found(
         write(tmp_path / "b", {**files, "ddp_trainer.py": inherited})
     )
+
+
+def test_the_wrapper_handed_to_another_files_save_helper_is_said_at_the_call(tmp_path):
+    """R-ESM: `misc.save_model(..., model_without_ddp=model)` hands the DDP wrapper to a helper of another module
+    that saves `model_without_ddp.state_dict()`: the checkpoint's keys start with 'module.'. Said at the script's
+    call; handing over `model.module` is quiet."""
+    misc = """\
+        import torch
+
+        def save_model(path, model, model_without_ddp):
+            torch.save({"model": model_without_ddp.state_dict()}, path)
+    """
+    train = """\
+        import torch
+        import torch.distributed as dist
+        import misc
+
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        if dist.get_rank() == 0:
+            misc.save_model("checkpoint.pth", model=model, model_without_ddp=model)
+        dist.destroy_process_group()
+    """
+    assert (None, 8, "save-ddp-state-dict") in found(write(tmp_path / "a", {"train.py": train, "misc.py": misc}))
+    right = train.replace("model_without_ddp=model)", "model_without_ddp=model.module)")
+    assert not any(
+        r == "save-ddp-state-dict" for *_, r in found(write(tmp_path / "b", {"train.py": right, "misc.py": misc}))
+    )

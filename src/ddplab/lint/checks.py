@@ -22,6 +22,7 @@ from ddplab.lint.scriptread import (
     const_str,
     default_of,
     dotted,
+    given_for,
     is_main_block,
     keyword,
     last,
@@ -824,22 +825,16 @@ class Checks(MultiGpuChecks):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if (
-                        self.holds_ddp(owner, call)
-                        and self.ddp_names[owner] <= call.lineno
-                        and owner not in self.loaded_into
-                        and not self._handed_to_loader(owner)
-                        and not self._on_unwrapped_path(call, owner)
-                        and not self._prefix_stripped(call)
-                    ):
-                        self.add(
-                            call,
-                            "save-ddp-state-dict",
-                            WARNING,
-                            f"{owner}.state_dict() is the DDP wrapper's: every key starts with 'module.', so "
-                            "the file does not load into the plain model",
-                            f"save {owner}.module.state_dict()",
-                        )
+                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno:
+                        if (
+                            self.saves_wrapper(owner)
+                            and not self._on_unwrapped_path(call, owner)
+                            and not self._prefix_stripped(call)
+                        ):
+                            self.add_wrapper_saved(call, owner)
+                    elif (func := self.enclosing_function(call)) is not None:
+                        for site in self.wrapper_sites(call, self.call_sites(func)):
+                            self.add_wrapper_saved(site, dotted(given_for(site, func, owner)), call)
         if not self.distributed:
             return
         by_callers: list[ast.Call] = []
@@ -1090,6 +1085,45 @@ class Checks(MultiGpuChecks):
             if func is not None and names_prefix(func):
                 return True
         return names_prefix(self.statement_of(call))
+
+    def saves_wrapper(self, wrapper: str) -> bool:
+        """What `wrapper.state_dict()` saved is not loaded back into a wrapper, nor its `module.` taken off."""
+        return wrapper not in self.loaded_into and not self._handed_to_loader(wrapper)
+
+    def wrapper_sites(self, call: ast.Call, sites: list[ast.Call], readers=None) -> list[ast.Call]:
+        """Of `sites` (calls of the function around `call`, a `param.state_dict()` the file saves), those that fill
+        the parameter with a DDP wrapper saved as it is (`save_model(..., model_without_ddp=model)` with `model =
+        DDP(model)`); `readers`: the reader of each site (this file's by default)."""
+        func, param = self.enclosing_function(call), dotted(call.func.value)
+        if func is None or param not in {a.arg for a in func.args.args} or self._prefix_stripped(call):
+            return []
+        if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in ast.walk(func)):
+            return []  # reassigned in the function: not (only) what the call gave
+        found = []
+        for site in sites:
+            reader = self if readers is None else readers[site]
+            given = dotted(given_for(site, func, param))
+            if given and reader.holds_ddp(given, site) and reader.ddp_names[given] <= site.lineno:
+                if reader.saves_wrapper(given):
+                    found.append(site)
+        return found
+
+    def add_wrapper_saved(self, node: ast.AST, wrapper: str, saved: ast.Call | None = None, where: str = "") -> None:
+        """save-ddp-state-dict at `node`: `wrapper.state_dict()` saved, or (`saved`: `param.state_dict()` at line
+        `saved.lineno` of file `where`, this one's by default) the wrapper handed to a function that saves it."""
+        if saved is None:
+            what, fix = f"{wrapper}.state_dict() is the DDP wrapper's", f"save {wrapper}.module.state_dict()"
+        else:
+            param, at = dotted(saved.func.value), f"{where}:{saved.lineno}" if where else f"line {saved.lineno}"
+            what = f"{wrapper}, the DDP wrapper, is handed over as {param}, whose state_dict() is saved ({at})"
+            fix = f"hand over the plain model: {param}={wrapper}.module"
+        self.add(
+            node,
+            "save-ddp-state-dict",
+            WARNING,
+            f"{what}: every key starts with 'module.', so the file does not load into the plain model",
+            fix,
+        )
 
     def _handed_to_loader(self, owner: str) -> bool:
         """The wrapper is given to a helper that loads or resumes (restart_from_checkpoint(..., model=ddp)): its
