@@ -513,8 +513,8 @@ class Checks(MultiGpuChecks):
         )
 
     def _needs_cuda(self, node: ast.AST) -> bool:
-        """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `.to("cuda...")`, DDP given
-        a list of `device_ids` (a CPU module takes none)."""
+        """A call that fails without a GPU: `.cuda(...)`, `torch.cuda.set_device(...)`, `torch.cuda.current_device()`,
+        `.to("cuda...")`, DDP given a list of `device_ids` (a CPU module takes none)."""
         if not isinstance(node, ast.Call):
             return False
         if self.callee_last(node) in DDP_NAMES:
@@ -524,7 +524,7 @@ class Checks(MultiGpuChecks):
             return False
         if node.func.attr == "cuda":
             return True
-        if self.resolve(self.callee(node)) == "torch.cuda.set_device":
+        if self.resolve(self.callee(node)) in ("torch.cuda.set_device", "torch.cuda.current_device"):
             return True
         target = node.args[0] if node.args else keyword(node, "device")
         return node.func.attr == "to" and (const_str(target) or "").startswith("cuda")
