@@ -1097,6 +1097,15 @@ class Checks(MultiGpuChecks):
         func, param = self.enclosing_function(call), dotted(call.func.value)
         if func is None or param not in {a.arg for a in func.args.args} or self._prefix_stripped(call):
             return []
+        if any(
+            isinstance(w, ast.With)
+            and any(
+                isinstance(i.context_expr, ast.Call) and self.callee_last(i.context_expr) == "state_dict_type"
+                for i in w.items
+            )
+            for w in self.ancestors(call)
+        ):
+            return []  # `with FSDP.state_dict_type(model, ...): model.state_dict()`: an FSDP model's, on purpose
         if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in ast.walk(func)):
             return []  # reassigned in the function: not (only) what the call gave
         found = []
