@@ -594,3 +594,19 @@ def test_each_helper_sum_reported_is_its_own_finding():
     findings, one per sum (round 18: the second was masked by the first)."""
     source = (SCRIPTS.parent / "lint" / "fixtures" / "unreduced-metric" / "fires_7.py").read_text()
     assert [f.line for f in lint_source(source).findings if f.rule == "unreduced-metric"] == [44, 47]
+
+
+def test_two_dicts_of_sums_logged_through_one_loop_name_are_two_findings():
+    """PccAI logs the train and the validation dicts of sums each with `for k, v in d.items()`: the same `v` reads
+    another dict in each loop, and each is said."""
+    source = (SCRIPTS.parent / "lint" / "fixtures" / "unreduced-metric" / "fires_9.py").read_text()
+    twice = source.replace(
+        "        avg_loss = train_one_epoch(model, loader, opt)\n",
+        "        avg_loss = train_one_epoch(model, loader, opt)\n        val_loss = train_one_epoch(model, loader, opt)\n",
+    ).replace(
+        "    dist.destroy_process_group()\n",
+        "        for k, v in val_loss.items():\n            if writer is not None:\n                writer.add_scalar(k, v, epoch)\n"
+        "    dist.destroy_process_group()\n",
+    )
+    said = [f.message.split()[0] for f in lint_source(twice).findings if f.rule == "unreduced-metric"]
+    assert said == ["avg_loss", "val_loss"]

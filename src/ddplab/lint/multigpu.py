@@ -895,18 +895,6 @@ class MultiGpuChecks(ScriptReader):
             accumulated = self._given_by(body, self.facts.sum_returners) | accumulated
             if not accumulated:
                 continue
-            read_as: dict[str, str] = {}  # a loop's name for the values of a dict of sums -> the dict's
-            for loop in walk_same_function(body):  # `for k, v in avg_loss.items(): writer.add_scalar(k, v)`
-                if (
-                    isinstance(loop, (ast.For, ast.AsyncFor))
-                    and isinstance(loop.iter, ast.Call)
-                    and method_name(loop.iter) in ("items", "values")
-                    and dotted(loop.iter.func.value) in accumulated
-                ):
-                    value = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
-                    if isinstance(value, ast.Name) and value.id not in accumulated:
-                        accumulated[value.id] = accumulated[dotted(loop.iter.func.value)]
-                        read_as[value.id] = dotted(loop.iter.func.value)
             said: set[int] = set()  # one finding per loop (or helper call) the sums come from
             rank0 = [
                 c
@@ -921,10 +909,11 @@ class MultiGpuChecks(ScriptReader):
             for call in rank0 + [
                 c for c in calls if c not in rank0 and self._reports(c, printers0) and self._filtered_print(c)
             ]:
+                read_as = self._dict_values_read(call, accumulated)  # `for k, v in sums.items(): log(k, v)`
                 names = {
-                    dotted(n)
+                    read_as.get(dotted(n), dotted(n))
                     for n in ast.walk(call)
-                    if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in accumulated
+                    if isinstance(n, (ast.Name, ast.Attribute)) and (dotted(n) in accumulated or dotted(n) in read_as)
                 } - reduced
                 names = {
                     n
@@ -937,7 +926,6 @@ class MultiGpuChecks(ScriptReader):
                 if names:
                     name = sorted(names)[0]
                     loop = accumulated[name]
-                    name = read_as.get(name, name)
                     said |= {id(accumulated[n]) for n in names}
                     where = (
                         f"loop on line {loop.lineno}"
@@ -970,6 +958,22 @@ class MultiGpuChecks(ScriptReader):
                         if alone
                         else "no DistributedSampler seen: the loader may read the whole dataset",
                     )
+
+    def _dict_values_read(self, call: ast.Call, accumulated: dict) -> dict[str, str]:
+        """The names the loops around `call` give the values of a dict of sums (`for k, v in avg_loss.items():` ->
+        {"v": "avg_loss"})."""
+        found: dict[str, str] = {}
+        for loop in self.ancestors(call):
+            if (
+                isinstance(loop, (ast.For, ast.AsyncFor))
+                and isinstance(loop.iter, ast.Call)
+                and method_name(loop.iter) in ("items", "values")
+                and dotted(loop.iter.func.value) in accumulated
+            ):
+                value = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
+                if isinstance(value, ast.Name):
+                    found.setdefault(value.id, dotted(loop.iter.func.value))
+        return found
 
     def _filtered_print(self, call: ast.Call) -> bool:
         """A print after the project's rank-0 filter is installed (`builtins.print = print_if_rank0`): rank 0's."""
