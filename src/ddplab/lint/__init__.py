@@ -170,6 +170,13 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.distributed |= reader.distributed
         facts.ddp |= any(reader.callee_last(c) in DDP_NAMES for c in reader.calls)
         facts.classes |= {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}
+        facts.sharding_datasets |= {  # a data set whose items come from loaders it shards itself (deepmd's loader set)
+            n.name
+            for n in reader.nodes
+            if isinstance(n, ast.ClassDef)
+            and any(isinstance(f, ast.FunctionDef) and f.name in ("__getitem__", "__iter__") for f in n.body)
+            and any(isinstance(c, ast.Call) and reader.callee_last(c) == "DistributedSampler" for c in ast.walk(n))
+        }
         facts.spawns |= reader.spawns
         facts.visible_per_process |= reader.visible_per_process_here()
         facts.no_sync |= any(

@@ -1501,6 +1501,8 @@ class Checks(MultiGpuChecks):
                 continue
             beside = f" (the DistributedSampler on line {samplers[0].lineno} is not given to it)" if samplers else ""
             what = f"DataLoader(sampler={drawn}(...))" if drawn else "DataLoader(shuffle=True)"
+            # the project has a data set that shards its own loaders, and this loader's data set comes from elsewhere
+            inner = sorted(self.facts.sharding_datasets) if not self._dataset_seen(call) else []
             self.add(
                 call,
                 "loader-without-sampler",
@@ -1509,7 +1511,20 @@ class Checks(MultiGpuChecks):
                 f"its own order, so the ranks do not split the data and an epoch is N times the work{beside}",
                 "DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False) and "
                 "sampler.set_epoch(epoch) every epoch",
+                sure=not inner,
+                why=f"the data set comes from elsewhere, and the project's {inner[0]} shards its own loaders with a "
+                "DistributedSampler: if it is one, each item is already this rank's"
+                if inner
+                else "",
             )
+
+    def _dataset_seen(self, call: ast.Call) -> bool:
+        """The loader's data set is made where this file shows (`DataLoader(MyData(...))`, `ds = MyData(...)`), not
+        handed in (a parameter) or read from elsewhere."""
+        dataset = call.args[0] if call.args else keyword(call, "dataset")
+        return dataset is not None and (
+            not isinstance(dataset, (ast.Name, ast.Attribute)) or bool(self._built(dataset))
+        )
 
     def _read_on_rank0_only(self, call: ast.Call) -> bool:
         """The loader is built on every rank but read on rank 0 alone (`preview = DataLoader(...)`, then under `if
@@ -1569,6 +1584,8 @@ class Checks(MultiGpuChecks):
         if dataset is None:
             return False
         exprs = [dataset, *(self._built(dataset) if dotted(dataset) else [])]
+        if any(isinstance(e, ast.Call) and self.callee_last(e) in self.facts.sharding_datasets for e in exprs):
+            return True  # a project data set that shards its own loaders (each item one of this rank's batches)
         # or drawn from a seed the rank flows into (`g = torch.Generator().manual_seed(1000 + rank)`, `torch.randn(n,
         # generator=g)`; `torch.manual_seed(rank)` before the draw): each rank has its own data by construction
         flow = self._flow(dataset)

@@ -278,6 +278,7 @@ class Facts:
     print_installers: set = field(default_factory=set)  # functions that install a builtins.print filter
     buffer_classes: set = field(default_factory=set)  # project classes whose modules hold buffers (BatchNorm, ...)
     attr_truths: dict = field(default_factory=dict)  # attribute name -> the one truth every store gives it
+    sharding_datasets: set = field(default_factory=set)  # project data sets that build a DistributedSampler inside
     attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
 
 
