@@ -14,6 +14,7 @@ from ddplab.lint.findings import ERROR, WARNING
 from ddplab.lint.scriptread import (
     ANY_RANK0,
     DDP_NAMES,
+    RANK_ENV,
     Guard,
     ScriptReader,
     _is_none,
@@ -35,8 +36,8 @@ STEP_NAMES = re.compile(r"(^|_)(steps?|iters?|iterations?|it|global_step|n_iter|
 AGGREGATES = {"mean", "sum", "average", "nanmean", "median", "fsum"}  # avg = np.mean(losses): the same numbers
 TIMERS = {"time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns"}  # durations, rates
 
-GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
-LOCAL_ENV = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}
+GLOBAL_ENV = {name for name, kind in RANK_ENV.items() if kind == "global"}
+LOCAL_ENV = {name for name, kind in RANK_ENV.items() if kind == "local"}
 LOCAL_CALLS = ("get_local_rank", "get_node_local_rank")
 LAST_VALUE = {"val", "value"}  # a meter's latest update (AverageMeter.val, SmoothedValue.value), not its sum
 REDUCERS = ("reduce", "gather", "sync")  # all_reduce, reduce_mean, all_gather, synchronize_between_processes

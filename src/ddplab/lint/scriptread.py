@@ -46,6 +46,18 @@ MAIN_NAMES = {
     "is_chief",
 }
 ANY_RANK0 = frozenset({"global", "local", "device", "single"})
+# the ranks a launcher or a scheduler puts in the environment: torchrun's, Slurm's srun, Open MPI's, MPICH/PMI's
+RANK_ENV = {
+    "RANK": "global",
+    "SLURM_PROCID": "global",
+    "OMPI_COMM_WORLD_RANK": "global",
+    "PMI_RANK": "global",
+    "PMIX_RANK": "global",
+    "LOCAL_RANK": "local",
+    "SLURM_LOCALID": "local",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "local",
+    "MPI_LOCALRANKID": "local",
+}
 SPAWN_CALLS = {
     "torch.multiprocessing.spawn",
     "torch.multiprocessing.start_processes",
@@ -734,12 +746,12 @@ class ScriptReader:
             if name == "int" and expr.args:
                 return self.rank_kind(expr.args[0])
             if name in ("get", "getenv") and expr.args:
-                return {"RANK": "global", "LOCAL_RANK": "local"}.get(const_str(expr.args[0]) or "")
+                return RANK_ENV.get(const_str(expr.args[0]) or "")
             return None
         if isinstance(expr, ast.Subscript):
             key = const_str(expr.slice) or ""
-            if key in ("RANK", "LOCAL_RANK") or "environ" in dotted(expr.value):
-                return {"RANK": "global", "LOCAL_RANK": "local"}.get(key)
+            if key in RANK_ENV or "environ" in dotted(expr.value):
+                return RANK_ENV.get(key)
             # a config dict read like an options object: `config['local_rank']` is what `args.local_rank` is
             return self._held(self.held_kind, expr) or (_kind_by_name(key.lower()) if key else None)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
