@@ -400,15 +400,28 @@ class ScriptReader:
             calls=calls,
             calls_by_name=calls_by_name,
             functions={n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))},
-            # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them
+            # functions handed to another call (mp.spawn(main_worker, ...)): they run where that call runs them (a
+            # local of the calling function by that name is not the function: `save_ckpt_dict = {...}`)
             passed={
                 last(dotted(a))
                 for c in calls
                 if c not in run
                 for a in [*c.args, *(k.value for k in c.keywords)]
-                if isinstance(a, (ast.Name, ast.Attribute))
+                if isinstance(a, (ast.Name, ast.Attribute)) and not (isinstance(a, ast.Name) and self._local(a))
             },
         )
+
+    def _local(self, name: ast.Name) -> bool:
+        """`name` is a parameter or an assigned local of the function it is read in."""
+        func = self.enclosing_function(name)
+        if func is None:
+            return False
+        held = self.__dict__.setdefault("_locals", {})
+        if func not in held:
+            held[func] = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} | {
+                n.id for n in walk_same_function(func.body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+        return name.id in held[func]
 
     def holds_ddp(self, owner: str, node: ast.AST) -> bool:
         """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
