@@ -963,21 +963,36 @@ class ScriptReader:
 
     @functools.cached_property
     def _group_making_tests(self) -> set[str]:
-        """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else)."""
-        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group"]
+        """The names `if NAME:` tests around every init_process_group call of this file (in the body, not the else;
+        a call inside a function also under the tests around every call of that function here); in a file with
+        none, around every call of a project function that makes the group (`if args.dist: init_dist(...)`,
+        init_dist in another module)."""
+        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group"] or [
+            c for c in self.calls if self.callee_last(c) in self.facts.group_makers
+        ]
         found: set[str] | None = None
         for init in inits:
-            tests, child = set(), init
-            for parent in self.ancestors(init):
-                if (
-                    isinstance(parent, ast.If)
-                    and child in parent.body
-                    and isinstance(parent.test, (ast.Name, ast.Attribute))
-                ):
-                    tests.add(dotted(parent.test))
-                child = parent
-            found = tests if found is None else found & tests
+            found = self._switches_around(init) if found is None else found & self._switches_around(init)
         return found or set()
+
+    def _switches_around(self, node: ast.AST, depth: int = 0) -> set[str]:
+        """The names `if NAME:` tests around `node` (in the body), and, inside a function this file calls, around
+        every one of its calls."""
+        tests, child = set(), node
+        for parent in self.ancestors(node):
+            if (
+                isinstance(parent, ast.If)
+                and child in parent.body
+                and isinstance(parent.test, (ast.Name, ast.Attribute))
+            ):
+                tests.add(dotted(parent.test))
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sites = self.call_sites(parent) if depth < 3 else []
+                if sites:
+                    tests |= set.intersection(*(self._switches_around(s, depth + 1) for s in sites))
+                break
+            child = parent
+        return tests
 
     def _rank_test_by_logic(self, expr: ast.AST) -> tuple[str, bool] | None:
         """A test of rank tests and process-group switches joined in any boolean form, read by its value: on rank 0
