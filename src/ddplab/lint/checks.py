@@ -969,7 +969,33 @@ class Checks(MultiGpuChecks):
         block = block_of(parent, stmt)
         if block is None:
             return False
-        return _fails(block[-1]) or (isinstance(parent, ast.If) and _fails(block[-1], any_status=True))
+        return (
+            _fails(block[-1])
+            or (isinstance(parent, ast.If) and _fails(block[-1], any_status=True))
+            or self._leaves_unbound(parent, block)
+        )
+
+    def _leaves_unbound(self, branch: ast.AST, block: list[ast.stmt]) -> bool:
+        """`block` is the final `else:` of an if/elif chain and only prints (`else: print("Invalid batch size!")`),
+        while every other branch assigns a name the code after the chain reads (`lr = 1e-4`): on this path that
+        name is unbound, and the process fails on the next lines (NameError)."""
+        if not (isinstance(branch, ast.If) and block is branch.orelse and all(isinstance(s, ast.Expr) for s in block)):
+            return False
+        top, others = branch, [branch.body]
+        while isinstance(up := self.parent.get(top), ast.If) and up.orelse == [top]:
+            top = up
+            others.append(top.body)
+
+        def stored(stmts: list[ast.stmt]) -> set[str]:
+            return {n.id for n in walk_same_function(stmts) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+        everywhere = set.intersection(*(stored(b) for b in others)) - stored(block)
+        after = block_of(self.parent.get(top), top)
+        later = after[after.index(top) + 1 :] if after else []
+        return any(
+            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in everywhere
+            for n in walk_same_function(later)
+        )
 
     def _stdout_redirected(self, call: ast.Call) -> bool:
         """`sys.stdout = f` earlier in the same function: the print writes that file (a write, judged as one), not
