@@ -33,7 +33,8 @@ from ddplab.lint.scriptread import (
 )
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
-SAVE_CALLS = {"torch.save"}  # checkpoint writes judged as torch.save (a project adds its own: vocabulary.py)
+SAVE_CALLS = {"torch.save", "save_pretrained"}  # checkpoint writes judged as torch.save (Hugging Face's too; a project adds
+# its own: vocabulary.py)
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RNG_MAKERS = {"default_rng", "RandomState", "Generator", "PRNGKey"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
