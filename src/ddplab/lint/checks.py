@@ -33,8 +33,20 @@ from ddplab.lint.scriptread import (
 )
 
 LAUNCHER_VARS = {"MASTER_ADDR", "MASTER_PORT"}
-SAVE_CALLS = {"torch.save", "save_pretrained"}  # checkpoint writes judged as torch.save (Hugging Face's too; a project adds
+SAVE_CALLS = {
+    "torch.save",
+    "save_pretrained",
+}  # checkpoint writes judged as torch.save (Hugging Face's too; a project adds
 # its own: vocabulary.py)
+# libraries' calls that make the process group with init_process_group and leave it to the script to destroy
+LIBRARY_GROUP_MAKERS = {
+    "mmcv.runner.init_dist",
+    "mmcv.runner.dist_utils.init_dist",
+    "mmengine.dist.init_dist",
+    "mmengine.dist.utils.init_dist",
+    "deepspeed.init_distributed",
+    "deepspeed.comm.init_distributed",
+}
 SEED_CALLS = {"manual_seed", "seed", "set_seed", "seed_everything", "manual_seed_all"}
 RNG_MAKERS = {"default_rng", "RandomState", "Generator", "PRNGKey"}
 RANDOM_TORCH = {"rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like"}
@@ -1261,7 +1273,11 @@ class Checks(MultiGpuChecks):
         return data and not checkpoint
 
     def check_teardown(self) -> None:
-        inits = [c for c in self.calls if self.callee_last(c) == "init_process_group"]
+        inits = [
+            c
+            for c in self.calls
+            if self.callee_last(c) == "init_process_group" or self.callee(c) in LIBRARY_GROUP_MAKERS
+        ]
         if inits and not self.destroys_group() and not self.facts.destroys:
             endless = self._ends_in_endless_loop(inits[0])
             self.add(
