@@ -1037,3 +1037,27 @@ def test_the_wrapper_handed_to_another_files_save_helper_is_said_at_the_call(tmp
     assert not any(
         r == "save-ddp-state-dict" for *_, r in found(write(tmp_path / "b", {"train.py": right, "misc.py": misc}))
     )
+
+
+def test_a_group_never_destroyed_is_said_once_however_many_files_make_it(tmp_path):
+    """Pangu-Weather makes its group with DeepSpeed's init_distributed in the script or its own init_dist in a
+    module, and destroys it nowhere: one no-destroy finding, the script's."""
+    utils = """\
+        import torch.distributed as dist
+
+        def init_dist(backend="gloo"):
+            dist.init_process_group(backend=backend)
+    """
+    train = """\
+        import argparse
+        import deepspeed
+        from utils import init_dist
+
+        args = argparse.Namespace(use_deepspeed=False)
+        if args.use_deepspeed:
+            deepspeed.init_distributed(dist_backend="nccl")
+        else:
+            init_dist()
+    """
+    said = [(path, rule) for path, _, rule in found(write(tmp_path, {"train.py": train, "utils.py": utils}))]
+    assert said == [(None, "no-destroy")]
