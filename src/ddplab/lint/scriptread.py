@@ -1402,18 +1402,26 @@ class ScriptReader:
             ]
             return [b for e in held for b in (isinstance(e, ast.Name) and self._built(e, scope) or [e])]
         key = dotted(name) if isinstance(name, (ast.Name, ast.Attribute)) else ""
-        return [
-            v
-            for n in (walk_same_function(scope.body) if scope else self.nodes)
-            if key and isinstance(n, ast.Assign)
-            for target in n.targets
-            for t, v in (
-                zip(target.elts, n.value.elts)
-                if isinstance(target, ast.Tuple) and isinstance(n.value, ast.Tuple)
-                else [(target, n.value)]
-            )
-            if dotted(t) == key
-        ]
+        return list(self._assigned(scope).get(key, ())) if key else []
+
+    def _assigned(self, scope: ast.AST | None) -> dict[str, list[ast.AST]]:
+        """Each name (or dotted attribute) assigned in `scope` (else anywhere in the file) -> its values, in the
+        order a walk meets them: read once per scope (a lint asks it thousands of times)."""
+        held = self.__dict__.setdefault("_assigned_by_scope", {})
+        if scope not in held:
+            table: dict[str, list[ast.AST]] = {}
+            for n in walk_same_function(scope.body) if scope else self.nodes:
+                if isinstance(n, ast.Assign):
+                    for target in n.targets:
+                        pairs = (
+                            zip(target.elts, n.value.elts)
+                            if isinstance(target, ast.Tuple) and isinstance(n.value, ast.Tuple)
+                            else [(target, n.value)]
+                        )
+                        for t, v in pairs:
+                            table.setdefault(dotted(t), []).append(v)
+            held[scope] = table
+        return held[scope]
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:
         """Calls of this file's function or method `func` from outside it (by name: `f(...)`, `self.f(...)`, or a
