@@ -1058,20 +1058,28 @@ class ScriptReader:
         module's names, as nanoGPT's configurator does)."""
         if self.calls_by_name.get("exec") or self.calls_by_name.get("globals"):
             return None
-        values = [
-            n
-            for n in self.nodes
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-            and any(
-                isinstance(t, ast.Name) and t.id == name
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-            )
-        ]
-        if any(isinstance(n, ast.Global) and name in n.names for n in self.nodes):
+        stores, declared = self._name_stores
+        values = stores.get(name, [])
+        if name in declared:
             return None
         if len(values) == 1 and isinstance(values[0], ast.Assign) and self.parent.get(values[0]) is self.tree:
             return values[0].value
         return None
+
+    @functools.cached_property
+    def _name_stores(self) -> tuple[dict[str, list[ast.stmt]], set[str]]:
+        """Each plain name -> the assignments (=, :, +=) anywhere in the file that store it; the names declared
+        `global` somewhere."""
+        stores: dict[str, list[ast.stmt]] = {}
+        declared: set[str] = set()
+        for n in self.nodes:
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Name) and n not in stores.setdefault(t.id, []):
+                        stores[t.id].append(n)
+            elif isinstance(n, ast.Global):
+                declared.update(n.names)
+        return stores, declared
 
     def _const_int(self, node: ast.AST, depth: int = 0) -> int | None:
         """An int the code fixes: a literal, a module constant (`OFFSET = 1`), or a sum or product of those."""
