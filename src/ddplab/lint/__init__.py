@@ -393,9 +393,7 @@ def _stored_truth(reader: Checks, store: ast.AST, defs: dict, calls: dict, loose
     cls = reader.parent.get(func) if func is not None else None
     if not (isinstance(value, ast.Name) and isinstance(cls, ast.ClassDef) and func.name == "__init__"):
         return None
-    if value.id not in {a.arg for a in func.args.args[1:]} or any(
-        isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in ast.walk(func)
-    ):
+    if value.id not in {a.arg for a in func.args.args[1:]} or value.id in reader.stores(func):
         return None
     sites = calls.get(cls.name, [])
     if not sites or defs.get(cls.name) != [func] or cls.name in loose:

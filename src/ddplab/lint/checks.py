@@ -71,7 +71,6 @@ class Checks(MultiGpuChecks):
         super().__init__(tree, facts)
         self.path_params: dict = {}  # line -> (function, parameter): a write whose path a caller gives
         self.loader_params: dict = {}  # line -> (function, parameter): a sum over a loader other files' callers give
-        self._loop_params: dict = {}
         # the backend init_process_group is given as a literal, if any: known before any pass runs, since several
         # rules judge a device by it
         self.backend: str | None = None
@@ -1145,7 +1144,7 @@ class Checks(MultiGpuChecks):
             for w in self.ancestors(call)
         ):
             return []  # `with FSDP.state_dict_type(model, ...): model.state_dict()`: an FSDP model's, on purpose
-        if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in ast.walk(func)):
+        if param in self.stores(func):
             return []  # reassigned in the function: not (only) what the call gave
         found = []
         for site in sites:
@@ -1190,7 +1189,7 @@ class Checks(MultiGpuChecks):
         func = self.enclosing_function(call)
         if not isinstance(where, ast.Name) or func is None or not self._parameter(where):
             return False
-        if any(isinstance(n, ast.Name) and n.id == where.id and isinstance(n.ctx, ast.Store) for n in ast.walk(func)):
+        if where.id in self.stores(func):
             return False  # `if map_location is None: map_location = "cpu"`
         sites = self.call_sites(func)
         return bool(sites) and all(_is_none(passed(site, func, where.id)) for site in sites)

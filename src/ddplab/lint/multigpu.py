@@ -76,7 +76,6 @@ class MultiGpuChecks(ScriptReader):
 
     path_params: dict
     loader_params: dict
-    _loop_params: dict
 
     # ------------------------------------------------------------------------------------------ --local_rank
 
@@ -941,7 +940,7 @@ class MultiGpuChecks(ScriptReader):
                         for v in self._built(o)
                         if isinstance(v, ast.Call)
                     )
-                    if (param := self._loop_params.get(getattr(loop, "lineno", 0))) is not None:
+                    if (param := self._loop_param(loop)) is not None:
                         self.loader_params[self.line_of(call)] = param
                     self.add(
                         call,
@@ -1007,17 +1006,21 @@ class MultiGpuChecks(ScriptReader):
         origins: list[ast.AST] = []
         for loader in loaders[:1]:
             if isinstance(loader, ast.Name) and loader.id in params:
-                sites = self.call_sites(func)
-                if not sites:
-                    # the callers are in other files: lint_project asks them (callers.py) what they pass
-                    self._loop_params[loop.lineno] = (func, loader.id)
-                    return []
-                origins += [given_for(site, func, loader.id) for site in sites]
-                if None in origins:
-                    return []
+                origins += [given_for(site, func, loader.id) for site in self.call_sites(func)]
+                if not origins or None in origins:
+                    return []  # no caller here (other files' callers: _loop_param), or one passing nothing known
             else:
                 origins.append(loader)
         return origins
+
+    def _loop_param(self, loop: ast.AST) -> tuple[ast.AST, str] | None:
+        """(function, parameter) when the loop reads a loader its function is handed and no call in this file hands
+        it one: lint_project asks the callers in other files (callers.py) what they pass."""
+        loaders = self._loop_loaders(loop) if isinstance(loop, (ast.For, ast.AsyncFor)) else []
+        func = self.enclosing_function(loop)
+        if func is None or not loaders or not isinstance(loaders[0], ast.Name) or self.call_sites(func):
+            return None
+        return (func, loaders[0].id) if loaders[0].id in [a.arg for a in func.args.args] else None
 
     def _loop_loaders(self, loop: ast.AST) -> list[ast.AST]:
         """The loaders a loop reads: named in its header, or in what the name it iterates was made from (`pbar =

@@ -414,14 +414,20 @@ class ScriptReader:
     def _local(self, name: ast.Name) -> bool:
         """`name` is a parameter or an assigned local of the function it is read in."""
         func = self.enclosing_function(name)
-        if func is None:
-            return False
-        held = self.__dict__.setdefault("_locals", {})
+        return func is not None and (
+            name.id in {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]}
+            or name.id in self.stores(func)
+        )
+
+    def stores(self, func: ast.AST) -> set[str]:
+        """The plain names `func`'s own body assigns (a nested function's are its own), tabled once per function:
+        a parameter in it is not (only) what the callers passed."""
+        held = self.__dict__.setdefault("_stores", {})
         if func not in held:
-            held[func] = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]} | {
+            held[func] = {
                 n.id for n in walk_same_function(func.body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             }
-        return name.id in held[func]
+        return held[func]
 
     def holds_ddp(self, owner: str, node: ast.AST) -> bool:
         """`owner` names the DDP wrapper where `node` is: a local assigned the wrapper in this function (the same
@@ -798,13 +804,7 @@ class ScriptReader:
         )
         if key not in table:
             return None
-        stored = self.__dict__.setdefault("_stored_params", {})  # (function, name) -> reassigned in its body
-        if (func, name.id) not in stored:
-            stored[(func, name.id)] = any(
-                isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
-                for n in walk_same_function(func.body)
-            )
-        return None if stored[(func, name.id)] else table[key]
+        return None if name.id in self.stores(func) else table[key]
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
