@@ -940,7 +940,24 @@ class ScriptReader:
             return False
         if isinstance(named, ast.Name) and named.id == "dist" and "dist" not in self.aliases:
             return True  # `def get_loaders(..., dist): if dist:`, a flag where torch.distributed is not imported so
+        return self._named_switch(named) or dotted(named) in self._switch_copies
+
+    def _named_switch(self, named: ast.AST) -> bool:
         return last(dotted(named)).lower() in DIST_FLAG_NAMES or dotted(named) in self._group_making_tests
+
+    @functools.cached_property
+    def _switch_copies(self) -> set[str]:
+        """Names every assignment of this file gives a switch's value (pytorch/examples' `args.multiprocessing_
+        distributed = args.distributed`): the same switch under another name."""
+        values: dict[str, list[ast.AST]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                values.setdefault(dotted(node.targets[0]), []).append(node.value)
+        return {
+            name
+            for name, given in values.items()
+            if name and all(isinstance(v, (ast.Name, ast.Attribute)) and self._named_switch(v) for v in given)
+        }
 
     @functools.cached_property
     def _single_process_flags(self) -> set[str]:
