@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import re
 
 from ddplab.lint.findings import ERROR, WARNING
@@ -566,6 +567,10 @@ class MultiGpuChecks(ScriptReader):
         # `reduced = reduce_tensor(loss, n).item()` on the distributed path (`else: reduced = loss.item()` on the one
         # process): a sum of those is a sum of whole values
         in_place |= _names_given(body, lambda v: any(isinstance(x, ast.Call) and self._reduces(x) for x in ast.walk(v)))
+        # and what is taken from one (`losses = train(...)`, a helper that all-reduces; `loss = losses.pop("loss")`)
+        for node in sorted((n for n in walk_same_function(body) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+            if isinstance(root := _taken_from(node.value), ast.Name) and root.id in in_place:
+                in_place |= {t.id for t in node.targets if isinstance(t, ast.Name)}
 
         def whole(value: ast.AST) -> bool:  # `total += t.item()` after dist.all_reduce(t): a sum of whole values
             return any(
@@ -756,12 +761,25 @@ class MultiGpuChecks(ScriptReader):
     def _reduces(self, call: ast.Call) -> bool:
         """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
         which waits for this process's own GPU and exchanges nothing."""
+        return self._reducer(call) or call in self._reducing_helper_calls
+
+    def _reducer(self, call: ast.Call) -> bool:
         name = self.callee_last(call).lower()
         if name == "synchronize" and any(
             w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm", "accelerator", "device")
         ):
             return False
         return any(w in name for w in REDUCERS)
+
+    @functools.cached_property
+    def _reducing_helper_calls(self) -> set[ast.Call]:
+        """Calls of this file's functions that all-reduce in their own body (`losses = train(model, ...)`, whose
+        `dist.all_reduce(all_losses)` makes what it returns every rank's)."""
+        return {
+            site
+            for func in {self.enclosing_function(c) for c in self.calls if self._reducer(c)} - {None}
+            for site in self.call_sites(func)
+        }
 
     def _draws_batches(self, loop: ast.AST) -> bool:
         """`for _ in range(steps): x, y = val_loader.next_batch()` (or `next(train_iter)` of a loader): each
@@ -1621,6 +1639,17 @@ class MultiGpuChecks(ScriptReader):
             "decide to stop on every rank: compute the decision on rank 0, broadcast it "
             "(dist.broadcast_object_list), then break on all ranks together",
         )
+
+
+def _taken_from(value: ast.AST) -> ast.AST:
+    """What `value` reads a part of (`losses` in `losses.pop("loss")`, `losses["loss"]`, `t.item()`), or itself."""
+    while True:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            value = value.func.value
+        elif isinstance(value, (ast.Subscript, ast.Attribute)):
+            value = value.value
+        else:
+            return value
 
 
 def _added_to_itself(store: ast.Assign) -> ast.AST | None:
