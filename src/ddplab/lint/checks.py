@@ -163,6 +163,21 @@ class Checks(MultiGpuChecks):
             for n in ast.walk(scope)
         )
 
+    @staticmethod
+    def _reads_launcher_ranks(scope: ast.AST) -> bool:
+        """The scope reads torchrun's RANK or LOCAL_RANK (`if "RANK" in os.environ:`), not only sets them."""
+        stored = {
+            id(t.slice)
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Subscript)
+        }
+        return any(
+            isinstance(n, ast.Constant) and n.value in ("RANK", "LOCAL_RANK") and id(n) not in stored
+            for n in ast.walk(scope)
+        )
+
     def _launches_itself(self) -> bool:
         """The script starts its own ranks (mp.spawn here or in a file it reaches): the rendezvous is its to set,
         whichever other call also reaches the worker (a parent that calls it directly too, a missing `else`)."""
@@ -174,13 +189,17 @@ class Checks(MultiGpuChecks):
                 return  # mp.spawn: the script is its own launcher, the rendezvous and ranks are its to set
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
+            scope = self.enclosing_function(node) or self.tree
             if (
                 var in LAUNCHER_VARS
-                and not isinstance(value, ast.Constant)
-                and self._reads_scheduler(self.enclosing_function(node) or self.tree)
+                and not (
+                    isinstance(value, ast.Constant) and (var == "MASTER_ADDR" or self._reads_launcher_ranks(scope))
+                )
+                and self._reads_scheduler(scope)
             ):
-                return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun);
-            #         a constant ('127.0.0.1') there is still one address for every node
+                return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun),
+            #         a fixed port among it; a constant address ('127.0.0.1') there is still one for every node, and
+            #         a fixed port overrides torchrun's where the setup also takes torchrun's RANK
             if var in LAUNCHER_VARS:
                 self.add(
                     node,
