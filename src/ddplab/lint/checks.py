@@ -1165,6 +1165,10 @@ class Checks(MultiGpuChecks):
             return []  # `with FSDP.state_dict_type(model, ...): model.state_dict()`: an FSDP model's, on purpose
         if param in self.stores(func):
             return []  # reassigned in the function: not (only) what the call gave
+        if any(
+            isinstance(n, ast.Attribute) and n.attr == "module" and dotted(n.value) == param for n in ast.walk(func)
+        ):
+            return []  # `if distributed: model.module.state_dict() else: model.state_dict()`: it unwraps a wrapper
         found = []
         for site in sites:
             reader = self if readers is None else readers[site]
