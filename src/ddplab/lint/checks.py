@@ -558,7 +558,22 @@ class Checks(MultiGpuChecks):
         if self.resolve(self.callee(node)) in ("torch.cuda.set_device", "torch.cuda.current_device"):
             return True
         target = node.args[0] if node.args else keyword(node, "device")
-        return node.func.attr == "to" and (const_str(target) or "").startswith("cuda")
+        return node.func.attr == "to" and ((const_str(target) or "").startswith("cuda") or self._gpu_index(target))
+
+    def _gpu_index(self, target: ast.AST | None) -> bool:
+        """An int device (`.to(0)`, `.to(device)` with `device = int(os.environ["LOCAL_RANK"])` or 0 on every path):
+        torch reads an int as a CUDA device's index."""
+
+        def an_int(v: ast.AST) -> bool:
+            return (
+                isinstance(v, ast.Constant)
+                and type(v.value) is int
+                or isinstance(v, ast.Call)
+                and self.callee(v) == "int"
+            )
+
+        values = self._built(target) if isinstance(target, ast.Name) else [target]
+        return bool(values) and all(v is not None and an_int(v) for v in values)
 
     def _gpu_only_path(self, call: ast.Call, scope: ast.AST) -> bool:
         """`torch.cuda.set_device(args.gpu)` as a statement on the path of `call`: in a block that holds `call` (or
