@@ -950,6 +950,41 @@ def test_a_module_beside_the_project_root_is_read_for_a_script_in_a_subfolder(tm
     assert (None, 5, "unguarded-print") in found(script)  # the script's own folder comes first, as for Python
 
 
+def test_a_script_deep_in_a_package_reads_the_package_from_above_its_top(tmp_path):
+    """AcademiCodec's `academicodec/models/encodec/main_launch.py` imports `academicodec.utils` (the repository on
+    PYTHONPATH, no setup.py), three folders above the script: lint read the script alone, so the print under the
+    project's rank-0 logger test was flagged (round 23)."""
+    script = write(
+        tmp_path,
+        {
+            "pkg/models/enc/train.py": """\
+                import torch
+                from pkg.utils import setup, is_primary, finish
+                setup()
+                model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+                if is_primary():
+                    print("accuracy")
+                finish()
+            """,
+            "pkg/__init__.py": "",
+            "pkg/models/__init__.py": "",
+            "pkg/models/enc/__init__.py": "",
+            "pkg/utils.py": """\
+                import torch.distributed as dist
+                def setup():
+                    dist.init_process_group("gloo")
+                def is_primary():
+                    return dist.get_rank() == 0
+                def finish():
+                    dist.destroy_process_group()
+            """,
+        },
+    )
+    assert "unguarded-print" not in {rule for _, _, rule in found(script)}
+    (tmp_path / "pkg" / "models" / "__init__.py").unlink()  # not one package: nothing says where pkg is found
+    assert (None, 6, "unguarded-print") in found(script)
+
+
 BASE_TRAINER = """\
     import torch
 

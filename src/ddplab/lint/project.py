@@ -100,7 +100,12 @@ def search_roots(script_dir: Path) -> list[Path]:
             break
     else:  # no project marker: packages (folders with __init__.py) up to 2 levels up still count
         roots += [p for p in list(script_dir.parents)[:2] if p.parent != p]
-    return roots
+    # a script inside a package (`pkg/models/enc/train.py`, every folder with its __init__.py) imports the package
+    # from the folder above its top (`python -m pkg.models.enc.train`, or that folder on PYTHONPATH)
+    top = script_dir
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    return roots + ([top] if top not in roots else [])
 
 
 def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> list[Path]:
