@@ -1501,10 +1501,10 @@ class MultiGpuChecks(ScriptReader):
         """`if rank == 0 and ...: break` in a loop whose iterations run collectives (or DDP's backward): the others
         go on to the next iteration's all-reduce and wait for rank 0 forever."""
 
+        helpers = self._syncing_helper_calls
+
         def syncing(c: ast.AST) -> bool:
-            return isinstance(c, ast.Call) and (
-                self.is_collective(c) or (method_name(c) == "backward" and (self.ddp_names or self.facts.ddp))
-            )
+            return isinstance(c, ast.Call) and (self._syncs(c) or c in helpers)
 
         lines = sorted(c.lineno for c in self.calls if syncing(c))
         for loop in (n for n in self.nodes if isinstance(n, (ast.For, ast.While))):
@@ -1542,6 +1542,24 @@ class MultiGpuChecks(ScriptReader):
                 if inside and self.enclosing_function(leave) is self.enclosing_function(loop):
                     guard = inside[0]
                     self._report_early_exit(leave, guard.node, (guard.kind, guard.rank0), syncs[0], flag)
+
+    def _syncs(self, call: ast.Call) -> bool:
+        """A collective, or DDP's backward (its gradients' all-reduce) where a DDP model is trained."""
+        return self.is_collective(call) or (method_name(call) == "backward" and bool(self.ddp_names or self.facts.ddp))
+
+    @functools.cached_property
+    def _syncing_helper_calls(self) -> set[ast.Call]:
+        """Calls of this file's functions that sync in their body or in a function they call (`train_loss =
+        fit_one_epoch(model, optimizer)`, whose `loss.backward()` all-reduces DDP's gradients), three calls deep."""
+        found: set[ast.Call] = set()
+        seen: set[ast.AST] = set()
+        funcs = {self.enclosing_function(c) for c in self.calls if self._syncs(c)} - {None}
+        for _ in range(3):
+            sites = {site for func in funcs - seen for site in self.call_sites(func)}
+            seen |= funcs
+            found |= sites
+            funcs = {self.enclosing_function(site) for site in sites} - {None} - seen
+        return found
 
     def _flag_tests(self, leave: ast.AST, loop: ast.AST) -> list[ast.AST]:
         """The names (`stop`, `self.stop`) that the ifs around `leave`, within `loop`, test for truth (`if stop:`,
