@@ -974,7 +974,14 @@ class Checks(MultiGpuChecks):
         return False
 
     def _prints(self, call: ast.Call) -> bool:
-        """print, or pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout."""
+        """print, pprint (`pprint.pprint(x)`, `pp = pprint.PrettyPrinter(); pp.pprint(x)`) to stdout, or tqdm's
+        write (`tqdm.write(s)`, `pbar.write(s)`: a class method that prints whether or not the bar is disabled)."""
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "write":
+            owner = call.func.value
+            made = self._built(owner) if isinstance(owner, ast.Name) else []
+            return last(self.resolve(dotted(owner))) in ("tqdm", "trange") or any(
+                isinstance(v, ast.Call) and self.callee_last(v) in ("tqdm", "trange") for v in made
+            )
         return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
 
     def _in_a_launcher(self, call: ast.Call) -> bool:
