@@ -188,9 +188,7 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         for n in reader.nodes:
             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                 v = reader.parent[n].value if isinstance(reader.parent[n], ast.Assign) else None  # x.A's A, =, ?
-                facts.stored_attrs.setdefault(n.attr, set()).add(
-                    getattr(v, "attr", "=" * isinstance(v, ast.Constant) or "?")
-                )
+                facts.stored_attrs.setdefault(n.attr, set()).add(_stored_kind(reader, v))
         reader.check_backend()
         facts.backend_nccl |= reader.backend == "nccl"
         tests, values, factories = reader.helper_results()
@@ -380,6 +378,20 @@ def _attribute_truths(readers: list[Checks], defs: dict, calls: dict) -> dict[st
             elif isinstance(n, ast.Call) and reader.callee_last(n) == "setattr" and len(n.args) > 1:
                 other.add(const_str(n.args[1]) or "")
     return {attr: found.pop() for attr, found in truths.items() if len(found) == 1 and attr not in other}
+
+
+def _stored_kind(reader: Checks, value: ast.AST | None) -> str:
+    """What an attribute is assigned, for Facts.stored_attrs: `x.A`'s A, "=" for a constant, "?" for anything else;
+    a parameter every call of its function here fills with `x.A` is A too (`args.local_rank = local_rank` in
+    `main_worker(local_rank, args)`, called `main_worker(args.local_rank, args)`: the flag's value stored back)."""
+    if (
+        isinstance(value, ast.Name)
+        and reader._parameter(value)
+        and value.id not in reader.stores(func := reader.enclosing_function(value))
+    ):
+        given = {getattr(passed(site, func, value.id), "attr", "?") for site in reader.call_sites(func)}
+        return given.pop() if len(given) == 1 else "?"
+    return getattr(value, "attr", "=" * isinstance(value, ast.Constant) or "?")
 
 
 def _stored_truth(reader: Checks, store: ast.AST, defs: dict, calls: dict, loose: set) -> bool | None:
