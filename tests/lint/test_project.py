@@ -985,6 +985,53 @@ def test_a_script_deep_in_a_package_reads_the_package_from_above_its_top(tmp_pat
     assert (None, 6, "unguarded-print") in found(script)
 
 
+def test_a_sum_reported_by_a_logger_that_prints_on_a_stored_rank_test_of_another_file(tmp_path):
+    """AcademiCodec's Logger keeps `self.is_primary = is_primary()` (a helper returning `dist.get_rank() == 0`) and
+    prints only under it: its log_info is a rank-0 report, so the validation loss summed over the rank's shard and
+    logged through it is 1/N of the whole. The helper's test was learnt after the logger's file was read (round 23)."""
+    script = write(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                import torch.distributed as dist
+                from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+                from utils import Logger
+
+                dist.init_process_group("gloo")
+                logger = Logger()
+                model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+                data = TensorDataset(torch.zeros(64, 4), torch.zeros(64, 1))
+                loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))
+                valid_loss = 0.0
+                for x, y in loader:
+                    valid_loss += torch.nn.functional.mse_loss(model(x), y).item()
+                logger.log_info(f"valid_loss {valid_loss / len(loader):.4f}")
+                dist.destroy_process_group()
+            """,
+            "utils.py": """\
+                import torch.distributed as dist
+
+
+                def is_primary():
+                    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+                class Logger:
+                    def __init__(self):
+                        self.is_primary = is_primary()
+
+                    def log_info(self, info):
+                        if self.is_primary:
+                            print(info)
+            """,
+        },
+    )
+    assert any(rule == "unreduced-metric" for _, _, rule in found(script))
+    (tmp_path / "utils.py").write_text((tmp_path / "utils.py").read_text().replace("if self.is_primary:", "if True:"))
+    assert not any(rule == "unreduced-metric" for _, _, rule in found(script))  # every rank's own line: no claim
+
+
 BASE_TRAINER = """\
     import torch
 

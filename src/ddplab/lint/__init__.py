@@ -199,7 +199,6 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.plain_loader_makers |= reader.plain_loader_makers()
         facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
-        facts.rank0_printers |= reader.rank0_printers_here
         facts.reduce_returners.update(reader.reduce_returners())
     for reader in readers:  # with the project's DDP factories known: `model = model_cuda(model, gpu)` wraps too
         reader.facts.ddp_factories = facts.ddp_factories
@@ -211,6 +210,9 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
             facts.rank_tests.update(reader.helper_results()[0])
         if facts.rank_tests == known:
             break
+    for reader in readers:  # `self.is_primary = is_primary()`, a helper's rank test stored: known now
+        if reader.calls_by_name.keys() & facts.rank_tests.keys():
+            reader.learn_assignments()
     facts.attr_tests = _attribute_tests(readers)
     facts.buffer_classes = _buffer_classes(readers)
     defs, calls = _definitions(readers)
@@ -227,6 +229,9 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
             reader.facts.param_ranks, reader.facts.param_tests = found
             if named & (set(reader.functions) | {n.name for n in reader.nodes if isinstance(n, ast.ClassDef)}):
                 reader.learn_assignments()  # `self.gpu_id = gpu_id` now holds what the callers pass
+    # functions that report on rank 0 only (`def log_info(self, s): if self.is_primary: print(s)`), read with every
+    # stored rank test known
+    facts.rank0_printers = {name for reader in readers for name in reader.rank0_printers_here}
     calls: dict[str, set[str]] = {}
     facts.print_installers = _print_installers(readers, calls)
     facts.group_makers = _group_makers(calls)
