@@ -1032,6 +1032,41 @@ def test_a_sum_reported_by_a_logger_that_prints_on_a_stored_rank_test_of_another
     assert not any(rule == "unreduced-metric" for _, _, rule in found(script))  # every rank's own line: no claim
 
 
+def test_a_function_a_package_re_exports_is_called_through_the_package(tmp_path):
+    """aps: `from aps import distributed; distributed.init()`, where aps/distributed/__init__.py does `from .backend
+    import *` and backend.py's init() makes the group: the call was not followed, so the group nobody destroys was
+    only a possible finding (round 22)."""
+    script = write(
+        tmp_path,
+        {
+            "cmd/train.py": """\
+                from pkg.libs import start_trainer
+
+                if __name__ == "__main__":
+                    start_trainer()
+            """,
+            "pkg/__init__.py": "",
+            "pkg/distributed/__init__.py": "from .backend import *\n",
+            "pkg/distributed/backend.py": """\
+                import torch.distributed as dist
+
+                def init():
+                    dist.init_process_group("gloo")
+            """,
+            "pkg/libs.py": """\
+                import torch
+                from pkg import distributed
+
+                def start_trainer():
+                    distributed.init()
+                    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+                    model(torch.randn(8, 4)).sum().backward()
+            """,
+        },
+    )
+    assert ("backend.py", 4, "no-destroy") in found(script)
+
+
 BASE_TRAINER = """\
     import torch
 

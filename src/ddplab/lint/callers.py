@@ -68,7 +68,7 @@ class Callers:
         self.entries = set(entries)
         self._memo: dict[tuple[Path, int], ast.Call | None] = {}
         self._star_direct: dict[str, set[str]] | None = None  # module -> modules it star-imports (_stars)
-        self._star_memo: dict[Path, set[str]] = {}
+        self._star_memo: dict[str, set[str]] = {}
         self._owner = {
             id(f): c for r in readers.values() for c in r.nodes if isinstance(c, ast.ClassDef) for f in c.body
         }
@@ -278,7 +278,9 @@ class Callers:
                     where != path
                     and module not in reader.callee(call).split(".")[:-1]
                     and not (isinstance(call.func, ast.Attribute) and (known or self._in_a_base(reader, call, owner)))
-                    and not (isinstance(call.func, ast.Name) and module in self._stars(where))
+                    and not (isinstance(call.func, ast.Name) and module in self._stars(str(where)))
+                    # `distributed.init()` where the package distributed re-exports backend's names in its __init__
+                    and not any(module in self._stars(part) for part in reader.callee(call).split(".")[:-1])
                 ):
                     continue  # another file's function of the same name (a method: its class imported there)
                 found.append((where, call))
@@ -374,9 +376,10 @@ class Callers:
         not run that block (`from supervised import evaluate` never runs supervised.py's `main()`)."""
         return where not in self.entries and any(is_main_block(a) for a in reader.ancestors(call))
 
-    def _stars(self, where: Path) -> set[str]:
-        """The project modules whose names `where` takes with `from m import *`, also through a package that does
-        the same in its __init__ (`from src import *`, src/__init__.py: `from .train_utils import *`)."""
+    def _stars(self, where: str) -> set[str]:
+        """The project modules whose names `where` (a file's path, or a module's name) takes with `from m import *`,
+        also through a package that does the same in its __init__ (`from src import *`, src/__init__.py: `from
+        .train_utils import *`)."""
         if self._star_direct is None:
             direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports
             for p, r in self.readers.items():
@@ -389,7 +392,7 @@ class Callers:
                 direct.setdefault(name, set()).update(direct[str(p)])
             self._star_direct = direct
         if where not in self._star_memo:
-            found, todo = set(), list(self._star_direct.get(str(where), ()))
+            found, todo = set(), list(self._star_direct.get(where, ()))
             while todo:
                 m = todo.pop()
                 if m not in found:
