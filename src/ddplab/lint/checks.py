@@ -768,7 +768,13 @@ class Checks(MultiGpuChecks):
             isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" and self._in_loop(c, across_calls=True)
             for c in self.calls
         )
-        if set_epoch_in_loop or self._sampler_handed_over(samplers):
+        # a sampler built with shuffle=False reads the same order every epoch by design: set_epoch changes nothing
+        shuffled = [
+            c
+            for c in samplers
+            if not (isinstance(keyword(c, "shuffle"), ast.Constant) and keyword(c, "shuffle").value is False)
+        ]
+        if set_epoch_in_loop or not shuffled or self._sampler_handed_over(samplers):
             return
         loop = self._epoch_loop()
         if loop is not None:
@@ -781,21 +787,15 @@ class Checks(MultiGpuChecks):
                 "call sampler.set_epoch(epoch) at the start of every epoch",
             )
         elif (restart := self._endless_pass()) is not None:
-            shuffled = [
-                c
-                for c in samplers
-                if not (isinstance(keyword(c, "shuffle"), ast.Constant) and keyword(c, "shuffle").value is False)
-            ]
-            if shuffled:
-                self.add(
-                    shuffled[0],
-                    "sampler-no-set-epoch",
-                    WARNING,
-                    f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
-                    "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
-                    "pass shuffles the same way",
-                    "count the passes and call sampler.set_epoch(n) before each one",
-                )
+            self.add(
+                shuffled[0],
+                "sampler-no-set-epoch",
+                WARNING,
+                f"the loader is read again and again (the `while True` on line {restart.lineno} starts a new "
+                "pass each time it runs out) but this DistributedSampler's set_epoch is never called: every "
+                "pass shuffles the same way",
+                "count the passes and call sampler.set_epoch(n) before each one",
+            )
 
     def _endless_pass(self) -> ast.While | None:
         """`def cycle(dl): while True: for batch in dl: yield batch` (or the same loop inline): a loop over a loader
