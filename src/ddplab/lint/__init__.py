@@ -200,6 +200,7 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.reduce_returners.update(reader.reduce_returners())
+        facts.meter_classes |= reader.meter_classes()
     for reader in readers:  # with the project's DDP factories known: `model = model_cuda(model, gpu)` wraps too
         reader.facts.ddp_factories = facts.ddp_factories
         facts.gpu_training |= reader.trains_on_gpus_only()

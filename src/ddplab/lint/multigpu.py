@@ -551,6 +551,7 @@ class MultiGpuChecks(ScriptReader):
         """Names grown with += in a loop over a loader in this scope -> the loop (and names computed from them, unless
         from one given to a reducer)."""
         accumulated: dict[str, ast.AST] = {}
+        meters: set[str] = set()  # the names of meter objects among them (what their methods return is theirs)
         clocks = self._clock_names(body)
 
         in_place = {
@@ -642,6 +643,7 @@ class MultiGpuChecks(ScriptReader):
                         and not whole(sub.args[0] if sub.args else sub.keywords[0].value)
                     ):
                         accumulated.setdefault(_held_in(sub.func.value).id, node)
+                        meters.add(_held_in(sub.func.value).id)
                     elif (
                         isinstance(sub, ast.Call)
                         and method_name(sub) == "append"
@@ -671,7 +673,12 @@ class MultiGpuChecks(ScriptReader):
                 ]  # after its loop, not in it
                 if (
                     grown
-                    and (not isinstance(node.value, ast.Call) or self.callee_last(node.value) in AGGREGATES)
+                    and (
+                        not isinstance(node.value, ast.Call)
+                        or self.callee_last(node.value) in AGGREGATES
+                        or dotted(node.value.func) == f"{grown[0]}.{method_name(node.value)}"  # pix_acc = metric.get()
+                        and grown[0] in meters
+                    )
                     and not timed(node.value)
                 ):
                     accumulated.setdefault(node.targets[0].id, accumulated[grown[0]])
@@ -857,6 +864,25 @@ class MultiGpuChecks(ScriptReader):
             and not any(isinstance(n, ast.Name) and n.id in params for g in guards for n in ast.walk(g.node.test))
         )
 
+    def meter_classes(self) -> set[str]:
+        """This file's classes that keep a sum over the batches they are given: an update() adding to their own
+        attributes (`self.total_correct += correct`), and nothing in the class reduces across ranks (semseg's
+        SegmentationMetric; not one with a `synchronize_between_processes`)."""
+        return {
+            cls.name
+            for cls in self.classes.values()
+            if any(
+                isinstance(f, ast.FunctionDef)
+                and f.name == "update"
+                and any(
+                    isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and dotted(n.target).startswith("self.")
+                    for n in ast.walk(f)
+                )
+                for f in cls.body
+            )
+            and not any(isinstance(c, ast.Call) and self._reduces(c) for c in ast.walk(cls))
+        }
+
     def _meter_update(self, call: ast.Call, body: list[ast.stmt]) -> bool:
         """`losses.update(loss.item(), n)` on a running-average meter made in this scope (`losses = AverageMeter()`):
         a sum over this rank's batches kept in an object. A timer (`batch_time.update(time.time() - end)`) is no
@@ -877,7 +903,11 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(_held_in(t), ast.Name) and _held_in(t).id == meter
             for v in _meters_made(n.value, isinstance(t, ast.Name) and isinstance(call.func.value, ast.Subscript))
         ]
-        if not made or not all(isinstance(v, ast.Call) and _a_meter(self.callee_last(v)) for v in made):
+        if not made or not all(
+            isinstance(v, ast.Call)
+            and (_a_meter(self.callee_last(v)) or self.callee_last(v) in self.facts.meter_classes)
+            for v in made
+        ):
             return False
         given = call.args[0] if call.args else call.keywords[0].value  # `metric_logger.update(loss=loss.item())`
         if any(isinstance(n, ast.Call) and self.callee_last(n) in CLOCK_CALLS for n in ast.walk(given)):

@@ -292,6 +292,7 @@ class Facts:
     attr_truths: dict = field(default_factory=dict)  # attribute name -> the one truth every store gives it
     sharding_datasets: set = field(default_factory=set)  # project data sets that build a DistributedSampler inside
     attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
+    meter_classes: set = field(default_factory=set)  # project classes whose update() adds to self, never reduced
 
 
 @dataclass
