@@ -1421,8 +1421,15 @@ class Checks(MultiGpuChecks):
                 unwrapped = child in (branch if isinstance(branch, list) else [branch])
                 if unwrapped and dotted(test) in flags:
                     return True
-                if not wrapper_settled and self._wrapper_test(test, owner):
-                    if unwrapped:
+                # a test of the model in any form (`is_parallel(model)`, `type(model) in (DataParallel, DDP)`) beside
+                # a branch that takes `owner.module`: this branch is where the model has none
+                branches = [b if isinstance(b, list) else [b] for b in (parent.body, parent.orelse)]
+                beside = [n for b in branches if child not in b for part in b for n in ast.walk(part)]
+                unwraps = any(dotted(n) == f"{owner}.module" for n in beside) and any(
+                    dotted(n) == owner for n in ast.walk(test)
+                )
+                if not wrapper_settled and (unwraps or self._wrapper_test(test, owner)):
+                    if unwrapped or unwraps:
                         return True
                     wrapper_settled = True
             child, parent = parent, self.parent.get(parent)
