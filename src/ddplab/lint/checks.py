@@ -1191,6 +1191,8 @@ class Checks(MultiGpuChecks):
             isinstance(n, ast.Attribute) and n.attr == "module" and dotted(n.value) == param for n in ast.walk(func)
         ):
             return []  # `if distributed: model.module.state_dict() else: model.state_dict()`: it unwraps a wrapper
+        if any(isinstance(n, ast.Call) and dotted(n.func) == param for n in ast.walk(func)):
+            return []  # it trains through the parameter (`model(x)`): the wrapper is what it must be handed
         found = []
         for site in sites:
             reader = self if readers is None else readers[site]
