@@ -182,7 +182,7 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.no_sync |= any(
             isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync") for n in reader.nodes
         )
-        facts.reads_local_rank_env |= any(isinstance(n, ast.Constant) and n.value == "LOCAL_RANK" for n in reader.nodes)
+        facts.reads_local_rank_env |= _reads_local_rank(reader)
         facts.sampler |= any(reader.callee_last(c) == "DistributedSampler" for c in reader.calls)
         facts.local_rank_flags |= {dest for _, dest in reader.local_rank_flags()}
         for n in reader.nodes:
@@ -384,6 +384,19 @@ def _attribute_truths(readers: list[Checks], defs: dict, calls: dict) -> dict[st
             elif isinstance(n, ast.Call) and reader.callee_last(n) == "setattr" and len(n.args) > 1:
                 other.add(const_str(n.args[1]) or "")
     return {attr: found.pop() for attr, found in truths.items() if len(found) == 1 and attr not in other}
+
+
+def _reads_local_rank(reader: Checks) -> bool:
+    """The file reads LOCAL_RANK: the name anywhere but where it is only written or tested for (PoinTr's `if
+    "LOCAL_RANK" not in os.environ: os.environ["LOCAL_RANK"] = str(args.local_rank)` reads the flag, not it)."""
+    for n in reader.nodes:
+        if isinstance(n, ast.Constant) and n.value == "LOCAL_RANK":
+            up = reader.parent.get(n)
+            written = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store)
+            tested = isinstance(up, ast.Compare) and up.left is n and isinstance(up.ops[0], (ast.In, ast.NotIn))
+            if not (written or tested):
+                return True
+    return False
 
 
 def _stored_kind(reader: Checks, value: ast.AST | None) -> str:
