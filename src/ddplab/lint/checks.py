@@ -163,6 +163,17 @@ class Checks(MultiGpuChecks):
             for n in ast.walk(scope)
         )
 
+    def _set_again_later(self, node: ast.AST, var: str, scope: ast.AST) -> bool:
+        """A later line of the scope sets `var` from something other than a constant (msn's `os.environ["MASTER_ADDR"]
+        = "localhost"`, then `= os.environ["HOSTNAME"]` on the Slurm path): the constant is a default."""
+        return any(
+            isinstance(n, ast.Assign)
+            and n.lineno > node.lineno
+            and not isinstance(n.value, ast.Constant)
+            and any(isinstance(t, ast.Subscript) and const_str(t.slice) == var for t in n.targets)
+            for n in ast.walk(scope)
+        )
+
     @staticmethod
     def _reads_launcher_ranks(scope: ast.AST) -> bool:
         """The scope reads torchrun's RANK or LOCAL_RANK (`if "RANK" in os.environ:`), not only sets them."""
@@ -190,11 +201,10 @@ class Checks(MultiGpuChecks):
             value = getattr(self.parent.get(node), "value", None) if isinstance(node, ast.Subscript) else None
             value = getattr(node, "value", value)
             scope = self.enclosing_function(node) or self.tree
+            fixed = isinstance(value, ast.Constant) and not self._set_again_later(node, var, scope)
             if (
                 var in LAUNCHER_VARS
-                and not (
-                    isinstance(value, ast.Constant) and (var == "MASTER_ADDR" or self._reads_launcher_ranks(scope))
-                )
+                and not (fixed and (var == "MASTER_ADDR" or self._reads_launcher_ranks(scope)))
                 and self._reads_scheduler(scope)
             ):
                 return  # a setup that reads SLURM_PROCID / MPI ranks computes the rendezvous itself (srun, mpirun),
