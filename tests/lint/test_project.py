@@ -1067,6 +1067,32 @@ def test_a_function_a_package_re_exports_is_called_through_the_package(tmp_path)
     assert ("backend.py", 4, "no-destroy") in found(script)
 
 
+def test_a_function_imported_under_another_name_is_called_by_that_name(tmp_path):
+    """msn's main_distributed.py: `from src.msn_train import main as msn`, then `msn(params)`: the calls were looked up
+    by the function's own name, so the group msn's main makes was reached by nothing the script runs (round 24)."""
+    script = write(
+        tmp_path,
+        {
+            "launch.py": """\
+                from trainer import main as train
+
+                if __name__ == "__main__":
+                    train()
+            """,
+            "trainer.py": """\
+                import torch
+                import torch.distributed as dist
+
+                def main():
+                    dist.init_process_group("gloo")
+                    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+                    model(torch.randn(8, 4)).sum().backward()
+            """,
+        },
+    )
+    assert ("trainer.py", 5, "no-destroy") in found(script)
+
+
 BASE_TRAINER = """\
     import torch
 

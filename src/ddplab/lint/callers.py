@@ -266,7 +266,9 @@ class Callers:
             known = owner is not None and any(
                 cls in reader.aliases or cls in self._registered(reader) for cls in self._family(owner)
             )
-            for call in reader.calls_by_name.get(name, []):
+            # `from src.msn_train import main as msn`, then `msn(params)`: the function under the name it was given
+            renamed = [a for a, full in reader.aliases.items() if a != name and full.endswith(f".{name}")]
+            for call in [c for n in [name, *renamed] for c in reader.calls_by_name.get(n, [])]:
                 if (
                     reader.enclosing_function(call) is func
                     or self._main_of_import(where, reader, call)
