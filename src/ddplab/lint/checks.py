@@ -496,12 +496,33 @@ class Checks(MultiGpuChecks):
         scope = self.tree if scope is None else scope  # the function that initialises, or the whole script
         if self._gpu_only_path(call, scope):
             return True
-        for node in ast.walk(scope):  # `assert torch.cuda.is_available()` or `if not ...: raise/exit`
-            if isinstance(node, ast.Assert) and check(node.test):
-                return True
-            if isinstance(node, ast.If) and check(node.test) and (body_exits(node.body) or body_exits(node.orelse)):
+        # `assert torch.cuda.is_available()` or `if not ...: raise/exit`, in a block on the call's own path (not in a
+        # branch beside it: a fallback for no launcher that torchrun never takes)
+        path = {id(a) for a in self.ancestors(call)} | {id(call)}
+        for node in ast.walk(scope):
+            if not (
+                isinstance(node, ast.Assert)
+                and check(node.test)
+                or isinstance(node, ast.If)
+                and check(node.test)
+                and (body_exits(node.body) or body_exits(node.orelse))
+            ):
+                continue
+            if self._on_path_of(node, call, path):
                 return True
         return False
+
+    def _on_path_of(self, node: ast.stmt, call: ast.Call, path: set[int]) -> bool:
+        """`node` sits in a block that holds `call` (or a statement around it), climbing out of any `if` whose test
+        also guards `call` (`if config["distributed"]:` checks CUDA, a later `if config["distributed"]:` inits)."""
+        tests = {ast.dump(a.test) for a in self.ancestors(call) if isinstance(a, ast.If)}
+        while (block := block_of(up := self.parent.get(node), node)) is not None:
+            if any(id(stmt) in path for stmt in block):
+                return True
+            if not (isinstance(up, ast.If) and ast.dump(up.test) in tests):
+                return False
+            node = up
+        return True
 
     def _launcher_address(self, method: ast.AST) -> bool:
         """`f"tcp://{addr}:{port}"` with `addr = os.getenv("MASTER_ADDR")`: the address the launcher set, said again
