@@ -1065,6 +1065,9 @@ def test_a_function_a_package_re_exports_is_called_through_the_package(tmp_path)
         },
     )
     assert ("backend.py", 4, "no-destroy") in found(script)
+    # re-exported by name (vq-vae-2's `from .launch import launch` in its launcher package, round 27)
+    (tmp_path / "pkg" / "distributed" / "__init__.py").write_text("from .backend import init\n")
+    assert ("backend.py", 4, "no-destroy") in found(script)
 
 
 def test_a_function_imported_under_another_name_is_called_by_that_name(tmp_path):

@@ -381,15 +381,17 @@ class Callers:
     def _stars(self, where: str) -> set[str]:
         """The project modules whose names `where` (a file's path, or a module's name) takes with `from m import *`,
         also through a package that does the same in its __init__ (`from src import *`, src/__init__.py: `from
-        .train_utils import *`)."""
+        .train_utils import *`), or names them there (`from .launch import launch`: `launcher.launch(...)`)."""
         if self._star_direct is None:
-            direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports
+            direct: dict[str, set[str]] = {}  # module name -> the module names it star-imports (re-exports)
             for p, r in self.readers.items():
                 name = p.parent.name if p.stem == "__init__" else p.stem
                 direct.setdefault(str(p), set()).update(
                     n.module.rsplit(".", 1)[-1]
                     for n in r.nodes
-                    if isinstance(n, ast.ImportFrom) and n.module and any(a.name == "*" for a in n.names)
+                    if isinstance(n, ast.ImportFrom)
+                    and n.module
+                    and (any(a.name == "*" for a in n.names) or p.stem == "__init__" and n.level > 0)
                 )
                 direct.setdefault(name, set()).update(direct[str(p)])
             self._star_direct = direct
