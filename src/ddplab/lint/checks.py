@@ -29,6 +29,7 @@ from ddplab.lint.scriptread import (
     leading_text,
     method_name,
     passed,
+    said_plainly,
     walk_same_function,
 )
 
@@ -1448,7 +1449,7 @@ class Checks(MultiGpuChecks):
                 if any(dotted(n) == f"{owner}.module" for s in parent.body for n in ast.walk(s)):
                     return True
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
-                test, branch = parent.test, parent.orelse  # the flag's else, or the body of its negation
+                test, branch = said_plainly(parent.test), parent.orelse  # the flag's else, or its negation's body
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, branch = test.operand, parent.body
                 unwrapped = child in (branch if isinstance(branch, list) else [branch])

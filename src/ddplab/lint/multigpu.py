@@ -27,6 +27,7 @@ from ddplab.lint.scriptread import (
     last,
     leading_text,
     method_name,
+    said_plainly,
     walk_same_function,
 )
 
@@ -1599,13 +1600,7 @@ class MultiGpuChecks(ScriptReader):
             if isinstance(parent, ast.If) and child in parent.body:
                 test = parent.test
                 terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-                for t in terms:
-                    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Eq, ast.Is)):
-                        t = (
-                            t.left
-                            if isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is True
-                            else t
-                        )
+                for t in map(said_plainly, terms):
                     if isinstance(t, ast.Name) or isinstance(t, ast.Attribute) and dotted(t).startswith("self."):
                         found.append(t)
             child = parent

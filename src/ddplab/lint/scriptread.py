@@ -227,6 +227,19 @@ def method_name(call: ast.Call) -> str:
     return call.func.attr if isinstance(call.func, ast.Attribute) else ""
 
 
+def said_plainly(test: ast.AST) -> ast.AST:
+    """`flag == True` / `flag is True` is `flag`."""
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Eq, ast.Is))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is True
+    ):
+        return test.left
+    return test
+
+
 def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
     """Every node under these statements, not entering nested functions or classes (nor loops, if told)."""
     stack = list(body)
@@ -478,6 +491,7 @@ class ScriptReader:
                     if isinstance(parent.test, ast.BoolOp) and isinstance(parent.test.op, ast.And)
                     else [parent.test]
                 )
+                tests = [said_plainly(t) for t in tests]
                 found |= {dotted(t) for t in tests if isinstance(_flag_call(t) or t, (ast.Name, ast.Attribute))}
             child, parent = parent, self.parent.get(parent)
         return found
@@ -930,6 +944,7 @@ class ScriptReader:
         `is_distributed()`; DIST_FLAG_NAMES, a project's own in pyproject's distributed-flags), or the one test every
         init_process_group of the file sits under (`if opt.multiprocessing_distributed: dist.init_process_group()`:
         not `args.multiprocessing_distributed` where `if args.distributed:` is the one that makes the group)."""
+        expr = said_plainly(expr)
         named = expr.func if isinstance(expr, ast.Call) and not expr.args else expr
         keys = []
         while isinstance(named, ast.Subscript) and (key := const_str(named.slice)) is not None:
@@ -1001,9 +1016,9 @@ class ScriptReader:
             if (
                 isinstance(parent, ast.If)
                 and child in parent.body
-                and isinstance(parent.test, (ast.Name, ast.Attribute))
+                and isinstance(said_plainly(parent.test), (ast.Name, ast.Attribute))
             ):
-                tests.add(dotted(parent.test))
+                tests.add(dotted(said_plainly(parent.test)))
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 sites = self.call_sites(parent) if depth < 3 else []
                 if sites:
