@@ -1096,6 +1096,45 @@ def test_a_function_imported_under_another_name_is_called_by_that_name(tmp_path)
     assert ("trainer.py", 5, "no-destroy") in found(script)
 
 
+def test_modules_on_a_folder_a_helper_puts_on_sys_path_are_read(tmp_path):
+    """HRNet's tools/train.py does `import _init_paths`, whose add_path(osp.join(this_dir, '..', 'lib')) puts lib/ on
+    sys.path, then imports the project's modules from there: they were never read (round 26)."""
+    script = write(
+        tmp_path,
+        {
+            "tools/train.py": """\
+                import torch
+                import torch.distributed as dist
+                import _init_paths
+                from helpers import save_all
+
+                dist.init_process_group("gloo")
+                model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+                save_all(model, "model.pth")
+                dist.destroy_process_group()
+            """,
+            "tools/_init_paths.py": """\
+                import os.path as osp
+                import sys
+
+                def add_path(path):
+                    if path not in sys.path:
+                        sys.path.insert(0, path)
+
+                this_dir = osp.dirname(__file__)
+                add_path(osp.join(this_dir, "..", "lib"))
+            """,
+            "lib/helpers.py": """\
+                import torch
+
+                def save_all(model, path):
+                    torch.save(model.module.state_dict(), path)
+            """,
+        },
+    )
+    assert ("helpers.py", 4, "unguarded-save") in found(script)
+
+
 BASE_TRAINER = """\
     import torch
 

@@ -108,10 +108,11 @@ def search_roots(script_dir: Path) -> list[Path]:
     return roots + ([top] if top not in roots else [])
 
 
-def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> list[Path]:
+def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path], on_path: list[Path] = ()) -> list[Path]:
     """The project files this module imports: `import utils`, `from util import misc`, `from .trainer import x`,
-    resolved against the script's folder (and, for relative imports, the module's own package)."""
-    roots = [roots] if isinstance(roots, Path) else roots
+    resolved against the script's folder (and, for relative imports, the module's own package), then the folders
+    a module of the project put on sys.path (`on_path`)."""
+    roots = ([roots] if isinstance(roots, Path) else roots) + [p for p in on_path if p not in roots]
     found: list[Path] = []
 
     def add(base: Path, name: str) -> bool:
@@ -144,7 +145,11 @@ def local_imports(path: Path, tree: ast.Module, roots: Path | list[Path]) -> lis
             top = (node.module or "").split(".")[0]
             # a folder above the script without __init__.py is a namespace package when the project root is on
             # the path (`PYTHONPATH=./ python scripts/train.py`, `from utils.init import init`)
-            bases = [base] if node.level else [roots[0], *(r for r in roots[1:] if (r / top).is_dir()), path.parent]
+            bases = (
+                [base]
+                if node.level
+                else [roots[0], *on_path, *(r for r in roots[1:] if (r / top).is_dir()), path.parent]
+            )
             for b in bases:
                 module = node.module or ""
                 if module:
@@ -169,10 +174,14 @@ def of_script(script: Path, cache: dict | None = None) -> Project:
     if tree is None:
         raise SyntaxError(why)
     project.trees[script] = tree
-    queue = [script]
+    queue, on_path = [script], []
     while queue and len(project.trees) < MAX_FILES:
         path = queue.pop(0)
-        for module in local_imports(path, project.trees[path], roots):
+        added = [r for r in added_to_sys_path(path, project.trees[path]) if r not in on_path]
+        if added:  # the files read so far may import from there (`import _init_paths` first, then `from helpers ...`)
+            on_path += added
+            queue += [p for p in project.trees if p not in queue and p != path]
+        for module in local_imports(path, project.trees[path], roots, on_path):
             module = module.resolve()
             if module in project.trees or any(u.startswith(f"{module}:") for u in project.unread):
                 continue
@@ -183,6 +192,61 @@ def of_script(script: Path, cache: dict | None = None) -> Project:
             project.trees[module] = sub
             queue.append(module)
     return project
+
+
+def added_to_sys_path(path: Path, tree: ast.Module) -> list[Path]:
+    """The folders a module puts on sys.path, where its text says which (HRNet's `import _init_paths`:
+    `sys.path.insert(0, osp.join(osp.dirname(__file__), '..', 'lib'))`): its imports are found there too."""
+    names = {
+        t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
+
+    def value(expr: ast.AST, depth: int = 0) -> str | None:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return expr.value
+        if isinstance(expr, ast.Name) and expr.id == "__file__":
+            return str(path)
+        if isinstance(expr, ast.Name):
+            return value(names[expr.id], depth + 1) if expr.id in names and depth < 3 else None
+        if not isinstance(expr, ast.Call) or not isinstance(expr.func, (ast.Attribute, ast.Name)):
+            return None
+        parts = [value(a, depth) for a in expr.args]
+        if None in parts or not parts:
+            return None
+        how = expr.func.attr if isinstance(expr.func, ast.Attribute) else expr.func.id
+        if how == "join":
+            return os.path.join(*parts)
+        if how == "dirname":
+            return os.path.dirname(parts[0])
+        return os.path.normpath(parts[0]) if how in ("abspath", "realpath", "normpath") else None
+
+    def to_sys_path(n: ast.AST) -> ast.AST | None:  # what `sys.path.insert(0, X)` / `.append(X)` adds: X
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("insert", "append"):
+            on = n.func.value
+            if isinstance(on, ast.Attribute) and on.attr == "path" and getattr(on.value, "id", "") == "sys" and n.args:
+                return n.args[-1]
+        return None
+
+    # HRNet's `def add_path(path): sys.path.insert(0, path)`, called `add_path(lib_path)`: the argument is added
+    adders = {
+        f.name: i
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef)
+        for n in ast.walk(f)
+        if isinstance(added := to_sys_path(n), ast.Name)
+        for i, a in enumerate(f.args.args)
+        if a.arg == added.id
+    }
+    found = []
+    for n in ast.walk(tree):
+        added = to_sys_path(n)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) in adders and len(n.args) > adders[n.func.id]:
+            added = n.args[adders[n.func.id]]
+        if added is not None and (where := value(added)) is not None:
+            folder = Path(os.path.normpath(os.path.join(path.parent, where)))
+            if folder.is_dir():
+                found.append(folder)
+    return found
 
 
 def of_folder(folder: Path, cache: dict | None = None) -> Project:
