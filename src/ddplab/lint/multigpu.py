@@ -767,11 +767,12 @@ class MultiGpuChecks(ScriptReader):
         return {name for name, constant in grown.items() if constant} & indexed
 
     def _reduces(self, call: ast.Call) -> bool:
-        """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
-        which waits for this process's own GPU and exchanges nothing."""
+        """A reducer, or a call of this file's function that calls one in its own body."""
         return self._reducer(call) or call in self._reducing_helper_calls
 
     def _reducer(self, call: ast.Call) -> bool:
+        """all_reduce, reduce_mean, all_gather, synchronize_between_processes; not `torch.cuda.synchronize()`,
+        which waits for this process's own GPU and exchanges nothing."""
         name = self.callee_last(call).lower()
         if name == "synchronize" and any(
             w in self.callee(call).lower() for w in ("cuda", "mps", "xpu", "xm", "accelerator", "device")
