@@ -4,6 +4,7 @@ level, message, fix). docs/lint.md lists them and how often they are right on pu
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding
@@ -1578,12 +1579,14 @@ class Checks(MultiGpuChecks):
         )  # a project class with BatchNorm
         if not syncs or not has_buffers:
             return
+        handed = self._wrapper_params
         for call in self.calls:
             name = dotted(call.func)
             owner = name[: -len(".forward")] if name.endswith(".forward") else name
-            if not self.holds_ddp(owner, call) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
+            param = owner in handed.get(self.enclosing_function(call), ())
+            if not (param or self.holds_ddp(owner, call)) or not self.runs_on_rank0_only(call, ANY_RANK0 - {"single"}):
                 continue
-            if self.ddp_names.get(owner, 0) > call.lineno:
+            if not param and self.ddp_names.get(owner, 0) > call.lineno:
                 continue  # `logits = model(x)` before `model = DDP(model)`: the bare module, no broadcast yet
             self.add(
                 call,
@@ -1595,6 +1598,28 @@ class Checks(MultiGpuChecks):
                 f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
                 "all_reduce the metric",
             )
+
+    @functools.cached_property
+    def _wrapper_params(self) -> dict[ast.AST, set[str]]:
+        """Each function's parameters every call of it in this file fills with the DDP wrapper (`train(model)` with
+        `model = DDP(...)`, then `validate(model, x)` inside train), three calls deep."""
+        held: dict[ast.AST, set[str]] = {}
+
+        def wrapper_at(site: ast.Call, func: ast.AST, param: str) -> bool:
+            given = dotted(given_for(site, func, param))
+            return bool(given) and (
+                self.holds_ddp(given, site)
+                and self.ddp_names.get(given, 0) <= site.lineno
+                or given in held.get(self.enclosing_function(site), ())
+            )
+
+        for _ in range(3):
+            for func in (n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                sites = self.call_sites(func)
+                found = {a.arg for a in func.args.args if sites and all(wrapper_at(s, func, a.arg) for s in sites)}
+                if found - held.get(func, set()):
+                    held[func] = held.get(func, set()) | found
+        return held
 
     def check_loader_without_sampler(self) -> None:
         if not (self.distributed or self.facts.distributed):
