@@ -1336,6 +1336,17 @@ class MultiGpuChecks(ScriptReader):
                 return init, n.value.id
         return None
 
+    @functools.cached_property
+    def _imported_twice(self) -> set[str]:
+        """Names two imports bind to different things (`if not is_master: from metrics import SummaryWriterDummy as
+        SummaryWriter` `else: from torch.utils.tensorboard import SummaryWriter`): which one a rank calls is its own."""
+        bound: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    bound.setdefault(a.asname or a.name, set()).add(f"{node.module}.{a.name}")
+        return {name for name, targets in bound.items() if len(targets) > 1}
+
     def _writes(self, call: ast.Call) -> str | None:
         name, method = self.callee(call), method_name(call)
         builtin = name == "open" and isinstance(call.func, ast.Name)  # (`(folder / "log.txt").open("a")`: a Path's)
@@ -1353,8 +1364,9 @@ class MultiGpuChecks(ScriptReader):
             if any(m in mode for m in "wax") and (not call.args or "devnull" not in dotted(call.args[0])):
                 return f"open(..., {mode!r})"
             return None
-        if last(name) == "SummaryWriter" and last(name) not in self.facts.classes:  # (a project's own class: its own)
-            return "a TensorBoard SummaryWriter"
+        if last(name) == "SummaryWriter" and last(name) not in self.facts.classes | self._imported_twice:
+            return "a TensorBoard SummaryWriter"  # (a project's own class is its own; so is a name imported from two
+            #                                       places, a dummy writer on the other ranks)
         if last(name) in LOG_FILES or (last(name) == "basicConfig" and keyword(call, "filename") is not None):
             return f"a logging {last(name)}"  # every rank opens the log: its lines interleave (mode "w": truncated)
         if isinstance(keyword(call, "download"), ast.Constant) and keyword(call, "download").value is True:
