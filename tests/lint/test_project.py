@@ -1135,6 +1135,46 @@ def test_modules_on_a_folder_a_helper_puts_on_sys_path_are_read(tmp_path):
     assert ("helpers.py", 4, "unguarded-save") in found(script)
 
 
+def test_a_rank0_forward_through_a_batchnorm_wrapper_an_imported_factory_returns(tmp_path):
+    """fast-autoaugment's get_model() builds a torchvision resnet and wraps it in DDP in its own module; rank 0 alone
+    then evaluates through it: the wrapper and its BatchNorm were in another file, so nothing was said (round 28).
+    A factory whose DDP broadcasts no buffers is no such wrapper."""
+    script = write(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                import torch.distributed as dist
+                from nets import get_model
+
+                dist.init_process_group("gloo")
+                model = get_model()
+                model(torch.randn(8, 4)).sum().backward()
+                if dist.get_rank() == 0:
+                    with torch.no_grad():
+                        model(torch.randn(8, 4))
+                dist.destroy_process_group()
+            """,
+            "nets.py": """\
+                import torch
+                from torch.nn.parallel import DistributedDataParallel
+
+                def get_model():
+                    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+                    return DistributedDataParallel(model)
+            """,
+        },
+    )
+    assert (None, 10, "rank0-ddp-forward") in found(script)
+    nets = tmp_path / "nets.py"
+    nets.write_text(
+        nets.read_text().replace(
+            "DistributedDataParallel(model)", "DistributedDataParallel(model, broadcast_buffers=False)"
+        )
+    )
+    assert not any(rule == "rank0-ddp-forward" for _, _, rule in found(script))
+
+
 BASE_TRAINER = """\
     import torch
 

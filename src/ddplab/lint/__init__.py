@@ -216,6 +216,9 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
             reader.learn_assignments()
     facts.attr_tests = _attribute_tests(readers)
     facts.buffer_classes = _buffer_classes(readers)
+    facts.buffer_factories = {
+        name for r in readers for name in r.buffer_factories(facts.ddp_factories, facts.buffer_classes)
+    }
     defs, calls = _definitions(readers)
     facts.attr_truths = _attribute_truths(readers, defs, calls)
     sinks = _rank_sinks(readers, defs, calls)

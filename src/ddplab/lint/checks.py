@@ -1570,14 +1570,10 @@ class Checks(MultiGpuChecks):
                 for k in ("broadcast_buffers", "forward_sync_buffers")
             )
         ]
-        has_buffers = any(
-            BUFFER_LAYERS.fullmatch(self.callee_last(c))
-            or self.callee(c).startswith("torchvision.models.")
-            and BATCHNORM_MODELS.fullmatch(self.callee_last(c))
-            or self.callee_last(c) in self.facts.buffer_classes
-            for c in self.calls
-        )  # a project class with BatchNorm
-        if not syncs or not has_buffers:
+        has_buffers = any(self._builds_buffers(c, self.facts.buffer_classes) for c in self.calls)
+        # `model = get_model(local_rank)`, a project function that builds a BatchNorm model and wraps it in DDP
+        made = any(self.callee_last(c) in self.facts.buffer_factories for c in self.calls)
+        if not (syncs and has_buffers or made):
             return
         handed = self._wrapper_params
         for call in self.calls:
@@ -1598,6 +1594,34 @@ class Checks(MultiGpuChecks):
                 f"evaluate the plain module on rank 0 ({owner}.module(...)), or evaluate on every rank and "
                 "all_reduce the metric",
             )
+
+    def _builds_buffers(self, call: ast.Call, classes: set[str]) -> bool:
+        """A layer with buffers (BatchNorm, ...), a torchvision model with BatchNorm, or a project class with one."""
+        return bool(
+            BUFFER_LAYERS.fullmatch(self.callee_last(call))
+            or self.callee(call).startswith("torchvision.models.")
+            and BATCHNORM_MODELS.fullmatch(self.callee_last(call))
+            or self.callee_last(call) in classes
+        )
+
+    def buffer_factories(self, factories: set[str], classes: set[str]) -> set[str]:
+        """This file's DDP factories (`factories`) that build a model with buffers and wrap it with DDP's buffer
+        broadcast on (faa's `get_model`: `resnet18(...)`, then `DistributedDataParallel(model, ...)`)."""
+        return {
+            func.name
+            for func in self.nodes
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in factories
+            if any(isinstance(c, ast.Call) and self._builds_buffers(c, classes) for c in ast.walk(func))
+            and any(
+                isinstance(c, ast.Call)
+                and self.callee_last(c) in DDP_NAMES
+                and not any(
+                    isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
+                    for k in ("broadcast_buffers", "forward_sync_buffers")
+                )
+                for c in ast.walk(func)
+            )
+        }
 
     @functools.cached_property
     def _wrapper_params(self) -> dict[ast.AST, set[str]]:

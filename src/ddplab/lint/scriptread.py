@@ -285,6 +285,7 @@ class Facts:
     rank_tests: dict = field(default_factory=dict)  # function name -> (kind, rank0): `def is_main(): return rank == 0`
     rank_values: dict = field(default_factory=dict)  # function name -> kind: `def get_rank(): return dist.get_rank()`
     ddp_factories: set = field(default_factory=set)  # functions that return a DDP wrapper
+    buffer_factories: set = field(default_factory=set)  # of those, the ones whose model has buffers (BatchNorm)
     reads_local_rank_env: bool = False  # LOCAL_RANK read from the environment somewhere
     local_rank_flags: set = field(default_factory=set)  # dests of argparse --local_rank flags (an options module's)
     stored_attrs: dict = field(default_factory=dict)  # attribute some file assigns -> from: `=` a constant, x.A's A, ?
