@@ -904,7 +904,7 @@ class Checks(MultiGpuChecks):
             for call in self.calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict":
                     owner = dotted(call.func.value)
-                    if self.holds_ddp(owner, call) and self.ddp_names[owner] <= call.lineno:
+                    if self.wrapped_at(owner, call):
                         if (
                             self.saves_wrapper(owner)
                             and not self._on_unwrapped_path(call, owner)
@@ -1230,7 +1230,7 @@ class Checks(MultiGpuChecks):
         for site in sites:
             reader = self if readers is None else readers[site]
             given = dotted(given_for(site, func, param))
-            if given and reader.holds_ddp(given, site) and reader.ddp_names[given] <= site.lineno:
+            if given and reader.wrapped_at(given, site):
                 if reader.saves_wrapper(given):
                     found.append(site)
         return found
@@ -1632,9 +1632,7 @@ class Checks(MultiGpuChecks):
         def wrapper_at(site: ast.Call, func: ast.AST, param: str) -> bool:
             given = dotted(given_for(site, func, param))
             return bool(given) and (
-                self.holds_ddp(given, site)
-                and self.ddp_names.get(given, 0) <= site.lineno
-                or given in held.get(self.enclosing_function(site), ())
+                self.wrapped_at(given, site) or given in held.get(self.enclosing_function(site), ())
             )
 
         for _ in range(3):

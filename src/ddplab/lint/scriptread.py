@@ -450,6 +450,10 @@ class ScriptReader:
         scopes = self.ddp_scopes.get(owner)
         return bool(scopes) and (None in scopes or "." in owner or self.enclosing_function(node) in scopes)
 
+    def wrapped_at(self, name: str, node: ast.AST) -> bool:
+        """`name` holds the DDP wrapper at `node`: assigned it in this scope (holds_ddp), on a line before."""
+        return self.holds_ddp(name, node) and self.ddp_names.get(name, 0) <= node.lineno
+
     def sets_device_here(self) -> bool:
         """torch.cuda.set_device / torch.accelerator.set_device_index, or CUDA_VISIBLE_DEVICES chosen per process.
         (`torch.accelerator.device_index(i)` is a context manager: called alone it sets nothing.)"""
