@@ -344,6 +344,38 @@ def test_temp_file_named_by_uuid_is_per_process():
     assert "shared-path-write" in names(fixed)
 
 
+def test_a_path_made_from_the_batch_is_possible():
+    """One file per sample, named from the batch (`np.save(f"{out}/{names[i]}.npy", ...)`, a feature-extraction
+    pass): each rank's own samples under a DistributedSampler, so lint cannot be sure they collide; the same save to
+    a name made from the epoch or the batch's number alone is every rank's one path (FourCastNet's validation
+    images, `experiment_dir/<i>/<epoch>.png`)."""
+    per_sample = """
+    import numpy as np
+    from torch.utils.data import DataLoader, DistributedSampler
+    dist.init_process_group("gloo")
+    data = list(range(8))
+    loader = DataLoader(data, sampler=DistributedSampler(data))
+    for epoch in range(2):
+        for batch_idx, batch in enumerate(loader):
+            filename = f"features/{batch[0]}_features.npy"
+            np.save(filename, {"x": batch})
+    dist.destroy_process_group()
+    """
+    assert "shared-path-write" not in names(per_sample)
+    [f] = [
+        f
+        for f in lint_source(HEAD + textwrap.dedent(per_sample), show_all=True).findings
+        if f.rule == "shared-path-write"
+    ]
+    assert (f.rule, f.confidence) == ("shared-path-write", "possible") and "batch" in f.why
+    per_epoch = per_sample.replace('f"features/{batch[0]}_features.npy"', 'f"features/{epoch}_features.npy"')
+    assert "shared-path-write" in names(per_epoch)
+    per_step = per_sample.replace('f"features/{batch[0]}_features.npy"', 'f"features/{batch_idx}_features.npy"')
+    assert "shared-path-write" in names(per_step)  # enumerate's counter: the same on every rank
+    payload = per_sample.replace('f"features/{batch[0]}_features.npy"', '"features/all.npy"')
+    assert "shared-path-write" in names(payload)  # the batch is what is written, not where
+
+
 def test_save_path_held_in_a_dict_slot_made_from_the_rank():
     """`self.meta["path"] = join("Log", f"rank{rank}")`, then `torch.save(..., join(self.meta["path"], f))`: each
     rank its own file; the same slot holding a fixed folder is one file for all."""
@@ -468,13 +500,22 @@ def _shared(path, show_all=False):
 
 def test_path_parameter_given_a_config_path_through_a_helper_is_shared(tmp_path):
     """`save_train_logging(save_path=results_dir)` where results_dir = setup_logging(args.result_path, ...)[1]:
-    by data flow in the caller the path is the same on every rank, so the helper's append is a race; it is in an
-    imported module, so whether every rank runs it shows in a run: possible, saying so (Rule.modules_at_run)."""
-    from ddplab.lint import AT_RUN, lint_file
+    by data flow in the caller the path is the same on every rank, so the helper's append is a race; the script
+    itself calls it on every rank, so it is sure as in the script. Called only from another module's function,
+    whether every rank runs it shows in a run: possible (Rule.modules_at_run)."""
+    from ddplab.lint import lint_file
 
     script = _write(tmp_path / "a", {"train.py": LOG_MAIN, "utils.py": LOG_HELPERS})
-    assert [c for _, c in _shared(script)] == ["possible"]
-    assert [f.why for f in lint_file(script, show_all=True).findings if f.rule == "shared-path-write"] == [AT_RUN]
+    assert [c for _, c in _shared(script)] == ["sure"]
+    assert [f.why for f in lint_file(script).findings if f.rule == "shared-path-write"] == [
+        "called on every rank (train.py:11)"
+    ]
+    helpers = (
+        LOG_HELPERS + "\ndef log_run(args, results_dir):\n    save_train_logging(arg=args, save_path=results_dir)\n"
+    )
+    through = LOG_MAIN.replace("save_train_logging(arg=args, save_path=results_dir)", "log_run(args, results_dir)")
+    script = _write(tmp_path / "b", {"train.py": through.replace("save_train_logging", "log_run"), "utils.py": helpers})
+    assert _shared(script) == [] and [c for _, c in _shared(script, show_all=True)] == ["possible"]
 
 
 def test_path_parameter_stamped_per_process_stays_possible(tmp_path):

@@ -705,6 +705,7 @@ def lint_project(
                 f.path = None
             else:
                 f.path = os.path.normpath(typed / os.path.relpath(path, base))
+            called_by_script = False  # the entry script itself calls the finding's function on every rank
             if not entry and f.confidence == SURE and (func := function_at(checks, f.line)) is not None:
                 if rule.callers_guard:
                     site = callers.every_rank(path, func, node=statement_at(checks, f.line))
@@ -713,6 +714,7 @@ def lint_project(
                         f.why = "in a function of an imported module that no caller is seen running on every rank"
                     else:
                         where = callers.where(site)
+                        called_by_script = rule.script_call_sure and where in project.entries
                         f.why = f"called on every rank ({os.path.relpath(where, base) if where else '?'}:{site.lineno})"
                 if rule.setup and not callers.reached(path, func):
                     f.confidence, f.why = (
@@ -720,7 +722,7 @@ def lint_project(
                         f"in {func.name}(), which no call seen from the script reaches "
                         "(another launcher's setup, or one called in a way lint does not follow)",
                     )
-            if not entry and rule.modules_at_run and f.confidence == SURE:
+            if not entry and rule.modules_at_run and f.confidence == SURE and not called_by_script:
                 f.confidence = POSSIBLE
                 f.why = AT_RUN
             if rule.opt_in and f.confidence == SURE:

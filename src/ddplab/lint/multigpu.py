@@ -1222,6 +1222,7 @@ class MultiGpuChecks(ScriptReader):
             if (param := self._path_parameter(call)) is not None:
                 self.path_params[self.line_of(call)] = param  # the caller decides the path: judged with the callers
             stamped, first = self._time_stamped(call), self.after_rank0_barrier(call)
+            per_sample = not stamped and self._path_from_batch(call)
             # a log file opened to append is written only where something logs to it: that shows in a run
             appends = what.startswith("a logging") and self._log_mode(call) != "w"
             self.add(
@@ -1232,10 +1233,13 @@ class MultiGpuChecks(ScriptReader):
                 "half-written; with download=True, N downloads into one folder)",
                 "do it on rank 0 only (if rank == 0: ...; then dist.barrier() if the others read it), or put "
                 "the rank in the path",
-                sure=not stamped and not first and not appends,
+                sure=not stamped and not per_sample and not first and not appends,
                 why="the path holds the clock time it was made: ranks that start in the same second share it, "
                 "ranks started apart (by hand, on other machines) do not"
                 if stamped
+                else "the path is made from the loop's batch: each rank's own samples under a DistributedSampler, "
+                "the same on every rank without one (shows in a run)"
+                if per_sample
                 else "rank 0 runs it first, the others after its barrier: whether they write again shows in a run"
                 if first
                 else "opened to append: whether every rank logs to it (its lines interleave) shows in a run"
@@ -1277,22 +1281,64 @@ class MultiGpuChecks(ScriptReader):
     def _time_stamped(self, call: ast.Call) -> bool:
         """The path is built from the clock (`datetime.now().strftime(...)`, `time.time()`), here or through the
         names it is assigned to in this function: whether ranks share it depends on when each started."""
+        return any(
+            isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS
+            for arg in [*call.args, *(k.value for k in call.keywords)]
+            for expr in self._built_from(call, arg)
+            for n in ast.walk(expr)
+        )
+
+    def _path_from_batch(self, call: ast.Call) -> bool:
+        """A path made as text from what a loop over the data yields (`np.save(f"{out}/{names[i]}.npy", x)`, one
+        file per sample): with a DistributedSampler each rank's samples, so their paths, are its own."""
+        bound = {
+            n.id
+            for loop in self.ancestors(call)
+            if isinstance(loop, ast.For) and self._over_batches(loop.iter)
+            for n in ast.walk(self._batch_target(loop))
+            if isinstance(n, ast.Name)
+        }
+        return bool(bound) and any(
+            self._text(expr) and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(expr))
+            for arg in [*call.args, *(k.value for k in call.keywords)]
+            for expr in self._built_from(call, arg)
+        )
+
+    def _batch_target(self, loop: ast.For) -> ast.AST:
+        """What a loop over the data binds to the batch: `for i, batch in enumerate(loader)`'s batch (its counter, the
+        same on every rank, is not the data)."""
+        counted = any(isinstance(n, ast.Call) and self.callee_last(n) == "enumerate" for n in ast.walk(loop.iter))
+        if counted and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2:
+            return loop.target.elts[1]
+        return loop.target
+
+    def _text(self, expr: ast.AST) -> bool:
+        """`expr` builds a string (a path): an f-string, `"a" + x`, `"%s" % x`, `os.path.join(...)`, `"{}".format(x)`
+        (not the tensors a batch's values make)."""
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mod)):
+            return any(self._text(side) for side in (expr.left, expr.right))
+        if isinstance(expr, ast.Call):
+            return self.callee_last(expr) in ("join", "format")
+        return isinstance(expr, ast.JoinedStr) or (isinstance(expr, ast.Constant) and isinstance(expr.value, str))
+
+    def _built_from(self, call: ast.Call, arg: ast.AST) -> list[ast.AST]:
+        """`arg` and the values the names in it are assigned in the function around `call`, transitively: what a
+        written path is built from."""
         scope = self.enclosing_function(call)
         body = scope.body if scope is not None else self.tree.body
         assigned: dict[str, list[ast.AST]] = {}
         for node in walk_same_function(body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
-        todo, seen = [*call.args, *(k.value for k in call.keywords)], set()
+        found, todo, seen = [], [arg], set()
         while todo:
             expr = todo.pop()
+            found.append(expr)
             for n in ast.walk(expr):
-                if isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS:
-                    return True
                 if isinstance(n, (ast.Name, ast.Attribute)) and (key := dotted(n)) not in seen:
                     seen.add(key)
                     todo.extend(assigned.get(key, []))
-        return False
+        return found
 
     def _path_parameter(self, call: ast.Call) -> tuple[ast.AST, str] | None:
         """(function, parameter) when the written path is built from a bare parameter of the enclosing function

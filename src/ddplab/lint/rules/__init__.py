@@ -36,6 +36,9 @@ class Rule:
     # in a module the script imports, whether every rank runs the statement (on one path) is known only in a run:
     # there the finding is possible, and the sanitizer (`observed`) says
     modules_at_run: bool = False
+    # ... unless the script itself calls the function on every rank (callers_guard finds the call there): then who
+    # runs it is known, and what the rule is about (one path, written by each) is in the code read
+    script_call_sure: bool = False
     # why the rule is shown with --all only: its findings are too often wrong on the benchmark sets
     # (benchmarks/lint_rules.py) and no general mechanism fixes them; "" for a rule of the default output
     opt_in: str = ""

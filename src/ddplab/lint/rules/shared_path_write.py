@@ -27,6 +27,7 @@ RULE = Rule(
     example='with open("log.txt", "a") as f: f.write(line)',
     fix="do it on rank 0 only (`if rank == 0: ...`, then `dist.barrier()` if the others read it), or put the rank in the path",
     modules_at_run=True,
+    script_call_sure=True,
     observed="several ranks writing one path",
     check=Checks.check_shared_writes,
     callers_guard=True,
