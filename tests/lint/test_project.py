@@ -1286,3 +1286,37 @@ def test_a_group_never_destroyed_is_said_once_however_many_files_make_it(tmp_pat
     """
     said = [(path, rule) for path, _, rule in found(write(tmp_path, {"train.py": train, "utils.py": utils}))]
     assert said == [(None, "no-destroy")]
+
+
+def test_a_call_through_an_imported_module_is_not_the_scripts_own_function(tmp_path):
+    """`utils.train.save_checkpoint(...)` calls the module's guarded save, not the script's own unused
+    `save_checkpoint` of the same name (round 30's SSQL): that one's torch.save never runs; called by its bare name,
+    it does."""
+    script = """\
+        import torch
+        import torch.distributed as dist
+        import utils
+
+        def main():
+            dist.init_process_group("gloo")
+            utils.train.save_checkpoint({"step": 1}, "checkpoint.pt")
+            dist.destroy_process_group()
+
+        def save_checkpoint(state, filename):
+            torch.save(state, filename)
+
+        if __name__ == "__main__":
+            main()
+    """
+    module = """\
+        import torch
+        import torch.distributed as dist
+
+        def save_checkpoint(state, filename):
+            if dist.get_rank() == 0:
+                torch.save(state, filename)
+    """
+    files = {"train.py": script, "utils/__init__.py": "from .train import *\n", "utils/train.py": module}
+    assert found(write(tmp_path / "a", files)) == set()
+    files["train.py"] = script.replace("utils.train.save_checkpoint(", "save_checkpoint(")
+    assert found(write(tmp_path / "b", files)) == {(None, 11, "unguarded-save")}

@@ -543,11 +543,18 @@ def _buffer_classes(readers: list) -> set[str]:
 def _references(tree: ast.Module) -> dict[str, list[int]]:
     """Each name the file uses (called, passed on, looked up as an attribute, imported) -> the lines it is used on."""
     refs: dict[str, list[int]] = {}
-    for n in static(tree)[0]:
+    nodes = static(tree)[0]
+    modules = {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    for n in nodes:
         if isinstance(n, ast.Name):
             refs.setdefault(n.id, []).append(n.lineno)
         elif isinstance(n, ast.Attribute):
-            refs.setdefault(n.attr, []).append(n.lineno)
+            root = n.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            # `utils.train.save_checkpoint(...)`: a name of that module, not of this file (`module:`, see _uses)
+            key = f"module:{n.attr}" if isinstance(root, ast.Name) and root.id in modules else n.attr
+            refs.setdefault(key, []).append(n.lineno)
             if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):  # a method called by its class
                 refs.setdefault(f"self.{n.attr}", []).append(n.lineno)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
@@ -563,8 +570,9 @@ def _named_at_run_time(
     every function `getattr(utils, "init_dist_%s" % x)` can build (`init_dist_pytorch`, `init_dist_slurm`)."""
     for name, held in registries(list(trees.values()), classes).items():
         for found in refs.values():
-            for cls in held if name in found else ():
-                found.setdefault(cls, []).extend(found[name])
+            lines = found.get(name, []) + found.get(f"module:{name}", [])  # `REGISTRY[...]`, `models.REGISTRY[...]`
+            for cls in held if lines else ():
+                found.setdefault(cls, []).extend(lines)
     built = {
         path: by_name_prefix([n for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "getattr"], parent)
         for path, (nodes, parent) in ((p, static(t)) for p, t in trees.items())
@@ -603,14 +611,20 @@ def _uncalled_spans(
         if id(n) in owner:
             needed = (n.name, owner[id(n)])
             if any(
-                all(any(line not in span or p != path for line in r.get(name, [])) for name in needed)
+                all(any(line not in span or p != path for line in _uses(r, name, p, path)) for name in needed)
                 for p, r in refs.items()
             ) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
                 continue
-        elif any(any(line not in span or p != path for line in r.get(n.name, [])) for p, r in refs.items()):
+        elif any(any(line not in span or p != path for line in _uses(r, n.name, p, path)) for p, r in refs.items()):
             continue
         spans.append((n.lineno, n.end_lineno or n.lineno))
     return spans
+
+
+def _uses(refs: dict[str, list[int]], name: str, where: Path, path: Path) -> list[int]:
+    """The lines of file `where` that use `name` of file `path`: through a module it imports (`utils.f`) only when
+    `where` is another file (a call of an imported module's `f` is not one of this file's own `f`)."""
+    return refs.get(name, []) + (refs.get(f"module:{name}", []) if where != path else [])
 
 
 def _data_parallel_spans(reader: Checks) -> list[tuple[int, int]]:
