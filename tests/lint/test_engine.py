@@ -333,17 +333,24 @@ def test_an_opt_in_rules_findings_are_shown_with_all_only(tmp_path):
     assert (f.confidence, f.why) == ("possible", rule.opt_in)
 
 
-def test_a_run_time_rule_is_sure_in_the_script_and_possible_in_a_module(tmp_path, capsys):
-    """A print on every rank is sure in the script; the same print in an imported module's function is possible
-    (whether every rank runs it shows in a run: Rule.modules_at_run), and the summary points to the sanitizer."""
+def test_a_module_print_is_sure_where_the_script_calls_it_and_possible_under_its_test(tmp_path, capsys):
+    """A print on every rank is sure in the script, and in an imported module's function that the script itself calls
+    on every rank (round 32's FSRE, pachyderm's engine); the same call under a test of the script's own (`if
+    args.ssl:`, a branch a config may never take) is possible (whether it runs shows in a run), and the summary points
+    to the sanitizer."""
     from ddplab.lint import AT_RUN
     from ddplab.lint import lint_file as real
 
     entry = (
-        "import torch.distributed as dist\nfrom helpers import report\ndist.init_process_group('gloo')\n"
+        "import sys\nimport torch.distributed as dist\nfrom helpers import report\ndist.init_process_group('gloo')\n"
         "print('start')\nreport()\ndist.destroy_process_group()\n"
     )
     script = _write(tmp_path, {"t.py": entry, "helpers.py": "def report():\n    print('done')\n"})
+    assert [(f.path and Path(f.path).name, f.rule) for f in real(script).findings] == [
+        (None, "unguarded-print"),
+        ("helpers.py", "unguarded-print"),
+    ]
+    script = _write(tmp_path, {"t.py": entry.replace("report()", "if sys.argv[1:]:\n    report()")})
     assert [(f.path, f.rule) for f in real(script).findings] == [(None, "unguarded-print")]
     module = [f for f in real(script, show_all=True).findings if f.path and f.rule == "unguarded-print"]
     assert [(f.confidence, f.why) for f in module] == [("possible", AT_RUN)]

@@ -251,6 +251,12 @@ class Callers:
     def where(self, site: ast.Call) -> Path | None:
         return next((p for p, r in self.readers.items() if site in r.parent), None)
 
+    def unconditional(self, site: ast.Call) -> bool:
+        """The call runs wherever its function does: no `if` around it there (but `if __name__ == "__main__":`).
+        Under one (`if args.ssl_train: ssl_setting(...)`), whether that branch is the one launched shows in a run."""
+        reader = self.readers[self.where(site)]
+        return not any(isinstance(a, ast.If) and not is_main_block(a) for a in reader.ancestors(site))
+
     def sites(self, path: Path, func: ast.AST) -> list[tuple[Path, ast.Call]]:
         """Calls of `func` by name: in its own file any (not from its own body), in another file only those that
         import it from its module (`from utils.train import train`, `utils.train(...)`). `__init__` is called by
