@@ -680,7 +680,7 @@ def prints(*sites: tuple[int, int, list[int], str | None]) -> dict:
 
 def test_the_same_text_printed_by_every_rank_is_noise_named_with_its_lines(tmp_path):
     ranks = {
-        r: prints((12, 1, [7], "Starting training"), (30, 50, [8, 9 + r], "epoch 0"), (31, 2, [20 + r], "r"))
+        r: prints((12, 1, [7], "Starting training"), (30, 50, [8, 9], "epoch 0"), (31, 2, [20 + r], "r"))
         for r in range(3)
     }
     f = only(readout.read(observed(tmp_path, ranks)), "every-rank-print")
@@ -692,7 +692,9 @@ def test_the_same_text_printed_by_every_rank_is_noise_named_with_its_lines(tmp_p
     assert [line["count"] for line in f.evidence["lines"]] == [{0: 1, 1: 1, 2: 1}, {0: 50, 1: 50, 2: 50}]
 
 
-@pytest.mark.parametrize("case", ["texts of their own", "a rank printed nothing there", "a rank wrote nothing"])
+@pytest.mark.parametrize(
+    "case", ["texts of their own", "own values that coincide", "a rank printed nothing there", "a rank wrote nothing"]
+)
 def test_prints_are_silent_unless_every_rank_printed_the_same_text(tmp_path, case):
     ranks = {0: prints((12, 1, [7], "x")), 1: prints((12, 1, [7], "x"))}
     if case == "texts of their own":  # print(f"rank {rank}: loss {loss}"), or a tensor's print (no text kept)
@@ -700,6 +702,8 @@ def test_prints_are_silent_unless_every_rank_printed_the_same_text(tmp_path, cas
             0: prints((12, 5, [1, 2], "rank 0"), (13, 1, [], None)),
             1: prints((12, 5, [3, 4], "rank 1"), (13, 1, [], None)),
         }
+    elif case == "own values that coincide":  # each rank's own loss, 'loss 0.0000' on both once it saturates
+        ranks = {0: prints((12, 4, [1, 0], "loss 1.0000")), 1: prints((12, 4, [2, 0], "loss 2.0000"))}
     elif case == "a rank printed nothing there":  # `if rank == 0:` around it, or rank 1 printed elsewhere
         ranks[1] = prints((14, 1, [7], "x"))
     assert readout.read(observed(tmp_path, ranks, world=3 if case == "a rank wrote nothing" else 2)).findings == []

@@ -281,13 +281,16 @@ def judge(ranks: dict[int, dict], world: int) -> list[Finding]:
     for where, sites in by_key(ranks, "sites", "where").items():
         if len(sites) < len(ranks):
             continue
-        common = set.intersection(*(set(s["texts"]) for s in sites.values()))
-        if common:
+        texts = [set(s["texts"]) for s in sites.values()]
+        common = set.intersection(*texts)
+        # the same line: no rank said anything there that every rank did not; a line of each rank's own value (its
+        # loss) is not, even where its texts coincide now and then (a loss stuck at 0.0000, a nan)
+        if common and all(t == common for t in texts):
             same.append((where, sites, common))
     if not same:
         return []
     where, sites, _ = same[0]
-    example = next(s["example"] for s in sites.values() if s["example"])
+    example = next(s["example"] for s in sites.values() if s["example"])  # a text every rank printed there
     lines = ", ".join(short(w) for w, _, _ in same[:4]) + (f" and {len(same) - 4} more" if len(same) > 4 else "")
     n = len(ranks)
     observed = (
