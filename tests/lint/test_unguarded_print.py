@@ -427,6 +427,32 @@ def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
 
 
+def test_a_print_filter_installed_by_a_function_handed_over_filters(tmp_path):
+    """The installer's caller is called by a dispatcher, not by name (round 30's SSQL: `parser.set_defaults(
+    func=ssl)`, then `args.func(args)`; ssl() calls init_distributed_mode): the filter is installed, the prints after
+    it are rank 0's. Handed nowhere, nothing installs it."""
+    from lintcase import lint_file
+
+    (tmp_path / "misc.py").write_text(
+        "import builtins\ndef setup_for_distributed(is_master):\n"
+        "    builtin_print = builtins.print\n"
+        "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
+        "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
+        "    setup_for_distributed(rank == 0)\n"
+    )
+    script = HEAD + (
+        "import argparse\nimport misc\n\ndef ssl(args):\n"
+        "    dist.init_process_group('gloo')\n    misc.init_distributed_mode(dist.get_rank())\n"
+        "    print('epoch done')\n    dist.destroy_process_group()\n\n"
+        "parser = argparse.ArgumentParser()\nparser.set_defaults(func=ssl)\nargs = parser.parse_args()\n"
+        "args.func(args)\n"
+    )
+    (tmp_path / "train.py").write_text(script)
+    assert "unguarded-print" not in [f.rule for f in lint_file(tmp_path / "train.py").findings]
+    (tmp_path / "train.py").write_text(script.replace("parser.set_defaults(func=ssl)", "parser.set_defaults()"))
+    assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py", show_all=True).findings]
+
+
 def test_branch_beside_an_else_that_makes_the_group_is_one_process(tmp_path):
     """`if single_gpu: print(...) else: main()` where main (or a module's setup it calls) makes the process group:
     the if branch runs without a group, as one process."""

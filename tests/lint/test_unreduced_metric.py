@@ -529,6 +529,44 @@ def test_sum_over_a_plain_loader_the_caller_hands_over(tmp_path):
     assert "unreduced-metric" not in found
 
 
+def test_a_loader_factory_whose_mode_argument_leaves_the_sampler_out(tmp_path):
+    """`build_dataloader(mode)` builds a DistributedSampler for "train" and none for "validation" (round 30's SSQL):
+    a sum over what the validation call gives is the whole set's; over the train call's, this rank's shard."""
+    data = """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def build_dataloader(mode, ds):
+        if mode == "train":
+            loader = DataLoader(ds, sampler=DistributedSampler(ds), batch_size=4)
+        elif mode == "validation":
+            loader = DataLoader(ds, batch_size=4)
+        return loader
+    """
+    script = """
+    import torch
+    import torch.distributed as dist
+    import data
+
+    def validate(loader, model):
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+        if dist.get_rank() == 0:
+            print("accuracy", correct)
+
+    dist.init_process_group("gloo")
+    ds = torch.utils.data.TensorDataset(torch.ones(8, 2), torch.zeros(8, dtype=torch.long))
+    val_loader = data.build_dataloader("validation", ds)
+    validate(val_loader, torch.nn.Linear(2, 2))
+    dist.destroy_process_group()
+    """
+    entry = write(tmp_path / "a", {"train.py": script, "data.py": data})
+    assert "unreduced-metric" not in {rule for _, _, rule in found(entry, show_all=True)}
+    entry = write(tmp_path / "b", {"train.py": script.replace('"validation", ds', '"train", ds'), "data.py": data})
+    assert "unreduced-metric" in {rule for _, _, rule in found(entry)}
+
+
 def test_project_logger_that_prints_on_rank0_is_a_rank0_report():
     """`logger.log_string(...)` of a Logger whose method prints only under `dist.get_rank() == 0`: a sum over this
     rank's batches handed to it is reported on rank 0. A method whose rank test reads a parameter (`rank=0`, the

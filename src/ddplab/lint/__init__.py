@@ -197,6 +197,7 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.ddp_factories |= factories
         facts.sum_returners.update(reader.sum_returners())
         facts.plain_loader_makers |= reader.plain_loader_makers()
+        facts.loader_branches.update(reader.loader_branches())
         facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.reduce_returners.update(reader.reduce_returners())
@@ -476,6 +477,14 @@ def _filter_installed(readers: list, installers: set[str]) -> bool:
             if (
                 isinstance(n, ast.Call)
                 and reader.function_called(n) in installers
+                and ((func := reader.enclosing_function(n)) is None or func.name not in installers)
+            ):
+                return True
+            if (  # handed over to be called: `parser.set_defaults(func=ssl)` then `args.func(args)`, mp.spawn(main)
+                isinstance(n, (ast.Name, ast.Attribute))
+                and isinstance(n.ctx, ast.Load)
+                and (n.id if isinstance(n, ast.Name) else n.attr) in installers
+                and not (isinstance(reader.parent.get(n), ast.Call) and reader.parent[n].func is n)
                 and ((func := reader.enclosing_function(n)) is None or func.name not in installers)
             ):
                 return True

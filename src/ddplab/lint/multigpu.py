@@ -1103,6 +1103,29 @@ class MultiGpuChecks(ScriptReader):
                 found.add(func.name)
         return found
 
+    def loader_branches(self) -> dict[str, tuple]:
+        """This file's functions whose one returned loader is built with a sampler in one branch and without one in
+        another (`def build_dataloader(mode, ...)`: a DistributedSampler for "train", none for "validation"): name ->
+        (this reader, the function, [(a loader built, without a sampler?)]); the call's constants pick the branch."""
+        found = {}
+        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
+            returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
+            if len(returned) == 1 and isinstance(returned[0], ast.Name):
+                built = [(v, self._plain_loader_call(v)) for v in self._built(returned[0], func)]
+                if len({plain for _, plain in built}) == 2:
+                    found[func.name] = (self, func, built)
+        return found
+
+    def _plain_for_call(self, call: ast.AST) -> bool:
+        """`build_dataloader("validation", cfg)`: every loader the helper can build for this call's constants
+        (ScriptReader.branch_open) has no sampler."""
+        held = self.facts.loader_branches.get(self.callee_last(call)) if isinstance(call, ast.Call) else None
+        if held is None:
+            return False
+        reader, func, built = held
+        reached = [plain for value, plain in built if reader.branch_open(value, func, call)]
+        return bool(reached) and all(reached)
+
     def _plain_loader_call(self, value: ast.AST) -> bool:
         """`DataLoader(ds, batch_size=8)`, `sampler=None` (the default) or `**kwargs` seen without one: the whole
         set."""
@@ -1122,6 +1145,7 @@ class MultiGpuChecks(ScriptReader):
             isinstance(v, ast.Call)
             and self.callee_last(v) in self.facts.plain_loader_makers  # a project helper's
             or self._plain_loader_call(v)
+            or self._plain_for_call(v)
             for v in built
         )
 

@@ -296,6 +296,7 @@ class Facts:
     reduce_returners: dict = field(default_factory=dict)  # function -> positions of its result out of a reducer
     sum_returners: dict = field(default_factory=dict)  # function -> positions of its result that are per-rank sums
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
+    loader_branches: dict = field(default_factory=dict)  # functions whose loader has a sampler in some branches only
     rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
     set_epoch: bool = False  # some file of the project calls set_epoch (on any sampler)
     seeded: bool = False  # some file of the project seeds a random generator (manual_seed, seed_everything, ...)
