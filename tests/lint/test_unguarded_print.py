@@ -406,18 +406,22 @@ def test_function_a_script_with_a_main_block_never_calls_does_not_run():
     assert len(twin) == 1 and len(twin[0].also) == 1  # no main block: load_model's print is read too
 
 
+# DETR's util/misc.py, cut down: setup_for_distributed replaces builtins.print, init_distributed_mode calls it
+DETR_MISC = (
+    "import builtins\ndef setup_for_distributed(is_master):\n"
+    "    builtin_print = builtins.print\n"
+    "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
+    "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
+    "    setup_for_distributed(rank == 0)\n"
+)
+
+
 def test_print_filter_nothing_installs_filters_nothing(tmp_path):
     """DETR's setup_for_distributed (builtins.print replaced) in a module, inside an init_distributed_mode the
     script never calls: every rank still prints."""
     from lintcase import lint_file
 
-    (tmp_path / "misc.py").write_text(
-        "import builtins\ndef setup_for_distributed(is_master):\n"
-        "    builtin_print = builtins.print\n"
-        "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
-        "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
-        "    setup_for_distributed(rank == 0)\n"
-    )
+    (tmp_path / "misc.py").write_text(DETR_MISC)
     script = HEAD + "import misc\n" + SETUP + "print('hello')\ndist.destroy_process_group()\n"
     (tmp_path / "train.py").write_text(script)
     assert "unguarded-print" in [f.rule for f in lint_file(tmp_path / "train.py").findings]
@@ -433,13 +437,7 @@ def test_a_print_filter_installed_by_a_function_handed_over_filters(tmp_path):
     it are rank 0's. Handed nowhere, nothing installs it."""
     from lintcase import lint_file
 
-    (tmp_path / "misc.py").write_text(
-        "import builtins\ndef setup_for_distributed(is_master):\n"
-        "    builtin_print = builtins.print\n"
-        "    def p(*a, **k):\n        if is_master:\n            builtin_print(*a, **k)\n"
-        "    builtins.print = p\n\ndef init_distributed_mode(rank):\n"
-        "    setup_for_distributed(rank == 0)\n"
-    )
+    (tmp_path / "misc.py").write_text(DETR_MISC)
     script = HEAD + (
         "import argparse\nimport misc\n\ndef ssl(args):\n"
         "    dist.init_process_group('gloo')\n    misc.init_distributed_mode(dist.get_rank())\n"
