@@ -376,6 +376,72 @@ def test_a_path_made_from_the_batch_is_possible():
     assert "shared-path-write" in names(payload)  # the batch is what is written, not where
 
 
+def test_a_function_decorated_to_run_on_rank_0_writes_once(tmp_path):
+    """`@master_only` (a project decorator whose wrapper calls the function under `if dist.get_rank() == 0:`, as
+    mmcv's does; vaccslr's save_arg) or Lightning's `@rank_zero_only`: the write runs on rank 0 only. A decorator that
+    calls it on every rank guards nothing."""
+    utils = """
+    import functools
+    import torch.distributed as dist
+
+    def master_only(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if dist.get_rank() == 0:
+                return func(*args, **kwargs)
+        return wrapper
+    """
+    script = """
+    import torch.distributed as dist
+    from utils import master_only
+
+    @master_only
+    def save_arg(cfg):
+        with open("runs/config.yaml", "w") as f:
+            f.write(str(cfg))
+
+    dist.init_process_group("gloo")
+    save_arg({"lr": 0.1})
+    dist.destroy_process_group()
+    """
+    entry = write(tmp_path / "a", {"train.py": script, "utils.py": utils})
+    assert "shared-path-write" not in {rule for _, _, rule in found(entry, show_all=True)}
+    library = script.replace("from utils import master_only", "from lightning.pytorch.utilities import rank_zero_only")
+    entry = write(tmp_path / "b", {"train.py": library.replace("@master_only", "@rank_zero_only")})
+    assert "shared-path-write" not in {rule for _, _, rule in found(entry, show_all=True)}
+    own = {
+        "train.py": script.replace("master_only", "chief_only"),
+        "utils.py": utils.replace("master_only", "chief_only"),
+    }
+    entry = write(tmp_path / "c", own)
+    assert "shared-path-write" not in {rule for _, _, rule in found(entry, show_all=True)}  # known by its body
+    own["utils.py"] = own["utils.py"].replace(
+        "            if dist.get_rank() == 0:\n                return", "            return"
+    )
+    entry = write(tmp_path / "d", own)
+    assert "shared-path-write" in {rule for _, _, rule in found(entry)}
+
+
+def test_a_path_made_from_the_scripts_own_location_is_every_ranks(tmp_path):
+    """`load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "config.json"))` whose helper rewrites
+    the file: `__file__` is the same script on every rank, so the path is one (sanitizer round 14's stepcfg)."""
+    script = """
+    import json
+    import os
+    import torch.distributed as dist
+
+    def load_config(path):
+        with open(path, "w") as f:
+            json.dump({"lr": 0.1}, f)
+
+    dist.init_process_group("gloo")
+    load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "config.json"))
+    dist.destroy_process_group()
+    """
+    entry = write(tmp_path, {"train.py": script})
+    assert "shared-path-write" in {rule for _, _, rule in found(entry)}
+
+
 def test_save_path_held_in_a_dict_slot_made_from_the_rank():
     """`self.meta["path"] = join("Log", f"rank{rank}")`, then `torch.save(..., join(self.meta["path"], f))`: each
     rank its own file; the same slot holding a fixed folder is one file for all."""

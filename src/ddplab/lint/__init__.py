@@ -198,6 +198,7 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         facts.sum_returners.update(reader.sum_returners())
         facts.plain_loader_makers |= reader.plain_loader_makers()
         facts.loader_branches.update(reader.loader_branches())
+        facts.rank0_decorators |= reader.rank0_decorators()
         facts.set_epoch |= bool(reader.calls_by_name.get("set_epoch"))
         facts.seeded |= any(reader.callee_last(c) in SEED_CALLS for c in reader.calls)
         facts.reduce_returners.update(reader.reduce_returners())

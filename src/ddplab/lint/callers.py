@@ -209,19 +209,15 @@ class Callers:
             if not isinstance(n, ast.Name):
                 continue
             parent = reader.parent.get(n)
-            if isinstance(parent, ast.Call) and parent.func is n:
-                continue  # the callee: judged as a call
-            assigned = (
-                [
-                    a
-                    for a in walk_same_function(func.body)
-                    if isinstance(a, ast.Assign)
-                    and a.lineno < at.lineno
-                    and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)
-                ]
-                if func
-                else []
-            )
+            if isinstance(parent, ast.Call) and parent.func is n or n.id == "__file__":
+                continue  # the callee: judged as a call; the script's own path, the same for every rank
+            assigned = [
+                a
+                for a in walk_same_function(func.body if func else reader.tree.body)
+                if isinstance(a, ast.Assign)
+                and a.lineno < at.lineno
+                and any(isinstance(t, ast.Name) and t.id == n.id for t in a.targets)
+            ]
             if assigned:
                 if not all(self._same_everywhere(reader, a.value, a, depth + 1) for a in assigned):
                     return False

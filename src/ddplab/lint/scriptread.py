@@ -34,6 +34,8 @@ GLOBAL_RANK_NAMES = {"rank", "global_rank", "world_rank", "ddp_rank", "my_rank",
 # a device index: the local rank, or the rank of a one-node job: a fine guard for printing, unclear for saving
 DEVICE_INDEX_NAMES = {"gpu", "gpu_id", "gpu_idx", "gpu_index", "device_id", "device_index", "cuda_id", "local_gpu"}
 MAIN_CALLS = {"is_main_process", "is_master", "is_rank_zero", "is_main"}  # `if is_main_process():` helpers
+# decorators that run the function on global rank 0 only (mmcv/mmengine's, Lightning's, accelerate's)
+RANK0_DECORATORS = {"master_only", "rank_zero_only", "on_main_process"}
 MAIN_NAMES = {
     "is_main",
     "is_master",
@@ -297,6 +299,7 @@ class Facts:
     sum_returners: dict = field(default_factory=dict)  # function -> positions of its result that are per-rank sums
     plain_loader_makers: set = field(default_factory=set)  # functions returning a DataLoader with no sampler
     loader_branches: dict = field(default_factory=dict)  # functions whose loader has a sampler in some branches only
+    rank0_decorators: set = field(default_factory=set)  # the project's decorators that run a function on rank 0 only
     rank0_printers: set = field(default_factory=set)  # functions that print or log only under a rank-0 test
     set_epoch: bool = False  # some file of the project calls set_epoch (on any sampler)
     seeded: bool = False  # some file of the project seeds a random generator (manual_seed, seed_everything, ...)
@@ -1502,10 +1505,12 @@ class ScriptReader:
 
     def runs_on_rank0_only(self, node: ast.AST, kinds: frozenset = frozenset({"global"}), depth: int = 0) -> bool:
         """Guarded by a rank-0 test of one of these kinds, directly or because every call of its function is (or
-        in a branch that never runs)."""
+        in a branch that never runs), or its function is decorated to run on rank 0 only (`@master_only`)."""
         if any(g.kind in kinds and g.rank0 for g in self.guards(node)) or self.never_runs(node):
             return True
         func = self.enclosing_function(node)
+        if func is not None and "global" in kinds and self.rank0_decorated(func):
+            return True
         if func is None or depth > 4 or func.name in self.passed:
             return False
         every = self.call_sites(func)
@@ -1513,6 +1518,29 @@ class ScriptReader:
         if every and not sites:
             return True  # no call takes this branch: it runs nowhere
         return bool(sites) and all(self.runs_on_rank0_only(c, kinds, depth + 1) for c in sites)
+
+    def rank0_decorated(self, func: ast.AST) -> bool:
+        return any(
+            last(dotted(d.func if isinstance(d, ast.Call) else d)) in RANK0_DECORATORS | self.facts.rank0_decorators
+            for d in getattr(func, "decorator_list", ())
+        )
+
+    def rank0_decorators(self) -> set[str]:
+        """This file's decorators that call the function they wrap on rank 0 only (`def master_only(func): def
+        wrapper(*a, **k): if dist.get_rank() == 0: return func(*a, **k)`)."""
+        found = set()
+        for deco in (n for n in self.nodes if isinstance(n, ast.FunctionDef) and len(n.args.args) == 1):
+            wrapped = deco.args.args[0].arg
+            calls = [
+                c
+                for inner in deco.body
+                if isinstance(inner, ast.FunctionDef)
+                for c in ast.walk(inner)
+                if isinstance(c, ast.Call) and dotted(c.func) == wrapped
+            ]
+            if calls and all(any(g.kind == "global" and g.rank0 for g in self.guards(c)) for c in calls):
+                found.add(deco.name)
+        return found
 
     def never_runs(self, node: ast.AST, stop: ast.AST | None = None) -> bool:
         """`node` sits (below `stop`) in a branch of an attribute whose truth the project fixes (Facts.attr_truths)
