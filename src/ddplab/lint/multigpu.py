@@ -57,7 +57,8 @@ CUDA_STATE = {"get_rng_state", "set_rng_state", "get_rng_state_all"}  # torch.cu
 DOWNLOADS = {"download_url", "download_and_extract_archive", "download_file_from_google_drive", "urlretrieve"}
 DOWNLOAD_MODULES = ("gdown.", "wget.")
 IMAGE_WRITES = {"savefig", "save_image", "imwrite"}  # a figure or image file
-ARRAY_WRITES = {"numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt"}
+# an array or a config written to a path (OmegaConf.save: Hydra projects record their resolved config so)
+ARRAY_WRITES = {"numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "omegaconf.OmegaConf.save"}
 COPIES = {
     "shutil.copy",
     "shutil.copyfile",
