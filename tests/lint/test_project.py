@@ -1320,3 +1320,53 @@ def test_a_call_through_an_imported_module_is_not_the_scripts_own_function(tmp_p
     assert found(write(tmp_path / "a", files)) == set()
     files["train.py"] = script.replace("utils.train.save_checkpoint(", "save_checkpoint(")
     assert found(write(tmp_path / "b", files)) == {(None, 11, "unguarded-save")}
+
+
+def test_an_attribute_a_base_class_in_another_module_stores_the_rank_in(tmp_path):
+    """`self.device = self._acquire_device()` (LOCAL_RANK) in ExpBasic's module, `if self.device == 0:` in the
+    subclass's (round 33's EEG-signal experiment classes): a local-rank-0 test, its write and print not every rank's.
+    The same attribute also given a non-rank somewhere is not known to be the rank."""
+    basic = """\
+        import os
+        import torch
+
+        class ExpBasic:
+            def __init__(self, log_dir, use_gpu=True):
+                self.log_dir = log_dir
+                self.use_gpu = use_gpu
+                self.device = self._acquire_device()
+
+            def _acquire_device(self):
+                if self.use_gpu:
+                    device = int(os.environ["LOCAL_RANK"])
+                else:
+                    device = torch.device("cpu")
+                return device
+    """
+    exp = """\
+        import os
+        from exp_basic import ExpBasic
+
+        class Exp(ExpBasic):
+            def train(self):
+                if self.device == 0:
+                    print("start training")
+                    with open(os.path.join(self.log_dir, "args.json"), "w") as f:
+                        f.write("{}")
+    """
+    script = """\
+        import os
+        import torch
+        import torch.distributed as dist
+        from exp import Exp
+
+        if __name__ == "__main__":
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            Exp("out").train()
+            dist.destroy_process_group()
+    """
+    files = {"train.py": script, "exp.py": exp, "exp_basic.py": basic}
+    assert {rule for _, _, rule in found(write(tmp_path / "a", files))} == set()
+    files["exp.py"] = exp + "\n        def to_cpu(self):\n            self.device = 'cpu'\n"
+    assert "shared-path-write" in {rule for _, _, rule in found(write(tmp_path / "b", files))}

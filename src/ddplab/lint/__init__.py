@@ -217,6 +217,9 @@ def gather(trees: dict[Path, ast.Module]) -> Facts:
         if reader.calls_by_name.keys() & facts.rank_tests.keys():
             reader.learn_assignments()
     facts.attr_tests = _attribute_tests(readers)
+    for reader in readers:  # what the project's helpers return, known now: `self.device = self._acquire_device()`
+        reader.facts.rank_values = facts.rank_values
+    facts.attr_ranks = _attribute_ranks(readers)
     facts.buffer_classes = _buffer_classes(readers)
     facts.buffer_factories = {
         name for r in readers for name in r.buffer_factories(facts.ddp_factories, facts.buffer_classes)
@@ -353,6 +356,23 @@ def _attribute_tests(readers: list[Checks]) -> dict[str, tuple]:
             if test is None or found.setdefault(n.attr, test) != test:
                 other.add(n.attr)
     return {name: test for name, test in found.items() if name not in other}
+
+
+def _attribute_ranks(readers: list[Checks]) -> dict[str, str]:
+    """Attribute names that every store in the project assigns a rank of one kind (`self.device =
+    self._acquire_device()`, which returns LOCAL_RANK, in a base class's module): `if self.device == 0:` in a
+    subclass's module tests that rank. A name also given anything else is left out."""
+    found: dict[str, str] = {}
+    other: set[str] = set()
+    for reader in readers:
+        for n in reader.nodes:
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                stmt = reader.parent.get(n)
+                value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+                kind = reader.rank_kind(value) if value is not None else None
+                if kind is None or found.setdefault(n.attr, kind) != kind:
+                    other.add(n.attr)
+    return {name: kind for name, kind in found.items() if name not in other}
 
 
 def _attribute_truths(readers: list[Checks], defs: dict, calls: dict) -> dict[str, bool]:

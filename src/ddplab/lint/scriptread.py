@@ -310,6 +310,7 @@ class Facts:
     attr_truths: dict = field(default_factory=dict)  # attribute name -> the one truth every store gives it
     sharding_datasets: set = field(default_factory=set)  # project data sets that build a DistributedSampler inside
     attr_tests: dict = field(default_factory=dict)  # attribute name -> (kind, rank0): every store is that test
+    attr_ranks: dict = field(default_factory=dict)  # attribute name -> kind: every store in the project is that rank
     meter_classes: set = field(default_factory=set)  # project classes whose update() adds to self, never reduced
 
 
@@ -806,6 +807,8 @@ class ScriptReader:
             return held
         if isinstance(expr, ast.Name) and (given := self._param_fact(self.facts.param_ranks, expr)):
             return given
+        if isinstance(expr, ast.Attribute) and (stored := self.facts.attr_ranks.get(expr.attr)):
+            return stored  # `self.device = self._acquire_device()` (LOCAL_RANK) in a base class's module
         return _kind_by_name(last(dotted(expr)).lower())
 
     def _param_fact(self, table: dict, name: ast.Name):
