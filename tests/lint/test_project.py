@@ -1325,7 +1325,8 @@ def test_a_call_through_an_imported_module_is_not_the_scripts_own_function(tmp_p
 def test_an_attribute_a_base_class_in_another_module_stores_the_rank_in(tmp_path):
     """`self.device = self._acquire_device()` (LOCAL_RANK) in ExpBasic's module, `if self.device == 0:` in the
     subclass's (round 33's EEG-signal experiment classes): a local-rank-0 test, its write and print not every rank's.
-    The same attribute also given a non-rank somewhere is not known to be the rank."""
+    An attribute set from a parameter of the same name (`self.device = device`, EarlyStopping(device=self.device))
+    holds what it is handed; the same attribute also given a non-rank somewhere is not known to be the rank."""
     basic = """\
         import os
         import torch
@@ -1346,9 +1347,11 @@ def test_an_attribute_a_base_class_in_another_module_stores_the_rank_in(tmp_path
     exp = """\
         import os
         from exp_basic import ExpBasic
+        from tools import EarlyStopping
 
         class Exp(ExpBasic):
             def train(self):
+                stopper = EarlyStopping(patience=3, device=self.device)
                 if self.device == 0:
                     print("start training")
                     with open(os.path.join(self.log_dir, "args.json"), "w") as f:
@@ -1366,7 +1369,13 @@ def test_an_attribute_a_base_class_in_another_module_stores_the_rank_in(tmp_path
             Exp("out").train()
             dist.destroy_process_group()
     """
-    files = {"train.py": script, "exp.py": exp, "exp_basic.py": basic}
-    assert {rule for _, _, rule in found(write(tmp_path / "a", files))} == set()
+    stopper = """\
+        class EarlyStopping:
+            def __init__(self, patience=3, device=None):
+                self.patience = patience
+                self.device = device
+    """
+    files = {"train.py": script, "exp.py": exp, "exp_basic.py": basic, "tools.py": stopper}
+    assert {rule for _, _, rule in found(write(tmp_path / "a", files))} == set()  # (tools': what it is handed)
     files["exp.py"] = exp + "\n        def to_cpu(self):\n            self.device = 'cpu'\n"
     assert "shared-path-write" in {rule for _, _, rule in found(write(tmp_path / "b", files))}

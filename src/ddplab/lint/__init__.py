@@ -29,6 +29,7 @@ from ddplab.lint.scriptread import (
     Facts,
     _kind_by_name,
     const_str,
+    default_of,
     dotted,
     forget_trees,
     is_main_block,
@@ -369,10 +370,24 @@ def _attribute_ranks(readers: list[Checks]) -> dict[str, str]:
             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
                 stmt = reader.parent.get(n)
                 value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+                if _handed_through(reader, n, value):
+                    continue  # `self.device = device`: whatever its builders hand it (EarlyStopping(device=self.device))
                 kind = reader.rank_kind(value) if value is not None else None
                 if kind is None or found.setdefault(n.attr, kind) != kind:
                     other.add(n.attr)
     return {name: kind for name, kind in found.items() if name not in other}
+
+
+def _handed_through(reader: Checks, target: ast.Attribute, value: ast.AST | None) -> bool:
+    """`self.A = A` in a function whose parameter A defaults to None (or to nothing): it holds what a caller hands
+    over, not a value of its own."""
+    func = reader.enclosing_function(target)
+    if not (isinstance(value, ast.Name) and value.id == target.attr and func is not None):
+        return False
+    default = default_of(func, value.id)
+    return value.id in {a.arg for a in [*func.args.args, *func.args.kwonlyargs]} and (
+        default is None or isinstance(default, ast.Constant) and default.value is None
+    )
 
 
 def _attribute_truths(readers: list[Checks], defs: dict, calls: dict) -> dict[str, bool]:
