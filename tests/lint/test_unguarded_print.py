@@ -42,6 +42,39 @@ def test_rank_guards_in_their_usual_shapes():
     )
 
 
+def test_rank_below_one_is_rank_0_and_one_or_more_the_others():
+    """`if rank < 1:` (rank 0, or -1 without a launcher; round 34's Retro3D) guards like `rank <= 0`; `1 > rank` too;
+    `rank >= 1` is every rank but 0."""
+    src = """
+        rank = dist.get_rank()
+        if rank < 1:
+            print("epoch done")
+            torch.save({}, "model.pt")
+        if 1 > rank:
+            print("saved")
+        if rank >= 1:
+            print("waiting")
+        dist.destroy_process_group()
+    """
+    assert rules(PG, src) == ["unguarded-print"]
+    assert rules(PG, src.replace("rank >= 1", "rank >= 0")) == ["unguarded-print"]
+    assert sorted(rules(PG, src.replace("rank < 1", "rank < 2"))) == ["unguarded-print", "unguarded-save"]
+
+
+def test_a_print_into_redirected_stdout_goes_to_the_file():
+    """`with redirect_stdout(f): print(model)` writes into f, not on the console (round 34's Retro3D)."""
+    src = """
+        from contextlib import redirect_stdout
+        rank = dist.get_rank()
+        with open(f"model_{rank}.txt", "w") as f:
+            with redirect_stdout(f):
+                print("model summary")
+        dist.destroy_process_group()
+    """
+    assert rules(PG, src) == []
+    assert rules(PG, src.replace("with redirect_stdout(f):", "if f:")) == ["unguarded-print"]
+
+
 def test_a_function_called_from_a_guarded_and_an_unguarded_site_is_not():
     bad, good = pair(
         """

@@ -1015,6 +1015,15 @@ class Checks(MultiGpuChecks):
             return last(self.resolve(dotted(owner))) in ("tqdm", "trange") or any(
                 isinstance(v, ast.Call) and self.callee_last(v) in ("tqdm", "trange") for v in made
             )
+        if any(  # `with redirect_stdout(f): print(...)`: it goes to f
+            isinstance(w, (ast.With, ast.AsyncWith))
+            and any(
+                isinstance(i.context_expr, ast.Call) and self.callee_last(i.context_expr) == "redirect_stdout"
+                for i in w.items
+            )
+            for w in self.ancestors(call)
+        ):
+            return False
         return self.callee(call) == "print" or self.callee_last(call) == "pprint" and keyword(call, "stream") is None
 
     def _in_a_launcher(self, call: ast.Call) -> bool:

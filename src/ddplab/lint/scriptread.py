@@ -184,6 +184,10 @@ def keyword(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
+def _is_one(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value == 1
+
+
 def _is_zero(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in (0, "0") and not isinstance(node.value, bool)
 
@@ -898,6 +902,10 @@ class ScriptReader:
             return kind, isinstance(expr.ops[0], ast.Eq)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
             left, op, right = expr.left, expr.ops[0], expr.comparators[0]
+            if _is_one(left) and isinstance(op, (ast.Gt, ast.LtE)):  # `1 > rank`, `1 <= rank`
+                left, right, op = right, left, ast.Lt() if isinstance(op, ast.Gt) else ast.GtE()
+            if _is_one(right) and isinstance(op, (ast.Lt, ast.GtE)):  # `rank < 1` (0, or -1 without a launcher)
+                right, op = ast.Constant(0), ast.LtE() if isinstance(op, ast.Lt) else ast.Gt()
             if _is_zero(left):
                 left, right = right, left
                 op = {ast.Gt: ast.Lt(), ast.Lt: ast.Gt(), ast.GtE: ast.LtE(), ast.LtE: ast.GtE()}.get(type(op), op)
