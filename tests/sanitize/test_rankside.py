@@ -447,6 +447,30 @@ def test_the_window_moves_to_the_optimizer_of_the_ddp_model_from_one_trained_bef
     assert [c["step"] for c in digests] == [1, 2] and all(p[4] for c in digests for p in c["params"])
 
 
+def test_an_optimizer_rebuilt_after_a_warm_up_carries_on_the_count(window, one_process_group):
+    """A warm-up optimizer trains the DDP model, is dropped, and a new one is built (after unfreezing): the window
+    follows the new one from the step count reached, and keeps the warm-up's digests (sanitizer round 15: clipping on
+    rank 0 during the warm-up was otherwise dropped and the divergence put down to a load on rank 0)."""
+    import gc
+
+    w = window(steps=8, checks=("paramsync",))
+    model = DDP(torch.nn.Linear(4, 1))
+    warm_up = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        warm_up.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        warm_up.step()
+    del warm_up
+    gc.collect()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(5):
+        optimizer.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+    assert w.step == 8 and not w.open
+    assert [c["step"] for c in w.observers[0].data()["checks"]] == [1, 2, 8]
+
+
 def test_set_epoch_calls_are_recorded_and_one_made_inside_the_loop_is_late(window):
     w = window(steps=3, checks=("epochorder",))
     data = TensorDataset(torch.arange(64.0).view(64, 1))

@@ -161,6 +161,7 @@ class Window:
             return
         if self.optimizer is None:
             self.optimizer, self.followed = id(optimizer), weakref.ref(optimizer)
+            self.followed_ddp = self._trains_ddp(optimizer)
         elif self.optimizer != id(optimizer) and not self._moves_to(optimizer):
             return
         self.step += 1
@@ -179,8 +180,9 @@ class Window:
         """Another optimizer stepped. The window follows it from now on, counting its steps from 1, when the one it
         followed steps no parameter a DDP wrapper holds (or is gone) and this one does: a model trained on rank 0
         alone before DDP() (a checkpoint to resume from) made the first step there, and the ranks would otherwise
-        digest different optimizers. Decided once per optimizer; a GAN's two optimizers on DDP models stay as they
-        were (the first one counts)."""
+        digest different optimizers. When the one followed trained a DDP model and is gone (a warm-up's optimizer
+        rebuilt), the new one carries on its count and what was seen is kept. Decided once per optimizer; a GAN's
+        two optimizers on DDP models stay as they were (the first one counts)."""
         key = id(optimizer)
         if key in self.passed:
             return False
@@ -190,13 +192,23 @@ class Window:
         if sync is None or not sync.held(optimizer) or (followed is not None and sync.held(followed)):
             return False
         self.passed.add(self.optimizer)
-        self.optimizer, self.followed, self.step = key, weakref.ref(optimizer), 0
+        # the one followed trained a DDP model and is gone: this one carries on the same training (a warm-up's
+        # optimizer rebuilt after unfreezing), its steps counted on from there, what the first one's showed kept
+        handover = followed is None and self.followed_ddp
+        self.optimizer, self.followed, self.followed_ddp = key, weakref.ref(optimizer), True
+        if handover:
+            return True
+        self.step = 0
         for observer in list(self.observers):
             try:
                 observer.restart()
             except Exception as e:  # noqa: BLE001
                 self.fail(observer, e)
         return True
+
+    def _trains_ddp(self, optimizer) -> bool:
+        sync = next((o for o in self.observers if o.ID == "params-diverge"), None)
+        return sync is not None and sync.held(optimizer)
 
     def _hook_init(self, torch) -> None:
         """Wrap init_process_group (torch.distributed's and distributed_c10d's, which scripts import by name) so that
@@ -234,6 +246,7 @@ class Window:
         self.step = 0  # optimizer steps counted so far
         self.optimizer: int | None = None  # id() of the optimizer whose steps count
         self.followed = None  # a weak reference to it
+        self.followed_ddp = False  # it steps a parameter a DDP wrapper holds
         self.passed: set[int] = set()  # the other optimizers that stepped, each decided once (_moves_to)
         self.lock = threading.Lock()  # the rank's file: one writer at a time (a fork may inherit it held)
         self.versions = self.on_disk = 0  # records encoded, and the newest on disk
