@@ -345,7 +345,21 @@ def _attribute_tests(readers: list[Checks]) -> dict[str, tuple]:
     """Attribute names that every store in the project assigns the same rank test (`args.should_save = bool(args.logs)
     and is_master(args)` in main.py): `if args.should_save:` in another module is that test. A name also given a
     rank itself, or anything else, is left out."""
-    found: dict[str, tuple] = {}
+    return _every_store(readers, lambda reader, value: None if reader.rank_kind(value) else reader.rank_test(value))
+
+
+def _attribute_ranks(readers: list[Checks]) -> dict[str, str]:
+    """Attribute names that every store in the project assigns a rank of one kind (`self.device =
+    self._acquire_device()`, which returns LOCAL_RANK, in a base class's module): `if self.device == 0:` in a
+    subclass's module tests that rank. A name also given anything else is left out; a store of what a caller hands
+    over (`self.device = device`: EarlyStopping(device=self.device)) counts neither way."""
+    return _every_store(readers, lambda reader, value: reader.rank_kind(value), skip=_handed_through)
+
+
+def _every_store(readers: list[Checks], fact, skip=None) -> dict:
+    """Attribute name -> what `fact(reader, value)` says of every value the project stores in it, where that is the
+    same for all (and not None); stores `skip(reader, target, value)` passes over do not count."""
+    found: dict = {}
     other: set[str] = set()
     for reader in readers:
         for n in reader.nodes:
@@ -353,29 +367,12 @@ def _attribute_tests(readers: list[Checks]) -> dict[str, tuple]:
                 continue
             stmt = reader.parent.get(n)
             value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
-            test = None if value is None or reader.rank_kind(value) else reader.rank_test(value)
-            if test is None or found.setdefault(n.attr, test) != test:
+            if skip is not None and skip(reader, n, value):
+                continue
+            known = None if value is None else fact(reader, value)
+            if known is None or found.setdefault(n.attr, known) != known:
                 other.add(n.attr)
-    return {name: test for name, test in found.items() if name not in other}
-
-
-def _attribute_ranks(readers: list[Checks]) -> dict[str, str]:
-    """Attribute names that every store in the project assigns a rank of one kind (`self.device =
-    self._acquire_device()`, which returns LOCAL_RANK, in a base class's module): `if self.device == 0:` in a
-    subclass's module tests that rank. A name also given anything else is left out."""
-    found: dict[str, str] = {}
-    other: set[str] = set()
-    for reader in readers:
-        for n in reader.nodes:
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
-                stmt = reader.parent.get(n)
-                value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
-                if _handed_through(reader, n, value):
-                    continue  # `self.device = device`: whatever its builders hand it (EarlyStopping(device=self.device))
-                kind = reader.rank_kind(value) if value is not None else None
-                if kind is None or found.setdefault(n.attr, kind) != kind:
-                    other.add(n.attr)
-    return {name: kind for name, kind in found.items() if name not in other}
+    return {name: known for name, known in found.items() if name not in other}
 
 
 def _handed_through(reader: Checks, target: ast.Attribute, value: ast.AST | None) -> bool:

@@ -1570,15 +1570,7 @@ class Checks(MultiGpuChecks):
         under torch.no_grad() in the first forward after a training step: a forward through the wrapper on rank 0
         alone is a broadcast nobody else joins. Checked by running it: 2 gloo ranks, BatchNorm1d, rank 0 evaluating
         through the wrapper: both ranks stop at "Timed out waiting ... for send operation to complete"."""
-        wrappers = [c for c in self.calls if self.callee_last(c) in DDP_NAMES]
-        syncs = [
-            c
-            for c in wrappers
-            if not any(
-                isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
-                for k in ("broadcast_buffers", "forward_sync_buffers")
-            )
-        ]
+        syncs = [c for c in self.calls if self._syncs_buffers(c)]
         has_buffers = any(self._builds_buffers(c, self.facts.buffer_classes) for c in self.calls)
         # `model = get_model(local_rank)`, a project function that builds a BatchNorm model and wraps it in DDP
         made = any(self.callee_last(c) in self.facts.buffer_factories for c in self.calls)
@@ -1621,16 +1613,15 @@ class Checks(MultiGpuChecks):
             for func in self.nodes
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in factories
             if any(isinstance(c, ast.Call) and self._builds_buffers(c, classes) for c in ast.walk(func))
-            and any(
-                isinstance(c, ast.Call)
-                and self.callee_last(c) in DDP_NAMES
-                and not any(
-                    isinstance(keyword(c, k), ast.Constant) and keyword(c, k).value is False
-                    for k in ("broadcast_buffers", "forward_sync_buffers")
-                )
-                for c in ast.walk(func)
-            )
+            and any(isinstance(c, ast.Call) and self._syncs_buffers(c) for c in ast.walk(func))
         }
+
+    def _syncs_buffers(self, call: ast.Call) -> bool:
+        """A DDP wrapper built with its buffer broadcast on (the default; not `broadcast_buffers=False`)."""
+        return self.callee_last(call) in DDP_NAMES and not any(
+            isinstance(keyword(call, k), ast.Constant) and keyword(call, k).value is False
+            for k in ("broadcast_buffers", "forward_sync_buffers")
+        )
 
     @functools.cached_property
     def _wrapper_params(self) -> dict[ast.AST, set[str]]:

@@ -1095,8 +1095,7 @@ class MultiGpuChecks(ScriptReader):
         """This file's functions that return a DataLoader built without a sampler (`def prepare_dataloader(df,
         cfg): loader = DataLoader(ds, batch_size=...); return loader`): every rank reads the whole set from it."""
         found = set()
-        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
-            returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
+        for func, returned in self._loader_functions():
             if returned and all(
                 self.built_without_sampler(v, func) if isinstance(v, ast.Name) else self._plain_loader_call(v)
                 for v in returned
@@ -1104,13 +1103,17 @@ class MultiGpuChecks(ScriptReader):
                 found.add(func.name)
         return found
 
+    def _loader_functions(self):
+        """(function, the values its returns give) for each of this file's functions that builds a DataLoader."""
+        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
+            yield func, [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
+
     def loader_branches(self) -> dict[str, tuple]:
         """This file's functions whose one returned loader is built with a sampler in one branch and without one in
         another (`def build_dataloader(mode, ...)`: a DistributedSampler for "train", none for "validation"): name ->
         (this reader, the function, [(a loader built, without a sampler?)]); the call's constants pick the branch."""
         found = {}
-        for func in {self.enclosing_function(c) for c in self.calls_by_name.get("DataLoader", [])} - {None}:
-            returned = [r.value for r in walk_same_function(func.body) if isinstance(r, ast.Return)]
+        for func, returned in self._loader_functions():
             if len(returned) == 1 and isinstance(returned[0], ast.Name):
                 built = [(v, self._plain_loader_call(v)) for v in self._built(returned[0], func)]
                 if len({plain for _, plain in built}) == 2:
@@ -1308,8 +1311,7 @@ class MultiGpuChecks(ScriptReader):
         names it is assigned to in this function: whether ranks share it depends on when each started."""
         return any(
             isinstance(n, ast.Call) and last(self.callee(n)) in CLOCK_CALLS
-            for arg in [*call.args, *(k.value for k in call.keywords)]
-            for expr in self._built_from(call, arg)
+            for expr in self._built_from(call)
             for n in ast.walk(expr)
         )
 
@@ -1325,8 +1327,7 @@ class MultiGpuChecks(ScriptReader):
         }
         return bool(bound) and any(
             self._text(expr) and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(expr))
-            for arg in [*call.args, *(k.value for k in call.keywords)]
-            for expr in self._built_from(call, arg)
+            for expr in self._built_from(call)
         )
 
     def _batch_target(self, loop: ast.For) -> ast.AST:
@@ -1346,16 +1347,16 @@ class MultiGpuChecks(ScriptReader):
             return self.callee_last(expr) in ("join", "format")
         return isinstance(expr, ast.JoinedStr) or (isinstance(expr, ast.Constant) and isinstance(expr.value, str))
 
-    def _built_from(self, call: ast.Call, arg: ast.AST) -> list[ast.AST]:
-        """`arg` and the values the names in it are assigned in the function around `call`, transitively: what a
-        written path is built from."""
+    def _built_from(self, call: ast.Call) -> list[ast.AST]:
+        """`call`'s arguments and the values the names in them are assigned in the function around it, transitively:
+        what a written path is built from."""
         scope = self.enclosing_function(call)
         body = scope.body if scope is not None else self.tree.body
         assigned: dict[str, list[ast.AST]] = {}
         for node in walk_same_function(body):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 assigned.setdefault(dotted(node.targets[0]), []).append(node.value)
-        found, todo, seen = [], [arg], set()
+        found, todo, seen = [], [*call.args, *(k.value for k in call.keywords)], set()
         while todo:
             expr = todo.pop()
             found.append(expr)
