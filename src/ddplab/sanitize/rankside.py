@@ -187,9 +187,8 @@ class Window:
         if key in self.passed:
             return False
         self.passed.add(key)
-        sync = next((o for o in self.observers if o.ID == "params-diverge"), None)
         followed = self.followed() if self.followed is not None else None
-        if sync is None or not sync.held(optimizer) or (followed is not None and sync.held(followed)):
+        if not self._trains_ddp(optimizer) or (followed is not None and self._trains_ddp(followed)):
             return False
         self.passed.add(self.optimizer)
         # the one followed trained a DDP model and is gone: this one carries on the same training (a warm-up's
@@ -207,6 +206,7 @@ class Window:
         return True
 
     def _trains_ddp(self, optimizer) -> bool:
+        """The optimizer steps a parameter a live DDP wrapper holds (params-diverge knows them; off: never)."""
         sync = next((o for o in self.observers if o.ID == "params-diverge"), None)
         return sync is not None and sync.held(optimizer)
 
