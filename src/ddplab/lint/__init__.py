@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddplab.errors import DdplabError
+from ddplab.lint import launches as launch_texts
 from ddplab.lint import project as projects
 from ddplab.lint import vocabulary
 from ddplab.lint.callers import Callers, by_name_prefix, registries
 from ddplab.lint.checks import BATCHNORM_MODELS, BUFFER_LAYERS, SEED_CALLS, Checks
 from ddplab.lint.findings import ERROR, POSSIBLE, SURE, WARNING, Finding, LintResult
+from ddplab.lint.launches import Launches
 from ddplab.lint.rules import by_id
 from ddplab.lint.rules import passes as rule_passes
 from ddplab.lint.scriptread import (
@@ -714,6 +716,7 @@ class Seen:
     callers: Callers
     facts: Facts
     spans: list
+    launches: Launches  # what the project's own launch commands say (launcher, machines)
 
 
 def lint_project(
@@ -728,6 +731,7 @@ def lint_project(
     backend = backend_line = None
     readers = {path: Checks(tree, facts) for path, tree in project.trees.items()}
     callers = Callers(readers, project.entries)
+    launches = launch_texts.of_script(project.entries[0])
     rules, passes = by_id(), rule_passes()
     builds_data_parallel = any(r.callee_last(c) == "DataParallel" for r in readers.values() for c in r.calls)
     for rule in rules.values():
@@ -747,7 +751,7 @@ def lint_project(
             spans += [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if is_main_block(n)]
         if not builds_data_parallel:
             spans += _data_parallel_spans(checks)
-        seen = Seen(path, entry, checks, readers, callers, facts, spans)
+        seen = Seen(path, entry, checks, readers, callers, facts, spans, launches)
         for f in checks.findings:
             rule = rules[f.rule]
             f.severity = rule.severity
@@ -783,6 +787,8 @@ def lint_project(
                 f.why = AT_RUN
             if rule.opt_in and f.confidence == SURE:
                 f.confidence, f.why = POSSIBLE, rule.opt_in
+            if rule.doubt is not None and f.confidence == SURE and (doubt := rule.doubt(f, seen)):
+                f.confidence, f.why = POSSIBLE, doubt
             if rule.whole_project and f.confidence == SURE and (unread := project.unread_holding(rule.whole_project)):
                 f.confidence, f.why = POSSIBLE, f"could not read {unread.split(': ')[0]}, which may change this"
             findings.append(f)

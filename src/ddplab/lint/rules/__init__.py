@@ -44,6 +44,8 @@ class Rule:
     opt_in: str = ""
     across: Callable | None = None  # (readers, callers, entries): findings only several files together show
     refine: Callable | None = None  # (finding, Seen) -> keep it?: what the project around a finding says of it
+    # (finding, Seen) -> why it is only possible in this project, or "": what its launch instructions say of it
+    doubt: Callable | None = None
 
 
 @functools.cache

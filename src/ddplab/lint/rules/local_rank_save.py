@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ddplab.lint.checks import Checks
+from ddplab.lint.launches import on_one_machine
 from ddplab.lint.rules import BUG, Rule
 
 RULE = Rule(
@@ -13,6 +14,7 @@ RULE = Rule(
     example="if local_rank == 0:\n    torch.save(...)",
     fix="test the global rank: `if dist.get_rank() == 0`",
     observed="several ranks writing one path",
+    doubt=on_one_machine("local rank 0 is the only writer"),
     check=Checks.check_saving,
     callers_guard=True,
 )

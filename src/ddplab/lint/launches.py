@@ -1,0 +1,116 @@
+"""What a project's own launch instructions say: its shell scripts, Slurm files and docs (README, docs/*.md) name the
+launcher and the number of machines. Some mistakes depend on them and not on the code: one checkpoint writer per
+machine is the only writer on one machine, the global rank is the local one there, and a `--local_rank` flag is
+what the legacy `torch.distributed.launch` passes. A reviewer reads those commands before calling such a line
+wrong; lint does too. Nothing here runs anything: the text is only searched."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# the folder the instructions live in: the first one up from the script's that holds one of these (at most 2 up)
+PROJECT_MARKERS = ("README.md", "README.rst", "README", "README.txt", ".git", "setup.py", "pyproject.toml")
+SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".md", ".rst")
+MAX_FILES, MAX_BYTES, MAX_DEPTH = 300, 256 * 1024, 3
+SKIP_DIRS = {".git", "__pycache__", "node_modules", "site-packages", "build", "dist", "data", "datasets"}
+
+LEGACY = re.compile(r"torch\.distributed\.launch\b")
+ELASTIC = re.compile(r"\btorchrun\b|torch\.distributed\.run\b")
+# a machine count: torchrun/launch's --nnodes (also `--nnodes=1:4`, elastic), Slurm's --nodes / -N
+NODES = re.compile(r"(?:--nnodes|#SBATCH\s+--nodes|#SBATCH\s+-N)[= ]*[\"']?([^\s\"'\\;]+)")
+SCRIPT_NAME = re.compile(r"[\w./-]+\.py\b")
+
+
+@dataclass(frozen=True)
+class Launches:
+    legacy: str = ""  # "file:line" of a `torch.distributed.launch` command
+    elastic: str = ""  # of a torchrun / `torch.distributed.run` command
+    machines: str = ""  # of a launch on several machines (a machine count other than 1, or a variable)
+    one_machine: str = ""  # of a launch whose machine count is 1 or not given
+
+    @property
+    def only_one_machine(self) -> str:
+        """Where a launch is seen on one machine, when none is seen on several: "" otherwise."""
+        return "" if self.machines else self.one_machine
+
+
+def of_script(script: Path) -> Launches:
+    """The launch commands of the project around `script`; those that name the script, when some do. Nothing for
+    a script that is not a file (source handed over as text)."""
+    if not script.is_file():
+        return Launches()
+    root = _project_root(script.resolve().parent)
+    commands = _commands(root)
+    mine = [c for c in commands if script.name in c[1]]
+    named = {os.path.basename(n) for _, text in commands for n in SCRIPT_NAME.findall(text)}
+    # a command naming another script (`torchrun eval.py`) says nothing of this one; one naming none (`$SCRIPT`,
+    # a README's prose) may be about it
+    chosen = mine or [c for c in commands if not (named & {os.path.basename(n) for n in SCRIPT_NAME.findall(c[1])})]
+    found: dict[str, str] = {}
+    for where, text in chosen:
+        kind = "legacy" if LEGACY.search(text) else "elastic" if ELASTIC.search(text) else ""
+        if kind:
+            found.setdefault(kind, where)
+        counts = NODES.findall(text)
+        if any(n not in ("1", "1:1") for n in counts):
+            found.setdefault("machines", where)
+        elif kind or counts:
+            found.setdefault("one_machine", where)
+    return Launches(**found)
+
+
+def on_one_machine(right_there: str):
+    """A rule's doubt: a mistake of several machines is possible only where the project launches on one (and on no
+    more): `right_there` says why the line is right on one machine."""
+
+    def doubt(finding, seen) -> str:
+        where = seen.launches.only_one_machine
+        return f"the project's launch is on one machine ({where}), where {right_there}" if where else ""
+
+    return doubt
+
+
+def _project_root(folder: Path) -> Path:
+    """The first folder up from the script's (at most 2 up) with a README or a project file; else the script's own."""
+    for candidate in [folder, *list(folder.parents)[:2]]:
+        if any((candidate / m).exists() for m in PROJECT_MARKERS):
+            return candidate
+    return folder
+
+
+@functools.lru_cache(maxsize=16)
+def _commands(root: Path) -> tuple[tuple[str, str], ...]:
+    """("file:line", command) for each line of the project's texts that launches something or counts machines, its
+    shell continuation lines (`\\` at the end) joined."""
+    out = []
+    for path in _texts(root):
+        try:
+            text = path.read_bytes()[:MAX_BYTES].decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        lines, start, joined = text.splitlines(), 0, ""
+        for number, line in enumerate(lines, 1):
+            if not joined:
+                start = number
+            joined += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
+            if line.rstrip().endswith("\\"):
+                continue
+            if LEGACY.search(joined) or ELASTIC.search(joined) or NODES.search(joined):
+                out.append((f"{path.relative_to(root)}:{start}", joined))
+            joined = ""
+    return tuple(out)
+
+
+def _texts(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        depth = len(Path(folder).relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
+        found += [Path(folder) / f for f in sorted(files) if f.endswith(SUFFIXES) or f.startswith("README")]
+        if len(found) >= MAX_FILES:
+            return found[:MAX_FILES]
+    return found
