@@ -49,6 +49,8 @@ def _rules(source: str, **kw) -> list[str]:
         "(rank == 0 or not use_ddp) and model is not None",
         "use_ddp and (rank == 0 or rank is None)",
         "not use_ddp or not rank",
+        "(rank == 0) == True",  # round 35's PointHMR: `if is_main_process()==True:`
+        "(rank != 0) is False",
     ],
 )
 def test_a_rank0_guard_is_recognised_in_any_boolean_form(test):
@@ -56,7 +58,15 @@ def test_a_rank0_guard_is_recognised_in_any_boolean_form(test):
 
 
 @pytest.mark.parametrize(
-    "test", ["use_ddp or rank == 0", "rank != 0 or not use_ddp", "rank >= 0", "not (rank == 0 or not use_ddp)"]
+    "test",
+    [
+        "use_ddp or rank == 0",
+        "rank != 0 or not use_ddp",
+        "rank >= 0",
+        "not (rank == 0 or not use_ddp)",
+        "(rank == 0) == False",
+        "(rank == 0) != True",
+    ],
 )
 def test_a_test_that_holds_on_other_ranks_is_no_guard(test):
     assert "unguarded-save" in _rules(SAVE.format(test=test))

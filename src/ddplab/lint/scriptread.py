@@ -839,6 +839,16 @@ class ScriptReader:
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
+        if (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) == 1
+            and isinstance(expr.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+            and any(_is_bool(expr.comparators[0], b) for b in (True, False))
+        ):
+            # `is_main_process() == True`, `(rank == 0) is True`, `is_master != False`: the test itself, said the long way
+            inner = self.rank_test(expr.left, follow_names)
+            same = _is_bool(expr.comparators[0], True) == isinstance(expr.ops[0], (ast.Eq, ast.Is))
+            return (inner[0], inner[1] == same) if inner else None
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             inner = self.rank_test(expr.operand, follow_names)
             if inner is None and isinstance(expr.operand, ast.BoolOp):
