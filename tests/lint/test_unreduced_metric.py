@@ -105,6 +105,14 @@ def test_metric_over_a_loader_built_without_sampler_is_the_whole():
     # `sampler=None` is the default, said aloud (hifi-gan's validation loader, round 11)
     none = whole.replace("DataLoader(test_set, **test_kwargs)", "DataLoader(test_set, sampler=None, batch_size=1)")
     assert "unreduced-metric" not in names(none, show_all=True)
+    # a sampler of torch's over every index, given or named (round 35's MetaFold: `SequentialSampler` for evaluation)
+    for sampler in ("SequentialSampler(test_set)", "every", "BatchSampler(RandomSampler(test_set), 2, False)"):
+        key = "batch_sampler" if "Batch" in sampler else "sampler"
+        seq = whole.replace("DataLoader(test_set, **test_kwargs)", f"DataLoader(test_set, {key}={sampler})").replace(
+            "from torch.utils.data import DataLoader, DistributedSampler",
+            "from torch.utils.data import *\n    every = SequentialSampler(range(8))",
+        )
+        assert "unreduced-metric" not in names(seq, show_all=True), sampler
     assert "unreduced-metric" in names(
         whole.replace('extra = {"num_workers": 1}', 'extra = {"sampler": DistributedSampler(test_set)}')
     )

@@ -74,6 +74,10 @@ REMOVALS = {"os.remove", "os.unlink", "shutil.rmtree"}  # the second rank to rem
 ATTRIBUTE = "attribute"  # check_scaled_twice: an attribute's value is one for the whole file
 
 
+# torch's samplers over every index of the data set: each rank that builds one reads the whole set
+WHOLE_SET_SAMPLERS = {"SequentialSampler", "RandomSampler"}
+
+
 class MultiGpuChecks(ScriptReader):
     """Mixed into Checks: uses its add(), backend and helpers."""
 
@@ -1138,10 +1142,24 @@ class MultiGpuChecks(ScriptReader):
         return not any(
             k.arg in ("sampler", "batch_sampler")
             and not _is_none(k.value)
+            and not self._whole_set_sampler(k.value)
             or k.arg is None
             and self._may_hold_sampler(k.value)
             for k in value.keywords
         )
+
+    def _whole_set_sampler(self, value: ast.AST, depth: int = 0) -> bool:
+        """`SequentialSampler(ds)`, `RandomSampler(ds)` (or a name bound to one, or a BatchSampler over one): every
+        index of the set, on each rank that builds it."""
+        if isinstance(value, ast.Name) and depth < 2:
+            built = self._built(value, self.enclosing_function(value))
+            return bool(built) and all(self._whole_set_sampler(v, depth + 1) for v in built)
+        if not isinstance(value, ast.Call):
+            return False
+        name = self.callee_last(value)
+        if name == "BatchSampler" and value.args:
+            return self._whole_set_sampler(value.args[0], depth)
+        return name in WHOLE_SET_SAMPLERS
 
     def built_without_sampler(self, name: ast.AST, scope: ast.AST | None = None) -> bool:
         built = self._built(name, scope)
