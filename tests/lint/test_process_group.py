@@ -7,6 +7,7 @@ the section comments say which evaluation round (issue 28) a test came from."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from lintcase import HEAD, line_names, lint_file, lint_source, names, names_time, pair
 from lintcase import PG_OPEN as PG
@@ -441,3 +442,31 @@ def test_a_group_of_one_process_may_name_its_rank():
     source += "dist.destroy_process_group()\n"
     assert "sets-rank-env" not in names(source)
     assert "sets-rank-env" in names(source.replace("world_size=1", "world_size=2"))
+
+
+def test_a_group_made_by_a_setup_the_script_runs_is_found_beside_one_nothing_runs(tmp_path):
+    """Two setups in a helper module (round 35's VPD: a Slurm/env variant nothing calls, first; the one the script
+    runs, second) and no destroy anywhere: the group the script makes is never destroyed, at the setup it runs."""
+    utils = (
+        "import os\nimport torch\n\n\ndef init_full(args):\n    torch.distributed.init_process_group('nccl')\n\n\n"
+        "def init_simple(args):\n    torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+        "    torch.distributed.init_process_group(backend='nccl')\n"
+    )
+    train = "import utils\n\n\ndef main():\n    utils.init_simple(None)\n\n\nif __name__ == '__main__':\n    main()\n"
+    script = write(tmp_path, {"train.py": train, "utils.py": utils})
+    found_at = [(Path(f.path).name, f.line) for f in lint_file(script).findings if f.rule == "no-destroy"]
+    assert found_at == [("utils.py", 11)]
+    assert "no-destroy" not in found_names(
+        write(
+            tmp_path,
+            {
+                "train.py": train.replace(
+                    "    main()", "    main()\n    torch.distributed.destroy_process_group()"
+                ).replace("import utils", "import torch\nimport utils")
+            },
+        )
+    )
+
+
+def found_names(path):
+    return {rule for _, rule in found(path)}

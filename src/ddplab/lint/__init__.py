@@ -794,9 +794,11 @@ def lint_project(
             findings.append(f)
     findings.sort(key=lambda f: (f.path is not None, f.path or "", f.line, f.rule))
     # a rule that is one mistake however many files show it (one --local_rank flag, read by each file that picks a
-    # device from it): the first finding (the script's) speaks for all
+    # device from it): the first finding (the script's) speaks for all, a sure one before a possible one
     said: set[str] = set()
-    findings = [f for f in findings if not rules[f.rule].once or (f.rule not in said and not said.add(f.rule))]
+    first = sorted(findings, key=lambda f: f.confidence != SURE)  # stable: in file order within each
+    kept = {id(f) for f in first if not rules[f.rule].once or (f.rule not in said and not said.add(f.rule))}
+    findings = [f for f in findings if id(f) in kept]
     shown = findings if show_all else [f for f in findings if f.confidence == SURE]
     errors = sum(f.level == ERROR for f in shown)
     return LintResult(

@@ -1366,10 +1366,17 @@ class Checks(MultiGpuChecks):
             for c in self.calls
             if self.callee_last(c) == "init_process_group" or self.callee(c) in LIBRARY_GROUP_MAKERS
         ]
-        if inits and not self.destroys_group() and not self.facts.destroys:
-            endless = self._ends_in_endless_loop(inits[0])
+        if not inits or self.destroys_group() or self.facts.destroys:
+            return
+        # the first init of each function: one of them may be a setup nothing calls (a Slurm variant kept beside the
+        # one the script runs); the engine keeps the finding of one that runs (the rule is `once`)
+        firsts = {}
+        for init in inits:
+            firsts.setdefault(self.enclosing_function(init), init)
+        for init in firsts.values():
+            endless = self._ends_in_endless_loop(init)
             self.add(
-                inits[0],
+                init,
                 "no-destroy",
                 WARNING,
                 "the process group is never destroyed: on exit or after an error the other ranks may wait for "
