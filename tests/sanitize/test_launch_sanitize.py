@@ -227,3 +227,30 @@ def test_a_parameter_the_wrappers_reducer_never_averages_is_named_with_why(
     assert f["evidence"]["step"] == step and f["evidence"]["unaveraged"] == unaveraged
     assert said in f["observed"] and "DDP averaged the gradients" not in f["observed"]
     assert ("wrap the model in DDP again" if mistake == "unfreeze" else "before wrapping the model in DDP") in f["fix"]
+
+
+@pytest.mark.parametrize(
+    ("mistake", "said", "not_said"),
+    [
+        ("rank0-load", "rank 0 loaded weights into the wrapped model after DDP's start-up broadcast (", "seed"),
+        ("reinit", "re-initialized in place with a seed of the rank's own", "loaded"),
+    ],
+)
+def test_weights_changed_after_ddps_broadcast_are_named_by_what_changed_them(
+    tmp_path, mistake, said, not_said, no_leftover_workers
+):
+    """The same averaged gradients, other weights: rank 0 loaded a checkpoint into the wrapped model after DDP() (the
+    load seen, and where), or every rank re-initialized a layer with its own seed (no load seen: the change is said
+    as what it can be). Round 16 of the sanitizer's first-sight tests found the second blamed on a load."""
+    found = all_findings(launched(tmp_path, mistake))
+    assert sorted(found) == ["params-diverge"] and len(found["params-diverge"]) == 1, found
+    f = found["params-diverge"][0]
+    assert f["evidence"]["step"] == 1 and said in f["observed"] and not_said not in f["observed"], f["observed"]
+    if mistake == "rank0-load":
+        line = line_of_plant("model.load_state_dict(")
+        assert f"sanitize_plant.py:{line})" in f["observed"] and f["where"].endswith(f"sanitize_plant.py:{line}")
+    assert "before wrapping the model in DDP" in f["fix"]
+
+
+def line_of_plant(text: str) -> int:
+    return next(i for i, line in enumerate(PLANT.read_text().splitlines(), 1) if text in line)

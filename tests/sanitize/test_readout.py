@@ -511,11 +511,11 @@ def test_parameters_that_differ_after_step_1_name_the_first_one_and_the_bypassed
             "no_sync() only around the accumulation",
         ),
         ("outside", "`0.weight` is stepped by the optimizer but is not inside the DDP-wrapped module", "every trained"),
-        ("unexplained", "DDP ran every forward, yet the parameters differ", "load a checkpoint on every rank"),
+        ("unexplained", "DDP ran every forward, yet the parameters differ", "the same on every rank (one seed"),
         # clip_grad_norm_ under `if rank == 0:`: the gradients the step applied differ though DDP averaged them
         ("grads differ", "the ones the step applied differ between the ranks (first `0.weight`)", "clip_grad_norm_"),
-        # a checkpoint loaded on rank 0 only after DDP(): the same gradients, the same settings, other weights
-        ("grads same", "differed before the step", "on rank 0 before wrapping the model in DDP"),
+        # weights changed after DDP() on each rank its own way: the same gradients, the same settings, other weights
+        ("grads same", "differed before the step", "before wrapping the model in DDP"),
         ("lr by rank", "the optimizers differ: `lr` of param group 0 is 0.1 on rank 0, 0.2 on rank 1", "never by"),
         ("optimizer class", "the optimizer is SGD on rank 0, Adam on rank 1", "the same way on every rank"),
     ],

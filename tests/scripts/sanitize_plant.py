@@ -35,7 +35,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
-            "all-save-replace", "all-log", "all-mkdir", "cycle", "cycle-moved", "accum-off-by-one", "late-param", "unfreeze"}
+            "all-save-replace", "all-log", "all-mkdir", "cycle", "cycle-moved", "accum-off-by-one", "late-param", "unfreeze",
+            "rank0-load", "reinit"}
 p = argparse.ArgumentParser()
 p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
 p.add_argument("--out", default=".")
@@ -68,6 +69,11 @@ def main() -> None:
     if "late-param" in planted:
         model.scale = nn.Parameter(torch.ones(1))  # after DDP(): its reducer never hears of it
         model.register_forward_hook(lambda module, inputs, out: out * module.scale)
+    if "rank0-load" in planted and rank == 0:  # after DDP(): its start-up broadcast is over
+        model.load_state_dict({k: v + 0.5 for k, v in model.state_dict().items()})
+    if "reinit" in planted:  # a fresh start after DDP(), seeded per rank
+        torch.manual_seed(rank)
+        model[0].reset_parameters()
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
     if {"cycle", "cycle-moved", "accum-off-by-one", "unfreeze"} & planted:
         steps(ddp, model, optimizer, loader, sampler)

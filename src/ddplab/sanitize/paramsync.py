@@ -80,6 +80,9 @@ class Observer(rankside.Observer):
         self.placed: list[tuple] = []
         self.roles: dict[int, tuple[weakref.ref, bool]] = {}  # id(module) -> (the module, it is a DDP wrapper)
         self.undo: list = []
+        # where weights were loaded into a watched model (a wrapper or the module it wraps), after its DDP() start-up
+        # broadcast: a load on some ranks only is what makes the ranks' weights differ before a step
+        self.loads: list[str | None] = []
         self.depth = 0  # inside a DDP forward
         self.calls = {"ddp": 0, "direct": 0}
         self.direct_where: str | None = None
@@ -102,7 +105,16 @@ class Observer(rankside.Observer):
                 obs.guarded(obs.built, ddp)
 
         DistributedDataParallel.__init__ = __init__
-        self.undo = [(DistributedDataParallel, "__init__", init)]
+        load = torch.nn.Module.load_state_dict
+
+        @functools.wraps(load)
+        def load_state_dict(module, *args, **kwargs):
+            if obs.on and obs._role(module) is not None:
+                obs.guarded(obs._loaded)
+            return load(module, *args, **kwargs)
+
+        torch.nn.Module.load_state_dict = load_state_dict
+        self.undo = [(DistributedDataParallel, "__init__", init), (torch.nn.Module, "load_state_dict", load)]
         # Sharded training, known when it is built (not tested at every step: a call a step costs microseconds)
         for module, name, why in SHARDING:
             afterimport.when_imported(
@@ -184,6 +196,9 @@ class Observer(rankside.Observer):
         if self._role(module):
             self.depth = max(0, self.depth - 1)
 
+    def _loaded(self) -> None:
+        self.loads.append(self.window.where())
+
     def _where_direct(self) -> None:
         self.direct_where = self.window.where()
 
@@ -235,6 +250,8 @@ class Observer(rankside.Observer):
                 "no_sync_backward": synced is False,
                 "unaveraged": self._unaveraged(params, in_ddp),
                 "optimizer": _settings(optimizer),
+                "loads": len(self.loads),
+                "load_where": self.loads[0] if self.loads else None,
             }
         )
 
@@ -671,25 +688,39 @@ def _finding(step: int, checks: dict[int, dict], differ: list[int], agreed: int 
             "change the gradients the same way on every rank: clip_grad_norm_ (and any scaling) on every rank, "
             "between loss.backward() and optimizer.step(); decide to skip a step on a value every rank shares"
         )
-    elif all(c.get("grads") for c in checks.values()):
+    elif len(loads := {r: c.get("loads", 0) for r, c in sorted(checks.items())}) > 1 and len(set(loads.values())) > 1:
+        # some ranks loaded weights into the wrapped model after its start-up broadcast, the others did not
+        loaded = [r for r, n in loads.items() if n]
+        at = next((c["load_where"] for c in checks.values() if c.get("load_where")), None)
+        where = at or where  # the load is where the fix goes
         cause = (
-            "the gradients the step applied were the same on every rank (DDP averaged them) and so were the "
-            "optimizer's settings, yet the weights after it differ: they (or the optimizer's state) differed before "
-            "the step, changed on some ranks only after DDP's start-up broadcast (a checkpoint loaded on rank 0 only "
-            "into the wrapped model)"
+            f"the ranks' weights differed before the step: rank {ranks_text(loaded)} loaded weights into the wrapped "
+            f"model after DDP's start-up broadcast{f' ({short(at)})' if at else ''}, the other ranks did not"
         )
         fix = (
             "load the weights (and the optimizer's state) on every rank, or on rank 0 before wrapping the model in "
             "DDP: its start-up broadcast copies rank 0's weights to every rank, a load after it does not"
         )
     else:
+        grads_same = all(c.get("grads") for c in checks.values())
         cause = (
-            "DDP ran every forward, yet the parameters differ: something changed them on some ranks only "
-            "(a rank-dependent update, or weights loaded on one rank after DDP's start-up broadcast)"
+            (
+                "the gradients the step applied were the same on every rank (DDP averaged them) and so were the "
+                "optimizer's settings, yet the weights after it differ: they differed before the step. "
+            )
+            if grads_same
+            else "DDP ran every forward, yet the parameters differ. "
+        ) + (
+            "Something changed the weights outside optimizer.step() on each rank its own way, after DDP's start-up "
+            "broadcast: re-initialized in place with a seed of the rank's own, restored by arithmetic from a "
+            "perturbation of the rank's own (`p.sub_(e)` does not undo `p.add_(e)` to the last bit), updated by "
+            "hand under a rank test"
+            + (", or loaded from another file on each rank" if any(c.get("loads") for c in checks.values()) else "")
         )
         fix = (
-            "make every change to the parameters the same on every rank: load a checkpoint on every rank "
-            "before wrapping the model in DDP"
+            "make every change to the weights outside the optimizer the same on every rank (one seed, an exact copy "
+            "put back with p.copy_(saved), the same file loaded), or make it before wrapping the model in DDP: its "
+            "start-up broadcast copies rank 0's weights to every rank"
         )
     evidence = {
         "step": step,
