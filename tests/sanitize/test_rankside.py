@@ -591,6 +591,32 @@ def test_a_tqdm_bar_drawn_on_the_console_by_the_users_code_is_kept_as_a_line(win
     assert sites[0]["example"] == "a tqdm progress bar, epoch 0, 3 steps"
 
 
+def test_pprint_on_the_console_from_the_users_code_is_kept_as_a_line(window, tmp_path):
+    """pprint(cfg) writes the dict's pieces, none of them a text the user handed over (sanitizer round 16 missed a
+    config pprinted on every rank): the printer is watched, by its method, so a `from pprint import pprint` taken
+    before the window and a PrettyPrinter of one's own count too; its writes are not counted again."""
+    import io
+    import pprint
+    import zlib
+    from pprint import pprint as early
+
+    original = pprint.PrettyPrinter.pprint
+    cfg = {"model": {"d": 8, "layers": [1, 2, 3]}, "lr": 0.1}
+    w = window(steps=2, checks=("sameprint",))
+    first = _line("early(cfg)")
+    early(cfg)  # kept
+    pprint.PrettyPrinter(indent=4).pprint(cfg)  # kept, with its own format
+    pprint.pp(cfg)  # kept, at this line (pprint's pp between)
+    pprint.pprint(cfg, stream=io.StringIO())  # a stream of its own: nothing
+    sites = {int(s["where"].rpartition(":")[2]) - first: s for s in w.observers[0].data()["sites"]}
+    w.close()
+    assert pprint.PrettyPrinter.pprint is original
+    texts = [pprint.pformat(cfg), pprint.pformat(cfg, indent=4), pprint.pformat(cfg, sort_dicts=False)]
+    assert {k: (s["count"], s["texts"]) for k, s in sites.items()} == {
+        k: (1, [zlib.crc32((t + "\n").encode())]) for k, t in enumerate(texts)
+    }
+
+
 def test_a_parameter_digest_reads_every_value():
     """A difference in one value of 100,000 (a sample of 256 would miss it), in any float dtype, changes the digest."""
     from ddplab.sanitize.paramsync import _digests

@@ -14,7 +14,8 @@ that names the rank makes each rank's line its own). Both wrappers are removed a
 that captured it by then, e.g. `print = functools.partial(print, flush=True)`, passes straight through).
 
 A tqdm progress bar made by the user's code and drawn on the console counts as a line too (its description and
-length are its text): a bar on every rank is N bars redrawn over each other.
+length are its text): a bar on every rank is N bars redrawn over each other; so does `pprint(obj)` (the text it
+formats), watched at PrettyPrinter.pprint.
 
 Reader: a line of code where every rank printed the same text.
 """
@@ -73,6 +74,35 @@ class Observer(rankside.Observer):
         afterimport.when_imported("logging", self._watch_logging, "sanitizer's logging watch")
         # a tqdm progress bar draws itself on stderr by its own writes, not print: each bar made counts as a line
         afterimport.when_imported("tqdm.std", self._watch_tqdm, "sanitizer's tqdm watch")
+        # pprint writes an object's pieces, none of them a text the user's call handed over: its printer is watched
+        # (the method, which `from pprint import pprint` taken before the window and a PrettyPrinter of one's own
+        # both reach)
+        afterimport.when_imported("pprint", self._watch_pprint, "sanitizer's pprint watch")
+
+    def _watch_pprint(self, pprint) -> None:
+        if not self.on:
+            return
+        original = pprint.PrettyPrinter.pprint
+        obs = self
+
+        @functools.wraps(original)
+        def method(printer, obj):
+            if obs.on:
+                obs.guarded(obs._pprinted, printer, obj, sys._getframe(1))
+            return original(printer, obj)
+
+        pprint.PrettyPrinter.pprint = method
+        self.undo.append((pprint.PrettyPrinter, "pprint", original, method))
+
+    def _pprinted(self, printer, obj, frame) -> None:
+        """pprint(obj) or a PrettyPrinter's pprint(obj) on the console, called from the user's code (pprint's own
+        functions between, `pp()`, skipped): the text it formats."""
+        if id(getattr(printer, "_stream", None)) not in self.console:
+            return
+        while frame is not None and frame.f_globals.get("__name__") == "pprint":
+            frame = frame.f_back
+        if frame is not None and is_user(frame.f_code.co_filename):
+            self._seen(_line(frame), printer.pformat(obj) + "\n")
 
     def _watch_tqdm(self, std) -> None:
         if not self.on:
@@ -212,7 +242,13 @@ def _echoed_from(frame, text: str, depth: int = 6):
     callee = None
     while frame is not None and depth > 0 and not is_user(frame.f_code.co_filename):
         # print's own writes (ddplab's print, seen as a print), logging's (seen as records), Python's own reports
-        if frame.f_globals.get("__name__", "").split(".")[0] in ("ddplab", "logging", "warnings", "traceback"):
+        if frame.f_globals.get("__name__", "").split(".")[0] in (
+            "ddplab",
+            "logging",
+            "warnings",
+            "traceback",
+            "pprint",
+        ):
             return None
         callee, frame, depth = frame, frame.f_back, depth - 1
     if frame is None or callee is None or not is_user(frame.f_code.co_filename):
