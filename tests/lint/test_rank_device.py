@@ -74,6 +74,14 @@ def test_local_rank_flag_only_when_it_picks_the_device_and_the_env_is_never_read
     )
     assert rules(flag + copied) == ["local-rank-argparse"]
     assert rules(flag + "args.local_rank = dist.get_rank() % 8\ntorch.cuda.set_device(args.local_rank)\n") == []
+    # a constant stored in the branch of one process (round 35's MathPoseGNN: `else: self.local_rank = 0`) replaces
+    # nothing the launched ranks use
+    fallback = (
+        "class Engine:\n    def __init__(self):\n        if int(os.environ.get('WORLD_SIZE', 1)) > 1:\n"
+        "            self.local_rank = args.local_rank\n            torch.cuda.set_device(self.local_rank)\n"
+        "        else:\n            self.local_rank = 0\nEngine()\n"
+    )
+    assert rules(flag + fallback) == ["local-rank-argparse"]
 
 
 def test_the_old_launcher_passes_a_dashed_flag_a_local_rank_parser_refuses(tmp_path, no_leftover_workers):

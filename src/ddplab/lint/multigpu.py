@@ -104,10 +104,11 @@ class MultiGpuChecks(ScriptReader):
         if not dests or self.facts.reads_local_rank_env:  # gathered from every file, this one too
             return
         stored = self.facts.stored_attrs
-        if any(stored[d] - dests for d in dests & stored.keys()):
+        if any(stored[d] - dests - {"="} for d in dests & stored.keys()):
             # `args.local_rank = dist.get_rank() % gpus` in the script: the flag's value is replaced before any device
             # is picked, also where an options module's set_dist(args) reads it (`cfg.local_rank = args.local_rank`
-            # replaces nothing: it copies the flag)
+            # replaces nothing: it copies the flag; nor does a constant, the same on every rank: `self.local_rank =
+            # 0` in the branch of one process without a group, round 35's MathPoseGNN)
             return
         # where the value is copied to (`config.LOCAL_RANK = args.local_rank`, else only constants): the flag's too
         dests = dests | {attr for attr, kinds in stored.items() if kinds & dests and kinds <= dests | {"="}}
