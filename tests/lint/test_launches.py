@@ -67,6 +67,11 @@ def test_a_launch_of_another_script_says_nothing_of_this_one(tmp_path):
 def test_the_local_rank_flag_is_possible_where_the_legacy_launcher_passes_it(tmp_path):
     readme = "Train:\n\n    python -m torch.distributed.launch --nproc_per_node=8 train.py\n"
     legacy = write(tmp_path / "legacy", {"train.py": FLAG, "README.md": readme}).parent
+    # the README's name in any case (round 36's PytorchOCR: readme.md), found up from a script in a folder of its own
+    lower = write(
+        tmp_path / "lower", {"tools/train.py": FLAG, "readme.md": readme.replace(" train.py", " tools/train.py")}
+    )
+    assert _verdict(lower.parent, "local-rank-argparse")[0] == "possible"
     assert _verdict(legacy, "local-rank-argparse") == (
         "possible",
         "the project launches with torch.distributed.launch (README.md:3), which passes the flag",

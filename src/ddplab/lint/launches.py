@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # the folder the instructions live in: the first one up from the script's that holds one of these (at most 2 up)
-PROJECT_MARKERS = ("README.md", "README.rst", "README", "README.txt", ".git", "setup.py", "pyproject.toml")
+PROJECT_MARKERS = (".git", "setup.py", "pyproject.toml")  # and a README in any case: readme.md, README.rst
 SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".md", ".rst")
 MAX_FILES, MAX_BYTES, MAX_DEPTH = 300, 256 * 1024, 3
 SKIP_DIRS = {".git", "__pycache__", "node_modules", "site-packages", "build", "dist", "data", "datasets"}
@@ -77,7 +77,7 @@ def on_one_machine(right_there: str):
 def _project_root(folder: Path) -> Path:
     """The first folder up from the script's (at most 2 up) with a README or a project file; else the script's own."""
     for candidate in [folder, *list(folder.parents)[:2]]:
-        if any((candidate / m).exists() for m in PROJECT_MARKERS):
+        if any((candidate / m).exists() for m in PROJECT_MARKERS) or _readmes(candidate):
             return candidate
     return folder
 
@@ -110,7 +110,18 @@ def _texts(root: Path) -> list[Path]:
     for folder, dirs, files in os.walk(root):
         depth = len(Path(folder).relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
-        found += [Path(folder) / f for f in sorted(files) if f.endswith(SUFFIXES) or f.startswith("README")]
+        found += [Path(folder) / f for f in sorted(files) if f.lower().endswith(SUFFIXES) or _is_readme(f)]
         if len(found) >= MAX_FILES:
             return found[:MAX_FILES]
     return found
+
+
+def _is_readme(name: str) -> bool:
+    return name.lower().startswith("readme")
+
+
+def _readmes(folder: Path) -> bool:
+    try:
+        return any(_is_readme(p.name) and p.is_file() for p in folder.iterdir())
+    except OSError:
+        return False
