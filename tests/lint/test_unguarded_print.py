@@ -637,3 +637,58 @@ def test_a_name_set_only_on_rank0_and_none_elsewhere_is_the_rank_test():
     assert "unguarded-print" not in names(source)
     assert "unguarded-print" not in names(source.replace("if not writer:", "if writer is None:"))
     assert "unguarded-print" in names(source.replace("if local_rank == 0:", "if local_rank >= 0:"))
+
+
+# ------------------------------------------------------------------------------------------- round 36 (issue 39)
+
+DEAD_HELPERS = """\
+import os
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Sampler:
+    def sample(self, model, x):
+        return model(x)
+
+
+def sample(model, sampler):
+    print("Sample batch")
+    return sampler.sample(model, torch.randn(2, 4))
+
+
+def run(main_fn, world_size):
+    print("Running DDP with world size: ", world_size)
+    mp.spawn(main_fn, args=(world_size,), nprocs=world_size, join=True)
+
+
+def main(world_size):
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        run = world_size  # a local of main(), not the function run()
+        print("world", run)
+    print("Data loaded!")
+    net = torch.nn.Linear(4, 4)
+    net.load_state_dict(torch.load("model.pt"))
+    model = DDP(net)
+    out = Sampler().sample(model, torch.randn(2, 4))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(world_size=2)
+"""
+
+
+def test_helpers_nothing_calls_are_dead_whatever_shares_their_names():
+    """Round 36's GraphaRNA, launched by torchrun: `sample()` and `run()` are never called (`sampler.sample(...)` is
+    another object's method; `run` in main() is a local), so their prints are not the ranks'; and the mp.spawn in
+    run() does not make the script its own launcher, so main()'s print and load run on every rank."""
+    found = lint_source(DEAD_HELPERS, "train.py").findings
+    lines = {f.rule: [f.line, *f.also] for f in found}
+    assert lines["unguarded-print"] == [28] and lines["load-no-map-location"] == [30], lines
+    # called, they run: sample()'s print on every rank; run() spawns the ranks, and main() is then each rank's
+    called = DEAD_HELPERS.replace("    out = Sampler()", "    sample(model, Sampler())\n    out = Sampler()")
+    assert {14, 28} <= {line for f in lint_source(called, "train.py").findings for line in [f.line, *f.also]}

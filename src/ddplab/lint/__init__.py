@@ -38,6 +38,7 @@ from ddplab.lint.scriptread import (
     keyword,
     last,
     passed,
+    shadowed_loads,
     static,
 )
 
@@ -589,15 +590,19 @@ def _references(tree: ast.Module) -> dict[str, list[int]]:
     refs: dict[str, list[int]] = {}
     nodes = static(tree)[0]
     modules = {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    shadowed = shadowed_loads(nodes)  # `run = wandb.init()` in a function: its `run` is not the module's run()
     for n in nodes:
         if isinstance(n, ast.Name):
-            refs.setdefault(n.id, []).append(n.lineno)
+            if id(n) not in shadowed:
+                refs.setdefault(n.id, []).append(n.lineno)
         elif isinstance(n, ast.Attribute):
             root = n.value
             while isinstance(root, ast.Attribute):
                 root = root.value
-            # `utils.train.save_checkpoint(...)`: a name of that module, not of this file (`module:`, see _uses)
-            key = f"module:{n.attr}" if isinstance(root, ast.Name) and root.id in modules else n.attr
+            # `utils.train.save_checkpoint(...)`: a name of that module, not of this file (`module:`, see _uses);
+            # `sampler.sample(...)`: an attribute of some object (`.sample`), a method's name or another file's
+            # function, never this file's own top-level `sample()`
+            key = f"module:{n.attr}" if isinstance(root, ast.Name) and root.id in modules else f".{n.attr}"
             refs.setdefault(key, []).append(n.lineno)
             if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):  # a method called by its class
                 refs.setdefault(f"self.{n.attr}", []).append(n.lineno)
@@ -614,7 +619,7 @@ def _named_at_run_time(
     every function `getattr(utils, "init_dist_%s" % x)` can build (`init_dist_pytorch`, `init_dist_slurm`)."""
     for name, held in registries(list(trees.values()), classes).items():
         for found in refs.values():
-            lines = found.get(name, []) + found.get(f"module:{name}", [])  # `REGISTRY[...]`, `models.REGISTRY[...]`
+            lines = found.get(name, []) + found.get(f"module:{name}", []) + found.get(f".{name}", [])
             for cls in held if lines else ():
                 found.setdefault(cls, []).extend(lines)
     built = {
@@ -655,7 +660,7 @@ def _uncalled_spans(
         if id(n) in owner:
             needed = (n.name, owner[id(n)])
             if any(
-                all(any(line not in span or p != path for line in _uses(r, name, p, path)) for name in needed)
+                all(any(line not in span or p != path for line in _uses(r, name, p, path, True)) for name in needed)
                 for p, r in refs.items()
             ) or any(line not in span for line in refs[path].get(f"self.{n.name}", [])):
                 continue
@@ -665,10 +670,12 @@ def _uncalled_spans(
     return spans
 
 
-def _uses(refs: dict[str, list[int]], name: str, where: Path, path: Path) -> list[int]:
+def _uses(refs: dict[str, list[int]], name: str, where: Path, path: Path, attribute: bool = False) -> list[int]:
     """The lines of file `where` that use `name` of file `path`: through a module it imports (`utils.f`) only when
-    `where` is another file (a call of an imported module's `f` is not one of this file's own `f`)."""
-    return refs.get(name, []) + (refs.get(f"module:{name}", []) if where != path else [])
+    `where` is another file (a call of an imported module's `f` is not one of this file's own `f`); as an attribute
+    of some object (`x.f`) where `where` is another file, or the name is a method's or a class's (`attribute`)."""
+    found = refs.get(name, []) + (refs.get(f".{name}", []) if attribute or where != path else [])
+    return found + (refs.get(f"module:{name}", []) if where != path else [])
 
 
 def _data_parallel_spans(reader: Checks) -> list[tuple[int, int]]:

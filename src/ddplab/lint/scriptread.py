@@ -259,6 +259,29 @@ def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
             stack.extend(ast.iter_child_nodes(node))
 
 
+def shadowed_loads(nodes: list[ast.AST]) -> set[int]:
+    """ids of the Names that are a local of their function (`run = wandb.init(...)`, then `run.name`): a local
+    assigned anywhere in a function is that function's own name throughout it, not the module's function `run`."""
+    found: set[int] = set()
+    for func in nodes:
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = list(walk_same_function(func.body))
+        declared = {name for n in body if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        args = func.args
+        local = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+        local |= {n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        local |= {
+            (a.asname or a.name).split(".")[0]
+            for n in body
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
+        local -= declared
+        found |= {id(n) for n in body if isinstance(n, ast.Name) and n.id in local}
+    return found
+
+
 def calls_in(body: list[ast.stmt]) -> list[ast.Call]:
     return [n for n in walk_same_function(body) if isinstance(n, ast.Call)]
 
@@ -375,7 +398,7 @@ class ScriptReader:
         )
         self.sets_device = self.sets_device_here() or self.facts.sets_device
         # mp.spawn / start_processes: the script is its own launcher (sets MASTER_ADDR, runs the parent once)
-        self.spawns = any(self.callee(c) in SPAWN_CALLS for c in self.calls)
+        self.spawns = any(self.callee(c) in SPAWN_CALLS and not self._in_dead_function(c) for c in self.calls)
         self.learn_assignments()
         self.ddp_names: dict[str, int] = {}  # `model = DDP(...)`: the wrapper's name -> line
         self.ddp_scopes: dict[str, set] = {}  # the wrapper's name -> the functions it is a local of (None: attribute)
@@ -836,6 +859,19 @@ class ScriptReader:
         if key not in table:
             return None
         return None if name.id in self.stores(func) else table[key]
+
+    def _in_dead_function(self, node: ast.AST) -> bool:
+        """In a function of this file's top level that nothing here names, in a file whose `__main__` block says
+        how it runs (round 36's GraphaRNA: an mp.spawn helper kept beside the torchrun path, never called)."""
+        func = self.enclosing_function(node)
+        if func is None or func not in self.tree.body or not any(is_main_block(n) for n in self.tree.body):
+            return False
+        shadowed = shadowed_loads(self.nodes)
+        return not any(
+            isinstance(n, ast.Name) and n.id == func.name and id(n) not in shadowed
+            for n in self.nodes
+            if not isinstance(n, ast.Name) or isinstance(n.ctx, ast.Load)
+        )
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
         """(kind, rank0) when `expr` tests the rank: rank0 is True when the test holds on rank 0 only."""
