@@ -53,7 +53,8 @@ def test_one_writer_per_machine_is_possible_where_the_project_launches_on_one(tm
     # a machine count other than 1 anywhere among the script's launches (continued lines joined, Slurm's too) makes
     # it a mistake again; so does a project that says nothing of its launch
     two = "torchrun \\\n  --nnodes=2 --nproc_per_node=4 \\\n  train.py\n"
-    for files in ({"run.sh": two}, {"job.slurm": "#SBATCH --nodes=4\nsrun python train.py\n"}, {}):
+    ranked = "python -m torch.distributed.launch --nproc_per_node=8 --node_rank=$RANK train.py\n"
+    for files in ({"run.sh": two}, {"job.slurm": "#SBATCH --nodes=4\nsrun python train.py\n"}, {"a.sh": ranked}, {}):
         folder = write(tmp_path / str(len(list(tmp_path.iterdir()))), {"train.py": SAVES, **files}).parent
         assert _verdict(folder, "local-rank-save")[0] == "sure", files
     assert of_script(write(tmp_path / "t", {"train.py": SAVES, "run.sh": two})).machines == "run.sh:1"

@@ -22,6 +22,8 @@ LEGACY = re.compile(r"torch\.distributed\.launch\b")
 ELASTIC = re.compile(r"\btorchrun\b|torch\.distributed\.run\b")
 # a machine count: torchrun/launch's --nnodes (also `--nnodes=1:4`, elastic), Slurm's --nodes / -N
 NODES = re.compile(r"(?:--nnodes|#SBATCH\s+--nodes|#SBATCH\s+-N)[= ]*[\"']?([^\s\"'\\;]+)")
+# a machine's number among several: `--node_rank=$NODE_RANK`, `--node-rank 1` (0 alone is also one machine's)
+NODE_RANK = re.compile(r"--node[_-]rank[= ]*[\"']?([^\s\"'\\;]+)")
 SCRIPT_NAME = re.compile(r"[\w./-]+\.py\b")
 
 
@@ -56,7 +58,7 @@ def of_script(script: Path) -> Launches:
         if kind:
             found.setdefault(kind, where)
         counts = NODES.findall(text)
-        if any(n not in ("1", "1:1") for n in counts):
+        if any(n not in ("1", "1:1") for n in counts) or any(n != "0" for n in NODE_RANK.findall(text)):
             found.setdefault("machines", where)
         elif kind or counts:
             found.setdefault("one_machine", where)
