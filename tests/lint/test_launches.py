@@ -9,7 +9,7 @@ import textwrap
 from lintcase import write
 
 from ddplab.lint import lint_file, lint_source
-from ddplab.lint.launches import of_script
+from ddplab.lint.launches import Launches, of_script
 
 SAVES = """\
     import os
@@ -90,3 +90,17 @@ def test_source_without_a_file_reads_no_launch(tmp_path, monkeypatch):
     findings = lint_source(textwrap.dedent(SAVES), "train.py", show_all=True).findings
     (finding,) = [f for f in findings if f.rule == "local-rank-save"]
     assert finding.confidence == "sure"
+
+
+def test_a_script_with_no_project_around_it_reads_its_own_folders_not_its_neighbours(tmp_path):
+    """No README or project file up from the script: its own folders count (CenterLineDet's bash/*.bash), a folder
+    that is a project of its own beside it (another clone in the same /tmp) does not."""
+    script = write(
+        tmp_path,
+        {
+            "train.py": SAVES,
+            "bash/train.bash": "python -m torch.distributed.launch --nproc_per_node=4 train.py\n",
+            "other/README.md": "torchrun --nnodes=2 train.py\n",
+        },
+    )
+    assert of_script(script) == Launches(legacy="bash/train.bash:1", one_machine="bash/train.bash:1")

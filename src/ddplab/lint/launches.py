@@ -15,7 +15,8 @@ from pathlib import Path
 # the folder the instructions live in: the first one up from the script's that holds one of these (at most 2 up)
 PROJECT_MARKERS = (".git", "setup.py", "pyproject.toml")  # and a README in any case: readme.md, README.rst
 SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".md", ".rst")
-MAX_FILES, MAX_BYTES, MAX_DEPTH = 300, 256 * 1024, 3
+# a project's texts: enough for its scripts/ and docs/, bounded for a script in a big folder (/tmp, a home folder)
+MAX_FILES, MAX_FOLDERS, MAX_BYTES, MAX_DEPTH = 300, 100, 256 * 1024, 3
 SKIP_DIRS = {".git", "__pycache__", "node_modules", "site-packages", "build", "dist", "data", "datasets"}
 
 LEGACY = re.compile(r"torch\.distributed\.launch\b")
@@ -45,8 +46,8 @@ def of_script(script: Path) -> Launches:
     a script that is not a file (source handed over as text)."""
     if not script.is_file():
         return Launches()
-    root = _project_root(script.resolve().parent)
-    commands = _commands(root)
+    root, marked = _project_root(script.resolve().parent)
+    commands = _commands(root, marked)
     mine = [c for c in commands if script.name in c[1]]
     named = {os.path.basename(n) for _, text in commands for n in SCRIPT_NAME.findall(text)}
     # a command naming another script (`torchrun eval.py`) says nothing of this one; one naming none (`$SCRIPT`,
@@ -76,20 +77,26 @@ def on_one_machine(right_there: str):
     return doubt
 
 
-def _project_root(folder: Path) -> Path:
-    """The first folder up from the script's (at most 2 up) with a README or a project file; else the script's own."""
+def _project_root(folder: Path) -> tuple[Path, bool]:
+    """The first folder up from the script's (at most 2 up) with a README or a project file; else the script's own
+    (False: with no mark of a project, its folders that are projects of their own are not read: a script alone in
+    /tmp or a home folder is not any neighbour's)."""
     for candidate in [folder, *list(folder.parents)[:2]]:
-        if any((candidate / m).exists() for m in PROJECT_MARKERS) or _readmes(candidate):
-            return candidate
-    return folder
+        if _is_project(candidate):
+            return candidate, True
+    return folder, False
+
+
+def _is_project(folder: Path) -> bool:
+    return any((folder / m).exists() for m in PROJECT_MARKERS) or _readmes(folder)
 
 
 @functools.lru_cache(maxsize=16)
-def _commands(root: Path) -> tuple[tuple[str, str], ...]:
+def _commands(root: Path, marked: bool) -> tuple[tuple[str, str], ...]:
     """("file:line", command) for each line of the project's texts that launches something or counts machines, its
     shell continuation lines (`\\` at the end) joined."""
     out = []
-    for path in _texts(root):
+    for path in _texts(root, marked):
         try:
             text = path.read_bytes()[:MAX_BYTES].decode("utf-8", errors="replace")
         except OSError:
@@ -107,13 +114,20 @@ def _commands(root: Path) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _texts(root: Path) -> list[Path]:
+def _texts(root: Path, marked: bool) -> list[Path]:
     found: list[Path] = []
-    for folder, dirs, files in os.walk(root):
+    for visited, (folder, dirs, files) in enumerate(os.walk(root)):
         depth = len(Path(folder).relative_to(root).parts)
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and depth < MAX_DEPTH)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in SKIP_DIRS
+            and not d.startswith(".")
+            and depth < MAX_DEPTH
+            and (marked or not _is_project(Path(folder) / d))
+        )
         found += [Path(folder) / f for f in sorted(files) if f.lower().endswith(SUFFIXES) or _is_readme(f)]
-        if len(found) >= MAX_FILES:
+        if len(found) >= MAX_FILES or visited >= MAX_FOLDERS:
             return found[:MAX_FILES]
     return found
 
