@@ -692,3 +692,35 @@ def test_helpers_nothing_calls_are_dead_whatever_shares_their_names():
     # called, they run: sample()'s print on every rank; run() spawns the ranks, and main() is then each rank's
     called = DEAD_HELPERS.replace("    out = Sampler()", "    sample(model, Sampler())\n    out = Sampler()")
     assert {14, 28} <= {line for f in lint_source(called, "train.py").findings for line in [f.line, *f.also]}
+
+
+def test_a_print_two_calls_down_in_the_module_the_script_calls_is_every_ranks(tmp_path):
+    """Round 37's compositional_SLMs: the script builds a module's dataset on every rank and its __init__ calls
+    `self.load()`, which prints; a module helper calling another is read the same way. Built on rank 0 only, or
+    called under an `if` of the module's own, it is not every rank's print."""
+    from lintcase import lint_file, write
+
+    dataset = (
+        "class TextDataset:\n    def __init__(self, path):\n        self.rows = self.load(path)\n\n"
+        "    def load(self, path):\n        print('loading', path)\n        return [1, 2]\n\n\n"
+        "def build(path):\n    return helper(path)\n\n\ndef helper(path):\n    print('built', path)\n    return path\n"
+    )
+    script = (
+        "import os\nimport torch.distributed as dist\nfrom dataset import TextDataset, build\n\n"
+        "dist.init_process_group('gloo')\nTextDataset('train.txt')\nbuild('x')\ndist.destroy_process_group()\n"
+    )
+    train = write(tmp_path / "a", {"train.py": script, "dataset.py": dataset})
+    printed = [(f.path, f.line, f.also) for f in lint_file(train).findings if f.rule == "unguarded-print"]
+    assert [(p.rsplit("/", 1)[-1], line, also) for p, line, also in printed] == [("dataset.py", 6, [15])]
+    guarded = script.replace(
+        "TextDataset('train.txt')\nbuild('x')", "if dist.get_rank() == 0:\n    TextDataset('t')\n    build('x')"
+    )
+    assert "unguarded-print" not in {
+        f.rule
+        for f in lint_file(write(tmp_path / "b", {"train.py": guarded, "dataset.py": dataset}), show_all=True).findings
+    }
+    inner_if = dataset.replace(
+        "        self.rows = self.load(path)", "        if path:\n            self.rows = self.load(path)"
+    )
+    inner = write(tmp_path / "c", {"train.py": script, "dataset.py": inner_if})
+    assert [f.line for f in lint_file(inner).findings if f.rule == "unguarded-print"] == [16]  # one line down

@@ -100,9 +100,11 @@ class Callers:
         self._memo[key] = found
         return found
 
-    def called_by_script(self, path: Path, func: ast.AST) -> ast.Call | None:
+    def called_by_script(self, path: Path, func: ast.AST, depth: int = 0) -> ast.Call | None:
         """A call of `func` written in the script itself that runs on every rank: the script decides who runs it
-        (a print in a logger or meter several calls away is the library's own business)."""
+        (a print in a logger or meter of another module is the library's own business). Or a call under no `if`
+        in a function of `func`'s own module that the script calls so, up to two calls down (a dataset's __init__
+        calling `self.load()`, which prints; a helper calling its module's other helper): that call then."""
         found = next(
             (
                 site
@@ -111,7 +113,16 @@ class Callers:
             ),
             None,
         )
-        return found or self._handed_by_script(path, func)
+        found = found or self._handed_by_script(path, func)
+        if found is not None or depth >= 2:
+            return found
+        for where, site in self.sites(path, func):
+            outer = self.readers[where].enclosing_function(site)
+            if where == path and outer not in (None, func) and where not in self.entries and self.unconditional(site):
+                up = self.called_by_script(path, outer, depth + 1)
+                if up is not None and self.unconditional(up):
+                    return site
+        return None
 
     def _handed_by_script(self, path: Path, func: ast.AST, depth: int = 0, every: bool = True) -> ast.Call | None:
         """The call that hands `func` over (`mp.spawn(ddp_main, ...)`): the script's own, with ddp_main imported from
