@@ -470,3 +470,18 @@ def test_a_group_made_by_a_setup_the_script_runs_is_found_beside_one_nothing_run
 
 def found_names(path):
     return {rule for _, rule in found(path)}
+
+
+def test_a_main_block_that_puts_the_model_on_a_gpu_needs_gpus_whatever_the_backend():
+    """Round 38's Grad-W: `model.cuda()` in the `__main__` block, its GPU picked through CUDA_VISIBLE_DEVICES: the
+    script cannot run without GPUs, so a literal "nccl" costs nothing more. On the GPU only when one is there, it
+    runs on CPUs too, and the literal stops it."""
+    src = (
+        "import os\nimport torch\nimport torch.distributed as dist\n\nif __name__ == '__main__':\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = os.environ['LOCAL_RANK']\n"
+        "    dist.init_process_group(backend='nccl')\n    model = torch.nn.Linear(4, 4)\n    model.cuda()\n"
+        "    ddp = torch.nn.parallel.DistributedDataParallel(model)\n    dist.destroy_process_group()\n"
+    )
+    assert "nccl-hardcoded" not in {f.rule for f in lint_source(src, "train.py", show_all=True).findings}
+    maybe = src.replace("    model.cuda()\n", "    if torch.cuda.is_available():\n        model.cuda()\n")
+    assert "nccl-hardcoded" in {f.rule for f in lint_source(maybe, "train.py").findings}

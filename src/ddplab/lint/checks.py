@@ -545,7 +545,10 @@ class Checks(MultiGpuChecks):
                 isinstance(n, ast.Call) and self.callee_last(n) in wrappers for n in walk_same_function(func.body)
             ):
                 continue
-            for stmt in func.body:
+            # the script's `if __name__ == "__main__":` block runs whenever the script does (round 38's Grad-W:
+            # `model.cuda()` there, its GPU picked by CUDA_VISIBLE_DEVICES)
+            main = [s for b in func.body if isinstance(func, ast.Module) and is_main_block(b) for s in b.body]
+            for stmt in [*func.body, *main]:
                 if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
                     self._needs_cuda(n) for n in _unconditional(stmt.value)
                 ):
