@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
 # Frames that are not the user's: the interpreter, installed packages, torch, ddplab's own bootstrap and rank-side
-# hooks (diagnose/: their folder before issue 38, for the logs of older versions).
+# hooks (the sanitizer's wrappers of DDP, load_state_dict, print...; diagnose/: their folder before issue 38, for
+# the logs of older versions).
 LIBRARY_PATH = re.compile(
     r"site-packages|dist-packages|^<frozen |^<string>$|/lib/python3[.\d]*/|[\\/]torch[\\/]"
-    r"|[\\/]ddplab[\\/](?:launcher|boot|flight|explain|lint|perf[\\/]profhook\.py|diagnose|dist\.py)"
+    r"|[\\/]ddplab[\\/](?:launcher|boot|flight|explain|lint|perf[\\/]profhook\.py|diagnose|dist\.py|sanitize"
+    r"|afterimport\.py)"
     r"|[\\/]bin[\\/](?:torchrun|accelerate|deepspeed|lightning|python[\d.]*)$"
 )  # launchers' scripts
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*?(?:Error|Exception|Interrupt|Exit|Warning|Timeout\w*)):?\s?(.*)$")

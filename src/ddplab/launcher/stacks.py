@@ -198,7 +198,17 @@ def format_stack(frames: list[dict]) -> str:
 
 
 def _launcher_frame(filename: str) -> bool:
-    return filename.endswith(f"launcher{os.sep}bootstrap.py") or "runpy" in filename
+    """The bootstrap that started the script, or ddplab's hooks inside the rank (the sanitizer's wrappers of DDP,
+    load_state_dict, print; the Flight Recorder boot; the profiler's step hook): they stand between the user's
+    line and torch's in a traceback, and are not where the user's code failed."""
+    return (
+        filename.endswith(f"launcher{os.sep}bootstrap.py") or "runpy" in filename or bool(_RANK_HOOKS.search(filename))
+    )
+
+
+_RANK_HOOKS = re.compile(
+    r"[\\/]ddplab[\\/](?:sanitize[\\/]|boot[\\/]|flight[\\/]|afterimport\.py$|perf[\\/]profhook\.py$)"
+)
 
 
 def describe(stacks: list[RankStack], endpoint: str | None) -> str:
