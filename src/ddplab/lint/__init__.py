@@ -34,11 +34,11 @@ from ddplab.lint.scriptread import (
     default_of,
     dotted,
     forget_trees,
+    function_locals,
     is_main_block,
     keyword,
     last,
     passed,
-    shadowed_loads,
     static,
 )
 
@@ -590,7 +590,7 @@ def _references(tree: ast.Module) -> dict[str, list[int]]:
     refs: dict[str, list[int]] = {}
     nodes = static(tree)[0]
     modules = {a.asname or a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
-    shadowed = shadowed_loads(nodes)  # `run = wandb.init()` in a function: its `run` is not the module's run()
+    shadowed = function_locals(nodes)  # `run = wandb.init()` in a function: its `run` is not the module's run()
     for n in nodes:
         if isinstance(n, ast.Name):
             if id(n) not in shadowed:

@@ -259,7 +259,7 @@ def walk_same_function(body: list[ast.stmt], into_loops: bool = True):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def shadowed_loads(nodes: list[ast.AST]) -> set[int]:
+def function_locals(nodes: list[ast.AST]) -> set[int]:
     """ids of the Names that are a local of their function (`run = wandb.init(...)`, then `run.name`): a local
     assigned anywhere in a function is that function's own name throughout it, not the module's function `run`."""
     found: set[int] = set()
@@ -866,11 +866,10 @@ class ScriptReader:
         func = self.enclosing_function(node)
         if func is None or func not in self.tree.body or not any(is_main_block(n) for n in self.tree.body):
             return False
-        shadowed = shadowed_loads(self.nodes)
+        shadowed = function_locals(self.nodes)
         return not any(
-            isinstance(n, ast.Name) and n.id == func.name and id(n) not in shadowed
+            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id == func.name and id(n) not in shadowed
             for n in self.nodes
-            if not isinstance(n, ast.Name) or isinstance(n.ctx, ast.Load)
         )
 
     def rank_test(self, expr: ast.AST, follow_names: bool = True) -> tuple[str, bool] | None:
