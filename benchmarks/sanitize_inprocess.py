@@ -23,8 +23,10 @@ import time
 CHECKS = ("samebatch", "epochorder", "paramsync", "placement")
 
 
-def block(torch, sanitize: bool, steps: int) -> float:
-    """CPU seconds of `steps` template steps, from the first step's start; a window of `steps` - 1 when sanitized."""
+def block(torch, sanitize: bool, steps: int, checks: tuple[str, ...] = CHECKS, clock=time.thread_time) -> float:
+    """CPU seconds of `steps` template steps, from the first step's start; a window of `steps` - 1 when sanitized.
+    `clock` is read once before the first step and once after the last (benchmarks/sanitize_instructions.py passes
+    one that turns valgrind's count on and off)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -32,7 +34,7 @@ def block(torch, sanitize: bool, steps: int) -> float:
 
     window, folder = None, tempfile.TemporaryDirectory(prefix="ddplab-sanitize-inprocess-")
     if sanitize:
-        window = rankside.Window(folder.name, steps - 1, CHECKS)
+        window = rankside.Window(folder.name, steps - 1, checks)
         window.attach(torch)
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(4096, 16, generator=g)
@@ -45,7 +47,7 @@ def block(torch, sanitize: bool, steps: int) -> float:
     ddp = DDP(model)
     loss_fn = torch.nn.MSELoss()
     done, epoch = 0, 0
-    start = time.thread_time()
+    start = clock()
     while done < steps:
         sampler.set_epoch(epoch)
         epoch += 1
@@ -56,7 +58,7 @@ def block(torch, sanitize: bool, steps: int) -> float:
             done += 1
             if done == steps:
                 break
-    spent = time.thread_time() - start
+    spent = clock() - start
     if window is not None:  # the window closed at its last step; what lingers (a sampler's __iter__) goes now
         for observer in list(window.observers):
             observer.stop()
