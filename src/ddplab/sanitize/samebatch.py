@@ -80,6 +80,9 @@ class Observer(rankside.Observer):
         # learnt from its first batch (0 until then) and again at each flush; 1 for a loader that yields GPU tensors,
         # whose sampled values cross to the CPU at once (a GPU batch kept would hold the device's memory)
         self.holds: list[int] = []
+        # per loader, how its first batch was read (plan()): its later batches are read the same way while their
+        # tensor has the same shape past the batch dimension; None until then
+        self.plans: list[tuple | None] = []
         # Replays: a pass of a shuffling loader that ended (StopIteration), whose very batch tensors are then fed to a
         # DDP wrapper again with no new pass begun (itertools.cycle(loader), a list of its batches): every later epoch
         # is the first one's order. Weak references to each batch's picked tensor, by pass, then by tensor.
@@ -168,6 +171,7 @@ class Observer(rankside.Observer):
         self.by_loader[loader] = len(self.loaders)
         self.loaders.append(record)
         self.holds.append(0)
+        self.plans.append(None)
 
     def started(self, loader, it) -> None:
         index = self.by_loader.get(loader)
@@ -235,24 +239,24 @@ class Observer(rankside.Observer):
         """Read the batches kept: the rows to hash (a GPU batch's cross to the CPU now), hashed by flush() once
         PENDING_BYTES of them wait."""
         pending, self.pending = self.pending, []
-        torch, kept, largest = self.torch, self.kept, {}
+        kept, largest = self.kept, {}
         for record, taken, index, batch in pending:
             room = PASS_SAMPLES - taken[0]
             if room <= 0:
                 self._unwatched(record)
                 continue
-            picked = pick(torch, batch)
+            picked = self.plan(index, batch)
             if picked is None:
                 continue
-            t, shape, width = picked
+            t, shape, width, cpu, dtype, row_bytes = picked
             fed = self.fed.get(id(record))
             if fed is not None:  # the very tensor the script gets: fed to a DDP wrapper again, a replay (ended())
                 fed.append(weakref.ref(t))
             n = min(room, ROWS, shape[0])
             taken[0] += n
-            if t.is_cpu:  # as it is where it can be (the template's batch): no torch call for it
+            if cpu:  # as it is where it can be (the template's batch): no torch call for it
                 rows = t if n == shape[0] and width <= COLS and len(shape) == 2 else sample_rows(t, n, width)
-                size = t.nbytes  # what the rows keep alive
+                size = shape[0] * row_bytes  # what the rows keep alive
                 if size > largest.get(index, 0):
                     largest[index] = size
             else:  # a GPU batch: only the values read cross to the CPU
@@ -261,11 +265,36 @@ class Observer(rankside.Observer):
             self.kept_bytes += size
             # (dtype, values per sample read: a row of more than COLS is read at COLS of them): what one product can
             # hash together
-            kept.append((record, rows, n, t.dtype, min(width, COLS)))
+            kept.append((record, rows, n, dtype, min(width, COLS)))
         for index, size in largest.items():  # never more than the loader's largest batch so far allows
             self.holds[index] = min(self.holds[index] or HOLD, max(1, PENDING_BYTES // max(1, size)))
         if self.kept_bytes > PENDING_BYTES:
             self.flush()
+
+    def plan(self, index: int, batch) -> tuple | None:
+        """pick() and what read() asks of the tensor picked (on the CPU, dtype, bytes a sample), the way loader
+        `index`'s first batch was read while a batch is the same kind of container and its tensor at the same place
+        has the same shape past the batch dimension: one torch call (its shape) instead of a dozen (13,000
+        instructions a batch). A tensor elsewhere grown larger is not looked for: ranks that read the same batches
+        read them the same way, which is all the fingerprints compare."""
+        plan = self.plans[index]
+        if plan is not None:
+            kind, size, key, rest, width, cpu, dtype, row_bytes = plan
+            if type(batch) is kind and (key is None or len(batch) == size):
+                t = batch if key is None else batch[key]
+                if isinstance(t, self.torch.Tensor):
+                    shape = t.shape
+                    if shape[1:] == rest and shape[0]:
+                        return t, shape, width, cpu, dtype, row_bytes
+        picked = pick(self.torch, batch)
+        if picked is None:
+            return None
+        t, shape, width = picked
+        found = (t, shape, width, t.is_cpu, t.dtype, t.nbytes // shape[0])
+        if plan is None and type(batch) in (list, tuple, self.torch.Tensor):
+            key = None if t is batch else next(i for i, x in enumerate(batch) if x is t)
+            self.plans[index] = (type(batch), None if key is None else len(batch), key, shape[1:], *found[2:])
+        return found
 
     def ended(self, it) -> None:
         """A pass came to its end (the loader's iterator raised StopIteration): its batches become replayable, and
@@ -441,7 +470,9 @@ def _subset(dataset) -> dict | None:
 
 
 def _hex(chunks: list) -> str:
-    """The hex of the 64-bit words of a pass's chunks of fingerprints (numpy arrays of uint64, or lists of ints)."""
+    """The hex of the 64-bit words of a pass's chunks of fingerprints (numpy arrays of uint64, or lists of ints):
+    bytes.hex, about 115 instructions a fingerprint, is CPython's cheapest text of them (binascii's base64 costs
+    more)."""
     return b"".join(c.tobytes() if hasattr(c, "tobytes") else array("Q", c).tobytes() for c in chunks).hex()
 
 
@@ -505,6 +536,9 @@ def hash_rows(torch, rows):
         return _crc_rows(torch, rows)
     import numpy
 
+    if values.itemsize < 8 and values.shape[1] * values.itemsize % 8 == 0:
+        # a row's bytes read as 64-bit words: a half or a quarter of the products, and no widening copy first
+        values = numpy.ascontiguousarray(values).view(numpy.int64)
     return (values @ _weights(values.shape[1])).view(numpy.uint64)  # unsigned: as array("Q") holds them
 
 
