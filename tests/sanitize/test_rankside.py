@@ -168,6 +168,21 @@ def test_batches_are_read_as_they_came_however_many_wait_and_only_a_stepped_load
     assert trained["trained"] and not evaluated["trained"]
 
 
+def test_a_loaders_later_batches_are_read_as_its_first_until_their_tensor_changes_shape(window):
+    """A loader's later batches are read the way its first was (the same place in the batch) while the tensor there
+    keeps its shape past the batch dimension; a batch where it changed (sequences padded per batch) is looked at
+    anew: either way what is fingerprinted is the batch's largest tensor, as fingerprints() reads it."""
+    w = window(steps=50, checks=("samebatch",))
+    g = torch.Generator().manual_seed(0)
+    widths = (8, 8, 2, 8)  # the third batch's second tensor shrank: its first is the largest there
+    batches = [(torch.randn(4, 3, generator=g), torch.randn(4, n, generator=g)) for n in widths]
+    for _ in DataLoader(batches, batch_size=None):
+        pass
+    (passed,) = w.observers[0].data()["loaders"][0]["passes"]
+    assert _samples(passed) == [f for b in batches for f in fingerprints(torch, b, 1024)]
+    assert fingerprints(torch, batches[2], 1024) == fingerprints(torch, batches[2][0], 1024)
+
+
 def test_a_parameter_beside_the_wrapped_model_is_named_by_the_users_variable(window, one_process_group):
     """A learnable temperature kept beside the DDP model (CLIP's logit_scale) and given to the optimizer: no module
     holds it, so its name is the variable the user's code holds it in (the finding said `parameter #2`)."""
