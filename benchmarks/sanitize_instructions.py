@@ -7,13 +7,13 @@ file), and with each check alone (the window's cost in it).
 
 Timed figures on a shared 2-core VM move by more than the sanitizer costs (the same plain step measured 820 and
 1,450 us of CPU within a minute: sanitize_inprocess.py); an instruction count hardly does: the plain run counted
-twice differs by under 0.1 %, a sanitized one by up to 0.25 % of the plain step (its writer thread's turns). What it cannot see is what instructions do not show (cold caches, a system call's time), so
-the timed benchmarks stay the figures of record for time; this one tells whether a change cut the work, and which
-check costs what. Counted: only the steps (callgrind's count is turned on at the first step's start and off after
-the last, by callgrind_control; what the two calls themselves add is counted by an empty pair and taken off),
-every thread (the rank's writer thread too). `--base DIR` counts another tree's sanitizer (its src/) beside this
-one's, in the same run. Needs valgrind (`apt-get install valgrind`); each run takes about 40 s (torch's import
-under valgrind).
+twice differs by under 0.1 %, a sanitized one by up to 0.25 % of the plain step (its writer thread's turns). What
+it cannot see is what instructions do not show (cold caches, a system call's time), so the timed benchmarks stay
+the figures of record for time; this one tells whether a change cut the work, and which check costs what.
+Counted: only the steps (callgrind's count is turned on at the first step's start and off after the last, by
+callgrind_control; what the two calls themselves add is counted by an empty pair and taken off), every thread (the
+rank's writer thread too). `--base DIR` counts another tree's sanitizer (its src/) beside this one's, in the same
+run. Needs valgrind (`apt-get install valgrind`); each run takes about 40 s (torch's import under valgrind).
 """
 
 from __future__ import annotations
