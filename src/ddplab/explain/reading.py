@@ -8,14 +8,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ddplab import inrank
+
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
-# Frames that are not the user's: the interpreter, installed packages, torch, ddplab's own bootstrap and rank-side
-# hooks (the sanitizer's wrappers of DDP, load_state_dict, print...; diagnose/: their folder before issue 38, for
-# the logs of older versions).
+# Frames that are not the user's: the interpreter, installed packages, torch, ddplab's launcher and readers, and its
+# modules inside the rank (ddplab.inrank; diagnose/ and dist.py: where older versions had them, for their logs).
 LIBRARY_PATH = re.compile(
     r"site-packages|dist-packages|^<frozen |^<string>$|/lib/python3[.\d]*/|[\\/]torch[\\/]"
-    r"|[\\/]ddplab[\\/](?:launcher|boot|flight|explain|lint|perf[\\/]profhook\.py|diagnose|dist\.py|sanitize"
-    r"|afterimport\.py)"
+    rf"|[\\/]ddplab[\\/](?:launcher|explain|lint|diagnose|dist\.py|{inrank.MODULES})"
     r"|[\\/]bin[\\/](?:torchrun|accelerate|deepspeed|lightning|python[\d.]*)$"
 )  # launchers' scripts
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*?(?:Error|Exception|Interrupt|Exit|Warning|Timeout\w*)):?\s?(.*)$")

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddplab import inrank
+
 STACK_TIMEOUT_S = 10.0
 
 # Python calls a rank waits in for the others: name (py-spy's, qualified by class where there is one) -> kind.
@@ -198,17 +200,14 @@ def format_stack(frames: list[dict]) -> str:
 
 
 def _launcher_frame(filename: str) -> bool:
-    """The bootstrap that started the script, or ddplab's hooks inside the rank (the sanitizer's wrappers of DDP,
-    load_state_dict, print; the Flight Recorder boot; the profiler's step hook): they stand between the user's
-    line and torch's in a traceback, and are not where the user's code failed."""
+    """The bootstrap that started the script, or ddplab's modules inside the rank (ddplab.inrank): they stand
+    between the user's line and torch's in a traceback, and are not where the user's code failed."""
     return (
         filename.endswith(f"launcher{os.sep}bootstrap.py") or "runpy" in filename or bool(_RANK_HOOKS.search(filename))
     )
 
 
-_RANK_HOOKS = re.compile(
-    r"[\\/]ddplab[\\/](?:sanitize[\\/]|boot[\\/]|flight[\\/]|afterimport\.py$|perf[\\/]profhook\.py$)"
-)
+_RANK_HOOKS = re.compile(rf"[\\/]ddplab[\\/](?:{inrank.MODULES})")
 
 
 def describe(stacks: list[RankStack], endpoint: str | None) -> str:
