@@ -523,7 +523,8 @@ def sample_rows(t, n: int, width: int):
 
 def hash_rows(torch, rows):
     """One 64-bit number per row (a numpy array of uint64; a list of ints without numpy): the row's bit patterns
-    read as integers (bfloat16's and bool's too: torch reinterprets them in place), times fixed odd 64-bit weights,
+    read as integers (bfloat16's and bool's too: torch reinterprets them in place; 64-bit words of them where the
+    row's bytes make whole words), times fixed odd 64-bit weights,
     summed with wrap-around - one vectorised product for all rows. Equal rows give equal numbers in every process;
     distinct rows collide with odds near 2**-64, and a weight per position tells a sample from the same values in
     another order."""
