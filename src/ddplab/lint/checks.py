@@ -547,7 +547,7 @@ class Checks(MultiGpuChecks):
                 continue
             # the script's `if __name__ == "__main__":` block runs whenever the script does (round 38's Grad-W:
             # `model.cuda()` there, its GPU picked by CUDA_VISIBLE_DEVICES)
-            main = [s for b in func.body if isinstance(func, ast.Module) and is_main_block(b) for s in b.body]
+            main = [s for b in func.body if is_main_block(b) for s in b.body] if isinstance(func, ast.Module) else []
             for stmt in [*func.body, *main]:
                 if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
                     self._needs_cuda(n) for n in _unconditional(stmt.value)

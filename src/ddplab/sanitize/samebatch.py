@@ -224,8 +224,8 @@ class Observer(rankside.Observer):
             batch = list(batch.values())
         self.pending.append((record, taken, index, batch))
         hold = self.holds[index]
-        if not hold:  # the loader's first batch: its size
-            picked = pick(self.torch, batch)
+        if not hold:  # the loader's first batch: its size (and the loader's plan, which read() then follows)
+            picked = self.plan(index, batch)
             hold = self.holds[index] = 1 if picked is None else _hold(picked[0])
         if len(self.pending) >= hold:
             self.read()
