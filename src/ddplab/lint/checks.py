@@ -540,7 +540,7 @@ class Checks(MultiGpuChecks):
         backend, so a hard-coded nccl costs nothing more (a module of the project's counts for the script too:
         Facts.gpu_training). The module's own top level counts as such a function (a script with no functions)."""
         wrappers = DDP_NAMES | self.facts.ddp_factories  # DDP, or the project's function that returns a DDP model
-        for func in [self.tree, *self.nodes]:
+        for func in self.nodes:  # the module itself first (nodes[0])
             if not isinstance(func, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)) or not any(
                 isinstance(n, ast.Call) and self.callee_last(n) in wrappers for n in walk_same_function(func.body)
             ):
