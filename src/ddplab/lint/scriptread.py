@@ -827,6 +827,11 @@ class ScriptReader:
             return self._held(self.held_kind, expr) or (_kind_by_name(key.lower()) if key else None)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and self.rank_kind(expr.left):
             return "local"  # rank % gpus_per_node: the index on this machine
+        if isinstance(expr, ast.IfExp):
+            # `dist.get_rank() if dist.is_initialized() else 0`, read as the if/else statement is: the rank (the
+            # constant is the one process's value)
+            kinds = {self.rank_kind(b) for b in (expr.body, expr.orelse) if not isinstance(b, ast.Constant)}
+            return kinds.pop() if len(kinds) == 1 else None
         if not isinstance(expr, (ast.Name, ast.Attribute)):
             return None
         held = self._held(self.held_kind, expr)
