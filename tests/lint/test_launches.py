@@ -104,3 +104,20 @@ def test_a_script_with_no_project_around_it_reads_its_own_folders_not_its_neighb
         },
     )
     assert of_script(script) == Launches(legacy="bash/train.bash:1", one_machine="bash/train.bash:1")
+
+
+def test_a_file_whose_name_begins_with_readme_is_no_readme(tmp_path):
+    """A log named readme_try.log beside the script's folder does not make the folder above a project: its
+    neighbours' notes (a note naming torch.distributed.launch) are not the script's launch."""
+    script = write(
+        tmp_path,
+        {
+            "corpus/train.py": SAVES,
+            "readme_try.log": "ddplab check\n",
+            "briefs/round.md": "python -m torch.distributed.launch --nproc_per_node=2 train.py\n",
+        },
+    )
+    assert of_script(script) == Launches()
+    assert of_script(
+        write(tmp_path / "p", {"train.py": SAVES, "README.zh-CN.md": "torchrun --nnodes=1 train.py\n"})
+    ) == (Launches(elastic="README.zh-CN.md:1", one_machine="README.zh-CN.md:1"))

@@ -18,6 +18,7 @@ SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".md", ".rst")
 # a project's texts: enough for its scripts/ and docs/, bounded for a script in a big folder (/tmp, a home folder)
 MAX_FILES, MAX_FOLDERS, MAX_BYTES, MAX_DEPTH = 300, 100, 256 * 1024, 3
 SKIP_DIRS = {".git", "__pycache__", "node_modules", "site-packages", "build", "dist", "data", "datasets"}
+README_SUFFIXES = ("", ".md", ".rst", ".txt", ".markdown")
 
 LEGACY = re.compile(r"torch\.distributed\.launch\b")
 ELASTIC = re.compile(r"\btorchrun\b|torch\.distributed\.run\b")
@@ -133,7 +134,9 @@ def _texts(root: Path, marked: bool) -> list[Path]:
 
 
 def _is_readme(name: str) -> bool:
-    return name.lower().startswith("readme")
+    """README, README.md, readme.rst, README.zh-CN.md: a text named so, not any file whose name begins so (a
+    `readme_try.log` in /tmp made /tmp a project, every clone and note under it its launch instructions)."""
+    return name.lower().startswith("readme") and Path(name).suffix.lower() in README_SUFFIXES
 
 
 def _readmes(folder: Path) -> bool:
