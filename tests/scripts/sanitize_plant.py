@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 MISTAKES = {"no-sampler", "rank0-sampler", "no-set-epoch", "module-forward", "no-ddp", "no-sync", "all-save",
             "all-save-replace", "all-log", "all-mkdir", "cycle", "cycle-moved", "accum-off-by-one", "late-param", "unfreeze",
-            "rank0-load", "reinit"}
+            "rank0-load", "rank0-load-part", "reinit"}
 p = argparse.ArgumentParser()
 p.add_argument("mistakes", nargs="*", help=", ".join(sorted(MISTAKES)))
 p.add_argument("--out", default=".")
@@ -71,6 +71,8 @@ def main() -> None:
         model.register_forward_hook(lambda module, inputs, out: out * module.scale)
     if "rank0-load" in planted and rank == 0:  # after DDP(): its start-up broadcast is over
         model.load_state_dict({k: v + 0.5 for k, v in model.state_dict().items()})
+    if "rank0-load-part" in planted and rank == 0:  # a pretrained part, loaded into a layer of the wrapped model
+        model[0].load_state_dict({k: v + 0.5 for k, v in model[0].state_dict().items()})
     if "reinit" in planted:  # a fresh start after DDP(), seeded per rank
         torch.manual_seed(rank)
         model[0].reset_parameters()

@@ -109,8 +109,8 @@ class Observer(rankside.Observer):
 
         @functools.wraps(load)
         def load_state_dict(module, *args, **kwargs):
-            if obs.on and obs._role(module) is not None:
-                obs.guarded(obs._loaded)
+            if obs.on and obs.ddps:
+                obs.guarded(obs._loaded, module)
             return load(module, *args, **kwargs)
 
         torch.nn.Module.load_state_dict = load_state_dict
@@ -196,7 +196,12 @@ class Observer(rankside.Observer):
         if self._role(module):
             self.depth = max(0, self.depth - 1)
 
-    def _loaded(self) -> None:
+    def _loaded(self, module) -> None:
+        """A load into a DDP wrapper, its module, or a module inside it (`ddp.module.encoder`: a pretrained part)."""
+        if self._role(module) is None:
+            held = set().union(*(h for ref, h, _, _ in self.ddps if ref() is not None))
+            if not any(id(p) in held for p in module.parameters()):
+                return
         self.loads.append(self.window.where())
 
     def _where_direct(self) -> None:
