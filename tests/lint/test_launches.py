@@ -118,6 +118,5 @@ def test_a_file_whose_name_begins_with_readme_is_no_readme(tmp_path):
         },
     )
     assert of_script(script) == Launches()
-    assert of_script(
-        write(tmp_path / "p", {"train.py": SAVES, "README.zh-CN.md": "torchrun --nnodes=1 train.py\n"})
-    ) == (Launches(elastic="README.zh-CN.md:1", one_machine="README.zh-CN.md:1"))
+    translated = write(tmp_path / "p", {"train.py": SAVES, "README.zh-CN.md": "torchrun --nnodes=1 train.py\n"})
+    assert of_script(translated) == Launches(elastic="README.zh-CN.md:1", one_machine="README.zh-CN.md:1")

@@ -199,7 +199,7 @@ class Observer(rankside.Observer):
     def _loaded(self, module) -> None:
         """A load into a DDP wrapper, its module, or a module inside it (`ddp.module.encoder`: a pretrained part)."""
         if self._role(module) is None:
-            held = set().union(*(h for ref, h, _, _ in self.ddps if ref() is not None))
+            held = self._in_wrappers()
             if not any(id(p) in held for p in module.parameters()):
                 return
         self.loads.append(self.window.where())
@@ -262,8 +262,12 @@ class Observer(rankside.Observer):
 
     def held(self, optimizer) -> bool:
         """The optimizer steps a parameter that a live DDP wrapper holds."""
-        held = set().union(*(h for ref, h, _, _ in self.ddps if ref() is not None))
+        held = self._in_wrappers()
         return any(id(p) in held for group in optimizer.param_groups for p in group["params"])
+
+    def _in_wrappers(self) -> set[int]:
+        """The ids of the parameters the live DDP wrappers hold."""
+        return set().union(*(h for ref, h, _, _ in self.ddps if ref() is not None))
 
     def restart(self) -> None:
         self.checks, self.calls, self.depth, self.direct_where = [], {"ddp": 0, "direct": 0}, 0, None
